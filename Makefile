@@ -1,0 +1,41 @@
+# Corral: one command for each job. `make check` is what CI runs (via .ci/run).
+.PHONY: setup run demo test unit integration lint typecheck imports bench bench-small check clean
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+setup:
+	bash ops/setup.sh
+
+run: setup  ## the main job: plan an example task
+	$(VENV)/bin/corral plan examples/tasks/a100-8.yaml
+
+lint:
+	$(VENV)/bin/ruff check shared services workers tests
+	$(VENV)/bin/ruff format --check shared services workers tests
+
+typecheck:
+	$(VENV)/bin/mypy shared
+
+imports:
+	$(VENV)/bin/lint-imports
+
+unit:
+	$(PY) -m pytest tests -m "not integration and not bench" -q
+
+integration:
+	$(PY) -m pytest tests -m integration -q
+
+test:
+	$(PY) -m pytest tests -m "not bench" -q
+
+bench-small:  ## the benchmarks at a small size, so they cannot rot
+	CORRAL_BENCH_SCALE=small $(PY) -m pytest tests/bench -m bench -q -p no:randomly
+
+bench:
+	$(PY) -m pytest tests/bench -m bench -q -s
+
+check: setup lint typecheck imports test bench-small
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything Corral and its tests need into .venv/ at the repository root, and
+# redis-server when the machine lacks it. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip 2>&1 \
+  | grep -v '^WARNING: Location' || true
+echo "setup: installing corral (editable) with its dev tools"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2>&1 \
+  | grep -v -E '^WARNING: Location|BuildBackendWarning|^\s*$' || true
+.venv/bin/python -c 'import corral.shared, corral.services' >/dev/null
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "setup: redis-server is missing; installing Debian's redis-server"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+echo "setup: done ($(.venv/bin/corral --version 2>/dev/null || echo corral), $(redis-server --version | cut -d' ' -f3))"

@@ -1,0 +1,51 @@
+"""What every CLI command shares: exit codes, JSON output, error printing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from corral.shared.configio import ConfigError, Issue
+
+# Exit codes, the same for every command.
+EXIT_OK = 0
+EXIT_NEGATIVE = 1  # the answer is no: nothing can be planned, the request failed, ...
+EXIT_INPUT = 2  # the user's input is wrong (invalid file, unknown name, refused)
+EXIT_TIMEOUT = 3  # --timeout passed while still waiting
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_json(obj: Any) -> None:
+    """Machine output: one JSON document on stdout."""
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def notice(message: str) -> None:
+    """A one-line notice on stderr (never on stdout, so --json output stays parseable)."""
+    err.print(f"[yellow]notice[/yellow]: {message}", markup=True, highlight=False)
+
+
+def print_issues(issues: Iterable[Issue]) -> None:
+    for issue in issues:
+        err.print(str(issue), markup=False)
+
+
+def fail_input(exc: ConfigError, as_json: bool = False) -> NoReturn:
+    """Report a user's mistake and exit 2 (never a traceback)."""
+    if as_json:
+        print_json({"error": "invalid input", "issues": [i.as_dict() for i in exc.issues]})
+    print_issues(exc.issues)
+    raise typer.Exit(EXIT_INPUT)
+
+
+def fail(message: str, code: int = EXIT_NEGATIVE) -> NoReturn:
+    err.print(f"error: {message}", markup=False)
+    raise typer.Exit(code)

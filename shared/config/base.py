@@ -1,0 +1,58 @@
+"""Base classes for the models of users' config files.
+
+Every model forbids unknown keys (a typo must be an error, not a silent default). A field that
+the owning system's documentation defines but Corral does not act on is still accepted, and
+listed in the model's ``IGNORED`` so that :func:`ignored_notices` can say so in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from corral.shared.configio import Document, PathKey, format_loc
+
+
+class StrictModel(BaseModel):
+    """A user-file model: unknown keys are errors; documented-but-unused keys are notices."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=False)
+
+    # Field names (as written in the file) that are accepted but not acted on.
+    IGNORED: ClassVar[frozenset[str]] = frozenset()
+
+
+class PassThrough(BaseModel):
+    """A provider blob (``advanced_instance_config``, ``node_config``): any keys allowed."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _alias(model: BaseModel, name: str) -> str:
+    info = type(model).model_fields.get(name)
+    return info.alias if info is not None and info.alias else name
+
+
+def ignored_notices(model: Any, doc: Document | None = None, path: PathKey = ()) -> Iterator[str]:
+    """One line per ignored field that the file sets: ``FILE:LINE: field: accepted, ignored``."""
+    if isinstance(model, StrictModel):
+        for name in type(model).model_fields:
+            key = _alias(model, name)
+            value = getattr(model, name)
+            if key in model.IGNORED and name in model.model_fields_set:
+                where = ""
+                if doc is not None:
+                    line = doc.line_of((*path, key))
+                    where = f"{doc.name}:{line}: " if line else f"{doc.name}: "
+                yield f"{where}{format_loc((*path, key))}: accepted; Corral does not act on it"
+                continue
+            yield from ignored_notices(value, doc, (*path, key))
+    elif isinstance(model, list | tuple):
+        for i, item in enumerate(model):
+            yield from ignored_notices(item, doc, (*path, i))
+    elif isinstance(model, dict):
+        for k, item in model.items():
+            if isinstance(item, StrictModel | list | dict):
+                yield from ignored_notices(item, doc, (*path, str(k)))

@@ -1,0 +1,86 @@
+"""Provider errors as the decision core sees them: a kind, an outcome word and a scope.
+
+Providers (services/providers/*) turn SDK errors into these; failover reads ``scope`` to
+decide what to block and ``outcome`` to record the attempt. Pure: no SDK is imported here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Scope(StrEnum):
+    """How much of the search space one failure rules out, narrowest first."""
+
+    NONE = "none"  # nothing is blocked: retry in place (throttling, a 5xx)
+    ZONE = "zone"  # this instance type and market in this zone (sold out)
+    REGION = "region"  # this region for this cloud (regional quota)
+    INSTANCE_TYPE = "instance_type"  # this instance type (and market) in every region of the cloud
+    CLOUD = "cloud"  # the whole cloud (bad credentials, permission denied)
+    REQUEST = "request"  # the request itself is wrong: fail fast, try nothing else
+
+
+class ProviderError(Exception):
+    """Base of every error a provider raises on purpose."""
+
+    outcome = "error"
+    scope = Scope.ZONE  # an unknown failure blocks the zone, as SkyPilot does
+
+    def __init__(self, message: str, *, code: str = "", scope: Scope | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code  # the provider's own code, e.g. InsufficientInstanceCapacity
+        if scope is not None:
+            self.scope = scope
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}" if self.code else self.message
+
+
+class CapacityError(ProviderError):
+    """The zone has no capacity for this type and market now."""
+
+    outcome = "capacity"
+    scope = Scope.ZONE
+
+
+class QuotaError(ProviderError):
+    """An account limit: regional by default, cloud-wide for some (GPUS_ALL_REGIONS)."""
+
+    outcome = "quota"
+    scope = Scope.REGION
+
+
+class ThrottledError(ProviderError):
+    """The API asks us to slow down; retry the same zone with backoff."""
+
+    outcome = "throttled"
+    scope = Scope.NONE
+
+
+class AuthError(ProviderError):
+    """Credentials missing, expired or without permission: the whole cloud is out."""
+
+    outcome = "auth"
+    scope = Scope.CLOUD
+
+
+class InvalidRequestError(ProviderError):
+    """The cloud says the request itself is wrong; trying elsewhere will not help."""
+
+    outcome = "invalid"
+    scope = Scope.REQUEST
+
+
+class LaunchTimeoutError(ProviderError):
+    """The attempt outlived its deadline (a hung region): block the region for a while."""
+
+    outcome = "timeout"
+    scope = Scope.REGION
+
+
+ERRORS_BY_OUTCOME: dict[str, type[ProviderError]] = {
+    cls.outcome: cls
+    for cls in (ProviderError, CapacityError, QuotaError, ThrottledError, AuthError,
+                InvalidRequestError, LaunchTimeoutError)
+}

@@ -1,0 +1,1 @@
+"""Celery apps and tasks only: thin, named, idempotent adapters over ``corral.services``."""
