@@ -91,7 +91,8 @@ class _LineLoader(yaml.SafeLoader):
 
 
 def _compose_to_python(node: yaml.Node, path: PathKey, doc: Document, loader: _LineLoader) -> Any:
-    doc.lines[path] = node.start_mark.line + 1
+    # A key's own line was recorded by its parent; a block value starts a line lower.
+    doc.lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)
         out: dict[Any, Any] = {}

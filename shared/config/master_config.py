@@ -1,0 +1,394 @@
+"""A Determined master config: the resource manager, resource pools and their providers.
+
+Two formats are read. The current one has ``resource_manager`` (cluster-wide scheduler
+defaults and the default aux/compute pools) and ``resource_pools`` (each with an optional
+``scheduler`` and ``provider``). The legacy one has top-level ``scheduler`` and ``provisioner``
+and means a single pool named ``default``. How pools resolve is :mod:`corral.shared.pools`.
+
+Every other documented master key (``port``, ``db``, ``checkpoint_storage``, ``security``, ...)
+is accepted and noticed as not acted on. Durations are held in seconds (``*_s`` fields).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from ..configio import PathKey
+from . import DurationS, one_of, words
+from .base import StrictModel
+
+SchedulerType = Literal["fair_share", "priority", "round_robin"]
+FittingPolicy = Literal["best", "worst"]
+ProviderType = Literal["aws", "gcp", "hpc", "local"]
+ManagerType = Literal["agent", "kubernetes", "slurm", "pbs"]
+DEFAULT_POOL_NAME = "default"
+
+
+class SchedulerConfig(StrictModel):
+    """How a pool orders and places tasks. Pool-level settings are all-or-nothing."""
+
+    type: Annotated[SchedulerType | None, BeforeValidator(one_of(SchedulerType))] = None
+    fitting_policy: Annotated[FittingPolicy | None, BeforeValidator(one_of(FittingPolicy))] = None
+    allow_heterogeneous_fits: bool | None = None
+    preemption: bool | None = None  # priority scheduler
+    default_priority: int | None = Field(None, ge=1, le=99)  # priority scheduler; 42 if unset
+
+    def is_blank(self) -> bool:
+        """True when no field is set: a blank pool scheduler inherits the cluster's."""
+        return not self.model_fields_set
+
+
+class AwsNetworkInterface(StrictModel):
+    public_ip: bool | None = None
+    security_group_id: str | None = None
+    subnet_id: str | None = None
+
+
+class AwsTag(StrictModel):
+    key: str
+    value: str
+
+
+class GcpNetworkInterface(StrictModel):
+    network: str | None = None
+    subnetwork: str | None = None
+    external_ip: bool | None = None
+
+
+class GcpServiceAccount(StrictModel):
+    email: str | None = None
+    scopes: list[str] | None = None
+
+
+class GcpInstanceType(StrictModel):
+    machine_type: str | None = None
+    gpu_type: str | None = None
+    gpu_num: int | None = Field(None, ge=0)
+    preemptible: bool | None = None
+
+
+# Which provider fields belong to which provider type (the common ones belong to all).
+_AWS_ONLY = words(
+    """region root_volume_size image_id tag_key tag_value instance_name ssh_key_name
+        iam_instance_profile_arn log_group log_stream spot spot_max_price custom_tags"""
+)
+_GCP_ONLY = words(
+    """base_config project zone boot_disk_size boot_disk_source_image boot_disk_type labels
+        label_key label_value name_prefix network_tags service_account
+        operation_timeout_period_s use_cloud_logging"""
+)
+_HPC_ONLY = frozenset({"partition"})
+_NOT_FOR: dict[str, frozenset[str]] = {
+    "aws": _GCP_ONLY | _HPC_ONLY,
+    "gcp": _AWS_ONLY | _HPC_ONLY,
+    "hpc": _AWS_ONLY | _GCP_ONLY,
+    "local": (_GCP_ONLY - {"zone"}) | _HPC_ONLY,  # Corral's local cloud: regions and zones
+}
+
+
+class Provider(StrictModel):
+    """A pool's dynamic agents: which cloud, what instance, how many, when idle ones go."""
+
+    type: Annotated[ProviderType, BeforeValidator(one_of(ProviderType))]
+    # Every provider type.
+    master_url: str | None = None
+    master_cert_name: str | None = None
+    startup_script: str | None = None
+    container_startup_script: str | None = None
+    agent_docker_image: str | None = None
+    agent_docker_network: str | None = None
+    agent_docker_runtime: str | None = None
+    agent_fluent_image: str | None = None
+    agent_reconnect_attempts: int | None = Field(None, ge=0)
+    agent_reconnect_backoff: int | None = Field(None, ge=0)
+    agent_config_file_contents: dict[str, Any] | None = None
+    max_idle_agent_period_s: DurationS | None = Field(None, alias="max_idle_agent_period", gt=0)
+    max_agent_starting_period_s: DurationS | None = Field(
+        None, alias="max_agent_starting_period", gt=0
+    )
+    min_instances: int | None = Field(None, ge=0)  # Determined's default 0
+    max_instances: int | None = Field(None, ge=0)  # Determined's default 5
+    launch_error_timeout_s: DurationS | None = Field(None, alias="launch_error_timeout", ge=0)
+    launch_error_retries: int | None = Field(None, ge=0)
+    # aws (also local: instance_type as text, instance_slots) and gcp (instance_type as object).
+    instance_type: str | GcpInstanceType | None = None
+    instance_slots: int | None = Field(None, ge=0)
+    cpu_slots_allowed: bool | None = None
+    network_interface: AwsNetworkInterface | GcpNetworkInterface | None = None
+    region: str | None = None
+    root_volume_size: int | None = Field(None, ge=1)
+    image_id: str | None = None
+    tag_key: str | None = None
+    tag_value: str | None = None
+    instance_name: str | None = None
+    ssh_key_name: str | None = None
+    iam_instance_profile_arn: str | None = None
+    log_group: str | None = None
+    log_stream: str | None = None
+    spot: bool | None = None
+    spot_max_price: str | None = None  # Determined wants text such as "2.50"
+    custom_tags: list[AwsTag] | None = None
+    # gcp
+    base_config: dict[str, Any] | None = None
+    project: str | None = None
+    zone: str | None = None
+    boot_disk_size: int | None = Field(None, ge=1)
+    boot_disk_source_image: str | None = None
+    boot_disk_type: str | None = None
+    labels: dict[str, str] | None = None
+    label_key: str | None = None
+    label_value: str | None = None
+    name_prefix: str | None = None
+    network_tags: list[str] | None = None
+    service_account: GcpServiceAccount | None = None
+    operation_timeout_period_s: DurationS | None = Field(
+        None, alias="operation_timeout_period", gt=0
+    )
+    use_cloud_logging: bool | None = None
+    # hpc
+    partition: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_fit_type(self) -> Provider:
+        wrong = sorted(_NOT_FOR[self.type] & self.model_fields_set)
+        if wrong:
+            keys = ", ".join(_key(self, name) for name in wrong)
+            raise ValueError(f"{keys}: not a field of a {self.type} provider")
+        gcp_shape = isinstance(self.instance_type, GcpInstanceType)
+        if self.instance_type is not None and gcp_shape != (self.type == "gcp"):
+            shape = "a mapping {machine_type, gpu_type, gpu_num}" if self.type == "gcp" else "text"
+            raise ValueError(f"instance_type of a {self.type} provider is {shape}")
+        if (
+            self.min_instances is not None
+            and self.max_instances is not None
+            and self.max_instances < self.min_instances
+        ):
+            raise ValueError("max_instances is below min_instances")
+        return self
+
+
+def _key(model: StrictModel, name: str) -> str:
+    info = type(model).model_fields[name]
+    return info.alias or name
+
+
+class LegacyProvisioner(Provider):
+    """The legacy top-level ``provisioner``; very old files name the cloud ``provider:``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spelling(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "provider" in data and "type" not in data:
+            data = {("type" if k == "provider" else k): v for k, v in data.items()}
+        return data
+
+
+class ResourcePool(StrictModel):
+    """One pool of identical agents, with its own scheduler and provider."""
+
+    IGNORED: ClassVar[frozenset[str]] = words(
+        """task_container_defaults agent_reattach_enabled agent_reconnect_wait
+        kubernetes_namespace max_cpu_containers_per_agent"""
+    )
+
+    pool_name: str = Field(min_length=1)
+    description: str | None = None
+    provider: Provider | None = None  # None: a static pool (agents started by hand)
+    scheduler: SchedulerConfig | None = None
+    max_aux_containers_per_agent: int | None = Field(None, ge=0)
+    max_cpu_containers_per_agent: int | None = Field(None, ge=0)  # old name of the above
+    task_container_defaults: dict[str, Any] | None = None
+    agent_reattach_enabled: bool | None = None
+    agent_reconnect_wait_s: DurationS | None = Field(None, alias="agent_reconnect_wait", ge=0)
+    kubernetes_namespace: str | None = None
+
+
+class ResourceManager(StrictModel):
+    """Cluster-level settings: scheduler defaults and the default pools."""
+
+    # Everything but the agent manager's scheduling keys is accepted and not acted on.
+    IGNORED: ClassVar[frozenset[str]] = words(
+        """require_authentication client_ca cluster_name name metadata namespace
+        default_namespace max_slots_per_pod slot_type slot_resource_requests
+        master_service_name leave_kubernetes_resources default_scheduler
+        kubernetes_namespace master_host master_port host port protocol security
+        container_run_type auth_file rendezvous_network_interface proxy_network_interface
+        user_name group_name sudo_authorized apptainer_image_root singularity_image_root
+        job_storage_root path ld_library_path launcher_jvm_args tres_supported
+        gres_supported partition_overrides job_project_source"""
+    )
+
+    type: Annotated[ManagerType, BeforeValidator(one_of(ManagerType))] = "agent"
+    scheduler: SchedulerConfig | None = None
+    default_aux_resource_pool: str | None = None
+    default_compute_resource_pool: str | None = None
+    no_default_resource_pools: bool | None = None
+    default_cpu_resource_pool: str | None = None  # old name of default_aux_resource_pool
+    default_gpu_resource_pool: str | None = None  # old name of default_compute_resource_pool
+    require_authentication: bool | None = None
+    client_ca: str | None = None
+    cluster_name: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] | None = None
+    # kubernetes
+    namespace: str | None = None
+    default_namespace: str | None = None
+    max_slots_per_pod: int | None = None
+    slot_type: str | None = None
+    slot_resource_requests: dict[str, Any] | None = None
+    master_service_name: str | None = None
+    leave_kubernetes_resources: bool | None = None
+    default_scheduler: str | None = None
+    kubernetes_namespace: str | None = None
+    # slurm / pbs
+    master_host: str | None = None
+    master_port: int | None = None
+    host: str | None = None
+    port: int | None = None
+    protocol: str | None = None
+    security: dict[str, Any] | None = None
+    container_run_type: str | None = None
+    auth_file: str | None = None
+    rendezvous_network_interface: str | None = None
+    proxy_network_interface: str | None = None
+    user_name: str | None = None
+    group_name: str | None = None
+    sudo_authorized: str | None = None
+    apptainer_image_root: str | None = None
+    singularity_image_root: str | None = None
+    job_storage_root: str | None = None
+    path: str | None = None
+    ld_library_path: str | None = None
+    launcher_jvm_args: str | None = None
+    tres_supported: bool | None = None
+    gres_supported: bool | None = None
+    partition_overrides: dict[str, Any] | None = None
+    job_project_source: str | None = None
+
+    def aux_pool(self) -> str:
+        """The default pool for zero-slot tasks (``default`` when unset)."""
+        return self.default_aux_resource_pool or self.default_cpu_resource_pool or DEFAULT_POOL_NAME
+
+    def compute_pool(self) -> str:
+        """The default pool for slot tasks (``default`` when unset)."""
+        return (
+            self.default_compute_resource_pool
+            or self.default_gpu_resource_pool
+            or DEFAULT_POOL_NAME
+        )
+
+
+_LEGACY_KEYS = ("scheduler", "provisioner")
+_CURRENT_KEYS = ("resource_manager", "resource_pools", "additional_resource_managers")
+
+
+class MasterConfig(StrictModel):
+    """A Determined master config file (``master.yaml``)."""
+
+    IGNORED: ClassVar[frozenset[str]] = words(
+        """config_file port task_container_defaults root cache launch_error cluster_name
+        ui_customization tensorboard_timeout notebook_timeout checkpoint_storage db security
+        webhooks telemetry observability logging retention_policy scim oidc saml
+        reserved_ports log enable_cors feature_switches integrations det_cloud
+        additional_resource_managers __internal"""
+    )
+
+    resource_manager: ResourceManager | None = None
+    resource_pools: list[ResourcePool] | None = None
+    additional_resource_managers: list[dict[str, Any]] | None = None
+    # Legacy format: one pool named "default".
+    scheduler: SchedulerConfig | None = None
+    provisioner: LegacyProvisioner | None = None
+    # Documented, not acted on (IGNORED).
+    config_file: str | None = None
+    port: int | None = None
+    task_container_defaults: dict[str, Any] | None = None
+    root: str | None = None
+    cache: dict[str, Any] | None = None
+    launch_error: bool | None = None
+    cluster_name: str | None = None
+    ui_customization: dict[str, Any] | None = None
+    tensorboard_timeout: int | None = None
+    notebook_timeout: int | None = None
+    checkpoint_storage: dict[str, Any] | None = None
+    db: dict[str, Any] | None = None
+    security: dict[str, Any] | None = None
+    webhooks: dict[str, Any] | None = None
+    telemetry: dict[str, Any] | None = None
+    observability: dict[str, Any] | None = None
+    logging: dict[str, Any] | None = None
+    retention_policy: dict[str, Any] | None = None
+    scim: dict[str, Any] | None = None
+    oidc: dict[str, Any] | None = None
+    saml: dict[str, Any] | None = None
+    reserved_ports: list[int] | None = None
+    log: dict[str, Any] | None = None
+    enable_cors: bool | None = None
+    feature_switches: list[str] | None = None
+    integrations: dict[str, Any] | None = None
+    det_cloud: dict[str, Any] | None = None
+    internal: dict[str, Any] | None = Field(None, alias="__internal")
+
+    def is_legacy(self) -> bool:
+        """True for the old format (top-level scheduler/provisioner, one pool ``default``)."""
+        return any(k in self.model_fields_set for k in _LEGACY_KEYS)
+
+    def pool_names(self) -> list[str]:
+        """The pools this file defines (``default`` when it defines none)."""
+        if self.is_legacy() or not self.resource_pools:
+            return [DEFAULT_POOL_NAME]
+        return [p.pool_name for p in self.resource_pools]
+
+    def problems(self) -> list[tuple[PathKey, str]]:
+        """Cross-field mistakes, each with the path of the value at fault."""
+        out: list[tuple[PathKey, str]] = []
+        if self.is_legacy():
+            for key in _CURRENT_KEYS:
+                if key in self.model_fields_set:
+                    legacy = " and ".join(k for k in _LEGACY_KEYS if k in self.model_fields_set)
+                    out.append(
+                        (
+                            (key,),
+                            f"cannot be mixed with the legacy top-level {legacy}; "
+                            "move scheduler under resource_manager and provisioner "
+                            "into a pool's provider",
+                        )
+                    )
+            return out
+        names = [p.pool_name for p in self.resource_pools or ()]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                out.append((("resource_pools", i, "pool_name"), f"pool {name!r} is defined twice"))
+        out.extend(self._default_pool_problems())
+        return out
+
+    def _default_pool_problems(self) -> list[tuple[PathKey, str]]:
+        manager = self.resource_manager or ResourceManager()
+        known = ", ".join(self.pool_names())
+        out: list[tuple[PathKey, str]] = []
+        for key, old_key, name in (
+            ("default_aux_resource_pool", "default_cpu_resource_pool", manager.aux_pool()),
+            ("default_compute_resource_pool", "default_gpu_resource_pool", manager.compute_pool()),
+        ):
+            if name in self.pool_names():
+                continue
+            written = next((k for k in (key, old_key) if k in manager.model_fields_set), None)
+            if written is not None:
+                out.append(
+                    (
+                        ("resource_manager", written),
+                        f"names no pool {name!r}; expected one of {known}",
+                    )
+                )
+            else:
+                where: PathKey = ("resource_manager",) if self.resource_manager else ()
+                out.append(
+                    (
+                        where,
+                        f"{key} is unset, so it is {name!r}, which names no pool; "
+                        f"set it to one of {known}",
+                    )
+                )
+        return out

@@ -1,0 +1,318 @@
+"""A task file: SkyPilot's task YAML, plus Determined's pool fields and Corral's own.
+
+SkyPilot defines most of it (``name``, ``num_nodes``, ``setup``, ``run``, ``envs``, ``resources``
+with ``accelerators``, ``ordered`` and ``any_of`` candidates, ...). Determined adds
+``resources.resource_pool``, ``resources.slots`` and ``resources.priority`` (1-99, lower wins,
+default 42). Corral adds a top-level ``priority`` (an integer, higher wins, default 0: the one
+direction Corral uses everywhere), ``labels``, and for later use ``workload_type``,
+``compute_config`` and ``scheduling``.
+
+A file that sets only Determined's ``resources.priority`` gets Corral's priority converted from
+it: ``corral = 42 - determined`` (det 42 -> 0, det 1 -> 41, det 99 -> -57).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+# Relative imports: `mypy shared` cannot follow `corral.*` through the editable install's finder.
+from ..accelerators import AcceleratorRequest, parse_accelerators
+from . import one_of, word_list, words
+from .base import StrictModel
+from .compute_config import ComputeConfig
+
+# Determined's priority scale: 1 (most urgent) .. 99, 42 when unset.
+DETERMINED_DEFAULT_PRIORITY = 42
+DETERMINED_MIN_PRIORITY = 1
+DETERMINED_MAX_PRIORITY = 99
+
+# Cloud names SkyPilot knows, plus Corral's ``local``. Validation accepts all of them; the
+# planner leaves out (with a notice) the clouds Corral has no provider for.
+KNOWN_CLOUDS = word_list(
+    """aws gcp azure local kubernetes lambda ibm oci scp runpod vast vsphere cudo fluidstack
+    paperspace do nebius hyperbolic seeweb shadeform primeintellect slurm ssh"""
+)
+_CLOUD_ALIASES = {"k8s": "kubernetes", "google": "gcp", "amazon": "aws"}
+
+# ``4``, ``4.5``, ``4+``; memory may add a unit (``32GB``, ``512MB``), GiB when absent.
+_AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]i?b?)?\s*(\+)?\s*$", re.IGNORECASE)
+_GIB_PER_UNIT = {"k": 2.0**-20, "m": 2.0**-10, "g": 1.0, "t": 2.0**10, "p": 2.0**20}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _cloud(value: object) -> object:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        name = _CLOUD_ALIASES.get(value.strip().lower(), value.strip().lower())
+        if name in KNOWN_CLOUDS:
+            return name
+    raise ValueError(f"expected a cloud name, one of {', '.join(KNOWN_CLOUDS)}; got {value!r}")
+
+
+CloudName = Annotated[str | None, BeforeValidator(_cloud)]
+
+
+def _amount(value: object, what: str, units: bool) -> tuple[float, bool]:
+    """``(number, at_least)`` from ``4``, ``"4"``, ``"4+"`` (and ``"32GB"`` when units)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected {what} like 4 or '4+', got {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"expected {what} >= 0, got {value!r}")
+        return float(value), False
+    match = _AMOUNT.match(value) if isinstance(value, str) else None
+    if match is None or (match.group(2) and not units):
+        raise ValueError(f"expected {what} like 4 or '4+', got {value!r}")
+    number = float(match.group(1))
+    if match.group(2):
+        number *= _GIB_PER_UNIT[match.group(2)[0].lower()]
+    return number, bool(match.group(3))
+
+
+def _check_cpus(value: object) -> object:
+    if value is not None:
+        _amount(value, "a CPU count", units=False)
+    return value
+
+
+def _check_memory(value: object) -> object:
+    if value is not None:
+        _amount(value, "a memory size in GiB", units=True)
+    return value
+
+
+Amount = str | int | float
+
+
+class WorkdirRepo(StrictModel):
+    """SkyPilot's git form of ``workdir``: a repository and an optional ref."""
+
+    url: str
+    ref: str | None = None
+
+
+class Resources(StrictModel):
+    """One node's requirements, or (with ``ordered``/``any_of``) a set of candidates."""
+
+    IGNORED: ClassVar[frozenset[str]] = words(
+        """accelerator_args job_recovery spot_recovery disk_size disk_tier network_tier
+        local_disk max_hourly_cost ports labels image_id autostop priority_class volumes
+        ephemeral_storage"""
+    )
+
+    # Where.
+    cloud: CloudName = None
+    infra: str | None = None  # SkyPilot's newer "cloud/region/zone" spelling
+    region: str | None = None
+    zone: str | None = None
+    # What.
+    instance_type: str | None = None
+    accelerators: str | dict[str, Any] | list[Any] | None = None  # as written; see request
+    accelerator_args: dict[str, Any] | None = None
+    cpus: Annotated[Amount | None, BeforeValidator(_check_cpus)] = None
+    memory: Annotated[Amount | None, BeforeValidator(_check_memory)] = None
+    use_spot: bool | None = None
+    # Accepted, not acted on (IGNORED).
+    job_recovery: str | dict[str, Any] | None = None
+    spot_recovery: str | dict[str, Any] | None = None
+    disk_size: int | str | None = None
+    disk_tier: Annotated[
+        str | None, BeforeValidator(one_of(("low", "medium", "high", "ultra", "best")))
+    ] = None
+    network_tier: Annotated[str | None, BeforeValidator(one_of(("standard", "best")))] = None
+    local_disk: str | None = None
+    max_hourly_cost: float | None = Field(None, gt=0)
+    ports: int | str | list[int | str] | None = None
+    labels: dict[str, str] | None = None
+    image_id: str | dict[str, str] | None = None
+    autostop: bool | int | str | dict[str, Any] | None = None
+    priority_class: str | None = None
+    volumes: list[dict[str, Any]] | None = None
+    ephemeral_storage: int | str | None = None
+    # Candidates: each item is a Resources that overrides the fields above.
+    ordered: list[Resources] | None = None
+    any_of: list[Resources] | None = None
+    # Determined.
+    resource_pool: str | None = None
+    slots: int | None = Field(None, ge=0)
+    priority: int | None = None  # Determined's: 1..99, lower wins
+
+    @field_validator("accelerators")
+    @classmethod
+    def _accelerators_parse(cls, value: Any) -> Any:
+        parse_accelerators(value)  # raises ValueError with the expected forms
+        return value
+
+    @field_validator("priority")
+    @classmethod
+    def _determined_priority(cls, value: int | None) -> int | None:
+        if value is not None and not DETERMINED_MIN_PRIORITY <= value <= DETERMINED_MAX_PRIORITY:
+            raise ValueError(
+                "expected Determined's priority, an integer from 1 (most urgent) to 99 "
+                f"(least); Corral's own top-level priority is higher-wins. Got {value}"
+            )
+        return value
+
+    @field_validator("ordered", "any_of")
+    @classmethod
+    def _flat_candidates(cls, value: list[Resources] | None) -> list[Resources] | None:
+        if value is not None and not value:
+            raise ValueError("expected at least one candidate")
+        for item in value or ():
+            if item.ordered is not None or item.any_of is not None:
+                raise ValueError("a candidate cannot hold its own ordered/any_of list")
+        return value
+
+    @model_validator(mode="after")
+    def _where(self) -> Resources:
+        if self.ordered is not None and self.any_of is not None:
+            raise ValueError("give either ordered or any_of, not both")
+        if self.infra is not None:
+            parts = _split_infra(self.infra)
+            written = (self.cloud, self.region, self.zone)
+            # Idempotent on purpose: pydantic may run this twice on a self-referencing model.
+            if written != (None, None, None) and written != parts:
+                raise ValueError("give either infra or cloud/region/zone, not both")
+            self.cloud, self.region, self.zone = parts
+        return self
+
+    def accelerator_request(self) -> AcceleratorRequest | None:
+        """The accelerators these resources ask for, parsed (None when unset)."""
+        return parse_accelerators(self.accelerators)
+
+    def min_cpus(self) -> float | None:
+        """The least vCPU count acceptable (``4`` and ``"4+"`` both mean at least 4)."""
+        return None if self.cpus is None else _amount(self.cpus, "cpus", units=False)[0]
+
+    def min_memory_gib(self) -> float | None:
+        """The least memory acceptable, in GiB (``"16"`` and ``"16+"`` both mean >= 16)."""
+        return None if self.memory is None else _amount(self.memory, "memory", units=True)[0]
+
+    def candidates(self) -> list[Resources]:
+        """The candidate resources, each with the fields set here filled in underneath.
+
+        Without ``ordered``/``any_of`` that is just ``[self]``. A field a candidate sets wins
+        over the same field set at this level, as in SkyPilot.
+        """
+        items = self.ordered if self.ordered is not None else self.any_of
+        if not items:
+            return [self]
+        base = self.model_dump(exclude={"ordered", "any_of", "infra"}, exclude_unset=True)
+        out = []
+        for item in items:
+            # exclude_none: a part a candidate's infra leaves open must not blank the base's.
+            own = item.model_dump(exclude={"infra"}, exclude_unset=True, exclude_none=True)
+            merged = {**base, **own}
+            out.append(Resources.model_validate(merged))
+        return out
+
+
+def _split_infra(infra: str) -> tuple[str | None, str | None, str | None]:
+    """``aws/us-east-1/us-east-1a`` -> its parts; ``*`` is any; ``k8s/ctx`` is a context."""
+    head, _, rest = infra.strip().partition("/")
+    if head.lower() in {"k8s", "kubernetes"}:
+        return "kubernetes", rest or None, None
+    parts = [head, *rest.split("/")] if rest else [head]
+    if len(parts) > 3:
+        raise ValueError(
+            f"expected infra like aws, aws/us-east-1 or aws/us-east-1/us-east-1a, got {infra!r}"
+        )
+    parts += [""] * (3 - len(parts))
+    cloud, region, zone = (None if p in {"", "*"} else p for p in parts)
+    return (str(_cloud(cloud)) if cloud else None), region, zone
+
+
+class Scheduling(StrictModel):
+    """Corral's scheduling wishes (read now, acted on by a later issue)."""
+
+    preemptible: bool | None = None
+    on_full: Annotated[str | None, BeforeValidator(one_of(("fallback", "preempt")))] = None
+    fallback_pools: list[str] = Field(default_factory=list)
+
+
+def _env_value(value: object) -> object:
+    """Env values as text: YAML reads ``PORT: 8080`` as a number and ``X:`` as null."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+EnvValue = Annotated[str, BeforeValidator(_env_value)]
+
+
+class Task(StrictModel):
+    """A unit of work: SkyPilot's task YAML plus Determined's and Corral's fields."""
+
+    IGNORED: ClassVar[frozenset[str]] = words(
+        """file_mounts file_mounts_mapping secrets managed_secrets volumes volume_mounts
+        service pool config event_callback inputs outputs api_server_access"""
+    )
+
+    name: str | None = None
+    workdir: str | WorkdirRepo | None = None
+    num_nodes: int = Field(1, ge=1)  # all nodes, the head included
+    resources: Resources = Field(default_factory=Resources)
+    setup: str | None = None
+    run: str | None = None
+    envs: dict[str, EnvValue] = Field(default_factory=dict)
+    # Corral's own.
+    priority: int = 0  # higher wins; converted from resources.priority when only that is set
+    labels: dict[str, str] = Field(default_factory=dict)
+    workload_type: Annotated[
+        Literal["job", "service", "workspace"] | None,
+        BeforeValidator(one_of(("job", "service", "workspace"))),
+    ] = None
+    compute_config: ComputeConfig | str | None = None  # inline, or a file path
+    scheduling: Scheduling | None = None
+    # SkyPilot fields accepted, not acted on (IGNORED).
+    file_mounts: dict[str, Any] | None = None
+    file_mounts_mapping: dict[str, Any] | None = None
+    secrets: dict[str, str | None] | list[str] | None = None
+    managed_secrets: list[Any] | None = None
+    volumes: dict[str, Any] | None = None
+    volume_mounts: list[dict[str, Any]] | None = None
+    service: dict[str, Any] | None = None
+    pool: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    event_callback: str | None = None
+    inputs: dict[str, float] | None = None
+    outputs: dict[str, float] | None = None
+    api_server_access: bool | None = None
+
+    @field_validator("envs")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"expected environment variable names like MY_VAR, got {key!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _convert_priority(self) -> Task:
+        if "priority" not in self.model_fields_set and self.resources.priority is not None:
+            self.priority = determined_to_corral_priority(self.resources.priority)
+        return self
+
+    def slots(self) -> int:
+        """Slots the task asks for: ``resources.slots``, else the accelerator count of the
+        first option (of the first candidate that names accelerators), else 1."""
+        if self.resources.slots is not None:
+            return self.resources.slots
+        for candidate in self.resources.candidates():
+            request = candidate.accelerator_request()
+            if request is not None:
+                return request.options[0].count
+        return 1
+
+
+def determined_to_corral_priority(determined: int) -> int:
+    """Determined's 1..99 (lower wins, 42 default) -> Corral's (higher wins, 0 default)."""
+    return DETERMINED_DEFAULT_PRIORITY - determined
