@@ -1,0 +1,137 @@
+"""``corral show-gpus [NAME]``: the accelerators in the catalog, and where each one is sold.
+
+Without a name: every accelerator with its per-machine counts and clouds (``--json`` adds each
+one's instance types). With a name (any case, optionally ``NAME:COUNT``): each instance type
+carrying it, with its on-demand and spot price in the cheapest region.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+from rich import box
+from rich.table import Table
+
+from corral.services.cli.output import EXIT_INPUT, EXIT_NEGATIVE, err, print_json
+from corral.services.cli.plan_cmd import print_table
+from corral.shared.accelerators import canonical_accelerator
+from corral.shared.catalog import load_catalog
+from corral.shared.catalog.gpus import AcceleratorOffer, AcceleratorSummary, offers, summaries
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``corral show-gpus`` to the app."""
+    app.command("show-gpus")(show_gpus)
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _summary_table(rows: list[AcceleratorSummary]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    for header in ("GPU", "QTY", "CLOUDS"):
+        table.add_column(header)
+    for s in rows:
+        table.add_row(s.name, ", ".join(str(c) for c in s.counts), ", ".join(s.clouds))
+    return table
+
+
+def _offer_table(rows: list[AcceleratorOffer]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    headers = (
+        "GPU",
+        "QTY",
+        "CLOUD",
+        "INSTANCE_TYPE",
+        "vCPUs",
+        "HOST_MEM(GiB)",
+        "HOURLY_PRICE",
+        "HOURLY_SPOT_PRICE",
+        "REGION",
+    )
+    for header in headers:
+        right = header in {"QTY", "vCPUs", "HOST_MEM(GiB)", "HOURLY_PRICE", "HOURLY_SPOT_PRICE"}
+        table.add_column(header, justify="right" if right else "left")
+    for a in rows:
+        table.add_row(
+            a.accelerator,
+            str(a.count),
+            a.cloud,
+            a.instance_type,
+            f"{a.vcpus:g}",
+            f"{a.memory_gib:g}",
+            _money(a.price_usd_per_hour),
+            _money(a.spot_price_usd_per_hour),
+            a.region,
+        )
+    return table
+
+
+def _parse_name(name: str, as_json: bool) -> tuple[str, int | None]:
+    """``a100`` -> ("A100", None); ``A100:8`` -> ("A100", 8); exit 2 for a malformed name."""
+    text, sep, count_text = name.partition(":")
+    try:
+        canonical = canonical_accelerator(text)
+        if sep and not (count_text.isdigit() and int(count_text) >= 1):
+            raise ValueError(f"expected NAME or NAME:COUNT with a count >= 1, got {name!r}")
+    except ValueError as exc:
+        if as_json:
+            print_json({"error": str(exc)})
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(EXIT_INPUT) from None
+    return canonical, int(count_text) if sep else None
+
+
+def _negative(message: str, as_json: bool, known: list[str]) -> NoReturn:
+    if as_json:
+        print_json({"error": message, "known": known})
+    err.print(f"error: {message}", markup=False)
+    err.print(f"known accelerators: {', '.join(known)}", markup=False)
+    raise typer.Exit(EXIT_NEGATIVE)
+
+
+def show_gpus(
+    name: str | None = typer.Argument(
+        None, metavar="[NAME]", help="An accelerator (any case), optionally NAME:COUNT."
+    ),
+    cloud: str | None = typer.Option(None, "--cloud", help="Only this cloud (aws, gcp)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List accelerators, or the instance types and prices of one."""
+    catalog = load_catalog()
+    cloud = cloud.strip().lower() if cloud else None
+    known = list(catalog.accelerators())
+    if cloud is not None and cloud not in catalog.clouds:
+        _negative(
+            f"the catalog has no offerings on {cloud!r} (clouds: {', '.join(catalog.clouds)})",
+            as_json,
+            known,
+        )
+    if name is None:
+        rows = summaries(catalog, cloud)
+        if as_json:
+            listing = [
+                {
+                    **s.to_dict(),
+                    "offerings": [a.to_dict() for a in offers(catalog, s.name, cloud=cloud)],
+                }
+                for s in rows
+            ]
+            print_json({"accelerators": listing})
+        else:
+            print_table(_summary_table(rows))
+        return
+    canonical, count = _parse_name(name, as_json)
+    if canonical not in catalog.by_accelerator:
+        _negative(f"unknown accelerator {name!r}", as_json, known)
+    found = offers(catalog, canonical, count=count, cloud=cloud)
+    if not found:
+        where = f" on {cloud}" if cloud else ""
+        what = f"{canonical}:{count}" if count else canonical
+        _negative(f"no instance type carries {what}{where}", as_json, known)
+    if as_json:
+        print_json({"accelerator": canonical, "offerings": [a.to_dict() for a in found]})
+    else:
+        print_table(_offer_table(found))

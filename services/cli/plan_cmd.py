@@ -1,0 +1,150 @@
+"""``corral plan TASK``: the failover chain a task would walk, as a table or JSON.
+
+The table is the "Considered resources" view: by default one row per cloud, instance type,
+accelerators and market (the first of its candidates in chain order); ``--all`` prints every
+zone of the chain. ``--json`` prints ``{"candidates": [...]}`` in failover order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+from corral.services.cli.output import (
+    EXIT_NEGATIVE,
+    err,
+    fail_input,
+    notice,
+    out,
+    print_json,
+)
+from corral.shared.catalog import Catalog, load_catalog
+from corral.shared.config.detect import load_as
+from corral.shared.config.task import Task
+from corral.shared.configio import ConfigError
+from corral.shared.planner import Candidate, Plan, plan
+
+_CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "local": "Local"}
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``corral plan`` to the app."""
+    app.command("plan")(plan_command)
+
+
+def _load_task(path: Path) -> Task:
+    task, _doc = load_as(path, Task)
+    return task
+
+
+def _catalog(local_cloud: Path | None) -> Catalog:
+    """The shipped catalog, plus the local cloud's offerings when a file is given."""
+    catalog = load_catalog()
+    if local_cloud is None:
+        return catalog
+    try:
+        from corral.shared.config.localcloud import load_local_cloud
+    except ImportError:
+        notice("the local cloud is not part of this build; --local-cloud ignored")
+        return catalog
+    return catalog.with_offerings(load_local_cloud(local_cloud).offerings())
+
+
+def print_table(table: Table) -> None:
+    """Print a table at its natural width: never squeezed (and cut) to 80 columns when
+    stdout is a pipe, so scripts and narrow terminals see whole names and prices."""
+    natural = Measurement.get(out, out.options.update(max_width=1000), table).maximum
+    if natural <= out.width:
+        out.print(table)
+    else:
+        Console(width=natural, highlight=False, soft_wrap=True).print(table)
+
+
+def _accelerators(c: Candidate) -> str:
+    return ", ".join(f"{name}:{count}" for name, count in c.accelerators.items()) or "-"
+
+
+def _rows(candidates: list[Candidate], every_zone: bool) -> list[Candidate]:
+    """Every candidate, or the first of each (cloud, type, accelerators, market) group."""
+    if every_zone:
+        return candidates
+    firsts: dict[tuple[str, str, str, str], Candidate] = {}
+    for c in candidates:
+        firsts.setdefault((c.cloud, c.instance_type, _accelerators(c), c.market), c)
+    return list(firsts.values())
+
+
+def render_table(result: Plan, num_nodes: int, every_zone: bool) -> Table:
+    """The "Considered resources (N nodes)" table; the first row is the chosen one."""
+    nodes = f"{num_nodes} node" + ("" if num_nodes == 1 else "s")
+    table = Table(
+        title=f"Considered resources ({nodes}):",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        header_style="bold",
+        pad_edge=False,
+    )
+    for header in ("CLOUD", "INSTANCE", "vCPUs", "Mem(GB)", "ACCELERATORS", "REGION/ZONE"):
+        table.add_column(header, justify="right" if header in {"vCPUs", "Mem(GB)"} else "left")
+    table.add_column("COST ($)", justify="right")
+    table.add_column("CHOSEN", justify="center")
+    for n, c in enumerate(_rows(result.candidates, every_zone)):
+        spot = "[Spot]" if c.market == "spot" else ""
+        cells = (
+            _CLOUD_NAMES.get(c.cloud, c.cloud),
+            f"{c.instance_type}{spot}",
+            f"{c.vcpus:g}",
+            f"{c.memory_gib:g}",
+            _accelerators(c),
+            c.zone,
+            f"{c.cost_usd_per_hour:.2f}",
+            "✔" if n == 0 else "",
+        )
+        table.add_row(*(Text(cell) for cell in cells))  # names are data, never markup
+    return table
+
+
+def plan_command(
+    task_file: Path = typer.Argument(..., metavar="TASK", help="A task file (YAML or JSON)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the chain as JSON."),
+    local_cloud: Path | None = typer.Option(
+        None, "--local-cloud", metavar="FILE", help="Also plan on this local cloud file."
+    ),
+    every_zone: bool = typer.Option(
+        False, "--all", help="One row per candidate (every zone), not per instance type."
+    ),
+) -> None:
+    """Show the failover chain for a task: cheapest cloud first, its regions by price."""
+    try:
+        task = _load_task(task_file)
+        catalog = _catalog(local_cloud)
+    except ConfigError as exc:
+        fail_input(exc, as_json)
+    result = plan(task, catalog)
+    for text in result.notices:
+        notice(text)
+    if not result.candidates:
+        if as_json:
+            print_json({"candidates": [], "reasons": result.reasons})
+        err.print("nothing can be planned:", markup=False)
+        for reason in result.reasons:
+            err.print(f"  {reason}", markup=False)
+        raise typer.Exit(EXIT_NEGATIVE)
+    if as_json:
+        chain = [{**c.to_dict(), "chosen": n == 0} for n, c in enumerate(result.candidates)]
+        print_json({"candidates": chain})
+        return
+    print_table(render_table(result, task.num_nodes, every_zone))
+    if not every_zone:
+        count = len(result.candidates)
+        out.print(
+            f"{count} candidate{'s' if count != 1 else ''} in the failover chain "
+            "(--all lists every zone).",
+            markup=False,
+        )

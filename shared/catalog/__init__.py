@@ -1,0 +1,23 @@
+"""Instance types per cloud with prices, regions and zones, loaded once and indexed."""
+
+from corral.shared.catalog.catalog import (
+    COLUMNS,
+    DATA_DIR,
+    SHIPPED_CLOUDS,
+    Catalog,
+    CatalogError,
+    load_catalog,
+    parse_offerings,
+)
+from corral.shared.catalog.offering import Offering
+
+__all__ = [
+    "COLUMNS",
+    "DATA_DIR",
+    "SHIPPED_CLOUDS",
+    "Catalog",
+    "CatalogError",
+    "Offering",
+    "load_catalog",
+    "parse_offerings",
+]

@@ -1,0 +1,199 @@
+"""``corral plan``: in-process through the app, and as the installed console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from corral.services.cli.main import app
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "tasks"
+CORRAL = Path(sys.executable).parent / "corral"
+
+LOCAL_CLOUD = """
+instance_types:
+  - {name: cpu-4, vcpus: 4, memory_gib: 16, price_usd_per_hour: 0.2}
+  - {name: gpu-a100-8, vcpus: 96, memory_gib: 1152, accelerators: {A100: 8},
+     price_usd_per_hour: 30.0, spot_price_usd_per_hour: 9.0}
+regions:
+  - name: lab-west
+    zones:
+      - name: lab-west-b
+        capacity: {gpu-a100-8: 1}
+      - name: lab-west-a
+        capacity: {cpu-4: 2, gpu-a100-8: 2}
+  - name: lab-east
+    zones:
+      - name: lab-east-a
+        capacity: {gpu-a100-8: 0}
+"""
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def corral(*args: str | Path) -> Ran:
+    """Run a command in-process (typer's runner): fast, same app as the console script."""
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Ran(result.exit_code, result.stdout, result.stderr)
+
+
+def corral_script(*args: str | Path) -> Ran:
+    """Run the installed ``corral`` console script in a process of its own."""
+    run = subprocess.run(
+        [str(CORRAL), *map(str, args)], capture_output=True, text=True, timeout=120, check=False
+    )
+    return Ran(run.returncode, run.stdout, run.stderr)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_json_chain_for_a100_8() -> None:
+    run = corral_script("plan", EXAMPLES / "a100-8.yaml", "--json")
+    assert run.returncode == 0, run.stderr
+    chain = json.loads(run.stdout)["candidates"]
+    assert [c["chosen"] for c in chain] == [True] + [False] * (len(chain) - 1)
+    first = chain[0]
+    assert (first["cloud"], first["instance_type"], first["zone"]) == (
+        "gcp",
+        "a2-highgpu-8g",
+        "us-central1-a",
+    )
+    assert first["accelerators"] == {"A100": 8}
+    assert (first["vcpus"], first["memory_gib"], first["market"]) == (96, 680, "on_demand")
+    assert round(first["price_usd_per_hour"], 2) == 29.39
+    first_aws = next(c for c in chain if c["cloud"] == "aws")
+    assert (first_aws["instance_type"], round(first_aws["cost_usd_per_hour"], 2)) == (
+        "p4d.24xlarge",
+        32.77,
+    )
+    assert {c["cloud"] for c in chain[: chain.index(first_aws)]} == {"gcp"}  # cloud by cloud
+
+
+def test_table_one_row_per_type_and_all_rows_with_all() -> None:
+    run = corral("plan", EXAMPLES / "a100-8.yaml")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "Considered resources (1 node):"
+    header = next(line for line in lines if "CLOUD" in line)
+    for column in (
+        "INSTANCE",
+        "vCPUs",
+        "Mem(GB)",
+        "ACCELERATORS",
+        "REGION/ZONE",
+        "COST ($)",
+        "CHOSEN",
+    ):
+        assert column in header
+    rows = [line.split() for line in lines if line.strip().startswith(("GCP", "AWS"))]
+    assert rows == [
+        ["GCP", "a2-highgpu-8g", "96", "680", "A100:8", "us-central1-a", "29.39", "✔"],
+        ["AWS", "p4d.24xlarge", "96", "1152", "A100:8", "us-east-1a", "32.77"],
+    ]
+    every = corral("plan", EXAMPLES / "a100-8.yaml", "--all")
+    every_rows = [
+        line for line in every.stdout.splitlines() if line.strip().startswith(("GCP", "AWS"))
+    ]
+    json_chain = json.loads(corral("plan", EXAMPLES / "a100-8.yaml", "--json").stdout)["candidates"]
+    assert len(every_rows) == len(json_chain) > 2
+
+
+def test_spot_and_num_nodes_cost() -> None:
+    table = corral("plan", EXAMPLES / "spot.yaml")
+    assert "Considered resources (2 nodes):" in table.stdout
+    assert "[Spot]" in table.stdout
+    chain = json.loads(corral("plan", EXAMPLES / "spot.yaml", "--json").stdout)["candidates"]
+    assert {c["market"] for c in chain} == {"spot"}
+    for c in chain:
+        assert c["cost_usd_per_hour"] == pytest.approx(2 * c["price_usd_per_hour"])
+        assert c["accelerators"] == {"V100": 4}
+
+
+def test_azure_notice_on_stderr_json_stays_clean() -> None:
+    run = corral("plan", EXAMPLES / "any-of.yaml", "--json")
+    assert run.returncode == 0
+    assert "azure: Corral has no provider for this cloud" in run.stderr
+    chain = json.loads(run.stdout)["candidates"]
+    assert chain[0]["instance_type"] == "g5.xlarge"  # the cheapest candidate first
+
+
+def test_seed_gpu_set_l4_before_a10g() -> None:
+    chain = json.loads(corral("plan", EXAMPLES / "gpu-set.yaml", "--json").stdout)["candidates"]
+    assert (chain[0]["cloud"], chain[0]["instance_type"]) == ("gcp", "g2-standard-4")
+    first_a10g = next(n for n, c in enumerate(chain) if c["accelerators"] == {"A10G": 1})
+    last_gcp_l4 = max(
+        n for n, c in enumerate(chain) if c["cloud"] == "gcp" and c["accelerators"] == {"L4": 1}
+    )
+    assert last_gcp_l4 < first_a10g
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_every_example_plans(example: str) -> None:
+    run = corral("plan", EXAMPLES / example, "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["candidates"]
+
+
+def test_nothing_plannable_exits_1_with_reasons(tmp_path: Path) -> None:
+    path = write(tmp_path, "a10.yaml", "resources: {accelerators: A10:1}\n")
+    run = corral("plan", path)
+    assert run.returncode == 1
+    assert "nothing can be planned" in run.stderr
+    assert "A10:1: no offering on aws, gcp" in run.stderr
+    as_json = corral("plan", path, "--json")
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout) == {
+        "candidates": [],
+        "reasons": ["A10:1: no offering on aws, gcp"],
+    }
+
+
+def test_invalid_task_file_exits_2_with_file_line_field(tmp_path: Path) -> None:
+    path = write(tmp_path, "bad.yaml", "name: x\nresources:\n  accelerators: A100:0\n")
+    run = corral_script("plan", path)
+    assert run.returncode == 2
+    assert f"{path}:3: resources.accelerators:" in run.stderr
+    assert "Traceback" not in run.stderr
+    missing = corral("plan", tmp_path / "nope.yaml")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_local_cloud_is_planned_when_given(tmp_path: Path) -> None:
+    cloud = write(tmp_path, "cloud.yaml", LOCAL_CLOUD)
+    task = write(tmp_path, "t.yaml", "resources: {cloud: local, accelerators: A100:8}\n")
+    without = corral("plan", task)
+    assert without.returncode == 1 and "--local-cloud" in without.stderr
+    run = corral("plan", task, "--local-cloud", cloud, "--json")
+    assert run.returncode == 0, run.stderr
+    chain = json.loads(run.stdout)["candidates"]
+    # lab-west's zones in file order (equal prices), then lab-east (its sold-out zone is
+    # still offered: capacity is the provider's business, not the plan's)
+    assert [c["zone"] for c in chain] == ["lab-west-b", "lab-west-a", "lab-east-a"]
+    unpinned = corral("plan", EXAMPLES / "a100-8.yaml", "--local-cloud", cloud, "--json")
+    clouds = [c["cloud"] for c in json.loads(unpinned.stdout)["candidates"]]
+    assert clouds[0] == "gcp" and clouds.index("local") < clouds.index("aws")  # 30.00 < 32.77
+
+
+def test_invalid_local_cloud_exits_2(tmp_path: Path) -> None:
+    cloud = write(tmp_path, "cloud.yaml", "instance_types: []\nregionz: []\n")
+    run = corral("plan", EXAMPLES / "a100-8.yaml", "--local-cloud", cloud)
+    assert run.returncode == 2
+    assert str(cloud) in run.stderr and "Traceback" not in run.stderr
