@@ -1,0 +1,88 @@
+"""``corral config ...``: commands about users' config files.
+
+``corral config merge`` shows what an instance is launched with when a workload's
+``advanced_instance_config`` is merged over its machine pool's launch template. Other modules
+may add commands to :data:`config_app`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+from corral.services.cli.output import fail_input, print_json
+from corral.shared.configio import ConfigError, Document, Issue, load_file
+from corral.shared.merge import CLOUDS, MergeError, merge_advanced_instance_config
+
+config_app = typer.Typer(
+    name="config",
+    help="Work with config files: merge a workload's instance config over a machine pool's.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``config`` command group to the ``corral`` app."""
+    app.add_typer(config_app, name="config")
+
+
+def _load_mapping(path: Path, role: str) -> Document:
+    """Read one file holding an ``advanced_instance_config`` mapping itself."""
+    doc = load_file(path)
+    if not isinstance(doc.data, dict):
+        found = "an empty file" if doc.data is None else f"a {type(doc.data).__name__}"
+        raise doc.error(
+            (), f"expected the {role}'s advanced_instance_config (a mapping), found {found}"
+        )
+    return doc
+
+
+def _as_config_error(exc: MergeError, template: Document, override: Document) -> ConfigError:
+    """Point a refusal at the file and line it comes from."""
+    doc = template if exc.side == "template" else override
+    return ConfigError([Issue(doc.name, doc.line_of(exc.loc), exc.path, exc.message)])
+
+
+@config_app.command("merge")
+def merge(
+    template_path: Path = typer.Argument(
+        ..., metavar="TEMPLATE", help="The machine pool launch template's advanced_instance_config."
+    ),
+    override_path: Path = typer.Argument(
+        ..., metavar="OVERRIDE", help="The workload's advanced_instance_config."
+    ),
+    cloud: str = typer.Option(
+        ..., "--cloud", help="aws, gcp or kubernetes (google and k8s also work)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the merged config as JSON."),
+) -> None:
+    """Print TEMPLATE with OVERRIDE merged on top, by the cloud's merge rules.
+
+    Both files hold the advanced_instance_config mapping itself (YAML or JSON). An override
+    may add and change entries but not remove them; a removal is refused (exit 2).
+    """
+    try:
+        if cloud.strip().lower() not in CLOUDS:
+            raise ConfigError.single("--cloud", f"{cloud!r}: expected one of {', '.join(CLOUDS)}")
+        template = _load_mapping(template_path, "machine pool template")
+        override = _load_mapping(override_path, "workload")
+        try:
+            merged = merge_advanced_instance_config(cloud, template.data, override.data)
+        except MergeError as exc:
+            raise _as_config_error(exc, template, override) from None
+    except ConfigError as exc:
+        fail_input(exc, as_json)
+    _print_config(merged, as_json)
+
+
+def _print_config(merged: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(merged)
+        return
+    # Plain stdout, not the rich console: YAML holds brackets and colons rich would reinterpret.
+    sys.stdout.write(yaml.safe_dump(merged, sort_keys=False, allow_unicode=True))
+    sys.stdout.flush()
