@@ -1,0 +1,504 @@
+"""The local cloud provider: instances are node agent processes on this machine.
+
+Capacity, reservations, faults and launch delays come from the local cloud file
+(:mod:`corral.shared.config.localcloud`); the cloud's own records live in Redis
+(:mod:`.state`), so every worker process sees the same cloud. Each instance is one
+``python -m corral.services.providers.local.agent`` process in a session of its own: it outlives
+the worker that launched it, as a VM outlives the API call that created it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import redis
+
+from corral.services.providers.base import (
+    TAG_ATTEMPT,
+    TAG_MANAGED,
+    TAG_NODE,
+    TAG_REQUEST,
+    LaunchSpec,
+    ProviderInstance,
+)
+from corral.services.providers.local.state import (
+    LOST,
+    PENDING,
+    TERMINATED,
+    TERMINATING,
+    CloudState,
+    InstanceRecord,
+    derive_state,
+)
+from corral.shared.config.localcloud import LocalCloud
+from corral.shared.errors import (
+    AuthError,
+    CapacityError,
+    InvalidRequestError,
+    ProviderError,
+    QuotaError,
+    Scope,
+    ThrottledError,
+)
+
+AGENT_MODULE = "corral.services.providers.local.agent"
+ATTEMPT_POLL_S = 0.05
+CLAIM_MARGIN_S = 60.0  # how long a launch may hold its claim beyond the zone's launch delay
+
+# The zone's injected error kinds as the typed errors a real cloud's SDK errors become.
+INJECTED: dict[str, tuple[type[ProviderError], str]] = {
+    "capacity": (CapacityError, "InsufficientInstanceCapacity"),
+    "quota": (QuotaError, "QuotaExceeded"),
+    "throttle": (ThrottledError, "RequestLimitExceeded"),
+    "auth": (AuthError, "AuthFailure"),
+}
+
+
+class LocalProvider:
+    """The ``local`` cloud. Thread-safe; any number of processes may share one Redis."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        cloud: LocalCloud,
+        redis_url: str,
+        *,
+        prefix: str = "corral",
+        python: str = sys.executable,
+        log_dir: Path,
+        heartbeat_s: float = 1.0,
+        heartbeat_timeout_s: float = 10.0,
+        start_timeout_s: float = 60.0,
+        terminate_grace_s: float = 10.0,
+        attempt_wait_s: float = 30.0,
+    ) -> None:
+        self.cloud = cloud
+        self.redis_url = redis_url
+        self.prefix = prefix
+        self.python = python
+        self.log_dir = Path(log_dir)
+        self.heartbeat_s = heartbeat_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.terminate_grace_s = terminate_grace_s
+        self.attempt_wait_s = attempt_wait_s
+        self.state = CloudState(redis.Redis.from_url(redis_url, decode_responses=True), prefix)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    def has_credentials(self) -> bool:
+        return True
+
+    # --- launch ----------------------------------------------------------------------------
+    def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
+        """Start ``spec.count`` agents in the zone, all or none; idempotent by attempt id."""
+        pool, limit, market, reservation_id = self._placement(spec)
+        delay_s = self.cloud.zone(spec.zone).launch_delay_s
+        for _ in range(3):
+            token = f"pending:{secrets.token_hex(8)}"
+            if self.state.claim_attempt(spec.attempt_id, token, delay_s + CLAIM_MARGIN_S):
+                try:
+                    return self._launch_claimed(spec, token, pool, limit, market, reservation_id)
+                except BaseException:
+                    self.state.release_attempt(spec.attempt_id, token)
+                    raise
+            ids = self._await_attempt(spec.attempt_id, delay_s + self.attempt_wait_s)
+            if ids is not None:
+                return self._instances(ids)
+            # The other caller failed and gave the attempt back: try it ourselves.
+        raise ThrottledError(f"attempt {spec.attempt_id} keeps changing hands; retry")
+
+    def _placement(self, spec: LaunchSpec) -> tuple[str, int, str, str | None]:
+        """Where the instances' capacity comes from: (pool key, its limit, market, reservation)."""
+        if spec.cloud != self.name:
+            raise InvalidRequestError(f"cloud {spec.cloud!r} sent to the local provider")
+        if spec.count < 1:
+            raise InvalidRequestError(f"count must be at least 1, got {spec.count}")
+        try:
+            zone = self.cloud.zone(spec.zone)
+            region = self.cloud.region_of(spec.zone)
+            itype = self.cloud.instance_type(spec.instance_type)
+        except KeyError as exc:
+            raise InvalidRequestError(f"the local cloud has no {exc.args[0]!r}") from None
+        if region != spec.region:
+            raise InvalidRequestError(f"zone {spec.zone} is in region {region}, not {spec.region}")
+        if not zone.offers(itype.name):
+            raise InvalidRequestError(
+                f"{itype.name} is not offered in {zone.name}", code="Unsupported", scope=Scope.ZONE
+            )
+        reservation_id = _reservation_id(spec)
+        if reservation_id is not None or spec.market == "reserved":
+            return self._reserved_placement(spec, itype.name, reservation_id)
+        if spec.market == "spot" and itype.spot_price_usd_per_hour is None:
+            raise InvalidRequestError(
+                f"{itype.name} has no spot market",
+                code="SpotUnsupported",
+                scope=Scope.INSTANCE_TYPE,
+            )
+        if spec.market not in ("on_demand", "spot"):
+            raise InvalidRequestError(f"unknown market {spec.market!r}")
+        pool = self.state.keys.pool(zone.name, itype.name)
+        return pool, zone.capacity[itype.name], spec.market, None
+
+    def _reserved_placement(
+        self, spec: LaunchSpec, type_name: str, reservation_id: str | None
+    ) -> tuple[str, int, str, str | None]:
+        if reservation_id is None:
+            raise InvalidRequestError("market 'reserved' needs a reservation id")
+        try:
+            res = self.cloud.reservation(reservation_id)
+        except KeyError:
+            raise InvalidRequestError(
+                f"no reservation {reservation_id!r}", code="InvalidCapacityReservationId.NotFound"
+            ) from None
+        if (res.zone, res.instance_type) != (spec.zone, type_name):
+            raise InvalidRequestError(
+                f"reservation {res.id} holds {res.instance_type} in {res.zone}, "
+                f"not {type_name} in {spec.zone}",
+                code="InvalidCapacityReservationId.Mismatch",
+            )
+        return self.state.keys.reservation(res.id), res.count, "reserved", res.id
+
+    def _await_attempt(self, attempt_id: str, wait_s: float) -> list[str] | None:
+        """Wait for the caller holding the attempt: its ids, or None if it gave it back."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            value = self.state.attempt_value(attempt_id)
+            if value is None:
+                return None
+            if not value.startswith("pending:"):
+                return [str(i) for i in _json_list(value)]
+            time.sleep(ATTEMPT_POLL_S)
+        raise ThrottledError(f"attempt {attempt_id} is still being launched by another caller")
+
+    def _launch_claimed(
+        self,
+        spec: LaunchSpec,
+        token: str,
+        pool: str,
+        limit: int,
+        market: str,
+        reservation_id: str | None,
+    ) -> list[ProviderInstance]:
+        self._play_injected_error(spec)
+        records = self._new_records(spec, pool, market, reservation_id)
+        status, used = self.state.reserve(pool, limit, spec.attempt_id, token, records)
+        if status == -2:  # an id collision: practically impossible, but never reuse an id
+            records = self._new_records(spec, pool, market, reservation_id)
+            status, used = self.state.reserve(pool, limit, spec.attempt_id, token, records)
+        if status == 0:
+            what = f"reservation {reservation_id}" if reservation_id else spec.zone
+            raise CapacityError(
+                f"{what} has {max(0, limit - used)} of {limit} {spec.instance_type} free, "
+                f"asked for {spec.count}",
+                code="ReservationCapacityExceeded" if reservation_id else "InsufficientCapacity",
+            )
+        if status != 1:
+            raise ThrottledError(f"lost the claim on attempt {spec.attempt_id}; retry")
+        time.sleep(self.cloud.zone(spec.zone).launch_delay_s)  # the machines "boot"
+        try:
+            for rec in records:
+                self._start_agent(rec)
+        except OSError as exc:
+            self._roll_back(records)
+            self.state.unbind_attempt(spec.attempt_id, records)
+            raise ProviderError(f"could not start the node agent: {exc}") from exc
+        ids = [rec.id for rec in records]
+        # A terminate() that came while we were booting saw no pid to signal: finish its work.
+        stopped = [rec.id for rec in map(self.state.record, ids) if rec and rec.state != PENDING]
+        if stopped:
+            self.terminate(stopped)
+        return self._instances(ids)
+
+    def _play_injected_error(self, spec: LaunchSpec) -> None:
+        type_name = self.cloud.instance_type(spec.instance_type).name
+        fault = self.cloud.zone(spec.zone).errors.get(type_name)
+        if fault is None:
+            return
+        if fault.fails_launch(self.state.count_fault(spec.zone, type_name)):
+            cls, code = INJECTED[fault.kind]
+            raise cls(
+                f"{spec.zone}: {fault.kind} error for {type_name} (injected by the cloud file)",
+                code=code,
+            )
+
+    def _new_records(
+        self, spec: LaunchSpec, pool: str, market: str, reservation_id: str | None
+    ) -> list[InstanceRecord]:
+        itype = self.cloud.instance_type(spec.instance_type)
+        now = time.time()
+        records = []
+        for i in range(spec.count):
+            iid = "li-" + secrets.token_hex(6)
+            node = spec.tags.get(TAG_NODE, "0") if spec.count == 1 else str(i)
+            tags = {
+                **spec.tags,
+                TAG_MANAGED: "true",
+                TAG_REQUEST: spec.request_id,
+                TAG_ATTEMPT: spec.attempt_id,
+                TAG_NODE: node,
+            }
+            envs = {
+                **spec.envs,
+                "CORRAL_INSTANCE_ID": iid,
+                "CORRAL_NODE_RANK": node,
+                "CORRAL_NUM_NODES": str(spec.count),
+            }
+            records.append(
+                InstanceRecord(
+                    id=iid,
+                    request_id=spec.request_id,
+                    attempt_id=spec.attempt_id,
+                    region=spec.region,
+                    zone=spec.zone,
+                    instance_type=itype.name,
+                    market=market,
+                    pool=pool,
+                    log_path=str(self.log_dir / f"{iid}.log"),
+                    created_at=now,
+                    vcpus=itype.vcpus,
+                    memory_gib=itype.memory_gib,
+                    accelerators={k.upper(): v for k, v in itype.accelerators.items()},
+                    tags=tags,
+                    envs=envs,
+                    setup=spec.setup,
+                    run=spec.run,
+                    workdir=spec.workdir,
+                    reservation_id=reservation_id,
+                )
+            )
+        return records
+
+    def _start_agent(self, rec: InstanceRecord) -> None:
+        """One detached agent process; its command line carries the instance id."""
+        argv = [
+            self.python,
+            "-m",
+            AGENT_MODULE,
+            "--instance-id",
+            rec.id,
+            "--redis-url",
+            self.redis_url,
+            "--prefix",
+            self.prefix,
+            "--heartbeat-s",
+            str(self.heartbeat_s),
+            "--heartbeat-ttl-s",
+            str(self.heartbeat_timeout_s),
+            "--kill-grace-s",
+            str(self.terminate_grace_s / 2),
+        ]
+        with open(rec.log_path, "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own session: it outlives the launching worker
+                close_fds=True,
+            )
+        # Reap it when it exits, so no zombie lingers while this process lives.
+        threading.Thread(target=proc.wait, name=f"reap-{rec.id}", daemon=True).start()
+        rec.pid = proc.pid
+        self.state.set_fields(rec.id, pid=proc.pid)
+
+    def _roll_back(self, records: list[InstanceRecord]) -> None:
+        """A multi-node launch gets all its nodes or none: stop what did start."""
+        started = [rec.id for rec in records if rec.pid is not None]
+        self.terminate(started)
+        for rec in records:
+            self.state.finish(
+                rec, state=TERMINATED, exit_code=None, reason="launch_failed", now=time.time()
+            )
+
+    # --- describe --------------------------------------------------------------------------
+    def describe(self, tags: dict[str, str] | None = None) -> list[ProviderInstance]:
+        """Every instance the local cloud knows (ended ones for a day), filtered by tags."""
+        return self._instances(self.state.instance_ids(), tags)
+
+    def _instances(
+        self, ids: Iterable[str], tags: dict[str, str] | None = None
+    ) -> list[ProviderInstance]:
+        out = []
+        for iid, rec, beat in self.state.records_and_heartbeats(list(ids)):
+            if rec is None:
+                self.state.forget(iid)
+                continue
+            if tags and any(rec.tags.get(k) != v for k, v in tags.items()):
+                continue
+            rec = self._observe(rec, beat)
+            out.append(self._to_instance(rec))
+        return out
+
+    def _observe(self, rec: InstanceRecord, beat: dict[str, object] | None) -> InstanceRecord:
+        """Derive the state; record the end of an instance whose process vanished."""
+        if rec.ended:
+            return rec
+        alive = rec.pid is not None and self.pid_belongs_to(rec.pid, rec.id)
+        if not alive:
+            # Read again: it may have just written its final record, or just been started.
+            rec = self.state.record(rec.id) or rec
+            if rec.ended:
+                return rec
+            alive = rec.pid is not None and self.pid_belongs_to(rec.pid, rec.id)
+        state = derive_state(
+            rec,
+            beat,
+            alive=alive,
+            now=time.time(),
+            heartbeat_timeout_s=self.heartbeat_timeout_s,
+            start_timeout_s=self.start_timeout_s,
+        )
+        if not alive and state == LOST:
+            final = TERMINATED if rec.state == TERMINATING else LOST
+            reason = "terminated" if final == TERMINATED else "process gone without a final record"
+            event = "exited" if final == TERMINATED else "lost"
+            self.state.finish(
+                rec, state=final, exit_code=None, reason=reason, now=time.time(), event=event
+            )
+            rec = self.state.record(rec.id) or rec
+            state = rec.state
+        rec.state = state
+        return rec
+
+    def _to_instance(self, rec: InstanceRecord) -> ProviderInstance:
+        return ProviderInstance(
+            provider_id=rec.id,
+            cloud=self.name,
+            region=rec.region,
+            zone=rec.zone,
+            instance_type=rec.instance_type,
+            market=rec.market,
+            state=rec.state,
+            pid=rec.pid,
+            tags=rec.tags,
+            exit_code=rec.exit_code,
+        )
+
+    def log_path(self, instance_id: str) -> Path | None:
+        """Where the instance's output goes (the agent's and its task's), if known."""
+        rec = self.state.record(instance_id)
+        return Path(rec.log_path) if rec else None
+
+    # --- terminate -------------------------------------------------------------------------
+    def terminate(self, provider_ids: list[str], zone: str | None = None) -> None:
+        """Stop the agents (SIGTERM, SIGKILL after the grace period) and free their capacity.
+        Idempotent: unknown and ended ids are fine. Returns once the processes are gone."""
+        records = [rec for rec in map(self.state.record, provider_ids) if rec is not None]
+        for rec in records:
+            self.state.set_state(rec.id, TERMINATING)
+            self._signal(rec.pid, rec.id, signal.SIGTERM)
+        self._wait_gone(records, self.terminate_grace_s)
+        for rec in records:
+            self._signal(rec.pid, rec.id, signal.SIGKILL)
+            child = (self.state.record(rec.id) or rec).child_pid
+            if child is not None and task_belongs_to(child, rec.id):
+                _kill_group(child, signal.SIGKILL)  # the agent could not stop its task
+        self._wait_gone(records, 2.0)
+        for rec in records:
+            self.state.finish(
+                rec, state=TERMINATED, exit_code=None, reason="terminated", now=time.time()
+            )
+
+    def _signal(self, pid: int | None, instance_id: str, sig: signal.Signals) -> None:
+        # Pids are reused: signal only a process whose command line names this instance.
+        if pid is not None and self.pid_belongs_to(pid, instance_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def _wait_gone(self, records: list[InstanceRecord], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not any(
+                rec.pid is not None and self.pid_belongs_to(rec.pid, rec.id) for rec in records
+            ):
+                return
+            time.sleep(0.05)
+
+    @staticmethod
+    def pid_belongs_to(pid: int, instance_id: str) -> bool:
+        """Whether ``pid`` is a live process of this instance; see :func:`pid_belongs_to`."""
+        return pid_belongs_to(pid, instance_id)
+
+
+def pid_belongs_to(pid: int, instance_id: str) -> bool:
+    """Whether ``pid`` is a live process of this instance: its agent or its task, whose command
+    lines carry the instance id as one word. False for a foreign or reused pid, a zombie (its
+    command line is empty), or a process that is gone."""
+    if pid <= 0:
+        return False
+    if not Path("/proc/self").exists():
+        return instance_id.encode() in _ps_command(pid).split(b"\0")  # no /proc (macOS)
+    # A process that has just exec'd shows an empty command line for a moment (the kernel sets
+    # its argv pages after waking the parent), as does a zombie: wait out the first case only.
+    for _ in range(50):
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if raw:
+                return instance_id.encode() in raw.split(b"\0")
+            if _proc_state(pid) in ("Z", "X", ""):
+                return False
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            return False
+        time.sleep(0.002)
+    return False
+
+
+def task_belongs_to(pid: int, instance_id: str) -> bool:
+    """Whether ``pid`` runs this instance's task: its environment names the instance (bash
+    may exec the script's command, so the command line need not mention it)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"CORRAL_INSTANCE_ID={instance_id}".encode() in environ.split(b"\0")
+
+
+def _proc_state(pid: int) -> str:
+    """The one-letter state from /proc/<pid>/stat (Z for a zombie); empty if unreadable."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    # The command name in parentheses may hold spaces: the state follows the last ")".
+    return stat.rpartition(")")[2].split()[0] if ")" in stat else ""
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _ps_command(pid: int) -> bytes:
+    """The command line of ``pid`` as NUL-separated words, from ps (empty if gone)."""
+    proc = subprocess.run(
+        ["ps", "-p", str(pid), "-o", "command="], capture_output=True, check=False
+    )
+    return b"\0".join(proc.stdout.split())
+
+
+def _reservation_id(spec: LaunchSpec) -> str | None:
+    """The reservation named by the spec, or by the AWS-style key in advanced_instance_config:
+    ``CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId``."""
+    if spec.reservation_id:
+        return str(spec.reservation_id)
+    node: object = spec.advanced_instance_config
+    for key in ("CapacityReservationSpecification", "CapacityReservationTarget"):
+        node = node.get(key) if isinstance(node, dict) else None
+    rid: object = node.get("CapacityReservationId") if isinstance(node, dict) else None
+    return rid if isinstance(rid, str) and rid else None
+
+
+def _json_list(text: str) -> list[object]:
+    value = json.loads(text)
+    return value if isinstance(value, list) else []

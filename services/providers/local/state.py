@@ -1,0 +1,351 @@
+"""The local cloud's own records in Redis: its "cloud database".
+
+Shared by the provider (which launches and terminates) and the node agent (which heartbeats and
+reports its exit), so it imports only redis-py and the standard library. Every key starts with
+``<prefix>:local:``:
+
+=================================  =================================================================
+``instances``                      set of every instance id the local cloud knows
+``instance:<id>``                  hash: the instance record (:class:`InstanceRecord`)
+``heartbeat:<id>``                 JSON ``{ts, activity, pid, vcpus, memory_gib, accelerators}``,
+                                   rewritten by the agent every heartbeat, with a TTL
+``attempt:<attempt id>``           ``pending:<token>`` while one caller launches, then the JSON
+                                   list of the instance ids that attempt created
+``pool:<zone>:<type>``             set of live instance ids on the zone's on-demand/spot capacity
+``reservation:<id>``               set of live instance ids on a reservation
+``faults:<zone>:<type>``           how many launches met the zone's injected error
+``events``                         list; the agent (or the provider, for a lost instance) LPUSHes
+                                   ``{"instance_id", "event", "exit_code", "state", "reason"}``
+                                   when an instance ends: ``event`` is ``exited`` (the agent
+                                   ended: its run finished, its setup failed, or it was
+                                   terminated) or ``lost`` (the process vanished without a word).
+                                   Consumers BRPOP it instead of polling ``describe``.
+=================================  =================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+# Instance states (the ``state`` field). ``running`` is never stored: it is derived from a
+# fresh heartbeat by :func:`derive_state`.
+PENDING = "pending"
+RUNNING = "running"
+TERMINATING = "terminating"
+TERMINATED = "terminated"
+LOST = "lost"
+ENDED = frozenset({TERMINATED, LOST})
+
+# What the agent is doing (the heartbeat's ``activity``).
+ACTIVITIES = ("setup", "running", "idle", "exited")
+
+# How long the mapping attempt -> instance ids is kept: longer than any redelivery of a task.
+ATTEMPT_TTL_S = 7 * 24 * 3600
+# How long an ended instance's record stays visible to describe().
+ENDED_RECORD_TTL_S = 24 * 3600
+
+
+class Keys:
+    """The key names of one local cloud (one prefix)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.base = f"{prefix}:local"
+        self.instances = f"{self.base}:instances"
+        self.events = f"{self.base}:events"
+
+    def record(self, instance_id: str) -> str:
+        return f"{self.base}:instance:{instance_id}"
+
+    def heartbeat(self, instance_id: str) -> str:
+        return f"{self.base}:heartbeat:{instance_id}"
+
+    def attempt(self, attempt_id: str) -> str:
+        return f"{self.base}:attempt:{attempt_id}"
+
+    def pool(self, zone: str, instance_type: str) -> str:
+        return f"{self.base}:pool:{zone}:{instance_type}"
+
+    def reservation(self, reservation_id: str) -> str:
+        return f"{self.base}:reservation:{reservation_id}"
+
+    def faults(self, zone: str, instance_type: str) -> str:
+        return f"{self.base}:faults:{zone}:{instance_type}"
+
+
+@dataclass
+class InstanceRecord:
+    """One instance as the local cloud stores it (a Redis hash of strings)."""
+
+    id: str
+    request_id: str
+    attempt_id: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    pool: str  # the key of the capacity set this instance holds a slot in
+    log_path: str
+    created_at: float
+    vcpus: float
+    memory_gib: float
+    accelerators: dict[str, int] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    envs: dict[str, str] = field(default_factory=dict)
+    setup: str | None = None
+    run: str | None = None
+    workdir: str | None = None
+    reservation_id: str | None = None
+    state: str = PENDING
+    pid: int | None = None  # the agent process
+    child_pid: int | None = None  # the agent's current setup/run process (a group leader)
+    first_heartbeat_at: float | None = None
+    activity: str | None = None
+    exit_code: int | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+
+    _JSON = ("accelerators", "tags", "envs")
+    _FLOAT = ("created_at", "vcpus", "memory_gib", "first_heartbeat_at", "ended_at")
+    _INT = ("pid", "child_pid", "exit_code")
+
+    def to_hash(self) -> dict[str, str]:
+        """The record as Redis hash fields; None fields are left out."""
+        out: dict[str, str] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            out[name] = json.dumps(value) if name in self._JSON else str(value)
+        return out
+
+    @classmethod
+    def from_hash(cls, raw: dict[str, str]) -> InstanceRecord:
+        """Read a record back from ``HGETALL``; unknown fields are ignored."""
+        values: dict[str, Any] = {}
+        for name in cls.__dataclass_fields__:
+            if name not in raw:
+                continue
+            text = raw[name]
+            if name in cls._JSON:
+                values[name] = json.loads(text)
+            elif name in cls._FLOAT:
+                values[name] = float(text)
+            elif name in cls._INT:
+                values[name] = int(text)
+            else:
+                values[name] = text
+        return cls(**values)
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
+
+
+# Take `count` capacity slots at once (all or none) and bind them to the attempt.
+# KEYS: pool, instances, attempt, record keys...   ARGV: limit, claim token, ids JSON,
+# attempt TTL, record JSONs... (one per record key, each a flat {field: string}).
+# Returns {1, used} on success, {0, used} when full, {-1, 0} when the claim was lost, {-2, 0}
+# when an id is already taken.
+_RESERVE = """
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then return {-1, 0} end
+local n = #KEYS - 3
+local used = redis.call('SCARD', KEYS[1])
+if used + n > tonumber(ARGV[1]) then return {0, used} end
+for i = 4, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return {-2, 0} end
+end
+for i = 4, #KEYS do
+  local rec = cjson.decode(ARGV[i + 1])
+  for f, v in pairs(rec) do redis.call('HSET', KEYS[i], f, v) end
+  redis.call('SADD', KEYS[1], rec['id'])
+  redis.call('SADD', KEYS[2], rec['id'])
+end
+redis.call('SET', KEYS[3], ARGV[3], 'EX', tonumber(ARGV[4]))
+return {1, used + n}
+"""
+
+# End an instance once: set its final state, free its capacity slot, publish the event.
+# KEYS: record, pool, events   ARGV: state, exit code ('' = none), reason, now, record TTL,
+# event JSON.  Returns 1 when this call ended it, 0 when it had ended already or is unknown.
+_FINISH = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'ended_at') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'ended_at', ARGV[4], 'end_reason', ARGV[3])
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'exit_code', ARGV[2]) end
+redis.call('SREM', KEYS[2], redis.call('HGET', KEYS[1], 'id'))
+redis.call('LPUSH', KEYS[3], ARGV[6])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
+return 1
+"""
+
+# Delete a key only if it still holds the value we set (a claim we own).
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# Set the state field unless the instance has ended.
+_SET_STATE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'ended_at') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[1])
+return 1
+"""
+
+
+class CloudState:
+    """Reads and atomic writes on the local cloud's records."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.r = client
+        self.keys = Keys(prefix)
+        self._reserve = client.register_script(_RESERVE)
+        self._finish = client.register_script(_FINISH)
+        self._release = client.register_script(_RELEASE)
+        self._set_state = client.register_script(_SET_STATE)
+
+    # --- attempts and capacity -------------------------------------------------------------
+    def claim_attempt(self, attempt_id: str, token: str, ttl_s: float) -> bool:
+        """Take the attempt for this caller (SET NX); False if another caller has it."""
+        key = self.keys.attempt(attempt_id)
+        return bool(self.r.set(key, token, nx=True, px=max(1, int(ttl_s * 1000))))
+
+    def attempt_value(self, attempt_id: str) -> str | None:
+        value = self.r.get(self.keys.attempt(attempt_id))
+        return None if value is None else str(value)
+
+    def release_attempt(self, attempt_id: str, value: str) -> None:
+        """Give the attempt back (after a failed launch) if it still holds ``value``."""
+        self._release(keys=[self.keys.attempt(attempt_id)], args=[value])
+
+    def unbind_attempt(self, attempt_id: str, records: list[InstanceRecord]) -> None:
+        """Forget what a rolled-back launch bound to the attempt, so a retry launches anew."""
+        self.release_attempt(attempt_id, json.dumps([rec.id for rec in records]))
+
+    def reserve(
+        self, pool: str, limit: int, attempt_id: str, token: str, records: list[InstanceRecord]
+    ) -> tuple[int, int]:
+        """Atomically take ``len(records)`` slots of ``pool`` (at most ``limit`` live), write
+        the records and bind their ids to the attempt. Returns (status, used): status 1 done,
+        0 full, -1 the claim was lost, -2 an id collided."""
+        ids = json.dumps([rec.id for rec in records])
+        keys = [pool, self.keys.instances, self.keys.attempt(attempt_id)]
+        keys += [self.keys.record(rec.id) for rec in records]
+        args: list[str | int] = [limit, token, ids, ATTEMPT_TTL_S]
+        args += [json.dumps(rec.to_hash()) for rec in records]
+        status, used = self._reserve(keys=keys, args=args)
+        return int(status), int(used)
+
+    def count_fault(self, zone: str, instance_type: str) -> int:
+        """Count one more launch that met the zone's injected error; returns the count."""
+        return int(self.r.incr(self.keys.faults(zone, instance_type)))
+
+    # --- records ---------------------------------------------------------------------------
+    def record(self, instance_id: str) -> InstanceRecord | None:
+        raw: dict[str, str] = self.r.hgetall(self.keys.record(instance_id))  # type: ignore[assignment]
+        return InstanceRecord.from_hash(raw) if raw else None
+
+    def records_and_heartbeats(
+        self, ids: list[str]
+    ) -> list[tuple[str, InstanceRecord | None, dict[str, Any] | None]]:
+        """Each id with its record and last heartbeat (None where missing), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for iid in ids:
+            pipe.hgetall(self.keys.record(iid))
+            pipe.get(self.keys.heartbeat(iid))
+        replies = pipe.execute()
+        out: list[tuple[str, InstanceRecord | None, dict[str, Any] | None]] = []
+        for i, iid in enumerate(ids):
+            raw, beat = replies[2 * i], replies[2 * i + 1]
+            rec = InstanceRecord.from_hash(raw) if raw else None
+            out.append((iid, rec, json.loads(beat) if beat else None))
+        return out
+
+    def instance_ids(self) -> list[str]:
+        return sorted(str(i) for i in self.r.smembers(self.keys.instances))
+
+    def forget(self, instance_id: str) -> None:
+        """Drop an id whose record has expired from the index."""
+        self.r.srem(self.keys.instances, instance_id)
+
+    def set_fields(self, instance_id: str, **fields: str | int | float) -> None:
+        self.r.hset(self.keys.record(instance_id), mapping={k: str(v) for k, v in fields.items()})
+
+    def set_state(self, instance_id: str, state: str) -> bool:
+        """Set a live instance's state; False if it has ended or is unknown."""
+        return bool(self._set_state(keys=[self.keys.record(instance_id)], args=[state]))
+
+    def finish(
+        self,
+        rec: InstanceRecord,
+        *,
+        state: str,
+        exit_code: int | None,
+        reason: str,
+        now: float,
+        event: str = "exited",
+    ) -> bool:
+        """End the instance once: final state, capacity slot freed, event published."""
+        payload = {
+            "instance_id": rec.id,
+            "event": event,
+            "exit_code": exit_code,
+            "state": state,
+            "reason": reason,
+        }
+        keys = [self.keys.record(rec.id), rec.pool, self.keys.events]
+        args: list[str | int | float] = [
+            state,
+            "" if exit_code is None else exit_code,
+            reason,
+            now,
+            ENDED_RECORD_TTL_S,
+            json.dumps(payload),
+        ]
+        return bool(self._finish(keys=keys, args=args))
+
+    def heartbeat(self, rec: InstanceRecord, activity: str, now: float, ttl_s: float) -> None:
+        """The agent's beat: a fresh heartbeat key, its activity, its first beat's time."""
+        beat = {
+            "ts": now,
+            "activity": activity,
+            "pid": rec.pid,
+            "vcpus": rec.vcpus,
+            "memory_gib": rec.memory_gib,
+            "accelerators": rec.accelerators,
+        }
+        pipe = self.r.pipeline(transaction=True)
+        pipe.set(self.keys.heartbeat(rec.id), json.dumps(beat), px=max(1, int(ttl_s * 1000)))
+        pipe.hset(self.keys.record(rec.id), "activity", activity)
+        pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))
+        pipe.execute()
+
+
+def derive_state(
+    rec: InstanceRecord,
+    beat: dict[str, Any] | None,
+    *,
+    alive: bool,
+    now: float,
+    heartbeat_timeout_s: float,
+    start_timeout_s: float,
+) -> str:
+    """The state describe() reports, from the record, the last heartbeat and whether the
+    agent process is alive (checked by pid and command line)."""
+    if rec.ended:
+        return rec.state
+    if not alive:
+        if rec.pid is None and now - rec.created_at < start_timeout_s:
+            return PENDING  # capacity taken, the process not started yet (launch delay)
+        return LOST  # gone without writing its final record
+    if rec.state == TERMINATING:
+        return TERMINATING
+    if beat is not None and now - float(beat["ts"]) <= heartbeat_timeout_s:
+        return RUNNING
+    if rec.first_heartbeat_at is None and now - rec.created_at < start_timeout_s:
+        return PENDING  # still starting up
+    return LOST  # alive but silent: hung, or cut off from Redis

@@ -1,0 +1,414 @@
+"""The local provider against a real redis-server, with real agent processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.services.providers.base import LaunchSpec, ProviderInstance
+from corral.services.providers.local.provider import LocalProvider, pid_belongs_to
+from corral.shared.config.localcloud import parse_local_cloud
+from corral.shared.errors import (
+    AuthError,
+    CapacityError,
+    InvalidRequestError,
+    ProviderError,
+    QuotaError,
+    Scope,
+    ThrottledError,
+)
+
+pytestmark = pytest.mark.integration
+
+CLOUD = parse_local_cloud(
+    """
+instance_types:
+  - {name: cpu-2, vcpus: 2, memory_gib: 4, price_usd_per_hour: 0.1, spot_price_usd_per_hour: 0.03}
+  - {name: cpu-4, vcpus: 4, memory_gib: 8, price_usd_per_hour: 0.2}
+  - {name: gpu-a100-8, vcpus: 96, memory_gib: 1152, accelerators: {A100: 8},
+     price_usd_per_hour: 32.77}
+regions:
+  - name: lab-east
+    zones:
+      - name: lab-east-a
+        capacity: {cpu-2: 8, cpu-4: 4, gpu-a100-8: 0}
+      - name: lab-east-b
+        capacity: {cpu-2: 4, gpu-a100-8: 2}
+        errors: {gpu-a100-8: quota}
+      - name: lab-east-slow
+        capacity: {cpu-2: 4}
+        launch_delay_s: 0.3
+  - name: lab-faults
+    zones:
+      - name: faults-a
+        capacity: {cpu-2: 4, gpu-a100-8: 4}
+        errors: {cpu-2: {kind: throttle, times: 2}, gpu-a100-8: auth}
+      - name: faults-b
+        capacity: {cpu-2: 4, gpu-a100-8: 4}
+        errors: {cpu-2: capacity, gpu-a100-8: throttle}
+reservations:
+  - {id: r-a100, zone: lab-east-a, instance_type: gpu-a100-8, count: 2}
+  - {id: r-cpu-b, zone: lab-east-b, instance_type: cpu-2, count: 1}
+aliases:
+  p4d.24xlarge: gpu-a100-8
+""",
+    "test-cloud.yaml",
+)
+
+
+def spec(zone: str = "lab-east-a", instance_type: str = "cpu-2", **kw: Any) -> LaunchSpec:
+    fields: dict[str, Any] = {
+        "request_id": "req-1",
+        "attempt_id": f"att-{uuid.uuid4().hex[:8]}",
+        "cloud": "local",
+        "region": CLOUD.region_of(zone),
+        "zone": zone,
+        "instance_type": instance_type,
+    }
+    fields.update(kw)
+    return LaunchSpec(**fields)
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what or predicate}")
+
+
+def state_of(provider: LocalProvider, instance_id: str) -> ProviderInstance:
+    [inst] = [i for i in provider.describe() if i.provider_id == instance_id]
+    return inst
+
+
+def processes_of(instance_id: str) -> list[int]:
+    """Every live process on the machine that belongs to the instance (agent or task)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not cmdline or cmdline == [b""]:
+            continue  # a zombie or kernel thread
+        if f"CORRAL_INSTANCE_ID={instance_id}".encode() in environ or (
+            instance_id.encode() in cmdline
+        ):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def provider(redis_url: str, tmp_path: Path) -> Iterator[LocalProvider]:
+    """A provider with fast heartbeats; afterwards every process it started is gone."""
+    p = LocalProvider(
+        CLOUD,
+        redis_url,
+        prefix=f"t{uuid.uuid4().hex[:6]}",
+        log_dir=tmp_path / "logs",
+        heartbeat_s=0.1,
+        heartbeat_timeout_s=3.0,
+        terminate_grace_s=2.0,
+    )
+    try:
+        yield p
+    finally:
+        ids = p.state.instance_ids()
+        p.terminate(ids)
+        leftovers = {iid: processes_of(iid) for iid in ids}
+        for pids in leftovers.values():
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+        assert not any(leftovers.values()), f"processes left behind: {leftovers}"
+
+
+def test_a_job_runs_heartbeats_and_records_its_exit_code(provider: LocalProvider) -> None:
+    [inst] = provider.launch(spec(run="sleep 1; echo out-$CORRAL_NODE_RANK; echo err >&2; exit 7"))
+    assert inst.state == "pending" and inst.pid is not None
+    os.kill(inst.pid, 0)  # a real process, alive
+    assert provider.pid_belongs_to(inst.pid, inst.provider_id)
+    wait_for(lambda: state_of(provider, inst.provider_id).state == "running", what="running")
+    beat = json.loads(provider.state.r.get(provider.state.keys.heartbeat(inst.provider_id)))
+    assert (beat["activity"], beat["vcpus"], beat["memory_gib"], beat["pid"]) == (
+        "running", 2.0, 4.0, inst.pid,
+    )  # fmt: skip
+    done = wait_for(
+        lambda: (i := state_of(provider, inst.provider_id)).state == "terminated" and i,
+        what="the job to end",
+    )
+    assert done.exit_code == 7
+    log = Path(provider.log_dir / f"{inst.provider_id}.log").read_text()
+    assert "out-0\n" in log and "err\n" in log
+    events = [json.loads(e) for e in provider.state.r.lrange(provider.state.keys.events, 0, -1)]
+    assert events == [
+        {
+            "instance_id": inst.provider_id,
+            "event": "exited",
+            "exit_code": 7,
+            "state": "terminated",
+            "reason": "completed",
+        }
+    ]
+    assert provider.state.r.scard(provider.state.keys.pool("lab-east-a", "cpu-2")) == 0
+    wait_for(lambda: not Path(f"/proc/{inst.pid}").exists(), what="the agent to be reaped")
+
+
+def test_a_service_stays_up_until_terminated(provider: LocalProvider) -> None:
+    [inst] = provider.launch(spec(setup="echo set up"))
+    wait_for(lambda: state_of(provider, inst.provider_id).state == "running", what="running")
+    time.sleep(0.5)  # several heartbeats: still there, idle
+    assert state_of(provider, inst.provider_id).state == "running"
+    beat = json.loads(provider.state.r.get(provider.state.keys.heartbeat(inst.provider_id)))
+    assert beat["activity"] == "idle"
+    assert processes_of(inst.provider_id) == [inst.pid]
+
+    provider.terminate([inst.provider_id])
+    assert not Path(f"/proc/{inst.pid}").exists()
+    assert processes_of(inst.provider_id) == []
+    final = state_of(provider, inst.provider_id)
+    assert (final.state, final.exit_code) == ("terminated", None)
+    assert provider.state.r.scard(provider.state.keys.pool("lab-east-a", "cpu-2")) == 0
+    provider.terminate([inst.provider_id, "li-000000000000"])  # idempotent, unknown ids fine
+
+
+def test_terminate_stops_the_task_and_what_it_left_in_the_background(
+    provider: LocalProvider,
+) -> None:
+    [inst] = provider.launch(spec(run="sleep 60 & sleep 60 & wait"))
+    wait_for(lambda: len(processes_of(inst.provider_id)) >= 4, what="agent, bash, 2 sleeps")
+    provider.terminate([inst.provider_id])
+    assert processes_of(inst.provider_id) == []
+    assert state_of(provider, inst.provider_id).exit_code == 128 + signal.SIGTERM
+
+
+def test_a_launch_beyond_capacity_is_a_capacity_error(provider: LocalProvider) -> None:
+    for _ in range(4):
+        provider.launch(spec("lab-east-b"))
+    with pytest.raises(CapacityError) as info:
+        provider.launch(spec("lab-east-b"))
+    assert info.value.scope == Scope.ZONE
+    with pytest.raises(CapacityError):
+        provider.launch(spec("lab-east-a", "gpu-a100-8"))  # offered, but sold out
+    assert len(provider.describe()) == 4
+
+
+def test_twenty_concurrent_launches_never_overcount(provider: LocalProvider) -> None:
+    results: list[list[ProviderInstance] | ProviderError] = []
+    lock = threading.Lock()
+    start = threading.Barrier(20)
+
+    def one() -> None:
+        start.wait()
+        try:
+            got: list[ProviderInstance] | ProviderError = provider.launch(spec())
+        except ProviderError as exc:
+            got = exc
+        with lock:
+            results.append(got)
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    launched = [r for r in results if isinstance(r, list)]
+    refused = [r for r in results if not isinstance(r, list)]
+    assert (len(launched), len(refused)) == (8, 12)
+    assert all(isinstance(r, CapacityError) for r in refused)
+    assert provider.state.r.scard(provider.state.keys.pool("lab-east-a", "cpu-2")) == 8
+    live = [i for i in provider.describe() if i.state in ("pending", "running")]
+    assert len(live) == 8
+    assert all(i.pid is not None and pid_belongs_to(i.pid, i.provider_id) for i in live)
+
+
+def test_a_multi_node_launch_gets_all_its_nodes_or_none(provider: LocalProvider) -> None:
+    first = provider.launch(spec("lab-east-b", count=3, run="echo rank=$CORRAL_NODE_RANK"))
+    assert len({i.provider_id for i in first}) == 3
+    assert sorted(i.tags["corral-node"] for i in first) == ["0", "1", "2"]
+    pids_before = {i.pid for i in first}
+    with pytest.raises(CapacityError):
+        provider.launch(spec("lab-east-b", count=2))
+    assert {i.pid for i in provider.describe()} == pids_before  # nothing half-launched
+    [last] = provider.launch(spec("lab-east-b", count=1))
+    assert last.provider_id not in {i.provider_id for i in first}
+
+
+@pytest.mark.parametrize(
+    ("zone", "instance_type", "error", "scope"),
+    [
+        ("lab-east-b", "gpu-a100-8", QuotaError, Scope.REGION),
+        ("faults-a", "gpu-a100-8", AuthError, Scope.CLOUD),
+        ("faults-b", "gpu-a100-8", ThrottledError, Scope.NONE),
+        ("faults-b", "cpu-2", CapacityError, Scope.ZONE),
+    ],
+)
+def test_injected_errors_raise_the_typed_error(
+    provider: LocalProvider, zone: str, instance_type: str, error: type, scope: Scope
+) -> None:
+    for _ in range(2):  # without `times`, every launch fails
+        with pytest.raises(error) as info:
+            provider.launch(spec(zone, instance_type))
+        assert info.value.scope == scope
+        assert type(info.value) is error
+    assert provider.describe() == []
+
+
+def test_throttle_with_times_two_fails_twice_then_succeeds(provider: LocalProvider) -> None:
+    retried = spec("faults-a", "cpu-2")  # the same attempt, retried as a Celery task would
+    for _ in range(2):
+        with pytest.raises(ThrottledError):
+            provider.launch(retried)
+    [inst] = provider.launch(retried)
+    assert inst.tags["corral-attempt"] == retried.attempt_id
+    assert [i.provider_id for i in provider.describe()] == [inst.provider_id]
+
+
+def test_the_same_attempt_twice_launches_once(provider: LocalProvider) -> None:
+    s = spec(count=2)
+    first = provider.launch(s)
+    again = provider.launch(s)
+    assert [i.provider_id for i in again] == [i.provider_id for i in first]
+    assert len(provider.describe()) == 2
+
+
+def test_the_same_attempt_from_racing_callers_launches_once(provider: LocalProvider) -> None:
+    s = spec("lab-east-slow", count=2)  # a launch delay keeps the first caller busy
+    results: list[list[str]] = []
+    start = threading.Barrier(8)
+
+    def one() -> None:
+        start.wait()
+        results.append(sorted(i.provider_id for i in provider.launch(s)))
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 8 and len({tuple(r) for r in results}) == 1
+    assert sorted(i.provider_id for i in provider.describe()) == results[0]
+    assert provider.state.r.scard(provider.state.keys.pool("lab-east-slow", "cpu-2")) == 2
+
+
+def test_terminate_never_signals_a_reused_pid(provider: LocalProvider) -> None:
+    assert not provider.pid_belongs_to(os.getpid(), "li-000000000000")
+    [inst] = provider.launch(spec(run="true"))
+    wait_for(lambda: state_of(provider, inst.provider_id).state == "terminated", what="the end")
+    assert inst.pid is not None
+    wait_for(lambda: not provider.pid_belongs_to(inst.pid, inst.provider_id), what="its exit")
+    stranger = subprocess.Popen(["sleep", "30"])
+    try:
+        # The record now points at a pid the OS gave to someone else.
+        provider.state.set_fields(inst.provider_id, pid=stranger.pid, child_pid=stranger.pid)
+        assert not provider.pid_belongs_to(stranger.pid, inst.provider_id)
+        provider.terminate([inst.provider_id])
+        assert stranger.poll() is None  # still alive: not ours to kill
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_killed_agent_is_reported_lost_and_frees_its_slot(provider: LocalProvider) -> None:
+    [inst] = provider.launch(spec("lab-east-b"))
+    wait_for(lambda: state_of(provider, inst.provider_id).state == "running", what="running")
+    assert inst.pid is not None
+    os.kill(inst.pid, signal.SIGKILL)
+    wait_for(lambda: state_of(provider, inst.provider_id).state == "lost", what="lost")
+    assert provider.state.r.scard(provider.state.keys.pool("lab-east-b", "cpu-2")) == 0
+    [event] = [json.loads(e) for e in provider.state.r.lrange(provider.state.keys.events, 0, -1)]
+    assert (event["instance_id"], event["event"]) == (inst.provider_id, "lost")
+
+
+def test_reservations_run_apart_from_the_zones_capacity(provider: LocalProvider) -> None:
+    reserved = spec("lab-east-a", "gpu-a100-8", market="reserved", reservation_id="r-a100")
+    [a] = provider.launch(reserved)
+    assert a.market == "reserved"
+    aws_style = {
+        "CapacityReservationSpecification": {
+            "CapacityReservationTarget": {"CapacityReservationId": "r-a100"}
+        }
+    }
+    [b] = provider.launch(spec("lab-east-a", "p4d.24xlarge", advanced_instance_config=aws_style))
+    assert (b.market, b.instance_type) == ("reserved", "gpu-a100-8")
+    with pytest.raises(CapacityError, match="reservation r-a100") as info:
+        provider.launch(spec("lab-east-a", "gpu-a100-8", reservation_id="r-a100"))
+    assert info.value.code == "ReservationCapacityExceeded"
+    with pytest.raises(InvalidRequestError):
+        provider.launch(spec("lab-east-a", "gpu-a100-8", market="reserved"))  # no id
+    with pytest.raises(InvalidRequestError):
+        provider.launch(spec("lab-east-a", "gpu-a100-8", reservation_id="r-cpu-b"))  # elsewhere
+    provider.terminate([a.provider_id])
+    [c] = provider.launch(reserved.model_copy(update={"attempt_id": "att-after"}))
+    assert c.market == "reserved"
+
+
+def test_requests_the_cloud_cannot_serve_are_invalid(provider: LocalProvider) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        provider.launch(spec("lab-east-b", "cpu-4"))  # the zone does not offer it
+    assert info.value.scope == Scope.ZONE
+    with pytest.raises(InvalidRequestError) as info:
+        provider.launch(spec("lab-east-a", "cpu-4", market="spot"))  # no spot price
+    assert info.value.scope == Scope.INSTANCE_TYPE
+    with pytest.raises(InvalidRequestError):
+        provider.launch(spec(region="lab-faults"))
+    assert provider.describe() == []
+
+
+def test_describe_filters_by_tags(provider: LocalProvider) -> None:
+    [a] = provider.launch(spec(tags={"team": "vision"}))
+    provider.launch(spec(tags={"team": "nlp"}))
+    assert [i.provider_id for i in provider.describe({"team": "vision"})] == [a.provider_id]
+    assert provider.describe({"corral-request": "req-1", "team": "none"}) == []
+    assert len(provider.describe({"corral-managed": "true"})) == 2
+
+
+def test_describe_during_a_launch_never_calls_the_booting_node_lost(
+    provider: LocalProvider,
+) -> None:
+    seen: set[str] = set()
+    launched: list[ProviderInstance] = []
+    launcher = threading.Thread(
+        target=lambda: launched.extend(provider.launch(spec("lab-east-slow")))
+    )
+    launcher.start()
+    while launcher.is_alive():
+        seen.update(i.state for i in provider.describe())
+    launcher.join()
+    seen.update(i.state for i in provider.describe())
+    assert "pending" in seen and "lost" not in seen
+    wait_for(lambda: state_of(provider, launched[0].provider_id).state == "running", what="running")
+
+
+def test_an_agent_whose_heartbeats_stop_is_lost(redis_url: str, tmp_path: Path) -> None:
+    quick = LocalProvider(
+        CLOUD, redis_url, log_dir=tmp_path, heartbeat_s=0.1, heartbeat_timeout_s=0.6,
+        terminate_grace_s=1.0,
+    )  # fmt: skip
+    [inst] = quick.launch(spec())
+    try:
+        wait_for(lambda: state_of(quick, inst.provider_id).state == "running", what="running")
+        assert inst.pid is not None
+        os.kill(inst.pid, signal.SIGSTOP)  # alive, but silent
+        wait_for(lambda: state_of(quick, inst.provider_id).state == "lost", what="lost")
+        assert quick.pid_belongs_to(inst.pid, inst.provider_id)
+        os.kill(inst.pid, signal.SIGCONT)
+    finally:
+        quick.terminate([inst.provider_id])
+    assert processes_of(inst.provider_id) == []
+    assert state_of(quick, inst.provider_id).state == "terminated"
