@@ -1,0 +1,310 @@
+"""Corral's state in Redis: every write is a versioned compare-and-set.
+
+Any number of workers per role run side by side, so no write may assume it is alone. A record
+is read with its version; the change is computed on the copy; a Lua script writes it (and the
+indexes) only if the stored version is still the one read. A writer that lost the race reads
+again and recomputes. Each successful write bumps ``version`` by exactly 1.
+
+Key layout (``P`` is the prefix, "corral" by default; ids and states as stored)::
+
+    P:request:<id>                  hash {version, json}: one LaunchRequest
+    P:requests:created              zset  id -> created_at (every request)
+    P:requests:state:<STATE>        zset  id -> created_at (requests in that state)
+    P:instance:<id>                 hash {version, json}: one Instance
+    P:instances:created             zset  id -> created_at (every instance)
+    P:instances:request:<req id>    zset  id -> created_at (a request's instances)
+    P:instances:state:<STATE>       zset  id -> created_at (instances in that state)
+    P:events:<req id>               list of JSON {"at", "text"}: the request's progress log
+    P:claim:<key>                   string owner, with a TTL: an idempotency key
+
+The state indexes are sorted sets scored by creation time, so listing the requests of one
+state in order reads only that set. Every index is changed in the same script as the record,
+so an index never disagrees with a record it points at.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from redis import Redis
+
+from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.records import Event, Instance, LaunchRequest
+
+RecordT = TypeVar("RecordT", LaunchRequest, Instance)
+
+# KEYS[1] the record's hash; KEYS[2..] the index zsets to add it to.
+# ARGV: id, version, json, score. Returns 1 if created, 0 if the id exists.
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
+for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
+return 1
+"""
+
+# KEYS[1] the record's hash, KEYS[2] the old state's index, KEYS[3] the new state's index.
+# ARGV: id, expected version, new version, json, score.
+# Returns 1 if written, 0 if the version moved on (lost race), -1 if the record is gone.
+_CAS = """
+local current = redis.call('HGET', KEYS[1], 'version')
+if not current then return -1 end
+if current ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[3], 'json', ARGV[4])
+if KEYS[2] ~= KEYS[3] then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+end
+return 1
+"""
+
+# KEYS[1] the claim; ARGV[1] the owner. Deletes it only if that owner still holds it.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class WriteConflict(RuntimeError):
+    """A compare-and-set kept losing to other writers, ``retries`` times in a row."""
+
+
+class Store:
+    """Launch requests, instances, progress logs and idempotency keys in one Redis.
+
+    ``redis`` may decode responses or not; the store handles both. Safe to share between
+    threads (redis-py clients are; every method keeps its state in locals).
+    """
+
+    def __init__(self, redis: Redis, prefix: str = "corral") -> None:
+        self._r = redis
+        self.prefix = prefix
+        self._create = redis.register_script(_CREATE)
+        self._cas = redis.register_script(_CAS)
+        self._release = redis.register_script(_RELEASE)
+
+    # ---- key names ------------------------------------------------------------------------
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def _request_key(self, request_id: str) -> str:
+        return self._key("request", request_id)
+
+    def _instance_key(self, instance_id: str) -> str:
+        return self._key("instance", instance_id)
+
+    def _request_state_key(self, state: RequestState) -> str:
+        return self._key("requests", "state", state.value)
+
+    def _instance_state_key(self, state: InstanceState) -> str:
+        return self._key("instances", "state", state.value)
+
+    # ---- create ---------------------------------------------------------------------------
+
+    def create_request(self, req: LaunchRequest) -> bool:
+        """Store a new request; False (and nothing written) if its id already exists, so a
+        retried task that creates the same request twice is harmless."""
+        keys = [
+            self._request_key(req.id),
+            self._key("requests", "created"),
+            self._request_state_key(req.state),
+        ]
+        args = [req.id, req.version, req.model_dump_json(), req.created_at]
+        return int(self._create(keys=keys, args=args)) == 1
+
+    def create_instance(self, inst: Instance) -> bool:
+        """Store a new instance; False (and nothing written) if its id already exists."""
+        keys = [
+            self._instance_key(inst.id),
+            self._key("instances", "created"),
+            self._key("instances", "request", inst.request_id),
+            self._instance_state_key(inst.state),
+        ]
+        args = [inst.id, inst.version, inst.model_dump_json(), inst.created_at]
+        return int(self._create(keys=keys, args=args)) == 1
+
+    # ---- read -----------------------------------------------------------------------------
+
+    def get_request(self, request_id: str) -> LaunchRequest | None:
+        """The request as stored, or None."""
+        raw = self._r.hget(self._request_key(request_id), "json")
+        return None if raw is None else LaunchRequest.model_validate_json(raw)
+
+    def get_instance(self, instance_id: str) -> Instance | None:
+        """The instance as stored, or None."""
+        raw = self._r.hget(self._instance_key(instance_id), "json")
+        return None if raw is None else Instance.model_validate_json(raw)
+
+    def list_requests(
+        self, state: RequestState | None = None, limit: int = 100, *, oldest_first: bool = False
+    ) -> list[LaunchRequest]:
+        """Requests, newest first (or oldest first: the order a FIFO scheduler wants), at most
+        ``limit``; only those in ``state`` if given."""
+        if limit <= 0:
+            return []
+        key = self._key("requests", "created") if state is None else self._request_state_key(state)
+        if oldest_first:
+            ids = self._r.zrange(key, 0, limit - 1)
+        else:
+            ids = self._r.zrevrange(key, 0, limit - 1)
+        found = self._load(LaunchRequest, (self._request_key(_text(i)) for i in ids))
+        # A request may have moved on between reading the index and reading the records.
+        return [r for r in found if state is None or r.state == state]
+
+    def count_requests(self, state: RequestState | None = None) -> int:
+        """How many requests there are (in ``state`` if given), without reading them."""
+        key = self._key("requests", "created") if state is None else self._request_state_key(state)
+        return int(self._r.zcard(key))
+
+    def list_instances(
+        self, request_id: str | None = None, states: Iterable[InstanceState] | None = None
+    ) -> list[Instance]:
+        """Instances, oldest first (a request's nodes in launch order): a request's only if
+        ``request_id`` is given, and only those in ``states`` if given."""
+        wanted = None if states is None else frozenset(states)
+        if request_id is not None:
+            index_keys = [self._key("instances", "request", request_id)]
+        elif wanted is not None:
+            index_keys = [self._instance_state_key(s) for s in wanted]
+        else:
+            index_keys = [self._key("instances", "created")]
+        pipe = self._r.pipeline(transaction=False)
+        for key in index_keys:
+            pipe.zrange(key, 0, -1)
+        ids = {_text(i) for batch in pipe.execute() for i in batch}
+        found = self._load(Instance, (self._instance_key(i) for i in sorted(ids)))
+        found = [i for i in found if wanted is None or i.state in wanted]
+        return sorted(found, key=lambda i: (i.created_at, i.request_id, i.node_index, i.id))
+
+    def _load(self, model: type[RecordT], keys: Iterable[str]) -> list[RecordT]:
+        pipe = self._r.pipeline(transaction=False)
+        for key in keys:
+            pipe.hget(key, "json")
+        return [model.model_validate_json(raw) for raw in pipe.execute() if raw is not None]
+
+    # ---- compare-and-set updates ----------------------------------------------------------
+
+    def update_request(
+        self, request_id: str, fn: Callable[[LaunchRequest], bool], *, retries: int = 50
+    ) -> LaunchRequest | None:
+        """Change one request with ``fn``, safely against concurrent writers.
+
+        ``fn`` gets a fresh copy of the stored request and mutates it; it returns True to write
+        it, False for "no change" (nothing is written), or raises to abort (the exception
+        propagates, nothing is written). If another writer got in first, the request is read
+        again and ``fn`` called again (so ``fn`` must decide from the record it gets, not from
+        values it captured), up to ``retries`` more times, then :class:`WriteConflict`.
+        Returns the request as written (version bumped by 1), as read for a no-op, or None if
+        there is no such request.
+        """
+        return self._update(
+            LaunchRequest, self._request_key(request_id), fn, retries, self._request_state_key
+        )
+
+    def update_instance(
+        self, instance_id: str, fn: Callable[[Instance], bool], *, retries: int = 50
+    ) -> Instance | None:
+        """Like :meth:`update_request`, for an instance."""
+        return self._update(
+            Instance, self._instance_key(instance_id), fn, retries, self._instance_state_key
+        )
+
+    def _update(
+        self,
+        model: type[RecordT],
+        key: str,
+        fn: Callable[[RecordT], bool],
+        retries: int,
+        state_key: Callable[[Any], str],
+    ) -> RecordT | None:
+        for attempt in range(retries + 1):
+            raw = self._r.hget(key, "json")
+            if raw is None:
+                return None
+            current = model.model_validate_json(raw)
+            work = current.model_copy(deep=True)
+            wanted = fn(work)
+            if wanted is not True and wanted is not False:
+                raise TypeError(f"update function must return True or False, not {wanted!r}")
+            if not wanted:
+                return current
+            _check_change(current, work)
+            work.version = current.version + 1
+            keys = [key, state_key(current.state), state_key(work.state)]
+            args = [work.id, current.version, work.version, work.model_dump_json(), work.created_at]
+            written = int(self._cas(keys=keys, args=args))
+            if written == 1:
+                return work
+            if written == -1:
+                return None
+            _backoff(attempt)
+        raise WriteConflict(f"{key}: still losing to other writers after {retries} retries")
+
+    # ---- progress log ---------------------------------------------------------------------
+
+    def append_event(self, request_id: str, text: str, now: float) -> int:
+        """Append one line to the request's progress log; returns its sequence number."""
+        entry = json.dumps({"at": now, "text": text})
+        return int(self._r.rpush(self._key("events", request_id), entry))
+
+    def events(self, request_id: str, after: int = 0) -> list[Event]:
+        """The request's progress lines after sequence number ``after`` (0: all), in order."""
+        raws = self._r.lrange(self._key("events", request_id), max(after, 0), -1)
+        out = []
+        for seq, raw in enumerate(raws, start=max(after, 0) + 1):
+            entry = json.loads(raw)
+            out.append(Event(seq=seq, at=entry["at"], text=entry["text"]))
+        return out
+
+    # ---- idempotency keys -----------------------------------------------------------------
+
+    def claim(self, key: str, owner: str, ttl_s: float) -> bool:
+        """Take ``key`` for ``owner`` for ``ttl_s`` seconds if nobody holds it. False if it is
+        held, by anyone (the same owner included: a duplicate delivery of a task must not run
+        twice). The TTL frees the key of an owner that died."""
+        ttl_ms = max(1, round(ttl_s * 1000))
+        return bool(self._r.set(self._key("claim", key), owner, nx=True, px=ttl_ms))
+
+    def is_claimed(self, key: str) -> bool:
+        """Whether someone holds ``key`` now (reconcile leaves an attempt's machines alone while
+        the attempt runs)."""
+        return bool(self._r.exists(self._key("claim", key)))
+
+    def release(self, key: str, owner: str) -> bool:
+        """Free ``key`` if ``owner`` still holds it (never someone else's claim that followed
+        an expiry). True if it was released."""
+        return int(self._release(keys=[self._key("claim", key)], args=[owner])) == 1
+
+
+def _text(value: Any) -> str:
+    """A member or value from Redis as text, whether the client decodes responses or not."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _check_change(before: LaunchRequest | Instance, after: LaunchRequest | Instance) -> None:
+    """Refuse changes an update function must never make (they would corrupt the indexes or
+    skip the lifecycle)."""
+    if after.id != before.id or after.version != before.version:
+        raise ValueError(f"{before.id}: an update must not change id or version")
+    if after.created_at != before.created_at:
+        raise ValueError(f"{before.id}: an update must not change created_at")
+    if (
+        isinstance(before, Instance)
+        and isinstance(after, Instance)
+        and after.request_id != before.request_id
+    ):
+        raise ValueError(f"{before.id}: an update must not change request_id")
+    if after.state != before.state and (
+        not after.history or after.history[-1].to_state != after.state.value
+    ):
+        raise ValueError(f"{before.id}: state set to {after.state} without move()")
+
+
+def _backoff(attempt: int) -> None:
+    """Sleep a little before retrying a lost race, more after each loss, with jitter so the
+    writers that collided do not collide again in lockstep."""
+    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))

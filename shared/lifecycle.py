@@ -1,0 +1,154 @@
+"""Request and instance lifecycles, each one transition table.
+
+A table maps a state to the states it may move to, with the reason for each edge beside it.
+Anything not in the table is refused with :class:`IllegalTransition`. Moving to the state a
+record is already in is not a transition: :func:`check_move` answers False (a no-op), so that
+a retried task asking for the same move again changes nothing. Terminal states are the ones
+with no way out. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TypeVar
+
+
+class RequestState(StrEnum):
+    """Where a launch request is. Values are what the CLI and API print."""
+
+    PENDING = "PENDING"  # accepted, waiting to be scheduled
+    PROVISIONING = "PROVISIONING"  # its failover chain is being tried
+    RUNNING = "RUNNING"  # all its nodes are up
+    SUCCEEDED = "SUCCEEDED"  # a job whose `run` exited 0
+    FAILED = "FAILED"  # chain exhausted, or a job's `run` exited non-zero
+    CANCELLED = "CANCELLED"  # the user cancelled it before it ran
+    TERMINATED = "TERMINATED"  # the user terminated it while it ran
+    PREEMPTED = "PREEMPTED"  # a scheduler took its machines for another request
+
+
+class InstanceState(StrEnum):
+    """Where one machine (one node of a request) is. Values are what the CLI and API print."""
+
+    REQUESTED = "REQUESTED"  # the cloud was asked for it
+    RUNNING = "RUNNING"  # the cloud (or the local agent) reports it up
+    TERMINATING = "TERMINATING"  # we asked the cloud to stop it
+    TERMINATED = "TERMINATED"  # it is gone and no longer billed
+    FAILED = "FAILED"  # it never came up, and nothing of it exists
+    LOST = "LOST"  # we lost track of it: it may still exist (and bill) until cleaned up
+
+
+REQUEST_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
+    RequestState.PENDING: frozenset(
+        {
+            RequestState.PROVISIONING,  # the scheduler placed it: start down its chain
+            RequestState.FAILED,  # nothing in its chain can be tried (all blocked)
+            RequestState.CANCELLED,  # the user cancelled it while it waited
+        }
+    ),
+    RequestState.PROVISIONING: frozenset(
+        {
+            RequestState.RUNNING,  # every node of the request reported up
+            RequestState.FAILED,  # chain exhausted, or an error no candidate can fix
+            RequestState.CANCELLED,  # the user cancelled it before it ran
+            RequestState.PENDING,  # nothing free now, the task waits: requeued
+        }
+    ),
+    RequestState.RUNNING: frozenset(
+        {
+            RequestState.SUCCEEDED,  # a job's `run` exited 0
+            RequestState.FAILED,  # a job's `run` exited non-zero, or relaunches are used up
+            RequestState.TERMINATED,  # the user terminated it
+            RequestState.PROVISIONING,  # a node was LOST or reclaimed: relaunch via chain
+            RequestState.PREEMPTED,  # a scheduler took its machines for a higher-priority request
+        }
+    ),
+    RequestState.PREEMPTED: frozenset(
+        {
+            RequestState.PENDING,  # queued again, to be placed when machines free up
+            RequestState.PROVISIONING,  # placed again at once
+            RequestState.CANCELLED,  # the user gave up on it while it waited to be placed again
+            RequestState.TERMINATED,  # the user terminated it (it had run, so this is not a cancel)
+        }
+    ),
+    # Terminal: a finished request is never reopened; a new attempt is a new request.
+    RequestState.SUCCEEDED: frozenset(),
+    RequestState.FAILED: frozenset(),
+    RequestState.CANCELLED: frozenset(),
+    RequestState.TERMINATED: frozenset(),
+}
+
+INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
+    InstanceState.REQUESTED: frozenset(
+        {
+            InstanceState.RUNNING,  # the cloud or the local agent reports it up
+            InstanceState.FAILED,  # refused (capacity, quota, ...): nothing exists
+            InstanceState.LOST,  # launch outcome unknown (timeout): look for it
+            InstanceState.TERMINATING,  # its request was cancelled while it was coming up
+            InstanceState.TERMINATED,  # it ended before it was seen up (a job that exited at once)
+        }
+    ),
+    InstanceState.RUNNING: frozenset(
+        {
+            InstanceState.TERMINATING,  # asked to stop: the user terminated, or its job ended
+            InstanceState.LOST,  # its process is gone or its heartbeats stopped
+            InstanceState.TERMINATED,  # it ended by itself (exited, spot reclaim)
+        }
+    ),
+    InstanceState.TERMINATING: frozenset(
+        {
+            InstanceState.TERMINATED,  # the cloud confirms it is gone
+            # Not LOST: a stop that has not been confirmed stays TERMINATING and is retried.
+        }
+    ),
+    InstanceState.LOST: frozenset(
+        {
+            InstanceState.TERMINATING,  # found again (or still listed): stop what is left
+            InstanceState.TERMINATED,  # the cloud confirms nothing is left
+            # Not RUNNING: its request has been relaunched elsewhere, so a lost instance that
+            # shows up again is a duplicate to stop, not a node to adopt.
+        }
+    ),
+    # Terminal.
+    InstanceState.TERMINATED: frozenset(),
+    InstanceState.FAILED: frozenset(),
+}
+
+TERMINAL_REQUEST_STATES: frozenset[RequestState] = frozenset(
+    {RequestState.SUCCEEDED, RequestState.FAILED, RequestState.CANCELLED, RequestState.TERMINATED}
+)
+TERMINAL_INSTANCE_STATES: frozenset[InstanceState] = frozenset(
+    {InstanceState.TERMINATED, InstanceState.FAILED}
+)
+
+S = TypeVar("S", RequestState, InstanceState)
+
+
+class IllegalTransition(ValueError):
+    """A move the lifecycle's table does not allow. Names the record and both states."""
+
+    def __init__(self, record_id: str, from_state: str, to_state: str, kind: str = "") -> None:
+        self.record_id = record_id
+        self.from_state = from_state
+        self.to_state = to_state
+        self.kind = kind  # "request" or "instance"
+        what = f"{kind} {record_id}" if kind else record_id
+        super().__init__(f"{what}: illegal transition {from_state} -> {to_state}")
+
+
+def is_transition(table: Mapping[S, frozenset[S]], from_state: S, to_state: S) -> bool:
+    """Whether ``from_state -> to_state`` is an edge of ``table`` (a same-state move is not)."""
+    return to_state in table[from_state]
+
+
+def check_move(
+    table: Mapping[S, frozenset[S]], record_id: str, from_state: S, to_state: S, kind: str = ""
+) -> bool:
+    """Decide one move: True if it is a transition to make, False if the record is already in
+    ``to_state`` (a no-op: record nothing, write nothing). Raises :class:`IllegalTransition`
+    for any other move."""
+    if from_state == to_state:
+        return False
+    if not is_transition(table, from_state, to_state):
+        raise IllegalTransition(record_id, from_state.value, to_state.value, kind)
+    return True

@@ -1,0 +1,237 @@
+"""Launch requests, their attempts and their instances, as stored (JSON) and shown.
+
+Times are seconds since the epoch, always passed in (``now``): nothing here reads the clock.
+State changes go through ``move()``, which checks the lifecycle's table and appends a
+:class:`Transition` to the record's history; never assign ``state`` directly (the store
+refuses a write whose state changed without a matching history entry).
+
+Records allow unknown fields and keep them: during a rolling upgrade an older worker that
+reads and rewrites a record must not drop a field a newer one added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from corral.shared.lifecycle import (
+    INSTANCE_TRANSITIONS,
+    REQUEST_TRANSITIONS,
+    TERMINAL_INSTANCE_STATES,
+    TERMINAL_REQUEST_STATES,
+    InstanceState,
+    RequestState,
+    check_move,
+)
+
+# How an attempt ended: "ok", one of the provider outcomes (corral.shared.errors), or
+# "blocked" (skipped: its scope was blocked by an earlier failure).
+AttemptOutcome = Literal[
+    "ok", "capacity", "quota", "throttled", "auth", "invalid", "timeout", "error", "blocked"
+]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Transition(_Record):
+    """One state change of a record: from where, to where, when and why."""
+
+    from_state: str | None  # None for the first entry (the record was created)
+    to_state: str
+    at: float  # seconds since the epoch
+    reason: str  # for a person reading `corral status`: "user cancelled", "capacity in us-east-1a"
+
+
+class Attempt(_Record):
+    """One try of one candidate of the chain: a type and market in one zone."""
+
+    attempt_id: str  # unique; the provider's idempotency key for this launch
+    cloud: str  # aws | gcp | local
+    region: str
+    zone: str
+    instance_type: str
+    market: str  # on_demand | spot | reserved
+    outcome: AttemptOutcome | None = None  # None while the attempt runs
+    error: str | None = None  # the provider's message (with its code) when it failed
+    started_at: float
+    ended_at: float | None = None  # None while the attempt runs
+
+    def finish(self, outcome: AttemptOutcome, now: float, error: str | None = None) -> None:
+        """Record how the attempt ended."""
+        self.outcome = outcome
+        self.error = error
+        self.ended_at = now
+
+    def to_public(self) -> dict[str, Any]:
+        """The attempt as the CLI and API show it."""
+        return {
+            "cloud": self.cloud,
+            "region": self.region,
+            "zone": self.zone,
+            "instance_type": self.instance_type,
+            "market": self.market,
+            "outcome": self.outcome,
+            "error": self.error,
+        }
+
+
+class LaunchRequest(_Record):
+    """A user's request for compute: its task, its plan, and what happened to it."""
+
+    id: str
+    task: dict[str, Any]  # the task file as validated, in JSON form
+    state: RequestState = RequestState.PENDING
+    version: int = 0  # bumped by the store on every write; compare-and-set checks it
+    created_at: float
+    updated_at: float  # time of the last move (or of the last change a writer recorded)
+    history: list[Transition] = Field(default_factory=list)  # every move, oldest first
+    attempts: list[Attempt] = Field(default_factory=list)  # every launch tried, oldest first
+    instance_ids: list[str] = Field(default_factory=list)  # every Instance it had, in order
+    # The planned candidates, in failover order (each a planner candidate as JSON).
+    chain: list[dict[str, Any]] = Field(default_factory=list)
+    next_step: int = 0  # index in `chain` of the next candidate to try
+    relaunches: int = 0  # how many times a RUNNING request went back to PROVISIONING
+    error: str | None = None  # why it FAILED, in one line
+    exit_code: int | None = None  # a job's `run` exit code once it ended
+    labels: dict[str, str] = Field(default_factory=dict)  # the user's, for filtering
+    priority: int = 0  # higher is scheduled first and preempted last
+
+    @classmethod
+    def new(
+        cls, id: str, task: dict[str, Any], now: float, reason: str = "submitted", **fields: Any
+    ) -> LaunchRequest:
+        """A PENDING request created at ``now``, its history starting with that creation."""
+        return cls(
+            id=id,
+            task=task,
+            state=RequestState.PENDING,
+            created_at=now,
+            updated_at=now,
+            history=[
+                Transition(
+                    from_state=None, to_state=RequestState.PENDING.value, at=now, reason=reason
+                )
+            ],
+            **fields,
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the request has ended (no move leads out of its state)."""
+        return self.state in TERMINAL_REQUEST_STATES
+
+    def move(self, to: RequestState, now: float, reason: str) -> bool:
+        """Move to ``to`` if the lifecycle allows it, recording when and why.
+
+        Returns True if the state changed, False if the request was already in ``to`` (a
+        no-op: nothing recorded), so ``store.update_request(id, lambda r: r.move(...))``
+        writes only real moves. Raises ``IllegalTransition`` for a move the table refuses.
+        """
+        if not check_move(REQUEST_TRANSITIONS, self.id, self.state, to, "request"):
+            return False
+        self.history.append(
+            Transition(from_state=self.state.value, to_state=to.value, at=now, reason=reason)
+        )
+        self.state = to
+        self.updated_at = now
+        return True
+
+    def to_public(self, instances: Sequence[Instance] = ()) -> dict[str, Any]:
+        """The request as the CLI and API show it, with the given instances (its own)."""
+        return {
+            "id": self.id,
+            "state": self.state.value,
+            "attempts": [a.to_public() for a in self.attempts],
+            "instances": [i.to_public() for i in instances],
+        }
+
+
+class Instance(_Record):
+    """One machine: one node of one request, launched by one attempt."""
+
+    id: str  # Corral's id, stable across the cloud's
+    request_id: str
+    node_index: int  # 0..n-1 within its request (0 is the head of a multi-node request)
+    provider_id: str | None = None  # the cloud's id; None until the cloud returns one
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str  # on_demand | spot | reserved
+    machine_type: str | None = None  # the pool machine type it serves, if any
+    state: InstanceState = InstanceState.REQUESTED
+    version: int = 0  # bumped by the store on every write; compare-and-set checks it
+    pid: int | None = None  # local cloud only: the agent's process id
+    created_at: float
+    updated_at: float
+    last_heartbeat_at: float | None = None  # last sign of life from the node or its agent
+    exit_code: int | None = None  # its `run` exit code once it ended (local cloud)
+    history: list[Transition] = Field(default_factory=list)  # every move, oldest first
+
+    @classmethod
+    def new(
+        cls,
+        id: str,
+        request_id: str,
+        node_index: int,
+        now: float,
+        reason: str = "requested",
+        **fields: Any,
+    ) -> Instance:
+        """A REQUESTED instance created at ``now``; ``fields`` gives cloud, region, zone, ..."""
+        return cls(
+            id=id,
+            request_id=request_id,
+            node_index=node_index,
+            state=InstanceState.REQUESTED,
+            created_at=now,
+            updated_at=now,
+            history=[
+                Transition(
+                    from_state=None, to_state=InstanceState.REQUESTED.value, at=now, reason=reason
+                )
+            ],
+            **fields,
+        )
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the instance is gone for good (no move leads out of its state)."""
+        return self.state in TERMINAL_INSTANCE_STATES
+
+    def move(self, to: InstanceState, now: float, reason: str) -> bool:
+        """Like :meth:`LaunchRequest.move`, with the instance lifecycle."""
+        if not check_move(INSTANCE_TRANSITIONS, self.id, self.state, to, "instance"):
+            return False
+        self.history.append(
+            Transition(from_state=self.state.value, to_state=to.value, at=now, reason=reason)
+        )
+        self.state = to
+        self.updated_at = now
+        return True
+
+    def to_public(self) -> dict[str, Any]:
+        """The instance as the CLI and API show it."""
+        return {
+            "id": self.id,
+            "provider_id": self.provider_id,
+            "pid": self.pid,
+            "cloud": self.cloud,
+            "region": self.region,
+            "zone": self.zone,
+            "instance_type": self.instance_type,
+            "market": self.market,
+            "state": self.state.value,
+        }
+
+
+class Event(BaseModel):
+    """One line of a request's progress log (what `corral launch --wait` prints)."""
+
+    seq: int  # 1, 2, 3, ... within the request; `events(after=seq)` returns the later ones
+    at: float  # seconds since the epoch
+    text: str

@@ -1,0 +1,330 @@
+"""The Redis store against a real redis-server: idempotent creation, compare-and-set under
+contention, indexes that follow state changes, progress logs and idempotency keys."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from corral.services.store import Store, WriteConflict
+from corral.shared.lifecycle import IllegalTransition, InstanceState, RequestState
+from corral.shared.records import Instance, LaunchRequest
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "t"
+WHERE = {
+    "cloud": "local",
+    "region": "local",
+    "zone": "local-a",
+    "instance_type": "gpu-a10x1",
+    "market": "on_demand",
+}
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    r = redis.Redis.from_url(redis_url)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def store(client: redis.Redis) -> Store:
+    return Store(client, prefix=PREFIX)
+
+
+def new_request(request_id: str = "req-1", now: float = 100.0) -> LaunchRequest:
+    return LaunchRequest.new(request_id, {"run": "echo hi"}, now=now)
+
+
+def new_instance(instance_id: str, request_id: str, node: int, now: float = 110.0) -> Instance:
+    return Instance.new(instance_id, request_id, node, now=now, **WHERE)
+
+
+def raw_version(client: redis.Redis, request_id: str) -> int:
+    return int(client.hget(f"{PREFIX}:request:{request_id}", "version"))
+
+
+# ---- creation ---------------------------------------------------------------------------
+
+
+def test_create_is_idempotent_and_never_overwrites(store: Store) -> None:
+    assert store.create_request(new_request()) is True
+    other = new_request()
+    other.priority = 9
+    assert store.create_request(other) is False
+    got = store.get_request("req-1")
+    assert got is not None
+    assert (got.priority, got.version, got.state) == (0, 0, RequestState.PENDING)
+    assert store.get_request("nope") is None
+
+    assert store.create_instance(new_instance("i-1", "req-1", 0)) is True
+    assert store.create_instance(new_instance("i-1", "req-2", 5)) is False
+    inst = store.get_instance("i-1")
+    assert inst is not None
+    assert (inst.request_id, inst.node_index) == ("req-1", 0)
+    assert store.list_instances(request_id="req-2") == []
+
+
+def test_every_key_starts_with_the_prefix(store: Store, client: redis.Redis) -> None:
+    store.create_request(new_request())
+    store.create_instance(new_instance("i-1", "req-1", 0))
+    store.update_request("req-1", lambda r: r.move(RequestState.PROVISIONING, 101.0, "placed"))
+    store.append_event("req-1", "placed", 101.0)
+    store.claim("launch:req-1", "worker-a", 10)
+    keys = sorted(k.decode() for k in client.keys("*"))
+    assert len(keys) >= 8
+    assert all(k.startswith(f"{PREFIX}:") for k in keys), keys
+
+
+# ---- compare-and-set --------------------------------------------------------------------
+
+
+def test_concurrent_increments_lose_no_update(redis_url: str) -> None:
+    threads_n, per_thread = 8, 50
+    Store(redis.Redis.from_url(redis_url), PREFIX).create_request(new_request())
+    barrier = threading.Barrier(threads_n)
+    errors: list[BaseException] = []
+
+    def bump(r: LaunchRequest) -> bool:
+        r.relaunches += 1
+        return True
+
+    def worker() -> None:
+        own = Store(redis.Redis.from_url(redis_url), PREFIX)  # one client per "worker"
+        barrier.wait()
+        try:
+            for _ in range(per_thread):
+                own.update_request("req-1", bump)
+        except BaseException as exc:  # reported below; a thread's exception is otherwise lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    final = Store(redis.Redis.from_url(redis_url), PREFIX).get_request("req-1")
+    assert final is not None
+    assert final.relaunches == threads_n * per_thread
+    assert final.version == threads_n * per_thread
+
+
+def test_a_stale_write_is_retried_on_the_fresh_record(store: Store, redis_url: str) -> None:
+    store.create_request(new_request())
+    rival = Store(redis.Redis.from_url(redis_url), PREFIX)
+    seen_versions: list[int] = []
+
+    def fn(r: LaunchRequest) -> bool:
+        seen_versions.append(r.version)
+        if len(seen_versions) == 1:  # another worker writes between our read and our write
+            rival.update_request("req-1", lambda o: setattr(o, "priority", 7) or True)
+        r.labels["team"] = "vision"
+        return True
+
+    written = store.update_request("req-1", fn)
+    assert seen_versions == [0, 1]
+    assert written is not None
+    assert (written.version, written.priority, written.labels) == (2, 7, {"team": "vision"})
+    assert store.get_request("req-1") == written
+
+
+def test_endless_conflicts_end_in_write_conflict(store: Store, redis_url: str) -> None:
+    store.create_request(new_request())
+    rival = Store(redis.Redis.from_url(redis_url), PREFIX)
+    calls = 0
+
+    def always_raced(r: LaunchRequest) -> bool:
+        nonlocal calls
+        calls += 1
+        rival.update_request("req-1", lambda o: setattr(o, "priority", o.priority + 1) or True)
+        r.labels["x"] = "y"
+        return True
+
+    with pytest.raises(WriteConflict):
+        store.update_request("req-1", always_raced, retries=2)
+    assert calls == 3
+    got = store.get_request("req-1")
+    assert got is not None
+    assert (got.priority, got.labels, got.version) == (3, {}, 3)
+
+
+def test_an_abort_leaves_the_record_unchanged(store: Store, client: redis.Redis) -> None:
+    store.create_request(new_request())
+    before = client.hget(f"{PREFIX}:request:req-1", "json")
+
+    def fn(r: LaunchRequest) -> bool:
+        r.priority = 99
+        raise RuntimeError("provider said no")
+
+    with pytest.raises(RuntimeError, match="provider said no"):
+        store.update_request("req-1", fn)
+    assert client.hget(f"{PREFIX}:request:req-1", "json") == before
+    assert raw_version(client, "req-1") == 0
+
+    with pytest.raises(IllegalTransition):
+        store.update_request("req-1", lambda r: r.move(RequestState.SUCCEEDED, 1.0, "x"))
+    assert client.hget(f"{PREFIX}:request:req-1", "json") == before
+
+
+def test_a_no_op_writes_nothing_and_returns_the_record_as_read(
+    store: Store, client: redis.Redis
+) -> None:
+    store.create_request(new_request())
+
+    def fn(r: LaunchRequest) -> bool:
+        r.priority = 5  # changed on the copy, but the function says "no change"
+        return False
+
+    got = store.update_request("req-1", fn)
+    assert got is not None
+    assert (got.priority, got.version) == (0, 0)
+    assert raw_version(client, "req-1") == 0
+    # A repeated move is a no-op too.
+    store.update_request("req-1", lambda r: r.move(RequestState.PROVISIONING, 101.0, "placed"))
+    again = store.update_request(
+        "req-1", lambda r: r.move(RequestState.PROVISIONING, 102.0, "placed")
+    )
+    assert again is not None
+    assert (again.version, len(again.history)) == (1, 2)
+
+
+def test_update_guards(store: Store) -> None:
+    calls: list[str] = []
+    assert store.update_request("missing", lambda r: calls.append(r.id) or True) is None
+    assert calls == []
+    store.create_request(new_request())
+    with pytest.raises(TypeError):
+        store.update_request("req-1", lambda r: None)  # type: ignore[arg-type,return-value]
+
+    def sneaky(r: LaunchRequest) -> bool:
+        r.state = RequestState.RUNNING  # skips the lifecycle
+        return True
+
+    with pytest.raises(ValueError, match="without move"):
+        store.update_request("req-1", sneaky)
+
+    def renames(r: LaunchRequest) -> bool:
+        r.id = "req-2"
+        return True
+
+    with pytest.raises(ValueError, match="must not change id"):
+        store.update_request("req-1", renames)
+    got = store.get_request("req-1")
+    assert got is not None
+    assert (got.state, got.version) == (RequestState.PENDING, 0)
+
+
+# ---- indexes ----------------------------------------------------------------------------
+
+
+def ids(records: list[LaunchRequest] | list[Instance]) -> list[str]:
+    return [r.id for r in records]
+
+
+def test_request_indexes_follow_state_changes(store: Store, client: redis.Redis) -> None:
+    for n, created in enumerate((100.0, 300.0, 200.0)):
+        store.create_request(new_request(f"req-{n}", created))
+    assert ids(store.list_requests()) == ["req-1", "req-2", "req-0"]  # newest first
+    assert ids(store.list_requests(oldest_first=True)) == ["req-0", "req-2", "req-1"]
+    assert ids(store.list_requests(limit=2)) == ["req-1", "req-2"]
+    assert store.list_requests(limit=0) == []
+
+    store.update_request("req-2", lambda r: r.move(RequestState.PROVISIONING, 301.0, "placed"))
+    assert ids(store.list_requests(RequestState.PENDING)) == ["req-1", "req-0"]
+    assert ids(store.list_requests(RequestState.PROVISIONING)) == ["req-2"]
+    assert client.zscore(f"{PREFIX}:requests:state:PENDING", "req-2") is None
+
+    store.update_request("req-2", lambda r: r.move(RequestState.CANCELLED, 302.0, "user"))
+    assert store.list_requests(RequestState.PROVISIONING) == []
+    assert ids(store.list_requests(RequestState.CANCELLED)) == ["req-2"]
+    assert len(store.list_requests()) == 3
+    assert store.count_requests() == 3
+    assert store.count_requests(RequestState.PENDING) == 2
+    assert store.count_requests(RequestState.PROVISIONING) == 0
+
+
+def test_instance_indexes(store: Store) -> None:
+    store.create_instance(new_instance("b-1", "req-b", 1, now=120.0))
+    store.create_instance(new_instance("a-0", "req-a", 0, now=110.0))
+    store.create_instance(new_instance("b-0", "req-b", 0, now=120.0))
+    assert ids(store.list_instances()) == ["a-0", "b-0", "b-1"]
+    assert ids(store.list_instances(request_id="req-b")) == ["b-0", "b-1"]  # node order
+
+    store.update_instance("b-1", lambda i: i.move(InstanceState.RUNNING, 130.0, "up"))
+    running = [InstanceState.RUNNING]
+    assert ids(store.list_instances(states=running)) == ["b-1"]
+    assert ids(store.list_instances(states=[InstanceState.REQUESTED])) == ["a-0", "b-0"]
+    both = [InstanceState.REQUESTED, InstanceState.RUNNING]
+    assert ids(store.list_instances(states=both)) == ["a-0", "b-0", "b-1"]
+    assert ids(store.list_instances(request_id="req-b", states=running)) == ["b-1"]
+    assert store.list_instances(request_id="req-a", states=running) == []
+
+    def reparent(i: Instance) -> bool:
+        i.request_id = "req-a"
+        return True
+
+    with pytest.raises(ValueError, match="request_id"):
+        store.update_instance("b-1", reparent)
+    assert store.update_instance("nope", lambda i: True) is None
+
+
+def test_works_with_a_decoding_client(redis_url: str) -> None:
+    store = Store(redis.Redis.from_url(redis_url, decode_responses=True), PREFIX)
+    store.create_request(new_request())
+    store.create_instance(new_instance("i-0", "req-1", 0))
+    store.update_instance("i-0", lambda i: i.move(InstanceState.RUNNING, 120.0, "up"))
+    store.append_event("req-1", "up", 120.0)
+    assert ids(store.list_requests(RequestState.PENDING)) == ["req-1"]
+    assert ids(store.list_instances(states=[InstanceState.RUNNING])) == ["i-0"]
+    assert [e.text for e in store.events("req-1")] == ["up"]
+    assert store.claim("k", "me", 5) is True
+    assert store.release("k", "me") is True
+
+
+# ---- progress log -----------------------------------------------------------------------
+
+
+def test_events_follow_with_a_cursor(store: Store) -> None:
+    assert store.events("req-1") == []
+    texts = ["PENDING -> PROVISIONING", "try aws us-east-1a p4d", "capacity: sold out"]
+    seqs = [store.append_event("req-1", t, 100.0 + n) for n, t in enumerate(texts)]
+    assert seqs == [1, 2, 3]
+    assert [(e.seq, e.at, e.text) for e in store.events("req-1")] == [
+        (1, 100.0, texts[0]),
+        (2, 101.0, texts[1]),
+        (3, 102.0, texts[2]),
+    ]
+    assert [e.seq for e in store.events("req-1", after=2)] == [3]
+    assert store.events("req-1", after=3) == []
+    assert store.events("req-other") == []
+
+
+# ---- idempotency keys -------------------------------------------------------------------
+
+
+def test_claim_and_release_respect_ownership(store: Store) -> None:
+    assert store.claim("attempt:a-1", "worker-a", 30) is True
+    assert store.claim("attempt:a-1", "worker-b", 30) is False
+    assert store.claim("attempt:a-1", "worker-a", 30) is False  # a duplicate delivery too
+    assert store.release("attempt:a-1", "worker-b") is False  # not b's to release
+    assert store.claim("attempt:a-1", "worker-b", 30) is False  # still a's
+    assert store.release("attempt:a-1", "worker-a") is True
+    assert store.release("attempt:a-1", "worker-a") is False
+    assert store.claim("attempt:a-1", "worker-b", 30) is True
+
+
+def test_an_expired_claim_frees_the_key_and_the_old_owner_cannot_release_the_new(
+    store: Store,
+) -> None:
+    assert store.claim("k", "dead-worker", 0.1) is True
+    time.sleep(0.3)
+    assert store.claim("k", "worker-b", 30) is True
+    assert store.release("k", "dead-worker") is False
+    assert store.claim("k", "worker-c", 30) is False  # b still holds it

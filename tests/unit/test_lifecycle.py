@@ -1,0 +1,170 @@
+"""The request and instance lifecycles: every edge allowed, every non-edge refused."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import re
+from enum import StrEnum
+
+import pytest
+
+from corral.shared import lifecycle
+from corral.shared.lifecycle import (
+    INSTANCE_TRANSITIONS,
+    REQUEST_TRANSITIONS,
+    TERMINAL_INSTANCE_STATES,
+    TERMINAL_REQUEST_STATES,
+    IllegalTransition,
+    InstanceState,
+    RequestState,
+    check_move,
+    is_transition,
+)
+
+TABLES = {
+    "request": (REQUEST_TRANSITIONS, RequestState, TERMINAL_REQUEST_STATES, RequestState.PENDING),
+    "instance": (
+        INSTANCE_TRANSITIONS,
+        InstanceState,
+        TERMINAL_INSTANCE_STATES,
+        InstanceState.REQUESTED,
+    ),
+}
+
+
+def _pairs(kind: str, edges: bool) -> list[tuple[str, StrEnum, StrEnum]]:
+    table, states, _, _ = TABLES[kind]
+    return [
+        (kind, a, b)
+        for a, b in itertools.product(states, states)
+        if a != b and (b in table[a]) == edges
+    ]
+
+
+EDGES = _pairs("request", True) + _pairs("instance", True)
+NON_EDGES = _pairs("request", False) + _pairs("instance", False)
+
+
+@pytest.mark.parametrize(("kind", "src", "dst"), EDGES, ids=lambda v: str(v))
+def test_every_edge_is_allowed(kind: str, src: StrEnum, dst: StrEnum) -> None:
+    table = TABLES[kind][0]
+    assert check_move(table, "rec-1", src, dst, kind) is True
+    assert is_transition(table, src, dst)
+
+
+@pytest.mark.parametrize(("kind", "src", "dst"), NON_EDGES, ids=lambda v: str(v))
+def test_every_non_edge_is_refused(kind: str, src: StrEnum, dst: StrEnum) -> None:
+    table = TABLES[kind][0]
+    with pytest.raises(IllegalTransition) as caught:
+        check_move(table, "rec-1", src, dst, kind)
+    assert (caught.value.record_id, caught.value.from_state, caught.value.to_state) == (
+        "rec-1",
+        src.value,
+        dst.value,
+    )
+    assert not is_transition(table, src, dst)
+
+
+def test_the_generated_cases_are_not_empty() -> None:
+    # 8 request states and 6 instance states: 56 + 30 ordered pairs of distinct states.
+    assert len(EDGES) + len(NON_EDGES) == 8 * 7 + 6 * 5
+    assert len(EDGES) == 16 + 11
+
+
+@pytest.mark.parametrize("kind", TABLES)
+def test_same_state_is_a_no_op_not_a_transition(kind: str) -> None:
+    table, states, _, _ = TABLES[kind]
+    for state in states:
+        assert check_move(table, "rec-1", state, state) is False
+        assert not is_transition(table, state, state)
+
+
+@pytest.mark.parametrize("kind", TABLES)
+def test_table_covers_every_state_and_terminals_have_no_way_out(kind: str) -> None:
+    table, states, terminals, _ = TABLES[kind]
+    assert set(table) == set(states)
+    assert {s for s, nxt in table.items() if not nxt} == set(terminals)
+
+
+@pytest.mark.parametrize("kind", TABLES)
+def test_every_state_is_reachable_and_can_reach_an_end(kind: str) -> None:
+    table, states, terminals, initial = TABLES[kind]
+    reached = {initial}
+    frontier = [initial]
+    while frontier:
+        for nxt in table[frontier.pop()]:
+            if nxt not in reached:
+                reached.add(nxt)
+                frontier.append(nxt)
+    assert reached == set(states)
+    for state in states:
+        seen, todo = {state}, [state]
+        while todo:
+            for nxt in table[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        assert seen & set(terminals), f"{state} can never end"
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "allowed"),
+    [
+        (RequestState.SUCCEEDED, RequestState.RUNNING, False),  # a finished job stays finished
+        (RequestState.FAILED, RequestState.PENDING, False),
+        (RequestState.CANCELLED, RequestState.PROVISIONING, False),
+        (RequestState.PENDING, RequestState.RUNNING, False),  # must be provisioned first
+        (RequestState.PENDING, RequestState.SUCCEEDED, False),
+        (RequestState.RUNNING, RequestState.CANCELLED, False),  # a running one is terminated
+        (RequestState.PENDING, RequestState.TERMINATED, False),  # a waiting one is cancelled
+        (RequestState.RUNNING, RequestState.PROVISIONING, True),  # relaunch after a lost node
+        (RequestState.PROVISIONING, RequestState.FAILED, True),  # chain exhausted
+        (RequestState.RUNNING, RequestState.TERMINATED, True),
+        (RequestState.PREEMPTED, RequestState.PENDING, True),
+    ],
+)
+def test_important_request_moves(src: RequestState, dst: RequestState, allowed: bool) -> None:
+    assert is_transition(REQUEST_TRANSITIONS, src, dst) is allowed
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "allowed"),
+    [
+        (InstanceState.TERMINATED, InstanceState.RUNNING, False),
+        (InstanceState.FAILED, InstanceState.RUNNING, False),
+        (InstanceState.LOST, InstanceState.RUNNING, False),  # a reappearing node is a duplicate
+        (InstanceState.TERMINATING, InstanceState.RUNNING, False),
+        (InstanceState.REQUESTED, InstanceState.TERMINATED, True),  # a job that exited at once
+        (InstanceState.TERMINATED, InstanceState.TERMINATING, False),
+        (InstanceState.REQUESTED, InstanceState.RUNNING, True),
+        (InstanceState.RUNNING, InstanceState.LOST, True),
+        (InstanceState.LOST, InstanceState.TERMINATING, True),  # clean up what is left
+        (InstanceState.RUNNING, InstanceState.TERMINATED, True),  # it exited by itself
+    ],
+)
+def test_important_instance_moves(src: InstanceState, dst: InstanceState, allowed: bool) -> None:
+    assert is_transition(INSTANCE_TRANSITIONS, src, dst) is allowed
+
+
+def test_illegal_transition_names_record_and_states() -> None:
+    with pytest.raises(IllegalTransition) as caught:
+        check_move(
+            REQUEST_TRANSITIONS, "r-42", RequestState.SUCCEEDED, RequestState.RUNNING, "request"
+        )
+    assert isinstance(caught.value, ValueError)
+    assert str(caught.value) == "request r-42: illegal transition SUCCEEDED -> RUNNING"
+    assert caught.value.kind == "request"
+
+
+def test_every_edge_has_a_reason_comment() -> None:
+    """Each `State.X,` line inside the tables carries a `# why` comment."""
+    source = inspect.getsource(lifecycle)
+    for table_name in ("REQUEST_TRANSITIONS", "INSTANCE_TRANSITIONS"):
+        start = source.index(f"{table_name}:")
+        body = source[start : source.index("\n}\n", start)]
+        edge_lines = [ln for ln in body.splitlines() if re.match(r"\s+\w+State\.\w+,", ln)]
+        total_edges = sum(len(v) for v in getattr(lifecycle, table_name).values())
+        assert len(edge_lines) == total_edges, table_name
+        bare = [ln.strip() for ln in edge_lines if not re.search(r"#\s*\S", ln)]
+        assert not bare, f"{table_name} edges without a reason: {bare}"
