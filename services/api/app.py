@@ -1,0 +1,60 @@
+"""The HTTP API's application: ``create_app(settings)`` builds one FastAPI app.
+
+Everything it needs comes from the settings it is given (tests pass their own; the process
+started by ``corral run api`` uses ``get_settings()``): the Redis URL, the key prefix and the
+write token. Redis being down is a 503, never a traceback in a 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import redis
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from kombu.exceptions import OperationalError
+
+from corral.services.api.auth import configured_token
+from corral.services.api.routes import router
+from corral.services.runtime.deps import Deps
+from corral.services.settings import Settings, get_settings
+
+API_VERSION = "1"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The API over the store at ``settings.redis_url`` (required)."""
+    settings = settings or get_settings()
+    if not settings.redis_url:
+        raise RuntimeError("CORRAL_REDIS_URL is not set (start the system with `corral up`)")
+    deps = Deps(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if "redis" in deps.__dict__:  # only close a client that was opened
+            deps.redis.close()
+
+    app = FastAPI(
+        title="Corral API",
+        version=API_VERSION,
+        description="Launch requests for compute, their progress, instances and logs.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.deps = deps
+    app.state.api_token = configured_token(settings)
+    app.include_router(router)
+    app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
+    app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)
+    app.add_exception_handler(OperationalError, _store_unreachable)
+    return app
+
+
+async def _store_unreachable(_request: Request, exc: Exception) -> JSONResponse:
+    # The message names the kind of failure only: a Redis URL may carry a password.
+    return JSONResponse(
+        status_code=503,
+        content={"detail": f"the store (Redis) is unreachable: {type(exc).__name__}"},
+    )

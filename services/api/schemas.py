@@ -1,0 +1,94 @@
+"""The API's response bodies, typed so that /openapi.json documents them.
+
+They mirror ``to_public()`` of the records in ``corral.shared.records``: the same field names,
+so the CLI's ``--json`` and the API return the same documents.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class AttemptView(BaseModel):
+    """One launch tried: a type and market in one zone, and how it ended."""
+
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    outcome: str | None = Field(None, description="ok, capacity, quota, ...; null while running")
+    error: str | None = Field(None, description="the provider's message when the attempt failed")
+
+
+class InstanceView(BaseModel):
+    """One machine of a request."""
+
+    id: str
+    provider_id: str | None = None
+    pid: int | None = Field(None, description="local cloud only: the agent's process id")
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    state: str
+
+
+class RequestView(BaseModel):
+    """A launch request with its attempts (oldest first) and its instances."""
+
+    # A newer store may add fields to the public view; pass them through rather than drop them.
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    state: str
+    attempts: list[AttemptView]
+    instances: list[InstanceView]
+
+
+class RequestList(BaseModel):
+    requests: list[RequestView]
+
+
+class InstanceRow(InstanceView):
+    """An instance in a listing across requests, so it names its request."""
+
+    request_id: str
+
+
+class InstanceList(BaseModel):
+    instances: list[InstanceRow]
+
+
+class EventView(BaseModel):
+    seq: int = Field(description="1, 2, 3, ... within the request; pass the last as ?after=")
+    at: float = Field(description="seconds since the epoch")
+    text: str
+
+
+class EventPage(BaseModel):
+    """The progress lines after ``?after=`` and the request's state now (one poll of --wait)."""
+
+    request_id: str
+    state: str
+    events: list[EventView]
+
+
+class Health(BaseModel):
+    status: str
+    detail: str | None = None
+
+
+class TaskBody(BaseModel):
+    """What ``POST /v1/requests`` accepts as JSON: the task as a mapping, or as YAML/JSON text.
+
+    A raw body with ``Content-Type: application/yaml`` (or ``text/yaml``) is also accepted.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: dict[str, Any] | None = Field(None, description="the task file's content as a mapping")
+    task_yaml: str | None = Field(None, description="the task file's text (YAML or JSON)")

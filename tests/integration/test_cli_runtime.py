@@ -1,0 +1,239 @@
+"""The `corral` runtime commands end to end: the real console script against the real API
+(`corral run api --port 0`, a subprocess) over a real redis-server. No worker runs, so
+requests stay PENDING unless a test cancels them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from corral.services.store import Store
+
+pytestmark = pytest.mark.integration
+
+CORRAL = str(Path(sys.executable).parent / "corral")
+TOKEN = "cli-test-token-9f2e"
+ID = re.compile(r"^r-[0-9a-f]+$")
+TASK = "name: cli-hello\nresources:\n  cloud: local\n  instance_type: cpu-2\nrun: echo hi\n"
+
+
+@dataclass
+class Api:
+    url: str
+    home: Path
+    log: Path
+    redis_url: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This process's environment without any CORRAL_* setting, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env.update(extra)
+    return env
+
+
+def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    return proc.stdout.readline() if ready else ""
+
+
+@pytest.fixture(scope="module")
+def api(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    redis_server.flush()
+    home = tmp_path_factory.mktemp("api-home")
+    log = home / "api.log"
+    env = _env(CORRAL_REDIS_URL=redis_server.url, CORRAL_API_TOKEN=TOKEN, CORRAL_HOME=str(home))
+    with log.open("w") as log_file:
+        proc = subprocess.Popen(
+            [CORRAL, "run", "api", "--port", "0"],
+            stdout=subprocess.PIPE, stderr=log_file, env=env, text=True,
+        )  # fmt: skip
+    try:
+        line = _read_line(proc, 60)
+        match = re.fullmatch(r"api listening on (http://127\.0\.0\.1:\d+)\n", line)
+        assert match, f"unexpected first line {line!r}; log:\n{log.read_text()}"
+        yield Api(match.group(1), home, log, redis_server.url)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def corral(
+    api: Api | None,
+    *args: str,
+    token: str | None = TOKEN,
+    home: Path | None = None,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
+    """Run the console script against ``api`` (address and token from the environment)."""
+    home = home or (api.home if api else None)
+    assert home is not None
+    base: dict[str, str] = {"CORRAL_HOME": str(home)}
+    if api is not None:
+        base["CORRAL_API_URL"] = api.url
+    if token is not None:
+        base["CORRAL_API_TOKEN"] = token
+    return subprocess.run(
+        [CORRAL, *args], capture_output=True, text=True, env=_env(**base, **env),
+        timeout=60,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def task_file(tmp_path: Path) -> Path:
+    path = tmp_path / "task.yaml"
+    path.write_text(TASK)
+    return path
+
+
+def _launch(api: Api, task_file: Path) -> str:
+    result = corral(api, "launch", str(task_file))
+    assert result.returncode == 0, result.stderr
+    request_id = result.stdout.strip()
+    assert ID.match(request_id), result.stdout
+    return request_id
+
+
+def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
+    api: Api, task_file: Path
+) -> None:
+    request_id = _launch(api, task_file)
+    result = corral(api, "status", request_id, "--json")
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)
+    assert view == {"id": request_id, "state": "PENDING", "attempts": [], "instances": []}
+    listing = json.loads(corral(api, "status", "--json").stdout)
+    assert request_id in [v["id"] for v in listing]
+
+
+def test_a_compute_config_path_is_sent_inline(api: Api, tmp_path: Path) -> None:
+    (tmp_path / "cc.yaml").write_text("region: lab-east\nhead_node: {instance_type: cpu-2}\n")
+    task = tmp_path / "task.yaml"
+    task.write_text(TASK + "compute_config: cc.yaml\n")
+    request_id = _launch(api, task)
+    stored = Store(redis.Redis.from_url(api.redis_url), prefix="corral").get_request(request_id)
+    assert stored is not None
+    config = stored.task["compute_config"]
+    assert (config["region"], config["head_node"]["instance_type"]) == ("lab-east", "cpu-2")
+
+
+def test_an_invalid_compute_config_file_is_exit_2_naming_it(api: Api, tmp_path: Path) -> None:
+    (tmp_path / "cc.yaml").write_text("region: lab-east\nhead_nod: {instance_type: cpu-2}\n")
+    task = tmp_path / "task.yaml"
+    task.write_text(TASK + "compute_config: cc.yaml\n")
+    result = corral(api, "launch", str(task))
+    assert result.returncode == 2
+    assert f"{tmp_path / 'cc.yaml'}:2: head_nod: unknown field" in result.stderr
+
+
+def test_an_invalid_file_is_exit_2_naming_file_line_and_field(api: Api, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("resources:\n  cloud: local\n  instanse_type: cpu-2\n")
+    result = corral(api, "launch", str(bad))
+    assert result.returncode == 2
+    assert f"{bad}:3: resources.instanse_type: unknown field" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_an_impossible_task_is_exit_2(api: Api, tmp_path: Path) -> None:
+    task = tmp_path / "big.yaml"
+    task.write_text("resources:\n  cloud: local\n  accelerators: H100:64\nrun: 'true'\n")
+    result = corral(api, "launch", str(task))
+    assert result.returncode == 2, result.stderr
+    assert "impossible" in result.stderr
+
+
+def test_a_wrong_token_is_exit_2_and_never_printed(api: Api, task_file: Path) -> None:
+    result = corral(api, "launch", str(task_file), token="wrong-token-value")
+    assert result.returncode == 2
+    assert "unauthorized" in result.stderr
+    assert "wrong-token-value" not in result.stderr + result.stdout
+    assert TOKEN not in api.log.read_text()
+
+
+def test_wait_times_out_with_exit_3_while_pending(api: Api, task_file: Path) -> None:
+    started = time.monotonic()
+    result = corral(api, "launch", str(task_file), "--wait", "--timeout", "1")
+    assert result.returncode == 3, result.stderr
+    assert time.monotonic() - started >= 1
+    lines = result.stdout.splitlines()
+    assert ID.match(lines[0])
+    assert sum("accepted: cli-hello" in line for line in lines) == 1  # each line once
+    assert "still PENDING" in result.stderr
+
+
+def test_wait_ends_with_exit_1_when_the_request_is_cancelled(api: Api, task_file: Path) -> None:
+    proc = subprocess.Popen(
+        [CORRAL, "launch", str(task_file), "--wait", "--timeout", "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_env(CORRAL_HOME=str(api.home), CORRAL_API_URL=api.url, CORRAL_API_TOKEN=TOKEN),
+    )  # fmt: skip
+    request_id = _read_line(proc, 30).strip()
+    assert ID.match(request_id)
+    cancelled = corral(api, "terminate", request_id)
+    assert cancelled.returncode == 0 and "CANCELLED" in cancelled.stdout
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 1, stderr
+    assert f"request {request_id}: CANCELLED" in stdout
+
+
+def test_unknown_id_is_exit_2(api: Api) -> None:
+    for args in (("status", "r-nope"), ("logs", "r-nope"), ("terminate", "r-nope")):
+        result = corral(api, *args)
+        assert result.returncode == 2, args
+        assert "r-nope" in result.stderr
+
+
+def test_instances_and_logs_of_a_pending_request(api: Api, task_file: Path) -> None:
+    request_id = _launch(api, task_file)
+    rows = json.loads(corral(api, "instances", "--request", request_id, "--json").stdout)
+    assert rows == []
+    logs = corral(api, "logs", request_id, "--json")
+    assert json.loads(logs.stdout) == {"request_id": request_id, "instance": None, "logs": ""}
+
+
+def test_address_and_token_may_come_from_the_home_files(
+    api: Api, task_file: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "api-url").write_text(api.url + "\n")
+    (home / "api-token").write_text(TOKEN + "\n")
+    result = corral(None, "launch", str(task_file), token=None, home=home)
+    assert result.returncode == 0, result.stderr
+    assert ID.match(result.stdout.strip())
+
+
+def test_no_api_configured_is_exit_2(task_file: Path, tmp_path: Path) -> None:
+    result = corral(None, "status", token=None, home=tmp_path)
+    assert result.returncode == 2
+    assert "no Corral API address: run `corral up` or set CORRAL_API_URL" in result.stderr
+
+
+def test_api_down_is_exit_1_in_one_line(task_file: Path, tmp_path: Path) -> None:
+    down = f"http://127.0.0.1:{_free_port()}"
+    result = corral(None, "launch", str(task_file), home=tmp_path, CORRAL_API_URL=down)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "cannot reach the Corral API" in result.stderr
+    assert "Traceback" not in result.stderr
