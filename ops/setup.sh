@@ -16,10 +16,15 @@ echo "setup: installing corral (editable) with its dev tools"
   | grep -v -E '^WARNING: Location|BuildBackendWarning|^\s*$' || true
 .venv/bin/python -c 'import corral.shared, corral.services' >/dev/null
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "setup: redis-server is missing; installing Debian's redis-server"
+# System packages the tests use: redis-server (tests start their own on a free port) and
+# Debian's docker-compose (v1, validates docker-compose.yml offline, without an engine).
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 echo "setup: done ($(.venv/bin/corral --version 2>/dev/null || echo corral), $(redis-server --version | cut -d' ' -f3))"

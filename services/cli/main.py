@@ -17,6 +17,25 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"corral {version('corral')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True, callback=_version
+    ),
+) -> None:
+    """Corral: find compute (GPUs above all) for jobs, services and workspaces, and share it."""
+
+
 # Modules that add commands to ``app`` through their ``register(app)`` function.
 COMMAND_MODULES = (
     "corral.services.cli.validate_cmd",
@@ -24,6 +43,8 @@ COMMAND_MODULES = (
     "corral.services.cli.gpus_cmd",
     "corral.services.cli.config_cmd",
     "corral.services.cli.pools_cmd",
+    "corral.services.cli.runtime_cmd",
+    "corral.services.cli.up_cmd",
 )
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,82 @@
+"""The shared capacity-error memory: scopes that just failed, remembered in Redis with a TTL.
+
+Every worker and every later request skips a scope that is remembered here. Layout: one hash
+``<prefix>:blocks`` whose fields are the block's key (``cloud|region|zone|type|market``, empty
+for a wildcard) and whose values are JSON ``{"until": epoch_s, "reason": text, "outcome": word}``.
+Reads ignore expired entries; beat's expiry task deletes them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from corral.shared.blocking import Block
+
+_FIELDS = ("cloud", "region", "zone", "instance_type", "market")
+
+
+def block_key(block: Block) -> str:
+    return "|".join(getattr(block, f) or "" for f in _FIELDS)
+
+
+def block_from_key(key: str) -> Block:
+    parts = key.split("|")
+    values = dict(zip(_FIELDS, parts, strict=True))
+    return Block(**{k: (v or None) for k, v in values.items()})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class RememberedBlock:
+    block: Block
+    until: float
+    reason: str
+    outcome: str
+
+
+class BlockStore:
+    def __init__(self, client: redis.Redis, prefix: str = "corral") -> None:
+        self.client = client
+        self.key = f"{prefix}:blocks"
+
+    def add(self, block: Block, *, now: float, ttl_s: float, reason: str, outcome: str) -> None:
+        """Remember ``block`` until ``now + ttl_s`` (a later, longer block wins)."""
+        field = block_key(block)
+        value = json.dumps({"until": now + ttl_s, "reason": reason, "outcome": outcome})
+        # Keep the later expiry when two workers block the same scope at once.
+        self.client.eval(_ADD_LUA, 1, self.key, field, value, now + ttl_s)
+
+    def active(self, now: float) -> list[RememberedBlock]:
+        out: list[RememberedBlock] = []
+        for field, raw in self.client.hgetall(self.key).items():
+            data: dict[str, Any] = json.loads(raw)
+            if data["until"] > now:
+                key = field.decode() if isinstance(field, bytes) else field
+                out.append(RememberedBlock(block_from_key(key), data["until"], data["reason"],
+                                           data.get("outcome", "error")))
+        return out
+
+    def expire(self, now: float) -> int:
+        """Delete expired entries; returns how many."""
+        gone = 0
+        for field, raw in self.client.hgetall(self.key).items():
+            if json.loads(raw)["until"] <= now:
+                gone += int(self.client.hdel(self.key, field))
+        return gone
+
+    def clear(self) -> None:
+        self.client.delete(self.key)
+
+
+_ADD_LUA = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old then
+  local until_old = tonumber(cjson.decode(old)['until'])
+  if until_old >= tonumber(ARGV[3]) then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""

@@ -1,0 +1,158 @@
+"""``corral up`` and the process commands it starts: ``corral run worker|beat|flower``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from corral.services import dispatch
+from corral.services.cli.output import EXIT_INPUT, out
+from corral.services.settings import Settings, get_settings, reset_settings
+from corral.services.supervisor import Supervisor, free_port, secret_file
+
+CELERY_APP = "corral.workers.app"
+
+
+def _exec_celery(args: list[str]) -> None:
+    """Replace this process with a Celery command (services never import worker code)."""
+    argv = [sys.executable, "-m", "celery", "-A", CELERY_APP, *args]
+    sys.stdout.flush()
+    os.execv(sys.executable, argv)
+
+
+def worker(
+    role: Annotated[str, typer.Option(help="schedule | provision | autoscale")],
+    concurrency: Annotated[int, typer.Option(help="processes in this worker's pool")] = 0,
+    name: Annotated[str, typer.Option(help="node name (default ROLE-PID@host)")] = "",
+) -> None:
+    """Run one worker of a role (add more processes to scale that role out)."""
+    queues = dispatch.role_queues()
+    if role not in queues:
+        out.print(f"unknown role {role!r}: expected one of {', '.join(queues)}")
+        raise typer.Exit(EXIT_INPUT)
+    settings = get_settings()
+    _exec_celery(["worker", "-Q", ",".join(queues[role]), "-n", name or f"{role}-{os.getpid()}@%h",
+                  "--pool", "prefork", "-c", str(concurrency or settings.worker_concurrency),
+                  "-E", "--without-gossip", "--without-mingle", "--loglevel", "INFO"])
+
+
+def beat() -> None:
+    """Run beat (redbeat: a Redis lock keeps a second beat on standby)."""
+    _exec_celery(["beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", "INFO"])
+
+
+def flower(port: Annotated[int, typer.Option(help="0: a free port")] = 0) -> None:
+    """Run Flower (credentials from FLOWER_BASIC_AUTH, set by `corral up`)."""
+    _exec_celery(["flower", "--address=127.0.0.1", f"--port={port or free_port()}"])
+
+
+def _stop_local_instances(settings: Settings) -> int:
+    """Kill the local cloud's agents as a power cut would: the next `corral up` on this home
+    finds them lost and relaunches their requests."""
+    if not settings.redis_url:
+        return 0
+    from corral.services.providers.local.provider import LocalProvider
+    from corral.services.runtime.deps import Deps
+
+    provider = Deps(settings).provider("local")
+    assert isinstance(provider, LocalProvider)
+    killed = 0
+    for inst in provider.describe():
+        if inst.pid and inst.state in ("pending", "running") and provider.pid_belongs_to(
+                inst.pid, inst.provider_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(inst.pid, signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def up(
+    local_cloud: Annotated[Path | None, typer.Option(help="local cloud file (YAML)")] = None,
+    redis_url: Annotated[str | None, typer.Option(help="use this Redis instead of starting one")] = None,
+    api_port: Annotated[int, typer.Option(help="0: a free port")] = 0,
+    flower_port: Annotated[int, typer.Option(help="0: a free port")] = 0,
+) -> None:
+    """Bring Corral up in the foreground: Redis, API, three workers, beat, Flower."""
+    base = get_settings()
+    updates: dict[str, object] = {}
+    if local_cloud is not None:
+        from corral.shared.config.localcloud import load_local_cloud
+
+        load_local_cloud(local_cloud)  # a bad file is exit 2 before anything starts
+        updates["local_cloud_file"] = local_cloud.resolve()
+    if redis_url:
+        updates["redis_url"] = redis_url
+    settings = base.model_copy(update=updates)
+    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.logs.mkdir(parents=True, exist_ok=True)
+    sup = Supervisor(settings, api_port=api_port or settings.api_port or free_port(),
+                     flower_port=flower_port or settings.flower_port or free_port(),
+                     say=lambda m: out.print(f"[up] {m}", markup=False))
+
+    stop_requested = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+        sup.stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        if not settings.redis_url:
+            settings = settings.model_copy(update={"redis_url": sup.start_redis()})
+            sup.settings = settings
+        token_path = settings.file("api-token")
+        token = settings.api_token.get_secret_value() if settings.api_token else secret_file(token_path)
+        flower_path = settings.file("flower-password")
+        flower_pw = (settings.flower_password.get_secret_value() if settings.flower_password
+                     else secret_file(flower_path))
+        api_url = f"http://127.0.0.1:{sup.api_port}"
+        settings.file("api-url").write_text(api_url + "\n")
+        settings.file("redis-url").write_text(f"{settings.redis_url}\n")
+        sup.plan_children(token, flower_pw)
+        sup.start_all()
+        _say_addresses(settings, sup, api_url, token_path if not settings.api_token else None,
+                       flower_path if not settings.flower_password else None)
+        if not stop_requested:
+            sup.supervise()
+    finally:
+        out.print("[up] stopping ...")
+        sup.stop(lambda: _stop_local_instances(settings))
+        out.print("[up] stopped")
+
+
+def _say_addresses(settings: Settings, sup: Supervisor, api_url: str, token_path: Path | None,
+                   flower_path: Path | None) -> None:
+    from corral.services.supervisor import wait_port
+
+    ready = wait_port(sup.api_port, 30)
+    out.print(f"[up] redis   {settings.redis_url}", markup=False)
+    out.print(f"[up] api     {api_url}{'' if ready else ' (still starting)'}", markup=False)
+    out.print(f"[up] flower  http://127.0.0.1:{sup.flower_port}  (user {settings.flower_user}"
+              + (f", password in {flower_path})" if flower_path else ", password from CORRAL_FLOWER_PASSWORD)"),
+              markup=False)
+    if token_path:
+        out.print(f"[up] API token in {token_path} (mode 0600)", markup=False)
+    out.print(f"[up] local cloud {settings.local_cloud_file}", markup=False)
+    out.print(f"[up] logs in {settings.logs}; Ctrl-C stops everything", markup=False)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    time.sleep(0)
+
+
+def register(app: typer.Typer) -> None:
+    from corral.services.cli.runtime_cmd import run_app
+
+    run_app.command("worker")(worker)
+    run_app.command("beat")(beat)
+    run_app.command("flower")(flower)
+    app.command("up")(up)
+    reset_settings()

@@ -1,0 +1,107 @@
+"""Publishes work to the workers by task name: the API and CLI load no task code.
+
+The task names and their queues are the contract between services/ and workers/; they are
+written here once, and workers/app.py registers its tasks under exactly these names.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from celery import Celery
+
+from corral.services.settings import Settings, get_settings
+
+# Task names (the workers register these) -> the queue each one goes to.
+ADMIT = "corral.schedule.admit"  # plan a request's chain and start its first attempt
+ATTEMPT = "corral.provision.attempt"  # one attempt: launch in one zone (queue per cloud)
+TERMINATE = "corral.provision.terminate"  # terminate a request's or one instance's machines
+RECONCILE = "corral.provision.reconcile"  # beat: store vs providers, lost and stray instances
+AUTOSCALE_TICK = "corral.autoscale.tick"  # beat: the autoscaler's periodic decision
+
+SCHEDULE_QUEUE = "schedule"
+PROVISION_QUEUE = "provision"
+AUTOSCALE_QUEUE = "autoscale"
+CLOUDS_WITH_QUEUES = ("local", "aws", "gcp")
+
+
+def provision_queue(cloud: str | None = None) -> str:
+    """``provision.<cloud>`` for a launch on that cloud, ``provision`` for the rest."""
+    return f"{PROVISION_QUEUE}.{cloud}" if cloud in CLOUDS_WITH_QUEUES else PROVISION_QUEUE
+
+
+def role_queues() -> dict[str, tuple[str, ...]]:
+    """The queues each worker role consumes."""
+    return {
+        "schedule": (SCHEDULE_QUEUE,),
+        "provision": (*(provision_queue(c) for c in CLOUDS_WITH_QUEUES), PROVISION_QUEUE),
+        "autoscale": (AUTOSCALE_QUEUE,),
+    }
+
+
+def broker_transport_options(settings: Settings) -> dict[str, Any]:
+    timers = settings.timers
+    return {
+        "visibility_timeout": int(timers.visibility_timeout_s),
+        "unacked_restore_interval": max(1, int(timers.unacked_restore_interval_s)),
+        "unacked_restore_throttle": 1,
+        "socket_timeout": 30,
+        "health_check_interval": 10,
+    }
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings both sides share (the producer needs the same broker options)."""
+    if not settings.redis_url:
+        raise RuntimeError("CORRAL_REDIS_URL is not set (start the system with `corral up`)")
+    transport = broker_transport_options(settings)
+    return {
+        "broker_url": settings.redis_url,
+        "broker_transport_options": transport,
+        "broker_connection_retry_on_startup": True,
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "task_default_queue": PROVISION_QUEUE,
+        "task_create_missing_queues": True,
+        # At-least-once: ack after the task ran; a killed worker's task is re-queued.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        # Flower: events on, so all three roles and their tasks show up.
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "worker_hijack_root_logger": False,
+        "visibility_timeout": transport["visibility_timeout"],
+    }
+
+
+@lru_cache(maxsize=4)
+def _producer(redis_url: str, prefix: str) -> Celery:
+    settings = get_settings()
+    app = Celery("corral-dispatch", set_as_current=False)
+    app.conf.update(celery_config(settings.model_copy(update={"redis_url": redis_url, "prefix": prefix})))
+    return app
+
+
+def send(name: str, args: list[Any] | tuple[Any, ...] = (), *, queue: str,
+         countdown: float | None = None, settings: Settings | None = None) -> str:
+    """Publish task ``name`` with JSON ``args`` to ``queue``; returns the Celery task id."""
+    settings = settings or get_settings()
+    if not settings.redis_url:
+        raise RuntimeError("CORRAL_REDIS_URL is not set (start the system with `corral up`)")
+    app = _producer(settings.redis_url, settings.prefix)
+    result = app.send_task(name, args=list(args), queue=queue, countdown=countdown)
+    return str(result.id)
+
+
+def admit(request_id: str, settings: Settings | None = None) -> str:
+    return send(ADMIT, [request_id], queue=SCHEDULE_QUEUE, settings=settings)
+
+
+def terminate(request_id: str, instance_id: str | None = None, reason: str = "user",
+              settings: Settings | None = None) -> str:
+    return send(TERMINATE, [request_id, instance_id, reason], queue=PROVISION_QUEUE,
+                settings=settings)

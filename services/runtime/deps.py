@@ -1,0 +1,99 @@
+"""What a runtime step needs, built once per process from the settings."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import redis
+
+from corral.services.blocks import BlockStore
+from corral.services.providers.base import Provider
+from corral.services.settings import Settings, get_settings
+from corral.services.store import Store
+
+
+@dataclass
+class Deps:
+    settings: Settings
+    clock: Callable[[], float] = time.time
+    _providers: dict[str, Provider] = field(default_factory=dict)
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        if not self.settings.redis_url:
+            raise RuntimeError("CORRAL_REDIS_URL is not set")
+        return redis.Redis.from_url(self.settings.redis_url)
+
+    @cached_property
+    def store(self) -> Store:
+        return Store(self.redis, prefix=self.settings.prefix)
+
+    @cached_property
+    def blocks(self) -> BlockStore:
+        return BlockStore(self.redis, prefix=self.settings.prefix)
+
+    @cached_property
+    def local_cloud(self) -> Any:
+        from corral.shared.config.localcloud import load_local_cloud
+
+        return load_local_cloud(self.settings.local_cloud_file)
+
+    def provider(self, cloud: str) -> Provider:
+        """The provider for ``cloud``, built on first use (SDKs load lazily)."""
+        if cloud not in self._providers:
+            self._providers[cloud] = _build_provider(cloud, self)
+        return self._providers[cloud]
+
+    def launchable_clouds(self) -> tuple[str, ...]:
+        """Clouds with a provider here and credentials for it."""
+        clouds = []
+        for cloud in ("local", "aws", "gcp"):
+            try:
+                if self.provider(cloud).has_credentials():
+                    clouds.append(cloud)
+            except ProviderUnavailable:
+                continue
+        return tuple(clouds)
+
+    def now(self) -> float:
+        return self.clock()
+
+
+class ProviderUnavailable(LookupError):
+    """Corral has no provider for this cloud in this installation."""
+
+
+def _build_provider(cloud: str, deps: Deps) -> Provider:
+    if cloud == "local":
+        from corral.services.providers.local.provider import LocalProvider
+
+        settings = deps.settings
+        return LocalProvider(
+            deps.local_cloud,
+            settings.redis_url or "",
+            prefix=settings.prefix,
+            log_dir=settings.logs,
+            heartbeat_timeout_s=settings.timers.heartbeat_timeout_s,
+        )
+    raise ProviderUnavailable(f"no provider for cloud {cloud!r} yet")
+
+
+def new_id(kind: str) -> str:
+    """A short unique id such as ``r-3f9a1c2b7d``."""
+    return f"{kind}-{secrets.token_hex(5)}"
+
+
+_DEPS: Deps | None = None
+
+
+def deps() -> Deps:
+    """This process's dependencies (a worker builds them once)."""
+    global _DEPS
+    if _DEPS is None:
+        _DEPS = Deps(get_settings())
+    return _DEPS

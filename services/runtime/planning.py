@@ -1,0 +1,38 @@
+"""Plans for launches: the planner over the catalog, the local cloud and remembered blocks."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from corral.services.runtime.deps import Deps
+from corral.shared.blocking import Block
+from corral.shared.catalog import Catalog, load_catalog
+from corral.shared.config.task import Task
+from corral.shared.planner import Plan, plan
+
+
+@lru_cache(maxsize=4)
+def catalog_with_local(local_cloud_file: str, mtime_ns: int) -> Catalog:
+    """The shipped catalog plus the local cloud's offerings (re-read when its file changes)."""
+    from corral.shared.config.localcloud import load_local_cloud
+
+    local = load_local_cloud(local_cloud_file)
+    return load_catalog().with_offerings(local.offerings())
+
+
+def catalog_for(deps: Deps) -> Catalog:
+    path = Path(deps.settings.local_cloud_file)
+    return catalog_with_local(str(path), path.stat().st_mtime_ns)
+
+
+def plan_launch(deps: Deps, task: Task, *, extra_blocks: tuple[Block, ...] = ()) -> Plan:
+    """The failover chain for ``task`` over the clouds that can launch here, minus every scope
+    remembered as blocked."""
+    blocked = tuple(b.block for b in deps.blocks.active(deps.now())) + extra_blocks
+    return plan(task, catalog_for(deps), blocked=blocked, clouds=deps.launchable_clouds())
+
+
+def plan_unblocked(deps: Deps, task: Task) -> Plan:
+    """The chain ignoring remembered blocks: is this task possible at all?"""
+    return plan(task, catalog_for(deps), clouds=deps.launchable_clouds())

@@ -1,0 +1,225 @@
+"""Reconcile (beat): compare what the store believes with what the providers report.
+
+- an instance whose machine is gone or silent is LOST, and its request is relaunched through
+  its chain (up to ``relaunch_limit`` times; the zone is remembered as unreliable);
+- an instance whose job finished is TERMINATED, and a job whose nodes all finished ends
+  SUCCEEDED or FAILED by its exit code;
+- a machine tagged by Corral that no live request owns is terminated (a stray);
+- a request stuck PENDING or PROVISIONING with no progress is handed to its step again.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from corral.services import dispatch
+from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST, ProviderInstance
+from corral.services.runtime import provisioning
+from corral.services.runtime.deps import Deps
+from corral.services.runtime.planning import plan_launch
+from corral.shared.blocking import Block
+from corral.shared.config.task import Task
+from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
+from corral.shared.records import Instance, LaunchRequest
+
+log = logging.getLogger("corral.reconcile")
+
+LIVE = (InstanceState.REQUESTED, InstanceState.RUNNING, InstanceState.TERMINATING)
+
+
+def reconcile(deps: Deps) -> dict[str, int]:
+    """One pass; returns counts of what it did (for logs and tests)."""
+    owner = uuid.uuid4().hex
+    ttl_s = max(30.0, deps.settings.timers.reconcile_interval_s * 4)
+    if not deps.store.claim("reconcile", owner, ttl_s):
+        return {"skipped": 1}
+    try:
+        counts: dict[str, int] = defaultdict(int)
+        now = deps.now()
+        counts["blocks_expired"] = deps.blocks.expire(now)
+        by_cloud = _observed(deps)
+        _check_instances(deps, by_cloud, counts)
+        _clean_strays(deps, by_cloud, counts)
+        _unstick(deps, counts)
+        return dict(counts)
+    finally:
+        deps.store.release("reconcile", owner)
+
+
+def _observed(deps: Deps) -> dict[str, dict[str, ProviderInstance]]:
+    out: dict[str, dict[str, ProviderInstance]] = {}
+    for cloud in deps.launchable_clouds():
+        out[cloud] = {p.provider_id: p for p in deps.provider(cloud).describe()}
+    return out
+
+
+def _check_instances(deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]],
+                     counts: dict[str, int]) -> None:
+    for inst in deps.store.list_instances(states=set(LIVE)):
+        seen = by_cloud.get(inst.cloud)
+        if seen is None:
+            continue  # no provider to ask in this process
+        pi = seen.get(inst.provider_id or "")
+        if inst.state == InstanceState.TERMINATING:
+            if pi is None or pi.state in ("terminated", "lost"):
+                _move(deps, inst, InstanceState.TERMINATED, "the provider no longer runs it")
+            continue
+        if pi is None or pi.state == "lost":
+            counts["lost"] += 1
+            _lost(deps, inst, "its process is gone" if pi is None else "its heartbeats stopped")
+        elif pi.state == "terminated":
+            counts["exited"] += 1
+            _exited(deps, inst, pi.exit_code)
+
+
+def _move(deps: Deps, inst: Instance, to: InstanceState, reason: str,
+          exit_code: int | None = None) -> Instance | None:
+    now = deps.now()
+
+    def move(i: Instance) -> bool:
+        if i.state == to or i.state not in LIVE:
+            return False
+        i.move(to, now, reason)
+        if exit_code is not None:
+            i.exit_code = exit_code
+        return True
+
+    return deps.store.update_instance(inst.id, move)
+
+
+def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
+    req = deps.store.get_request(inst.request_id)
+    is_job = bool(req and req.task.get("run"))
+    if not is_job:
+        _lost(deps, inst, f"its service exited (code {exit_code})")
+        return
+    _move(deps, inst, InstanceState.TERMINATED, f"its job exited with code {exit_code}",
+          exit_code=exit_code)
+    assert req is not None
+    nodes = [deps.store.get_instance(i) for i in req.instance_ids]
+    current = [n for n in nodes if n is not None and n.id.rsplit("-n", 1)[0] == inst.id.rsplit("-n", 1)[0]]
+    if any(n.state in LIVE and n.id != inst.id for n in current):
+        return  # other nodes still run their part
+    codes = [n.exit_code for n in current if n.exit_code is not None]
+    failed = next((c for c in codes if c != 0), None)
+    now = deps.now()
+    target = RequestState.SUCCEEDED if failed is None else RequestState.FAILED
+    why = "the job's run exited 0" if failed is None else f"the job's run exited {failed}"
+
+    def finish(r: LaunchRequest) -> bool:
+        if r.state != RequestState.RUNNING:
+            return False
+        r.exit_code = failed if failed is not None else 0
+        if failed is not None:
+            r.error = why
+        r.move(target, now, why)
+        return True
+
+    updated = deps.store.update_request(req.id, finish)
+    if updated is not None and updated.state == target:
+        deps.store.append_event(req.id, f"state: {target} ({why})", now)
+        provisioning.terminate(deps, req.id, None, "the job ended")
+
+
+def _lost(deps: Deps, inst: Instance, why: str) -> None:
+    """Mark ``inst`` LOST, remember its zone as unreliable, relaunch its request."""
+    if _move(deps, inst, InstanceState.LOST, why) is None:
+        return
+    now = deps.now()
+    timers = deps.settings.timers
+    block = Block(cloud=inst.cloud, region=inst.region, zone=inst.zone,
+                  instance_type=inst.instance_type, market=inst.market)
+    deps.blocks.add(block, now=now, ttl_s=timers.blocked_ttl_s, reason=f"{inst.id} lost: {why}",
+                    outcome="lost")
+    req = deps.store.get_request(inst.request_id)
+    if req is None or req.state != RequestState.RUNNING:
+        return
+    deps.store.append_event(req.id, f"instance {inst.id} LOST ({why})", now)
+    provisioning.terminate(deps, req.id, None, f"{inst.id} was lost")
+    relaunch(deps, req.id, f"instance {inst.id} lost: {why}")
+
+
+def relaunch(deps: Deps, request_id: str, why: str) -> str:
+    """Send a RUNNING request back through its chain (re-planned around what just failed)."""
+    req = deps.store.get_request(request_id)
+    if req is None:
+        return "missing"
+    now = deps.now()
+    limit = deps.settings.timers.relaunch_limit
+    task = Task.model_validate(req.task)
+    chain = [c.to_dict() for c in plan_launch(deps, task).candidates]
+
+    def back(r: LaunchRequest) -> bool:
+        if r.state != RequestState.RUNNING:
+            return False  # ended or already relaunching
+        if r.relaunches >= limit or not chain:
+            r.error = f"{why}; " + ("relaunch limit reached" if chain else "no candidate left")
+            r.move(RequestState.FAILED, now, r.error)
+            return True
+        r.relaunches += 1
+        r.chain, r.next_step = chain, 0
+        r.move(RequestState.PROVISIONING, now, f"relaunch {r.relaunches}: {why}")
+        return True
+
+    updated = deps.store.update_request(request_id, back)
+    if updated is None:
+        return "missing"
+    if updated.state == RequestState.PROVISIONING:
+        deps.store.append_event(request_id, f"state: PROVISIONING (relaunch {updated.relaunches}: {why})", now)
+        provisioning.dispatch_step(deps, updated)
+        return "relaunched"
+    if updated.state == RequestState.FAILED:
+        deps.store.append_event(request_id, f"state: FAILED ({updated.error})", now)
+    return str(updated.state)
+
+
+def _clean_strays(deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]],
+                  counts: dict[str, int]) -> None:
+    known = {i.provider_id for i in deps.store.list_instances() if i.provider_id}
+    for cloud, seen in by_cloud.items():
+        strays = [p for p in seen.values() if p.provider_id not in known
+                  and p.state in ("pending", "running") and _is_stray(deps, p)]
+        if strays:
+            counts["strays"] += len(strays)
+            log.warning("terminating %d stray instance(s) on %s: %s", len(strays), cloud,
+                        ", ".join(p.provider_id for p in strays))
+            deps.provider(cloud).terminate([p.provider_id for p in strays])
+
+
+def _is_stray(deps: Deps, pi: ProviderInstance) -> bool:
+    """Tagged by Corral, and no request is (or could still be) recording it."""
+    attempt_id = pi.tags.get(TAG_ATTEMPT)
+    request_id = pi.tags.get(TAG_REQUEST)
+    if not attempt_id or not request_id:
+        return False  # not ours
+    if deps.store.is_claimed(f"attempt:{attempt_id}"):
+        return False  # its attempt is still running
+    req = deps.store.get_request(request_id)
+    if req is None or req.state in TERMINAL_REQUEST_STATES:
+        return True
+    this = next((a for a in req.attempts if a.attempt_id == attempt_id), None)
+    return this is None or this.outcome not in (None, "ok")
+
+
+def _unstick(deps: Deps, counts: dict[str, int]) -> None:
+    """Hand requests that made no progress for a while to their step again (a lost message)."""
+    now = deps.now()
+    patience_s = deps.settings.timers.attempt_deadline_s + 30
+    for state in (RequestState.PENDING, RequestState.PROVISIONING):
+        for req in deps.store.list_requests(state=state, limit=1000):
+            if now - req.updated_at < patience_s:
+                continue
+            counts["unstuck"] += 1
+            if state == RequestState.PENDING:
+                dispatch.admit(req.id, settings=deps.settings)
+            else:
+                provisioning.dispatch_step(deps, req)
+
+
+def handle_events(deps: Deps, events: list[dict[str, Any]]) -> None:
+    """Agent exit events arrive faster than the next pass; they are only a prompt to look."""
+    if events:
+        reconcile(deps)

@@ -1,0 +1,117 @@
+"""Launch requests from the user's side: submit, cancel/terminate, view, logs.
+
+The API calls these; so could any other front end. Work is handed to the workers by task name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.services import dispatch
+from corral.services.runtime.deps import Deps, new_id
+from corral.services.runtime.planning import plan_unblocked
+from corral.shared.config.task import Task
+from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
+from corral.shared.records import LaunchRequest
+
+
+class RequestNotFound(LookupError):
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f"no launch request {request_id!r}")
+        self.request_id = request_id
+
+
+class Impossible(ValueError):
+    """Nothing could ever be planned for this task here (not a passing shortage)."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        super().__init__("; ".join(reasons) or "no candidate can be planned")
+        self.reasons = reasons
+
+
+def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRequest:
+    """Accept a launch request: refuse the impossible, store it PENDING, hand it to scheduling."""
+    planned = plan_unblocked(deps, task)
+    if not planned.candidates:
+        raise Impossible(planned.reasons or ["no launchable candidate for these resources"])
+    now = deps.now()
+    req = LaunchRequest(
+        id=request_id or new_id("r"),
+        task=task.model_dump(mode="json", exclude_none=True, by_alias=True),
+        state=RequestState.PENDING,
+        created_at=now,
+        updated_at=now,
+        labels=dict(task.labels),
+        priority=task.priority,
+    )
+    req.history.append(_first_transition(now))
+    if deps.store.create_request(req):
+        deps.store.append_event(req.id, f"accepted: {task.name or 'unnamed task'}", now)
+    stored = deps.store.get_request(req.id)
+    assert stored is not None
+    dispatch.admit(stored.id, settings=deps.settings)
+    return stored
+
+
+def _first_transition(now: float) -> Any:
+    from corral.shared.records import Transition
+
+    return Transition(from_state=None, to_state=RequestState.PENDING, at=now, reason="submitted")
+
+
+def cancel(deps: Deps, request_id: str, *, instance_id: str | None = None) -> LaunchRequest:
+    """Stop a request: before it runs it is CANCELLED; a running one has its instances
+    terminated (the provisioning worker marks it TERMINATED). Finished ones stay as they are."""
+    req = deps.store.get_request(request_id)
+    if req is None:
+        raise RequestNotFound(request_id)
+    if instance_id is not None:
+        dispatch.terminate(request_id, instance_id, "terminated by the user", settings=deps.settings)
+        return req
+    now = deps.now()
+
+    def to_cancelled(r: LaunchRequest) -> bool:
+        if r.state in (RequestState.PENDING, RequestState.PROVISIONING, RequestState.PREEMPTED):
+            r.move(RequestState.CANCELLED, now, "cancelled by the user")
+            return True
+        return False
+
+    updated = deps.store.update_request(request_id, to_cancelled)
+    assert updated is not None
+    if updated.state == RequestState.CANCELLED and req.state != RequestState.CANCELLED:
+        deps.store.append_event(request_id, "state: CANCELLED (cancelled by the user)", now)
+    if updated.state not in TERMINAL_REQUEST_STATES or updated.state == RequestState.CANCELLED:
+        # Running: terminate its machines. Cancelled: a launch may be in flight; terminating
+        # by request finds whatever it created, so nothing leaks.
+        dispatch.terminate(request_id, None, "terminated by the user", settings=deps.settings)
+    return updated
+
+
+def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
+    req = deps.store.get_request(request_id)
+    if req is None:
+        return None
+    instances = deps.store.list_instances(request_id=request_id)
+    return req.to_public(instances)
+
+
+def read_logs(deps: Deps, request_id: str, *, instance_id: str | None = None,
+              tail_bytes: int = 256_000) -> str:
+    """The output of the request's instances (local cloud: the agents' log files)."""
+    if deps.store.get_request(request_id) is None:
+        raise RequestNotFound(request_id)
+    parts: list[str] = []
+    for inst in deps.store.list_instances(request_id=request_id):
+        if instance_id and inst.id != instance_id:
+            continue
+        if not inst.provider_id:
+            continue
+        path = deps.settings.logs / f"{inst.provider_id}.log"
+        if not path.exists():
+            continue
+        with path.open("rb") as fh:
+            size = path.stat().st_size
+            fh.seek(max(0, size - tail_bytes))
+            text = fh.read().decode("utf-8", errors="replace")
+        parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
+    return "\n".join(parts)

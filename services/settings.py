@@ -1,0 +1,92 @@
+"""The one settings tree. Nothing else in Corral reads the environment.
+
+Every value can be set as ``CORRAL_<NAME>`` (nested timers as ``CORRAL_TIMERS__<NAME>``), so
+tests and deployments shorten or lengthen any timer without code changes.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PACKAGED_LOCAL_CLOUD = Path(__file__).resolve().parent / "providers" / "local" / "example-cloud.yaml"
+
+
+class Timers(BaseModel):
+    """Every interval and threshold of the runtime, in seconds."""
+
+    heartbeat_s: float = 1.0  # how often a local instance's agent reports in
+    heartbeat_timeout_s: float = 10.0  # no heartbeat for this long: the instance is LOST
+    reconcile_interval_s: float = 2.0  # beat: compare the store with what providers report
+    attempt_deadline_s: float = 60.0  # one provisioning attempt; past it the region is unhealthy
+    throttle_backoff_s: float = 0.5  # first wait before retrying a throttled zone (doubles)
+    throttle_retries: int = 3  # retries in place before a throttled zone counts as failed
+    blocked_ttl_s: float = 180.0  # how long a sold-out scope is remembered
+    relaunch_limit: int = 3  # relaunches of a request whose instance was lost
+    terminate_grace_s: float = 5.0  # SIGTERM, then SIGKILL after this
+    # The Redis broker re-queues a task not acknowledged within this time. It must be longer than
+    # any task runs (attempts are cut at attempt_deadline_s), or a running task is delivered twice.
+    visibility_timeout_s: float = 300.0
+    # How often a worker sweeps the broker for unacknowledged tasks of dead workers (kombu's
+    # default of 10 s x throttle 10 makes recovery take about 100 s).
+    unacked_restore_interval_s: float = 5.0
+    beat_lock_timeout_s: float = 10.0  # a standby beat takes over this long after the leader dies
+    beat_max_loop_interval_s: float = 2.0
+    supervise_interval_s: float = 1.0  # `corral up` checks its processes this often
+    restart_backoff_s: float = 1.0  # `corral up` waits this long before restarting a process
+
+
+class Settings(BaseSettings):
+    """Corral's configuration: environment (CORRAL_*) over defaults."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CORRAL_", env_nested_delimiter="__", extra="ignore", case_sensitive=False
+    )
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".corral")
+    redis_url: str | None = None  # None: `corral up` starts its own redis-server
+    prefix: str = "corral"  # every Redis key Corral writes starts with "<prefix>:"
+    api_url: str | None = None  # None: read from <home>/api-url written by `corral up`
+    api_token: SecretStr | None = None  # None: read from <home>/api-token (mode 0600)
+    api_host: str = "127.0.0.1"
+    api_port: int = 0  # 0: a free port
+    flower_port: int = 0
+    flower_user: str = "corral"
+    flower_password: SecretStr | None = None  # None: read from <home>/flower-password
+    local_cloud_file: Path = PACKAGED_LOCAL_CLOUD
+    log_dir: Path | None = None  # None: <home>/logs
+    worker_concurrency: int = 2
+    timers: Timers = Field(default_factory=Timers)
+
+    @property
+    def logs(self) -> Path:
+        return self.log_dir or self.home / "logs"
+
+    def file(self, name: str) -> Path:
+        return self.home / name
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def reset_settings() -> None:
+    """Forget the cached settings (tests change the environment between cases)."""
+    get_settings.cache_clear()
+
+
+def child_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment for a process Corral starts: ours plus the settings that matter."""
+    env = dict(os.environ)
+    env["CORRAL_HOME"] = str(settings.home)
+    env["CORRAL_PREFIX"] = settings.prefix
+    env["CORRAL_LOCAL_CLOUD_FILE"] = str(settings.local_cloud_file)
+    if settings.redis_url:
+        env["CORRAL_REDIS_URL"] = settings.redis_url
+    env.update(extra)
+    return env

@@ -1,0 +1,174 @@
+"""``corral up``: start Redis (when none is given), the API, one worker per role, beat and
+Flower on 127.0.0.1; restart any that dies; stop everything on Ctrl-C or SIGTERM.
+
+Secrets (the API token, Flower's password) live in files under CORRAL_HOME with mode 0600;
+their paths are printed, never their contents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from corral.services.settings import Settings, child_env
+
+log = logging.getLogger("corral.up")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def secret_file(path: Path) -> str:
+    """Read the secret in ``path``, creating it (mode 0600) when missing."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+    return value
+
+
+def wait_port(port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        # Whatever the process left in its group (e.g. prefork children) goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self._log:
+            self._log.close()
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, *, api_port: int, flower_port: int,
+                 say: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.api_port = api_port
+        self.flower_port = flower_port
+        self.say = say
+        self.children: list[Child] = []
+        self.redis: Child | None = None
+        self.stopping = False
+
+    # -- start ---------------------------------------------------------------------------------
+    def start_redis(self) -> str:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed (run ops/setup.sh, or pass --redis-url)")
+        data = self.settings.home / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+                "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+                "--maxmemory-policy", "noeviction", "--protected-mode", "yes"]
+        self.redis = Child("redis", argv, dict(os.environ), self.settings.logs / "redis.log")
+        self.redis.start()
+        if not wait_port(port, 15):
+            raise RuntimeError(f"redis-server did not start; see {self.redis.log_path}")
+        return f"redis://127.0.0.1:{port}/0"
+
+    def plan_children(self, api_token: str, flower_password: str) -> None:
+        s = self.settings
+        env = child_env(s)
+        env["CORRAL_API_TOKEN"] = api_token
+        corral = [sys.executable, "-m", "corral.services.cli.main"]
+        logs = s.logs
+        self.children = [
+            Child("api", [*corral, "run", "api", "--host", "127.0.0.1", "--port", str(self.api_port)],
+                  env, logs / "api.log"),
+            *(Child(f"worker-{role}", [*corral, "run", "worker", "--role", role], env,
+                    logs / f"worker-{role}.log") for role in ("schedule", "provision", "autoscale")),
+            Child("beat", [*corral, "run", "beat"], env, logs / "beat.log"),
+            Child("flower", [*corral, "run", "flower", "--port", str(self.flower_port)],
+                  {**env, "FLOWER_BASIC_AUTH": f"{s.flower_user}:{flower_password}"},
+                  logs / "flower.log"),
+        ]
+
+    def start_all(self) -> None:
+        for child in self.children:
+            child.start()
+
+    # -- supervise -----------------------------------------------------------------------------
+    def supervise(self) -> None:
+        timers = self.settings.timers
+        while not self.stopping:
+            time.sleep(timers.supervise_interval_s)
+            if self.stopping:
+                break
+            for child in [*([self.redis] if self.redis else []), *self.children]:
+                if child.alive() or self.stopping:
+                    continue
+                code = child.proc.returncode if child.proc else None
+                child.restarts += 1
+                self.say(f"{child.name} exited (code {code}); restarting it "
+                         f"(restart {child.restarts}, log {child.log_path})")
+                time.sleep(timers.restart_backoff_s)
+                if not self.stopping:
+                    child.start()
+
+    # -- stop ----------------------------------------------------------------------------------
+    def stop(self, stop_instances: Callable[[], int]) -> None:
+        self.stopping = True
+        grace = self.settings.timers.terminate_grace_s
+        for child in reversed(self.children):
+            child.stop(grace)
+        try:
+            n = stop_instances()
+            if n:
+                self.say(f"stopped {n} local instance(s)")
+        except Exception as exc:  # keep stopping the rest whatever happens
+            self.say(f"could not stop every local instance: {exc}")
+        if self.redis is not None:
+            self.redis.stop(grace)

@@ -1,0 +1,209 @@
+"""A real Corral installation for integration tests: the API, worker processes per role and
+beat, started with the `corral` console script against the test's own redis-server."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CORRAL = str(Path(sys.executable).parent / "corral")
+
+FAST_TIMERS = {
+    "HEARTBEAT_S": "0.2",
+    "HEARTBEAT_TIMEOUT_S": "3",
+    "RECONCILE_INTERVAL_S": "0.5",
+    "ATTEMPT_DEADLINE_S": "15",
+    "THROTTLE_BACKOFF_S": "0.1",
+    "VISIBILITY_TIMEOUT_S": "20",
+    "UNACKED_RESTORE_INTERVAL_S": "1",
+    "BEAT_LOCK_TIMEOUT_S": "5",
+    "BEAT_MAX_LOOP_INTERVAL_S": "0.5",
+    "TERMINATE_GRACE_S": "2",
+}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class System:
+    """Processes of one Corral installation; everything it starts, it stops."""
+
+    def __init__(self, home: Path, redis_url: str, local_cloud: Path, **timers: str) -> None:
+        self.home = home
+        self.token = "test-token-not-secret"
+        self.env = dict(os.environ)
+        self.env.update(
+            {
+                "CORRAL_HOME": str(home),
+                "CORRAL_REDIS_URL": redis_url,
+                "CORRAL_API_TOKEN": self.token,
+                "CORRAL_LOCAL_CLOUD_FILE": str(local_cloud),
+                "CORRAL_WORKER_CONCURRENCY": "2",
+            }
+        )
+        for name, value in {**FAST_TIMERS, **timers}.items():
+            self.env[f"CORRAL_TIMERS__{name.upper()}"] = str(value)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.api_url = ""
+        (home / "logs").mkdir(parents=True, exist_ok=True)
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.home / "logs" / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            [CORRAL, *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def start_api(self) -> str:
+        port = free_port()
+        self._spawn("api", "run", "api", "--port", str(port))
+        self.api_url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _ok(f"{self.api_url}/healthz"), 30, "the API to answer")
+        return self.api_url
+
+    def start_worker(
+        self, role: str, name: str | None = None, concurrency: int = 2
+    ) -> subprocess.Popen[bytes]:
+        name = name or f"{role}-{len([n for n in self.procs if n.startswith(role)])}"
+        return self._spawn(
+            name,
+            "run",
+            "worker",
+            "--role",
+            role,
+            "--name",
+            f"{name}@test",
+            "--concurrency",
+            str(concurrency),
+        )
+
+    def start_beat(self) -> subprocess.Popen[bytes]:
+        return self._spawn("beat", "run", "beat")
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.api_url, timeout=30, headers={"Authorization": f"Bearer {self.token}"}
+        )
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, "CORRAL_API_URL": self.api_url}
+        return subprocess.run(
+            [CORRAL, *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def submit(self, task: dict[str, Any]) -> str:
+        with self.client() as c:
+            resp = c.post("/v1/requests", json={"task": task})
+        assert resp.status_code == 201, resp.text
+        return str(resp.json()["id"])
+
+    def request(self, request_id: str) -> dict[str, Any]:
+        with self.client() as c:
+            resp = c.get(f"/v1/requests/{request_id}")
+        assert resp.status_code == 200, resp.text
+        data: dict[str, Any] = resp.json()
+        return data
+
+    def wait_state(
+        self, request_id: str, states: set[str], timeout_s: float = 60
+    ) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+
+        def reached() -> bool:
+            seen.update(self.request(request_id))
+            return seen["state"] in states
+
+        wait_for(
+            reached,
+            timeout_s,
+            f"{request_id} to reach {states} (last: {seen.get('state')})",
+            logs=self.home / "logs",
+        )
+        return seen
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.procs.clear()
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_for(
+    check: Callable[[], bool], timeout_s: float, what: str, logs: Path | None = None
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    tail = ""
+    if logs is not None:
+        for f in sorted(logs.glob("*.log"))[:12]:
+            text = f.read_text(errors="replace")[-1500:]
+            tail += f"\n--- {f.name} ---\n{text}"
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}{tail}")
+
+
+def agent_pids(instance_ids: list[str]) -> list[int]:
+    """Processes on this machine that carry one of these local instance ids."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if any(i in cmd for i in instance_ids):
+            pids.append(int(proc.name))
+    return pids
+
+
+def kill_agents(system: System) -> None:
+    """Leave no local instance behind, whatever the test did."""
+    home = str(system.home)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"providers.local.agent" in cmd and home.encode() in environ:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(proc.name), signal.SIGKILL)

@@ -1,0 +1,57 @@
+"""The one Celery app. Each role's worker consumes its own queues:
+
+- ``schedule``   the scheduling worker   (admission: plan a request's chain)
+- ``provision.local``, ``provision.aws``, ``provision.gcp``, ``provision``
+                 the provisioning worker (attempts, termination, reconcile)
+- ``autoscale``  the autoscaling worker
+
+Start one with ``corral run worker --role schedule`` (or ``celery -A corral.workers.app worker
+-Q schedule``); run as many per role as the load needs. Beat (``corral run beat``) uses
+celery-redbeat: its lock in Redis means two beat processes never both fire.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import Celery
+
+from corral.services import dispatch
+from corral.services.settings import Settings, get_settings
+
+ROLE_QUEUES = dispatch.role_queues()
+
+
+def make_app(settings: Settings) -> Celery:
+    app = Celery("corral")
+    app.conf.update(dispatch.celery_config(settings))
+    timers = settings.timers
+    app.conf.update(
+        task_routes={
+            "corral.schedule.*": {"queue": dispatch.SCHEDULE_QUEUE},
+            "corral.autoscale.*": {"queue": dispatch.AUTOSCALE_QUEUE},
+            "corral.provision.*": {"queue": dispatch.PROVISION_QUEUE},
+        },
+        beat_scheduler="redbeat.RedBeatScheduler",
+        redbeat_redis_url=settings.redis_url,
+        redbeat_key_prefix=f"{settings.prefix}:redbeat:",
+        redbeat_lock_timeout=int(timers.beat_lock_timeout_s),
+        beat_max_loop_interval=timers.beat_max_loop_interval_s,
+        beat_schedule={
+            "reconcile": {
+                "task": dispatch.RECONCILE,
+                "schedule": timedelta(seconds=timers.reconcile_interval_s),
+                "options": {"queue": dispatch.PROVISION_QUEUE, "expires": timers.reconcile_interval_s * 2},
+            },
+            "autoscale-tick": {
+                "task": dispatch.AUTOSCALE_TICK,
+                "schedule": timedelta(seconds=timers.reconcile_interval_s),
+                "options": {"queue": dispatch.AUTOSCALE_QUEUE, "expires": timers.reconcile_interval_s * 2},
+            },
+        },
+        include=["corral.workers.schedule", "corral.workers.provision", "corral.workers.autoscale"],
+    )
+    return app
+
+
+app = make_app(get_settings())

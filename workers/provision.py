@@ -1,0 +1,28 @@
+"""Provisioning worker tasks (queues ``provision.<cloud>`` and ``provision``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.services import dispatch
+from corral.services.runtime import provisioning, reconcile as reconciling
+from corral.services.runtime.deps import deps
+from corral.workers.app import app
+
+
+@app.task(name=dispatch.ATTEMPT, bind=True, acks_late=True, max_retries=None)
+def attempt(self: Any, request_id: str, step: int, try_no: int = 0) -> str:
+    try:
+        return provisioning.attempt(deps(), request_id, step, try_no)
+    except provisioning.RetryLater as later:
+        raise self.retry(args=[request_id, step, later.try_no], countdown=later.countdown_s) from None
+
+
+@app.task(name=dispatch.TERMINATE, acks_late=True)
+def terminate(request_id: str, instance_id: str | None = None, reason: str = "user") -> str:
+    return provisioning.terminate(deps(), request_id, instance_id, reason)
+
+
+@app.task(name=dispatch.RECONCILE, acks_late=True)
+def reconcile() -> dict[str, int]:
+    return reconciling.reconcile(deps())

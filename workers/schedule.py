@@ -1,0 +1,13 @@
+"""Scheduling worker tasks (queue ``schedule``)."""
+
+from __future__ import annotations
+
+from corral.services import dispatch
+from corral.services.runtime import provisioning
+from corral.services.runtime.deps import deps
+from corral.workers.app import app
+
+
+@app.task(name=dispatch.ADMIT, acks_late=True)
+def admit(request_id: str) -> str:
+    return provisioning.admit(deps(), request_id)
