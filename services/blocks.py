@@ -55,8 +55,14 @@ class BlockStore:
             data: dict[str, Any] = json.loads(raw)
             if data["until"] > now:
                 key = field.decode() if isinstance(field, bytes) else field
-                out.append(RememberedBlock(block_from_key(key), data["until"], data["reason"],
-                                           data.get("outcome", "error")))
+                out.append(
+                    RememberedBlock(
+                        block_from_key(key),
+                        data["until"],
+                        data["reason"],
+                        data.get("outcome", "error"),
+                    )
+                )
         return out
 
     def expire(self, now: float) -> int:

@@ -19,6 +19,7 @@ ATTEMPT = "corral.provision.attempt"  # one attempt: launch in one zone (queue p
 TERMINATE = "corral.provision.terminate"  # terminate a request's or one instance's machines
 RECONCILE = "corral.provision.reconcile"  # beat: store vs providers, lost and stray instances
 AUTOSCALE_TICK = "corral.autoscale.tick"  # beat: the autoscaler's periodic decision
+PING = "corral.schedule.ping"  # does nothing: liveness checks and the queue benchmark's baseline
 
 SCHEDULE_QUEUE = "schedule"
 PROVISION_QUEUE = "provision"
@@ -82,12 +83,20 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 def _producer(redis_url: str, prefix: str) -> Celery:
     settings = get_settings()
     app = Celery("corral-dispatch", set_as_current=False)
-    app.conf.update(celery_config(settings.model_copy(update={"redis_url": redis_url, "prefix": prefix})))
+    app.conf.update(
+        celery_config(settings.model_copy(update={"redis_url": redis_url, "prefix": prefix}))
+    )
     return app
 
 
-def send(name: str, args: list[Any] | tuple[Any, ...] = (), *, queue: str,
-         countdown: float | None = None, settings: Settings | None = None) -> str:
+def send(
+    name: str,
+    args: list[Any] | tuple[Any, ...] = (),
+    *,
+    queue: str,
+    countdown: float | None = None,
+    settings: Settings | None = None,
+) -> str:
     """Publish task ``name`` with JSON ``args`` to ``queue``; returns the Celery task id."""
     settings = settings or get_settings()
     if not settings.redis_url:
@@ -101,7 +110,12 @@ def admit(request_id: str, settings: Settings | None = None) -> str:
     return send(ADMIT, [request_id], queue=SCHEDULE_QUEUE, settings=settings)
 
 
-def terminate(request_id: str, instance_id: str | None = None, reason: str = "user",
-              settings: Settings | None = None) -> str:
-    return send(TERMINATE, [request_id, instance_id, reason], queue=PROVISION_QUEUE,
-                settings=settings)
+def terminate(
+    request_id: str,
+    instance_id: str | None = None,
+    reason: str = "user",
+    settings: Settings | None = None,
+) -> str:
+    return send(
+        TERMINATE, [request_id, instance_id, reason], queue=PROVISION_QUEUE, settings=settings
+    )

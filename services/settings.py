@@ -13,7 +13,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PACKAGED_LOCAL_CLOUD = Path(__file__).resolve().parent / "providers" / "local" / "example-cloud.yaml"
+PACKAGED_LOCAL_CLOUD = (
+    Path(__file__).resolve().parent / "providers" / "local" / "example-cloud.yaml"
+)
 
 
 class Timers(BaseModel):

@@ -113,7 +113,7 @@ class Store:
             self._key("requests", "created"),
             self._request_state_key(req.state),
         ]
-        args = [req.id, req.version, req.model_dump_json(), req.created_at]
+        args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
         return int(self._create(keys=keys, args=args)) == 1
 
     def create_instance(self, inst: Instance) -> bool:
@@ -124,7 +124,12 @@ class Store:
             self._key("instances", "request", inst.request_id),
             self._instance_state_key(inst.state),
         ]
-        args = [inst.id, inst.version, inst.model_dump_json(), inst.created_at]
+        args: list[str | int | float] = [
+            inst.id,
+            inst.version,
+            inst.model_dump_json(),
+            inst.created_at,
+        ]
         return int(self._create(keys=keys, args=args)) == 1
 
     # ---- read -----------------------------------------------------------------------------
@@ -235,7 +240,13 @@ class Store:
             _check_change(current, work)
             work.version = current.version + 1
             keys = [key, state_key(current.state), state_key(work.state)]
-            args = [work.id, current.version, work.version, work.model_dump_json(), work.created_at]
+            args: list[str | int | float] = [
+                work.id,
+                current.version,
+                work.version,
+                work.model_dump_json(),
+                work.created_at,
+            ]
             written = int(self._cas(keys=keys, args=args))
             if written == 1:
                 return work

@@ -66,8 +66,13 @@ class Child:
 
     def start(self) -> None:
         self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -92,8 +97,9 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, *, api_port: int, flower_port: int,
-                 say: Callable[[str], None]) -> None:
+    def __init__(
+        self, settings: Settings, *, api_port: int, flower_port: int, say: Callable[[str], None]
+    ) -> None:
         self.settings = settings
         self.api_port = api_port
         self.flower_port = flower_port
@@ -106,13 +112,31 @@ class Supervisor:
     def start_redis(self) -> str:
         exe = shutil.which("redis-server")
         if exe is None:
-            raise RuntimeError("redis-server is not installed (run ops/setup.sh, or pass --redis-url)")
+            raise RuntimeError(
+                "redis-server is not installed (run ops/setup.sh, or pass --redis-url)"
+            )
         data = self.settings.home / "redis"
         data.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
-                "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-                "--maxmemory-policy", "noeviction", "--protected-mode", "yes"]
+        argv = [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--maxmemory-policy",
+            "noeviction",
+            "--protected-mode",
+            "yes",
+        ]
         self.redis = Child("redis", argv, dict(os.environ), self.settings.logs / "redis.log")
         self.redis.start()
         if not wait_port(port, 15):
@@ -126,14 +150,28 @@ class Supervisor:
         corral = [sys.executable, "-m", "corral.services.cli.main"]
         logs = s.logs
         self.children = [
-            Child("api", [*corral, "run", "api", "--host", "127.0.0.1", "--port", str(self.api_port)],
-                  env, logs / "api.log"),
-            *(Child(f"worker-{role}", [*corral, "run", "worker", "--role", role], env,
-                    logs / f"worker-{role}.log") for role in ("schedule", "provision", "autoscale")),
+            Child(
+                "api",
+                [*corral, "run", "api", "--host", "127.0.0.1", "--port", str(self.api_port)],
+                env,
+                logs / "api.log",
+            ),
+            *(
+                Child(
+                    f"worker-{role}",
+                    [*corral, "run", "worker", "--role", role],
+                    env,
+                    logs / f"worker-{role}.log",
+                )
+                for role in ("schedule", "provision", "autoscale")
+            ),
             Child("beat", [*corral, "run", "beat"], env, logs / "beat.log"),
-            Child("flower", [*corral, "run", "flower", "--port", str(self.flower_port)],
-                  {**env, "FLOWER_BASIC_AUTH": f"{s.flower_user}:{flower_password}"},
-                  logs / "flower.log"),
+            Child(
+                "flower",
+                [*corral, "run", "flower", "--port", str(self.flower_port)],
+                {**env, "FLOWER_BASIC_AUTH": f"{s.flower_user}:{flower_password}"},
+                logs / "flower.log",
+            ),
         ]
 
     def start_all(self) -> None:
@@ -152,8 +190,10 @@ class Supervisor:
                     continue
                 code = child.proc.returncode if child.proc else None
                 child.restarts += 1
-                self.say(f"{child.name} exited (code {code}); restarting it "
-                         f"(restart {child.restarts}, log {child.log_path})")
+                self.say(
+                    f"{child.name} exited (code {code}); restarting it "
+                    f"(restart {child.restarts}, log {child.log_path})"
+                )
                 time.sleep(timers.restart_backoff_s)
                 if not self.stopping:
                     child.start()

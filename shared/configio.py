@@ -148,7 +148,9 @@ def load_file(path: str | Path) -> Document:
     except FileNotFoundError:
         raise ConfigError.single(str(path), "no such file") from None
     except IsADirectoryError:
-        raise ConfigError.single(str(path), "is a directory, expected a YAML or JSON file") from None
+        raise ConfigError.single(
+            str(path), "is a directory, expected a YAML or JSON file"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError.single(str(path), f"cannot read: {exc}") from None
     return parse_text(text, str(path), base_dir=p.parent)
@@ -160,15 +162,13 @@ def _data_path(data: Any, loc: Sequence[str | int]) -> list[str | int]:
     out: list[str | int] = []
     cur = data
     for part in loc:
-        if isinstance(cur, Mapping) and part in cur:
-            out.append(part)
-            cur = cur[part]
-        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+        if _addresses(cur, part):
             out.append(part)
             cur = cur[part]
         elif isinstance(part, str) and (
-            "[" in part or part[:1].isupper() or part in {"str", "int", "float", "bool", "list",
-                                                          "dict", "none", "literal"}
+            "[" in part
+            or part[:1].isupper()
+            or part in {"str", "int", "float", "bool", "list", "dict", "none", "literal"}
             or "-" in part
         ):
             continue  # a tag, not a key
@@ -176,6 +176,13 @@ def _data_path(data: Any, loc: Sequence[str | int]) -> list[str | int]:
             out.append(part)  # a key the data lacks (missing field) or an extra key
             cur = None
     return out
+
+
+def _addresses(data: Any, part: str | int) -> bool:
+    """Whether ``part`` is a key of the mapping (or an index of the list) ``data``."""
+    if isinstance(data, Mapping):
+        return part in data
+    return isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
 
 
 def _message(err: Mapping[str, Any]) -> str:
@@ -192,7 +199,9 @@ def _message(err: Mapping[str, Any]) -> str:
     return msg
 
 
-def issues_from_validation(doc: Document, exc: ValidationError, prefix: PathKey = ()) -> list[Issue]:
+def issues_from_validation(
+    doc: Document, exc: ValidationError, prefix: PathKey = ()
+) -> list[Issue]:
     """Turn a pydantic error into issues that name file, line and field."""
     seen: set[tuple[str, str]] = set()
     issues: list[Issue] = []

@@ -81,6 +81,13 @@ class LaunchTimeoutError(ProviderError):
 
 ERRORS_BY_OUTCOME: dict[str, type[ProviderError]] = {
     cls.outcome: cls
-    for cls in (ProviderError, CapacityError, QuotaError, ThrottledError, AuthError,
-                InvalidRequestError, LaunchTimeoutError)
+    for cls in (
+        ProviderError,
+        CapacityError,
+        QuotaError,
+        ThrottledError,
+        AuthError,
+        InvalidRequestError,
+        LaunchTimeoutError,
+    )
 }

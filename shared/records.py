@@ -144,6 +144,7 @@ class LaunchRequest(_Record):
         """The request as the CLI and API show it, with the given instances (its own)."""
         return {
             "id": self.id,
+            "name": self.task.get("name"),
             "state": self.state.value,
             "attempts": [a.to_public() for a in self.attempts],
             "instances": [i.to_public() for i in instances],
@@ -157,6 +158,7 @@ class Instance(_Record):
     request_id: str
     node_index: int  # 0..n-1 within its request (0 is the head of a multi-node request)
     provider_id: str | None = None  # the cloud's id; None until the cloud returns one
+    attempt_id: str | None = None  # the attempt that launched it (its nodes share it)
     cloud: str
     region: str
     zone: str

@@ -7,8 +7,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,9 +36,23 @@ class RedisServer:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(data_dir), "--maxmemory-policy", "noeviction"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(data_dir),
+                "--maxmemory-policy",
+                "noeviction",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -77,3 +92,23 @@ def redis_url(redis_server: RedisServer) -> str:
     """A clean database on the session's redis-server."""
     redis_server.flush()
     return redis_server.url
+
+
+@pytest.fixture
+def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
+    """Build real Corral installations (API, workers, beat as processes) on the test's Redis;
+    everything they started, local instances included, is stopped afterwards."""
+    from harness import System, kill_agents
+
+    systems: list[System] = []
+
+    def make(local_cloud: Path | None = None, **timers: str) -> System:
+        cloud = local_cloud or FIXTURES / "localcloud" / "runtime.yaml"
+        system = System(tmp_path / f"home{len(systems)}", redis_url, cloud, **timers)
+        systems.append(system)
+        return system
+
+    yield make
+    for system in systems:
+        system.stop()
+        kill_agents(system)

@@ -41,12 +41,18 @@ def make_app(settings: Settings) -> Celery:
             "reconcile": {
                 "task": dispatch.RECONCILE,
                 "schedule": timedelta(seconds=timers.reconcile_interval_s),
-                "options": {"queue": dispatch.PROVISION_QUEUE, "expires": timers.reconcile_interval_s * 2},
+                "options": {
+                    "queue": dispatch.PROVISION_QUEUE,
+                    "expires": timers.reconcile_interval_s * 2,
+                },
             },
             "autoscale-tick": {
                 "task": dispatch.AUTOSCALE_TICK,
                 "schedule": timedelta(seconds=timers.reconcile_interval_s),
-                "options": {"queue": dispatch.AUTOSCALE_QUEUE, "expires": timers.reconcile_interval_s * 2},
+                "options": {
+                    "queue": dispatch.AUTOSCALE_QUEUE,
+                    "expires": timers.reconcile_interval_s * 2,
+                },
             },
         },
         include=["corral.workers.schedule", "corral.workers.provision", "corral.workers.autoscale"],

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services import dispatch
-from corral.services.runtime import provisioning, reconcile as reconciling
+from corral.services.runtime import provisioning
+from corral.services.runtime import reconcile as reconciling
 from corral.services.runtime.deps import deps
 from corral.workers.app import app
 
@@ -15,7 +16,9 @@ def attempt(self: Any, request_id: str, step: int, try_no: int = 0) -> str:
     try:
         return provisioning.attempt(deps(), request_id, step, try_no)
     except provisioning.RetryLater as later:
-        raise self.retry(args=[request_id, step, later.try_no], countdown=later.countdown_s) from None
+        raise self.retry(
+            args=[request_id, step, later.try_no], countdown=later.countdown_s
+        ) from None
 
 
 @app.task(name=dispatch.TERMINATE, acks_late=True)

@@ -44,6 +44,7 @@ class RequestView(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
+    name: str | None = None  # the task's name, when it has one
     state: str
     attempts: list[AttemptView]
     instances: list[InstanceView]

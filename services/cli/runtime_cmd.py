@@ -254,10 +254,10 @@ def status(
         print_json(views[0] if request_id else views)
         return
     if request_id is None:
-        table = _table("ID", "STATE", "ATTEMPTS", "INSTANCES", "LAST INFRA")
+        table = _table("ID", "NAME", "STATE", "ATTEMPTS", "INSTANCES", "LAST INFRA")
         for v in views:
             last = _infra(v["attempts"][-1]) if v["attempts"] else "-"
-            table.add_row(v["id"], v["state"], str(len(v["attempts"])),
+            table.add_row(v["id"], v.get("name") or "-", v["state"], str(len(v["attempts"])),
                           str(len(v["instances"])), last)  # fmt: skip
         _show(table)
         return

@@ -38,9 +38,24 @@ def worker(
         out.print(f"unknown role {role!r}: expected one of {', '.join(queues)}")
         raise typer.Exit(EXIT_INPUT)
     settings = get_settings()
-    _exec_celery(["worker", "-Q", ",".join(queues[role]), "-n", name or f"{role}-{os.getpid()}@%h",
-                  "--pool", "prefork", "-c", str(concurrency or settings.worker_concurrency),
-                  "-E", "--without-gossip", "--without-mingle", "--loglevel", "INFO"])
+    _exec_celery(
+        [
+            "worker",
+            "-Q",
+            ",".join(queues[role]),
+            "-n",
+            name or f"{role}-{os.getpid()}@%h",
+            "--pool",
+            "prefork",
+            "-c",
+            str(concurrency or settings.worker_concurrency),
+            "-E",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ]
+    )
 
 
 def beat() -> None:
@@ -65,8 +80,11 @@ def _stop_local_instances(settings: Settings) -> int:
     assert isinstance(provider, LocalProvider)
     killed = 0
     for inst in provider.describe():
-        if inst.pid and inst.state in ("pending", "running") and provider.pid_belongs_to(
-                inst.pid, inst.provider_id):
+        if (
+            inst.pid
+            and inst.state in ("pending", "running")
+            and provider.pid_belongs_to(inst.pid, inst.provider_id)
+        ):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(inst.pid, signal.SIGKILL)
                 killed += 1
@@ -75,7 +93,9 @@ def _stop_local_instances(settings: Settings) -> int:
 
 def up(
     local_cloud: Annotated[Path | None, typer.Option(help="local cloud file (YAML)")] = None,
-    redis_url: Annotated[str | None, typer.Option(help="use this Redis instead of starting one")] = None,
+    redis_url: Annotated[
+        str | None, typer.Option(help="use this Redis instead of starting one")
+    ] = None,
     api_port: Annotated[int, typer.Option(help="0: a free port")] = 0,
     flower_port: Annotated[int, typer.Option(help="0: a free port")] = 0,
 ) -> None:
@@ -92,9 +112,12 @@ def up(
     settings = base.model_copy(update=updates)
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.logs.mkdir(parents=True, exist_ok=True)
-    sup = Supervisor(settings, api_port=api_port or settings.api_port or free_port(),
-                     flower_port=flower_port or settings.flower_port or free_port(),
-                     say=lambda m: out.print(f"[up] {m}", markup=False))
+    sup = Supervisor(
+        settings,
+        api_port=api_port or settings.api_port or free_port(),
+        flower_port=flower_port or settings.flower_port or free_port(),
+        say=lambda m: out.print(f"[up] {m}", markup=False),
+    )
 
     stop_requested = False
 
@@ -110,17 +133,27 @@ def up(
             settings = settings.model_copy(update={"redis_url": sup.start_redis()})
             sup.settings = settings
         token_path = settings.file("api-token")
-        token = settings.api_token.get_secret_value() if settings.api_token else secret_file(token_path)
+        token = (
+            settings.api_token.get_secret_value() if settings.api_token else secret_file(token_path)
+        )
         flower_path = settings.file("flower-password")
-        flower_pw = (settings.flower_password.get_secret_value() if settings.flower_password
-                     else secret_file(flower_path))
+        flower_pw = (
+            settings.flower_password.get_secret_value()
+            if settings.flower_password
+            else secret_file(flower_path)
+        )
         api_url = f"http://127.0.0.1:{sup.api_port}"
         settings.file("api-url").write_text(api_url + "\n")
         settings.file("redis-url").write_text(f"{settings.redis_url}\n")
         sup.plan_children(token, flower_pw)
         sup.start_all()
-        _say_addresses(settings, sup, api_url, token_path if not settings.api_token else None,
-                       flower_path if not settings.flower_password else None)
+        _say_addresses(
+            settings,
+            sup,
+            api_url,
+            token_path if not settings.api_token else None,
+            flower_path if not settings.flower_password else None,
+        )
         if not stop_requested:
             sup.supervise()
     finally:
@@ -129,16 +162,27 @@ def up(
         out.print("[up] stopped")
 
 
-def _say_addresses(settings: Settings, sup: Supervisor, api_url: str, token_path: Path | None,
-                   flower_path: Path | None) -> None:
+def _say_addresses(
+    settings: Settings,
+    sup: Supervisor,
+    api_url: str,
+    token_path: Path | None,
+    flower_path: Path | None,
+) -> None:
     from corral.services.supervisor import wait_port
 
     ready = wait_port(sup.api_port, 30)
     out.print(f"[up] redis   {settings.redis_url}", markup=False)
     out.print(f"[up] api     {api_url}{'' if ready else ' (still starting)'}", markup=False)
-    out.print(f"[up] flower  http://127.0.0.1:{sup.flower_port}  (user {settings.flower_user}"
-              + (f", password in {flower_path})" if flower_path else ", password from CORRAL_FLOWER_PASSWORD)"),
-              markup=False)
+    out.print(
+        f"[up] flower  http://127.0.0.1:{sup.flower_port}  (user {settings.flower_user}"
+        + (
+            f", password in {flower_path})"
+            if flower_path
+            else ", password from CORRAL_FLOWER_PASSWORD)"
+        ),
+        markup=False,
+    )
     if token_path:
         out.print(f"[up] API token in {token_path} (mode 0600)", markup=False)
     out.print(f"[up] local cloud {settings.local_cloud_file}", markup=False)

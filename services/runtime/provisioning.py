@@ -8,6 +8,7 @@ run twice with the same arguments (a redelivered message), it does the work at m
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import logging
 import time
 import uuid
@@ -80,11 +81,17 @@ def admit(deps: Deps, request_id: str) -> str:
     return "provisioning"
 
 
-def dispatch_step(deps: Deps, req: LaunchRequest, try_no: int = 0, countdown: float | None = None) -> None:
+def dispatch_step(
+    deps: Deps, req: LaunchRequest, try_no: int = 0, countdown: float | None = None
+) -> None:
     cand = req.chain[req.next_step]
-    dispatch.send(dispatch.ATTEMPT, [req.id, req.next_step, try_no],
-                  queue=dispatch.provision_queue(cand["cloud"]), countdown=countdown,
-                  settings=deps.settings)
+    dispatch.send(
+        dispatch.ATTEMPT,
+        [req.id, req.next_step, try_no],
+        queue=dispatch.provision_queue(cand["cloud"]),
+        countdown=countdown,
+        settings=deps.settings,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -95,6 +102,12 @@ def attempt_id_for(req: LaunchRequest, step: int, try_no: int) -> str:
     return f"{req.id}-{req.relaunches}-{step}-{try_no}"
 
 
+def instance_id_for(attempt_id: str, node: int) -> str:
+    """Corral's id of node ``node`` of an attempt: the same on every redelivery."""
+    digest = hashlib.sha1(f"{attempt_id}/{node}".encode()).hexdigest()[:10]
+    return f"i-{digest}"
+
+
 def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
     """Try candidate ``step`` of the request's chain; on failure, hand over to the next one."""
     req = deps.store.get_request(request_id)
@@ -103,7 +116,7 @@ def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
     attempt_id = attempt_id_for(req, step, try_no)
     owner = uuid.uuid4().hex
     timers = deps.settings.timers
-    claim_ttl_s = timers.attempt_deadline_s + 30
+    claim_ttl_s = timers.attempt_deadline_s + 5
     if not deps.store.claim(f"attempt:{attempt_id}", owner, claim_ttl_s):
         # Another delivery is running this attempt (or died holding it: the claim expires).
         raise RetryLater(min(5.0, claim_ttl_s), try_no)
@@ -114,8 +127,13 @@ def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
 
 
 def _candidate_block(cand: dict[str, Any]) -> Block:
-    return Block(cloud=cand["cloud"], region=cand["region"], zone=cand["zone"],
-                 instance_type=cand["instance_type"], market=cand["market"])
+    return Block(
+        cloud=cand["cloud"],
+        region=cand["region"],
+        zone=cand["zone"],
+        instance_type=cand["instance_type"],
+        market=cand["market"],
+    )
 
 
 def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id: str) -> str:
@@ -136,8 +154,11 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
         _record_attempt(deps, req.id, attempt_id, cand, now)
         where = f"{cand['cloud']} {cand['region']}/{cand['zone']}"
         deps.store.append_event(
-            req.id, f"attempt {step + 1}/{len(req.chain)}: {where} {cand['instance_type']} "
-            f"({cand['market']})", now)
+            req.id,
+            f"attempt {step + 1}/{len(req.chain)}: {where} {cand['instance_type']} "
+            f"({cand['market']})",
+            now,
+        )
     task = Task.model_validate(req.task)
     spec = _spec(req, task, cand, attempt_id)
     provider = deps.provider(cand["cloud"])
@@ -168,9 +189,17 @@ def _as_candidate(cand: dict[str, Any]) -> Any:
 
 def _spec(req: LaunchRequest, task: Task, cand: dict[str, Any], attempt_id: str) -> LaunchSpec:
     return LaunchSpec(
-        request_id=req.id, attempt_id=attempt_id, cloud=cand["cloud"], region=cand["region"],
-        zone=cand["zone"], instance_type=cand["instance_type"], market=cand["market"],
-        count=task.num_nodes, setup=task.setup, run=task.run, envs=dict(task.envs or {}),
+        request_id=req.id,
+        attempt_id=attempt_id,
+        cloud=cand["cloud"],
+        region=cand["region"],
+        zone=cand["zone"],
+        instance_type=cand["instance_type"],
+        market=cand["market"],
+        count=task.num_nodes,
+        setup=task.setup,
+        run=task.run,
+        envs=dict(task.envs or {}),
         workdir=task.workdir,
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},
     )
@@ -189,7 +218,9 @@ def _launch_by_deadline(provider: Any, spec: LaunchSpec, deadline: float) -> lis
         pool.shutdown(wait=False)
 
 
-def _wait_until_up(provider: Any, attempt_id: str, count: int, deadline: float) -> list[ProviderInstance]:
+def _wait_until_up(
+    provider: Any, attempt_id: str, count: int, deadline: float
+) -> list[ProviderInstance]:
     """Wait for every node to report in (running, or already finished for a quick job)."""
     while True:
         found = provider.describe({TAG_ATTEMPT: attempt_id})
@@ -207,27 +238,50 @@ def _wait_until_up(provider: Any, attempt_id: str, count: int, deadline: float) 
 def _remember(deps: Deps, cand: dict[str, Any], exc: ProviderError) -> None:
     block = Block.from_scope(exc.scope, _as_candidate(cand))
     if block is not None:
-        deps.blocks.add(block, now=deps.now(), ttl_s=deps.settings.timers.blocked_ttl_s,
-                        reason=str(exc), outcome=exc.outcome)
+        deps.blocks.add(
+            block,
+            now=deps.now(),
+            ttl_s=deps.settings.timers.blocked_ttl_s,
+            reason=str(exc),
+            outcome=exc.outcome,
+        )
 
 
-def _record_attempt(deps: Deps, request_id: str, attempt_id: str, cand: dict[str, Any],
-                    now: float, outcome: str | None = None, error: str | None = None) -> None:
+def _record_attempt(
+    deps: Deps,
+    request_id: str,
+    attempt_id: str,
+    cand: dict[str, Any],
+    now: float,
+    outcome: str | None = None,
+    error: str | None = None,
+) -> None:
     def add(r: LaunchRequest) -> bool:
         if any(a.attempt_id == attempt_id for a in r.attempts):
             return False
-        r.attempts.append(Attempt(
-            attempt_id=attempt_id, cloud=cand["cloud"], region=cand["region"], zone=cand["zone"],
-            instance_type=cand["instance_type"], market=cand["market"],
-            outcome=cast(AttemptOutcome | None, outcome),
-            error=error, started_at=now, ended_at=now if outcome else None))
+        r.attempts.append(
+            Attempt(
+                attempt_id=attempt_id,
+                cloud=cand["cloud"],
+                region=cand["region"],
+                zone=cand["zone"],
+                instance_type=cand["instance_type"],
+                market=cand["market"],
+                outcome=cast(AttemptOutcome | None, outcome),
+                error=error,
+                started_at=now,
+                ended_at=now if outcome else None,
+            )
+        )
         r.updated_at = now
         return True
 
     deps.store.update_request(request_id, add)
 
 
-def _finish_attempt(deps: Deps, request_id: str, attempt_id: str, outcome: str, error: str | None) -> None:
+def _finish_attempt(
+    deps: Deps, request_id: str, attempt_id: str, outcome: str, error: str | None
+) -> None:
     now = deps.now()
 
     def finish(r: LaunchRequest) -> bool:
@@ -258,8 +312,11 @@ def _after_failure(deps: Deps, request_id: str, step: int, outcome: str, scope: 
         if r.state != RequestState.PROVISIONING or r.next_step != step:
             return False
         if nxt is None:
-            why = "the request is invalid" if scope == Scope.REQUEST else (
-                f"all {len(r.chain)} candidates failed")
+            why = (
+                "the request is invalid"
+                if scope == Scope.REQUEST
+                else (f"all {len(r.chain)} candidates failed")
+            )
             r.error = why
             r.move(RequestState.FAILED, now, why)
         else:
@@ -277,20 +334,43 @@ def _after_failure(deps: Deps, request_id: str, step: int, outcome: str, scope: 
     return f"next {nxt}"
 
 
-def _on_launched(deps: Deps, request_id: str, step: int, attempt_id: str, cand: dict[str, Any],
-                 launched: list[ProviderInstance]) -> str:
+def _on_launched(
+    deps: Deps,
+    request_id: str,
+    step: int,
+    attempt_id: str,
+    cand: dict[str, Any],
+    launched: list[ProviderInstance],
+) -> str:
     now = deps.now()
     ids: list[str] = []
     for node, pi in enumerate(launched):
-        inst_id = f"{attempt_id}-n{node}"
+        inst_id = instance_id_for(attempt_id, node)
         ids.append(inst_id)
         inst = Instance(
-            id=inst_id, request_id=request_id, node_index=node, provider_id=pi.provider_id,
-            cloud=pi.cloud, region=pi.region, zone=pi.zone, instance_type=pi.instance_type,
-            market=pi.market, state=InstanceState.REQUESTED, pid=pi.pid, created_at=now,
+            id=inst_id,
+            request_id=request_id,
+            node_index=node,
+            provider_id=pi.provider_id,
+            attempt_id=attempt_id,
+            cloud=pi.cloud,
+            region=pi.region,
+            zone=pi.zone,
+            instance_type=pi.instance_type,
+            market=pi.market,
+            state=InstanceState.REQUESTED,
+            pid=pi.pid,
+            created_at=now,
             updated_at=now,
-            history=[Transition(from_state=None, to_state=InstanceState.REQUESTED, at=now,
-                                reason=f"launched by attempt {attempt_id}")])
+            history=[
+                Transition(
+                    from_state=None,
+                    to_state=InstanceState.REQUESTED,
+                    at=now,
+                    reason=f"launched by attempt {attempt_id}",
+                )
+            ],
+        )
         inst.move(InstanceState.RUNNING, now, "the provider reports it running")
         deps.store.create_instance(inst)
     _finish_attempt(deps, request_id, attempt_id, "ok", None)
@@ -303,7 +383,11 @@ def _on_launched(deps: Deps, request_id: str, step: int, attempt_id: str, cand: 
         return True
 
     updated = deps.store.update_request(request_id, run)
-    if updated is not None and updated.state == RequestState.RUNNING and set(ids) <= set(updated.instance_ids):
+    if (
+        updated is not None
+        and updated.state == RequestState.RUNNING
+        and set(ids) <= set(updated.instance_ids)
+    ):
         deps.store.append_event(request_id, f"state: RUNNING ({', '.join(ids)})", now)
         return "running"
     # Cancelled (or moved on) while we launched: what we got must not leak.
@@ -315,13 +399,18 @@ def _on_launched(deps: Deps, request_id: str, step: int, attempt_id: str, cand: 
 # Termination
 
 
-def terminate(deps: Deps, request_id: str, instance_id: str | None, reason: str) -> str:
-    """Terminate a request's instances (or one of them); idempotent."""
+def release_instances(
+    deps: Deps, request_id: str, reason: str, instance_id: str | None = None
+) -> LaunchRequest | None:
+    """Terminate a request's machines (or one of them) without ending the request."""
     req = deps.store.get_request(request_id)
     if req is None:
-        return "missing"
-    targets = [i for i in deps.store.list_instances(request_id=request_id)
-               if instance_id is None or i.id == instance_id]
+        return None
+    targets = [
+        i
+        for i in deps.store.list_instances(request_id=request_id)
+        if instance_id is None or i.id == instance_id
+    ]
     for inst in targets:
         _terminate_instance(deps, inst, reason)
     if instance_id is None:
@@ -329,13 +418,28 @@ def terminate(deps: Deps, request_id: str, instance_id: str | None, reason: str)
         for cloud in {c["cloud"] for c in req.chain}:
             provider = deps.provider(cloud)
             known = {i.provider_id for i in targets}
-            strays = [p.provider_id for p in provider.describe({TAG_REQUEST: request_id})
-                      if p.provider_id not in known and p.state != "terminated"]
+            strays = [
+                p.provider_id
+                for p in provider.describe({TAG_REQUEST: request_id})
+                if p.provider_id not in known and p.state != "terminated"
+            ]
             if strays:
                 provider.terminate(strays)
+    return req
+
+
+def terminate(deps: Deps, request_id: str, instance_id: str | None, reason: str) -> str:
+    """Terminate a request's instances (or one of them); a running request whose machines are
+    all gone is TERMINATED. Idempotent."""
+    req = release_instances(deps, request_id, reason, instance_id)
+    if req is None:
+        return "missing"
     now = deps.now()
-    remaining = [i for i in deps.store.list_instances(request_id=request_id)
-                 if i.state not in (InstanceState.TERMINATED, InstanceState.FAILED, InstanceState.LOST)]
+    remaining = [
+        i
+        for i in deps.store.list_instances(request_id=request_id)
+        if i.state not in (InstanceState.TERMINATED, InstanceState.FAILED, InstanceState.LOST)
+    ]
 
     def done(r: LaunchRequest) -> bool:
         if r.state == RequestState.RUNNING and not remaining:
@@ -344,7 +448,11 @@ def terminate(deps: Deps, request_id: str, instance_id: str | None, reason: str)
         return False
 
     updated = deps.store.update_request(request_id, done)
-    if updated is not None and updated.state == RequestState.TERMINATED and req.state != RequestState.TERMINATED:
+    if (
+        updated is not None
+        and updated.state == RequestState.TERMINATED
+        and req.state != RequestState.TERMINATED
+    ):
         deps.store.append_event(request_id, f"state: TERMINATED ({reason})", now)
     return "terminated"
 
@@ -352,10 +460,15 @@ def terminate(deps: Deps, request_id: str, instance_id: str | None, reason: str)
 def _terminate_instance(deps: Deps, inst: Instance, reason: str) -> None:
     if inst.state in (InstanceState.TERMINATED, InstanceState.FAILED):
         return
+    if inst.state == InstanceState.LOST:
+        # Whatever may be left of a lost machine is cleaned up; its record keeps saying LOST.
+        if inst.provider_id:
+            deps.provider(inst.cloud).terminate([inst.provider_id], zone=inst.zone)
+        return
     now = deps.now()
 
     def to_terminating(i: Instance) -> bool:
-        if i.state in (InstanceState.REQUESTED, InstanceState.RUNNING, InstanceState.LOST):
+        if i.state in (InstanceState.REQUESTED, InstanceState.RUNNING):
             i.move(InstanceState.TERMINATING, now, reason)
             return True
         return False

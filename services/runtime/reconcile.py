@@ -56,8 +56,9 @@ def _observed(deps: Deps) -> dict[str, dict[str, ProviderInstance]]:
     return out
 
 
-def _check_instances(deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]],
-                     counts: dict[str, int]) -> None:
+def _check_instances(
+    deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]], counts: dict[str, int]
+) -> None:
     for inst in deps.store.list_instances(states=set(LIVE)):
         seen = by_cloud.get(inst.cloud)
         if seen is None:
@@ -75,8 +76,9 @@ def _check_instances(deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]
             _exited(deps, inst, pi.exit_code)
 
 
-def _move(deps: Deps, inst: Instance, to: InstanceState, reason: str,
-          exit_code: int | None = None) -> Instance | None:
+def _move(
+    deps: Deps, inst: Instance, to: InstanceState, reason: str, exit_code: int | None = None
+) -> Instance | None:
     now = deps.now()
 
     def move(i: Instance) -> bool:
@@ -96,11 +98,16 @@ def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
     if not is_job:
         _lost(deps, inst, f"its service exited (code {exit_code})")
         return
-    _move(deps, inst, InstanceState.TERMINATED, f"its job exited with code {exit_code}",
-          exit_code=exit_code)
+    _move(
+        deps,
+        inst,
+        InstanceState.TERMINATED,
+        f"its job exited with code {exit_code}",
+        exit_code=exit_code,
+    )
     assert req is not None
     nodes = [deps.store.get_instance(i) for i in req.instance_ids]
-    current = [n for n in nodes if n is not None and n.id.rsplit("-n", 1)[0] == inst.id.rsplit("-n", 1)[0]]
+    current = [n for n in nodes if n is not None and n.attempt_id == inst.attempt_id]
     if any(n.state in LIVE and n.id != inst.id for n in current):
         return  # other nodes still run their part
     codes = [n.exit_code for n in current if n.exit_code is not None]
@@ -130,15 +137,22 @@ def _lost(deps: Deps, inst: Instance, why: str) -> None:
         return
     now = deps.now()
     timers = deps.settings.timers
-    block = Block(cloud=inst.cloud, region=inst.region, zone=inst.zone,
-                  instance_type=inst.instance_type, market=inst.market)
-    deps.blocks.add(block, now=now, ttl_s=timers.blocked_ttl_s, reason=f"{inst.id} lost: {why}",
-                    outcome="lost")
+    block = Block(
+        cloud=inst.cloud,
+        region=inst.region,
+        zone=inst.zone,
+        instance_type=inst.instance_type,
+        market=inst.market,
+    )
+    deps.blocks.add(
+        block, now=now, ttl_s=timers.blocked_ttl_s, reason=f"{inst.id} lost: {why}", outcome="lost"
+    )
     req = deps.store.get_request(inst.request_id)
     if req is None or req.state != RequestState.RUNNING:
         return
     deps.store.append_event(req.id, f"instance {inst.id} LOST ({why})", now)
-    provisioning.terminate(deps, req.id, None, f"{inst.id} was lost")
+    # The request's other nodes go too: it is relaunched whole, in one zone.
+    provisioning.release_instances(deps, req.id, f"{inst.id} was lost")
     relaunch(deps, req.id, f"instance {inst.id} lost: {why}")
 
 
@@ -168,7 +182,9 @@ def relaunch(deps: Deps, request_id: str, why: str) -> str:
     if updated is None:
         return "missing"
     if updated.state == RequestState.PROVISIONING:
-        deps.store.append_event(request_id, f"state: PROVISIONING (relaunch {updated.relaunches}: {why})", now)
+        deps.store.append_event(
+            request_id, f"state: PROVISIONING (relaunch {updated.relaunches}: {why})", now
+        )
         provisioning.dispatch_step(deps, updated)
         return "relaunched"
     if updated.state == RequestState.FAILED:
@@ -176,16 +192,26 @@ def relaunch(deps: Deps, request_id: str, why: str) -> str:
     return str(updated.state)
 
 
-def _clean_strays(deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]],
-                  counts: dict[str, int]) -> None:
+def _clean_strays(
+    deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]], counts: dict[str, int]
+) -> None:
     known = {i.provider_id for i in deps.store.list_instances() if i.provider_id}
     for cloud, seen in by_cloud.items():
-        strays = [p for p in seen.values() if p.provider_id not in known
-                  and p.state in ("pending", "running") and _is_stray(deps, p)]
+        strays = [
+            p
+            for p in seen.values()
+            if p.provider_id not in known
+            and p.state in ("pending", "running")
+            and _is_stray(deps, p)
+        ]
         if strays:
             counts["strays"] += len(strays)
-            log.warning("terminating %d stray instance(s) on %s: %s", len(strays), cloud,
-                        ", ".join(p.provider_id for p in strays))
+            log.warning(
+                "terminating %d stray instance(s) on %s: %s",
+                len(strays),
+                cloud,
+                ", ".join(p.provider_id for p in strays),
+            )
             deps.provider(cloud).terminate([p.provider_id for p in strays])
 
 

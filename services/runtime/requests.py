@@ -66,7 +66,9 @@ def cancel(deps: Deps, request_id: str, *, instance_id: str | None = None) -> La
     if req is None:
         raise RequestNotFound(request_id)
     if instance_id is not None:
-        dispatch.terminate(request_id, instance_id, "terminated by the user", settings=deps.settings)
+        dispatch.terminate(
+            request_id, instance_id, "terminated by the user", settings=deps.settings
+        )
         return req
     now = deps.now()
 
@@ -95,8 +97,9 @@ def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
     return req.to_public(instances)
 
 
-def read_logs(deps: Deps, request_id: str, *, instance_id: str | None = None,
-              tail_bytes: int = 256_000) -> str:
+def read_logs(
+    deps: Deps, request_id: str, *, instance_id: str | None = None, tail_bytes: int = 256_000
+) -> str:
     """The output of the request's instances (local cloud: the agents' log files)."""
     if deps.store.get_request(request_id) is None:
         raise RequestNotFound(request_id)

@@ -9,13 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from harness import System, agent_pids, wait_for
 
 pytestmark = pytest.mark.integration
 
-SERVICE = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-2"},
-           "setup": "echo service-ready"}
+SERVICE = {
+    "name": "svc",
+    "resources": {"cloud": "local", "instance_type": "cpu-2"},
+    "setup": "echo service-ready",
+}
 
 
 def _full_system(make_system: Callable[..., System]) -> System:
@@ -32,11 +34,15 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in (
-        Path(f"/proc/{pid}/stat").read_text().split()[2])
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "Z" not in (Path(f"/proc/{pid}/stat").read_text().split()[2])
+    )
 
 
-def test_service_runs_until_terminated_and_leaves_no_process(make_system: Callable[..., System]) -> None:
+def test_service_runs_until_terminated_and_leaves_no_process(
+    make_system: Callable[..., System],
+) -> None:
     system = _full_system(make_system)
     rid = system.submit(SERVICE)
     req = system.wait_state(rid, {"RUNNING"}, 60)
@@ -55,10 +61,17 @@ def test_service_runs_until_terminated_and_leaves_no_process(make_system: Callab
 
 def test_job_runs_to_success_and_its_output_is_kept(make_system: Callable[..., System]) -> None:
     system = _full_system(make_system)
-    ok = system.submit({"name": "ok", "resources": {"cloud": "local", "cpus": 2},
-                        "setup": "echo preparing", "run": "echo hello-from-job; echo rank=$CORRAL_NODE_RANK"})
-    bad = system.submit({"name": "bad", "resources": {"cloud": "local", "cpus": 2},
-                         "run": "echo failing; exit 3"})
+    ok = system.submit(
+        {
+            "name": "ok",
+            "resources": {"cloud": "local", "cpus": 2},
+            "setup": "echo preparing",
+            "run": "echo hello-from-job; echo rank=$CORRAL_NODE_RANK",
+        }
+    )
+    bad = system.submit(
+        {"name": "bad", "resources": {"cloud": "local", "cpus": 2}, "run": "echo failing; exit 3"}
+    )
     done = system.wait_state(ok, {"SUCCEEDED", "FAILED"}, 60)
     assert done["state"] == "SUCCEEDED"
     assert [i["state"] for i in done["instances"]] == ["TERMINATED"]
@@ -66,7 +79,9 @@ def test_job_runs_to_success_and_its_output_is_kept(make_system: Callable[..., S
     assert failed["state"] == "FAILED"
     logs = system.cli("logs", ok)
     assert logs.returncode == 0, logs.stderr
-    assert "preparing" in logs.stdout and "hello-from-job" in logs.stdout and "rank=0" in logs.stdout
+    assert (
+        "preparing" in logs.stdout and "hello-from-job" in logs.stdout and "rank=0" in logs.stdout
+    )
 
 
 def test_lost_instance_is_relaunched_through_the_chain(make_system: Callable[..., System]) -> None:

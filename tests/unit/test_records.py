@@ -135,6 +135,7 @@ def test_request_to_public_shape() -> None:
     inst.provider_id = "i-0abc"
     assert req.to_public([inst]) == {
         "id": "req-1",
+        "name": req.task.get("name"),
         "state": "PENDING",
         "attempts": [
             {**WHERE, "outcome": "quota", "error": "VcpuLimitExceeded: limit 0"},

@@ -53,7 +53,7 @@ from corral.shared.errors import (
 
 AGENT_MODULE = "corral.services.providers.local.agent"
 ATTEMPT_POLL_S = 0.05
-CLAIM_MARGIN_S = 60.0  # how long a launch may hold its claim beyond the zone's launch delay
+CLAIM_MARGIN_S = 10.0  # how long a launch may hold its claim beyond the zone's launch delay
 
 # The zone's injected error kinds as the typed errors a real cloud's SDK errors become.
 INJECTED: dict[str, tuple[type[ProviderError], str]] = {

@@ -14,6 +14,7 @@ reports its exit), so it imports only redis-py and the standard library. Every k
 ``pool:<zone>:<type>``             set of live instance ids on the zone's on-demand/spot capacity
 ``reservation:<id>``               set of live instance ids on a reservation
 ``faults:<zone>:<type>``           how many launches met the zone's injected error
+``high-water``                     hash: pool key -> the most slots it ever had in use at once
 ``events``                         list; the agent (or the provider, for a lost instance) LPUSHes
                                    ``{"instance_id", "event", "exit_code", "state", "reason"}``
                                    when an instance ends: ``event`` is ``exited`` (the agent
@@ -56,6 +57,7 @@ class Keys:
         self.base = f"{prefix}:local"
         self.instances = f"{self.base}:instances"
         self.events = f"{self.base}:events"
+        self.high_water = f"{self.base}:high-water"
 
     def record(self, instance_id: str) -> str:
         return f"{self.base}:instance:{instance_id}"
@@ -146,25 +148,28 @@ class InstanceRecord:
 
 
 # Take `count` capacity slots at once (all or none) and bind them to the attempt.
-# KEYS: pool, instances, attempt, record keys...   ARGV: limit, claim token, ids JSON,
-# attempt TTL, record JSONs... (one per record key, each a flat {field: string}).
+# KEYS: pool, instances, attempt, high-water hash, record keys...   ARGV: limit, claim token,
+# ids JSON, attempt TTL, record JSONs... (one per record key, each a flat {field: string}).
 # Returns {1, used} on success, {0, used} when full, {-1, 0} when the claim was lost, {-2, 0}
-# when an id is already taken.
+# when an id is already taken. The high-water hash keeps the most slots a pool ever had in use.
 _RESERVE = """
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then return {-1, 0} end
-local n = #KEYS - 3
+local n = #KEYS - 4
 local used = redis.call('SCARD', KEYS[1])
 if used + n > tonumber(ARGV[1]) then return {0, used} end
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then return {-2, 0} end
 end
-for i = 4, #KEYS do
-  local rec = cjson.decode(ARGV[i + 1])
+for i = 5, #KEYS do
+  local rec = cjson.decode(ARGV[i])
   for f, v in pairs(rec) do redis.call('HSET', KEYS[i], f, v) end
   redis.call('SADD', KEYS[1], rec['id'])
   redis.call('SADD', KEYS[2], rec['id'])
 end
 redis.call('SET', KEYS[3], ARGV[3], 'EX', tonumber(ARGV[4]))
+local now_used = redis.call('SCARD', KEYS[1])
+local high = tonumber(redis.call('HGET', KEYS[4], KEYS[1]) or '0')
+if now_used > high then redis.call('HSET', KEYS[4], KEYS[1], now_used) end
 return {1, used + n}
 """
 
@@ -233,12 +238,17 @@ class CloudState:
         the records and bind their ids to the attempt. Returns (status, used): status 1 done,
         0 full, -1 the claim was lost, -2 an id collided."""
         ids = json.dumps([rec.id for rec in records])
-        keys = [pool, self.keys.instances, self.keys.attempt(attempt_id)]
+        keys = [pool, self.keys.instances, self.keys.attempt(attempt_id), self.keys.high_water]
         keys += [self.keys.record(rec.id) for rec in records]
         args: list[str | int] = [limit, token, ids, ATTEMPT_TTL_S]
         args += [json.dumps(rec.to_hash()) for rec in records]
         status, used = self._reserve(keys=keys, args=args)
         return int(status), int(used)
+
+    def high_water(self) -> dict[str, int]:
+        """Per pool key, the most instances it ever held at once (tests check capacity by it)."""
+        raw = self.r.hgetall(self.keys.high_water)
+        return {str(k): int(v) for k, v in raw.items()}
 
     def count_fault(self, zone: str, instance_type: str) -> int:
         """Count one more launch that met the zone's injected error; returns the count."""

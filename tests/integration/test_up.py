@@ -1,0 +1,151 @@
+"""`corral up` as a user runs it: everything starts, Flower sees the three roles, a dead
+process is restarted, SIGTERM leaves no process, and a restart on the same home recovers."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import CORRAL, FAST_TIMERS, REPO, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+class Up:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        env.update({f"CORRAL_TIMERS__{k}": v for k, v in FAST_TIMERS.items()})
+        env.update(
+            {
+                "CORRAL_HOME": str(home),
+                "CORRAL_LOCAL_CLOUD_FILE": str(REPO / "tests/fixtures/localcloud/runtime.yaml"),
+            }
+        )
+        self.env = env
+        self.proc = subprocess.Popen(
+            [CORRAL, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_line(self, pattern: str, timeout_s: float = 60) -> re.Match[str]:
+        found: list[re.Match[str]] = []
+
+        def seen() -> bool:
+            found[:] = [m for line in self.lines if (m := re.search(pattern, line))]
+            return bool(found)
+
+        wait_for(seen, timeout_s, f"`corral up` to print {pattern!r}:\n{self.output()}")
+        return found[0]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [CORRAL, *args], env=self.env, capture_output=True, text=True, timeout=120
+        )
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+
+def processes_of(home: Path) -> list[int]:
+    """Every process whose environment names this CORRAL_HOME (workers, agents, redis...)."""
+    mark = f"CORRAL_HOME={home}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                mine = mark in (proc / "environ").read_bytes().split(b"\0")
+                if mine and "Z" not in (proc / "stat").read_text().split()[2]:
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_up_runs_supervises_stops_and_recovers(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    up = Up(home)
+    try:
+        up.wait_line(r"\[up\] api\s+http://127\.0\.0\.1:\d+")
+        flower_port = int(up.wait_line(r"\[up\] flower\s+http://127\.0\.0\.1:(\d+)").group(1))
+        up.wait_line(r"API token in")
+        token_file = home / "api-token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert token_file.read_text().strip() not in up.output()
+        password = (home / "flower-password").read_text().strip()
+        assert password not in up.output()
+
+        # A service through the CLI, on the address and token `corral up` left in CORRAL_HOME.
+        task = tmp_path / "svc.yaml"
+        task.write_text("name: svc\nresources: {cloud: local, instance_type: cpu-2}\n")
+        launched = up.cli("launch", str(task), "--wait", "--timeout", "60", "--json")
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        rid = re.search(r'"id": "([^"]+)"', launched.stdout).group(1)  # type: ignore[union-attr]
+
+        # Flower: credentials required; all three roles and readable task names visible.
+        flower = f"http://127.0.0.1:{flower_port}"
+        assert httpx.get(f"{flower}/api/workers", timeout=10).status_code == 401
+        auth = ("corral", password)
+
+        def roles_seen() -> bool:
+            resp = httpx.get(f"{flower}/api/workers?refresh=1", auth=auth, timeout=10)
+            names = " ".join(resp.json()) if resp.status_code == 200 else ""
+            return all(role in names for role in ("schedule", "provision", "autoscale"))
+
+        wait_for(roles_seen, 60, "Flower to list the three worker roles")
+        tasks = httpx.get(f"{flower}/api/tasks", auth=auth, timeout=10).json()
+        names = {t["name"] for t in tasks.values()}
+        assert {"corral.schedule.admit", "corral.provision.attempt"} <= names
+
+        # A dead process is restarted, and the restart is said.
+        [scheduler] = [
+            p
+            for p in processes_of(home)
+            if b"\0-Q\0schedule\0" in Path(f"/proc/{p}/cmdline").read_bytes()
+            and _ppid(p) == up.proc.pid
+        ]
+        os.kill(scheduler, signal.SIGKILL)
+        up.wait_line(r"worker-schedule exited .*restarting", 30)
+
+        # SIGTERM: everything stops, local instances included.
+        assert up.stop() == 0
+        assert "[up] stopped" in up.output()
+        wait_for(lambda: processes_of(home) == [], 20, "every process of this home to exit")
+
+        # The same home again: the service that was running is found lost and relaunched.
+        up = Up(home)
+        up.wait_line(r"\[up\] api\s+http://")
+
+        def recovered() -> bool:
+            shown = up.cli("status", rid, "--json")
+            if shown.returncode != 0:
+                return False
+            states = re.findall(r'"state": "([A-Z]+)"', shown.stdout)
+            return states[0] == "RUNNING" and "LOST" in states[1:]
+
+        wait_for(recovered, 90, f"{rid} to be relaunched after the restart")
+    finally:
+        if up.proc.poll() is None:
+            up.stop()
+    wait_for(lambda: processes_of(home) == [], 20, "every process of this home to exit")
