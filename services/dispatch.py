@@ -16,6 +16,9 @@ from corral.services.settings import Settings, get_settings
 # Task names (the workers register these) -> the queue each one goes to.
 ADMIT = "corral.schedule.admit"  # plan a request's chain and start its first attempt
 ATTEMPT = "corral.provision.attempt"  # one attempt: launch in one zone (queue per cloud)
+RETRY_REGION = "corral.provision.retry_region"  # a zone failed: the rest of its region
+RETRY_CLOUD = "corral.provision.retry_cloud"  # a region is exhausted: the cloud's other regions
+NEXT_CLOUD = "corral.provision.next_cloud"  # a cloud is exhausted: the rest of the chain
 TERMINATE = "corral.provision.terminate"  # terminate a request's or one instance's machines
 RECONCILE = "corral.provision.reconcile"  # beat: store vs providers, lost and stray instances
 AUTOSCALE_TICK = "corral.autoscale.tick"  # beat: the autoscaler's periodic decision
@@ -47,6 +50,9 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
         "visibility_timeout": int(timers.visibility_timeout_s),
         "unacked_restore_interval": max(1, int(timers.unacked_restore_interval_s)),
         "unacked_restore_throttle": 1,
+        # The sweep takes a lock; a worker killed while holding it would stall every sweep for
+        # kombu's default 300 s. A sweep takes milliseconds, so a short lock is safe.
+        "unacked_mutex_expire": max(5, int(timers.unacked_restore_interval_s * 3)),
         "socket_timeout": 30,
         "health_check_interval": 10,
     }

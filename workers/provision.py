@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services import dispatch
-from corral.services.runtime import provisioning
+from corral.services.runtime import failover, provisioning, termination
 from corral.services.runtime import reconcile as reconciling
 from corral.services.runtime.deps import deps
+from corral.shared.failover import Within
 from corral.workers.app import app
 
 
@@ -21,9 +22,24 @@ def attempt(self: Any, request_id: str, step: int, try_no: int = 0) -> str:
         ) from None
 
 
+@app.task(name=dispatch.RETRY_REGION, acks_late=True)
+def retry_region(request_id: str, after: int) -> str:
+    return failover.advance(deps(), request_id, after, Within.REGION)
+
+
+@app.task(name=dispatch.RETRY_CLOUD, acks_late=True)
+def retry_cloud(request_id: str, after: int) -> str:
+    return failover.advance(deps(), request_id, after, Within.CLOUD)
+
+
+@app.task(name=dispatch.NEXT_CLOUD, acks_late=True)
+def next_cloud(request_id: str, after: int) -> str:
+    return failover.advance(deps(), request_id, after, Within.ANY)
+
+
 @app.task(name=dispatch.TERMINATE, acks_late=True)
 def terminate(request_id: str, instance_id: str | None = None, reason: str = "user") -> str:
-    return provisioning.terminate(deps(), request_id, instance_id, reason)
+    return termination.terminate(deps(), request_id, instance_id, reason)
 
 
 @app.task(name=dispatch.RECONCILE, acks_late=True)

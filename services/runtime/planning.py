@@ -6,7 +6,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from corral.services.runtime.deps import Deps
-from corral.shared.blocking import Block
 from corral.shared.catalog import Catalog, load_catalog
 from corral.shared.config.task import Task
 from corral.shared.planner import Plan, plan
@@ -26,13 +25,7 @@ def catalog_for(deps: Deps) -> Catalog:
     return catalog_with_local(str(path), path.stat().st_mtime_ns)
 
 
-def plan_launch(deps: Deps, task: Task, *, extra_blocks: tuple[Block, ...] = ()) -> Plan:
-    """The failover chain for ``task`` over the clouds that can launch here, minus every scope
-    remembered as blocked."""
-    blocked = tuple(b.block for b in deps.blocks.active(deps.now())) + extra_blocks
-    return plan(task, catalog_for(deps), blocked=blocked, clouds=deps.launchable_clouds())
-
-
-def plan_unblocked(deps: Deps, task: Task) -> Plan:
-    """The chain ignoring remembered blocks: is this task possible at all?"""
+def plan_launch(deps: Deps, task: Task) -> Plan:
+    """The failover chain for ``task`` over the clouds that can launch here. Remembered blocks
+    are not applied here: the failover steps pass over them and say so in the account."""
     return plan(task, catalog_for(deps), clouds=deps.launchable_clouds())

@@ -17,7 +17,7 @@ from typing import Any
 
 from corral.services import dispatch
 from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST, ProviderInstance
-from corral.services.runtime import provisioning
+from corral.services.runtime import failover, termination
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
 from corral.shared.blocking import Block
@@ -71,6 +71,10 @@ def _check_instances(
         if pi is None or pi.state == "lost":
             counts["lost"] += 1
             _lost(deps, inst, "its process is gone" if pi is None else "its heartbeats stopped")
+        elif pi.state == "terminated" and pi.exit_code is None:
+            # Gone without an exit code and without us asking: reclaimed (spot) or failed.
+            counts["lost"] += 1
+            _lost(deps, inst, "the cloud terminated it (a spot reclaim or a failure)")
         elif pi.state == "terminated":
             counts["exited"] += 1
             _exited(deps, inst, pi.exit_code)
@@ -128,7 +132,7 @@ def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
     updated = deps.store.update_request(req.id, finish)
     if updated is not None and updated.state == target:
         deps.store.append_event(req.id, f"state: {target} ({why})", now)
-        provisioning.terminate(deps, req.id, None, "the job ended")
+        termination.terminate(deps, req.id, None, "the job ended")
 
 
 def _lost(deps: Deps, inst: Instance, why: str) -> None:
@@ -152,7 +156,7 @@ def _lost(deps: Deps, inst: Instance, why: str) -> None:
         return
     deps.store.append_event(req.id, f"instance {inst.id} LOST ({why})", now)
     # The request's other nodes go too: it is relaunched whole, in one zone.
-    provisioning.release_instances(deps, req.id, f"{inst.id} was lost")
+    termination.release_instances(deps, req.id, f"{inst.id} was lost")
     relaunch(deps, req.id, f"instance {inst.id} lost: {why}")
 
 
@@ -174,7 +178,7 @@ def relaunch(deps: Deps, request_id: str, why: str) -> str:
             r.move(RequestState.FAILED, now, r.error)
             return True
         r.relaunches += 1
-        r.chain, r.next_step = chain, 0
+        r.chain, r.next_step = chain, -1
         r.move(RequestState.PROVISIONING, now, f"relaunch {r.relaunches}: {why}")
         return True
 
@@ -185,7 +189,7 @@ def relaunch(deps: Deps, request_id: str, why: str) -> str:
         deps.store.append_event(
             request_id, f"state: PROVISIONING (relaunch {updated.relaunches}: {why})", now
         )
-        provisioning.dispatch_step(deps, updated)
+        failover.resume(deps, updated)
         return "relaunched"
     if updated.state == RequestState.FAILED:
         deps.store.append_event(request_id, f"state: FAILED ({updated.error})", now)
@@ -242,7 +246,7 @@ def _unstick(deps: Deps, counts: dict[str, int]) -> None:
             if state == RequestState.PENDING:
                 dispatch.admit(req.id, settings=deps.settings)
             else:
-                provisioning.dispatch_step(deps, req)
+                failover.resume(deps, req)
 
 
 def handle_events(deps: Deps, events: list[dict[str, Any]]) -> None:

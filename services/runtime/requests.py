@@ -9,7 +9,7 @@ from typing import Any
 
 from corral.services import dispatch
 from corral.services.runtime.deps import Deps, new_id
-from corral.services.runtime.planning import plan_unblocked
+from corral.services.runtime.planning import plan_launch
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
 from corral.shared.records import LaunchRequest
@@ -31,7 +31,7 @@ class Impossible(ValueError):
 
 def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRequest:
     """Accept a launch request: refuse the impossible, store it PENDING, hand it to scheduling."""
-    planned = plan_unblocked(deps, task)
+    planned = plan_launch(deps, task)
     if not planned.candidates:
         raise Impossible(planned.reasons or ["no launchable candidate for these resources"])
     now = deps.now()

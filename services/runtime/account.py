@@ -1,0 +1,106 @@
+"""The account of a request: its attempts as recorded, and the scopes failures block.
+
+Every attempt, failed or not, is written into the request (the CLI prints them as a table when
+a request fails); a failure's scope goes into the shared capacity-error memory so every worker
+and every later request skips it while it lasts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from corral.services.runtime.deps import Deps
+from corral.shared.blocking import Block
+from corral.shared.errors import ProviderError
+from corral.shared.failover import Place
+from corral.shared.lifecycle import RequestState
+from corral.shared.records import Attempt, AttemptOutcome, LaunchRequest
+
+
+def record_attempt(
+    deps: Deps,
+    request_id: str,
+    attempt_id: str,
+    cand: dict[str, Any],
+    now: float,
+    outcome: str | None = None,
+    error: str | None = None,
+) -> None:
+    """Add an attempt to the request's account (once: the id makes it idempotent)."""
+
+    def add(r: LaunchRequest) -> bool:
+        if any(a.attempt_id == attempt_id for a in r.attempts):
+            return False
+        r.attempts.append(
+            Attempt(
+                attempt_id=attempt_id,
+                cloud=cand["cloud"],
+                region=cand["region"],
+                zone=cand["zone"],
+                instance_type=cand["instance_type"],
+                market=cand["market"],
+                outcome=cast(AttemptOutcome | None, outcome),
+                error=error,
+                started_at=now,
+                ended_at=now if outcome else None,
+            )
+        )
+        r.updated_at = now
+        return True
+
+    deps.store.update_request(request_id, add)
+
+
+def finish_attempt(
+    deps: Deps, request_id: str, attempt_id: str, outcome: str, error: str | None
+) -> None:
+    """Set a running attempt's outcome."""
+    now = deps.now()
+
+    def finish(r: LaunchRequest) -> bool:
+        for a in r.attempts:
+            if a.attempt_id == attempt_id and a.outcome is None:
+                a.finish(cast(AttemptOutcome, outcome), now, error)
+                return True
+        return False
+
+    deps.store.update_request(request_id, finish)
+
+
+def remember(deps: Deps, cand: dict[str, Any], exc: ProviderError) -> None:
+    """Block the scope ``exc`` calls for, for ``blocked_ttl_s``."""
+    block = Block.from_scope(exc.scope, Place.of(cand))
+    if block is not None:
+        deps.blocks.add(
+            block,
+            now=deps.now(),
+            ttl_s=deps.settings.timers.blocked_ttl_s,
+            reason=str(exc),
+            outcome=exc.outcome,
+        )
+
+
+def fail_request(
+    deps: Deps, request_id: str, why: str, *, expected: set[RequestState], step: int | None = None
+) -> bool:
+    """Move the request to FAILED (if it is still in an ``expected`` state and, when given, at
+    position ``step``); True when this call failed it."""
+    now = deps.now()
+
+    def fail(r: LaunchRequest) -> bool:
+        if r.state not in expected or (step is not None and r.next_step != step):
+            return False
+        r.error = why
+        r.move(RequestState.FAILED, now, why)
+        return True
+
+    before = deps.store.get_request(request_id)
+    updated = deps.store.update_request(request_id, fail)
+    if (
+        updated is not None
+        and updated.state == RequestState.FAILED
+        and (before is None or before.state != RequestState.FAILED)
+    ):
+        deps.store.append_event(request_id, f"state: FAILED ({why})", now)
+        return True
+    return False

@@ -1,0 +1,103 @@
+"""Failover, step by step: which candidate of a chain to try next, at which scope.
+
+A failed zone attempt hands over to the *region* step, which tries the rest of that region; an
+exhausted region hands over to the *cloud* step (the cloud's other regions); an exhausted cloud
+hands over to the *next-cloud* step (the rest of the chain, in the planner's order). Each step
+is one Celery task in the runtime; this module only decides. Candidates whose scope is
+remembered as blocked are passed over and reported, so the account can say why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from corral.shared.blocking import Block, is_blocked
+
+
+class Within(StrEnum):
+    """How far a step may look for the next candidate."""
+
+    REGION = "region"  # the failed candidate's region (its other zones)
+    CLOUD = "cloud"  # the failed candidate's cloud (its other regions)
+    ANY = "any"  # the rest of the chain, any cloud
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A chain entry as failover reads it (the planner's candidate, or its JSON)."""
+
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+
+    @classmethod
+    def of(cls, candidate: Mapping[str, Any]) -> Place:
+        return cls(
+            str(candidate["cloud"]),
+            str(candidate["region"]),
+            str(candidate["zone"]),
+            str(candidate["instance_type"]),
+            str(candidate["market"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NextStep:
+    """What a failover step decided.
+
+    ``action`` is ``attempt`` (try ``index``), ``escalate`` (the next candidate lies outside this
+    step's scope: hand over to the wider step) or ``exhausted`` (nothing is left to try).
+    ``passed_over`` lists ``(index, block)`` for each distinct block that hid candidates.
+    """
+
+    action: str
+    index: int | None = None
+    passed_over: tuple[tuple[int, Block], ...] = field(default=())
+
+
+def next_step(
+    chain: Sequence[Mapping[str, Any]],
+    after: int,
+    blocks: Iterable[Block],
+    within: Within | str,
+) -> NextStep:
+    """The next candidate after position ``after`` (-1: from the start) that is not blocked,
+    if it lies inside ``within`` of the candidate at ``after``."""
+    scope = Within(within)
+    blocks = tuple(blocks)
+    origin = Place.of(chain[after]) if after >= 0 else None
+    passed: list[tuple[int, Block]] = []
+    seen: set[Block] = set()
+    for i in range(after + 1, len(chain)):
+        place = Place.of(chain[i])
+        hit = is_blocked(place, blocks)
+        if hit is not None:
+            if hit not in seen:
+                seen.add(hit)
+                passed.append((i, hit))
+            continue
+        if origin is None or _inside(scope, origin, place):
+            return NextStep("attempt", i, tuple(passed))
+        # Blocks seen beyond this step's scope are the wider step's to report.
+        return NextStep(
+            "escalate",
+            None,
+            tuple(p for p in passed if _inside(scope, origin, Place.of(chain[p[0]]))),
+        )
+    return NextStep("exhausted", None, tuple(passed))
+
+
+def _inside(scope: Within, origin: Place, place: Place) -> bool:
+    if scope == Within.REGION:
+        return place.cloud == origin.cloud and place.region == origin.region
+    if scope == Within.CLOUD:
+        return place.cloud == origin.cloud
+    return True
+
+
+WIDER: dict[Within, Within] = {Within.REGION: Within.CLOUD, Within.CLOUD: Within.ANY}
