@@ -30,9 +30,13 @@ class Timers(BaseModel):
     blocked_ttl_s: float = 180.0  # how long a sold-out scope is remembered
     relaunch_limit: int = 3  # relaunches of a request whose instance was lost
     terminate_grace_s: float = 5.0  # SIGTERM, then SIGKILL after this
-    # The Redis broker re-queues a task not acknowledged within this time. It must be longer than
-    # any task runs (attempts are cut at attempt_deadline_s), or a running task is delivered twice.
-    visibility_timeout_s: float = 300.0
+    # An attempt's claim in Redis: its holder renews it every third of this; a holder that died
+    # frees it within this time, so a redelivered attempt goes on quickly.
+    claim_ttl_s: float = 3.0
+    # The Redis broker re-queues a task not acknowledged within this time: how fast a dead
+    # worker's task runs again. A task still running when it passes is delivered a second time;
+    # that copy finds the attempt claimed and waits, so nothing is launched twice.
+    visibility_timeout_s: float = 30.0
     # How often a worker sweeps the broker for unacknowledged tasks of dead workers (kombu's
     # default of 10 s x throttle 10 makes recovery take about 100 s).
     unacked_restore_interval_s: float = 5.0

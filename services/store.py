@@ -61,6 +61,13 @@ end
 return 1
 """
 
+# KEYS[1] the claim; ARGV[1] the owner, ARGV[2] the new TTL in ms. Extends it only if that
+# owner still holds it.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
 # KEYS[1] the claim; ARGV[1] the owner. Deletes it only if that owner still holds it.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -85,6 +92,7 @@ class Store:
         self._create = redis.register_script(_CREATE)
         self._cas = redis.register_script(_CAS)
         self._release = redis.register_script(_RELEASE)
+        self._renew = redis.register_script(_RENEW)
 
     # ---- key names ------------------------------------------------------------------------
 
@@ -279,6 +287,11 @@ class Store:
         twice). The TTL frees the key of an owner that died."""
         ttl_ms = max(1, round(ttl_s * 1000))
         return bool(self._r.set(self._key("claim", key), owner, nx=True, px=ttl_ms))
+
+    def renew(self, key: str, owner: str, ttl_s: float) -> bool:
+        """Extend ``owner``'s hold on ``key`` to ``ttl_s`` from now; False if it lost it."""
+        ttl_ms = max(1, round(ttl_s * 1000))
+        return int(self._renew(keys=[self._key("claim", key)], args=[owner, ttl_ms])) == 1
 
     def is_claimed(self, key: str) -> bool:
         """Whether someone holds ``key`` now (reconcile leaves an attempt's machines alone while

@@ -53,7 +53,7 @@ from corral.shared.errors import (
 
 AGENT_MODULE = "corral.services.providers.local.agent"
 ATTEMPT_POLL_S = 0.05
-CLAIM_MARGIN_S = 10.0  # how long a launch may hold its claim beyond the zone's launch delay
+CLAIM_MARGIN_S = 3.0  # how long a launch may hold its claim beyond the zone's launch delay
 
 # The zone's injected error kinds as the typed errors a real cloud's SDK errors become.
 INJECTED: dict[str, tuple[type[ProviderError], str]] = {
@@ -114,6 +114,7 @@ class LocalProvider:
                     raise
             ids = self._await_attempt(spec.attempt_id, delay_s + self.attempt_wait_s)
             if ids is not None:
+                self._finish_boot(spec, ids, delay_s)
                 return self._instances(ids)
             # The other caller failed and gave the attempt back: try it ourselves.
         raise ThrottledError(f"attempt {spec.attempt_id} keeps changing hands; retry")
@@ -205,7 +206,13 @@ class LocalProvider:
             )
         if status != 1:
             raise ThrottledError(f"lost the claim on attempt {spec.attempt_id}; retry")
-        time.sleep(self.cloud.zone(spec.zone).launch_delay_s)  # the machines "boot"
+        # The capacity is taken and bound to the attempt. While the machines boot we hold a
+        # boot lease: if this process dies now, a redelivered attempt sees the lease lapse and
+        # finishes the boot instead of waiting on machines nobody will start.
+        boot = self.state.keys.attempt(spec.attempt_id) + ":boot"
+        delay_s = self.cloud.zone(spec.zone).launch_delay_s
+        self.state.r.set(boot, token, px=max(1, int((delay_s + CLAIM_MARGIN_S) * 1000)))
+        time.sleep(delay_s)  # the machines "boot"
         try:
             for rec in records:
                 self._start_agent(rec)
@@ -213,12 +220,32 @@ class LocalProvider:
             self._roll_back(records)
             self.state.unbind_attempt(spec.attempt_id, records)
             raise ProviderError(f"could not start the node agent: {exc}") from exc
+        self.state.r.delete(boot)
         ids = [rec.id for rec in records]
         # A terminate() that came while we were booting saw no pid to signal: finish its work.
         stopped = [rec.id for rec in map(self.state.record, ids) if rec and rec.state != PENDING]
         if stopped:
             self.terminate(stopped)
         return self._instances(ids)
+
+    def _finish_boot(self, spec: LaunchSpec, ids: list[str], delay_s: float) -> None:
+        """Start the agents of a bound attempt whose launcher died while booting them."""
+        boot = self.state.keys.attempt(spec.attempt_id) + ":boot"
+        deadline = time.monotonic() + delay_s + CLAIM_MARGIN_S
+        while time.monotonic() < deadline:
+            records = [r for r in map(self.state.record, ids) if r is not None]
+            unborn = [r for r in records if r.pid is None and r.state == PENDING]
+            if not unborn:
+                return
+            token = f"resume:{secrets.token_hex(8)}"
+            lease_ms = max(1, int((delay_s + CLAIM_MARGIN_S) * 1000))
+            if self.state.r.set(boot, token, nx=True, px=lease_ms):
+                for rec in unborn:
+                    self._start_agent(rec)
+                self.state.r.delete(boot)
+                return
+            time.sleep(ATTEMPT_POLL_S)  # the launcher is alive and still booting them
+        raise ThrottledError(f"attempt {spec.attempt_id} is still booting elsewhere; retry")
 
     def _play_injected_error(self, spec: LaunchSpec) -> None:
         type_name = self.cloud.instance_type(spec.instance_type).name
