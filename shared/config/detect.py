@@ -19,11 +19,12 @@ from . import words
 from .base import ignored_notices
 from .cluster import Cluster
 from .compute_config import ComputeConfig
+from .localcloud import LocalCloud
 from .machine_pool import MachinePool
 from .master_config import MasterConfig
 from .task import Task
 
-KINDS = ("machine_pool", "compute_config", "master_config", "task", "cluster")
+KINDS = ("machine_pool", "compute_config", "master_config", "task", "cluster", "local_cloud")
 
 MODELS: dict[str, type[BaseModel]] = {
     "machine_pool": MachinePool,
@@ -31,6 +32,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "master_config": MasterConfig,
     "task": Task,
     "cluster": Cluster,
+    "local_cloud": LocalCloud,
 }
 
 
@@ -58,6 +60,7 @@ _MARKERS: dict[str, frozenset[str]] = {
         auth docker max_workers min_workers file_mounts cluster_synced_files rsync_exclude
         rsync_filter file_mounts_sync_continuously no_restart"""
     ),
+    "local_cloud": frozenset({"instance_types", "regions", "reservations", "aliases"}),
 }
 
 

@@ -30,8 +30,21 @@ def _expected(path: Path) -> str:
 
 
 def test_every_kind_has_seed_fixtures() -> None:
-    assert {_expected(p) for p in SEED_FILES} == set(KINDS) == set(MODELS)
+    # Every kind of the four systems has seed files; the local cloud is Corral's own.
+    assert {_expected(p) for p in SEED_FILES} | {"local_cloud"} == set(KINDS) == set(MODELS)
     assert len(SEED_FILES) >= 20
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        Path(__file__).resolve().parents[2] / "services/providers/local/example-cloud.yaml",
+        *sorted((Path(__file__).resolve().parents[1] / "fixtures" / "localcloud").glob("*.yaml")),
+    ],
+    ids=lambda p: p.name,
+)
+def test_local_cloud_files_are_detected(path: Path) -> None:
+    assert load_config(path).kind == "local_cloud"
 
 
 @pytest.mark.parametrize("path", SEED_FILES, ids=lambda p: p.name)
