@@ -29,34 +29,39 @@ for _ in $(seq 1 150); do
 done
 sed -n '1,7p' "$CORRAL_HOME/up.out"
 
-launch() {  # launch FILE: submit and follow it until it runs or ends
+JOBS=()
+launch() {  # launch FILE [job]: submit and follow it until it runs or ends
   echo
   echo "== corral launch $1 --wait"
-  "$CORRAL" launch "$1" --wait --timeout 90 || echo "(exit $?)"
+  local out code=0
+  out=$("$CORRAL" launch "$1" --wait --timeout 90 2>&1) || code=$?
+  echo "$out"
+  [ "$code" = 0 ] || echo "(exit $code)"
+  if [ "${2:-}" = job ]; then JOBS+=("$(echo "$out" | head -n 1)"); fi
 }
-launch examples/workload/hello-job.yaml
+launch examples/workload/hello-job.yaml job
 launch examples/workload/web-service.yaml
-launch examples/workload/two-node-job.yaml
-launch examples/workload/train-a100.yaml
+launch examples/workload/two-node-job.yaml job
+launch examples/workload/train-a100.yaml job
 
+state_of() { "$CORRAL" status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 echo
-echo "== waiting for the jobs to finish"
-for _ in $(seq 1 60); do
-  if ! "$CORRAL" status --json | grep -q '"state": "\(PENDING\|PROVISIONING\)"'; then
-    running_jobs=$("$CORRAL" status --json | grep -c '"state": "RUNNING"' || true)
-    [ "$running_jobs" -le 1 ] && break
-  fi
-  sleep 1
+echo "== waiting for the jobs to finish: ${JOBS[*]}"
+for job in "${JOBS[@]}"; do
+  for _ in $(seq 1 60); do
+    case "$(state_of "$job")" in SUCCEEDED|FAILED|CANCELLED|TERMINATED) break ;; esac
+    sleep 1
+  done
 done
 echo
 echo "== corral status"
 "$CORRAL" status
 echo
+echo "== corral status ${JOBS[2]}   (the A100 job: sold out, over quota, then the next region)"
+"$CORRAL" status "${JOBS[2]}"
+echo
 echo "== corral instances"
 "$CORRAL" instances
-job=$("$CORRAL" status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); rows=d["requests"] if isinstance(d,dict) else d; print(next(r["id"] for r in rows if r.get("name")=="hello-job" or "hello" in json.dumps(r)))' 2>/dev/null || true)
-if [ -n "$job" ]; then
-  echo
-  echo "== corral logs $job"
-  "$CORRAL" logs "$job"
-fi
+echo
+echo "== corral logs ${JOBS[0]}"
+"$CORRAL" logs "${JOBS[0]}"

@@ -64,6 +64,13 @@ class Settings(BaseSettings):
     flower_user: str = "corral"
     flower_password: SecretStr | None = None  # None: read from <home>/flower-password
     local_cloud_file: Path = PACKAGED_LOCAL_CLOUD
+    # Clouds launches may use (each also needs its credentials from the SDK's usual chain).
+    clouds: list[str] = Field(default_factory=lambda: ["local", "aws", "gcp"])
+    aws_endpoint_url: str | None = None  # None: real AWS; tests point it at moto's server
+    aws_default_image_id: str = "ami-corral-default"  # a placeholder real AWS refuses
+    gcp_project: str | None = None  # None: the project of the credentials
+    gcp_api_endpoint: str | None = None  # None: the real Compute API
+    gcp_anonymous: bool = False  # anonymous credentials: only for a fake Compute API in tests
     log_dir: Path | None = None  # None: <home>/logs
     worker_concurrency: int = 2
     timers: Timers = Field(default_factory=Timers)
@@ -94,5 +101,9 @@ def child_env(settings: Settings, **extra: str) -> dict[str, str]:
     env["CORRAL_LOCAL_CLOUD_FILE"] = str(settings.local_cloud_file)
     if settings.redis_url:
         env["CORRAL_REDIS_URL"] = settings.redis_url
+    if settings.aws_endpoint_url:
+        env["CORRAL_AWS_ENDPOINT_URL"] = settings.aws_endpoint_url
+    if settings.gcp_api_endpoint:
+        env["CORRAL_GCP_API_ENDPOINT"] = settings.gcp_api_endpoint
     env.update(extra)
     return env

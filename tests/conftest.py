@@ -102,9 +102,11 @@ def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
 
     systems: list[System] = []
 
-    def make(local_cloud: Path | None = None, **timers: str) -> System:
+    def make(
+        local_cloud: Path | None = None, env: dict[str, str] | None = None, **timers: str
+    ) -> System:
         cloud = local_cloud or FIXTURES / "localcloud" / "runtime.yaml"
-        system = System(tmp_path / f"home{len(systems)}", redis_url, cloud, **timers)
+        system = System(tmp_path / f"home{len(systems)}", redis_url, cloud, env, **timers)
         systems.append(system)
         return system
 

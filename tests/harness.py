@@ -44,7 +44,14 @@ def free_port() -> int:
 class System:
     """Processes of one Corral installation; everything it starts, it stops."""
 
-    def __init__(self, home: Path, redis_url: str, local_cloud: Path, **timers: str) -> None:
+    def __init__(
+        self,
+        home: Path,
+        redis_url: str,
+        local_cloud: Path,
+        env: dict[str, str] | None = None,
+        **timers: str,
+    ) -> None:
         self.home = home
         self.token = "test-token-not-secret"
         self.env = dict(os.environ)
@@ -57,6 +64,7 @@ class System:
                 "CORRAL_WORKER_CONCURRENCY": "2",
             }
         )
+        self.env.update(env or {})
         for name, value in {**FAST_TIMERS, **timers}.items():
             self.env[f"CORRAL_TIMERS__{name.upper()}"] = str(value)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

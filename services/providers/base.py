@@ -36,6 +36,7 @@ class LaunchSpec(BaseModel):
     market: str = "on_demand"  # on_demand | spot | reserved
     count: int = 1
     reservation_id: str | None = None
+    accelerators: dict[str, int] = Field(default_factory=dict)  # e.g. GCP N1 guest GPUs
     advanced_instance_config: dict[str, object] = Field(default_factory=dict)
     tags: dict[str, str] = Field(default_factory=dict)
     # What the node runs (the local cloud's agent runs it; real clouds get it as user data).
@@ -64,6 +65,8 @@ class Provider(Protocol):
     """What every cloud implements. Errors are ``corral.shared.errors.ProviderError``s."""
 
     name: str
+    # How often a caller may poll ``describe`` while waiting for instances to come up.
+    poll_interval_s: float
 
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]: ...
 

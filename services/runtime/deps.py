@@ -52,7 +52,7 @@ class Deps:
     def launchable_clouds(self) -> tuple[str, ...]:
         """Clouds with a provider here and credentials for it."""
         clouds = []
-        for cloud in ("local", "aws", "gcp"):
+        for cloud in self.settings.clouds:
             try:
                 if self.provider(cloud).has_credentials():
                     clouds.append(cloud)
@@ -80,7 +80,27 @@ def _build_provider(cloud: str, deps: Deps) -> Provider:
             log_dir=settings.logs,
             heartbeat_timeout_s=settings.timers.heartbeat_timeout_s,
         )
-    raise ProviderUnavailable(f"no provider for cloud {cloud!r} yet")
+    if cloud == "aws":
+        from corral.services.providers.aws.provider import AwsProvider
+
+        return AwsProvider(
+            endpoint_url=deps.settings.aws_endpoint_url,
+            default_image_id=deps.settings.aws_default_image_id,
+        )
+    if cloud == "gcp":
+        from corral.services.providers.gcp.provider import GcpProvider
+
+        credentials = None
+        if deps.settings.gcp_anonymous:
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        return GcpProvider(
+            deps.settings.gcp_project,
+            api_endpoint=deps.settings.gcp_api_endpoint,
+            credentials=credentials,
+        )
+    raise ProviderUnavailable(f"Corral has no provider for cloud {cloud!r}")
 
 
 def new_id(kind: str) -> str:

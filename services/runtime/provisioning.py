@@ -202,6 +202,9 @@ def _spec(req: LaunchRequest, task: Task, cand: dict[str, Any], attempt_id: str)
         run=task.run,
         envs=dict(task.envs or {}),
         workdir=task.workdir,
+        accelerators=dict(cand.get("accelerators") or {}),
+        reservation_id=cand.get("reservation_id"),
+        advanced_instance_config=dict(cand.get("advanced_instance_config") or {}),
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},
     )
 
@@ -222,18 +225,24 @@ def _launch_by_deadline(provider: Any, spec: LaunchSpec, deadline: float) -> lis
 def _wait_until_up(
     provider: Any, attempt_id: str, count: int, deadline: float
 ) -> list[ProviderInstance]:
-    """Wait for every node to report in (running, or already finished for a quick job)."""
+    """Wait for every node to report in (running, or already finished for a quick job). A
+    failed look (throttled, a 5xx) is looked at again: the launch itself has succeeded."""
+    found: list[ProviderInstance] = []
     while True:
-        found = provider.describe({TAG_ATTEMPT: attempt_id})
-        if len(found) >= count and all(p.state in ("running", "terminated") for p in found):
-            return sorted(found, key=lambda p: int(p.tags.get(TAG_NODE, "0")))
-        if any(p.state == "lost" for p in found):
-            provider.terminate([p.provider_id for p in found])
-            raise ProviderError("an instance died while starting", code="InstanceLost")
+        try:
+            found = provider.describe({TAG_ATTEMPT: attempt_id})
+        except ProviderError as exc:
+            log.info("describe failed while waiting for %s (%s); looking again", attempt_id, exc)
+        else:
+            if len(found) >= count and all(p.state in ("running", "terminated") for p in found):
+                return sorted(found, key=lambda p: int(p.tags.get(TAG_NODE, "0")))
+            if any(p.state == "lost" for p in found):
+                provider.terminate([p.provider_id for p in found])
+                raise ProviderError("an instance died while starting", code="InstanceLost")
         if time.monotonic() > deadline:
             provider.terminate([p.provider_id for p in found])
             raise LaunchTimeoutError("instances did not come up within the attempt deadline")
-        time.sleep(0.05)
+        time.sleep(getattr(provider, "poll_interval_s", 1.0))
 
 
 def _on_launched(

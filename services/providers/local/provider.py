@@ -68,6 +68,7 @@ class LocalProvider:
     """The ``local`` cloud. Thread-safe; any number of processes may share one Redis."""
 
     name = "local"
+    poll_interval_s = 0.05  # its records are in the same Redis: polling is cheap
 
     def __init__(
         self,
