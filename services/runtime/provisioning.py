@@ -87,6 +87,10 @@ def admit(deps: Deps, request_id: str) -> str:
     updated = deps.store.update_request(request_id, start)
     if updated is None or updated.state != RequestState.PROVISIONING:
         return "raced"
+    for cloud in deps.clouds_without_credentials():
+        deps.store.append_event(
+            request_id, f"notice: {cloud} is left out of the chain: no credentials found", now
+        )
     deps.store.append_event(request_id, f"state: PROVISIONING ({len(chain)} candidates)", now)
     return advance(deps, request_id, -1, Within.ANY)
 
