@@ -6,6 +6,7 @@ decide what to block and ``outcome`` to record the attempt. Pure: no SDK is impo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -91,3 +92,15 @@ ERRORS_BY_OUTCOME: dict[str, type[ProviderError]] = {
         LaunchTimeoutError,
     )
 }
+
+
+@dataclass(frozen=True)
+class ErrorRule:
+    """What one provider error code becomes: an error class, and a scope when not the class's
+    own. Each provider keeps a table of these (its codes are data, not a chain of ifs)."""
+
+    error: type[ProviderError]
+    scope: Scope | None = None
+
+    def build(self, message: str, code: str) -> ProviderError:
+        return self.error(message, code=code, scope=self.scope)

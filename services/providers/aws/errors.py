@@ -12,13 +12,13 @@ one type and market in one zone, an account limit (``VcpuLimitExceeded``) blocks
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from botocore import exceptions as sdk
 
 from corral.shared.errors import (
     AuthError,
     CapacityError,
+    ErrorRule,
     InvalidRequestError,
     ProviderError,
     QuotaError,
@@ -26,13 +26,7 @@ from corral.shared.errors import (
     ThrottledError,
 )
 
-
-@dataclass(frozen=True)
-class Rule:
-    """What one AWS error code becomes: an error class, and a scope when not the class's own."""
-
-    error: type[ProviderError]
-    scope: Scope | None = None
+Rule = ErrorRule
 
 
 _CAPACITY = Rule(CapacityError)  # this type and market in this zone
@@ -181,7 +175,7 @@ def classify(code: str, message: str = "", *, http_status: int | None = None) ->
         if http_status is not None and http_status >= 500:
             return ThrottledError(text, code=code)
         return ProviderError(text, code=code)
-    return rule.error(text, code=code, scope=rule.scope)
+    return rule.build(text, code)
 
 
 def from_sdk_error(exc: BaseException) -> ProviderError:

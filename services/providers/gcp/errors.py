@@ -30,6 +30,7 @@ from google.auth import exceptions as auth_exceptions
 from corral.shared.errors import (
     AuthError,
     CapacityError,
+    ErrorRule,
     InvalidRequestError,
     LaunchTimeoutError,
     ProviderError,
@@ -38,13 +39,7 @@ from corral.shared.errors import (
     ThrottledError,
 )
 
-
-@dataclass(frozen=True)
-class Rule:
-    """What one GCP code means: the typed error and, if not the error's own, the scope."""
-
-    error: type[ProviderError]
-    scope: Scope | None = None
+Rule = ErrorRule
 
 
 _ZONE_CAPACITY = Rule(CapacityError)
@@ -150,14 +145,14 @@ def classify(http_status: int | None, details: Iterable[Detail], message: str) -
         if rule.error is QuotaError:
             cls, scope = quota_scope(detail)
             return cls(text, code=_quota_code(detail), scope=scope)
-        return rule.error(text, code=detail.code, scope=rule.scope)
+        return rule.build(text, detail.code)
     rule = BY_HTTP_STATUS.get(http_status or 0)
     if rule is None and http_status is not None and http_status >= 500:
         rule = SERVER_ERROR
     code = f"HTTP {http_status}" if http_status else ""
     if rule is None:
         return ProviderError(message, code=code)  # unknown: blocks the zone
-    return rule.error(message, code=code, scope=rule.scope)
+    return rule.build(message, code)
 
 
 def _quota_code(detail: Detail) -> str:
