@@ -76,9 +76,8 @@ class NodeTypeDocker(StrictModel):
 class NodeType(StrictModel):
     """One entry of ``available_node_types``."""
 
-    IGNORED: ClassVar[frozenset[str]] = frozenset(
-        {"docker", "worker_image", "pull_before_run", "worker_run_options"}
-    )
+    # Per-type docker keys are kept in the node's launch config (the autoscaler merges them
+    # over the top-level docker section), so none is ignored here.
 
     node_config: dict[str, Any]  # the provider's launch config, passed through
     resources: dict[str, float] | None = None  # the autoscaler fills CPU/GPU when absent
@@ -111,7 +110,7 @@ class Cluster(StrictModel):
     """A Ray cluster launcher file."""
 
     IGNORED: ClassVar[frozenset[str]] = words(
-        """auth docker file_mounts cluster_synced_files file_mounts_sync_continuously
+        """auth file_mounts cluster_synced_files file_mounts_sync_continuously
         rsync_exclude rsync_filter metadata no_restart initial_workers autoscaling_mode
         target_utilization_fraction head_start_ray_commands worker_start_ray_commands"""
     )
