@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
 
 from corral.services.cli.output import fail_input, print_json
-from corral.shared.configio import ConfigError, Document, Issue, load_file
-from corral.shared.merge import CLOUDS, MergeError, merge_advanced_instance_config
+
+if TYPE_CHECKING:
+    from corral.shared.configio import ConfigError, Document
+    from corral.shared.merge import MergeError
 
 config_app = typer.Typer(
     name="config",
@@ -32,6 +33,8 @@ def register(app: typer.Typer) -> None:
 
 def _load_mapping(path: Path, role: str) -> Document:
     """Read one file holding an ``advanced_instance_config`` mapping itself."""
+    from corral.shared.configio import load_file
+
     doc = load_file(path)
     if not isinstance(doc.data, dict):
         found = "an empty file" if doc.data is None else f"a {type(doc.data).__name__}"
@@ -43,6 +46,8 @@ def _load_mapping(path: Path, role: str) -> Document:
 
 def _as_config_error(exc: MergeError, template: Document, override: Document) -> ConfigError:
     """Point a refusal at the file and line it comes from."""
+    from corral.shared.configio import ConfigError, Issue
+
     doc = template if exc.side == "template" else override
     return ConfigError([Issue(doc.name, doc.line_of(exc.loc), exc.path, exc.message)])
 
@@ -65,6 +70,9 @@ def merge(
     Both files hold the advanced_instance_config mapping itself (YAML or JSON). An override
     may add and change entries but not remove them; a removal is refused (exit 2).
     """
+    from corral.shared.configio import ConfigError
+    from corral.shared.merge import CLOUDS, MergeError, merge_advanced_instance_config
+
     try:
         if cloud.strip().lower() not in CLOUDS:
             raise ConfigError.single("--cloud", f"{cloud!r}: expected one of {', '.join(CLOUDS)}")
@@ -83,6 +91,8 @@ def _print_config(merged: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print_json(merged)
         return
+    import yaml
+
     # Plain stdout, not the rich console: YAML holds brackets and colons rich would reinterpret.
     sys.stdout.write(yaml.safe_dump(merged, sort_keys=False, allow_unicode=True))
     sys.stdout.flush()

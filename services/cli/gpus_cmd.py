@@ -7,17 +7,17 @@ carrying it, with its on-demand and spot price in the cheapest region.
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
-from rich import box
-from rich.table import Table
 
 from corral.services.cli.output import EXIT_INPUT, EXIT_NEGATIVE, err, print_json
 from corral.services.cli.plan_cmd import print_table
-from corral.shared.accelerators import canonical_accelerator
-from corral.shared.catalog import load_catalog
-from corral.shared.catalog.gpus import AcceleratorOffer, AcceleratorSummary, offers, summaries
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from corral.shared.catalog.gpus import AcceleratorOffer, AcceleratorSummary
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +30,9 @@ def _money(value: float | None) -> str:
 
 
 def _summary_table(rows: list[AcceleratorSummary]) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
     for header in ("GPU", "QTY", "CLOUDS"):
         table.add_column(header)
@@ -39,6 +42,9 @@ def _summary_table(rows: list[AcceleratorSummary]) -> Table:
 
 
 def _offer_table(rows: list[AcceleratorOffer]) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
     headers = (
         "GPU",
@@ -71,6 +77,8 @@ def _offer_table(rows: list[AcceleratorOffer]) -> Table:
 
 def _parse_name(name: str, as_json: bool) -> tuple[str, int | None]:
     """``a100`` -> ("A100", None); ``A100:8`` -> ("A100", 8); exit 2 for a malformed name."""
+    from corral.shared.accelerators import canonical_accelerator
+
     text, sep, count_text = name.partition(":")
     try:
         canonical = canonical_accelerator(text)
@@ -100,6 +108,9 @@ def show_gpus(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List accelerators, or the instance types and prices of one."""
+    from corral.shared.catalog import load_catalog
+    from corral.shared.catalog.gpus import offers, summaries
+
     catalog = load_catalog()
     cloud = cloud.strip().lower() if cloud else None
     known = list(catalog.accelerators())

@@ -1,4 +1,9 @@
-"""The ``corral`` command line. Each command group lives in its own module."""
+"""The ``corral`` command line. Each command group lives in its own module.
+
+Start-up stays fast because the command modules import only typer, output.py and the standard
+library at module level; each command imports what it needs (config models, the planner, the API
+client, ...) when it runs. tests/unit/test_cli_startup.py lists what the start-up must not load.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import importlib
 import typer
 
 from corral.services.cli.output import EXIT_INPUT, err
-from corral.shared.configio import ConfigError
 
 app = typer.Typer(
     name="corral",
@@ -44,6 +48,7 @@ COMMAND_MODULES = (
     "corral.services.cli.pools_cmd",
     "corral.services.cli.runtime_cmd",
     "corral.services.cli.up_cmd",
+    "corral.services.cli.autoscale_cmd",
 )
 
 for _name in COMMAND_MODULES:
@@ -60,7 +65,13 @@ def run() -> None:
     """Console-script entry point: a user's mistake that escaped a command is still exit 2."""
     try:
         app()
-    except ConfigError as exc:
+    except Exception as exc:
+        # Imported here, not at start-up: a ConfigError can only come from code that has
+        # already loaded configio, so this import costs nothing when it matters.
+        from corral.shared.configio import ConfigError
+
+        if not isinstance(exc, ConfigError):
+            raise
         for issue in exc.issues:
             err.print(str(issue), markup=False)
         raise SystemExit(EXIT_INPUT) from None

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
 
-from corral.shared.configio import ConfigError, Issue
+if TYPE_CHECKING:  # only named in hints: `corral --version` need not load pydantic
+    from corral.shared.configio import ConfigError, Issue
 
 # Exit codes, the same for every command.
 EXIT_OK = 0

@@ -8,13 +8,9 @@ zone of the chain. ``--json`` prints ``{"candidates": [...]}`` in failover order
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
 
 from corral.services.cli.output import (
     EXIT_NEGATIVE,
@@ -24,11 +20,13 @@ from corral.services.cli.output import (
     out,
     print_json,
 )
-from corral.shared.catalog import Catalog, load_catalog
-from corral.shared.config.detect import load_as
-from corral.shared.config.task import Task
-from corral.shared.configio import ConfigError
-from corral.shared.planner import Candidate, Plan, plan
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from corral.shared.catalog import Catalog
+    from corral.shared.config.task import Task
+    from corral.shared.planner import Candidate, Plan
 
 _CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "local": "Local"}
 
@@ -39,12 +37,17 @@ def register(app: typer.Typer) -> None:
 
 
 def _load_task(path: Path) -> Task:
+    from corral.shared.config.detect import load_as
+    from corral.shared.config.task import Task
+
     task, _doc = load_as(path, Task)
     return task
 
 
 def _catalog(local_cloud: Path | None) -> Catalog:
     """The shipped catalog, plus the local cloud's offerings when a file is given."""
+    from corral.shared.catalog import load_catalog
+
     catalog = load_catalog()
     if local_cloud is None:
         return catalog
@@ -59,6 +62,9 @@ def _catalog(local_cloud: Path | None) -> Catalog:
 def print_table(table: Table) -> None:
     """Print a table at its natural width: never squeezed (and cut) to 80 columns when
     stdout is a pipe, so scripts and narrow terminals see whole names and prices."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
     natural = Measurement.get(out, out.options.update(max_width=1000), table).maximum
     if natural <= out.width:
         out.print(table)
@@ -82,6 +88,10 @@ def _rows(candidates: list[Candidate], every_zone: bool) -> list[Candidate]:
 
 def render_table(result: Plan, num_nodes: int, every_zone: bool) -> Table:
     """The "Considered resources (N nodes)" table; the first row is the chosen one."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     nodes = f"{num_nodes} node" + ("" if num_nodes == 1 else "s")
     table = Table(
         title=f"Considered resources ({nodes}):",
@@ -121,6 +131,9 @@ def plan_command(
     ),
 ) -> None:
     """Show the failover chain for a task: cheapest cloud first, its regions by price."""
+    from corral.shared.configio import ConfigError
+    from corral.shared.planner import plan
+
     try:
         task = _load_task(task_file)
         catalog = _catalog(local_cloud)

@@ -7,16 +7,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from corral.services.cli.output import fail_input, notice, out, print_json
-from corral.shared.config.detect import Loaded, load_config
-from corral.shared.config.master_config import MasterConfig
-from corral.shared.config.task import Task
-from corral.shared.configio import ConfigError
-from corral.shared.pools import ResolvedPools, UnknownPoolError, resolve_pools, route_task
+
+if TYPE_CHECKING:
+    from corral.shared.config.detect import Loaded
+    from corral.shared.pools import ResolvedPools
 
 pools_app = typer.Typer(
     name="pools",
@@ -28,6 +27,9 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON document"
 
 
 def _load(path: Path, kind: str, as_json: bool) -> Loaded:
+    from corral.shared.config.detect import load_config
+    from corral.shared.configio import ConfigError
+
     try:
         loaded = load_config(path, kind)
     except ConfigError as exc:
@@ -38,6 +40,10 @@ def _load(path: Path, kind: str, as_json: bool) -> Loaded:
 
 
 def _resolve(master: Loaded, as_json: bool) -> ResolvedPools:
+    from corral.shared.config.master_config import MasterConfig
+    from corral.shared.configio import ConfigError
+    from corral.shared.pools import UnknownPoolError, resolve_pools
+
     assert isinstance(master.model, MasterConfig)
     try:
         return resolve_pools(master.model)
@@ -94,6 +100,10 @@ def route(
     as_json: JsonFlag = False,
 ) -> None:
     """The pool a task goes to: its resource_pool, else the aux or compute default."""
+    from corral.shared.config.task import Task
+    from corral.shared.configio import ConfigError
+    from corral.shared.pools import UnknownPoolError, route_task
+
     pools = _resolve(_load(master, "master_config", as_json), as_json)
     task_file = _load(task, "task", as_json)
     assert isinstance(task_file.model, Task)

@@ -18,10 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
 
 from corral.services.cli.output import (
     EXIT_INPUT,
@@ -33,11 +29,11 @@ from corral.services.cli.output import (
     out,
     print_json,
 )
-from corral.services.settings import get_settings
-from corral.shared.config.base import ignored_notices
-from corral.shared.configio import ConfigError, Issue
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from corral.services.client import ApiError, Client
 
 run_app = typer.Typer(
@@ -71,6 +67,7 @@ def register(app: typer.Typer) -> None:
 def _api(as_json: bool, source: str = "task") -> Iterator[Client]:
     """A client of the configured API; its failures become one line and an exit code."""
     from corral.services.client import ApiError, ApiUnreachable, Client, NoApiAddress
+    from corral.services.settings import get_settings
 
     try:
         with Client.from_settings(get_settings()) as client:
@@ -93,6 +90,7 @@ def _fail(message: str, code: int, as_json: bool) -> NoReturn:
 def _fail_api(exc: ApiError, as_json: bool, source: str) -> NoReturn:
     """An error status from the API as an exit code: refusals of the input are 2."""
     from corral.services.client import describe_detail
+    from corral.shared.configio import ConfigError, Issue
 
     detail = exc.detail
     if exc.status_code == 401:
@@ -122,9 +120,11 @@ def _task_for_api(path: Path, as_json: bool) -> dict[str, Any]:
     """The task file validated here, as the mapping to send; a ``compute_config`` given as a
     path is read (relative to the task file), validated and sent inline: the API cannot read
     our files."""
+    from corral.shared.config.base import ignored_notices
     from corral.shared.config.compute_config import ComputeConfig
     from corral.shared.config.detect import load_as
     from corral.shared.config.task import Task
+    from corral.shared.configio import ConfigError
 
     try:
         task, doc = load_as(path, Task)
@@ -197,6 +197,9 @@ def _follow(client: Client, request_id: str, timeout_s: float | None, as_json: b
 
 
 def _table(*headers: str, title: str | None = None) -> Table:
+    from rich import box
+    from rich.table import Table
+
     return Table(
         *headers, title=title, title_justify="left", box=box.SIMPLE_HEAD, header_style="bold",
         pad_edge=False,
@@ -206,6 +209,9 @@ def _table(*headers: str, title: str | None = None) -> Table:
 def _show(table: Table, console: Console = out) -> None:
     """Print ``table`` at its natural width: rich would otherwise cut ids short to fit the
     terminal (or 80 columns when piped), and a cut id cannot be pasted into the next command."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
     natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
     if natural > console.width:
         console = Console(file=console.file, width=natural, highlight=False, soft_wrap=True)
@@ -334,6 +340,7 @@ def run_api(
     import uvicorn
 
     from corral.services.api import create_app
+    from corral.services.settings import get_settings
 
     settings = get_settings()
     host = host or settings.api_host

@@ -8,14 +8,15 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from corral.services import dispatch
 from corral.services.cli.output import EXIT_INPUT, out
-from corral.services.settings import Settings, get_settings, reset_settings
-from corral.services.supervisor import Supervisor, free_port, secret_file
+
+if TYPE_CHECKING:
+    from corral.services.settings import Settings
+    from corral.services.supervisor import Supervisor
 
 CELERY_APP = "corral.workers.app"
 
@@ -33,6 +34,9 @@ def worker(
     name: Annotated[str, typer.Option(help="node name (default ROLE-PID@host)")] = "",
 ) -> None:
     """Run one worker of a role (add more processes to scale that role out)."""
+    from corral.services import dispatch
+    from corral.services.settings import get_settings
+
     queues = dispatch.role_queues()
     if role not in queues:
         out.print(f"unknown role {role!r}: expected one of {', '.join(queues)}")
@@ -65,6 +69,8 @@ def beat() -> None:
 
 def flower(port: Annotated[int, typer.Option(help="0: a free port")] = 0) -> None:
     """Run Flower (credentials from FLOWER_BASIC_AUTH, set by `corral up`)."""
+    from corral.services.supervisor import free_port
+
     _exec_celery(["flower", "--address=127.0.0.1", f"--port={port or free_port()}"])
 
 
@@ -100,6 +106,9 @@ def up(
     flower_port: Annotated[int, typer.Option(help="0: a free port")] = 0,
 ) -> None:
     """Bring Corral up in the foreground: Redis, API, three workers, beat, Flower."""
+    from corral.services.settings import get_settings
+    from corral.services.supervisor import Supervisor, free_port, secret_file
+
     base = get_settings()
     updates: dict[str, object] = {}
     if local_cloud is not None:
@@ -193,10 +202,15 @@ def _say_addresses(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``corral up`` to the app, and worker, beat and flower to ``corral run``."""
     from corral.services.cli.runtime_cmd import run_app
 
     run_app.command("worker")(worker)
     run_app.command("beat")(beat)
     run_app.command("flower")(flower)
     app.command("up")(up)
-    reset_settings()
+    # Forget settings cached before the commands existed. Nothing is cached when the settings
+    # module is not loaded yet, and importing it here would slow every command's start.
+    settings_module = sys.modules.get("corral.services.settings")
+    if settings_module is not None:
+        settings_module.reset_settings()

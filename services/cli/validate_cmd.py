@@ -9,8 +9,11 @@ from typing import Annotated, Any
 import typer
 
 from corral.services.cli.output import EXIT_INPUT, notice, out, print_issues, print_json
-from corral.shared.config.detect import KINDS, detect_kind, unknown_kind, validate_as
-from corral.shared.configio import ConfigError, load_file
+
+# The kinds of corral.shared.config.detect.KINDS, in its order. Written out here because importing
+# detect loads every config model, which `corral --help` must not pay for;
+# tests/unit/test_cli_startup.py checks that the two lists stay the same.
+KINDS = ("machine_pool", "compute_config", "master_config", "task", "cluster", "local_cloud")
 
 # The kinds as a choice typer can list in --help and check (a wrong one is a usage error, exit 2).
 Kind = Enum("Kind", {kind: kind for kind in KINDS}, type=str)  # type: ignore[misc]
@@ -21,6 +24,9 @@ def _check(path: Path, kind: str | None) -> dict[str, Any]:
 
     The kind is reported even when the file is wrong, so the reader knows what it was read as.
     """
+    from corral.shared.config.detect import detect_kind, unknown_kind, validate_as
+    from corral.shared.configio import ConfigError, load_file
+
     result: dict[str, Any] = {
         "file": str(path),
         "kind": kind,

@@ -122,7 +122,13 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
     result = corral(api, "status", request_id, "--json")
     assert result.returncode == 0, result.stderr
     view = json.loads(result.stdout)
-    assert view == {"id": request_id, "state": "PENDING", "attempts": [], "instances": []}
+    assert view == {
+        "id": request_id,
+        "name": "cli-hello",
+        "state": "PENDING",
+        "attempts": [],
+        "instances": [],
+    }
     listing = json.loads(corral(api, "status", "--json").stdout)
     assert request_id in [v["id"] for v in listing]
 

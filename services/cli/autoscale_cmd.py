@@ -1,0 +1,194 @@
+"""``corral autoscale explain FILE --demand DEMAND [--nodes NODES]``: what the cluster
+autoscaler would launch and terminate now, and why, without touching anything.
+
+FILE is a Ray cluster file; node types that leave ``resources`` out get them from the catalog
+of ``--cloud`` (default: the file's provider; ``local`` plays the file on the local cloud of
+``--local-cloud``, else the configured one). DEMAND lists pending bundles and placement
+groups; NODES lists the cluster's nodes now (without it, the cluster is its head alone,
+running and idle). ``--cooled-down TYPE`` treats TYPE as having just failed to launch.
+
+Exit codes: 0 a plan (even an empty one, and even when some demand can never be placed: the
+reasons say which); 1 when nothing at all can be done: every pending bundle is one no node
+type can hold, and the plan neither launches nor terminates anything; 2 a wrong input file.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from corral.services.cli.output import (
+    EXIT_INPUT,
+    EXIT_NEGATIVE,
+    fail,
+    fail_input,
+    notice,
+    out,
+    print_json,
+)
+
+if TYPE_CHECKING:  # the decision core is loaded when the command runs, not at start-up
+    from corral.shared.autoscaler import Decision, Node, Plan
+    from corral.shared.autoscaler.resources import Resolved
+
+CLOUDS = ("aws", "gcp", "local")
+COOL_DOWN_S = 300.0  # how long --cooled-down holds a type back in the explanation
+
+autoscale = typer.Typer(
+    name="autoscale", help="The cluster autoscaler's decisions.", no_args_is_help=True
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``corral autoscale`` to the app."""
+    app.add_typer(autoscale, name="autoscale")
+
+
+def _resolve(cluster_file: Path, cloud: str | None, local_cloud: Path | None) -> Resolved:
+    from corral.shared.autoscaler.resources import resolve_cluster
+    from corral.shared.catalog import load_catalog
+    from corral.shared.config.cluster import Cluster
+    from corral.shared.config.detect import load_as
+    from corral.shared.configio import ConfigError
+
+    cluster, doc = load_as(cluster_file, Cluster)
+    cloud = cloud or cluster.provider.type.lower()
+    local = None
+    if cloud == "local":
+        from corral.services.settings import get_settings
+        from corral.shared.config.localcloud import load_local_cloud
+
+        local = load_local_cloud(local_cloud or get_settings().local_cloud_file)
+    resolved = resolve_cluster(cluster, load_catalog(), cloud, local)
+    if resolved.problems:
+        raise ConfigError([doc.issue(path, message) for path, message in resolved.problems])
+    return resolved
+
+
+def _nodes(nodes_file: Path | None, head_type: str) -> list[Node]:
+    from corral.shared.autoscaler.model import Node, nodes_from_doc
+    from corral.shared.configio import load_file
+    from corral.shared.lifecycle import InstanceState
+
+    if nodes_file is not None:
+        return nodes_from_doc(load_file(nodes_file))
+    notice(f"no --nodes: the cluster is taken to be its head alone ({head_type}, running, idle)")
+    return [Node(id="head", node_type=head_type, state=InstanceState.RUNNING, kind="head")]
+
+
+def _cooldowns(types: list[str], known: list[str], now: float) -> dict[str, float]:
+    for name in types:
+        if name not in known:
+            fail(
+                f"--cooled-down {name}: no such node type; expected one of {', '.join(known)}",
+                EXIT_INPUT,
+            )
+    return {name: now + COOL_DOWN_S for name in types}
+
+
+def _nothing_possible(decision: Decision) -> bool:
+    """Some demand can never be placed, none can be placed or waits, and the plan is empty."""
+    plan = decision.plan
+    placed = any(b.placed for b in decision.bins)
+    return bool(plan.unsatisfiable) and not plan.waiting and not placed and plan.is_empty()
+
+
+def say(text: str) -> None:
+    out.print(text, markup=False)  # names are data, never markup
+
+
+def _print(resolved: Resolved, nodes: list[Node], plan: Plan) -> None:
+    from corral.shared.autoscaler.resources import describe_type
+    from corral.shared.lifecycle import InstanceState
+
+    say("Node types:")
+    for name, spec in resolved.spec.node_types.items():
+        say(f"  {describe_type(name, spec)}")
+    running = sum(1 for n in nodes if n.state is InstanceState.RUNNING)
+    pending = sum(1 for n in nodes if n.state is InstanceState.REQUESTED)
+    say(f"Nodes: {running} running, {pending} pending")
+    say("Launch:")
+    for name, count in plan.launch.items():
+        say(f"  {count} x {name}")
+    if not plan.launch:
+        say("  nothing")
+    say("Terminate:")
+    by_id = {n.id: n for n in nodes}
+    for node_id in plan.terminate:
+        node = by_id.get(node_id)
+        say(f"  {node_id}" + (f" ({node.node_type})" if node else ""))
+    if not plan.terminate:
+        say("  nothing")
+    say("Why:")
+    for reason in plan.reasons:
+        say(f"  - {reason}")
+
+
+@autoscale.command("explain")
+def explain(
+    cluster_file: Annotated[Path, typer.Argument(metavar="FILE", help="a Ray cluster file")],
+    demand_file: Annotated[
+        Path,
+        typer.Option("--demand", metavar="DEMAND", help="pending bundles and placement groups"),
+    ],
+    nodes_file: Annotated[
+        Path | None,
+        typer.Option("--nodes", metavar="NODES", help="the cluster's nodes now (YAML or JSON)"),
+    ] = None,
+    cloud: Annotated[
+        str | None,
+        typer.Option(
+            "--cloud",
+            metavar="CLOUD",
+            help="aws, gcp or local: whose catalog fills in node type resources "
+            "(default: the file's provider)",
+        ),
+    ] = None,
+    local_cloud: Annotated[
+        Path | None,
+        typer.Option(
+            "--local-cloud", metavar="FILE", help="the local cloud file for --cloud local"
+        ),
+    ] = None,
+    cooled_down: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cooled-down", metavar="TYPE", help="treat TYPE as having just failed to launch"
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='print {"launch", "terminate", "reasons"}')
+    ] = False,
+) -> None:
+    """Print what the autoscaler would launch and terminate now, and why; changes nothing.
+
+    Exit 0 with a plan (demand no node type can hold is listed in the reasons); 1 when that
+    is all there is: no bundle can be placed and nothing is to launch or terminate; 2 when
+    a file is wrong.
+    """
+    from corral.shared.autoscaler.decide import decide_detailed
+    from corral.shared.autoscaler.model import demand_from_doc
+    from corral.shared.configio import ConfigError, load_file
+
+    if cloud is not None and cloud.lower() not in CLOUDS:
+        fail(f"--cloud {cloud}: expected one of {', '.join(CLOUDS)}", EXIT_INPUT)
+    try:
+        resolved = _resolve(cluster_file, cloud.lower() if cloud else None, local_cloud)
+        demand = demand_from_doc(load_file(demand_file))
+        nodes = _nodes(nodes_file, resolved.spec.head_node_type)
+    except ConfigError as exc:
+        fail_input(exc, as_json)
+    for text in resolved.notices:
+        notice(text)
+    now = time.time()
+    cooldowns = _cooldowns(cooled_down or [], list(resolved.spec.node_types), now)
+    decision = decide_detailed(resolved.spec, nodes, demand, now=now, cooldowns=cooldowns)
+    if as_json:
+        print_json(decision.plan.summary())
+    else:
+        _print(resolved, nodes, decision.plan)
+    if _nothing_possible(decision):
+        raise typer.Exit(EXIT_NEGATIVE)

@@ -1,0 +1,165 @@
+"""What starting the ``corral`` command loads: never the runtime's heavy dependencies.
+
+Typer builds every command (and reads every signature) before it parses the command line, so
+whatever a command module imports at module level is paid by ``corral --version`` and by every
+``--help``. Each case runs a fresh interpreter, since this test process has loaded everything.
+No timings are asserted (the machine is noisy): the modules loaded are what is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Never on the start-up path: the Celery/Redis stack, the API server and its client, cloud SDKs,
+# and the core's heavier decision modules. A command imports them when it runs.
+STARTUP_FORBIDDEN = (
+    "celery",
+    "kombu",
+    "redis",
+    "fastapi",
+    "uvicorn",
+    "boto3",
+    "google",
+    "httpx",
+    "corral.services.dispatch",
+    "corral.shared.planner",
+    "corral.shared.merge",
+)
+
+# Command modules that import only typer, rich's console (through output.py) and the standard
+# library at module level; with them, none of these is loaded either.
+LAZY_MODULES = (
+    "corral.services.cli.output",
+    "corral.services.cli.validate_cmd",
+    "corral.services.cli.plan_cmd",
+    "corral.services.cli.gpus_cmd",
+    "corral.services.cli.config_cmd",
+    "corral.services.cli.pools_cmd",
+    "corral.services.cli.runtime_cmd",
+    "corral.services.cli.up_cmd",
+)
+LAZY_FORBIDDEN = (
+    *STARTUP_FORBIDDEN,
+    "pydantic",
+    "pydantic_settings",
+    "yaml",
+    "rich.table",
+    "corral.shared.configio",
+    "corral.shared.config",
+    "corral.shared.catalog",
+    "corral.shared.pools",
+    "corral.services.settings",
+    "corral.services.client",
+    "corral.services.supervisor",
+)
+
+# Runs the app as the console script does and writes the loaded modules to argv[1].
+RUN_APP = """
+import json, sys
+from corral.services.cli.main import app
+out_path, args = sys.argv[1], sys.argv[2:]
+try:
+    app(args, prog_name="corral")
+except SystemExit as exc:
+    code = exc.code
+with open(out_path, "w") as f:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, f)
+"""
+
+
+def _python(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    """The modules among ``modules`` that are one of ``names`` or inside one of them."""
+    return [m for m in modules if any(m == n or m.startswith(n + ".") for n in names)]
+
+
+def _modules_after_import(module: str) -> list[str]:
+    code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
+    result = _python("-c", code)
+    assert result.returncode == 0, result.stderr
+    modules: list[str] = json.loads(result.stdout)
+    assert module in modules  # the import really happened
+    return modules
+
+
+def test_importing_the_cli_loads_no_heavy_module() -> None:
+    modules = _modules_after_import("corral.services.cli.main")
+    assert "corral.services.cli.runtime_cmd" in modules  # the commands were registered
+    assert _loaded(modules, STARTUP_FORBIDDEN) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["--version"], "corral "),
+        (["status", "--help"], "Usage: corral status"),
+        (["launch", "--help"], "Usage: corral launch"),
+        (["plan", "--help"], "Usage: corral plan"),
+        (["validate", "--help"], "Usage: corral validate"),
+        (["config", "merge", "--help"], "Usage: corral config merge"),
+        (["up", "--help"], "Usage: corral up"),
+        (["run", "worker", "--help"], "Usage: corral run worker"),
+    ],
+)
+def test_version_and_help_load_no_heavy_module(args: list[str], shown: str, tmp_path: Path) -> None:
+    report = tmp_path / "modules.json"
+    result = _python("-c", RUN_APP, str(report), *args)
+    assert result.returncode == 0, result.stderr
+    assert shown in result.stdout
+    loaded = json.loads(report.read_text())
+    assert loaded["code"] == 0
+    assert _loaded(loaded["modules"], STARTUP_FORBIDDEN) == []
+
+
+@pytest.mark.parametrize("module", LAZY_MODULES)
+def test_command_module_imports_its_dependencies_only_when_run(module: str) -> None:
+    assert _loaded(_modules_after_import(module), LAZY_FORBIDDEN) == []
+
+
+def test_validate_lists_the_kinds_detect_knows() -> None:
+    """validate_cmd spells the kinds out (importing detect would load every model)."""
+    from corral.services.cli.validate_cmd import KINDS, Kind
+    from corral.shared.config.detect import KINDS as DETECT_KINDS
+
+    assert KINDS == DETECT_KINDS
+    assert [k.value for k in Kind] == list(DETECT_KINDS)
+
+
+# A command that lets a ConfigError escape, added before the app is built; run() must turn it
+# into the issue's line and exit 2. Any other exception still escapes as itself.
+ESCAPING = """
+import sys
+from corral.services.cli import main
+from corral.shared.configio import ConfigError
+
+@main.app.command("boom")
+def boom(kind: str) -> None:
+    if kind == "config":
+        raise ConfigError.single("task.yaml", "expected a number", "resources.cpus", 7)
+    raise KeyError("not a mistake of the user")
+
+sys.argv = ["corral", "boom", sys.argv[1]]
+main.run()
+"""
+
+
+def test_run_turns_an_escaped_config_error_into_exit_2() -> None:
+    result = _python("-c", ESCAPING, "config")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "task.yaml:7: resources.cpus: expected a number"
+
+
+def test_run_lets_other_exceptions_through() -> None:
+    result = _python("-c", ESCAPING, "other")
+    assert result.returncode == 1
+    assert "KeyError: 'not a mistake of the user'" in result.stderr
