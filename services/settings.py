@@ -44,6 +44,9 @@ class Timers(BaseModel):
     beat_max_loop_interval_s: float = 2.0
     supervise_interval_s: float = 1.0  # `corral up` checks its processes this often
     restart_backoff_s: float = 1.0  # `corral up` waits this long before restarting a process
+    # A cluster node type whose launch failed for capacity or quota is not launched again for
+    # this long, so the autoscaler uses the next best type (as long as the capacity-error memory).
+    autoscale_cooldown_s: float = 180.0
 
 
 class Settings(BaseSettings):
@@ -81,6 +84,31 @@ class Settings(BaseSettings):
 
     def file(self, name: str) -> Path:
         return self.home / name
+
+
+def credentials_hint(cloud: str) -> bool:
+    """A quick look, without loading the cloud's SDK, at whether its usual credential chain has
+    something to find (environment variables or the SDK's credential files). Launches ask the
+    SDK itself; `corral plan` uses this to mark clouds that a launch would leave out."""
+    home = Path.home()
+    if cloud == "aws":
+        keys = (
+            "AWS_ACCESS_KEY_ID",
+            "AWS_PROFILE",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        )
+        files = (
+            os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials",
+            os.environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config",
+        )
+        return any(os.environ.get(k) for k in keys) or any(Path(f).is_file() for f in files)
+    if cloud == "gcp":
+        adc = home / ".config" / "gcloud" / "application_default_credentials.json"
+        explicit = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+        return bool(explicit and Path(explicit).is_file()) or adc.is_file()
+    return True  # the local cloud needs none
 
 
 @lru_cache(maxsize=1)

@@ -86,7 +86,9 @@ def _rows(candidates: list[Candidate], every_zone: bool) -> list[Candidate]:
     return list(firsts.values())
 
 
-def render_table(result: Plan, num_nodes: int, every_zone: bool) -> Table:
+def render_table(
+    result: Plan, num_nodes: int, every_zone: bool, no_credentials: set[str] | None = None
+) -> Table:
     """The "Considered resources (N nodes)" table; the first row is the chosen one."""
     from rich import box
     from rich.table import Table
@@ -106,8 +108,9 @@ def render_table(result: Plan, num_nodes: int, every_zone: bool) -> Table:
     table.add_column("CHOSEN", justify="center")
     for n, c in enumerate(_rows(result.candidates, every_zone)):
         spot = "[Spot]" if c.market == "spot" else ""
+        cloud = _CLOUD_NAMES.get(c.cloud, c.cloud)
         cells = (
-            _CLOUD_NAMES.get(c.cloud, c.cloud),
+            f"{cloud} (no credentials)" if c.cloud in (no_credentials or ()) else cloud,
             f"{c.instance_type}{spot}",
             f"{c.vcpus:g}",
             f"{c.memory_gib:g}",
@@ -139,9 +142,14 @@ def plan_command(
         catalog = _catalog(local_cloud)
     except ConfigError as exc:
         fail_input(exc, as_json)
+    from corral.services.settings import credentials_hint
+
     result = plan(task, catalog)
     for text in result.notices:
         notice(text)
+    missing = sorted({c.cloud for c in result.candidates if not credentials_hint(c.cloud)})
+    for cloud in missing:
+        notice(f"{cloud}: no credentials found; shown here, but a launch leaves it out")
     if not result.candidates:
         if as_json:
             print_json({"candidates": [], "reasons": result.reasons})
@@ -150,10 +158,13 @@ def plan_command(
             err.print(f"  {reason}", markup=False)
         raise typer.Exit(EXIT_NEGATIVE)
     if as_json:
-        chain = [{**c.to_dict(), "chosen": n == 0} for n, c in enumerate(result.candidates)]
+        chain = [
+            {**c.to_dict(), "chosen": n == 0, "credentials": c.cloud not in missing}
+            for n, c in enumerate(result.candidates)
+        ]
         print_json({"candidates": chain})
         return
-    print_table(render_table(result, task.num_nodes, every_zone))
+    print_table(render_table(result, task.num_nodes, every_zone, set(missing)))
     if not every_zone:
         count = len(result.candidates)
         out.print(

@@ -43,6 +43,15 @@ class Ran:
     stderr: str
 
 
+@pytest.fixture(autouse=True)
+def credentials(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both clouds look as if they had credentials, so tables do not depend on this machine."""
+    key = tmp_path_factory.mktemp("gcp") / "key.json"
+    key.write_text("{}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+
+
 def corral(*args: str | Path) -> Ran:
     """Run a command in-process (typer's runner): fast, same app as the console script."""
     result = CliRunner().invoke(app, [str(a) for a in args])
@@ -197,3 +206,18 @@ def test_invalid_local_cloud_exits_2(tmp_path: Path) -> None:
     run = corral("plan", EXAMPLES / "a100-8.yaml", "--local-cloud", cloud)
     assert run.returncode == 2
     assert str(cloud) in run.stderr and "Traceback" not in run.stderr
+
+
+def test_clouds_without_credentials_are_shown_and_marked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    run = corral("plan", EXAMPLES / "a100-8.yaml")
+    assert run.returncode == 0
+    assert "AWS (no credentials)" in run.stdout
+    assert "GCP (no credentials)" not in run.stdout
+    assert "aws: no credentials found" in run.stderr
+    chain = json.loads(corral("plan", EXAMPLES / "a100-8.yaml", "--json").stdout)["candidates"]
+    assert {c["cloud"]: c["credentials"] for c in chain} == {"aws": False, "gcp": True}
