@@ -1,0 +1,325 @@
+"""Determined resource pools: each pool schedules with its own algorithm, a pure pass from a
+:class:`DetPoolSnapshot` to a :class:`DetPlan`.
+
+- ``priority``: Determined's numbers, lower wins (1-99, default 42), then submission order.
+  When a task does not fit, tasks after it only backfill: they start only if they fit (and,
+  with preemption on, only if preemptible, so they can be taken back). With ``preemption``
+  on, a task that does not fit first counts the slots releases already planned will free
+  (and not yet promised), then releases preemptible running tasks from the lowest priority
+  (99) up, newest first (at its own priority only tasks submitted after it), until it fits;
+  a last pass keeps any it turns out not to need. Released slots are promised to it.
+- ``fair_share``: see :mod:`.fair_share`.
+- ``round_robin``: groups (jobs) in order of their oldest task take turns, one task per group
+  per round, each group's tasks in submission order, until no group can start another.
+
+Every pool places with its ``fitting_policy`` (:mod:`.fitting`). Zero-slot tasks are placed
+first and apart (they hold no slot). A task the pool can never fit is refused
+(``can_never_fit``), never left pending. :func:`schedule_pools` adds the fallback pools: a task
+its pool leaves waiting may start in the first pool of its ``fallback_pools`` with room left.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .fair_share import run_fair_share
+from .fitting import AgentBook, agent_books, book_allocations, can_ever_fit, find_fit
+from .model import (
+    DetPendingCode,
+    DetPlan,
+    DetPoolSnapshot,
+    DetTask,
+    SlotAllocation,
+    TaskPending,
+    TaskRelease,
+    TaskStart,
+)
+from .reaping import plan_agent_reaps
+
+
+@dataclass
+class PoolPass:
+    """One pool during a pass: agents now (``books``) and once planned releases are done and
+    promised slots taken (``future``)."""
+
+    pool: DetPoolSnapshot
+    books: dict[str, AgentBook]
+    future: dict[str, AgentBook]
+    starts: list[TaskStart] = field(default_factory=list)
+    releases: list[TaskRelease] = field(default_factory=list)
+    pending: dict[str, TaskPending] = field(default_factory=dict)
+    released: set[str] = field(default_factory=set)
+
+    @property
+    def policy(self) -> str:
+        return self.pool.scheduler.fitting_policy
+
+    def priority(self, task: DetTask) -> int:
+        """Determined's number for the task: its own, else the pool's default (lower wins)."""
+        return task.priority if task.priority is not None else self.pool.scheduler.default_priority
+
+    def running(self) -> list[DetTask]:
+        """Tasks holding slots that are neither stopping nor released by this pass."""
+        return [
+            t
+            for t in self.pool.tasks
+            if t.is_running() and not t.stopping and t.task_id not in self.released
+        ]
+
+    def fit_now(self, task: DetTask) -> tuple[SlotAllocation, ...] | None:
+        """Where the task could start now without taking slots promised to a preemptor."""
+        view = {
+            k: AgentBook(b.agent_id, b.slots, min(b.free, self.future[k].free), b.aux)
+            for k, b in self.books.items()
+        }
+        return find_fit(view, task.slots, self.policy, self.pool.max_aux_containers_per_agent)
+
+    def start(self, task: DetTask, allocations: tuple[SlotAllocation, ...], reason: str) -> None:
+        book_allocations(self.books, task.task_id, allocations)
+        book_allocations(self.future, task.task_id, allocations)
+        self.pending.pop(task.task_id, None)
+        self.starts.append(
+            TaskStart(
+                task_id=task.task_id, pool=self.pool.pool, allocations=allocations, reason=reason
+            )
+        )
+
+    def wait(self, task: DetTask, code: DetPendingCode, reason: str) -> None:
+        self.pending[task.task_id] = TaskPending(task_id=task.task_id, code=code, reason=reason)
+
+    def release(self, victim: DetTask, preemptor: DetTask, reason: str) -> None:
+        self.released.add(victim.task_id)
+        self.releases.append(
+            TaskRelease(task_id=victim.task_id, preempted_by=preemptor.task_id, reason=reason)
+        )
+
+    def full_reason(self, task: DetTask) -> str:
+        free = sorted((b.free for b in self.books.values()), reverse=True)[:4]
+        return f"no agent of {self.pool.pool} has {task.slots} free slot(s) (most free: {free})"
+
+
+def new_pass(pool: DetPoolSnapshot) -> PoolPass:
+    """Agents with every running task's slots taken; in ``future``, the slots of tasks already
+    stopping (released by an earlier pass) are free."""
+    books = agent_books(pool.agents)
+    for task in pool.tasks:
+        book_allocations(books, task.task_id, task.allocations)
+    future = copy.deepcopy(books)
+    for task in pool.tasks:
+        if task.stopping:
+            book_allocations(future, task.task_id, task.allocations, -1)
+    return PoolPass(pool, books, future)
+
+
+def schedule_pool(pool: DetPoolSnapshot, now: float) -> DetPlan:
+    """One pass over one pool (no fallback pools)."""
+    state = run_pass(pool)
+    return _plan(state, now)
+
+
+def run_pass(pool: DetPoolSnapshot) -> PoolPass:
+    """The pool's own decisions, as a working state (``schedule_pools`` builds on it)."""
+    state = new_pass(pool)
+    waiting = sorted(
+        (t for t in pool.tasks if not t.is_running() and not t.stopping),
+        key=lambda t: (t.submitted_at, t.task_id),
+    )
+    slot_tasks = []
+    for task in waiting:
+        verdict = can_ever_fit(pool, task.slots)
+        if not verdict.ok:
+            state.wait(task, "can_never_fit", verdict.reason)
+        elif task.slots == 0:
+            _place_aux(state, task)
+        else:
+            slot_tasks.append(task)
+    if pool.scheduler.type == "priority":
+        _priority(state, slot_tasks)
+    elif pool.scheduler.type == "round_robin":
+        _round_robin(state, slot_tasks)
+    else:
+        run_fair_share(state, slot_tasks)
+    return state
+
+
+def _place_aux(state: PoolPass, task: DetTask) -> None:
+    fit = state.fit_now(task)
+    if fit is None:
+        cap = state.pool.max_aux_containers_per_agent
+        state.wait(
+            task,
+            "pool_full",
+            f"every agent of {state.pool.pool} runs {cap} auxiliary "
+            "containers (max_aux_containers_per_agent), or the pool has no agent",
+        )
+    else:
+        state.start(task, fit, f"zero-slot task on {fit[0].agent_id}")
+
+
+# --------------------------------------------------------------------------- priority
+def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
+    order = sorted(tasks, key=lambda t: (state.priority(t), t.submitted_at, t.task_id))
+    preemption = state.pool.scheduler.preemption
+    blocker: DetTask | None = None
+    for task in order:
+        if blocker is not None and preemption and not task.preemptible:
+            state.wait(
+                task,
+                "behind_higher_priority",
+                f"{blocker.task_id} (priority "
+                f"{state.priority(blocker)}) waits; only preemptible tasks backfill",
+            )
+            continue
+        fit = state.fit_now(task)
+        if fit is not None:
+            note = f", backfilling behind {blocker.task_id}" if blocker else ""
+            state.start(task, fit, f"priority {state.priority(task)}{note}")
+            continue
+        if preemption and _make_room(state, task):
+            blocker = blocker or task
+            continue
+        if blocker is not None:
+            state.wait(
+                task,
+                "behind_higher_priority",
+                f"{blocker.task_id} (priority "
+                f"{state.priority(blocker)}) waits, and {state.full_reason(task)}",
+            )
+        else:
+            state.wait(task, "pool_full", state.full_reason(task))
+        blocker = blocker or task
+
+
+def _victims_for(state: PoolPass, task: DetTask) -> list[DetTask]:
+    """Running preemptible tasks below this one, lowest priority (99) first, newest first."""
+    mine = state.priority(task)
+    out = [
+        v
+        for v in state.running()
+        if v.preemptible
+        and (
+            state.priority(v) > mine
+            or (state.priority(v) == mine and v.submitted_at > task.submitted_at)
+        )
+    ]
+    out.sort(
+        key=lambda v: (
+            -state.priority(v),
+            -(v.started_at if v.started_at is not None else v.submitted_at),
+            v.task_id,
+        )
+    )
+    return out
+
+
+def _make_room(state: PoolPass, task: DetTask) -> bool:
+    """Promise the task slots in ``future``, releasing victims as needed; False if it cannot."""
+    policy, future = state.policy, state.future
+    chosen: list[DetTask] = []
+    claim = find_fit(future, task.slots, policy)
+    if claim is None:
+        for victim in _victims_for(state, task):
+            book_allocations(future, victim.task_id, victim.allocations, -1)
+            chosen.append(victim)
+            if find_fit(future, task.slots, policy) is not None:
+                break
+        else:
+            for victim in chosen:  # even all of them would not do: undo
+                book_allocations(future, victim.task_id, victim.allocations)
+            return False
+        for victim in reversed(chosen[:-1]):  # keep the ones it turns out not to need
+            book_allocations(future, victim.task_id, victim.allocations)
+            if find_fit(future, task.slots, policy) is None:
+                book_allocations(future, victim.task_id, victim.allocations, -1)
+            else:
+                chosen.remove(victim)
+        claim = find_fit(future, task.slots, policy)
+    assert claim is not None
+    book_allocations(future, task.task_id, claim)
+    for victim in chosen:
+        state.release(
+            victim,
+            task,
+            f"preempted for {task.task_id} (priority "
+            f"{state.priority(task)} beats {state.priority(victim)})",
+        )
+    names = ", ".join(v.task_id for v in chosen) or "tasks already being released"
+    state.wait(task, "waiting_for_preemption", f"slots promised to it while {names} stop(s)")
+    return True
+
+
+# --------------------------------------------------------------------------- round robin
+def _round_robin(state: PoolPass, tasks: Sequence[DetTask]) -> None:
+    queues: dict[str, list[DetTask]] = {}
+    for task in sorted(tasks, key=lambda t: (t.submitted_at, t.task_id)):
+        queues.setdefault(task.group_id, []).append(task)
+    blocked: set[str] = set()
+    round_number = 0
+    progress = True
+    while progress:
+        progress = False
+        round_number += 1
+        for group, queue in queues.items():
+            if not queue or group in blocked:
+                continue
+            task = queue[0]
+            fit = state.fit_now(task)
+            if fit is None:
+                blocked.add(group)  # a group's tasks start in order: it waits for its head
+                continue
+            queue.pop(0)
+            state.start(task, fit, f"round {round_number}, group {group}")
+            progress = True
+    for group, queue in queues.items():
+        for i, task in enumerate(queue):
+            why = state.full_reason(task) if i == 0 else f"behind {queue[0].task_id} of {group}"
+            state.wait(task, "pool_full", why)
+
+
+# --------------------------------------------------------------------------- many pools
+def schedule_pools(pools: Sequence[DetPoolSnapshot], now: float) -> tuple[DetPlan, ...]:
+    """Each pool's own pass, then fallbacks: a waiting task (not one slots are being freed
+    for) starts in the first pool of its ``fallback_pools`` that can fit it with what that pool
+    has left. Its start is in that pool's plan, whose ``based_on`` then also carries the
+    versions of the task's own pool (the committer must compare both)."""
+    states = {p.pool: run_pass(p) for p in pools}
+    based_on = {p.pool: dict(p.versions) for p in pools}
+    for state in states.values():
+        for task in state.pool.tasks:
+            waiting = state.pending.get(task.task_id)
+            if waiting is None or waiting.code == "waiting_for_preemption":
+                continue
+            for name in task.fallback_pools:
+                target = states.get(name)
+                if target is None or name == state.pool.pool:
+                    continue
+                if not can_ever_fit(target.pool, task.slots).ok:
+                    continue
+                fit = target.fit_now(task)
+                if fit is not None:
+                    del state.pending[task.task_id]
+                    target.start(
+                        task,
+                        fit,
+                        f"moved from {state.pool.pool} ({waiting.code}) "
+                        f"to its fallback pool {name}",
+                    )
+                    based_on[name].update(state.pool.versions)
+                    break
+    return tuple(_plan(states[p.pool], now, based_on[p.pool]) for p in pools)
+
+
+def _plan(state: PoolPass, now: float, based_on: dict[str, int] | None = None) -> DetPlan:
+    busy = [a.agent_id for t in state.pool.tasks for a in t.allocations]
+    busy += [a.agent_id for s in state.starts for a in s.allocations]
+    return DetPlan(
+        pool=state.pool.pool,
+        based_on=dict(state.pool.versions) if based_on is None else based_on,
+        computed_at=now,
+        starts=tuple(state.starts),
+        releases=tuple(state.releases),
+        pending=tuple(state.pending.values()),
+        reaps=tuple(plan_agent_reaps(state.pool, busy, now)),
+    )

@@ -1,0 +1,247 @@
+"""The machine-pool scheduler: one pure pass from a :class:`PoolSnapshot` to a :class:`Plan`.
+
+A pass, in order:
+
+1. Pending workloads are queued by the best rule priority they have in any partition of their
+   groups, then their own priority (both: higher first), then ``submitted_at`` (earlier first;
+   a preempted workload keeps its original time, so its place), then id.
+2. Each in turn is placed if it fits: its nodes fill its groups in rank order, spanning groups
+   as they fill (a 2-node workload may get 1 reserved + 1 spot). One that does not fit is
+   passed over, so a later, smaller workload may still be placed (queue bypass).
+3. One that does not fit may preempt lower work (:mod:`.preemption`); the room its victims
+   free, and any free room it will use, is held for it (a reservation) until they have
+   stopped. A workload holding room is placed once it fits, and waits while its victims stop.
+4. Replacement (:mod:`.replacement`) and idle reaping (:mod:`.reaping`) use what is left.
+
+Every workload the pass leaves waiting gets a :class:`Pending` with the reason from the
+decision itself, which is what ``corral why`` shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .model import Pending, PendingCode, Placement, Plan, PoolSnapshot, Preemption, Workload
+from .partitions import Book, BookKey, PoolState
+from .preemption import Choice, choose_victims, protected, walk
+from .reaping import plan_machine_reaps
+from .replacement import plan_replacements
+
+
+def schedule(
+    snapshot: PoolSnapshot,
+    now: float,
+    *,
+    min_runtime_s: float = 0.0,
+    replacement_budget: int = 1,
+    replacement_guard_s: float = 0.0,
+    min_machines: int = 0,
+) -> Plan:
+    """One scheduling pass over a machine pool.
+
+    ``min_runtime_s``: a workload that has run less than this is never a victim.
+    ``replacement_budget``: replacements in flight at most (the snapshot's in-flight count
+    included); ``replacement_guard_s``: a workload is not replaced twice within this.
+    ``min_machines``: idle reaping never leaves the pool with fewer machines.
+    """
+    state = PoolState(snapshot)
+    placements: list[Placement] = []
+    preemptions: list[Preemption] = []
+    pending: list[Pending] = []
+    for workload in queue(state):
+        _decide(state, workload, now, min_runtime_s, placements, preemptions, pending)
+    pending.extend(
+        Pending(
+            workload_id=wid,
+            code="stopping",
+            reason="giving its machines back after being preempted"
+            + (f" by {w.preempted_by}" if w.preempted_by else ""),
+            preempted_by=w.preempted_by,
+        )
+        for wid, w in state.workloads.items()
+        if w.phase == "stopping"
+    )
+    replacements = plan_replacements(
+        state, now, budget=replacement_budget, guard_s=replacement_guard_s
+    )
+    return Plan(
+        pool=snapshot.pool,
+        based_on=dict(snapshot.versions),
+        computed_at=now,
+        placements=tuple(placements),
+        preemptions=tuple(preemptions),
+        reservations=tuple(state.reservations()),
+        replacements=tuple(replacements),
+        reaps=tuple(plan_machine_reaps(state, now, min_machines)),
+        pending=tuple(pending),
+    )
+
+
+def queue(state: PoolState) -> list[Workload]:
+    """Pending workloads in the order they are considered (see the module docstring)."""
+
+    def key(workload: Workload) -> tuple[int, int, float, str]:
+        best = max(
+            (state.access(b, workload).priority for b in state.books_for(workload)), default=0
+        )
+        return (-best, -workload.priority, workload.submitted_at, workload.workload_id)
+
+    return sorted((w for w in state.workloads.values() if w.phase == "pending"), key=key)
+
+
+def _decide(
+    state: PoolState,
+    workload: Workload,
+    now: float,
+    min_runtime_s: float,
+    placements: list[Placement],
+    preemptions: list[Preemption],
+    pending: list[Pending],
+) -> None:
+    books = state.books_for(workload)
+    wid = workload.workload_id
+    held = [b for b in books if b.reserved.get(wid)]
+    if held:
+        takes, short = walk(state, workload, books)
+        if not short:
+            placements.append(_place(state, workload, [(b.key, n) for b, n in takes]))
+            return
+        if _still_stopping(state, held):
+            pending.append(_waiting(state, workload, held))
+            return
+        state.drop_reservations(wid)  # the hold no longer covers it: decide afresh
+    if workload.on_full == "fallback":
+        takes, short = walk(state, workload, books)
+        if not short:
+            placements.append(_place(state, workload, [(b.key, n) for b, n in takes]))
+            return
+    choice = choose_victims(state, workload, now, min_runtime_s)
+    if choice is None:
+        pending.append(explain_pending(state, workload, now, min_runtime_s))
+    elif not choice.victims:
+        placements.append(_place(state, workload, list(choice.takes)))
+    else:
+        preemptions.extend(_preempt(state, workload, choice))
+        pending.append(_waiting(state, workload, [state.books[k] for k, _ in choice.takes]))
+
+
+def _place(state: PoolState, workload: Workload, takes: Sequence[tuple[BookKey, int]]) -> Placement:
+    state.drop_reservations(workload.workload_id)
+    nodes = []
+    for key, count in takes:
+        nodes.extend(state.take(state.books[key], workload, count))
+    where = ", ".join(f"{n} on {'/'.join(key)}" for key, n in takes)
+    first = next(iter(dict.fromkeys(workload.group_order)), None)
+    fell_back = bool(takes) and takes[0][0][0] != first
+    note = f" ({first} had no room for it)" if fell_back and first else ""
+    return Placement(
+        workload_id=workload.workload_id,
+        nodes=tuple(nodes),
+        reason=f"placed {workload.num_nodes} node(s): {where}{note}",
+    )
+
+
+def _preempt(state: PoolState, preemptor: Workload, choice: Choice) -> list[Preemption]:
+    out = []
+    for victim in choice.victims:
+        state.stopping.add(victim.workload_id)
+        machines = tuple(m.machine_id for m in state.machines_of.get(victim.workload_id, ()))
+        out.append(
+            Preemption(
+                workload_id=victim.workload_id,
+                preempted_by=preemptor.workload_id,
+                machine_ids=machines,
+                reason=(
+                    f"preempted by {preemptor.workload_id} (priority {preemptor.priority}); "
+                    f"requeued at its original place"
+                ),
+            )
+        )
+    for key, count in choice.takes:
+        state.reserve(state.books[key], preemptor, count)
+    return out
+
+
+def _still_stopping(state: PoolState, held: Sequence[Book]) -> bool:
+    """Whether work that is giving machines back still holds some where this hold is."""
+    return any(_stops_for(state, victim, held) for victim in state.stopping)
+
+
+def _waiting(state: PoolState, workload: Workload, held: Sequence[Book]) -> Pending:
+    wid = workload.workload_id
+    where = ", ".join(f"{b.reserved.get(wid, 0)} on {b.label}" for b in held)
+    victims = sorted(v for v in state.stopping if _stops_for(state, v, held))
+    names = ", ".join(victims) or "preempted work"
+    return Pending(
+        workload_id=wid,
+        code="waiting_for_preemption",
+        reason=f"room held for it ({where}) while {names} stop(s)",
+    )
+
+
+def _stops_for(state: PoolState, victim_id: str, held: Sequence[Book]) -> bool:
+    """Whether this stopping workload holds machines in any of these partitions."""
+    keys = {b.key for b in held}
+    return any((m.machine_type, m.partition) in keys for m in state.machines_of.get(victim_id, ()))
+
+
+# --------------------------------------------------------------------------- why pending
+def explain_pending(
+    state: PoolState, workload: Workload, now: float, min_runtime_s: float
+) -> Pending:
+    """Why a workload could not be placed, partition by partition, as one reason code and a
+    line of text (``corral why``)."""
+    books = state.books_for(workload)
+    parts: list[str] = []
+    allowed_cap = 0
+    free_total = 0
+    quota_bound = False
+    for book in books:
+        access = state.access(book, workload)
+        if not access.allowed:
+            parts.append(f"{book.label}: {access.denial}")
+            continue
+        allowed_cap += book.size if access.quota is None else min(book.size, access.quota)
+        room = state.room(book, workload)
+        free_total += room
+        parts.append(_book_status(state, book, workload))
+        bare = book.size - book.held - book.reserved_for_others(workload.workload_id)
+        if access.quota is not None and room < max(0, bare):
+            quota_bound = True
+    code: PendingCode
+    if not books:
+        code, head = "no_fitting_machine", "no machine type of its group order is in this pool"
+    elif allowed_cap == 0:
+        code, head = "rule_denies", "no partition of its groups lets it in"
+    elif allowed_cap < workload.num_nodes:
+        code = "no_fitting_machine"
+        head = f"needs {workload.num_nodes} nodes; the partitions open to it hold {allowed_cap}"
+    else:
+        code = "quota_reached" if quota_bound else "partition_full"
+        head = f"needs {workload.num_nodes} node(s), {free_total} free to it"
+    young = protected(state, workload, now, min_runtime_s)
+    if young and code in ("partition_full", "quota_reached"):
+        names = ", ".join(sorted(w.workload_id for w in young))
+        head += f"; lower work ({names}) has run less than min_runtime_s"
+    if workload.preempted_by and code in ("partition_full", "quota_reached"):
+        code = "preempted"
+        head = f"preempted by {workload.preempted_by}, queued at its original place; " + head
+    return Pending(
+        workload_id=workload.workload_id,
+        code=code,
+        reason=head + (": " + "; ".join(parts) if parts else ""),
+        preempted_by=workload.preempted_by,
+    )
+
+
+def _book_status(state: PoolState, book: Book, workload: Workload) -> str:
+    access = state.access(book, workload)
+    others = book.reserved_for_others(workload.workload_id)
+    text = f"{book.label}: {book.held} of {book.size} held"
+    if others:
+        text += f", {others} held for others"
+    if access.quota is not None and access.rule is not None:
+        rule = book.rules[access.rule].selector.text or "(empty selector)"
+        used = book.rule_used[access.rule]
+        text += f"; rule {rule!r} quota {used} of {access.quota} used"
+    return text

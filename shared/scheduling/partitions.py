@@ -1,0 +1,307 @@
+"""The working state of one machine-pool pass: partitions as books of held, idle and reserved
+machines, and which rule lets a workload in.
+
+A snapshot is read once into :class:`PoolState`; the pass then books placements into it, so
+that every later decision of the same pass sees the machines the earlier ones took. Rules:
+
+- The first rule whose selector matches wins. No rule matching, or the matched rule's
+  priority 0, shuts the workload out of the partition; so does a quota of 0. A partition
+  without rules lets anyone in at priority 1.
+- A partition holds at most ``size`` machines. Room for a workload is ``size`` minus the
+  machines held minus the room held (reserved) for other workloads; a rule's quota caps the
+  machines of the partition that the workloads it matched hold, reservations included.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .model import (
+    DEFAULT_RULE_PRIORITY,
+    Machine,
+    MachineTypeState,
+    NodeAssignment,
+    PartitionState,
+    PoolSnapshot,
+    Reservation,
+    Workload,
+)
+from .selectors import Selector, compile_selector
+
+BookKey = tuple[str, str]  # (machine_type, partition)
+LabelsKey = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRule:
+    selector: Selector
+    priority: int
+    quota: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What a partition's rules say to one workload. ``priority`` 0 with ``denial``: shut out."""
+
+    rule: int | None  # index of the matched rule; None for a partition without rules
+    priority: int
+    quota: int | None
+    denial: str | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.denial is None
+
+
+@dataclass(slots=True)
+class Book:
+    """One partition's machines during a pass."""
+
+    machine_type: str
+    name: str
+    size: int
+    market: str
+    free_since: float | None
+    rules: tuple[CompiledRule, ...]
+    rank_in_type: int  # the partition's position in its machine type
+    held: int = 0  # machines held by workloads (running, stopping, or placed this pass)
+    idle: list[str] = field(default_factory=list)  # idle machine ids; the next to use is last
+    rule_used: list[int] = field(default_factory=list)  # machines held, per rule
+    reserved: dict[str, int] = field(default_factory=dict)  # workload id -> machines held for it
+    reserved_total: int = 0
+    reserved_rule: dict[str, int | None] = field(default_factory=dict)  # its owner's rule
+
+    @property
+    def key(self) -> BookKey:
+        return (self.machine_type, self.name)
+
+    @property
+    def label(self) -> str:
+        return f"{self.machine_type}/{self.name}"
+
+    def reserved_for_others(self, workload_id: str) -> int:
+        return self.reserved_total - self.reserved.get(workload_id, 0)
+
+    def rule_reserved_for_others(self, rule: int, workload_id: str) -> int:
+        return sum(
+            count
+            for owner, count in self.reserved.items()
+            if owner != workload_id and self.reserved_rule.get(owner) == rule
+        )
+
+
+def compile_rules(partition: PartitionState) -> tuple[CompiledRule, ...]:
+    """A partition's rules with their selectors compiled (ValueError names a bad selector)."""
+    return tuple(
+        CompiledRule(
+            compile_selector(rule.selector),
+            DEFAULT_RULE_PRIORITY if rule.priority is None else rule.priority,
+            rule.quota,
+        )
+        for rule in partition.rules
+    )
+
+
+def access_for(book: Book, labels: Mapping[str, str]) -> Access:
+    """The first matching rule decides; see the module docstring for the rest."""
+    if not book.rules:
+        return Access(None, DEFAULT_RULE_PRIORITY, None)
+    for index, rule in enumerate(book.rules):
+        if not rule.selector.matches(labels):
+            continue
+        text = rule.selector.text or "(empty selector)"
+        if rule.priority <= 0:
+            return Access(index, 0, rule.quota, f"rule {text!r} gives priority 0")
+        if rule.quota == 0:
+            return Access(index, 0, 0, f"rule {text!r} has quota 0")
+        return Access(index, rule.priority, rule.quota)
+    return Access(None, 0, None, "no rule matches its labels")
+
+
+def labels_key(workload: Workload) -> LabelsKey:
+    return tuple(sorted(workload.selector_labels().items()))
+
+
+class PoolState:
+    """Books by partition, machines by workload, and a cache of rule decisions."""
+
+    def __init__(self, snapshot: PoolSnapshot) -> None:
+        self.snapshot = snapshot
+        self.types: dict[str, MachineTypeState] = {
+            t.machine_type: t for t in snapshot.machine_types
+        }
+        self.books: dict[BookKey, Book] = {}
+        self.books_of_type: dict[str, list[Book]] = {}
+        for machine_type in snapshot.machine_types:
+            books = [
+                Book(
+                    machine_type.machine_type,
+                    p.name,
+                    p.size,
+                    machine_type.market,
+                    p.free_since,
+                    compile_rules(p),
+                    rank,
+                    rule_used=[0] * len(p.rules),
+                )
+                for rank, p in enumerate(machine_type.partitions)
+            ]
+            self.books_of_type[machine_type.machine_type] = books
+            self.books.update((b.key, b) for b in books)
+        self.workloads: dict[str, Workload] = {w.workload_id: w for w in snapshot.workloads}
+        self.machines: dict[str, Machine] = {m.machine_id: m for m in snapshot.machines}
+        self.machines_of: dict[str, list[Machine]] = defaultdict(list)
+        self._holders: dict[BookKey, dict[str, None]] = defaultdict(dict)
+        # Workloads giving their machines back: never placed or chosen as victims again.
+        self.stopping: set[str] = {
+            w.workload_id for w in snapshot.workloads if w.phase == "stopping"
+        }
+        self._access_cache: dict[tuple[BookKey, LabelsKey], Access] = {}
+        self._holds: dict[str, set[BookKey]] = defaultdict(set)  # workload id -> held partitions
+        self._labels: dict[str, LabelsKey] = {}
+        self._book_machines(snapshot.machines)
+        self._book_reservations(snapshot.reservations)
+
+    # ----------------------------------------------------------------- reading the snapshot
+    def _book_machines(self, machines: Iterable[Machine]) -> None:
+        idle: dict[BookKey, list[Machine]] = defaultdict(list)
+        for machine in machines:
+            book = self.books.get((machine.machine_type, machine.partition))
+            if machine.workload_id is None:
+                if book is not None:
+                    idle[book.key].append(machine)
+                continue
+            self.machines_of[machine.workload_id].append(machine)
+            if book is None:
+                continue  # a partition the pool no longer defines: counts nowhere
+            book.held += 1
+            self._holders[book.key][machine.workload_id] = None
+            owner = self.workloads.get(machine.workload_id)
+            if owner is not None:
+                access = self.access(book, owner)
+                if access.rule is not None:
+                    book.rule_used[access.rule] += 1
+        for key, machines_here in idle.items():
+            # The most recently idle is used first (it is warmest); the longest idle are
+            # left to the reaper. Popped from the end.
+            machines_here.sort(key=lambda m: (m.idle_since or 0.0, m.machine_id), reverse=True)
+            self.books[key].idle = [m.machine_id for m in reversed(machines_here)]
+
+    def _book_reservations(self, reservations: Iterable[Reservation]) -> None:
+        for reservation in reservations:
+            book = self.books.get((reservation.machine_type, reservation.partition))
+            owner = self.workloads.get(reservation.workload_id)
+            if book is None or owner is None or owner.phase != "pending":
+                continue  # its workload was placed, or is gone: the hold lapses
+            self.reserve(book, owner, reservation.count)
+
+    # ----------------------------------------------------------------- rules and room
+    def access(self, book: Book, workload: Workload) -> Access:
+        """The rule decision for this workload in this partition (cached by labels)."""
+        key = self._labels.get(workload.workload_id)
+        if key is None:
+            key = self._labels[workload.workload_id] = labels_key(workload)
+        cached = self._access_cache.get((book.key, key))
+        if cached is None:
+            cached = self._access_cache[(book.key, key)] = access_for(book, dict(key))
+        return cached
+
+    def holders(self, book: Book) -> list[Workload]:
+        """The known workloads holding machines of this partition (as of the snapshot)."""
+        known = (self.workloads.get(wid) for wid in self._holders.get(book.key, ()))
+        return [w for w in known if w is not None]
+
+    def books_for(self, workload: Workload) -> list[Book]:
+        """The partitions of its machine types, in its group order (then file order)."""
+        out: list[Book] = []
+        for machine_type in dict.fromkeys(workload.group_order):
+            out.extend(self.books_of_type.get(machine_type, ()))
+        return out
+
+    def room(self, book: Book, workload: Workload, freed: Freed | None = None) -> int:
+        """Machines of this partition the workload could take now (with ``freed`` released)."""
+        access = self.access(book, workload)
+        if not access.allowed:
+            return 0
+        wid = workload.workload_id
+        extra = freed.machines.get(book.key, 0) if freed else 0
+        room = book.size - book.held - book.reserved_for_others(wid) + extra
+        if access.quota is not None and access.rule is not None:
+            extra_rule = freed.rule_machines.get((book.key, access.rule), 0) if freed else 0
+            quota_room = (
+                access.quota
+                - book.rule_used[access.rule]
+                - book.rule_reserved_for_others(access.rule, wid)
+                + extra_rule
+            )
+            room = min(room, quota_room)
+        return max(0, room)
+
+    # ----------------------------------------------------------------- booking
+    def take(self, book: Book, workload: Workload, count: int) -> list[NodeAssignment]:
+        """Book ``count`` machines for the workload: idle ones first, then new launches."""
+        access = self.access(book, workload)
+        book.held += count
+        if access.rule is not None:
+            book.rule_used[access.rule] += count
+        return [
+            NodeAssignment(
+                machine_type=book.machine_type,
+                partition=book.name,
+                machine_id=book.idle.pop() if book.idle else None,
+            )
+            for _ in range(count)
+        ]
+
+    def reserve(self, book: Book, workload: Workload, count: int) -> None:
+        """Hold room in the partition for this workload."""
+        wid = workload.workload_id
+        book.reserved[wid] = book.reserved.get(wid, 0) + count
+        book.reserved_total += count
+        book.reserved_rule[wid] = self.access(book, workload).rule
+        self._holds[wid].add(book.key)
+
+    def drop_reservations(self, workload_id: str) -> None:
+        for key in self._holds.pop(workload_id, ()):
+            book = self.books[key]
+            book.reserved_total -= book.reserved.pop(workload_id, 0)
+            book.reserved_rule.pop(workload_id, None)
+
+    def reservations(self) -> list[Reservation]:
+        """The holds as they stand, for the plan."""
+        return [
+            Reservation(workload_id=wid, machine_type=b.machine_type, partition=b.name, count=n)
+            for b in self.books.values()
+            for wid, n in sorted(b.reserved.items())
+            if n > 0
+        ]
+
+
+@dataclass(slots=True)
+class Freed:
+    """Machines that chosen victims would give back: per partition and per (partition, rule)."""
+
+    machines: dict[BookKey, int] = field(default_factory=dict)
+    rule_machines: dict[tuple[BookKey, int], int] = field(default_factory=dict)
+
+    def add(self, state: PoolState, victim: Workload, sign: int = 1) -> None:
+        """Count (or, with ``sign=-1``, uncount) a victim's machines."""
+        for key, count in machines_by_book(state, victim.workload_id).items():
+            self.machines[key] = self.machines.get(key, 0) + sign * count
+            rule = state.access(state.books[key], victim).rule
+            if rule is not None:
+                self.rule_machines[(key, rule)] = self.rule_machines.get((key, rule), 0) + (
+                    sign * count
+                )
+
+
+def machines_by_book(state: PoolState, workload_id: str) -> dict[BookKey, int]:
+    """How many machines a workload holds in each partition the pool defines."""
+    out: dict[BookKey, int] = {}
+    for machine in state.machines_of.get(workload_id, ()):
+        key = (machine.machine_type, machine.partition)
+        if key in state.books:
+            out[key] = out.get(key, 0) + 1
+    return out
