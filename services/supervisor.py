@@ -146,14 +146,14 @@ class Supervisor:
     def plan_children(self, api_token: str, flower_password: str) -> None:
         s = self.settings
         env = child_env(s)
-        env["CORRAL_API_TOKEN"] = api_token
+        env.pop("CORRAL_API_TOKEN", None)  # only the API process gets the token
         corral = [sys.executable, "-m", "corral.services.cli.main"]
         logs = s.logs
         self.children = [
             Child(
                 "api",
                 [*corral, "run", "api", "--host", "127.0.0.1", "--port", str(self.api_port)],
-                env,
+                {**env, "CORRAL_API_TOKEN": api_token},
                 logs / "api.log",
             ),
             *(

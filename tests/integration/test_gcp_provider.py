@@ -202,15 +202,9 @@ def test_the_seed_is_the_base_of_the_body_and_corral_fields_win(
     assert body["serviceAccounts"][0]["email"] == "runner@p.iam.gserviceaccount.com"
 
 
-class SpecWithGpus(LaunchSpec):
-    """The field the runtime should add to LaunchSpec (the candidate's accelerators)."""
-
-    accelerators: dict[str, int] = {}
-
 
 def test_n1_gpus_named_by_the_spec_are_attached(fake: FakeCompute, provider: GcpProvider) -> None:
-    values = spec(instance_type="n1-standard-16").model_dump()
-    provider.launch(SpecWithGpus(**values, accelerators={"V100": 2}))
+    provider.launch(spec(instance_type="n1-standard-16", accelerators={"V100": 2}))
     assert bodies(fake)[0]["guestAccelerators"] == [
         {"acceleratorType": "zones/us-central1-a/acceleratorTypes/nvidia-tesla-v100",
          "acceleratorCount": 2}

@@ -12,7 +12,8 @@ exit code and exits; without ``run`` (a service or workspace) it stays up idle. 
 stops its child's process group (SIGTERM, then SIGKILL after ``kill-grace-s``) and exits with a
 final record. Every exit is also published on ``<prefix>:local:events`` (see state.py).
 
-Dependency-light on purpose: the standard library, redis-py and state.py; never celery.
+Dependency-light on purpose: the standard library, a small Redis client of its own (resp.py:
+redis-py's import alone took most of a second) and state.py; never celery.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-import redis
-
+from corral.services.providers.local.resp import MiniRedis, RedisError
 from corral.services.providers.local.state import (
     TERMINATED,
     CloudState,
@@ -106,8 +106,12 @@ class Agent:
         cwd = workdir if workdir and Path(workdir).is_dir() else None
         if workdir and cwd is None:
             _say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
-        # The node's environment is the agent's, like a machine's, plus the task's envs.
-        env = {**os.environ, **self.rec.envs}
+        # The node's environment is the agent's, like a machine's, plus the task's envs; but
+        # never Corral's own settings and secrets (the Redis URL, the API token, Flower's).
+        inherited = {
+            k: v for k, v in os.environ.items() if k not in PRIVATE and not k.startswith("CORRAL_")
+        }
+        env = {**inherited, **self.rec.envs}
         # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
         # provider recognises the task's processes when it must kill them itself.
         child = subprocess.Popen(
@@ -156,7 +160,7 @@ class Agent:
             if self._redis_down:
                 _say("Redis is reachable again")
             self._redis_down = False
-        except redis.RedisError as exc:
+        except RedisError as exc:
             if not self._redis_down:  # say it once, keep the task running
                 _say(f"heartbeat failed: {exc}")
             self._redis_down = True
@@ -164,7 +168,7 @@ class Agent:
     def _set_child(self, pid: int) -> None:
         try:
             self.state.set_fields(self.instance_id, child_pid=pid)
-        except redis.RedisError as exc:
+        except RedisError as exc:
             _say(f"could not record the child pid: {exc}")
 
     def _end(self, exit_code: int | None, reason: str) -> int:
@@ -180,12 +184,15 @@ class Agent:
                     self.rec, state=TERMINATED, exit_code=exit_code, reason=reason, now=time.time()
                 )
                 break
-            except redis.RedisError as exc:
+            except RedisError as exc:
                 if time.monotonic() > deadline:
                     _say(f"could not write the final record: {exc}")
                     break
                 time.sleep(0.2)
         return 0 if exit_code is None else exit_code & 0xFF
+
+
+PRIVATE = frozenset({"FLOWER_BASIC_AUTH"})
 
 
 def _exit_code(returncode: int) -> int:
@@ -201,13 +208,22 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corral-agent", description=__doc__.split("\n")[0])
     parser.add_argument("--instance-id", required=True)
-    parser.add_argument("--redis-url", required=True)
+    parser.add_argument(
+        "--redis-url",
+        default=None,
+        help="Redis URL (default: CORRAL_REDIS_URL; the provider passes it there, off the "
+        "command line, so a password never shows in ps)",
+    )
     parser.add_argument("--prefix", default="corral")
     parser.add_argument("--heartbeat-s", type=float, default=1.0)
     parser.add_argument("--heartbeat-ttl-s", type=float, default=None)
     parser.add_argument("--kill-grace-s", type=float, default=5.0)
     args = parser.parse_args(argv)
-    state = CloudState(redis.Redis.from_url(args.redis_url, decode_responses=True), args.prefix)
+    url = args.redis_url or os.environ.get("CORRAL_REDIS_URL")
+    if not url:
+        _say("no Redis URL: pass --redis-url or set CORRAL_REDIS_URL")
+        return 2
+    state = CloudState(MiniRedis.from_url(url), args.prefix)  # type: ignore[arg-type]
     rec = state.record(args.instance_id)
     if rec is None:
         _say(f"no record for {args.instance_id}; nothing to run")

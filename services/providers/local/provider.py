@@ -315,8 +315,6 @@ class LocalProvider:
             AGENT_MODULE,
             "--instance-id",
             rec.id,
-            "--redis-url",
-            self.redis_url,
             "--prefix",
             self.prefix,
             "--heartbeat-s",
@@ -334,6 +332,8 @@ class LocalProvider:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own session: it outlives the launching worker
                 close_fds=True,
+                # The Redis URL may hold a password: the environment, not the command line.
+                env={**os.environ, "CORRAL_REDIS_URL": self.redis_url},
             )
         # Reap it when it exits, so no zombie lingers while this process lives.
         threading.Thread(target=proc.wait, name=f"reap-{rec.id}", daemon=True).start()

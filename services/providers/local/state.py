@@ -1,8 +1,8 @@
 """The local cloud's own records in Redis: its "cloud database".
 
 Shared by the provider (which launches and terminates) and the node agent (which heartbeats and
-reports its exit), so it imports only redis-py and the standard library. Every key starts with
-``<prefix>:local:``:
+reports its exit), so at run time it imports only the standard library (redis-py for type
+hints). Every key starts with ``<prefix>:local:``:
 
 =================================  =================================================================
 ``instances``                      set of every instance id the local cloud knows
@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
+if TYPE_CHECKING:
+    import redis
 
 # Instance states (the ``state`` field). ``running`` is never stored: it is derived from a
 # fresh heartbeat by :func:`derive_state`.

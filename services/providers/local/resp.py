@@ -1,0 +1,257 @@
+"""A small synchronous Redis client for the node agent.
+
+Every local instance is a new Python process, and redis-py's package import (which loads its
+asyncio client too) costs most of a second on this kind of machine: that was most of a
+local launch. The agent needs a dozen commands over one connection, so it speaks RESP itself.
+Replies are decoded as text, like redis-py's ``decode_responses=True``; only the methods
+:class:`~corral.services.providers.local.state.CloudState` calls are provided.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import socket
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+
+class RedisError(Exception):
+    """A connection failure or an error reply."""
+
+
+class _Reply(RedisError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _encode(args: Sequence[Any]) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+class MiniRedis:
+    """One connection, opened on first use and again after a failure."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        db: int = 0,
+        password: str | None = None,
+        username: str | None = None,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.host, self.port, self.db = host, port, db
+        self.username, self.password = username, password
+        self.timeout_s = timeout_s
+        self._sock: socket.socket | None = None
+        self._buf = b""
+
+    @classmethod
+    def from_url(cls, url: str) -> MiniRedis:
+        parts = urlsplit(url)
+        if parts.scheme != "redis":
+            raise ValueError(f"only redis:// URLs are supported here, not {parts.scheme}://")
+        db = int(parts.path.lstrip("/") or 0)
+        return cls(
+            parts.hostname or "127.0.0.1",
+            parts.port or 6379,
+            db,
+            unquote(parts.password) if parts.password else None,
+            unquote(parts.username) if parts.username else None,
+        )
+
+    # -- the wire ------------------------------------------------------------------------------
+    def _connect(self) -> socket.socket:
+        if self._sock is None:
+            try:
+                sock = socket.create_connection((self.host, self.port), self.timeout_s)
+            except OSError as exc:
+                raise RedisError(f"cannot reach Redis at {self.host}:{self.port}: {exc}") from exc
+            sock.settimeout(self.timeout_s)
+            self._sock, self._buf = sock, b""
+            if self.password:
+                auth = [self.username, self.password] if self.username else [self.password]
+                self._roundtrip([["AUTH", *auth]])
+            if self.db:
+                self._roundtrip([["SELECT", self.db]])
+        return self._sock
+
+    def _roundtrip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        sock = self._connect()
+        try:
+            sock.sendall(b"".join(_encode(c) for c in commands))
+            replies = [self._read() for _ in commands]
+        except OSError as exc:
+            self.close()
+            raise RedisError(f"Redis connection lost: {exc}") from exc
+        return replies
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self._buf:
+            chunk = self._sock.recv(65536) if self._sock else b""
+            if not chunk:
+                raise OSError("connection closed")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n: int) -> bytes:
+        while len(self._buf) < n + 2:
+            chunk = self._sock.recv(65536) if self._sock else b""
+            if not chunk:
+                raise OSError("connection closed")
+            self._buf += chunk
+        data, self._buf = self._buf[:n], self._buf[n + 2 :]
+        return data
+
+    def _read(self) -> Any:
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            return _Reply(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            size = int(rest)
+            return None if size < 0 else self._exact(size).decode()
+        if kind == b"*":
+            count = int(rest)
+            return None if count < 0 else [self._read() for _ in range(count)]
+        raise OSError(f"unexpected reply {line[:20]!r}")
+
+    def execute(self, *args: Any) -> Any:
+        [reply] = self._roundtrip([args])
+        if isinstance(reply, _Reply):
+            raise reply
+        return reply
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock, self._buf = None, b""
+
+    # -- the commands the agent uses -------------------------------------------------------------
+    def get(self, key: str) -> str | None:
+        value: str | None = self.execute("GET", key)
+        return value
+
+    def set(self, key: str, value: Any, nx: bool = False, px: int | None = None) -> bool:
+        args: list[Any] = ["SET", key, value]
+        if px is not None:
+            args += ["PX", px]
+        if nx:
+            args.append("NX")
+        return self.execute(*args) is not None
+
+    def hgetall(self, key: str) -> dict[str, str]:
+        flat = self.execute("HGETALL", key) or []
+        return dict(zip(flat[::2], flat[1::2], strict=True))
+
+    def hset(
+        self,
+        key: str,
+        field: str | None = None,
+        value: Any = None,
+        mapping: dict[str, Any] | None = None,
+    ) -> int:
+        pairs: list[Any] = [] if field is None else [field, value]
+        for k, v in (mapping or {}).items():
+            pairs += [k, v]
+        return int(self.execute("HSET", key, *pairs))
+
+    def hsetnx(self, key: str, field: str, value: Any) -> int:
+        return int(self.execute("HSETNX", key, field, value))
+
+    def incr(self, key: str) -> int:
+        return int(self.execute("INCR", key))
+
+    def smembers(self, key: str) -> builtins.set[str]:
+        return builtins.set(self.execute("SMEMBERS", key) or [])
+
+    def srem(self, key: str, *members: str) -> int:
+        return int(self.execute("SREM", key, *members))
+
+    def pipeline(self, transaction: bool = True) -> _Pipeline:
+        return _Pipeline(self, transaction)
+
+    def register_script(self, lua: str) -> _Script:
+        return _Script(self, lua)
+
+
+class _Pipeline:
+    """Commands sent together; with ``transaction`` inside MULTI/EXEC."""
+
+    def __init__(self, client: MiniRedis, transaction: bool) -> None:
+        self.client, self.transaction = client, transaction
+        self.commands: list[list[Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def queue(*args: Any, **kwargs: Any) -> _Pipeline:
+            self.commands.append(_command(name, args, kwargs))
+            return self
+
+        return queue
+
+    def execute(self) -> list[Any]:
+        commands = self.commands
+        if self.transaction:
+            replies = self.client._roundtrip([["MULTI"], *commands, ["EXEC"]])
+            result = replies[-1]
+            if isinstance(result, _Reply) or result is None:
+                raise RedisError(f"transaction failed: {result}")
+            replies = result
+        else:
+            replies = self.client._roundtrip(commands)
+        for reply in replies:
+            if isinstance(reply, _Reply):
+                raise reply
+        return [_shape(c[0], r) for c, r in zip(commands, replies, strict=True)]
+
+
+def _command(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The wire form of a pipelined call, for the few shapes the agent uses."""
+    upper = name.upper()
+    if upper == "SET":
+        out: list[Any] = ["SET", *args]
+        if kwargs.get("px") is not None:
+            out += ["PX", kwargs["px"]]
+        if kwargs.get("nx"):
+            out.append("NX")
+        return out
+    if upper == "HSET" and "mapping" in kwargs:
+        pairs = [x for kv in kwargs["mapping"].items() for x in kv]
+        return ["HSET", *args, *pairs]
+    return [upper, *args]
+
+
+def _shape(command: str, reply: Any) -> Any:
+    if command == "HGETALL" and isinstance(reply, list):
+        return dict(zip(reply[::2], reply[1::2], strict=True))
+    return reply
+
+
+class _Script:
+    """A Lua script run by its SHA1 (loaded on the first NOSCRIPT), like redis-py's."""
+
+    def __init__(self, client: MiniRedis, lua: str) -> None:
+        self.client, self.lua = client, lua
+        self.sha = hashlib.sha1(lua.encode()).hexdigest()
+
+    def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        try:
+            return self.client.execute("EVALSHA", self.sha, len(keys), *keys, *args)
+        except _Reply as exc:
+            if not exc.message.startswith("NOSCRIPT"):
+                raise
+            return self.client.execute("EVAL", self.lua, len(keys), *keys, *args)
