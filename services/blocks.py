@@ -66,16 +66,24 @@ class BlockStore:
         return out
 
     def expire(self, now: float) -> int:
-        """Delete expired entries; returns how many."""
-        gone = 0
-        for field, raw in self.client.hgetall(self.key).items():
-            if json.loads(raw)["until"] <= now:
-                gone += int(self.client.hdel(self.key, field))
-        return gone
+        """Delete expired entries; returns how many. Atomic: a block renewed for longer while
+        this runs is kept."""
+        return int(self.client.eval(_EXPIRE_LUA, 1, self.key, now))
 
     def clear(self) -> None:
         self.client.delete(self.key)
 
+
+_EXPIRE_LUA = """
+local gone = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if tonumber(cjson.decode(all[i + 1])['until']) <= tonumber(ARGV[1]) then
+    gone = gone + redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+return gone
+"""
 
 _ADD_LUA = """
 local old = redis.call('HGET', KEYS[1], ARGV[1])

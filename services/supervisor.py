@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit, urlunsplit
 
 from corral.services.settings import Settings, child_env
 
@@ -43,6 +44,26 @@ def secret_file(path: Path) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(value + "\n")
     return value
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (mode 0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def masked_url(url: str) -> str:
+    """``redis://:secret@host:6379/0`` -> ``redis://:***@host:6379/0``: printable."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    host = parts.hostname or ""
+    netloc = f"{user}***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def wait_port(port: int, timeout_s: float) -> bool:

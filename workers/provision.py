@@ -39,7 +39,8 @@ def next_cloud(request_id: str, after: int) -> str:
 
 @app.task(name=dispatch.TERMINATE, acks_late=True)
 def terminate(request_id: str, instance_id: str | None = None, reason: str = "user") -> str:
-    return termination.terminate(deps(), request_id, instance_id, reason)
+    # Published by the API and CLI only: the user asked for it.
+    return termination.terminate(deps(), request_id, instance_id, reason, by_user=True)
 
 
 @app.task(name=dispatch.RECONCILE, acks_late=True)

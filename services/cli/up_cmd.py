@@ -84,17 +84,7 @@ def _stop_local_instances(settings: Settings) -> int:
 
     provider = Deps(settings).provider("local")
     assert isinstance(provider, LocalProvider)
-    killed = 0
-    for inst in provider.describe():
-        if (
-            inst.pid
-            and inst.state in ("pending", "running")
-            and provider.pid_belongs_to(inst.pid, inst.provider_id)
-        ):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(inst.pid, signal.SIGKILL)
-                killed += 1
-    return killed
+    return provider.power_off()
 
 
 def up(
@@ -107,7 +97,12 @@ def up(
 ) -> None:
     """Bring Corral up in the foreground: Redis, API, three workers, beat, Flower."""
     from corral.services.settings import get_settings
-    from corral.services.supervisor import Supervisor, free_port, secret_file
+    from corral.services.supervisor import (
+        Supervisor,
+        free_port,
+        secret_file,
+        write_private,
+    )
 
     base = get_settings()
     updates: dict[str, object] = {}
@@ -137,6 +132,7 @@ def up(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)  # the terminal closed: stop, leave nothing behind
     try:
         if not settings.redis_url:
             settings = settings.model_copy(update={"redis_url": sup.start_redis()})
@@ -153,7 +149,7 @@ def up(
         )
         api_url = f"http://127.0.0.1:{sup.api_port}"
         settings.file("api-url").write_text(api_url + "\n")
-        settings.file("redis-url").write_text(f"{settings.redis_url}\n")
+        write_private(settings.file("redis-url"), f"{settings.redis_url}\n")  # may hold a password
         sup.plan_children(token, flower_pw)
         sup.start_all()
         _say_addresses(
@@ -178,10 +174,10 @@ def _say_addresses(
     token_path: Path | None,
     flower_path: Path | None,
 ) -> None:
-    from corral.services.supervisor import wait_port
+    from corral.services.supervisor import masked_url, wait_port
 
     ready = wait_port(sup.api_port, 30)
-    out.print(f"[up] redis   {settings.redis_url}", markup=False)
+    out.print(f"[up] redis   {masked_url(settings.redis_url or '')}", markup=False)
     out.print(f"[up] api     {api_url}{'' if ready else ' (still starting)'}", markup=False)
     out.print(
         f"[up] flower  http://127.0.0.1:{sup.flower_port}  (user {settings.flower_user}"

@@ -8,13 +8,10 @@ idempotent: run twice with the same arguments (a redelivered message), it does t
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import hashlib
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from corral.services.providers.base import (
@@ -26,10 +23,11 @@ from corral.services.providers.base import (
     ProviderInstance,
 )
 from corral.services.runtime.account import fail_request, finish_attempt, record_attempt, remember
+from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.failover import advance, after_failure, resume
 from corral.services.runtime.planning import plan_launch
-from corral.services.runtime.termination import terminate
+from corral.services.runtime.termination import release_instances
 from corral.shared.blocking import is_blocked
 from corral.shared.config.task import Task
 from corral.shared.errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
@@ -121,30 +119,11 @@ def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
         # Another delivery is running this attempt, or died holding it: its claim lapses
         # within claim_ttl_s, because a live holder keeps renewing it.
         raise RetryLater(1.0, try_no)
-    with _held(deps, key, owner):
+    with hold_claim(deps, key, owner):
+        req = deps.store.get_request(request_id)  # as it is now that no one else runs it
+        if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
+            return "stale"
         return _attempt(deps, req, step, try_no, attempt_id)
-
-
-@contextlib.contextmanager
-def _held(deps: Deps, key: str, owner: str) -> Iterator[None]:
-    """Keep renewing a claim while the block runs; release it after."""
-    ttl_s = deps.settings.timers.claim_ttl_s
-    done = threading.Event()
-
-    def renew() -> None:
-        while not done.wait(ttl_s / 3):
-            if not deps.store.renew(key, owner, ttl_s):
-                log.warning("lost the claim %s while holding it", key)
-                return
-
-    keeper = threading.Thread(target=renew, name=f"renew-{key}", daemon=True)
-    keeper.start()
-    try:
-        yield
-    finally:
-        done.set()
-        keeper.join(ttl_s)
-        deps.store.release(key, owner)
 
 
 def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id: str) -> str:
@@ -305,6 +284,9 @@ def _on_launched(
     ):
         deps.store.append_event(request_id, f"state: RUNNING ({', '.join(ids)})", now)
         return "running"
-    # Cancelled (or moved on) while we launched: what we got must not leak.
-    terminate(deps, request_id, None, "the request ended while it was launching")
+    # Cancelled, or another attempt won, while we launched: what we got must not leak, and
+    # nothing else of the request may be touched.
+    release_instances(
+        deps, request_id, "the request moved on while it launched", attempt_id=attempt_id
+    )
     return "released"

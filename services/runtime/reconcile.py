@@ -5,7 +5,12 @@
 - an instance whose job finished is TERMINATED, and a job whose nodes all finished ends
   SUCCEEDED or FAILED by its exit code;
 - a machine tagged by Corral that no live request owns is terminated (a stray);
-- a request stuck PENDING or PROVISIONING with no progress is handed to its step again.
+- a request stuck PENDING or PROVISIONING with no progress is handed to its step again, and a
+  RUNNING request whose machines are all gone (a pass that died half way) is finished or
+  relaunched.
+
+One cloud's failure to answer leaves that cloud's instances alone for this pass; it never
+stops the pass for the others.
 """
 
 from __future__ import annotations
@@ -18,11 +23,19 @@ from typing import Any
 from corral.services import dispatch
 from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST, ProviderInstance
 from corral.services.runtime import failover, termination
+from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
 from corral.shared.blocking import Block
 from corral.shared.config.task import Task
-from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
+from corral.shared.errors import ProviderError
+from corral.shared.lifecycle import (
+    INSTANCE_TRANSITIONS,
+    TERMINAL_REQUEST_STATES,
+    InstanceState,
+    RequestState,
+    is_transition,
+)
 from corral.shared.records import Instance, LaunchRequest
 
 log = logging.getLogger("corral.reconcile")
@@ -33,26 +46,28 @@ LIVE = (InstanceState.REQUESTED, InstanceState.RUNNING, InstanceState.TERMINATIN
 def reconcile(deps: Deps) -> dict[str, int]:
     """One pass; returns counts of what it did (for logs and tests)."""
     owner = uuid.uuid4().hex
-    ttl_s = max(30.0, deps.settings.timers.reconcile_interval_s * 4)
-    if not deps.store.claim("reconcile", owner, ttl_s):
+    if not deps.store.claim("reconcile", owner, deps.settings.timers.claim_ttl_s):
         return {"skipped": 1}
-    try:
+    with hold_claim(deps, "reconcile", owner):  # renewed while the pass runs
         counts: dict[str, int] = defaultdict(int)
         now = deps.now()
         counts["blocks_expired"] = deps.blocks.expire(now)
-        by_cloud = _observed(deps)
+        by_cloud = _observed(deps, counts)
         _check_instances(deps, by_cloud, counts)
         _clean_strays(deps, by_cloud, counts)
         _unstick(deps, counts)
+        _recheck_running(deps, counts)
         return dict(counts)
-    finally:
-        deps.store.release("reconcile", owner)
 
 
-def _observed(deps: Deps) -> dict[str, dict[str, ProviderInstance]]:
+def _observed(deps: Deps, counts: dict[str, int]) -> dict[str, dict[str, ProviderInstance]]:
     out: dict[str, dict[str, ProviderInstance]] = {}
     for cloud in deps.launchable_clouds():
-        out[cloud] = {p.provider_id: p for p in deps.provider(cloud).describe()}
+        try:
+            out[cloud] = {p.provider_id: p for p in deps.provider(cloud).describe()}
+        except ProviderError as exc:
+            counts[f"unanswered_{cloud}"] += 1
+            log.warning("%s did not answer describe (%s); its instances wait a pass", cloud, exc)
     return out
 
 
@@ -67,6 +82,10 @@ def _check_instances(
         if inst.state == InstanceState.TERMINATING:
             if pi is None or pi.state in ("terminated", "lost"):
                 _move(deps, inst, InstanceState.TERMINATED, "the provider no longer runs it")
+            elif inst.provider_id:
+                # A terminate that failed (throttled, a 5xx) is sent again, never forgotten.
+                counts["terminate_retried"] += 1
+                _try(deps.provider(inst.cloud).terminate, [inst.provider_id], zone=inst.zone)
             continue
         if pi is None or pi.state == "lost":
             counts["lost"] += 1
@@ -82,18 +101,33 @@ def _check_instances(
 
 def _move(
     deps: Deps, inst: Instance, to: InstanceState, reason: str, exit_code: int | None = None
-) -> Instance | None:
+) -> bool:
+    """Move ``inst`` to ``to`` if it is still in a state that may; True when this call did."""
     now = deps.now()
+    moved = False
 
     def move(i: Instance) -> bool:
-        if i.state == to or i.state not in LIVE:
-            return False
+        nonlocal moved
+        if i.state not in LIVE or not is_transition(INSTANCE_TRANSITIONS, i.state, to):
+            return False  # someone moved it meanwhile (a terminate, another pass)
         i.move(to, now, reason)
         if exit_code is not None:
             i.exit_code = exit_code
+        moved = True
         return True
 
-    return deps.store.update_instance(inst.id, move)
+    deps.store.update_instance(inst.id, move)
+    return moved
+
+
+def _try(fn: Any, *args: Any, **kwargs: Any) -> bool:
+    """Call a provider; a failure is logged and left for the next pass."""
+    try:
+        fn(*args, **kwargs)
+    except ProviderError as exc:
+        log.warning("%s failed (%s); the next pass tries again", getattr(fn, "__name__", fn), exc)
+        return False
+    return True
 
 
 def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
@@ -110,9 +144,14 @@ def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
         exit_code=exit_code,
     )
     assert req is not None
+    _finish_job(deps, req, inst.attempt_id)
+
+
+def _finish_job(deps: Deps, req: LaunchRequest, attempt_id: str | None) -> None:
+    """End a RUNNING job once every node of its attempt has exited, by their exit codes."""
     nodes = [deps.store.get_instance(i) for i in req.instance_ids]
-    current = [n for n in nodes if n is not None and n.attempt_id == inst.attempt_id]
-    if any(n.state in LIVE and n.id != inst.id for n in current):
+    current = [n for n in nodes if n is not None and n.attempt_id == attempt_id]
+    if any(n.state in LIVE for n in current):
         return  # other nodes still run their part
     codes = [n.exit_code for n in current if n.exit_code is not None]
     failed = next((c for c in codes if c != 0), None)
@@ -132,12 +171,12 @@ def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
     updated = deps.store.update_request(req.id, finish)
     if updated is not None and updated.state == target:
         deps.store.append_event(req.id, f"state: {target} ({why})", now)
-        termination.terminate(deps, req.id, None, "the job ended")
+        _try(termination.terminate, deps, req.id, None, "the job ended")
 
 
 def _lost(deps: Deps, inst: Instance, why: str) -> None:
     """Mark ``inst`` LOST, remember its zone as unreliable, relaunch its request."""
-    if _move(deps, inst, InstanceState.LOST, why) is None:
+    if not _move(deps, inst, InstanceState.LOST, why):
         return
     now = deps.now()
     timers = deps.settings.timers
@@ -155,9 +194,20 @@ def _lost(deps: Deps, inst: Instance, why: str) -> None:
     if req is None or req.state != RequestState.RUNNING:
         return
     deps.store.append_event(req.id, f"instance {inst.id} LOST ({why})", now)
-    # The request's other nodes go too: it is relaunched whole, in one zone.
-    termination.release_instances(deps, req.id, f"{inst.id} was lost")
-    relaunch(deps, req.id, f"instance {inst.id} lost: {why}")
+    _relaunch_without(deps, req.id, inst, why)
+
+
+def _relaunch_without(deps: Deps, request_id: str, inst: Instance, why: str) -> None:
+    """Relaunch the request first (so it never stays RUNNING on nothing), then release the
+    lost node's attempt-mates: it is relaunched whole, in one zone."""
+    relaunch(deps, request_id, f"instance {inst.id} lost: {why}")
+    _try(
+        termination.release_instances,
+        deps,
+        request_id,
+        f"{inst.id} was lost",
+        attempt_id=inst.attempt_id,
+    )
 
 
 def relaunch(deps: Deps, request_id: str, why: str) -> str:
@@ -239,7 +289,7 @@ def _unstick(deps: Deps, counts: dict[str, int]) -> None:
     now = deps.now()
     patience_s = deps.settings.timers.attempt_deadline_s + 30
     for state in (RequestState.PENDING, RequestState.PROVISIONING):
-        for req in deps.store.list_requests(state=state, limit=1000):
+        for req in deps.store.list_requests(state=state, limit=1000, oldest_first=True):
             if now - req.updated_at < patience_s:
                 continue
             counts["unstuck"] += 1
@@ -247,6 +297,29 @@ def _unstick(deps: Deps, counts: dict[str, int]) -> None:
                 dispatch.admit(req.id, settings=deps.settings)
             else:
                 failover.resume(deps, req)
+
+
+def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
+    """A RUNNING request whose current machines have all ended (a pass that died between the
+    instance's write and the request's) is finished or relaunched now."""
+    now = deps.now()
+    patience_s = deps.settings.timers.reconcile_interval_s * 3
+    for req in deps.store.list_requests(state=RequestState.RUNNING, limit=1000, oldest_first=True):
+        if now - req.updated_at < patience_s or not req.instance_ids:
+            continue
+        last = deps.store.get_instance(req.instance_ids[-1])
+        if last is None:
+            continue
+        mates = [deps.store.get_instance(i) for i in req.instance_ids]
+        current = [m for m in mates if m is not None and m.attempt_id == last.attempt_id]
+        if any(m.state in LIVE for m in current):
+            continue
+        counts["rechecked"] += 1
+        exited = all(m.state == InstanceState.TERMINATED for m in current)
+        if req.task.get("run") and exited:
+            _finish_job(deps, req, last.attempt_id)
+        else:
+            relaunch(deps, req.id, "its machines ended while it was running")
 
 
 def handle_events(deps: Deps, events: list[dict[str, Any]]) -> None:

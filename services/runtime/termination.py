@@ -2,34 +2,42 @@
 
 from __future__ import annotations
 
-from corral.services.providers.base import TAG_REQUEST
+from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST
 from corral.services.runtime.deps import Deps
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
 
 
 def release_instances(
-    deps: Deps, request_id: str, reason: str, instance_id: str | None = None
+    deps: Deps,
+    request_id: str,
+    reason: str,
+    instance_id: str | None = None,
+    *,
+    attempt_id: str | None = None,
 ) -> LaunchRequest | None:
-    """Terminate a request's machines (or one of them) without ending the request."""
+    """Terminate a request's machines without ending the request: one instance, the machines
+    of one attempt, or (neither given) all of them, including any an in-flight attempt created
+    before it recorded them."""
     req = deps.store.get_request(request_id)
     if req is None:
         return None
     targets = [
         i
         for i in deps.store.list_instances(request_id=request_id)
-        if instance_id is None or i.id == instance_id
+        if (instance_id is None or i.id == instance_id)
+        and (attempt_id is None or i.attempt_id == attempt_id)
     ]
     for inst in targets:
         _terminate_instance(deps, inst, reason)
     if instance_id is None:
-        # Machines an in-flight attempt created before any record existed.
+        tags = {TAG_REQUEST: request_id, **({TAG_ATTEMPT: attempt_id} if attempt_id else {})}
+        known = {i.provider_id for i in targets}
         for cloud in {c["cloud"] for c in req.chain}:
             provider = deps.provider(cloud)
-            known = {i.provider_id for i in targets}
             strays = [
                 p.provider_id
-                for p in provider.describe({TAG_REQUEST: request_id})
+                for p in provider.describe(tags)
                 if p.provider_id not in known and p.state != "terminated"
             ]
             if strays:
@@ -37,13 +45,18 @@ def release_instances(
     return req
 
 
-def terminate(deps: Deps, request_id: str, instance_id: str | None, reason: str) -> str:
+def terminate(
+    deps: Deps, request_id: str, instance_id: str | None, reason: str, *, by_user: bool = False
+) -> str:
     """Terminate a request's instances (or one of them); a running request whose machines are
-    all gone is TERMINATED. Idempotent."""
+    all gone is TERMINATED. Idempotent. ``by_user``: the user asked for the whole request to
+    end, so one that went back to provisioning meanwhile (a relaunch) is cancelled too."""
+    now = deps.now()
+    if by_user and instance_id is None:
+        _cancel_if_not_running(deps, request_id, reason, now)
     req = release_instances(deps, request_id, reason, instance_id)
     if req is None:
         return "missing"
-    now = deps.now()
     remaining = [
         i
         for i in deps.store.list_instances(request_id=request_id)
@@ -64,6 +77,19 @@ def terminate(deps: Deps, request_id: str, instance_id: str | None, reason: str)
     ):
         deps.store.append_event(request_id, f"state: TERMINATED ({reason})", now)
     return "terminated"
+
+
+def _cancel_if_not_running(deps: Deps, request_id: str, reason: str, now: float) -> None:
+    def cancel(r: LaunchRequest) -> bool:
+        if r.state in (RequestState.PENDING, RequestState.PROVISIONING, RequestState.PREEMPTED):
+            r.move(RequestState.CANCELLED, now, reason)
+            return True
+        return False
+
+    before = deps.store.get_request(request_id)
+    after = deps.store.update_request(request_id, cancel)
+    if before and after and before.state != after.state:
+        deps.store.append_event(request_id, f"state: CANCELLED ({reason})", now)
 
 
 def _terminate_instance(deps: Deps, inst: Instance, reason: str) -> None:

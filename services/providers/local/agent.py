@@ -107,10 +107,9 @@ class Agent:
         if workdir and cwd is None:
             _say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
         # The node's environment is the agent's, like a machine's, plus the task's envs; but
-        # never Corral's own settings and secrets (the Redis URL, the API token, Flower's).
-        inherited = {
-            k: v for k, v in os.environ.items() if k not in PRIVATE and not k.startswith("CORRAL_")
-        }
+        # never Corral's settings and secrets, nor the cloud credentials the worker holds: a
+        # task's output is readable through the API.
+        inherited = {k: v for k, v in os.environ.items() if not _private(k)}
         env = {**inherited, **self.rec.envs}
         # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
         # provider recognises the task's processes when it must kill them itself.
@@ -192,7 +191,11 @@ class Agent:
         return 0 if exit_code is None else exit_code & 0xFF
 
 
-PRIVATE = frozenset({"FLOWER_BASIC_AUTH"})
+PRIVATE_PREFIXES = ("CORRAL_", "FLOWER_", "AWS_", "GOOGLE_", "CLOUDSDK_", "AZURE_", "GCE_")
+
+
+def _private(name: str) -> bool:
+    return name.startswith(PRIVATE_PREFIXES)
 
 
 def _exit_code(returncode: int) -> int:

@@ -438,6 +438,22 @@ class LocalProvider:
                 rec, state=TERMINATED, exit_code=None, reason="terminated", now=time.time()
             )
 
+    def power_off(self) -> int:
+        """Kill every agent and its task at once, as a power cut would, leaving the records as
+        they are: whoever looks next finds the instances lost. Returns how many were alive."""
+        killed = 0
+        for iid in self.state.instance_ids():
+            rec = self.state.record(iid)
+            if rec is None or rec.ended:
+                continue
+            alive = rec.pid is not None and self.pid_belongs_to(rec.pid, rec.id)
+            if alive:
+                _kill_group(rec.pid, signal.SIGKILL)  # type: ignore[arg-type]
+                killed += 1
+            if rec.child_pid is not None and task_belongs_to(rec.child_pid, rec.id):
+                _kill_group(rec.child_pid, signal.SIGKILL)  # the task has a session of its own
+        return killed
+
     def _signal(self, pid: int | None, instance_id: str, sig: signal.Signals) -> None:
         # Pids are reused: signal only a process whose command line names this instance.
         if pid is not None and self.pid_belongs_to(pid, instance_id):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import socket
+import ssl
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -46,8 +47,12 @@ class MiniRedis:
         password: str | None = None,
         username: str | None = None,
         timeout_s: float = 5.0,
+        *,
+        tls: bool = False,
+        unix_path: str | None = None,
     ) -> None:
         self.host, self.port, self.db = host, port, db
+        self.tls, self.unix_path = tls, unix_path
         self.username, self.password = username, password
         self.timeout_s = timeout_s
         self._sock: socket.socket | None = None
@@ -56,24 +61,34 @@ class MiniRedis:
     @classmethod
     def from_url(cls, url: str) -> MiniRedis:
         parts = urlsplit(url)
-        if parts.scheme != "redis":
-            raise ValueError(f"only redis:// URLs are supported here, not {parts.scheme}://")
-        db = int(parts.path.lstrip("/") or 0)
-        return cls(
-            parts.hostname or "127.0.0.1",
-            parts.port or 6379,
-            db,
-            unquote(parts.password) if parts.password else None,
-            unquote(parts.username) if parts.username else None,
-        )
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"expected a redis://, rediss:// or unix:// URL, not {parts.scheme}")
+        password = unquote(parts.password) if parts.password else None
+        username = unquote(parts.username) if parts.username else None
+        query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
+        if parts.scheme == "unix":
+            db = int(query.get("db", "0"))
+            return cls("", 0, db, password, username, unix_path=parts.path)
+        db = int(parts.path.lstrip("/") or query.get("db", "0"))
+        host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+        return cls(host, port, db, password, username, tls=parts.scheme == "rediss")
 
     # -- the wire ------------------------------------------------------------------------------
     def _connect(self) -> socket.socket:
         if self._sock is None:
+            where = self.unix_path or f"{self.host}:{self.port}"
             try:
-                sock = socket.create_connection((self.host, self.port), self.timeout_s)
+                if self.unix_path:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    sock.settimeout(self.timeout_s)
+                    sock.connect(self.unix_path)
+                else:
+                    sock = socket.create_connection((self.host, self.port), self.timeout_s)
+                if self.tls:
+                    context = ssl.create_default_context()
+                    sock = context.wrap_socket(sock, server_hostname=self.host)
             except OSError as exc:
-                raise RedisError(f"cannot reach Redis at {self.host}:{self.port}: {exc}") from exc
+                raise RedisError(f"cannot reach Redis at {where}: {exc}") from exc
             sock.settimeout(self.timeout_s)
             self._sock, self._buf = sock, b""
             if self.password:
