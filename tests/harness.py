@@ -106,8 +106,8 @@ class System:
             str(concurrency),
         )
 
-    def start_beat(self) -> subprocess.Popen[bytes]:
-        return self._spawn("beat", "run", "beat")
+    def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
+        return self._spawn(name, "run", "beat")
 
     def client(self) -> httpx.Client:
         return httpx.Client(

@@ -19,6 +19,7 @@ from corral.services.providers.base import LaunchSpec
 from corral.services.providers.local.provider import LocalProvider
 from corral.shared.config.localcloud import load_local_cloud
 from corral.shared.errors import CapacityError
+
 from harness import REPO, System
 
 pytestmark = [pytest.mark.bench, pytest.mark.integration]

@@ -16,10 +16,11 @@ from collections.abc import Callable
 import pytest
 import redis
 from celery import Celery
-from harness import REPO, System, wait_for
 
 from corral.services import dispatch
 from corral.services.settings import Settings
+
+from harness import REPO, System, wait_for
 
 pytestmark = [pytest.mark.bench, pytest.mark.integration]
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import boto3
 import pytest
-from fakes.aws_faults import FaultyMoto, post_fault, recorded_requests
 
 from corral.services.providers.aws.params import client_token
 from corral.services.providers.aws.provider import AwsProvider
@@ -34,6 +33,8 @@ from corral.shared.errors import (
     Scope,
     ThrottledError,
 )
+
+from fakes.aws_faults import FaultyMoto, post_fault, recorded_requests
 
 pytestmark = pytest.mark.integration
 

@@ -13,6 +13,7 @@ import pytest
 from corral.shared.catalog import load_catalog
 from corral.shared.config.task import Task
 from corral.shared.planner import plan
+
 from fakes.aws_faults import FaultyMoto
 from fakes.gcp_api import Fault as GcpFault
 from fakes.gcp_compute import FakeCompute
@@ -77,7 +78,7 @@ def test_aws_failover_scenarios(make_system: Callable[..., System], moto: Faulty
     system = start(make_system(env=env, BLOCKED_TTL_S="300"))
 
     # Throttling is retried in the same zone.
-    (first_region, first_zones), *_ = regions("aws", "m5.large")
+    (_first_region, first_zones), *_ = regions("aws", "m5.large")
     moto.add_fault("RequestLimitExceeded", zone=first_zones[0], instance_type="m5.large", count=2)
     req = launch(system, "aws", "m5.large")
     assert req["state"] == "RUNNING"
@@ -85,7 +86,7 @@ def test_aws_failover_scenarios(make_system: Callable[..., System], moto: Faulty
     assert trail(req) == [(z, "throttled"), (z, "throttled"), (z, "ok")]
 
     # A sold-out first region: every zone there fails, the next region runs it, in chain order.
-    (r1, r1_zones), (r2, r2_zones), *_ = regions("aws", "p3.8xlarge")
+    (r1, r1_zones), (_r2, r2_zones), *_ = regions("aws", "p3.8xlarge")
     moto.add_fault("InsufficientInstanceCapacity", region=r1, instance_type="p3.8xlarge")
     req = launch(system, "aws", "p3.8xlarge")
     assert req["state"] == "RUNNING"
@@ -106,7 +107,7 @@ def test_aws_failover_scenarios(make_system: Callable[..., System], moto: Faulty
     assert [a["zone"] for a in req["attempts"]] == g_zones
 
     # A regional quota error skips the rest of that region.
-    (q_r1, q_zones), (q_r2, q_r2_zones), *_ = regions("aws", "m5.large")
+    (_q_r1, q_zones), (_q_r2, q_r2_zones), *_ = regions("aws", "m5.large")
     moto.clear_faults()
     moto.add_fault("VcpuLimitExceeded", zone=q_zones[0], instance_type="m5.large")
     req = launch(system, "aws", "m5.large")
@@ -134,7 +135,7 @@ def test_gcp_failover_scenarios(make_system: Callable[..., System]) -> None:
         }
         system = start(make_system(env=env, BLOCKED_TTL_S="300"))
 
-        (r1, r1_zones), (r2, r2_zones), *_ = regions("gcp", "a2-highgpu-8g")
+        (r1, r1_zones), (_r2, r2_zones), *_ = regions("gcp", "a2-highgpu-8g")
         for zone in r1_zones:
             fake.add_fault(GcpFault("stockout", zone=zone, machine_type="a2-highgpu-8g"))
         req = launch(system, "gcp", "a2-highgpu-8g")
@@ -147,7 +148,7 @@ def test_gcp_failover_scenarios(make_system: Callable[..., System]) -> None:
         assert req["state"] == "FAILED"
         assert {a["region"] for a in req["attempts"]} == {r1}
 
-        (n_r1, n_zones), (n_r2, n_r2_zones), *_ = regions("gcp", "n2-standard-8")
+        (_n_r1, n_zones), (_n_r2, n_r2_zones), *_ = regions("gcp", "n2-standard-8")
         fake.add_fault(
             GcpFault("rate_limit", zone=n_zones[0], machine_type="n2-standard-8", count=2)
         )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness import REPO, System
+from harness import REPO, System, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -29,8 +29,10 @@ def _trail(req: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def gpu(accelerators: str, **resources: Any) -> dict[str, Any]:
-    return {"name": "train", "resources": {"cloud": "local", "accelerators": accelerators,
-                                           **resources}}
+    return {
+        "name": "train",
+        "resources": {"cloud": "local", "accelerators": accelerators, **resources},
+    }
 
 
 def test_sold_out_region_then_memory_of_it(make_system: Callable[..., System]) -> None:
@@ -71,3 +73,32 @@ def test_throttling_is_retried_in_the_same_zone(make_system: Callable[..., Syste
     req = system.wait_state(system.submit(task), {"RUNNING", "FAILED"})
     assert req["state"] == "RUNNING"
     assert _trail(req) == [("east-a", "throttled"), ("east-a", "throttled"), ("east-a", "ok")]
+
+
+def test_a_hung_region_is_cut_off_and_remembered(make_system: Callable[..., System]) -> None:
+    system = make_system(
+        REPO / "tests" / "fixtures" / "localcloud" / "hang.yaml",
+        ATTEMPT_DEADLINE_S="2",
+        BLOCKED_TTL_S="120",
+    )
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision")
+    system.start_beat()
+    task = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+    req = system.wait_state(system.submit(task), {"RUNNING", "FAILED"}, 60)
+    assert req["state"] == "RUNNING"
+    # The hung zone is cut at the deadline and its whole region is passed over.
+    assert _trail(req) == [("slow-a", "timeout"), ("slow-b", "blocked"), ("fast-a", "ok")]
+    # What the late launch created in the hung zone is found and terminated by reconcile.
+    import redis as redis_client
+
+    client = redis_client.Redis.from_url(system.env["CORRAL_REDIS_URL"], decode_responses=True)
+    keep = req["instances"][0]["provider_id"]
+
+    def no_stray() -> bool:
+        others = [i for i in client.smembers("corral:local:instances") if i != keep]
+        states = [client.hget(f"corral:local:instance:{i}", "state") for i in others]
+        return bool(others) and all(s in (None, "terminated", "lost") for s in states)
+
+    wait_for(no_stray, 60, "the hung zone's late instance to be cleaned up", system.home / "logs")

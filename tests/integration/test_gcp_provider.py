@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.gcp_compute import ERROR_KINDS, FakeCompute, FakeComputeControl, Fault
 from google.api_core import exceptions as api_exceptions
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
@@ -40,6 +39,8 @@ from corral.shared.errors import (
     Scope,
     ThrottledError,
 )
+
+from fakes.gcp_compute import ERROR_KINDS, FakeCompute, FakeComputeControl, Fault
 
 pytestmark = pytest.mark.integration
 
@@ -200,7 +201,6 @@ def test_the_seed_is_the_base_of_the_body_and_corral_fields_win(
     ]  # fmt: skip
     assert body["scheduling"]["onHostMaintenance"] == "TERMINATE"
     assert body["serviceAccounts"][0]["email"] == "runner@p.iam.gserviceaccount.com"
-
 
 
 def test_n1_gpus_named_by_the_spec_are_attached(fake: FakeCompute, provider: GcpProvider) -> None:

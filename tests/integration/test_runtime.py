@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from harness import System, agent_pids, wait_for
 
 pytestmark = pytest.mark.integration

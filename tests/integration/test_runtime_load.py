@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 import redis
+
 from harness import REPO, System, agent_pids, wait_for
 
 pytestmark = pytest.mark.integration

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from harness import CORRAL, FAST_TIMERS, REPO, wait_for
 
 pytestmark = pytest.mark.integration
