@@ -35,7 +35,7 @@ test:
 	$(PY) -m pytest tests -m "not bench" -q
 
 bench-small:  ## the benchmarks at a small size, so they cannot rot
-	CORRAL_BENCH_SCALE=small $(PY) -m pytest tests/bench -m bench -q -p no:randomly
+	CORRAL_BENCH_SCALE=small $(PY) -m pytest tests/bench -m bench -q -s -p no:randomly
 
 bench:
 	$(PY) -m pytest tests/bench -m bench -q -s

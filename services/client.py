@@ -201,3 +201,32 @@ class Client:
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._json("GET", "/healthz")
         return result
+
+    # Clusters.
+    def create_cluster(
+        self, cluster_yaml: str, file_name: str, cloud: str | None = None, name: str | None = None
+    ) -> dict[str, Any]:
+        """Register a cluster file (its text); the autoscaler starts its head and minimums."""
+        body = {"cluster_yaml": cluster_yaml, "file_name": file_name, "cloud": cloud, "name": name}
+        result: dict[str, Any] = self._json("POST", "/v1/clusters", json=body)
+        return result
+
+    def list_clusters(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._json("GET", "/v1/clusters")["clusters"]
+        return result
+
+    def get_cluster(self, name: str) -> dict[str, Any]:
+        """``{"nodes", "demand", "last_decision", ...}`` of one cluster."""
+        result: dict[str, Any] = self._json("GET", f"/v1/clusters/{_seg(name)}")
+        return result
+
+    def set_demand(self, name: str, demand_yaml: str, file_name: str) -> dict[str, Any]:
+        """Replace the cluster's standing demand with a DEMAND file's text (empty: clear)."""
+        body = {"demand_yaml": demand_yaml, "file_name": file_name}
+        result: dict[str, Any] = self._json("PUT", f"/v1/clusters/{_seg(name)}/demand", json=body)
+        return result
+
+    def delete_cluster(self, name: str) -> dict[str, Any]:
+        """Take the cluster down: its nodes are terminated, then it is forgotten."""
+        result: dict[str, Any] = self._json("DELETE", f"/v1/clusters/{_seg(name)}")
+        return result

@@ -22,6 +22,7 @@ NEXT_CLOUD = "corral.provision.next_cloud"  # a cloud is exhausted: the rest of 
 TERMINATE = "corral.provision.terminate"  # terminate a request's or one instance's machines
 RECONCILE = "corral.provision.reconcile"  # beat: store vs providers, lost and stray instances
 AUTOSCALE_TICK = "corral.autoscale.tick"  # beat: the autoscaler's periodic decision
+AUTOSCALE_TICK_CLUSTER = "corral.autoscale.tick_cluster"  # one cluster now (new demand, up)
 PING = "corral.schedule.ping"  # does nothing: liveness checks and the queue benchmark's baseline
 
 SCHEDULE_QUEUE = "schedule"
@@ -125,3 +126,8 @@ def terminate(
     return send(
         TERMINATE, [request_id, instance_id, reason], queue=PROVISION_QUEUE, settings=settings
     )
+
+
+def tick_cluster(name: str, settings: Settings | None = None) -> str:
+    """Run the autoscaler for cluster ``name`` now (after ``cluster up`` or a new demand)."""
+    return send(AUTOSCALE_TICK_CLUSTER, [name], queue=AUTOSCALE_QUEUE, settings=settings)

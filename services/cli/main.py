@@ -49,6 +49,7 @@ COMMAND_MODULES = (
     "corral.services.cli.runtime_cmd",
     "corral.services.cli.up_cmd",
     "corral.services.cli.autoscale_cmd",
+    "corral.services.cli.cluster_cmd",
 )
 
 for _name in COMMAND_MODULES:

@@ -1,22 +1,238 @@
-"""The autoscaling worker's periodic step.
+"""The autoscaling worker's step: run each cluster's decision and carry it out.
 
-For now it measures the standing demand (requests waiting or provisioning) against the
-instances running, and keeps that snapshot in Redis for the API and Flower. Cluster
-autoscaling decisions plug in here.
+One tick of a cluster (:func:`tick_cluster`), safe with any number of autoscaling workers:
+
+1. **Claim** a short per-cluster lock, so two workers rarely tick the same cluster at once
+   (correctness does not rest on it: the commit below is a compare-and-set).
+2. **Catch up** on what an earlier tick committed but may not have carried out (its worker
+   died): nodes committed without a launch request are submitted, nodes marked for
+   termination whose request still runs are cancelled again.
+3. **Observe** every node: its launch request and instance give the state; the local agent's
+   heartbeat ``activity`` gives busy or idle (``idle_s`` counts from the last tick it was seen
+   busy). A node whose request FAILED for capacity or quota cools its type down.
+4. **Decide** with :func:`corral.shared.autoscaler.decide` (the standing demand is the
+   cluster's requested resources); the head is launched when the cluster has none.
+5. **Commit** the plan, with request ids derived from (cluster, record version, index), by a
+   compare-and-set on the cluster record; a lost race starts over from 3.
+6. **Execute**: submit one launch request per new node (through the normal provisioning chain)
+   and cancel the requests of the nodes to terminate. A retried tick that commits the same
+   plan reuses the same ids, and creating an existing request is a no-op: nothing launches twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
-from corral.services.runtime.deps import Deps
-from corral.shared.lifecycle import InstanceState, RequestState
+from corral.services.clusters import (
+    DECISIONS_KEPT,
+    ClusterNode,
+    ClusterRecord,
+    ClusterStore,
+    NodeKind,
+)
+from corral.services.runtime import requests
+from corral.services.runtime.deps import Deps, new_id
+from corral.shared.autoscaler import ClusterSpec, Demand, Node, launch_config, resolve_cluster
+from corral.shared.config.cluster import Cluster
+from corral.shared.config.task import Task
+from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
+from corral.shared.records import LaunchRequest
+
+log = logging.getLogger("corral.autoscaling")
+
+LABEL_CLUSTER = "corral-cluster"
+LABEL_NODE_TYPE = "corral-node-type"
+LABEL_NODE_KIND = "corral-node-kind"
+LABEL_LAUNCH_HASH = "corral-launch-hash"
+# Attempt outcomes that say the type is sold out where it may run ("blocked": an earlier
+# capacity error there is still remembered).
+SOLD_OUT_OUTCOMES = frozenset({"capacity", "quota", "blocked"})
+RACE_RETRIES = 20  # recomputations after losing the commit to another writer
+RESEND_TERMINATE_S = 10.0  # a node still running this long after its cancel is cancelled again
+BUSY_ACTIVITIES = frozenset({"setup", "running"})  # the agent's activities that are not idle
+PENDING_REQUEST_STATES = frozenset(
+    {RequestState.PENDING, RequestState.PROVISIONING, RequestState.PREEMPTED}
+)
 
 
-def tick(deps: Deps) -> dict[str, int]:
-    pending = len(deps.store.list_requests(state=RequestState.PENDING, limit=100_000))
-    provisioning = len(deps.store.list_requests(state=RequestState.PROVISIONING, limit=100_000))
+def clusters(deps: Deps) -> ClusterStore:
+    """The cluster records of this installation."""
+    return ClusterStore(deps.redis, prefix=deps.settings.prefix)
+
+
+# ---------------------------------------------------------------------------------- the spec
+@lru_cache(maxsize=64)
+def _resolved(uid: str, cluster_json: str, cloud: str | None, local_file: str) -> ClusterSpec:
+    from corral.shared.catalog import load_catalog
+    from corral.shared.config.localcloud import load_local_cloud
+
+    cluster = Cluster.model_validate(json.loads(cluster_json))
+    local = load_local_cloud(local_file) if cloud == "local" else None
+    return resolve_cluster(cluster, load_catalog(), cloud, local).spec
+
+
+def cluster_spec(deps: Deps, rec: ClusterRecord) -> ClusterSpec:
+    """The autoscaler's view of the cluster's file (resolved once per cluster and process)."""
+    text = json.dumps(rec.cluster, sort_keys=True)
+    return _resolved(rec.uid, text, rec.cloud, str(deps.settings.local_cloud_file))
+
+
+def node_task(deps: Deps, rec: ClusterRecord, node: ClusterNode) -> Task:
+    """The launch request's task of one node: a service (no ``run``) pinned to the node type's
+    cloud and instance type, running the type's merged setup commands."""
+    cluster = Cluster.model_validate(rec.cluster)
+    spec = cluster_spec(deps, rec).node_types[node.node_type]
+    config = launch_config(cluster, node.node_type, head=node.kind == "head")
+    cloud = rec.cloud or cluster.provider.type.lower()
+    resources: dict[str, Any] = {"cloud": cloud, "instance_type": spec.instance_type}
+    region = cluster.provider.model_dump().get("region")
+    if cloud != "local" and isinstance(region, str):
+        resources["region"] = region
+    commands = [*config.initialization_commands, *config.setup_commands]
+    return Task.model_validate(
+        {
+            "name": f"{rec.name}-{node.node_type}",
+            "resources": resources,
+            "setup": "\n".join(commands) or None,
+            "envs": {"CORRAL_CLUSTER": rec.name, "CORRAL_NODE_TYPE": node.node_type},
+            "labels": {
+                LABEL_CLUSTER: rec.name,
+                LABEL_NODE_TYPE: node.node_type,
+                LABEL_NODE_KIND: node.kind,
+                LABEL_LAUNCH_HASH: node.launch_hash,
+            },
+        }
+    )
+
+
+# ---------------------------------------------------------------------------------- observing
+@dataclass
+class Observed:
+    """One node as the autoscaler sees it now."""
+
+    node: ClusterNode
+    request: LaunchRequest | None
+    state: InstanceState | None  # None: the node has ended
+    activity: str | None = None  # the local agent's: setup | running | idle | exited
+    running_since: float | None = None
+
+    def as_node(self, spec: ClusterSpec, now: float) -> Node:
+        """The decision core's row for this node."""
+        assert self.state is not None
+        busy = self.activity == "running"
+        type_spec = spec.node_types.get(self.node.node_type)
+        used = dict(type_spec.resources) if busy and type_spec else {}
+        return Node(
+            id=self.node.request_id,
+            node_type=self.node.node_type,
+            state=self.state,
+            idle_s=self.idle_s(now),
+            used=used,
+            kind=self.node.kind,
+            launch_hash=self.node.launch_hash,
+        )
+
+    def idle_s(self, now: float) -> float:
+        """How long the node has been idle: 0 while busy, starting or of unknown activity (a
+        node without an agent's word is never taken for idle)."""
+        if self.state is not InstanceState.RUNNING or self.activity != "idle":
+            return 0.0
+        since = max(self.node.last_busy_at or 0.0, self.running_since or 0.0)
+        return max(0.0, now - since) if since else 0.0
+
+
+def _request_state(deps: Deps, req: LaunchRequest) -> tuple[InstanceState, str | None, float]:
+    """(state, activity, running since) of a node whose request is alive."""
+    if req.state != RequestState.RUNNING:
+        return InstanceState.REQUESTED, None, 0.0
+    running = [
+        i for i in deps.store.list_instances(request_id=req.id) if i.state is InstanceState.RUNNING
+    ]
+    if not running:
+        return InstanceState.REQUESTED, None, 0.0  # being relaunched
+    inst = running[-1]
+    since = next(
+        (t.at for t in reversed(inst.history) if t.to_state == InstanceState.RUNNING.value),
+        inst.updated_at,
+    )
+    return InstanceState.RUNNING, _activity(deps, inst.cloud, inst.provider_id), since
+
+
+def _activity(deps: Deps, cloud: str, provider_id: str | None) -> str | None:
+    """The local agent's last reported activity (other clouds have no agent: None)."""
+    if cloud != "local" or not provider_id:
+        return None
+    from corral.services.providers.local.state import Keys
+
+    raw = deps.redis.get(Keys(deps.settings.prefix).heartbeat(provider_id))
+    if raw is None:
+        return None
+    activity = json.loads(raw).get("activity")
+    return str(activity) if activity else None
+
+
+def observe(deps: Deps, rec: ClusterRecord) -> list[Observed]:
+    """Every live node of the cluster with its state now."""
+    out = []
+    for node in rec.live_nodes():
+        req = deps.store.get_request(node.request_id)
+        if req is None:
+            out.append(Observed(node, None, InstanceState.REQUESTED))  # committed, not submitted
+        elif req.state in TERMINAL_REQUEST_STATES:
+            out.append(Observed(node, req, None))
+        else:
+            state, activity, since = _request_state(deps, req)
+            out.append(Observed(node, req, state, activity, since or None))
+    return out
+
+
+def sold_out(req: LaunchRequest) -> bool:
+    """Whether a FAILED request failed for want of capacity (or could never be planned)."""
+    if req.state != RequestState.FAILED:
+        return False
+    outcomes = {a.outcome for a in req.attempts}
+    return not outcomes or bool(outcomes & SOLD_OUT_OUTCOMES)
+
+
+def node_rows(deps: Deps, rec: ClusterRecord) -> list[dict[str, Any]]:
+    """``cluster status``'s NODES rows: ``{id, node_type, kind, state, idle_s, used}``."""
+    spec, now = cluster_spec(deps, rec), deps.now()
+    rows = []
+    for seen in observe(deps, rec):
+        if seen.state is None:
+            continue
+        node = seen.as_node(spec, now)
+        row = node.model_dump(mode="json", exclude={"launch_hash"})
+        if seen.node.terminate_sent_at is not None:
+            row["state"] = InstanceState.TERMINATING.value
+        row["idle_s"] = round(node.idle_s, 1)
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------- the tick
+def tick(deps: Deps) -> dict[str, Any]:
+    """Beat's step: every cluster's tick, and a snapshot of the runtime's demand in Redis."""
+    results: dict[str, Any] = {}
+    for name in clusters(deps).names():
+        try:
+            results[name] = tick_cluster(deps, name)
+        except Exception:  # one broken cluster must not stop the others
+            log.exception("autoscaling tick of cluster %s failed", name)
+            results[name] = "error"
+    snapshot = _snapshot(deps)
+    return {**snapshot, "clusters": results}
+
+
+def _snapshot(deps: Deps) -> dict[str, int]:
+    pending = deps.store.count_requests(RequestState.PENDING)
+    provisioning = deps.store.count_requests(RequestState.PROVISIONING)
     running = Counter(
         i.instance_type for i in deps.store.list_instances(states={InstanceState.RUNNING})
     )
@@ -30,3 +246,193 @@ def tick(deps: Deps) -> dict[str, int]:
         json.dumps({**snapshot, "by_instance_type": dict(running), "at": deps.now()}),
     )
     return snapshot
+
+
+def tick_cluster(deps: Deps, name: str) -> str:
+    """One tick of cluster ``name`` (see the module docstring); returns what it did."""
+    owner, key = new_id("tick"), f"autoscale:{name}"
+    ttl_s = max(deps.settings.timers.claim_ttl_s, 5.0)
+    if not deps.store.claim(key, owner, ttl_s):
+        return "skipped: another worker is ticking it"
+    try:
+        return _tick(deps, name)
+    finally:
+        deps.store.release(key, owner)
+
+
+def _tick(deps: Deps, name: str) -> str:
+    store = clusters(deps)
+    for _ in range(RACE_RETRIES):
+        rec = store.get(name)
+        if rec is None:
+            return "gone"
+        if rec.state == "down":
+            return wind_down(deps, rec)
+        catch_up(deps, rec)
+        new, launched, terminated = decide_once(deps, rec)
+        if store.write(new, rec.version) == 1:
+            execute(deps, new, launched, terminated)
+            return f"launched {len(launched)}, terminating {len(terminated)}"
+    return "raced: another writer kept changing the cluster"
+
+
+def decide_once(
+    deps: Deps, rec: ClusterRecord
+) -> tuple[ClusterRecord, list[ClusterNode], list[str]]:
+    """The next version of the record: nodes updated from what was observed, the decision,
+    the new nodes (with their deterministic request ids) and the nodes to terminate."""
+    from corral.shared.autoscaler import decide
+
+    now, cooldown_s = deps.now(), deps.settings.timers.autoscale_cooldown_s
+    spec = cluster_spec(deps, rec)
+    new = rec.model_copy(deep=True)
+    new.updated_at = now
+    new.cooldowns = {t: until for t, until in new.cooldowns.items() if until > now}
+    nodes: list[Node] = []
+    for seen in observe(deps, rec):
+        mine = new.nodes[seen.node.request_id]
+        if seen.state is None:
+            assert seen.request is not None
+            mine.ended = f"request {seen.request.state.value}"
+            if sold_out(seen.request):
+                until = seen.request.updated_at + cooldown_s
+                if until > now:
+                    new.cooldowns[mine.node_type] = max(until, new.cooldowns.get(mine.node_type, 0))
+            continue
+        if seen.activity in BUSY_ACTIVITIES:
+            mine.last_busy_at = now
+        if mine.terminate_sent_at is not None:
+            continue  # leaving: neither capacity nor a node to decide on
+        nodes.append(seen.as_node(spec, now))
+    demand = Demand.model_validate(rec.demand) if rec.demand else None
+    plan = decide(spec, nodes, Demand(), now=now, cooldowns=new.cooldowns, requested=demand)
+    launches = list(plan.launch.items())
+    reasons = list(plan.reasons)
+    head_needed = not any(n.kind == "head" for n in nodes)
+    if head_needed:
+        reasons.insert(0, f"launch the head ({spec.head_node_type}): the cluster has none")
+    launched = _new_nodes(new, spec, launches, now, head_needed)
+    for node_id in plan.terminate:
+        new.nodes[node_id].terminate_sent_at = now
+    launch_counts = Counter(n.node_type for n in launched)
+    new.last_decision = {
+        "launch": {t: launch_counts[t] for t in spec.node_types if launch_counts[t]},
+        "terminate": list(plan.terminate),
+        "reasons": reasons,
+        "in_flight_cap": plan.in_flight_cap,
+        "at": now,
+        "version": rec.version + 1,
+    }
+    if launched or plan.terminate:
+        new.decisions = [*new.decisions, new.last_decision][-DECISIONS_KEPT:]
+    return new, launched, list(plan.terminate)
+
+
+def _new_nodes(
+    new: ClusterRecord,
+    spec: ClusterSpec,
+    launches: list[tuple[str, int]],
+    now: float,
+    head_needed: bool,
+) -> list[ClusterNode]:
+    """Add the launches (and the head, first, when needed) to the record as nodes; ids from
+    (cluster, version, index), so a retried commit of the same plan names the same requests."""
+    out: list[ClusterNode] = []
+    version = new.version + 1
+    kinds: list[tuple[str, NodeKind]] = [(spec.head_node_type, "head")] if head_needed else []
+    kinds += [(t, "worker") for t, count in launches for _ in range(count)]
+    for node_type, kind in kinds:
+        node = ClusterNode(
+            request_id=f"c-{new.name}-{new.uid}-v{version}-{len(out)}",
+            node_type=node_type,
+            kind=kind,
+            launch_hash=spec.node_types[node_type].launch_hash,
+            committed_at=now,
+        )
+        new.nodes[node.request_id] = node
+        out.append(node)
+    return out
+
+
+# ---------------------------------------------------------------------------------- execution
+def execute(
+    deps: Deps, rec: ClusterRecord, launched: list[ClusterNode], terminated: list[str]
+) -> None:
+    """Carry out a committed decision: submit the new nodes, cancel the leaving ones."""
+    for node in launched:
+        submit_node(deps, rec, node)
+    for node_id in terminated:
+        cancel_node(deps, node_id)
+
+
+def submit_node(deps: Deps, rec: ClusterRecord, node: ClusterNode) -> None:
+    """Submit the node's launch request (a no-op if it exists). A node that can never be
+    planned here ends at once and cools its type down."""
+    if deps.store.get_request(node.request_id) is not None:
+        return
+    try:
+        requests.submit(deps, node_task(deps, rec, node), request_id=node.request_id)
+    except requests.Impossible as exc:
+        _end_unlaunchable(deps, rec.name, node, "; ".join(exc.reasons))
+
+
+def _end_unlaunchable(deps: Deps, name: str, node: ClusterNode, why: str) -> None:
+    now = deps.now()
+    until = now + deps.settings.timers.autoscale_cooldown_s
+
+    def end(r: ClusterRecord) -> bool:
+        mine = r.nodes.get(node.request_id)
+        if mine is None or mine.ended is not None:
+            return False
+        mine.ended = f"cannot be launched: {why}"
+        r.cooldowns[node.node_type] = max(until, r.cooldowns.get(node.node_type, 0))
+        return True
+
+    clusters(deps).update(name, end)
+
+
+def cancel_node(deps: Deps, request_id: str) -> None:
+    """Terminate one node: cancel its launch request (a node never submitted has nothing)."""
+    with contextlib.suppress(requests.RequestNotFound):  # never submitted: nothing runs
+        requests.cancel(deps, request_id)
+
+
+def catch_up(deps: Deps, rec: ClusterRecord) -> None:
+    """Carry out what an earlier, interrupted tick committed: submit committed nodes that have
+    no request yet, cancel again leaving nodes whose cancel has not taken effect."""
+    now = deps.now()
+    for node in rec.live_nodes():
+        sent = node.terminate_sent_at
+        req = deps.store.get_request(node.request_id)
+        if sent is None and req is None:
+            submit_node(deps, rec, node)
+        elif (
+            sent is not None
+            and req is not None
+            and not req.is_terminal
+            and (now - sent > RESEND_TERMINATE_S or req.state in PENDING_REQUEST_STATES)
+        ):
+            cancel_node(deps, node.request_id)
+
+
+def wind_down(deps: Deps, rec: ClusterRecord) -> str:
+    """A cluster being taken down: cancel what still runs; delete the record once every node's
+    request has ended (a node committed but never submitted is given a grace period, in case
+    an interrupted tick still submits it)."""
+    now = deps.now()
+    grace_s = max(deps.settings.timers.claim_ttl_s, 5.0) * 2
+    left = 0
+    for node in rec.live_nodes():
+        req = deps.store.get_request(node.request_id)
+        if req is None:
+            left += int(now - node.committed_at < grace_s)
+        elif not req.is_terminal:
+            left += 1
+            # The API cancelled it already; again when a launch still pends or it lingers.
+            lingers = now - (rec.down_at or now) > RESEND_TERMINATE_S
+            if lingers or req.state in PENDING_REQUEST_STATES:
+                cancel_node(deps, node.request_id)
+    if left:
+        return f"taking down: {left} nodes left"
+    clusters(deps).delete(rec.name, rec.version)
+    return "deleted"

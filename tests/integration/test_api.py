@@ -299,6 +299,9 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/requests/{request_id}/terminate": {"post"},
         "/v1/instances": {"get"},
         "/v1/instances/{instance_id}/terminate": {"post"},
+        "/v1/clusters": {"get", "post"},
+        "/v1/clusters/{name}": {"get", "delete"},
+        "/v1/clusters/{name}/demand": {"put"},
         "/healthz": {"get"},
     }
     assert {path: set(ops) for path, ops in spec["paths"].items()} == expected

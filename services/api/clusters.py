@@ -1,0 +1,203 @@
+"""The API's cluster routes: register a cluster file, list and show clusters, set a cluster's
+standing demand, take a cluster down.
+
+Reads are open; writes depend on :func:`corral.services.api.auth.require_token`. The autoscaling
+worker does the launching: these routes write the cluster record and dispatch a tick.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, status
+from pydantic import BaseModel, Field
+
+from corral.services import dispatch
+from corral.services.api.auth import require_token
+from corral.services.api.routes import get_deps
+from corral.services.clusters import ClusterRecord
+from corral.services.runtime import autoscaling
+from corral.services.runtime.deps import Deps, new_id
+from corral.shared.configio import ConfigError, Document, parse_text
+
+router = APIRouter()
+
+CLOUDS = ("aws", "gcp", "local")
+
+
+class ClusterBody(BaseModel):
+    """``POST /v1/clusters``: a cluster file's text, its name (for messages) and options."""
+
+    cluster_yaml: str = Field(description="the cluster file, as written (YAML or JSON)")
+    file_name: str = Field("cluster.yaml", description="the file's name, used in issues")
+    cloud: str | None = Field(None, description="play the file on this cloud (local, aws, gcp)")
+    name: str | None = Field(None, description="the cluster's name; default: cluster_name")
+
+
+class DemandBody(BaseModel):
+    """``PUT /v1/clusters/{name}/demand``: the new standing demand (replaces the last one);
+    empty or null clears it."""
+
+    demand_yaml: str | None = Field(None, description="a DEMAND file's text")
+    demand: dict[str, Any] | None = Field(None, description="the same, as JSON")
+    file_name: str = "demand.yaml"
+
+
+def _invalid(exc: ConfigError, what: str) -> HTTPException:
+    issues = [i.as_dict() for i in exc.issues]
+    return HTTPException(422, {"error": f"invalid {what}", "issues": issues})
+
+
+def _not_found(name: str) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, f"no cluster named {name!r}")
+
+
+def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
+    """The cluster file as JSON after every check ``autoscale explain`` makes; ConfigError."""
+    from corral.shared.autoscaler import resolve_cluster
+    from corral.shared.catalog import load_catalog
+    from corral.shared.config.cluster import Cluster
+    from corral.shared.config.detect import check_problems
+    from corral.shared.configio import validate_doc
+
+    doc = parse_text(body.cluster_yaml, body.file_name)
+    if not isinstance(doc.data, dict):
+        raise ConfigError.single(doc.name, "expected a mapping of fields (a cluster file)", "", 1)
+    cluster = validate_doc(Cluster, doc)
+    check_problems(cluster, doc)
+    cloud = body.cloud or cluster.provider.type.lower()
+    local = deps.local_cloud if cloud == "local" else None
+    resolved = resolve_cluster(cluster, load_catalog(), cloud, local)
+    if resolved.problems:
+        raise ConfigError([doc.issue(path, message) for path, message in resolved.problems])
+    data: dict[str, Any] = cluster.model_dump(mode="json", exclude_none=True, by_alias=True)
+    return data
+
+
+def summary(rec: ClusterRecord) -> dict[str, Any]:
+    """A cluster in one row: what ``cluster list`` prints."""
+    live = [n for n in rec.live_nodes() if n.terminate_sent_at is None]
+    return {
+        "name": rec.name,
+        "state": rec.state,
+        "cloud": rec.cloud or rec.cluster.get("provider", {}).get("type"),
+        "file": rec.file_name,
+        "nodes": len(live),
+        "by_type": dict(Counter(n.node_type for n in live)),
+        "demand": rec.demand,
+        "created_at": rec.created_at,
+    }
+
+
+def view(deps: Deps, rec: ClusterRecord) -> dict[str, Any]:
+    """``cluster status``: the nodes now, the standing demand, the last decision."""
+    return {
+        **summary(rec),
+        "nodes": autoscaling.node_rows(deps, rec),
+        "cooldowns": rec.cooldowns,
+        "last_decision": rec.last_decision,
+        "decisions": rec.decisions,
+    }
+
+
+@router.post(
+    "/v1/clusters",
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[Depends(require_token)],
+    responses={409: {"description": "a cluster of that name exists"}, 422: {}},
+    summary="Register a cluster file; its head and min_workers are launched",
+)
+def create_cluster(body: ClusterBody, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    if body.cloud is not None and body.cloud.lower() not in CLOUDS:
+        raise HTTPException(422, {"error": f"cloud {body.cloud!r}: expected one of {CLOUDS}"})
+    try:
+        cluster = _validated(deps, body)
+    except ConfigError as exc:
+        raise _invalid(exc, "cluster file") from None
+    now = deps.now()
+    rec = ClusterRecord(
+        name=body.name or str(cluster["cluster_name"]),
+        uid=new_id("u").removeprefix("u-")[:6],
+        file_name=body.file_name,
+        cluster=cluster,
+        cloud=body.cloud.lower() if body.cloud else None,
+        created_at=now,
+        updated_at=now,
+    )
+    if not autoscaling.clusters(deps).create(rec):
+        raise HTTPException(409, f"a cluster named {rec.name!r} exists; take it down first")
+    dispatch.tick_cluster(rec.name, settings=deps.settings)
+    return summary(rec)
+
+
+@router.get("/v1/clusters", summary="List clusters")
+def list_clusters(deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    return {"clusters": [summary(r) for r in autoscaling.clusters(deps).list()]}
+
+
+@router.get("/v1/clusters/{name}", summary="One cluster: nodes, demand, last decision")
+def get_cluster(name: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    rec = autoscaling.clusters(deps).get(name)
+    if rec is None:
+        raise _not_found(name)
+    return view(deps, rec)
+
+
+def _demand(body: DemandBody) -> dict[str, Any] | None:
+    """The demand as JSON, None for an empty one; ConfigError."""
+    from corral.shared.autoscaler.model import demand_from_doc
+
+    if body.demand_yaml is not None:
+        doc = parse_text(body.demand_yaml, body.file_name)
+    else:
+        doc = Document(name=body.file_name, data=body.demand)
+    demand = demand_from_doc(doc)
+    return None if demand.is_empty() else demand.model_dump(mode="json")
+
+
+@router.put(
+    "/v1/clusters/{name}/demand",
+    dependencies=[Depends(require_token)],
+    summary="Replace the cluster's standing demand (empty clears it)",
+)
+def put_demand(name: str, body: DemandBody, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    try:
+        demand = _demand(body)
+    except ConfigError as exc:
+        raise _invalid(exc, "demand") from None
+
+    def replace(r: ClusterRecord) -> bool:
+        r.demand, r.updated_at = demand, deps.now()
+        return True
+
+    rec = autoscaling.clusters(deps).update(name, replace)
+    if rec is None:
+        raise _not_found(name)
+    dispatch.tick_cluster(name, settings=deps.settings)
+    return summary(rec)
+
+
+@router.delete(
+    "/v1/clusters/{name}",
+    dependencies=[Depends(require_token)],
+    summary="Take a cluster down: every node is terminated, then the cluster is forgotten",
+)
+def delete_cluster(name: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    now = deps.now()
+
+    def down(r: ClusterRecord) -> bool:
+        if r.state == "down":
+            return False
+        r.state, r.down_at, r.updated_at = "down", now, now
+        return True
+
+    rec = autoscaling.clusters(deps).update(name, down)
+    if rec is None:
+        raise _not_found(name)
+    # The autoscaler never launches for a cluster that is down; what runs is cancelled here,
+    # and the tick cancels again what an interrupted tick may still submit, then forgets it.
+    for node in rec.live_nodes():
+        autoscaling.cancel_node(deps, node.request_id)
+    dispatch.tick_cluster(name, settings=deps.settings)
+    return {**summary(rec), "terminating": [n.request_id for n in rec.live_nodes()]}

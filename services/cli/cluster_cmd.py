@@ -1,0 +1,227 @@
+"""``corral cluster up|down|list|status|demand``: autoscaled clusters through the HTTP API.
+
+``up FILE`` registers a Ray cluster file (``--cloud local`` plays an AWS or GCP file on the
+local cloud); the autoscaling worker then starts its head and ``min_workers`` and follows the
+cluster's standing demand, set with ``demand NAME FILE`` (it replaces the last one; an empty
+file clears it). ``down NAME`` terminates every node and forgets the cluster.
+
+Files are checked here first, so a mistake is ``FILE:LINE: field: message`` and exit 2 even
+without a running API. Like every command group, this module imports only typer and output.py
+at start-up; the client and the config models load when a command runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+from corral.services.cli.output import (
+    EXIT_INPUT,
+    EXIT_NEGATIVE,
+    err,
+    fail_input,
+    out,
+    print_json,
+)
+
+if TYPE_CHECKING:
+    from corral.services.client import ApiError, Client
+
+CLOUDS = ("aws", "gcp", "local")
+
+cluster_app = typer.Typer(
+    name="cluster",
+    help="Autoscaled clusters from Ray cluster files: up, down, list, status, demand.",
+    no_args_is_help=True,
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+NameArg = Annotated[str, typer.Argument(metavar="NAME", help="the cluster's name")]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``corral cluster`` to the app."""
+    app.add_typer(cluster_app, name="cluster")
+
+
+def say(text: str) -> None:
+    out.print(text, markup=False)  # names are data, never markup
+
+
+def _fail(message: str, code: int, as_json: bool) -> NoReturn:
+    if as_json:
+        print_json({"error": message})
+    err.print(f"error: {message}", markup=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _api(as_json: bool) -> Iterator[Client]:
+    """A client of the configured API; its failures become one line and an exit code."""
+    from corral.services.client import ApiError, ApiUnreachable, Client, NoApiAddress
+    from corral.services.settings import get_settings
+
+    try:
+        with Client.from_settings(get_settings()) as client:
+            yield client
+    except NoApiAddress as exc:
+        _fail(str(exc), EXIT_INPUT, as_json)
+    except ApiUnreachable as exc:
+        _fail(str(exc), EXIT_NEGATIVE, as_json)
+    except ApiError as exc:
+        _fail_api(exc, as_json)
+
+
+def _fail_api(exc: ApiError, as_json: bool) -> NoReturn:
+    """An error status as an exit code: the API refusing the input (4xx) is 2."""
+    from corral.services.client import describe_detail
+    from corral.shared.configio import ConfigError, Issue
+
+    detail = exc.detail
+    if exc.status_code == 422 and isinstance(detail, dict) and detail.get("issues"):
+        issues = [
+            Issue(i.get("file") or "input", i.get("line"), i.get("field") or "", i.get("message"))
+            for i in detail["issues"]
+        ]
+        fail_input(ConfigError(issues), as_json)
+    if exc.status_code == 401:
+        _fail("unauthorized: the API refused the token (set CORRAL_API_TOKEN)", EXIT_INPUT, as_json)
+    code = EXIT_INPUT if 400 <= exc.status_code < 500 else EXIT_NEGATIVE
+    _fail(f"{describe_detail(detail)} (HTTP {exc.status_code})", code, as_json)
+
+
+def _read(path: Path, as_json: bool) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"{path}: cannot read: {exc}", EXIT_INPUT, as_json)
+
+
+@cluster_app.command("up")
+def up(
+    cluster_file: Annotated[Path, typer.Argument(metavar="FILE", help="a Ray cluster file")],
+    cloud: Annotated[
+        str | None,
+        typer.Option("--cloud", metavar="CLOUD", help="aws, gcp or local (default: the file's)"),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="the cluster's name (default: cluster_name)")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Register a cluster file; the autoscaler starts its head and min_workers."""
+    from corral.shared.config.cluster import Cluster
+    from corral.shared.config.detect import load_as
+    from corral.shared.configio import ConfigError
+
+    if cloud is not None and cloud.lower() not in CLOUDS:
+        _fail(f"--cloud {cloud}: expected one of {', '.join(CLOUDS)}", EXIT_INPUT, as_json)
+    try:
+        load_as(cluster_file, Cluster)
+    except ConfigError as exc:
+        fail_input(exc, as_json)
+    text = _read(cluster_file, as_json)
+    with _api(as_json) as client:
+        made = client.create_cluster(text, str(cluster_file), cloud and cloud.lower(), name)
+    if as_json:
+        print_json(made)
+    else:
+        say(f"cluster {made['name']} registered: its head and min_workers are starting")
+
+
+@cluster_app.command("down")
+def down(name: NameArg, as_json: JsonOpt = False) -> None:
+    """Terminate every node of the cluster and forget it."""
+    with _api(as_json) as client:
+        gone = client.delete_cluster(name)
+    if as_json:
+        print_json(gone)
+    else:
+        say(f"cluster {name}: terminating {len(gone.get('terminating', []))} nodes")
+
+
+@cluster_app.command("list")
+def list_(as_json: JsonOpt = False) -> None:
+    """The registered clusters."""
+    with _api(as_json) as client:
+        found = client.list_clusters()
+    if as_json:
+        print_json({"clusters": found})
+        return
+    if not found:
+        say("no clusters")
+        return
+    from rich.table import Table
+
+    table = Table("NAME", "STATE", "CLOUD", "NODES", "BY TYPE")
+    for c in found:
+        by_type = ", ".join(f"{t}: {n}" for t, n in c["by_type"].items())
+        table.add_row(c["name"], c["state"], str(c["cloud"]), str(c["nodes"]), by_type)
+    out.print(table)
+
+
+@cluster_app.command("status")
+def status(name: NameArg, as_json: JsonOpt = False) -> None:
+    """The cluster's nodes by type and state, its standing demand and the last decision."""
+    with _api(as_json) as client:
+        view = client.get_cluster(name)
+    if as_json:
+        print_json(view)
+        return
+    _print_status(view)
+
+
+def _print_status(view: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    say(f"cluster {view['name']} ({view['state']}, cloud {view['cloud']})")
+    table = Table("ID", "NODE TYPE", "KIND", "STATE", "IDLE S", "USED")
+    for n in view["nodes"]:
+        used = ", ".join(f"{k}: {v:g}" for k, v in n["used"].items()) or "-"
+        table.add_row(
+            n["id"], n["node_type"], str(n.get("kind")), n["state"], f"{n['idle_s']:g}", used
+        )
+    out.print(table)
+    demand = view.get("demand") or {}
+    say("Demand:" + ("" if demand else " none"))
+    for b in demand.get("bundles", []):
+        say(f"  {b['count']} x {b['resources']}")
+    for pg in demand.get("placement_groups", []):
+        say(f"  {pg['count']} x {pg['strategy']} {pg['bundles']}")
+    for node_type, until in (view.get("cooldowns") or {}).items():
+        say(f"Cooled down: {node_type} (until {until:.0f})")
+    decision = view.get("last_decision")
+    if decision:
+        launch = ", ".join(f"{c} x {t}" for t, c in decision["launch"].items()) or "nothing"
+        say(f"Last decision: launch {launch}; terminate {len(decision['terminate'])}")
+        for reason in decision["reasons"]:
+            say(f"  - {reason}")
+
+
+@cluster_app.command("demand")
+def demand(
+    name: NameArg,
+    demand_file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="pending bundles and placement groups")
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Replace the cluster's standing demand with FILE's (an empty file clears it)."""
+    from corral.shared.autoscaler.model import demand_from_doc
+    from corral.shared.configio import ConfigError, load_file
+
+    try:
+        demand_from_doc(load_file(demand_file))
+    except ConfigError as exc:
+        fail_input(exc, as_json)
+    text = _read(demand_file, as_json)
+    with _api(as_json) as client:
+        result = client.set_demand(name, text, str(demand_file))
+    if as_json:
+        print_json(result)
+    else:
+        say(f"cluster {name}: demand {'set' if result.get('demand') else 'cleared'}")

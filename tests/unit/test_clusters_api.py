@@ -1,0 +1,71 @@
+"""The cluster routes of the HTTP API, in process over a real redis-server (no workers: the
+ticks they dispatch wait in the queue)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from corral.services.api import create_app
+from corral.services.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = REPO / "tests" / "fixtures" / "seeds" / "ray-cluster-node-types.yaml"
+LOCAL = REPO / "tests" / "fixtures" / "localcloud" / "cluster.yaml"
+TOKEN = "t0ken-for-tests"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def client(redis_url: str, tmp_path: Path) -> Iterator[TestClient]:
+    settings = Settings(redis_url=redis_url, api_token=TOKEN, home=tmp_path, local_cloud_file=LOCAL)
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def _up(client: TestClient, **extra: object) -> object:
+    body = {"cluster_yaml": SEED.read_text(), "file_name": "seed.yaml", "cloud": "local", **extra}
+    return client.post("/v1/clusters", json=body, headers=AUTH)
+
+
+def test_register_list_show_demand_and_down(client: TestClient) -> None:
+    resp = _up(client)
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["name"] == "multi-node-type" and resp.json()["cloud"] == "local"
+    assert _up(client).status_code == 409
+    assert _up(client, name="second").status_code == 201
+    names = [c["name"] for c in client.get("/v1/clusters").json()["clusters"]]
+    assert names == ["multi-node-type", "second"]
+
+    view = client.get("/v1/clusters/multi-node-type").json()
+    assert view["nodes"] == [] and view["demand"] is None and view["last_decision"] is None
+
+    demand = {"demand_yaml": "bundles: [{resources: {GPU: 1}, count: 2}]\n"}
+    resp = client.put("/v1/clusters/multi-node-type/demand", json=demand, headers=AUTH)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["demand"]["bundles"] == [{"resources": {"GPU": 1.0}, "count": 2}]
+    cleared = client.put("/v1/clusters/multi-node-type/demand", json={}, headers=AUTH)
+    assert cleared.json()["demand"] is None
+
+    gone = client.delete("/v1/clusters/second", headers=AUTH)
+    assert gone.status_code == 200 and gone.json()["state"] == "down"
+
+
+def test_writes_need_the_token_and_wrong_input_is_422_with_lines(client: TestClient) -> None:
+    body = {"cluster_yaml": SEED.read_text(), "cloud": "local"}
+    assert client.post("/v1/clusters", json=body).status_code == 401
+    bad = {"cluster_yaml": "cluster_name: x\nprovider: {type: aws}\nmax_workers: -1\n"}
+    resp = client.post("/v1/clusters", json={**bad, "file_name": "c.yaml"}, headers=AUTH)
+    assert resp.status_code == 422
+    [issue] = resp.json()["detail"]["issues"]
+    assert (issue["file"], issue["line"], issue["field"]) == ("c.yaml", 3, "max_workers")
+
+    _up(client)
+    wrong = {"demand_yaml": "bundles: [{resources: {CPU: 1}, cuont: 2}]\n"}
+    resp = client.put("/v1/clusters/multi-node-type/demand", json=wrong, headers=AUTH)
+    assert resp.status_code == 422
+    assert client.get("/v1/clusters/nope").status_code == 404
+    assert client.delete("/v1/clusters/nope", headers=AUTH).status_code == 404
