@@ -95,10 +95,17 @@ def node_task(deps: Deps, rec: ClusterRecord, node: ClusterNode) -> Task:
     if cloud != "local" and isinstance(region, str):
         resources["region"] = region
     commands = [*config.initialization_commands, *config.setup_commands]
+    node_config = (
+        cluster.available_node_types[node.node_type].node_config
+        if (cluster.available_node_types and node.node_type in cluster.available_node_types)
+        else None
+    )
     return Task.model_validate(
         {
             "name": f"{rec.name}-{node.node_type}",
             "resources": resources,
+            # The node type's node_config goes to AWS or Google Cloud as written.
+            "advanced_instance_config": node_config if cloud != "local" else None,
             "setup": "\n".join(commands) or None,
             "envs": {"CORRAL_CLUSTER": rec.name, "CORRAL_NODE_TYPE": node.node_type},
             "labels": {
@@ -175,6 +182,35 @@ def _activity(deps: Deps, cloud: str, provider_id: str | None) -> str | None:
         return None
     activity = json.loads(raw).get("activity")
     return str(activity) if activity else None
+
+
+def queued_work(deps: Deps, rec: ClusterRecord) -> Demand:
+    """The work the cluster's nodes report queued (their agents' heartbeats), as one pending
+    demand packed against the free capacity, as Ray's pending tasks are."""
+    from corral.services.providers.local.state import Keys
+
+    bundles: list[Any] = []
+    groups: list[Any] = []
+    keys = Keys(deps.settings.prefix)
+    for node in rec.live_nodes():
+        req = deps.store.get_request(node.request_id)
+        if req is None or req.state != RequestState.RUNNING:
+            continue
+        for inst in deps.store.list_instances(request_id=req.id):
+            if inst.cloud != "local" or not inst.provider_id:
+                continue
+            raw = deps.redis.get(keys.heartbeat(inst.provider_id))
+            queued = json.loads(raw).get("queued") if raw else None
+            if not queued:
+                continue
+            try:
+                part = Demand.model_validate(queued)
+            except ValueError as exc:
+                log.warning("node %s reports queued work that is not a demand: %s", inst.id, exc)
+                continue
+            bundles += part.bundles
+            groups += part.placement_groups
+    return Demand(bundles=bundles, placement_groups=groups)
 
 
 def observe(deps: Deps, rec: ClusterRecord) -> list[Observed]:
@@ -305,7 +341,8 @@ def decide_once(
             continue  # leaving: neither capacity nor a node to decide on
         nodes.append(seen.as_node(spec, now))
     demand = Demand.model_validate(rec.demand) if rec.demand else None
-    plan = decide(spec, nodes, Demand(), now=now, cooldowns=new.cooldowns, requested=demand)
+    queued = queued_work(deps, rec)
+    plan = decide(spec, nodes, queued, now=now, cooldowns=new.cooldowns, requested=demand)
     launches = list(plan.launch.items())
     reasons = list(plan.reasons)
     head_needed = not any(n.kind == "head" for n in nodes)

@@ -187,9 +187,18 @@ def _spec(req: LaunchRequest, task: Task, cand: dict[str, Any], attempt_id: str)
         workdir=task.workdir,
         accelerators=dict(cand.get("accelerators") or {}),
         reservation_id=cand.get("reservation_id"),
-        advanced_instance_config=dict(cand.get("advanced_instance_config") or {}),
+        advanced_instance_config=_advanced_config(task, cand),
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},
     )
+
+
+def _advanced_config(task: Task, cand: dict[str, Any]) -> dict[str, Any]:
+    """The candidate's own launch parameters, else the task's when it pins this cloud."""
+    if cand.get("advanced_instance_config"):
+        return dict(cand["advanced_instance_config"])
+    if task.advanced_instance_config and task.resources.cloud == cand["cloud"]:
+        return dict(task.advanced_instance_config)
+    return {}
 
 
 def _launch_by_deadline(provider: Any, spec: LaunchSpec, deadline: float) -> list[ProviderInstance]:

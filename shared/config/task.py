@@ -271,6 +271,9 @@ class Task(StrictModel):
         BeforeValidator(one_of(("job", "service", "workspace"))),
     ] = None
     compute_config: ComputeConfig | str | None = None  # inline, or a file path
+    # Corral's own: the provider's launch parameters, passed through as written (an AWS
+    # RunInstances mapping, a GCP instance body); used on the cloud the task pins.
+    advanced_instance_config: dict[str, Any] | None = None
     scheduling: Scheduling | None = None
     # SkyPilot fields accepted, not acted on (IGNORED).
     file_mounts: dict[str, Any] | None = None

@@ -275,3 +275,19 @@ def test_killed_autoscaling_worker_launches_nothing_twice(
     assert set(per_request.values()) == {1}
     assert len(_agents(system)) == 7
     _down(system)
+
+
+def test_work_queued_on_a_node_is_demand(
+    make_system: Callable[..., System], tmp_path: Path
+) -> None:
+    # The head's workload reports queued work through CORRAL_DEMAND_FILE; no `cluster demand`.
+    queued = json.dumps({"bundles": [{"resources": {"Custom2": 1}, "count": 1}]})
+    cluster = _cluster_file(
+        tmp_path, head_setup_commands=[f"echo '{queued}' > \"$CORRAL_DEMAND_FILE\""]
+    )
+    system = _system(make_system, "cluster.yaml")
+    _up(system, cluster)
+    # Custom2 exists only on gpu_1_ondemand: the queued bundle brings one up.
+    view = _wait_nodes(system, {HEAD: 2, "gpu_1_ondemand": 1}, timeout_s=60)
+    assert view["demand"] in (None, {}, {"bundles": [], "placement_groups": []})
+    _down(system)

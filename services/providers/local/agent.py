@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import select
 import signal
@@ -29,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from corral.services.providers.local.resp import MiniRedis, RedisError
 from corral.services.providers.local.state import (
@@ -155,7 +157,9 @@ class Agent:
             return
         self._next_beat = time.monotonic() + self.heartbeat_s
         try:
-            self.state.heartbeat(self.rec, self.activity, time.time(), self.heartbeat_ttl_s)
+            self.state.heartbeat(
+                self.rec, self.activity, time.time(), self.heartbeat_ttl_s, self._queued()
+            )
             if self._redis_down:
                 _say("Redis is reachable again")
             self._redis_down = False
@@ -163,6 +167,25 @@ class Agent:
             if not self._redis_down:  # say it once, keep the task running
                 _say(f"heartbeat failed: {exc}")
             self._redis_down = True
+
+    def _queued(self) -> dict[str, Any] | None:
+        """The demand the node's workload wrote to CORRAL_DEMAND_FILE (JSON), if any."""
+        path = self.rec.envs.get("CORRAL_DEMAND_FILE")
+        if not path:
+            return None
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_DEMAND_BYTES + 1)
+        except OSError:
+            return None
+        if len(raw) > MAX_DEMAND_BYTES:
+            _say(f"{path} is over {MAX_DEMAND_BYTES} bytes; not reported")
+            return None
+        try:
+            data = json.loads(raw or b"null")
+        except ValueError:
+            return None  # half written: the next beat reads it whole
+        return data if isinstance(data, dict) else None
 
     def _set_child(self, pid: int) -> None:
         try:
@@ -196,6 +219,9 @@ PRIVATE_PREFIXES = ("CORRAL_", "FLOWER_", "AWS_", "GOOGLE_", "CLOUDSDK_", "AZURE
 
 def _private(name: str) -> bool:
     return name.startswith(PRIVATE_PREFIXES)
+
+
+MAX_DEMAND_BYTES = 256 * 1024
 
 
 def _exit_code(returncode: int) -> int:

@@ -281,6 +281,9 @@ class LocalProvider:
                 "CORRAL_INSTANCE_ID": iid,
                 "CORRAL_NODE_RANK": node,
                 "CORRAL_NUM_NODES": str(spec.count),
+                # Work queued on the node: JSON {"bundles": [...], "placement_groups": [...]}
+                # written here is reported with every heartbeat (autoscaled clusters read it).
+                "CORRAL_DEMAND_FILE": str(self.log_dir / f"{iid}.demand.json"),
             }
             records.append(
                 InstanceRecord(

@@ -319,11 +319,20 @@ class CloudState:
         ]
         return bool(self._finish(keys=keys, args=args))
 
-    def heartbeat(self, rec: InstanceRecord, activity: str, now: float, ttl_s: float) -> None:
-        """The agent's beat: a fresh heartbeat key, its activity, its first beat's time."""
+    def heartbeat(
+        self,
+        rec: InstanceRecord,
+        activity: str,
+        now: float,
+        ttl_s: float,
+        queued: dict[str, Any] | None = None,
+    ) -> None:
+        """The agent's beat: a fresh heartbeat key, its activity, its first beat's time, and
+        the work queued on the node (the demand its workload reported), if any."""
         beat = {
             "ts": now,
             "activity": activity,
+            "queued": queued,
             "pid": rec.pid,
             "vcpus": rec.vcpus,
             "memory_gib": rec.memory_gib,
