@@ -12,24 +12,21 @@ at start-up; the client and the config models load when a command runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from corral.services.cli.api_access import api_client, fail
 from corral.services.cli.output import (
     EXIT_INPUT,
-    EXIT_NEGATIVE,
-    err,
     fail_input,
     out,
     print_json,
 )
 
 if TYPE_CHECKING:
-    from corral.services.client import ApiError, Client
+    pass
 
 CLOUDS = ("aws", "gcp", "local")
 
@@ -52,53 +49,11 @@ def say(text: str) -> None:
     out.print(text, markup=False)  # names are data, never markup
 
 
-def _fail(message: str, code: int, as_json: bool) -> NoReturn:
-    if as_json:
-        print_json({"error": message})
-    err.print(f"error: {message}", markup=False)
-    raise typer.Exit(code)
-
-
-@contextmanager
-def _api(as_json: bool) -> Iterator[Client]:
-    """A client of the configured API; its failures become one line and an exit code."""
-    from corral.services.client import ApiError, ApiUnreachable, Client, NoApiAddress
-    from corral.services.settings import get_settings
-
-    try:
-        with Client.from_settings(get_settings()) as client:
-            yield client
-    except NoApiAddress as exc:
-        _fail(str(exc), EXIT_INPUT, as_json)
-    except ApiUnreachable as exc:
-        _fail(str(exc), EXIT_NEGATIVE, as_json)
-    except ApiError as exc:
-        _fail_api(exc, as_json)
-
-
-def _fail_api(exc: ApiError, as_json: bool) -> NoReturn:
-    """An error status as an exit code: the API refusing the input (4xx) is 2."""
-    from corral.services.client import describe_detail
-    from corral.shared.configio import ConfigError, Issue
-
-    detail = exc.detail
-    if exc.status_code == 422 and isinstance(detail, dict) and detail.get("issues"):
-        issues = [
-            Issue(i.get("file") or "input", i.get("line"), i.get("field") or "", i.get("message"))
-            for i in detail["issues"]
-        ]
-        fail_input(ConfigError(issues), as_json)
-    if exc.status_code == 401:
-        _fail("unauthorized: the API refused the token (set CORRAL_API_TOKEN)", EXIT_INPUT, as_json)
-    code = EXIT_INPUT if 400 <= exc.status_code < 500 else EXIT_NEGATIVE
-    _fail(f"{describe_detail(detail)} (HTTP {exc.status_code})", code, as_json)
-
-
 def _read(path: Path, as_json: bool) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"{path}: cannot read: {exc}", EXIT_INPUT, as_json)
+        fail(f"{path}: cannot read: {exc}", EXIT_INPUT, as_json)
 
 
 @cluster_app.command("up")
@@ -119,13 +74,13 @@ def up(
     from corral.shared.configio import ConfigError
 
     if cloud is not None and cloud.lower() not in CLOUDS:
-        _fail(f"--cloud {cloud}: expected one of {', '.join(CLOUDS)}", EXIT_INPUT, as_json)
+        fail(f"--cloud {cloud}: expected one of {', '.join(CLOUDS)}", EXIT_INPUT, as_json)
     try:
         load_as(cluster_file, Cluster)
     except ConfigError as exc:
         fail_input(exc, as_json)
     text = _read(cluster_file, as_json)
-    with _api(as_json) as client:
+    with api_client(as_json) as client:
         made = client.create_cluster(text, str(cluster_file), cloud and cloud.lower(), name)
     if as_json:
         print_json(made)
@@ -136,7 +91,7 @@ def up(
 @cluster_app.command("down")
 def down(name: NameArg, as_json: JsonOpt = False) -> None:
     """Terminate every node of the cluster and forget it."""
-    with _api(as_json) as client:
+    with api_client(as_json) as client:
         gone = client.delete_cluster(name)
     if as_json:
         print_json(gone)
@@ -147,7 +102,7 @@ def down(name: NameArg, as_json: JsonOpt = False) -> None:
 @cluster_app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """The registered clusters."""
-    with _api(as_json) as client:
+    with api_client(as_json) as client:
         found = client.list_clusters()
     if as_json:
         print_json({"clusters": found})
@@ -167,7 +122,7 @@ def list_(as_json: JsonOpt = False) -> None:
 @cluster_app.command("status")
 def status(name: NameArg, as_json: JsonOpt = False) -> None:
     """The cluster's nodes by type and state, its standing demand and the last decision."""
-    with _api(as_json) as client:
+    with api_client(as_json) as client:
         view = client.get_cluster(name)
     if as_json:
         print_json(view)
@@ -219,7 +174,7 @@ def demand(
     except ConfigError as exc:
         fail_input(exc, as_json)
     text = _read(demand_file, as_json)
-    with _api(as_json) as client:
+    with api_client(as_json) as client:
         result = client.set_demand(name, text, str(demand_file))
     if as_json:
         print_json(result)

@@ -11,17 +11,15 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from corral.services.cli.api_access import api_client, fail
 from corral.services.cli.output import (
     EXIT_INPUT,
-    EXIT_NEGATIVE,
     EXIT_TIMEOUT,
     err,
     fail_input,
@@ -34,7 +32,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from corral.services.client import ApiError, Client
+    from corral.services.client import Client
 
 run_app = typer.Typer(
     name="run",
@@ -61,56 +59,6 @@ def register(app: typer.Typer) -> None:
 
 
 # ---- talking to the API ---------------------------------------------------------------------
-
-
-@contextmanager
-def _api(as_json: bool, source: str = "task") -> Iterator[Client]:
-    """A client of the configured API; its failures become one line and an exit code."""
-    from corral.services.client import ApiError, ApiUnreachable, Client, NoApiAddress
-    from corral.services.settings import get_settings
-
-    try:
-        with Client.from_settings(get_settings()) as client:
-            yield client
-    except NoApiAddress as exc:
-        _fail(str(exc), EXIT_INPUT, as_json)
-    except ApiUnreachable as exc:
-        _fail(str(exc), EXIT_NEGATIVE, as_json)
-    except ApiError as exc:
-        _fail_api(exc, as_json, source)
-
-
-def _fail(message: str, code: int, as_json: bool) -> NoReturn:
-    if as_json:
-        print_json({"error": message})
-    err.print(f"error: {message}", markup=False)
-    raise typer.Exit(code)
-
-
-def _fail_api(exc: ApiError, as_json: bool, source: str) -> NoReturn:
-    """An error status from the API as an exit code: refusals of the input are 2."""
-    from corral.services.client import describe_detail
-    from corral.shared.configio import ConfigError, Issue
-
-    detail = exc.detail
-    if exc.status_code == 401:
-        hint = "set CORRAL_API_TOKEN, or <home>/api-token as `corral up` does"
-        _fail(f"unauthorized: the API refused the token ({hint})", EXIT_INPUT, as_json)
-    if exc.status_code == 422 and isinstance(detail, dict) and detail.get("issues"):
-        issues = [
-            Issue(source, i.get("line"), i.get("field") or "", i.get("message", ""))
-            for i in detail["issues"]
-        ]
-        fail_input(ConfigError(issues), as_json)
-    if exc.status_code == 422 and isinstance(detail, dict) and "reasons" in detail:
-        reasons = [str(r) for r in detail["reasons"]] or ["no candidate can be planned"]
-        if as_json:
-            print_json({"error": "impossible", "reasons": reasons})
-        for reason in reasons:
-            err.print(f"impossible: {reason}", markup=False)
-        raise typer.Exit(EXIT_INPUT)
-    code = EXIT_INPUT if 400 <= exc.status_code < 500 else EXIT_NEGATIVE
-    _fail(f"{describe_detail(detail)} (HTTP {exc.status_code})", code, as_json)
 
 
 # ---- launch ---------------------------------------------------------------------------------
@@ -156,7 +104,7 @@ def launch(
 ) -> None:
     """Submit a launch request and print its id; with --wait, follow it."""
     task = _task_for_api(file, as_json)
-    with _api(as_json, source=str(file)) as client:
+    with api_client(as_json, source=str(file)) as client:
         view = client.submit(task)
         if not wait:
             print_json(view) if as_json else out.print(view["id"], markup=False)
@@ -251,7 +199,7 @@ def status(
     as_json: bool = JSON_OPT,
 ) -> None:
     """One launch request with its attempts and instances, or a table of all."""
-    with _api(as_json) as client:
+    with api_client(as_json) as client:
         if request_id is None:
             views = client.list_requests(state=state.upper() if state else None, limit=limit)
         else:
@@ -281,7 +229,7 @@ def instances(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Every instance Corral knows, across requests."""
-    with _api(as_json) as client:
+    with api_client(as_json) as client:
         rows = client.list_instances(request_id=request_id, state=state.upper() if state else None)
     if as_json:
         print_json(rows)
@@ -295,7 +243,7 @@ def logs(
     as_json: bool = JSON_OPT,
 ) -> None:
     """The output of a request's instances."""
-    with _api(as_json) as client:
+    with api_client(as_json) as client:
         text = client.logs(request_id, instance_id)
     if as_json:
         print_json({"request_id": request_id, "instance": instance_id, "logs": text})
@@ -309,7 +257,7 @@ def terminate(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Cancel a request that has not run yet, or terminate a running one's instances (or one)."""
-    with _api(as_json) as client:
+    with api_client(as_json) as client:
         view = client.terminate(request_id, instance_id)
     if as_json:
         print_json(view)
@@ -348,11 +296,11 @@ def run_api(
     try:
         app = create_app(settings)
     except RuntimeError as exc:
-        _fail(str(exc), EXIT_INPUT, as_json)
+        fail(str(exc), EXIT_INPUT, as_json)
     try:
         sock = _listen(host, port)
     except OSError as exc:
-        _fail(f"cannot listen on {host}:{port}: {exc}", EXIT_INPUT, as_json)
+        fail(f"cannot listen on {host}:{port}: {exc}", EXIT_INPUT, as_json)
     bound = sock.getsockname()[1]
     url = f"http://{f'[{host}]' if ':' in host else host}:{bound}"
     if as_json:

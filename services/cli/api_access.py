@@ -1,0 +1,76 @@
+"""The CLI's access to the HTTP API: one client per command, and the API's failures turned
+into one line and the exit code every command uses. Imports stay light (the CLI's startup)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, NoReturn
+
+import typer
+
+from corral.services.cli.output import (
+    EXIT_INPUT,
+    EXIT_NEGATIVE,
+    err,
+    fail_input,
+    print_json,
+)
+
+if TYPE_CHECKING:
+    from corral.services.client import ApiError, Client
+
+
+@contextmanager
+def api_client(as_json: bool, source: str | None = None) -> Iterator[Client]:
+    """A client of the configured API; its failures become one line and an exit code."""
+    from corral.services.client import ApiError, ApiUnreachable, Client, NoApiAddress
+    from corral.services.settings import get_settings
+
+    try:
+        with Client.from_settings(get_settings()) as client:
+            yield client
+    except NoApiAddress as exc:
+        fail(str(exc), EXIT_INPUT, as_json)
+    except ApiUnreachable as exc:
+        fail(str(exc), EXIT_NEGATIVE, as_json)
+    except ApiError as exc:
+        fail_api(exc, as_json, source)
+
+
+def fail(message: str, code: int, as_json: bool) -> NoReturn:
+    if as_json:
+        print_json({"error": message})
+    err.print(f"error: {message}", markup=False)
+    raise typer.Exit(code)
+
+
+def fail_api(exc: ApiError, as_json: bool, source: str | None = None) -> NoReturn:
+    """An error status from the API as an exit code: refusals of the input are 2."""
+    from corral.services.client import describe_detail
+    from corral.shared.configio import ConfigError, Issue
+
+    detail = exc.detail
+    if exc.status_code == 401:
+        hint = "set CORRAL_API_TOKEN, or <home>/api-token as `corral up` does"
+        fail(f"unauthorized: the API refused the token ({hint})", EXIT_INPUT, as_json)
+    if exc.status_code == 422 and isinstance(detail, dict) and detail.get("issues"):
+        issues = [
+            Issue(
+                source or i.get("file") or "input",
+                i.get("line"),
+                i.get("field") or "",
+                i.get("message", ""),
+            )
+            for i in detail["issues"]
+        ]
+        fail_input(ConfigError(issues), as_json)
+    if exc.status_code == 422 and isinstance(detail, dict) and "reasons" in detail:
+        reasons = [str(r) for r in detail["reasons"]] or ["no candidate can be planned"]
+        if as_json:
+            print_json({"error": "impossible", "reasons": reasons})
+        for reason in reasons:
+            err.print(f"impossible: {reason}", markup=False)
+        raise typer.Exit(EXIT_INPUT)
+    code = EXIT_INPUT if 400 <= exc.status_code < 500 else EXIT_NEGATIVE
+    fail(f"{describe_detail(detail)} (HTTP {exc.status_code})", code, as_json)
