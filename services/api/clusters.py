@@ -7,6 +7,7 @@ worker does the launching: these routes write the cluster record and dispatch a 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -53,6 +54,9 @@ def _not_found(name: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no cluster named {name!r}")
 
 
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
 def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
     """The cluster file as JSON after every check ``autoscale explain`` makes; ConfigError."""
     from corral.shared.autoscaler import resolve_cluster
@@ -66,7 +70,19 @@ def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
         raise ConfigError.single(doc.name, "expected a mapping of fields (a cluster file)", "", 1)
     cluster = validate_doc(Cluster, doc)
     check_problems(cluster, doc)
-    cloud = body.cloud or cluster.provider.type.lower()
+    cloud = (body.cloud or cluster.provider.type).lower()
+    written_for = cluster.provider.type.lower()
+    if cloud not in CLOUDS:
+        raise doc.error(
+            ("provider", "type"),
+            f"Corral has no provider for {written_for!r}; expected one of "
+            f"{', '.join(CLOUDS)} (or play it on the local cloud with --cloud local)",
+        )
+    if cloud not in ("local", written_for):
+        raise doc.error(
+            ("provider", "type"),
+            f"the file is written for {written_for}; it runs there, or with --cloud local",
+        )
     local = deps.local_cloud if cloud == "local" else None
     resolved = resolve_cluster(cluster, load_catalog(), cloud, local)
     if resolved.problems:
@@ -115,9 +131,18 @@ def create_cluster(body: ClusterBody, deps: Deps = Depends(get_deps)) -> dict[st
         cluster = _validated(deps, body)
     except ConfigError as exc:
         raise _invalid(exc, "cluster file") from None
+    name = body.name or str(cluster["cluster_name"])
+    if not CLUSTER_NAME.fullmatch(name):
+        raise HTTPException(
+            422,
+            {
+                "error": f"cluster name {name!r}: expected letters, digits, '.', '_' or '-' "
+                "(at most 63, starting with a letter or digit)"
+            },
+        )
     now = deps.now()
     rec = ClusterRecord(
-        name=body.name or str(cluster["cluster_name"]),
+        name=name,
         uid=new_id("u").removeprefix("u-")[:6],
         file_name=body.file_name,
         cluster=cluster,

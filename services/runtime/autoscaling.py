@@ -95,17 +95,12 @@ def node_task(deps: Deps, rec: ClusterRecord, node: ClusterNode) -> Task:
     if cloud != "local" and isinstance(region, str):
         resources["region"] = region
     commands = [*config.initialization_commands, *config.setup_commands]
-    node_config = (
-        cluster.available_node_types[node.node_type].node_config
-        if (cluster.available_node_types and node.node_type in cluster.available_node_types)
-        else None
-    )
     return Task.model_validate(
         {
             "name": f"{rec.name}-{node.node_type}",
             "resources": resources,
             # The node type's node_config goes to AWS or Google Cloud as written.
-            "advanced_instance_config": node_config if cloud != "local" else None,
+            "advanced_instance_config": config.node_config if cloud != "local" else None,
             "setup": "\n".join(commands) or None,
             "envs": {"CORRAL_CLUSTER": rec.name, "CORRAL_NODE_TYPE": node.node_type},
             "labels": {
@@ -345,7 +340,10 @@ def decide_once(
     plan = decide(spec, nodes, queued, now=now, cooldowns=new.cooldowns, requested=demand)
     launches = list(plan.launch.items())
     reasons = list(plan.reasons)
-    head_needed = not any(n.kind == "head" for n in nodes)
+    # A head that cannot be launched now (its type cooled down) is not retried every tick.
+    head_needed = not any(n.kind == "head" for n in nodes) and (
+        spec.head_node_type not in new.cooldowns
+    )
     if head_needed:
         reasons.insert(0, f"launch the head ({spec.head_node_type}): the cluster has none")
     launched = _new_nodes(new, spec, launches, now, head_needed)
@@ -362,7 +360,18 @@ def decide_once(
     }
     if launched or plan.terminate:
         new.decisions = [*new.decisions, new.last_decision][-DECISIONS_KEPT:]
+    _forget_old_ended(new)
     return new, launched, list(plan.terminate)
+
+
+ENDED_NODES_KEPT = 200  # ended nodes kept in the record (for status); older ones are dropped
+
+
+def _forget_old_ended(rec: ClusterRecord) -> None:
+    """Keep the record from growing without bound: only the newest ended nodes stay."""
+    ended = sorted((n for n in rec.nodes.values() if n.ended), key=lambda n: n.committed_at)
+    for node in ended[: max(0, len(ended) - ENDED_NODES_KEPT)]:
+        del rec.nodes[node.request_id]
 
 
 def _new_nodes(
@@ -411,6 +420,12 @@ def submit_node(deps: Deps, rec: ClusterRecord, node: ClusterNode) -> None:
         requests.submit(deps, node_task(deps, rec, node), request_id=node.request_id)
     except requests.Impossible as exc:
         _end_unlaunchable(deps, rec.name, node, "; ".join(exc.reasons))
+        return
+    # A slow tick may submit after the cluster went down (and was forgotten): nothing would
+    # ever cancel this node then, so look again and cancel it ourselves.
+    now_rec = clusters(deps).get(rec.name)
+    if now_rec is None or now_rec.uid != rec.uid or now_rec.state == "down":
+        cancel_node(deps, node.request_id)
 
 
 def _end_unlaunchable(deps: Deps, name: str, node: ClusterNode, why: str) -> None:

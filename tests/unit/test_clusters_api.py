@@ -69,3 +69,20 @@ def test_writes_need_the_token_and_wrong_input_is_422_with_lines(client: TestCli
     assert resp.status_code == 422
     assert client.get("/v1/clusters/nope").status_code == 404
     assert client.delete("/v1/clusters/nope", headers=AUTH).status_code == 404
+
+
+def test_a_file_for_another_cloud_or_a_bad_name_is_refused(client: TestClient) -> None:
+    # The seed is written for AWS: it runs there or on the local cloud, not on GCP.
+    resp = _up(client, cloud="gcp")
+    assert resp.status_code == 422  # type: ignore[attr-defined]
+    assert "written for aws" in resp.text  # type: ignore[attr-defined]
+    azure = SEED.read_text().replace("type: aws", "type: azure")
+    resp = client.post(
+        "/v1/clusters", json={"cluster_yaml": azure, "file_name": "az.yaml"}, headers=AUTH
+    )
+    assert resp.status_code == 422 and "no provider for 'azure'" in resp.text
+    # A name the API could not address again (a slash) is refused before anything launches.
+    resp = _up(client, name="team/exp1")
+    assert resp.status_code == 422  # type: ignore[attr-defined]
+    assert "cluster name" in resp.text  # type: ignore[attr-defined]
+    assert client.get("/v1/clusters").json()["clusters"] == []
