@@ -193,11 +193,20 @@ class LocalProvider:
         reservation_id: str | None,
     ) -> list[ProviderInstance]:
         self._play_injected_error(spec)
+        # The boot lease is taken before the capacity is bound to the attempt: a caller that
+        # sees the binding must find the lease held, or it would start the same agents again.
+        # If this process dies while booting, the lease lapses and a redelivered attempt
+        # finishes the boot instead of waiting on machines nobody will start.
+        boot = self.state.keys.attempt(spec.attempt_id) + ":boot"
+        delay_s = self.cloud.zone(spec.zone).launch_delay_s
+        self.state.r.set(boot, token, px=max(1, int((delay_s + CLAIM_MARGIN_S) * 1000)))
         records = self._new_records(spec, pool, market, reservation_id)
         status, used = self.state.reserve(pool, limit, spec.attempt_id, token, records)
         if status == -2:  # an id collision: practically impossible, but never reuse an id
             records = self._new_records(spec, pool, market, reservation_id)
             status, used = self.state.reserve(pool, limit, spec.attempt_id, token, records)
+        if status != 1:
+            self.state.r.delete(boot)
         if status == 0:
             what = f"reservation {reservation_id}" if reservation_id else spec.zone
             raise CapacityError(
@@ -207,12 +216,6 @@ class LocalProvider:
             )
         if status != 1:
             raise ThrottledError(f"lost the claim on attempt {spec.attempt_id}; retry")
-        # The capacity is taken and bound to the attempt. While the machines boot we hold a
-        # boot lease: if this process dies now, a redelivered attempt sees the lease lapse and
-        # finishes the boot instead of waiting on machines nobody will start.
-        boot = self.state.keys.attempt(spec.attempt_id) + ":boot"
-        delay_s = self.cloud.zone(spec.zone).launch_delay_s
-        self.state.r.set(boot, token, px=max(1, int((delay_s + CLAIM_MARGIN_S) * 1000)))
         time.sleep(delay_s)  # the machines "boot"
         try:
             for rec in records:
@@ -233,20 +236,25 @@ class LocalProvider:
         """Start the agents of a bound attempt whose launcher died while booting them."""
         boot = self.state.keys.attempt(spec.attempt_id) + ":boot"
         deadline = time.monotonic() + delay_s + CLAIM_MARGIN_S
+        lease_ms = max(1, int((delay_s + CLAIM_MARGIN_S) * 1000))
         while time.monotonic() < deadline:
-            records = [r for r in map(self.state.record, ids) if r is not None]
-            unborn = [r for r in records if r.pid is None and r.state == PENDING]
-            if not unborn:
+            if not self._unborn(ids):
                 return
             token = f"resume:{secrets.token_hex(8)}"
-            lease_ms = max(1, int((delay_s + CLAIM_MARGIN_S) * 1000))
             if self.state.r.set(boot, token, nx=True, px=lease_ms):
-                for rec in unborn:
+                # Look again now that the lease is ours: the launcher may have finished (and
+                # let go of the lease) between our look and our taking it.
+                for rec in self._unborn(ids):
                     self._start_agent(rec)
                 self.state.r.delete(boot)
                 return
             time.sleep(ATTEMPT_POLL_S)  # the launcher is alive and still booting them
         raise ThrottledError(f"attempt {spec.attempt_id} is still booting elsewhere; retry")
+
+    def _unborn(self, ids: list[str]) -> list[InstanceRecord]:
+        """The attempt's instances whose agent was never started."""
+        records = [r for r in map(self.state.record, ids) if r is not None]
+        return [r for r in records if r.pid is None and r.state == PENDING]
 
     def _play_injected_error(self, spec: LaunchSpec) -> None:
         type_name = self.cloud.instance_type(spec.instance_type).name
