@@ -12,6 +12,15 @@ exit code and exits; without ``run`` (a service or workspace) it stays up idle. 
 stops its child's process group (SIGTERM, then SIGKILL after ``kill-grace-s``) and exits with a
 final record. Every exit is also published on ``<prefix>:local:events`` (see state.py).
 
+An idle machine (a warm one, launched without ``run``) takes *assignments*, several at once:
+on every heartbeat it reads the hash ``<prefix>:local:assign:<id>`` (assignment id -> JSON
+``{id, setup, run, envs, workdir}``). Each id not seen before starts: its setup then its run,
+the same way, in process groups of its own, alongside the others. An id that runs but left the
+hash is withdrawn (SIGTERM to its group, SIGKILL after ``kill-grace-s``); an id that ended
+never runs again. Each result goes to the hash ``assign-result:<id>`` under its id. An
+assignment without ``run`` is a service: after its setup it stays ``serving`` (setup's
+background processes kept) until it is withdrawn.
+
 Dependency-light on purpose: the standard library, a small Redis client of its own (resp.py:
 redis-py's import alone took most of a second) and state.py; never celery.
 """
@@ -28,12 +37,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from corral.services.providers.local.resp import MiniRedis, RedisError
 from corral.services.providers.local.state import (
+    ENDED_RECORD_TTL_S,
     TERMINATED,
     CloudState,
     InstanceRecord,
@@ -44,6 +55,35 @@ def _say(message: str) -> None:
     """One line in the instance's log, marked so it reads apart from the task's output."""
     sys.stderr.write(f"[corral-agent] {message}\n")
     sys.stderr.flush()
+
+
+@dataclass
+class Assignment:
+    """One piece of work given to an idle machine, and how far it got."""
+
+    id: str
+    setup: str | None = None
+    run: str | None = None
+    envs: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    child: subprocess.Popen[bytes] | None = None  # the current phase's bash
+    phase: str = "setup"  # setup | running | serving
+    stop_by: float | None = None  # once withdrawn: when SIGKILL follows the SIGTERM
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Assignment:
+        envs = data.get("envs") or {}
+        return cls(
+            id=str(data["id"]),
+            setup=_text(data.get("setup")),
+            run=_text(data.get("run")),
+            envs={str(k): str(v) for k, v in envs.items()} if isinstance(envs, dict) else {},
+            workdir=_text(data.get("workdir")),
+        )
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None
 
 
 class Agent:
@@ -68,6 +108,12 @@ class Agent:
         self.activity = "setup"
         self._next_beat = 0.0
         self._redis_down = False
+        self.jobs: dict[str, Assignment] = {}  # the assignments being worked on, by id
+        self._ended: set[str] = set()  # ids that ended here: never run twice
+        self._unsent: dict[str, dict[str, Any]] = {}  # results Redis did not take yet
+        self._written: dict[str, float] = {}  # results written, by id: when (to drop a day on)
+        self._bad: dict[str, str] = {}  # unreadable assign fields already reported
+        self._results_failing = False  # a failed result write was reported
         # Self-pipe: signals (SIGTERM, and SIGCHLD when a child ends) wake the select() below.
         self._wake_r, wake_w = os.pipe()
         for fd in (self._wake_r, wake_w):
@@ -96,15 +142,24 @@ class Agent:
             code = self._run_phase("running", rec.run)
             return self._end(code, "terminated" if self.stopping else "completed")
         self.activity = "idle"
-        while not self.stopping:
-            self._wait(None)
+        self._serve_assignments()
         return self._end(None, "terminated")
 
     def _run_phase(self, activity: str, script: str) -> int:
         """Run one bash script in its own process group until it ends or we are stopped."""
         self.activity = activity
         self._beat(force=True)
-        workdir = self.rec.workdir
+        child = self._spawn(script, self.rec.workdir, self.rec.envs)
+        while child.poll() is None and not self.stopping:
+            self._wait(child)
+        code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
+        _kill_group(child.pid, signal.SIGKILL)  # what the script left in the background
+        return code
+
+    def _spawn(
+        self, script: str, workdir: str | None, envs: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        """Start one bash script in a process group of its own, its output in the log."""
         cwd = workdir if workdir and Path(workdir).is_dir() else None
         if workdir and cwd is None:
             _say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
@@ -112,7 +167,7 @@ class Agent:
         # never Corral's settings and secrets, nor the cloud credentials the worker holds: a
         # task's output is readable through the API.
         inherited = {k: v for k, v in os.environ.items() if not _private(k)}
-        env = {**inherited, **self.rec.envs}
+        env = {**inherited, **envs}
         # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
         # provider recognises the task's processes when it must kill them itself.
         child = subprocess.Popen(
@@ -123,11 +178,174 @@ class Agent:
             start_new_session=True,
         )
         self._set_child(child.pid)
-        while child.poll() is None and not self.stopping:
-            self._wait(child)
-        code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
-        _kill_group(child.pid, signal.SIGKILL)  # what the script left in the background
-        return code
+        return child
+
+    # --- assignments (an idle machine's work) --------------------------------------------
+    def _serve_assignments(self) -> None:
+        """The idle loop: on every heartbeat look at the assign hash, and move each
+        assignment on when its process ends, until the agent is stopped."""
+        while not self.stopping:
+            self._advance()
+            if time.monotonic() >= self._next_beat:
+                self._poll_assignments()
+                self._beat()
+            self._sleep_jobs()
+        # The machine is being terminated: stop every assignment, all within one grace period.
+        for job in self.jobs.values():
+            self._withdraw(job)
+        while self.jobs:
+            self._advance()
+            self._beat()
+            if self.jobs:
+                self._sleep_jobs()
+
+    def _poll_assignments(self) -> None:
+        """Start and withdraw assignments as the assign hash now says."""
+        if self._unsent:
+            self._flush_results()
+        try:
+            wanted, bad = self.state.assignments(self.instance_id)
+        except RedisError:
+            return  # unknown is not withdrawn: keep working, the heartbeat reports the outage
+        for aid, why in bad.items():
+            if self._bad.get(aid) != why:
+                _say(f"ignoring assignment field {aid!r}: {why}")
+        self._bad = bad  # an unreadable field still holds its id: not a withdrawal
+        for job in self.jobs.values():
+            if job.id not in wanted and job.id not in bad:
+                self._withdraw(job)
+        for aid in sorted(wanted):
+            if aid not in self.jobs and aid not in self._ended:
+                self._start_job(Assignment.from_json(wanted[aid]))
+
+    def _start_job(self, job: Assignment) -> None:
+        self.jobs[job.id] = job
+        _say(f"assignment {job.id}: started")
+        if job.setup:
+            self._job_phase(job, "setup", job.setup)
+        else:
+            self._after_setup(job)
+
+    def _job_phase(self, job: Assignment, phase: str, script: str) -> None:
+        job.phase = phase
+        # The record's envs are the machine's; the assignment's come on top. The instance id
+        # stays, so the provider can still tell the task's processes apart.
+        envs = {**self.rec.envs, **job.envs, "CORRAL_INSTANCE_ID": self.instance_id}
+        job.child = self._spawn(script, job.workdir, envs)
+        self._record_groups()
+        self._beat(force=True)
+
+    def _after_setup(self, job: Assignment) -> None:
+        if job.run:
+            if job.child is not None:
+                _kill_group(job.child.pid, signal.SIGKILL)  # what setup left in the background
+            self._job_phase(job, "running", job.run)
+        else:
+            # A service: setup's background processes are the service; keep them.
+            job.phase = "serving"
+            self._beat(force=True)
+
+    def _advance(self) -> None:
+        """Move each assignment on whose current process has ended, or whose withdrawal is
+        complete."""
+        for job in list(self.jobs.values()):
+            if job.stop_by is not None:
+                self._advance_withdrawal(job)
+            elif job.phase != "serving" and job.child is not None:
+                code = job.child.poll()
+                if code is None:
+                    continue
+                code = _exit_code(code)
+                if job.phase == "setup" and code != 0:
+                    self._close_job(job, "setup_failed", code)
+                elif job.phase == "setup":
+                    self._after_setup(job)
+                else:
+                    self._close_job(job, "completed", code)
+
+    def _withdraw(self, job: Assignment) -> None:
+        """SIGTERM the assignment's process group; :meth:`_advance_withdrawal` finishes."""
+        if job.stop_by is None:
+            job.stop_by = time.monotonic() + self.kill_grace_s
+            if job.child is not None:
+                _kill_group(job.child.pid, signal.SIGTERM)
+
+    def _advance_withdrawal(self, job: Assignment) -> None:
+        """Close a withdrawn assignment once its processes are gone, SIGKILLing them when
+        the grace period is over."""
+        child = job.child
+        late = job.stop_by is not None and time.monotonic() >= job.stop_by
+        if child is None:
+            self._close_job(job, "withdrawn")
+        elif job.phase == "serving":
+            # Setup has ended; its service lives on in the group until it goes or is killed.
+            if late or not _group_alive(child.pid):
+                self._close_job(job, "withdrawn")
+        elif child.poll() is not None or late:
+            _kill_group(child.pid, signal.SIGKILL)
+            child.wait()
+            self._close_job(job, "withdrawn", _exit_code(child.returncode))
+
+    def _close_job(self, job: Assignment, reason: str, exit_code: int | None = None) -> None:
+        """End the assignment (killing what is left of its group) and record its result."""
+        if job.child is not None:
+            _kill_group(job.child.pid, signal.SIGKILL)
+        if reason == "withdrawn":
+            _say(f"assignment {job.id}: withdrawn")
+        elif reason == "setup_failed":
+            _say(f"assignment {job.id}: setup exited {exit_code}")
+        else:
+            _say(f"assignment {job.id}: exited {exit_code}")
+        del self.jobs[job.id]
+        self._ended.add(job.id)
+        result = {"id": job.id, "exit_code": exit_code, "reason": reason, "at": time.time()}
+        self._unsent[job.id] = result
+        self._flush_results()
+        self._record_groups()
+        self._beat(force=True)
+
+    def _flush_results(self) -> None:
+        """Write the results Redis has not taken yet; drop those written over a day ago."""
+        now = time.time()
+        old = [aid for aid, at in self._written.items() if now - at > ENDED_RECORD_TTL_S]
+        try:
+            self.state.put_assign_results(self.instance_id, list(self._unsent.values()), old)
+        except RedisError as exc:
+            if not self._results_failing:
+                _say(f"could not write assignment results {sorted(self._unsent)}: {exc}")
+            self._results_failing = True
+            return  # the next poll tries again
+        self._results_failing = False
+        for aid in old:
+            del self._written[aid]
+        for aid in self._unsent:
+            self._written[aid] = now
+        self._unsent = {}
+
+    def _record_groups(self) -> None:
+        """Every assignment's process group in the record, so terminate() can kill them if
+        the agent cannot."""
+        groups = sorted(job.child.pid for job in self.jobs.values() if job.child is not None)
+        try:
+            self.state.set_fields(self.instance_id, child_pids=json.dumps(groups))
+        except RedisError as exc:
+            _say(f"could not record the child pids: {exc}")
+
+    def _sleep_jobs(self) -> None:
+        """Sleep until the next heartbeat, a signal (a child ended) or a withdrawal's deadline;
+        a withdrawn service's group is looked at every GROUP_POLL_S (no signal says it went)."""
+        now = time.monotonic()
+        timeout = self._next_beat - now
+        children = []
+        for job in self.jobs.values():
+            if job.stop_by is not None:
+                timeout = min(timeout, job.stop_by - now)
+                if job.phase == "serving":
+                    timeout = min(timeout, GROUP_POLL_S)
+            if job.phase != "serving" and job.child is not None:
+                children.append(job.child)
+        if all(child.poll() is None for child in children):
+            self._select(max(0.0, timeout))
 
     def _stop_child(self, child: subprocess.Popen[bytes]) -> int:
         _kill_group(child.pid, signal.SIGTERM)
@@ -140,16 +358,24 @@ class Agent:
 
     def _wait(self, child: subprocess.Popen[bytes] | None) -> None:
         """Sleep until the next heartbeat is due or a signal arrives, then beat if due."""
+        self._sleep(child)
+        self._beat()
+
+    def _sleep(self, child: subprocess.Popen[bytes] | None) -> None:
+        """Sleep until the next heartbeat is due or a signal arrives (or ``child`` ended)."""
         timeout = max(0.0, self._next_beat - time.monotonic())
         if child is None or child.poll() is None:
-            ready, _, _ = select.select([self._wake_r], [], [], timeout)
-            if ready:
-                try:
-                    while os.read(self._wake_r, 512):
-                        pass
-                except BlockingIOError:
+            self._select(timeout)
+
+    def _select(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for a signal (the self-pipe), then empty the pipe."""
+        ready, _, _ = select.select([self._wake_r], [], [], timeout_s)
+        if ready:
+            try:
+                while os.read(self._wake_r, 512):
                     pass
-        self._beat()
+            except BlockingIOError:
+                pass
 
     # --- Redis -----------------------------------------------------------------------------
     def _beat(self, force: bool = False) -> None:
@@ -157,8 +383,15 @@ class Agent:
             return
         self._next_beat = time.monotonic() + self.heartbeat_s
         try:
+            running = {aid: job.phase for aid, job in sorted(self.jobs.items())}
             self.state.heartbeat(
-                self.rec, self.activity, time.time(), self.heartbeat_ttl_s, self._queued()
+                self.rec,
+                self._activity(),
+                time.time(),
+                self.heartbeat_ttl_s,
+                self._queued(),
+                next(iter(running), None),
+                running,
             )
             if self._redis_down:
                 _say("Redis is reachable again")
@@ -167,6 +400,16 @@ class Agent:
             if not self._redis_down:  # say it once, keep the task running
                 _say(f"heartbeat failed: {exc}")
             self._redis_down = True
+
+    def _activity(self) -> str:
+        """The setup/run path's phase; on an idle machine, what its assignments add up to:
+        running if any is in setup or run, serving if all are services, else idle."""
+        if self.activity != "idle":
+            return self.activity
+        phases = {job.phase for job in self.jobs.values()}
+        if phases - {"serving"}:
+            return "running"
+        return "serving" if phases else "idle"
 
     def _queued(self) -> dict[str, Any] | None:
         """The demand the node's workload wrote to CORRAL_DEMAND_FILE (JSON), if any."""
@@ -222,6 +465,7 @@ def _private(name: str) -> bool:
 
 
 MAX_DEMAND_BYTES = 256 * 1024
+GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at
 
 
 def _exit_code(returncode: int) -> int:
@@ -232,6 +476,16 @@ def _exit_code(returncode: int) -> int:
 def _kill_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

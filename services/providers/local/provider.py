@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -429,6 +430,51 @@ class LocalProvider:
         rec = self.state.record(instance_id)
         return Path(rec.log_path) if rec else None
 
+    # --- assignments (warm machines) -------------------------------------------------------
+    def assign(self, provider_id: str, assignment: dict[str, Any]) -> None:
+        """Give an idle machine (launched without ``run``) one more piece of work:
+        ``assignment`` is ``{id, setup, run, envs, workdir}``, ``id`` required and never reused
+        on the machine (an id that ended there does not run again). The machine runs all its
+        assignments at once; assigning an id it has already replaces the stored one. The agent
+        picks it up on its next heartbeat; :meth:`assignment_status` tells how it went."""
+        aid = assignment.get("id")
+        if not isinstance(aid, str) or not aid:
+            raise InvalidRequestError("an assignment needs a non-empty string id")
+        rec = self.state.record(provider_id)
+        if rec is None or rec.ended:
+            raise InvalidRequestError(f"no live instance {provider_id!r} to assign to")
+        if rec.run:
+            raise InvalidRequestError(f"{provider_id} runs a task of its own; it takes none")
+        envs = assignment.get("envs") or {}
+        if not isinstance(envs, dict):
+            raise InvalidRequestError("an assignment's envs must be a mapping")
+        fields = {k: assignment.get(k) for k in ("setup", "run", "workdir")}
+        for name, value in fields.items():
+            if value is not None and not isinstance(value, str):
+                raise InvalidRequestError(f"an assignment's {name} must be a string or null")
+        body = {"id": aid, **fields, "envs": {str(k): str(v) for k, v in envs.items()}}
+        self.state.put_assignment(provider_id, body)
+
+    def withdraw(self, provider_id: str, assignment_id: str | None = None) -> None:
+        """Take one assignment back (or, ``assignment_id`` None, all of them): the agent stops
+        its processes and records it ``withdrawn``. Idempotent."""
+        self.state.drop_assignment(provider_id, assignment_id)
+
+    def assignment_status(self, provider_id: str) -> dict[str, Any]:
+        """In one round trip: ``"assigned"``, the ids in the assign hash (sorted);
+        ``"running"``, {id: setup | running | serving} of those the agent runs, and
+        ``"activity"`` (running | serving | idle | exited), both from its last heartbeat
+        ({} and None without one); ``"results"``, {id: {id, exit_code, reason, at}} of those
+        that ended."""
+        assigned, beat, results = self.state.assignment_view(provider_id)
+        running = beat.get("assignments") if beat else None
+        return {
+            "assigned": assigned,
+            "running": dict(running) if isinstance(running, dict) else {},
+            "activity": beat.get("activity") if beat else None,
+            "results": results,
+        }
+
     # --- terminate -------------------------------------------------------------------------
     def terminate(self, provider_ids: list[str], zone: str | None = None) -> None:
         """Stop the agents (SIGTERM, SIGKILL after the grace period) and free their capacity.
@@ -440,14 +486,14 @@ class LocalProvider:
         self._wait_gone(records, self.terminate_grace_s)
         for rec in records:
             self._signal(rec.pid, rec.id, signal.SIGKILL)
-            child = (self.state.record(rec.id) or rec).child_pid
-            if child is not None and task_belongs_to(child, rec.id):
+            for child in _task_groups(self.state.record(rec.id) or rec):
                 _kill_group(child, signal.SIGKILL)  # the agent could not stop its task
         self._wait_gone(records, 2.0)
         for rec in records:
             self.state.finish(
                 rec, state=TERMINATED, exit_code=None, reason="terminated", now=time.time()
             )
+            self.state.drop_assignment(rec.id)  # a gone machine takes no work
 
     def power_off(self) -> int:
         """Kill every agent and its task at once, as a power cut would, leaving the records as
@@ -461,8 +507,8 @@ class LocalProvider:
             if alive:
                 _kill_group(rec.pid, signal.SIGKILL)  # type: ignore[arg-type]
                 killed += 1
-            if rec.child_pid is not None and task_belongs_to(rec.child_pid, rec.id):
-                _kill_group(rec.child_pid, signal.SIGKILL)  # the task has a session of its own
+            for child in _task_groups(rec):
+                _kill_group(child, signal.SIGKILL)  # the task has a session of its own
         return killed
 
     def _signal(self, pid: int | None, instance_id: str, sig: signal.Signals) -> None:
@@ -517,6 +563,12 @@ def task_belongs_to(pid: int, instance_id: str) -> bool:
     except OSError:
         return False
     return f"CORRAL_INSTANCE_ID={instance_id}".encode() in environ.split(b"\0")
+
+
+def _task_groups(rec: InstanceRecord) -> list[int]:
+    """The process groups of the instance's task and assignments still alive (by leader)."""
+    leaders = {rec.child_pid, *rec.child_pids} - {None}
+    return sorted(pid for pid in leaders if pid is not None and task_belongs_to(pid, rec.id))
 
 
 def _proc_state(pid: int) -> str:

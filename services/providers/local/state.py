@@ -7,8 +7,18 @@ hints). Every key starts with ``<prefix>:local:``:
 =================================  =================================================================
 ``instances``                      set of every instance id the local cloud knows
 ``instance:<id>``                  hash: the instance record (:class:`InstanceRecord`)
-``heartbeat:<id>``                 JSON ``{ts, activity, pid, vcpus, memory_gib, accelerators}``,
-                                   rewritten by the agent every heartbeat, with a TTL
+``heartbeat:<id>``                 JSON ``{ts, activity, assignment, assignments, queued, pid,
+                                   vcpus, memory_gib, accelerators}``, rewritten by the agent
+                                   every heartbeat, with a TTL; ``assignments`` maps the id of
+                                   each assignment it runs to its phase (setup | running |
+                                   serving)
+``assign:<id>``                    hash: assignment id -> JSON ``{id, setup, run, envs,
+                                   workdir}``: the work the control plane gives an idle machine
+                                   (a warm one, launched without a run), all run at once; a
+                                   field deleted withdraws that one
+``assign-result:<id>``             hash: assignment id -> JSON ``{id, exit_code, reason, at}``:
+                                   how each ended (``completed``, ``setup_failed`` or
+                                   ``withdrawn``); kept a day
 ``attempt:<attempt id>``           ``pending:<token>`` while one caller launches, then the JSON
                                    list of the instance ids that attempt created
 ``pool:<zone>:<type>``             set of live instance ids on the zone's on-demand/spot capacity
@@ -42,8 +52,9 @@ TERMINATED = "terminated"
 LOST = "lost"
 ENDED = frozenset({TERMINATED, LOST})
 
-# What the agent is doing (the heartbeat's ``activity``).
-ACTIVITIES = ("setup", "running", "idle", "exited")
+# What the agent is doing (the heartbeat's ``activity``). ``serving``: an assignment without a
+# run whose setup is done, kept until it is withdrawn.
+ACTIVITIES = ("setup", "running", "serving", "idle", "exited")
 
 # How long the mapping attempt -> instance ids is kept: longer than any redelivery of a task.
 ATTEMPT_TTL_S = 7 * 24 * 3600
@@ -78,6 +89,12 @@ class Keys:
     def faults(self, zone: str, instance_type: str) -> str:
         return f"{self.base}:faults:{zone}:{instance_type}"
 
+    def assign(self, instance_id: str) -> str:
+        return f"{self.base}:assign:{instance_id}"
+
+    def assign_result(self, instance_id: str) -> str:
+        return f"{self.base}:assign-result:{instance_id}"
+
 
 @dataclass
 class InstanceRecord:
@@ -105,13 +122,14 @@ class InstanceRecord:
     state: str = PENDING
     pid: int | None = None  # the agent process
     child_pid: int | None = None  # the agent's current setup/run process (a group leader)
+    child_pids: list[int] = field(default_factory=list)  # every assignment's group leader
     first_heartbeat_at: float | None = None
     activity: str | None = None
     exit_code: int | None = None
     ended_at: float | None = None
     end_reason: str | None = None
 
-    _JSON = ("accelerators", "tags", "envs")
+    _JSON = ("accelerators", "tags", "envs", "child_pids")
     _FLOAT = ("created_at", "vcpus", "memory_gib", "first_heartbeat_at", "ended_at")
     _INT = ("pid", "child_pid", "exit_code")
 
@@ -326,12 +344,17 @@ class CloudState:
         now: float,
         ttl_s: float,
         queued: dict[str, Any] | None = None,
+        assignment: str | None = None,
+        assignments: dict[str, str] | None = None,
     ) -> None:
-        """The agent's beat: a fresh heartbeat key, its activity, its first beat's time, and
-        the work queued on the node (the demand its workload reported), if any."""
+        """The agent's beat: a fresh heartbeat key, its activity, its first beat's time, the
+        assignments it runs (id -> phase; ``assignment`` is any one of them, for older
+        readers), and the work queued on the node (the demand its workload reported), if any."""
         beat = {
             "ts": now,
             "activity": activity,
+            "assignment": assignment,
+            "assignments": assignments or {},
             "queued": queued,
             "pid": rec.pid,
             "vcpus": rec.vcpus,
@@ -343,6 +366,72 @@ class CloudState:
         pipe.hset(self.keys.record(rec.id), "activity", activity)
         pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))
         pipe.execute()
+
+    # --- assignments (warm machines) -------------------------------------------------------
+    def assignments(self, instance_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        """The machine's assignments by id, and the fields that hold no readable assignment
+        (id -> why): a value must be a JSON object whose ``id``, if any, is its field."""
+        raw: dict[str, str] = self.r.hgetall(self.keys.assign(instance_id))  # type: ignore[assignment]
+        good: dict[str, dict[str, Any]] = {}
+        bad: dict[str, str] = {}
+        for aid, text in raw.items():
+            value = _json_or_none(text)
+            if isinstance(value, dict) and value.get("id", aid) == aid:
+                good[aid] = {**value, "id": aid}
+            else:
+                bad[aid] = f"not an assignment: {text[:80]!r}"
+        return good, bad
+
+    def put_assignment(self, instance_id: str, assignment: dict[str, Any]) -> None:
+        """Add (or replace) one assignment, under its id."""
+        key = self.keys.assign(instance_id)
+        self.r.hset(key, str(assignment["id"]), json.dumps(assignment))
+
+    def drop_assignment(self, instance_id: str, assignment_id: str | None = None) -> None:
+        """Withdraw one assignment, or (``assignment_id`` None) all of them."""
+        key = self.keys.assign(instance_id)
+        if assignment_id is None:
+            self.r.delete(key)
+        else:
+            self.r.hdel(key, assignment_id)
+
+    def put_assign_results(
+        self, instance_id: str, results: list[dict[str, Any]], drop: list[str] | None = None
+    ) -> None:
+        """Record how assignments ended, and forget the results in ``drop``, at once. The
+        hash lives a day past its last write, like an ended instance's record."""
+        key = self.keys.assign_result(instance_id)
+        pipe = self.r.pipeline(transaction=True)
+        for result in results:
+            pipe.hset(key, str(result["id"]), json.dumps(result))
+        if drop:
+            pipe.hdel(key, *drop)
+        pipe.pexpire(key, ENDED_RECORD_TTL_S * 1000)
+        pipe.execute()
+
+    def assignment_view(
+        self, instance_id: str
+    ) -> tuple[list[str], dict[str, Any] | None, dict[str, dict[str, Any]]]:
+        """(assigned ids sorted, last heartbeat or None, results by id), in one round trip.
+        Unreadable results are left out."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(self.keys.assign(instance_id))
+        pipe.get(self.keys.heartbeat(instance_id))
+        pipe.hgetall(self.keys.assign_result(instance_id))
+        assigned, beat, raw_results = pipe.execute()
+        results = {}
+        for aid, text in (raw_results or {}).items():
+            value = _json_or_none(text)
+            if isinstance(value, dict):
+                results[str(aid)] = value
+        return sorted(str(a) for a in assigned or {}), json.loads(beat) if beat else None, results
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def derive_state(
