@@ -99,6 +99,9 @@ class LaunchRequest(_Record):
     exit_code: int | None = None  # a job's `run` exit code once it ended
     labels: dict[str, str] = Field(default_factory=dict)  # the user's, for filtering
     priority: int = 0  # higher is scheduled first and preempted last
+    pool: str | None = None  # the machine pool it runs on (its task carries a compute config)
+    master: str | None = None  # the registered Determined master config it runs under ...
+    resource_pool: str | None = None  # ... and the resource pool it was sent to
 
     @classmethod
     def new(
@@ -227,6 +230,7 @@ class Instance(_Record):
             "zone": self.zone,
             "instance_type": self.instance_type,
             "market": self.market,
+            "machine_type": self.machine_type,
             "state": self.state.value,
         }
 

@@ -34,6 +34,9 @@ class InstanceView(BaseModel):
     zone: str
     instance_type: str
     market: str
+    machine_type: str | None = Field(
+        None, description="the machine pool's machine type it runs on; None off pools"
+    )
     state: str
 
 
@@ -93,3 +96,77 @@ class TaskBody(BaseModel):
 
     task: dict[str, Any] | None = Field(None, description="the task file's content as a mapping")
     task_yaml: str | None = Field(None, description="the task file's text (YAML or JSON)")
+
+
+class PoolBody(BaseModel):
+    """What ``POST /v1/pools`` accepts: a machine pool or master config file as JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="the name compute configs use (flags...machine_pool)")
+    kind: str = Field(description="machine_pool or master_config")
+    file_name: str = Field("pool.yaml", description="the file's name, used in issues")
+    spec: dict[str, Any] = Field(description="the file's content as a mapping")
+    cloud: str | None = Field(
+        None, description="where its machines launch; default: local when every type is local"
+    )
+
+
+class PartitionView(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    size: int
+    held: int = Field(description="machines of the partition that exist now")
+
+
+class MachineTypeView(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    machine_type: str
+    market: str
+    partitions: list[PartitionView]
+
+
+class PoolView(BaseModel):
+    """A registered pool: its file, cloud, machines and workloads (machine pools: its types)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    kind: str
+    file: str
+    cloud: str
+    applied_at: float
+    machines: list[dict[str, Any]]
+    workloads: list[dict[str, Any]]
+    machine_types: list[MachineTypeView] | None = None
+    resource_pools: list[str] | None = Field(None, description="a master config's pool names")
+
+
+class PoolApplied(PoolView):
+    replaced: bool = Field(description="whether a file of that name was registered before")
+
+
+class PoolList(BaseModel):
+    pools: list[PoolView]
+
+
+class PoolDeleted(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    deleted: bool
+    machines_terminated: list[str]
+
+
+class WhyView(BaseModel):
+    """The scheduler's word on a request: where it runs, or why it waits."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    state: str
+    pool: str | None = None
+    code: str = Field(description="placed, queued, not_pooled, not_queued, or the reason's code")
+    reason: str

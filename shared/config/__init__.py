@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, get_args
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, PlainSerializer
 
 # A duration is one or more <number><unit> parts, as Go (Determined) and Anyscale write them.
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -45,8 +45,17 @@ def _duration_s(value: object) -> object:
     raise ValueError(f"{DURATION_HINT} (with a unit), got {value!r}")
 
 
-# A duration field: written as text in the file, held as seconds (float) in the model.
-DurationS = Annotated[float, BeforeValidator(_duration_s)]
+def _duration_text(value: float) -> str:
+    return f"{value:g}s"
+
+
+# A duration field: written as text in the file, held as seconds (float) in the model, and
+# written back as text in JSON ("90s"), so a stored file validates again as it was.
+DurationS = Annotated[
+    float,
+    BeforeValidator(_duration_s),
+    PlainSerializer(_duration_text, return_type=str, when_used="json"),
+]
 
 
 def one_of(choices: Any, *, case_insensitive: bool = False) -> Callable[[object], object]:

@@ -147,6 +147,7 @@ def test_request_to_public_shape() -> None:
                 "provider_id": "i-0abc",
                 "pid": None,
                 "state": "REQUESTED",
+                "machine_type": None,
                 **WHERE,
             }
         ],
@@ -167,6 +168,7 @@ def test_instance_to_public_keys_in_cli_order() -> None:
         "zone",
         "instance_type",
         "market",
+        "machine_type",
         "state",
     ]
     assert (public["id"], public["pid"], public["state"]) == ("inst-1", 4242, "REQUESTED")
