@@ -23,6 +23,10 @@ TERMINATE = "corral.provision.terminate"  # terminate a request's or one instanc
 RECONCILE = "corral.provision.reconcile"  # beat: store vs providers, lost and stray instances
 AUTOSCALE_TICK = "corral.autoscale.tick"  # beat: the autoscaler's periodic decision
 AUTOSCALE_TICK_CLUSTER = "corral.autoscale.tick_cluster"  # one cluster now (new demand, up)
+POOL_PASS = "corral.schedule.pool_pass"  # one scheduling pass over one pool, then carry it out
+POOL_SYNC = "corral.schedule.pool_sync"  # carry a pool's state out (assign, stop, finish)
+POOL_REBALANCE = "corral.schedule.pool_rebalance"  # beat: every pool's pass with replacement
+POOL_MACHINE = "corral.provision.pool_machine"  # launch one pool machine (queue per cloud)
 PING = "corral.schedule.ping"  # does nothing: liveness checks and the queue benchmark's baseline
 
 SCHEDULE_QUEUE = "schedule"
@@ -126,6 +130,21 @@ def terminate(
     return send(
         TERMINATE, [request_id, instance_id, reason], queue=PROVISION_QUEUE, settings=settings
     )
+
+
+def pool_pass(pool: str, settings: Settings | None = None) -> str:
+    """Run a scheduling pass over machine pool (or the Determined master) ``pool`` now."""
+    return send(POOL_PASS, [pool], queue=SCHEDULE_QUEUE, settings=settings)
+
+
+def pool_sync(pool: str, settings: Settings | None = None) -> str:
+    """Carry out what a pool's state asks for (assignments, stops, finished work)."""
+    return send(POOL_SYNC, [pool], queue=SCHEDULE_QUEUE, settings=settings)
+
+
+def pool_machine(pool: str, machine_id: str, cloud: str, settings: Settings | None = None) -> str:
+    """Launch one machine of a pool (on its cloud's provisioning queue)."""
+    return send(POOL_MACHINE, [pool, machine_id], queue=provision_queue(cloud), settings=settings)
 
 
 def tick_cluster(name: str, settings: Settings | None = None) -> str:

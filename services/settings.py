@@ -47,6 +47,13 @@ class Timers(BaseModel):
     # A cluster node type whose launch failed for capacity or quota is not launched again for
     # this long, so the autoscaler uses the next best type (as long as the capacity-error memory).
     autoscale_cooldown_s: float = 180.0
+    # Machine pools and the global scheduler.
+    pool_rebalance_interval_s: float = 30.0  # beat: replacement, idle reaping, a fresh pass
+    min_runtime_s: float = 60.0  # work that has run less than this is never preempted
+    replacement_budget: int = 1  # workloads being moved to better machines at once, at most
+    replacement_guard_s: float = 600.0  # a workload is not replaced twice within this
+    pool_min_machines: int = 0  # idle reaping never leaves a pool with fewer machines
+    pool_machine_launch_retry_s: float = 90.0  # a launch not heard of for this long is re-sent
 
 
 class Settings(BaseSettings):

@@ -5,6 +5,8 @@
                  the provisioning worker (attempts, termination, reconcile)
 - ``autoscale``  the autoscaling worker
 
+Machine pools: passes and syncs on ``schedule``, machine launches on ``provision.<cloud>``.
+
 Start one with ``corral run worker --role schedule`` (or ``celery -A corral.workers.app worker
 -Q schedule``); run as many per role as the load needs. Beat (``corral run beat``) uses
 celery-redbeat: its lock in Redis means two beat processes never both fire.
@@ -46,6 +48,14 @@ def make_app(settings: Settings) -> Celery:
                     "expires": timers.reconcile_interval_s * 2,
                 },
             },
+            "pool-rebalance": {
+                "task": dispatch.POOL_REBALANCE,
+                "schedule": timedelta(seconds=timers.pool_rebalance_interval_s),
+                "options": {
+                    "queue": dispatch.SCHEDULE_QUEUE,
+                    "expires": timers.pool_rebalance_interval_s * 2,
+                },
+            },
             "autoscale-tick": {
                 "task": dispatch.AUTOSCALE_TICK,
                 "schedule": timedelta(seconds=timers.reconcile_interval_s),
@@ -55,7 +65,12 @@ def make_app(settings: Settings) -> Celery:
                 },
             },
         },
-        include=["corral.workers.schedule", "corral.workers.provision", "corral.workers.autoscale"],
+        include=[
+            "corral.workers.schedule",
+            "corral.workers.provision",
+            "corral.workers.autoscale",
+            "corral.workers.pools",
+        ],
     )
     return app
 

@@ -22,6 +22,8 @@ TAG_MANAGED = "corral-managed"
 TAG_REQUEST = "corral-request"
 TAG_ATTEMPT = "corral-attempt"
 TAG_NODE = "corral-node"  # index of the node inside the request, "0".."n-1"
+TAG_POOL = "corral-pool"  # a machine pool's machine: the pool's name
+TAG_MACHINE = "corral-machine"  # ... and its machine id in the pool's ledger
 
 
 class LaunchSpec(BaseModel):

@@ -12,9 +12,13 @@ from typing import Any
 import redis
 
 from corral.services.blocks import BlockStore
+from corral.services.docstore import DocStore
+from corral.services.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
 from corral.services.providers.base import Provider
 from corral.services.settings import Settings, get_settings
 from corral.services.store import Store
+from corral.shared.scheduling.det_ledger import DetLedger
+from corral.shared.scheduling.ledger import PoolLedger
 
 
 @dataclass
@@ -36,6 +40,18 @@ class Deps:
     @cached_property
     def blocks(self) -> BlockStore:
         return BlockStore(self.redis, prefix=self.settings.prefix)
+
+    @cached_property
+    def pools(self) -> DocStore[PoolRecord]:
+        return pool_records(self.redis, self.settings.prefix)
+
+    @cached_property
+    def ledgers(self) -> DocStore[PoolLedger]:
+        return pool_ledgers(self.redis, self.settings.prefix)
+
+    @cached_property
+    def det_ledgers(self) -> DocStore[DetLedger]:
+        return det_ledgers(self.redis, self.settings.prefix)
 
     @cached_property
     def local_cloud(self) -> Any:

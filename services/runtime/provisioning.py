@@ -56,6 +56,12 @@ def admit(deps: Deps, request_id: str) -> str:
     req = deps.store.get_request(request_id)
     if req is None:
         return "missing"
+    if req.pool is not None or req.master is not None:
+        from corral.services.runtime import determined, pools
+
+        if req.is_terminal:
+            return f"nothing to do ({req.state})"
+        return pools.enqueue(deps, req) if req.pool else determined.enqueue(deps, req)
     if req.state == RequestState.PROVISIONING:
         resume(deps, req)  # a redelivery after a crash between commit and dispatch
         return "redispatched"
@@ -199,6 +205,15 @@ def _advanced_config(task: Task, cand: dict[str, Any]) -> dict[str, Any]:
     if task.advanced_instance_config and task.resources.cloud == cand["cloud"]:
         return dict(task.advanced_instance_config)
     return {}
+
+
+def launch_and_wait(deps: Deps, cloud: str, spec: LaunchSpec) -> list[ProviderInstance]:
+    """Launch ``spec`` and wait until its instances are up, within the attempt deadline
+    (raises the provider's error, or LaunchTimeoutError)."""
+    provider = deps.provider(cloud)
+    deadline = time.monotonic() + deps.settings.timers.attempt_deadline_s
+    launched = _launch_by_deadline(provider, spec, deadline)
+    return _wait_until_up(provider, spec.attempt_id, len(launched), deadline)
 
 
 def _launch_by_deadline(provider: Any, spec: LaunchSpec, deadline: float) -> list[ProviderInstance]:

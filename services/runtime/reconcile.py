@@ -21,8 +21,14 @@ from collections import defaultdict
 from typing import Any
 
 from corral.services import dispatch
-from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST, ProviderInstance
-from corral.services.runtime import failover, termination
+from corral.services.providers.base import (
+    TAG_ATTEMPT,
+    TAG_MACHINE,
+    TAG_POOL,
+    TAG_REQUEST,
+    ProviderInstance,
+)
+from corral.services.runtime import failover, pools, termination
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
@@ -75,6 +81,8 @@ def _check_instances(
     deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]], counts: dict[str, int]
 ) -> None:
     for inst in deps.store.list_instances(states=set(LIVE)):
+        if inst.machine_type is not None:
+            continue  # a pool workload's node: its machine is the pool's (runtime/pools.py)
         seen = by_cloud.get(inst.cloud)
         if seen is None:
             continue  # no provider to ask in this process
@@ -271,6 +279,12 @@ def _clean_strays(
 
 def _is_stray(deps: Deps, pi: ProviderInstance) -> bool:
     """Tagged by Corral, and no request is (or could still be) recording it."""
+    pool = pi.tags.get(TAG_POOL)
+    if pool is not None:  # a pool's machine: stray once its pool no longer knows it
+        machine_id = pi.tags.get(TAG_MACHINE, "")
+        if deps.store.is_claimed(f"pool-machine:{machine_id}"):
+            return False  # its launch is still running
+        return not pools.knows_machine(deps, pool, machine_id)
     attempt_id = pi.tags.get(TAG_ATTEMPT)
     request_id = pi.tags.get(TAG_REQUEST)
     if not attempt_id or not request_id:
@@ -293,6 +307,10 @@ def _unstick(deps: Deps, counts: dict[str, int]) -> None:
             if now - req.updated_at < patience_s:
                 continue
             counts["unstuck"] += 1
+            if req.pool is not None or req.master is not None:
+                if state == RequestState.PENDING:
+                    dispatch.admit(req.id, settings=deps.settings)  # joins its pool's queue once
+                continue  # placed: its pool's passes and syncs carry it
             if state == RequestState.PENDING:
                 dispatch.admit(req.id, settings=deps.settings)
             else:
@@ -305,7 +323,8 @@ def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
     now = deps.now()
     patience_s = deps.settings.timers.reconcile_interval_s * 3
     for req in deps.store.list_requests(state=RequestState.RUNNING, limit=1000, oldest_first=True):
-        if now - req.updated_at < patience_s or not req.instance_ids:
+        pooled = req.pool is not None or req.master is not None
+        if now - req.updated_at < patience_s or not req.instance_ids or pooled:
             continue
         last = deps.store.get_instance(req.instance_ids[-1])
         if last is None:

@@ -54,6 +54,9 @@ def terminate(
     now = deps.now()
     if by_user and instance_id is None:
         _cancel_if_not_running(deps, request_id, reason, now)
+    pooled = deps.store.get_request(request_id)
+    if pooled is not None and (pooled.pool is not None or pooled.master is not None):
+        return _terminate_workload(deps, pooled, reason, now)
     req = release_instances(deps, request_id, reason, instance_id)
     if req is None:
         return "missing"
@@ -76,6 +79,23 @@ def terminate(
         and req.state != RequestState.TERMINATED
     ):
         deps.store.append_event(request_id, f"state: TERMINATED ({reason})", now)
+    return "terminated"
+
+
+def _terminate_workload(deps: Deps, req: LaunchRequest, reason: str, now: float) -> str:
+    """A pool workload: end its request; the pool withdraws its work and keeps the machines."""
+    from corral.services.runtime import pools
+
+    def end(r: LaunchRequest) -> bool:
+        if r.state in (RequestState.RUNNING, RequestState.PREEMPTED):
+            r.move(RequestState.TERMINATED, now, reason)
+            return True
+        return False
+
+    updated = deps.store.update_request(req.id, end)
+    if updated is not None and updated.state != req.state:
+        deps.store.append_event(req.id, f"state: {updated.state.value} ({reason})", now)
+    pools.sync_any(deps, req.pool or req.master or "")
     return "terminated"
 
 

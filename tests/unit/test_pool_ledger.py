@@ -11,7 +11,6 @@ from corral.shared.config.detect import load_as
 from corral.shared.config.machine_pool import MachinePool
 from corral.shared.scheduling import Workload, schedule
 from corral.shared.scheduling.build import machine_types_of
-from corral.shared.scheduling.model import NodeAssignment
 from corral.shared.scheduling.ledger import (
     PoolLedger,
     add_workload,
@@ -22,6 +21,7 @@ from corral.shared.scheduling.ledger import (
     release,
     snapshot_of,
 )
+from corral.shared.scheduling.model import NodeAssignment
 
 SEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "seeds"
 RESERVED, SPOT, ONDEMAND = "reserved-a100", "spot-a100", "ondemand-a100"

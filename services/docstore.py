@@ -1,0 +1,128 @@
+"""Versioned JSON documents in Redis, each write a compare-and-set on ``version``.
+
+One document per key (``P:<kind>:<name>`` hash {version, json}) and a set of the names
+(``P:<kind>s``). A writer reads the document with its version, changes a copy, and writes it
+only if the stored version is still the one read; a writer that lost the race reads again and
+recomputes (:meth:`DocStore.update`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+from redis import Redis
+
+# KEYS[1] the document, KEYS[2] the set of names; ARGV: name, version, json.
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+"""
+
+# KEYS[1] the document; ARGV: expected version, new version, json.
+# Returns 1 if written, 0 if the version moved on (lost race), -1 if it is gone.
+_CAS = """
+local current = redis.call('HGET', KEYS[1], 'version')
+if not current then return -1 end
+if current ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
+return 1
+"""
+
+# KEYS[1] the document, KEYS[2] the set of names; ARGV: name, expected version ("" = any).
+_DELETE = """
+local current = redis.call('HGET', KEYS[1], 'version')
+if not current then return -1 end
+if ARGV[2] ~= '' and current ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+return 1
+"""
+
+
+class Versioned(Protocol):
+    version: int
+
+    def model_dump_json(self) -> str: ...
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any: ...
+
+
+DocT = TypeVar("DocT", bound=Versioned)
+
+
+class WriteConflict(RuntimeError):
+    """A document kept losing to other writers."""
+
+
+class DocStore(Generic[DocT]):
+    """Documents of one kind (a pydantic model with a ``version`` field)."""
+
+    def __init__(
+        self, redis: Redis, prefix: str, kind: str, parse: Callable[[bytes | str], DocT]
+    ) -> None:
+        self._r = redis
+        self._prefix = prefix
+        self._kind = kind
+        self._parse = parse
+        self._create = redis.register_script(_CREATE)
+        self._cas = redis.register_script(_CAS)
+        self._delete = redis.register_script(_DELETE)
+
+    def key(self, name: str) -> str:
+        return f"{self._prefix}:{self._kind}:{name}"
+
+    @property
+    def _names(self) -> str:
+        return f"{self._prefix}:{self._kind}s"
+
+    def create(self, name: str, doc: DocT) -> bool:
+        """Store a new document; False (nothing written) if one of that name exists."""
+        args: list[str | int] = [name, doc.version, doc.model_dump_json()]
+        return int(self._create(keys=[self.key(name), self._names], args=args)) == 1
+
+    def get(self, name: str) -> DocT | None:
+        raw = self._r.hget(self.key(name), "json")
+        return None if raw is None else self._parse(raw)
+
+    def names(self) -> list[str]:
+        return sorted(
+            n.decode() if isinstance(n, bytes) else str(n) for n in self._r.smembers(self._names)
+        )
+
+    def write(self, name: str, doc: DocT, expected_version: int) -> int:
+        """1 written (``doc.version`` set to the new one), 0 lost the race, -1 gone."""
+        new = doc.model_copy(update={"version": expected_version + 1})
+        args: list[str | int] = [expected_version, new.version, new.model_dump_json()]
+        written = int(self._cas(keys=[self.key(name)], args=args))
+        if written == 1:
+            doc.version = new.version
+        return written
+
+    def update(self, name: str, fn: Callable[[DocT], bool], *, retries: int = 100) -> DocT | None:
+        """Change a document with ``fn`` (mutates a fresh copy, True to write it) against
+        concurrent writers. Returns the document as written (or as read, for a no-op), None
+        if there is no such document."""
+        for attempt in range(retries + 1):
+            current = self.get(name)
+            if current is None:
+                return None
+            work: DocT = current.model_copy(deep=True)
+            if not fn(work):
+                return current
+            written = self.write(name, work, current.version)
+            if written == 1:
+                return work
+            if written == -1:
+                return None
+            time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+        raise WriteConflict(f"{self._kind} {name}: still losing to other writers")
+
+    def delete(self, name: str, expected_version: int | None = None) -> bool:
+        """Remove the document (if still at ``expected_version``, when given)."""
+        args = [name, "" if expected_version is None else str(expected_version)]
+        return int(self._delete(keys=[self.key(name), self._names], args=args)) == 1

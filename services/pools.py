@@ -1,0 +1,54 @@
+"""Registered pools in Redis: the files users applied, and each machine pool's ledger.
+
+Key layout (``P`` is the prefix)::
+
+    P:pool:<name>          hash {version, json}: a PoolRecord (the file as applied)
+    P:pools                set of registered names
+    P:pool-ledger:<name>   hash {version, json}: the pool's run-time state
+                           (corral.shared.scheduling.ledger.PoolLedger)
+    P:pool-ledgers         set of ledger names
+    P:det-ledger:<name>    hash {version, json}: a master config's run-time state
+                           (corral.shared.scheduling.det_ledger.DetLedger)
+
+A Determined master config is registered like a pool (kind ``master_config``); one at a time.
+Every write is a compare-and-set on the document's version (:mod:`corral.services.docstore`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from redis import Redis
+
+from corral.services.docstore import DocStore
+from corral.shared.scheduling.det_ledger import DetLedger
+from corral.shared.scheduling.ledger import PoolLedger
+
+PoolKind = Literal["machine_pool", "master_config"]
+
+
+class PoolRecord(BaseModel):
+    """A pool file as applied: its name, kind, the file as validated, and its cloud."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    kind: PoolKind
+    file_name: str
+    spec: dict[str, Any]  # the file as validated, in JSON form (the file's own spelling)
+    cloud: str  # where its machines are launched
+    applied_at: float
+    version: int = 0
+
+
+def pool_records(redis: Redis, prefix: str) -> DocStore[PoolRecord]:
+    return DocStore(redis, prefix, "pool", PoolRecord.model_validate_json)
+
+
+def det_ledgers(redis: Redis, prefix: str) -> DocStore[DetLedger]:
+    return DocStore(redis, prefix, "det-ledger", DetLedger.model_validate_json)
+
+
+def pool_ledgers(redis: Redis, prefix: str) -> DocStore[PoolLedger]:
+    return DocStore(redis, prefix, "pool-ledger", PoolLedger.model_validate_json)

@@ -1,0 +1,241 @@
+"""What machine pools and Determined pools share at run time: work handed to warm machines
+(the local cloud's node agents run assignments), and the request and instance records of work
+that runs on pooled machines.
+
+A pooled machine outlives the work it runs, so a request's instance records here are
+*assignments*: one per (request, machine, placement), RUNNING while the work runs there and
+TERMINATED ("released to the pool") when it stops; the machine itself goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from corral.services.runtime.deps import Deps
+from corral.shared.config.task import Task
+from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.records import Instance, LaunchRequest, Transition
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where an assignment runs: a pooled machine as the cloud knows it."""
+
+    machine_id: str
+    cloud: str
+    provider_id: str
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    market: str | None = None
+    machine_type: str | None = None  # a machine pool's type; None for a Determined agent
+
+
+def agents(deps: Deps, machine: Machine) -> Any | None:
+    """The machine's provider when its machines run node agents that take assignments (the
+    local cloud), else None: on other clouds a pooled machine is only held for its work."""
+    provider: Any = deps.provider(machine.cloud)
+    return provider if hasattr(provider, "assignment_status") else None
+
+
+def status(deps: Deps, machine: Machine) -> dict[str, Any]:
+    """The machine's assignments: {"assigned": [...], "running": {id: activity}, "results":
+    {id: result}} (empty for a cloud without agents)."""
+    provider = agents(deps, machine)
+    if provider is None:
+        return {"assigned": [], "running": {}, "results": {}}
+    found: dict[str, Any] = provider.assignment_status(machine.provider_id)
+    return found
+
+
+def assignment(aid: str, task: Task, envs: Mapping[str, str]) -> dict[str, Any]:
+    """An assignment for a task: its setup, run, envs (plus ``envs``) and workdir."""
+    return {
+        "id": aid,
+        "setup": task.setup,
+        "run": task.run,
+        "envs": {**{k: str(v) for k, v in (task.envs or {}).items()}, **envs},
+        "workdir": task.workdir if isinstance(task.workdir, str) else None,
+    }
+
+
+def ensure_assigned(
+    deps: Deps, machine: Machine, work: dict[str, Any], seen: Mapping[str, Any] | None = None
+) -> bool:
+    """Hand ``work`` to the machine unless it already has it (or ran it); True if sent."""
+    provider = agents(deps, machine)
+    if provider is None:
+        return False
+    current = seen if seen is not None else status(deps, machine)
+    aid = work["id"]
+    if aid in current.get("assigned", ()) or aid in current.get("results", {}):
+        return False
+    provider.assign(machine.provider_id, work)
+    return True
+
+
+def withdraw(deps: Deps, machine: Machine, aid: str | None = None) -> None:
+    """Stop one assignment on the machine (or, ``aid`` None, all of them)."""
+    provider = agents(deps, machine)
+    if provider is None:
+        return
+    current = status(deps, machine)
+    if aid is None:
+        if current.get("assigned"):
+            provider.withdraw(machine.provider_id)
+    elif aid in current.get("assigned", ()):
+        provider.withdraw(machine.provider_id, aid)
+
+
+def withdraw_others(deps: Deps, machine: Machine, keep: set[str]) -> None:
+    """Stop every assignment on the machine but ``keep``."""
+    provider = agents(deps, machine)
+    if provider is None:
+        return
+    for aid in status(deps, machine).get("assigned", ()):
+        if aid not in keep:
+            provider.withdraw(machine.provider_id, aid)
+
+
+def running(deps: Deps, machine: Machine, prefix: str) -> bool:
+    """Whether an assignment whose id starts with ``prefix`` still runs on the machine."""
+    return any(aid.startswith(prefix) for aid in status(deps, machine).get("running", {}))
+
+
+def result(deps: Deps, machine: Machine, aid: str) -> Mapping[str, Any] | None:
+    """The assignment's result once it ended (None while it runs, or on a cloud without
+    agents)."""
+    found = status(deps, machine).get("results", {}).get(aid)
+    return found if isinstance(found, Mapping) else None
+
+
+# ----------------------------------------------------------------------------------------------
+# Request and instance records
+
+
+def move_request(deps: Deps, request_id: str, to: RequestState, reason: str) -> bool:
+    """Move a request (unless it is there already, or ended); True if this call moved it."""
+    now = deps.now()
+    moved = False
+
+    def move(r: LaunchRequest) -> bool:
+        nonlocal moved
+        if r.state == to or r.is_terminal:
+            return False
+        r.move(to, now, reason)
+        moved = True
+        return True
+
+    deps.store.update_request(request_id, move)
+    if moved:
+        deps.store.append_event(request_id, f"state: {to.value} ({reason})", now)
+    return moved
+
+
+def finish_request(deps: Deps, request_id: str, code: int) -> None:
+    """A job's work ended with ``code``: SUCCEEDED on 0, else FAILED."""
+    now = deps.now()
+    to = RequestState.SUCCEEDED if code == 0 else RequestState.FAILED
+
+    def finish(r: LaunchRequest) -> bool:
+        if r.state != RequestState.RUNNING:
+            return False
+        r.exit_code = code
+        if code:
+            r.error = f"its job exited {code}"
+        r.move(to, now, f"its job exited {code}")
+        return True
+
+    updated = deps.store.update_request(request_id, finish)
+    if updated is not None and updated.state == to:
+        deps.store.append_event(request_id, f"state: {to.value} (exit {code})", now)
+
+
+def fail_pending(deps: Deps, request_id: str, reason: str) -> None:
+    """A PENDING request that can never run here ends FAILED with ``reason``."""
+    now = deps.now()
+
+    def fail(r: LaunchRequest) -> bool:
+        if r.state != RequestState.PENDING:
+            return False
+        r.error = reason
+        r.move(RequestState.FAILED, now, reason)
+        return True
+
+    if deps.store.update_request(request_id, fail) is not None:
+        deps.store.append_event(request_id, f"state: FAILED ({reason})", now)
+
+
+def instance_id_for(aid: str) -> str:
+    return "i-" + hashlib.sha1(aid.encode()).hexdigest()[:10]
+
+
+def record_instance(deps: Deps, machine: Machine, request_id: str, rank: int, aid: str) -> None:
+    """The request's record of the work running on this machine (once per assignment)."""
+    now = deps.now()
+    inst_id = instance_id_for(aid)
+    inst = Instance(
+        id=inst_id,
+        request_id=request_id,
+        node_index=rank,
+        provider_id=machine.provider_id,
+        attempt_id=aid,
+        cloud=machine.cloud,
+        region=machine.region or "",
+        zone=machine.zone or "",
+        instance_type=machine.instance_type or machine.machine_type or "",
+        market=machine.market or "on_demand",
+        machine_type=machine.machine_type or machine.instance_type,
+        created_at=now,
+        updated_at=now,
+        history=[
+            Transition(
+                from_state=None,
+                to_state=InstanceState.REQUESTED,
+                at=now,
+                reason=f"assigned pooled machine {machine.machine_id}",
+            )
+        ],
+    )
+    inst.move(InstanceState.RUNNING, now, "its pooled machine runs the work")
+    if not deps.store.create_instance(inst):
+        return
+
+    def link(r: LaunchRequest) -> bool:
+        if inst_id in r.instance_ids:
+            return False
+        r.instance_ids = [*r.instance_ids, inst_id]
+        return True
+
+    deps.store.update_request(request_id, link)
+
+
+def end_instances(
+    deps: Deps,
+    request_id: str,
+    reason: str,
+    *,
+    exit_code: int | None = None,
+    provider_id: str | None = None,
+) -> None:
+    """The request's running assignment records (on one machine, or all) end: released to
+    the pool with ``reason``."""
+    now = deps.now()
+    for inst in deps.store.list_instances(request_id=request_id):
+        if provider_id is not None and inst.provider_id != provider_id:
+            continue
+        if inst.state not in (InstanceState.REQUESTED, InstanceState.RUNNING):
+            continue
+
+        def end(i: Instance) -> bool:
+            if i.state not in (InstanceState.REQUESTED, InstanceState.RUNNING):
+                return False
+            i.move(InstanceState.TERMINATED, now, f"released to the pool: {reason}")
+            if exit_code is not None:
+                i.exit_code = exit_code
+            return True
+
+        deps.store.update_instance(inst.id, end)

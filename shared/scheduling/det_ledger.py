@@ -1,0 +1,244 @@
+"""A Determined master's run-time state, one versioned document, and the pure steps that
+change it: every pool's agents and tasks, committed with a compare-and-set like the machine
+pools' ledger (:mod:`.ledger`).
+
+A pass reads the ledger, builds one :class:`~.model.DetPoolSnapshot` per pool
+(:func:`snapshots_of`), runs :func:`~.determined.schedule_pools`, and commits the plans
+(:func:`commit_det`). Pools with a provider grow by themselves: :func:`grow` adds agents to
+launch for tasks the pool leaves waiting for room, up to the provider's ``max_instances``;
+idle agents past ``max_idle_agent_period`` are reaped (never below ``min_instances``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..pools import ResolvedPools
+from .build import det_scheduler
+from .fitting import can_ever_fit
+from .model import (
+    Agent,
+    DetPlan,
+    DetPoolSnapshot,
+    DetTask,
+    SlotAllocation,
+    TaskPending,
+)
+
+AgentStatus = Literal["launching", "up", "reaping"]
+NewAgentId = Callable[[str, int], str]  # (pool, index) -> a fresh id
+
+
+class DetAgent(BaseModel):
+    """One agent (machine) of one pool."""
+
+    agent_id: str
+    pool: str
+    slots: int = Field(ge=0)
+    status: AgentStatus = "launching"
+    created_at: float
+    idle_since: float | None = None
+    provider_id: str | None = None
+    cloud: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    market: str | None = None
+
+
+class DetLedger(BaseModel):
+    """Every pool of one master config at run time."""
+
+    master: str
+    version: int = 0
+    agents: dict[str, DetAgent] = Field(default_factory=dict)
+    tasks: dict[str, DetTask] = Field(default_factory=dict)
+    home: dict[str, str] = Field(default_factory=dict)  # task -> the pool it was sent to
+    running_in: dict[str, str] = Field(default_factory=dict)  # task -> the pool it started in
+    notes: dict[str, TaskPending] = Field(default_factory=dict)
+    started_by: dict[str, str] = Field(default_factory=dict)  # task -> why it started there
+    preempted_by: dict[str, str] = Field(default_factory=dict)
+
+    def pool_of(self, task_id: str) -> str:
+        return self.running_in.get(task_id) or self.home[task_id]
+
+
+def snapshots_of(
+    ledger: DetLedger, pools: ResolvedPools, limits: Mapping[str, Mapping[str, Any]]
+) -> list[DetPoolSnapshot]:
+    """One snapshot per pool. ``limits``: per pool, ``det_limits`` of its provider."""
+    busy = {a.agent_id for t in ledger.tasks.values() for a in t.allocations}
+    out = []
+    for pool in pools.pools:
+        name = pool.pool_name
+        agents = tuple(
+            Agent(
+                agent_id=a.agent_id,
+                slots=a.slots,
+                market=a.market if a.market in ("reserved", "spot") else "on_demand",
+                idle_since=None if a.agent_id in busy else (a.idle_since or a.created_at),
+            )
+            for a in ledger.agents.values()
+            if a.pool == name and a.status != "reaping"
+        )
+        tasks = tuple(t for tid, t in ledger.tasks.items() if ledger.pool_of(tid) == name)
+        out.append(
+            DetPoolSnapshot(
+                pool=name,
+                versions={ledger.master: ledger.version},
+                scheduler=det_scheduler(pool.scheduler),
+                agents=agents,
+                tasks=tasks,
+                **dict(limits.get(name, {})),
+            )
+        )
+    return out
+
+
+def grow(
+    ledger: DetLedger,
+    snapshots: Sequence[DetPoolSnapshot],
+    plans: Sequence[DetPlan],
+    now: float,
+    new_agent_id: NewAgentId,
+) -> list[str]:
+    """Add agents to launch for tasks left waiting for room, up to each provider's
+    ``max_instances``: in the task's own pool, else in the first of its fallback pools that
+    can still grow and could ever fit it. Returns the new agents' ids."""
+    by_pool = {s.pool: s for s in snapshots}
+    count = {name: 0 for name in by_pool}
+    spare = {name: 0 for name in by_pool}  # slots of agents already on their way
+    for agent in ledger.agents.values():
+        if agent.pool in count:
+            count[agent.pool] += 1
+            if agent.status == "launching":
+                spare[agent.pool] += agent.slots
+    added: list[str] = []
+    waiting = [
+        p
+        for plan in plans
+        for p in plan.pending
+        if p.code in ("pool_full", "behind_higher_priority")
+    ]
+    for pending in waiting:
+        task = ledger.tasks.get(pending.task_id)
+        if task is None:
+            continue
+        for name in (ledger.home.get(task.task_id, ""), *task.fallback_pools):
+            snapshot = by_pool.get(name)
+            if snapshot is None or not _can_grow_for(snapshot, task.slots):
+                continue
+            need = _agents_needed(snapshot, task.slots, spare[name], count[name])
+            assert snapshot.max_agents is not None
+            if need == 0 or count[name] + need > snapshot.max_agents:
+                continue
+            for _ in range(need):
+                agent_id = new_agent_id(name, len(added))
+                per_agent = snapshot.slots_per_agent or 0
+                ledger.agents[agent_id] = DetAgent(
+                    agent_id=agent_id, pool=name, slots=per_agent, created_at=now
+                )
+                added.append(agent_id)
+                count[name] += 1
+                spare[name] += per_agent
+            spare[name] = max(0, spare[name] - task.slots)
+            break
+    return added
+
+
+def _can_grow_for(snapshot: DetPoolSnapshot, slots: int) -> bool:
+    """A pool with a provider that could ever run a task of ``slots``."""
+    if snapshot.max_agents is None or snapshot.slots_per_agent is None:
+        return False  # a static pool: its agents are what there is
+    return can_ever_fit(snapshot, slots).ok
+
+
+def _agents_needed(snapshot: DetPoolSnapshot, slots: int, spare: int, count: int) -> int:
+    per_agent = snapshot.slots_per_agent or 0
+    if slots == 0:
+        return 0 if count else 1  # an auxiliary task needs some agent, no slot
+    if slots <= spare or per_agent <= 0:
+        return 0
+    return math.ceil((slots - spare) / per_agent)
+
+
+def commit_det(ledger: DetLedger, plans: Sequence[DetPlan], now: float) -> DetLedger:
+    """The ledger once the plans are committed at ``now`` (the store bumps the version)."""
+    out = ledger.model_copy(deep=True)
+    for plan in plans:
+        for start in plan.starts:
+            task = out.tasks.get(start.task_id)
+            if task is None:
+                continue
+            out.tasks[start.task_id] = task.model_copy(
+                update={"allocations": start.allocations, "started_at": now}
+            )
+            out.running_in[start.task_id] = start.pool
+            out.started_by[start.task_id] = start.reason
+            out.notes.pop(start.task_id, None)
+        for rel in plan.releases:
+            task = out.tasks.get(rel.task_id)
+            if task is not None:
+                out.tasks[rel.task_id] = task.model_copy(update={"stopping": True})
+                out.preempted_by[rel.task_id] = rel.preempted_by
+        for pending in plan.pending:
+            out.notes[pending.task_id] = pending
+        for reap in plan.reaps:
+            agent = out.agents.get(reap.agent_id)
+            if agent is not None and agent.status == "up":
+                agent.status = "reaping"
+    return out
+
+
+def add_task(ledger: DetLedger, task: DetTask, pool: str) -> bool:
+    """Queue a task in ``pool``; False if it is already known."""
+    if task.task_id in ledger.tasks:
+        return False
+    ledger.tasks[task.task_id] = task
+    ledger.home[task.task_id] = pool
+    return True
+
+
+def release_task(ledger: DetLedger, task_id: str, now: float, *, finished: bool) -> bool:
+    """A task gives its slots back: a preempted one waits again (keeping its place), a
+    finished one leaves. Agents left without tasks turn idle at ``now``."""
+    task = ledger.tasks.get(task_id)
+    if task is None:
+        return False
+    agents = {a.agent_id for a in task.allocations}
+    if finished:
+        for table in (ledger.tasks, ledger.home, ledger.notes, ledger.started_by):
+            table.pop(task_id, None)
+        ledger.preempted_by.pop(task_id, None)
+    else:
+        ledger.tasks[task_id] = task.model_copy(
+            update={"allocations": (), "stopping": False, "started_at": None}
+        )
+    ledger.running_in.pop(task_id, None)
+    still = {a.agent_id for t in ledger.tasks.values() for a in t.allocations}
+    for agent_id in agents - still:
+        if agent_id in ledger.agents:
+            ledger.agents[agent_id].idle_since = now
+    return True
+
+
+def agent_lost(ledger: DetLedger, agent_id: str, now: float) -> list[str]:
+    """An agent is gone (failed to launch, or lost): its tasks wait again. Returns them."""
+    ledger.agents.pop(agent_id, None)
+    hit = [
+        tid for tid, t in ledger.tasks.items() if any(a.agent_id == agent_id for a in t.allocations)
+    ]
+    for tid in hit:
+        release_task(ledger, tid, now, finished=False)
+    return hit
+
+
+def allocations_on(ledger: DetLedger, agent_id: str) -> list[tuple[str, SlotAllocation]]:
+    """The tasks with slots (or a zero-slot container) on an agent."""
+    return [
+        (tid, a) for tid, t in ledger.tasks.items() for a in t.allocations if a.agent_id == agent_id
+    ]

@@ -1,0 +1,125 @@
+"""Determined resource pools at run time, on a real system and the local cloud: a master
+config registered with `corral pools apply`, tasks routed to its pools (zero-slot tasks to the
+aux default), agents launched on demand and reaped when idle, the priority scheduler's
+preemption with requeue, fallback pools, and tasks that can never fit refused at submit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness import System, wait_for
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CLOUD = FIXTURES / "localcloud" / "pools.yaml"
+MASTER = FIXTURES / "pools" / "master-local.yaml"
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def system(make_system: Any) -> System:
+    system: System = make_system(CLOUD, POOL_REBALANCE_INTERVAL_S="0.5")
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision")
+    system.start_beat()
+    done = system.cli("pools", "apply", str(MASTER), "--name", "determined")
+    assert done.returncode == 0, done.stderr
+    return system
+
+
+def launch(system: System, tmp: Path, name: str, **fields: Any) -> str:
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, **fields}))
+    done = system.cli("launch", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout)["id"])
+
+
+def why(system: System, request_id: str) -> dict[str, Any]:
+    done = system.cli("why", request_id, "--json")
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def agents(system: System) -> list[dict[str, Any]]:
+    with system.client() as c:
+        resp = c.get("/v1/pools/determined")
+    assert resp.status_code == 200, resp.text
+    found: list[dict[str, Any]] = resp.json()["machines"]
+    return found
+
+
+def test_a_task_that_can_never_fit_is_refused_at_submit(system: System, tmp_path: Path) -> None:
+    cases = {
+        "cpu-only": ({"resource_pool": "aux", "slots": 1}, "has no slots"),
+        "too-big": ({"slots": 6}, "can never give 6 slots"),
+        "no-pool": ({"resource_pool": "nope", "slots": 1}, "nope"),
+    }
+    for name, (resources, expected) in cases.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"name": name, "resources": resources, "run": "true"}))
+        done = system.cli("launch", str(path))
+        assert done.returncode == 2, (name, done.stdout, done.stderr)
+        assert expected in done.stderr, (name, done.stderr)
+        assert "Traceback" not in done.stderr
+    with system.client() as c:
+        assert c.get("/v1/requests").json()["requests"] == []  # nothing was queued
+
+
+def test_zero_slot_tasks_run_on_the_aux_pool_and_idle_agents_are_reaped(
+    system: System, tmp_path: Path
+) -> None:
+    rid = launch(system, tmp_path, "board", resources={"slots": 0}, run="echo board")
+    done = system.wait_state(rid, {"SUCCEEDED"}, 60)
+    assert why(system, rid)["code"] in ("not_queued", "queued", "started")
+    [instance] = done["instances"]
+    assert instance["instance_type"] == "cpu-2"
+    assert [a["pool"] for a in agents(system)] in (["aux"], [])
+    # max_idle_agent_period is 2 s and min_instances 0: the idle agent goes.
+    wait_for(lambda: agents(system) == [], 30, "the idle aux agent to be reaped")
+
+
+def test_priority_preemption_requeues_and_fallback_pools_take_overflow(
+    system: System, tmp_path: Path
+) -> None:
+    low = [
+        launch(
+            system,
+            tmp_path,
+            f"low-{i}",
+            resources={"slots": 2, "priority": 50},
+            run="sleep 300",
+        )
+        for i in range(2)
+    ]
+    for rid in low:
+        system.wait_state(rid, {"RUNNING"}, 60)
+    assert sorted(a["pool"] for a in agents(system)) == ["compute", "compute"]
+    # Equal priority, not preemptible: waits in compute, or moves to its fallback pool.
+    spill = launch(
+        system,
+        tmp_path,
+        "spill",
+        resources={"slots": 2, "priority": 50},
+        scheduling={"fallback_pools": ["spill"], "preemptible": False},
+        run="sleep 300",
+    )
+    system.wait_state(spill, {"RUNNING"}, 60)
+    told = why(system, spill)
+    assert told["pool"] == "spill" and "fallback pool spill" in told["reason"], told
+
+    high = launch(system, tmp_path, "high", resources={"slots": 2, "priority": 10}, run="sleep 2")
+    system.wait_state(low[1], {"PREEMPTED"}, 30)  # the newest of the lowest
+    assert system.request(low[0])["state"] == "RUNNING"
+    assert why(system, low[1]).get("preempted_by") == high
+    system.wait_state(high, {"SUCCEEDED"}, 60)
+    system.wait_state(low[1], {"RUNNING"}, 30)  # requeued, and placed again when room returned
+    for rid in [*low, spill]:
+        assert system.cli("terminate", rid).returncode == 0
+

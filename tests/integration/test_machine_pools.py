@@ -1,0 +1,353 @@
+"""Machine pools at run time, on a real system (API, scheduling and provisioning workers, beat)
+and the local cloud: the seed's pool and compute config (instance types and reservation id
+changed to local ones) filling reserved -> spot -> on-demand, preemption with requeue, the
+thrash guard, replacement, and four schedulers racing on one partition."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from corral.services.pools import pool_ledgers
+from corral.services.store import Store
+
+from harness import System, wait_for
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CLOUD = FIXTURES / "localcloud" / "pools.yaml"
+SEED_POOL = FIXTURES / "pools" / "seed-pool-local.yaml"
+SEED_COMPUTE = FIXTURES / "seeds" / "anyscale-compute-config-aws.yaml"
+POOL = "demo-machine-pool"  # the name the seed's compute config uses
+
+pytestmark = pytest.mark.integration
+
+
+def start(make_system: Any, workers: int = 1, **timers: str) -> System:
+    system: System = make_system(
+        CLOUD,
+        MIN_RUNTIME_S=timers.pop("MIN_RUNTIME_S", "1"),
+        POOL_REBALANCE_INTERVAL_S=timers.pop("POOL_REBALANCE_INTERVAL_S", "0.5"),
+        REPLACEMENT_GUARD_S=timers.pop("REPLACEMENT_GUARD_S", "30"),
+        **timers,
+    )
+    system.start_api()
+    for _ in range(workers):
+        system.start_worker("schedule")
+    system.start_worker("provision")
+    system.start_beat()
+    return system
+
+
+def apply(system: System, path: Path, name: str = POOL) -> None:
+    done = system.cli("pools", "apply", str(path), "--name", name)
+    assert done.returncode == 0, done.stderr
+
+
+def task_file(
+    tmp: Path, name: str, compute: Path | dict[str, Any] = SEED_COMPUTE, **fields: Any
+) -> Path:
+    """A workload's task file; the compute config as a path (the CLI inlines it) or inline."""
+    doc = {"name": name, "compute_config": str(compute) if isinstance(compute, Path) else compute}
+    doc.update(fields)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def launch(system: System, path: Path) -> str:
+    done = system.cli("launch", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout)["id"])
+
+
+def pool_view(system: System, name: str = POOL) -> dict[str, Any]:
+    with system.client() as c:
+        resp = c.get(f"/v1/pools/{name}")
+    assert resp.status_code == 200, resp.text
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+def why(system: System, request_id: str) -> dict[str, Any]:
+    done = system.cli("why", request_id, "--json")
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def placed(system: System, request_id: str) -> list[tuple[str, str]]:
+    """(machine type, market) of each running node of a request."""
+    req = system.request(request_id)
+    return sorted(
+        (i["machine_type"], i["market"]) for i in req["instances"] if i["state"] == "RUNNING"
+    )
+
+
+class SizeWatch:
+    """Reads the pool's ledger in Redis all along and keeps the most machines any partition
+    ever held (machines on their way out included)."""
+
+    def __init__(self, system: System, name: str = POOL) -> None:
+        url = system.env["CORRAL_REDIS_URL"]
+        self.ledgers = pool_ledgers(redis.Redis.from_url(url), "corral")
+        self.name = name
+        self.high: Counter[str] = Counter()
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            ledger = self.ledgers.get(self.name)
+            if ledger is not None:
+                now = Counter(f"{m.machine_type}/{m.partition}" for m in ledger.machines.values())
+                for key, count in now.items():
+                    self.high[key] = max(self.high[key], count)
+                self.samples += 1
+            time.sleep(0.01)
+
+    def stop(self) -> Counter[str]:
+        self._stop.set()
+        self._thread.join(5)
+        return self.high
+
+
+def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
+    make_system: Any, tmp_path: Path
+) -> None:
+    system = start(make_system)
+    apply(system, SEED_POOL)
+    watch = SizeWatch(system)
+    ids = []
+    for i in range(3):
+        ids.append(launch(system, task_file(tmp_path, f"train-{i}", num_nodes=2, run="sleep 300")))
+        system.wait_state(ids[-1], {"RUNNING"}, 60)
+    assert placed(system, ids[0]) == [("reserved-a100", "reserved")] * 2
+    assert placed(system, ids[1]) == [("spot-a100", "spot")] * 2
+    assert placed(system, ids[2]) == [("ondemand-a100", "on_demand")] * 2
+
+    late = launch(system, task_file(tmp_path, "late", num_nodes=2, run="echo done"))
+    wait_for(lambda: why(system, late)["code"] == "partition_full", 20, "late to wait")
+    assert system.request(late)["state"] == "PENDING"
+    explained = why(system, late)["reason"]
+    assert "reserved-a100/any: 2 of 2 held" in explained, explained
+
+    # The first workload ends: the late one takes its reserved machines, warm (no launch).
+    reserved_before = {
+        m["id"] for m in pool_view(system)["machines"] if m["machine_type"] == "reserved-a100"
+    }
+    assert system.cli("terminate", ids[0]).returncode == 0
+    done = system.wait_state(late, {"SUCCEEDED"}, 60)
+    assert {i["machine_type"] for i in done["instances"]} == {"reserved-a100"}
+    reserved_after = {
+        m["id"] for m in pool_view(system)["machines"] if m["machine_type"] == "reserved-a100"
+    }
+    assert reserved_after == reserved_before
+    high = watch.stop()
+    assert watch.samples > 50
+    assert max(high.values()) == 2 and set(high) == {
+        "reserved-a100/any",
+        "spot-a100/any",
+        "ondemand-a100/any",
+    }
+    # The local cloud ran the reserved machines against the reservation (its market says so).
+    markets = {m["machine_type"]: m["market"] for m in pool_view(system)["machines"]}
+    assert markets == {
+        "reserved-a100": "reserved",
+        "spot-a100": "spot",
+        "ondemand-a100": "on_demand",
+    }
+
+
+SMALL_POOL = {
+    "kind": "ANYSCALE_MANAGED",
+    "machine_types": [
+        {
+            "machine_type": "cpu",
+            "launch_templates": [{"instance_type": "cpu-2"}],
+            "partitions": [{"name": "shared", "size": 2}],
+        }
+    ],
+}
+SMALL_COMPUTE = {
+    "worker_nodes": [
+        {"instance_type": "cpu", "flags": {"cloud_deployment": {"machine_pool": "small"}}}
+    ]
+}
+
+
+def small_pool(system: System, tmp: Path) -> None:
+    path = tmp / "small.yaml"
+    path.write_text(yaml.safe_dump(SMALL_POOL))
+    apply(system, path, "small")
+
+
+def store(system: System) -> Store:
+    """The system's records, read straight from its Redis."""
+    return Store(redis.Redis.from_url(system.env["CORRAL_REDIS_URL"]), prefix="corral")
+
+
+def history(system: System, request_id: str) -> list[dict[str, Any]]:
+    with system.client() as c:
+        resp = c.get(f"/v1/requests/{request_id}/events")
+    assert resp.status_code == 200, resp.text
+    events: list[dict[str, Any]] = resp.json()["events"]
+    return events
+
+
+def test_a_higher_priority_workload_preempts_the_newest_lowest_which_requeues(
+    make_system: Any, tmp_path: Path
+) -> None:
+    system = start(make_system)
+    small_pool(system, tmp_path)
+    low = []
+    for i in range(2):
+        low.append(
+            launch(
+                system,
+                task_file(tmp_path, f"low-{i}", SMALL_COMPUTE, priority=0, run="sleep 300"),
+            )
+        )
+        system.wait_state(low[-1], {"RUNNING"}, 60)
+    time.sleep(1.2)  # past min_runtime_s
+    high = launch(
+        system,
+        task_file(
+            tmp_path,
+            "high",
+            SMALL_COMPUTE,
+            priority=10,
+            run="sleep 3",
+            scheduling={"on_full": "preempt"},
+        ),
+    )
+    victim = system.wait_state(low[1], {"PREEMPTED"}, 30)  # the newest of the lowest
+    assert system.request(low[0])["state"] == "RUNNING"
+    told = why(system, low[1])
+    assert told["preempted_by"] == high, told
+    assert high in told["reason"]
+    assert victim["instances"]
+    wait_for(
+        lambda: all(i["state"] == "TERMINATED" for i in system.request(low[1])["instances"]),
+        20,
+        "the victim's work to stop",
+    )
+    # A later low workload queues behind the preempted one, which keeps its place.
+    later = launch(system, task_file(tmp_path, "low-later", SMALL_COMPUTE, run="sleep 300"))
+    system.wait_state(high, {"SUCCEEDED"}, 60)
+    system.wait_state(low[1], {"RUNNING"}, 30)
+    assert system.request(later)["state"] == "PENDING"
+    texts = [e["text"] for e in history(system, low[1])]
+    assert any(f"preempted by {high}" in t for t in texts), texts
+
+
+def test_no_thrash_under_a_stream_of_alternating_priorities(
+    make_system: Any, tmp_path: Path
+) -> None:
+    min_runtime_s = 2.0
+    system = start(make_system, MIN_RUNTIME_S=str(min_runtime_s))
+    small_pool(system, tmp_path)
+    ids = []
+    for i in range(8):
+        fields = {"priority": 5 * (i % 2), "run": "sleep 2.5", "scheduling": {"on_full": "preempt"}}
+        ids.append(launch(system, task_file(tmp_path, f"w{i}", SMALL_COMPUTE, **fields)))
+        time.sleep(0.4)
+    for rid in ids:
+        system.wait_state(rid, {"SUCCEEDED"}, 120)
+    records = store(system)
+    priority = {rid: 5 * (i % 2) for i, rid in enumerate(ids)}
+    preemptions = []
+    for rid in ids:
+        req = records.get_request(rid)
+        assert req is not None
+        since = None
+        for move in req.history:
+            if move.to_state == "PROVISIONING":
+                since = move.at
+            if move.to_state == "PREEMPTED":
+                by = move.reason.removeprefix("preempted by ")
+                preemptions.append((rid, by))
+                # Never before it had run min_runtime_s since it was placed ...
+                assert since is not None and move.at - since >= min_runtime_s - 0.05
+                # ... and only by strictly higher work, so no two workloads take turns.
+                assert priority[by] > priority[rid], (rid, by)
+    # Each high-priority arrival needs one machine: it preempts one workload at most.
+    preemptors = [by for _, by in preemptions]
+    assert len(preemptors) == len(set(preemptors)) <= 4, preemptions
+
+
+def test_replacement_moves_a_fallen_back_workload_to_the_reservation(
+    make_system: Any, tmp_path: Path
+) -> None:
+    system = start(make_system, POOL_REBALANCE_INTERVAL_S="0.5")
+    apply(system, SEED_POOL)
+    compute = yaml.safe_load(SEED_COMPUTE.read_text())
+    compute["flags"]["replacement_threshold"] = "2s"
+    steady = yaml.safe_load(SEED_COMPUTE.read_text())  # the blockers never move
+    steady["flags"]["instance_ranking_strategy"][0]["ranker_config"]["enable_replacement"] = False
+    blockers = []
+    for name in ("hold-reserved", "hold-spot"):
+        blockers.append(
+            launch(
+                system,
+                task_file(tmp_path, name, steady, workload_type="service", num_nodes=2),
+            )
+        )
+        system.wait_state(blockers[-1], {"RUNNING"}, 60)
+    mover = launch(system, task_file(tmp_path, "mover", compute, run="sleep 300"))
+    system.wait_state(mover, {"RUNNING"}, 60)
+    assert placed(system, mover) == [("ondemand-a100", "on_demand")]
+
+    assert system.cli("terminate", blockers[0]).returncode == 0  # the reservation frees
+    freed_at = time.time()
+
+    def moved() -> bool:
+        return placed(system, mover) == [("reserved-a100", "reserved")]
+
+    wait_for(moved, 30, "the mover to run on the reservation")
+    assert time.time() - freed_at >= 2.0  # not before the threshold
+    wait_for(
+        lambda: all(m["machine_type"] != "ondemand-a100" for m in pool_view(system)["machines"]),
+        20,
+        "the on-demand machine to be retired",
+    )
+    records = store(system).list_instances(request_id=mover)
+    better = next(r for r in records if r.machine_type == "reserved-a100")
+    worse = next(r for r in records if r.machine_type == "ondemand-a100")
+    ended = next(h for h in worse.history if h.to_state == "TERMINATED")
+    assert better.created_at <= ended.at  # the better machine ran the work first
+    assert "replaced by a better machine" in ended.reason
+    assert system.request(mover)["state"] == "RUNNING"
+
+
+def test_four_schedulers_racing_on_one_partition_never_exceed_its_size(
+    make_system: Any, tmp_path: Path
+) -> None:
+    system = start(make_system, workers=4)
+    system.start_worker("provision")
+    pool = {
+        **SMALL_POOL,
+        "machine_types": [
+            {**SMALL_POOL["machine_types"][0], "partitions": [{"name": "shared", "size": 3}]}
+        ],  # type: ignore[index]
+    }
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(pool))
+    apply(system, path, "small")
+    watch = SizeWatch(system, "small")
+    body = {"name": "racer", "compute_config": SMALL_COMPUTE, "run": "sleep 0.5"}
+    ids = [system.submit({**body, "name": f"racer-{i}"}) for i in range(20)]
+    for rid in ids:
+        system.wait_state(rid, {"SUCCEEDED"}, 180)
+    high = watch.stop()
+    assert high["cpu/shared"] == 3, high
+    assert watch.samples > 100
