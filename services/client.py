@@ -230,3 +230,39 @@ class Client:
         """Take the cluster down: its nodes are terminated, then it is forgotten."""
         result: dict[str, Any] = self._json("DELETE", f"/v1/clusters/{_seg(name)}")
         return result
+
+    # Pools.
+    def apply_pool(
+        self,
+        name: str,
+        kind: str,
+        spec: dict[str, Any],
+        file_name: str,
+        cloud: str | None = None,
+    ) -> dict[str, Any]:
+        """Register (or replace) a machine pool file or a master config (its content as a
+        mapping); returns the pool's view with ``replaced``."""
+        body = {"name": name, "kind": kind, "file_name": file_name, "spec": spec, "cloud": cloud}
+        headers = {"Content-Type": "application/json"}
+        # YAML may hold values JSON lacks (dates); send them as their text.
+        content = json.dumps(body, default=str)
+        result: dict[str, Any] = self._json("POST", "/v1/pools", content=content, headers=headers)
+        return result
+
+    def list_pools(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._json("GET", "/v1/pools")["pools"]
+        return result
+
+    def get_pool(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", f"/v1/pools/{_seg(name)}")
+        return result
+
+    def delete_pool(self, name: str) -> dict[str, Any]:
+        """Unregister a pool; its machines are terminated (refused while workloads use it)."""
+        result: dict[str, Any] = self._json("DELETE", f"/v1/pools/{_seg(name)}")
+        return result
+
+    def why(self, request_id: str) -> dict[str, Any]:
+        """``{"id", "state", "pool", "code", "reason", ...}``: why a request waits."""
+        result: dict[str, Any] = self._json("GET", f"/v1/requests/{_seg(request_id)}/why")
+        return result

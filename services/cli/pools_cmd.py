@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 pools_app = typer.Typer(
     name="pools",
-    help="Determined resource pools: resolve their schedulers, route tasks to them.",
+    help="Machine pools and Determined master configs: apply, list, delete; resolve a master "
+    "config's schedulers, route tasks to its pools.",
     no_args_is_help=True,
 )
 

@@ -64,29 +64,38 @@ def register(app: typer.Typer) -> None:
 # ---- launch ---------------------------------------------------------------------------------
 
 
-def _task_for_api(path: Path, as_json: bool) -> dict[str, Any]:
-    """The task file validated here, as the mapping to send; a ``compute_config`` given as a
-    path is read (relative to the task file), validated and sent inline: the API cannot read
-    our files."""
+def task_for_api(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The task file validated here, as the mapping to send, and its notices; raises
+    ConfigError. A ``compute_config`` given as a path (relative to the task file) is read,
+    validated and sent inline, as the file writes it: the API cannot read our files."""
     from corral.shared.config.base import ignored_notices
     from corral.shared.config.compute_config import ComputeConfig
     from corral.shared.config.detect import load_as
     from corral.shared.config.task import Task
     from corral.shared.configio import ConfigError
 
+    task, doc = load_as(path, Task)
+    data: dict[str, Any] = dict(doc.data)
+    notices = list(ignored_notices(task, doc))
+    config = task.compute_config
+    if isinstance(config, str):
+        ref = Path(config).expanduser()
+        ref = ref if ref.is_absolute() else path.parent / ref
+        if not ref.is_file():
+            raise doc.error(("compute_config",), f"no compute config file {str(ref)!r}")
+        config, config_doc = load_as(ref, ComputeConfig)
+        data["compute_config"] = config_doc.data
+        notices += ignored_notices(config, config_doc)
+    elif config is not None and (found := config.problems()):
+        raise ConfigError([doc.issue(("compute_config", *p), msg) for p, msg in found])
+    return data, notices
+
+
+def _task_for_api(path: Path, as_json: bool) -> dict[str, Any]:
+    from corral.shared.configio import ConfigError
+
     try:
-        task, doc = load_as(path, Task)
-        data: dict[str, Any] = dict(doc.data)
-        notices = list(ignored_notices(task, doc))
-        config = task.compute_config
-        if isinstance(config, str):
-            ref = Path(config).expanduser()
-            config, config_doc = load_as(ref if ref.is_absolute() else path.parent / ref,
-                                         ComputeConfig)  # fmt: skip
-            data["compute_config"] = config_doc.data
-            notices += ignored_notices(config, config_doc)
-        elif config is not None and (found := config.problems()):
-            raise ConfigError([doc.issue(("compute_config", *p), msg) for p, msg in found])
+        data, notices = task_for_api(path)
     except ConfigError as exc:
         fail_input(exc, as_json)
     for line in notices:

@@ -302,6 +302,9 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/clusters": {"get", "post"},
         "/v1/clusters/{name}": {"get", "delete"},
         "/v1/clusters/{name}/demand": {"put"},
+        "/v1/pools": {"get", "post"},
+        "/v1/pools/{name}": {"get", "delete"},
+        "/v1/requests/{request_id}/why": {"get"},
         "/healthz": {"get"},
     }
     assert {path: set(ops) for path, ops in spec["paths"].items()} == expected

@@ -40,6 +40,7 @@ LAZY_MODULES = (
     "corral.services.cli.gpus_cmd",
     "corral.services.cli.config_cmd",
     "corral.services.cli.pools_cmd",
+    "corral.services.cli.pools_api_cmd",
     "corral.services.cli.runtime_cmd",
     "corral.services.cli.up_cmd",
 )
@@ -108,6 +109,8 @@ def test_importing_the_cli_loads_no_heavy_module() -> None:
         (["validate", "--help"], "Usage: corral validate"),
         (["config", "merge", "--help"], "Usage: corral config merge"),
         (["up", "--help"], "Usage: corral up"),
+        (["pools", "apply", "--help"], "Usage: corral pools apply"),
+        (["why", "--help"], "Usage: corral why"),
         (["run", "worker", "--help"], "Usage: corral run worker"),
     ],
 )

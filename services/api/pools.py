@@ -1,0 +1,240 @@
+"""The API's pool routes: register a machine pool file or a Determined master config, list
+and show pools, delete one; and ``why`` a request waits.
+
+Reads are open; writes depend on :func:`corral.services.api.auth.require_token`. The work is
+done by :mod:`corral.services.runtime.pools`; these routes check the file again (the CLI checks
+it first, but the API is open to any client), choose its cloud and map errors to statuses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Depends, HTTPException, status
+
+from corral.services.api.auth import require_token
+from corral.services.api.routes import get_deps
+from corral.services.api.schemas import (
+    PoolApplied,
+    PoolBody,
+    PoolDeleted,
+    PoolList,
+    PoolView,
+    WhyView,
+)
+from corral.services.pools import PoolKind
+from corral.services.runtime import pools
+from corral.services.runtime.deps import Deps
+from corral.shared.configio import ConfigError, Document, PathKey
+from corral.shared.errors import ProviderError
+
+if TYPE_CHECKING:
+    from corral.shared.config.machine_pool import MachinePool
+    from corral.shared.config.master_config import MasterConfig
+
+router = APIRouter()
+
+POOL_KINDS = ("machine_pool", "master_config")
+POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def _invalid(exc: ConfigError, kind: str) -> HTTPException:
+    issues = [i.as_dict() for i in exc.issues]
+    return HTTPException(422, {"error": f"invalid {kind.replace('_', ' ')}", "issues": issues})
+
+
+def _refused(message: str) -> HTTPException:
+    return HTTPException(422, {"error": message})
+
+
+def _local_types(deps: Deps) -> set[str]:
+    """The local cloud's instance type names and the other names it aliases."""
+    local = deps.local_cloud
+    return {t.name for t in local.instance_types} | set(local.aliases)
+
+
+def _sold(deps: Deps, cloud: str, instance_type: str) -> bool:
+    if cloud == "local":
+        return instance_type in _local_types(deps)
+    from corral.shared.catalog import load_catalog
+
+    return bool(load_catalog().instance_type(cloud, instance_type))
+
+
+def _machine_pool_cloud(deps: Deps, pool: MachinePool, doc: Document, asked: str | None) -> str:
+    """The cloud a machine pool's launch templates are played on: ``asked``, else local when
+    every instance type is a local one, else the first enabled cloud that sells them all."""
+    templates: list[tuple[PathKey, str]] = [
+        (("machine_types", i, "launch_templates", j, "instance_type"), t.instance_type)
+        for i, machine in enumerate(pool.machine_types)
+        for j, t in enumerate(machine.launch_templates)
+    ]
+    types = sorted({name for _, name in templates})
+    clouds = ["local", *(c for c in deps.settings.clouds if c != "local")]
+    if asked is not None:
+        if asked not in clouds:
+            raise _refused(f"cloud {asked!r}: expected one of {', '.join(clouds)}")
+        where = "the local cloud file" if asked == "local" else f"the {asked} catalog"
+        unsold = [
+            doc.issue(path, f"{name!r} is not an instance type of {where}")
+            for path, name in templates
+            if not _sold(deps, asked, name)
+        ]
+        if unsold:
+            raise ConfigError(unsold)
+        return asked
+    for cloud in clouds:  # local first: its types and aliases
+        if all(_sold(deps, cloud, name) for name in types):
+            return cloud
+    sellers = " or ".join(["the local cloud file", *(f"the {c} catalog" for c in clouds[1:])])
+    unsold = [
+        doc.issue(path, f"no cloud sells {name!r}: it is not in {sellers}")
+        for path, name in templates
+        if not any(_sold(deps, c, name) for c in clouds)
+    ]
+    raise ConfigError(
+        unsold or [doc.issue(("machine_types",), f"no one cloud sells all of {', '.join(types)}")]
+    )
+
+
+def _master_config_cloud(config: MasterConfig, asked: str | None) -> str:
+    """Local when any pool's provider is the local cloud, else the first provider's type;
+    with no provider (static pools), ``asked`` or local."""
+    providers = [p.provider.type for p in config.resource_pools or () if p.provider is not None]
+    if config.provisioner is not None:
+        providers.append(config.provisioner.type)
+    if not providers:
+        return asked or "local"
+    cloud = "local" if "local" in providers else providers[0]
+    if asked is not None and asked != cloud:
+        raise _refused(
+            f"cloud {asked!r}: a master config's pools name their cloud in provider.type "
+            f"(this one: {cloud})"
+        )
+    return cloud
+
+
+def _checked(deps: Deps, body: PoolBody) -> str:
+    """The cloud of a valid pool file; raises ConfigError or a 422."""
+    from corral.shared.config.detect import validate_as
+    from corral.shared.config.machine_pool import MachinePool
+    from corral.shared.config.master_config import MasterConfig
+
+    doc = Document(name=body.file_name, data=body.spec)
+    model = validate_as(doc, body.kind).model
+    asked = body.cloud.lower() if body.cloud else None
+    if isinstance(model, MachinePool):
+        return _machine_pool_cloud(deps, model, doc, asked)
+    assert isinstance(model, MasterConfig)
+    return _master_config_cloud(model, asked)
+
+
+def _view(deps: Deps, name: str) -> dict[str, Any]:
+    """``pool_view`` plus, for a master config, its pools' names; 404 when unknown."""
+    try:
+        view = pools.pool_view(deps, name)
+    except pools.PoolNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    if view["kind"] == "master_config":
+        view["resource_pools"] = _resource_pools(deps, name)
+    return view
+
+
+def _resource_pools(deps: Deps, name: str) -> list[str]:
+    from corral.shared.config.master_config import MasterConfig
+
+    record = deps.pools.get(name)
+    if record is None:
+        return []
+    return MasterConfig.model_validate(record.spec).pool_names()
+
+
+@router.post(
+    "/v1/pools",
+    status_code=status.HTTP_201_CREATED,
+    response_model=PoolApplied,
+    dependencies=[Depends(require_token)],
+    responses={
+        409: {"description": "the name is registered as the other kind"},
+        422: {"description": "invalid file, bad name, or no cloud sells its instance types"},
+    },
+    summary="Register (or replace) a machine pool file or a Determined master config",
+)
+def apply_pool(body: PoolBody, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    if body.kind not in POOL_KINDS:
+        raise _refused(f"kind {body.kind!r}: expected one of {', '.join(POOL_KINDS)}")
+    if not POOL_NAME.fullmatch(body.name):
+        raise _refused(
+            f"pool name {body.name!r}: expected letters, digits, '.', '_' or '-' "
+            "(at most 63, starting with a letter or digit)"
+        )
+    try:
+        cloud = _checked(deps, body)
+    except ConfigError as exc:
+        raise _invalid(exc, body.kind) from None
+    replaced = deps.pools.get(body.name) is not None
+    kind: PoolKind = "machine_pool" if body.kind == "machine_pool" else "master_config"
+    try:
+        pools.apply_pool(
+            deps,
+            name=body.name,
+            kind=kind,
+            file_name=body.file_name,
+            spec=body.spec,
+            cloud=cloud,
+        )
+    except pools.PoolError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    return {**_view(deps, body.name), "replaced": replaced}
+
+
+@router.get("/v1/pools", response_model=PoolList, summary="List the registered pools")
+def list_pools(deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    views = pools.list_pools(deps)
+    for view in views:
+        if view["kind"] == "master_config":
+            view["resource_pools"] = _resource_pools(deps, view["name"])
+    return {"pools": views}
+
+
+@router.get(
+    "/v1/pools/{name}",
+    response_model=PoolView,
+    summary="One pool: its machine types and partitions, machines and workloads",
+)
+def get_pool(name: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    return _view(deps, name)
+
+
+@router.delete(
+    "/v1/pools/{name}",
+    response_model=PoolDeleted,
+    dependencies=[Depends(require_token)],
+    responses={409: {"description": "workloads still use the pool"}},
+    summary="Unregister a pool and terminate its machines (refused while workloads use it)",
+)
+def delete_pool(name: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    try:
+        return pools.delete_pool(deps, name)
+    except pools.PoolNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    except pools.PoolError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except ProviderError as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"could not terminate pool {name!r}'s machines ({exc}); it stays registered, try again",
+        ) from None
+
+
+@router.get(
+    "/v1/requests/{request_id}/why",
+    response_model=WhyView,
+    summary="Where a request runs, or why it waits (the scheduler's own decision)",
+)
+def why(request_id: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    try:
+        return pools.why(deps, request_id)
+    except LookupError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None

@@ -1,0 +1,125 @@
+"""`corral pools apply|list|delete` and `corral why` end to end: the real console script
+against a real API process over a real redis-server, with the seed's machine pool file played
+on the local cloud (tests/fixtures/pools/seed-pool-local.yaml on
+tests/fixtures/localcloud/pools.yaml)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness import CORRAL
+
+pytestmark = pytest.mark.integration
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+POOL = FIXTURES / "pools" / "seed-pool-local.yaml"
+LOCAL = FIXTURES / "localcloud" / "pools.yaml"
+TYPES = ["reserved-a100", "spot-a100", "ondemand-a100"]
+
+
+@pytest.fixture
+def system(make_system: Callable[..., Any]) -> Any:
+    system = make_system(LOCAL)
+    system.start_api()
+    return system
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_apply_list_replace_and_delete(system: Any, tmp_path: Path) -> None:
+    done = system.cli("pools", "apply", str(POOL), "--name", "demo-machine-pool")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "registered machine pool demo-machine-pool (3 machine types, cloud local)\n"
+    )
+
+    [pool] = _json(system.cli("pools", "list", "--json"))["pools"]
+    assert (pool["name"], pool["kind"], pool["cloud"]) == (
+        "demo-machine-pool",
+        "machine_pool",
+        "local",
+    )
+    assert pool["file"] == "seed-pool-local.yaml"
+    assert [t["machine_type"] for t in pool["machine_types"]] == TYPES
+    assert [t["market"] for t in pool["machine_types"]] == ["reserved", "spot", "on_demand"]
+    for machine_type in pool["machine_types"]:
+        assert machine_type["partitions"] == [{"name": "any", "size": 2, "held": 0}]
+    assert pool["machines"] == [] and pool["workloads"] == []
+
+    table = system.cli("pools", "list")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "KIND", "CLOUD", "MACHINES", "WORKLOADS"]
+    assert lines[1].split() == ["demo-machine-pool", "machine_pool", "local", "0", "0"]
+    assert [line.split() for line in lines[2:]] == [
+        ["reserved-a100/any", "0/2", "reserved"],
+        ["spot-a100/any", "0/2", "spot"],
+        ["ondemand-a100/any", "0/2", "on_demand"],
+    ]
+
+    # Applying again under the same name replaces the file: new sizes, still one pool.
+    bigger = tmp_path / "bigger.yaml"
+    bigger.write_text(POOL.read_text().replace("size: 2", "size: 3"))
+    again = _json(
+        system.cli("pools", "apply", str(bigger), "--name", "demo-machine-pool", "--json")
+    )
+    assert again["replaced"] is True and again["file"] == "bigger.yaml"
+    [pool] = _json(system.cli("pools", "list", "--json"))["pools"]
+    assert {p["size"] for t in pool["machine_types"] for p in t["partitions"]} == {3}
+
+    # The file's stem is the default name.
+    stem = _json(system.cli("pools", "apply", str(POOL), "--json"))
+    assert stem["name"] == "seed-pool-local" and stem["replaced"] is False
+    names = [p["name"] for p in _json(system.cli("pools", "list", "--json"))["pools"]]
+    assert sorted(names) == ["demo-machine-pool", "seed-pool-local"]
+
+    gone = system.cli("pools", "delete", "demo-machine-pool")
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stdout == "deleted pool demo-machine-pool (0 machines terminated)\n"
+    names = [p["name"] for p in _json(system.cli("pools", "list", "--json"))["pools"]]
+    assert names == ["seed-pool-local"]
+
+
+def test_unknown_names_are_exit_2_with_a_clear_message(system: Any) -> None:
+    for args in (("pools", "delete", "nope"), ("why", "r-nope")):
+        done = system.cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert "no pool 'nope' is registered" in system.cli("pools", "delete", "nope").stderr
+    assert "no launch request 'r-nope'" in system.cli("why", "r-nope").stderr
+
+
+def test_writes_without_the_token_are_401(system: Any) -> None:
+    body = {"name": "p", "kind": "machine_pool", "spec": {"kind": "ANYSCALE_MANAGED"}}
+    resp = httpx.post(f"{system.api_url}/v1/pools", json=body, timeout=30)
+    assert resp.status_code == 401
+    assert httpx.delete(f"{system.api_url}/v1/pools/p", timeout=30).status_code == 401
+    env = {**system.env, "CORRAL_API_URL": system.api_url, "CORRAL_API_TOKEN": "wrong"}
+    done = subprocess.run(
+        [CORRAL, "pools", "apply", str(POOL)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "unauthorized" in done.stderr
+    assert _json(system.cli("pools", "list", "--json"))["pools"] == []
+
+
+def test_why_a_plain_request_is_not_pooled(system: Any) -> None:
+    request_id = system.submit(
+        {"name": "plain", "resources": {"cloud": "local", "instance_type": "cpu-2"}, "run": "true"}
+    )
+    found = _json(system.cli("why", request_id, "--json"))
+    assert (found["id"], found["code"], found["pool"]) == (request_id, "not_pooled", None)
+    line = system.cli("why", request_id)
+    assert line.returncode == 0, line.stderr
+    assert line.stdout.startswith(f"{request_id} {found['state']}: it does not run on a pool")
+    assert line.stdout.rstrip().endswith("(not_pooled)")
