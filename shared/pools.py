@@ -67,6 +67,7 @@ class ResolvedPool:
     description: str | None
     scheduler: SchedulerSettings
     provider: dict[str, Any] | None  # the provider fields the file set (durations in seconds)
+    max_aux_containers_per_agent: int | None = None  # zero-slot tasks per agent; None: no cap
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -155,7 +156,11 @@ def resolve_pools(master: MasterConfig) -> ResolvedPools:
     cluster = _settings(manager.scheduler, inherited=False)
     pools = tuple(
         ResolvedPool(
-            p.pool_name, p.description, pool_scheduler(p.scheduler, cluster), _provider(p.provider)
+            p.pool_name,
+            p.description,
+            pool_scheduler(p.scheduler, cluster),
+            _provider(p.provider),
+            p.max_aux_containers_per_agent,
         )
         for p in _pools_of(master)
     )

@@ -25,6 +25,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -54,8 +55,10 @@ from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import (
     PoolLedger,
     PoolMachine,
+    add_head,
     add_workload,
     commit,
+    head_of,
     machine_failed,
     machine_gone,
     machine_up,
@@ -66,6 +69,7 @@ from corral.shared.scheduling.ledger import (
 log = logging.getLogger("corral.pools")
 
 NO_REAPING = 10**9  # a pass that must not reap (only beat's rebalancing reaps)
+HEAD_NODE = "head_node"  # what a workload's head node shows as its machine_type
 
 
 class PoolError(ValueError):
@@ -195,8 +199,9 @@ def _machine_view(m: PoolMachine) -> dict[str, Any]:
 def _held(ledger: PoolLedger) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     for m in ledger.machines.values():
-        key = (m.machine_type, m.partition)
-        out[key] = out.get(key, 0) + 1
+        if not m.head:
+            key = (m.machine_type, m.partition)
+            out[key] = out.get(key, 0) + 1
     return out
 
 
@@ -605,6 +610,8 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
                 now,
             )
         work.record_instance(deps, cloud_machine, wid, rank, aid)
+    if not _head_ready(deps, name, ledger, wid, task, started):
+        return False
     if not nodes or len(up) < len(nodes):
         return False
     work.move_request(deps, wid, RequestState.RUNNING, f"{len(nodes)} pool machine(s) run it")
@@ -618,6 +625,32 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
     deps.ledgers.update(name, lambda led: _release(led, wid, now, finished=True))
     work.end_instances(deps, wid, f"its job exited {code}", exit_code=code)
     work.finish_request(deps, wid, code)
+    return True
+
+
+def _head_ready(
+    deps: Deps, name: str, ledger: PoolLedger, wid: str, task: Task, started: float
+) -> bool:
+    """A workload whose compute config has a ``head_node`` gets one, launched outside the
+    pool for as long as it is placed; True once it is up (or when it has none)."""
+    compute = task.compute_config
+    if not isinstance(compute, ComputeConfig) or compute.head_node is None:
+        return True
+    head = head_of(ledger, wid)
+    if head is None:
+        raw = f"{name}/{wid}/{int(started * 1000)}/head"
+        machine_id = "h-" + hashlib.sha1(raw.encode()).hexdigest()[:10]
+        now = deps.now()
+        deps.ledgers.update(name, lambda led: add_head(led, wid, machine_id, now))
+        dispatch.pool_sync(name, settings=deps.settings)  # its launch is handed over there
+        return False
+    cloud_machine = _as_machine(head)
+    if head.status != "up" or cloud_machine is None:
+        return False
+    aid = f"{wid}.{int(started * 1000)}.head"
+    work.record_instance(
+        deps, replace(cloud_machine, machine_type=HEAD_NODE), wid, len(ledger.machines_of(wid)), aid
+    )
     return True
 
 
@@ -667,13 +700,12 @@ def launch_machine(deps: Deps, name: str, machine_id: str) -> str:
         machine = ledger.machines.get(machine_id)
         if machine is None or machine.status != "launching":
             return "stale"
-        pool = MachinePool.model_validate(record.spec)
-        machine_type = pool.machine(machine.machine_type)
-        if machine_type is None:
+        templates = _templates(deps, record, machine)
+        if not templates:
             return _launch_failed(deps, name, machine, "its machine type left the pool file")
         tags = {TAG_MANAGED: "true", TAG_POOL: name, TAG_MACHINE: machine_id}
         errors: list[str] = []
-        for template in machine_type.launch_templates:
+        for template in templates:
             try:
                 got, spec = launch_on_zones(
                     deps,
@@ -710,6 +742,25 @@ def launch_machine(deps: Deps, name: str, machine_id: str) -> str:
             dispatch.pool_sync(name, settings=deps.settings)
             return "up"
         return _launch_failed(deps, name, machine, "; ".join(errors) or "no zone offers it")
+
+
+def _templates(deps: Deps, record: PoolRecord, machine: PoolMachine) -> list[LaunchTemplate]:
+    """How a machine may be launched: its machine type's launch templates, or for a head
+    node its workload's ``head_node`` (on demand, outside the pool)."""
+    if not machine.head:
+        found = MachinePool.model_validate(record.spec).machine(machine.machine_type)
+        return list(found.launch_templates) if found else []
+    req = deps.store.get_request(machine.workload_id or "")
+    compute = Task.model_validate(req.task).compute_config if req else None
+    if not isinstance(compute, ComputeConfig) or compute.head_node is None:
+        return []
+    head = compute.head_node
+    return [
+        LaunchTemplate(
+            instance_type=head.instance_type,
+            advanced_instance_config=head.advanced_instance_config or {},
+        )
+    ]
 
 
 def launch_on_zones(
@@ -785,8 +836,8 @@ def _launch_failed(deps: Deps, name: str, machine: PoolMachine, why: str) -> str
 def _workload_config(deps: Deps, machine: PoolMachine) -> dict[str, Any]:
     """The workload's own advanced_instance_config for this machine type, if any: its task's,
     or its compute config's worker group's (merged over the launch template's)."""
-    if machine.workload_id is None:
-        return {}
+    if machine.workload_id is None or machine.head:
+        return {}  # a head node's own config is its template's
     req = deps.store.get_request(machine.workload_id)
     if req is None:
         return {}

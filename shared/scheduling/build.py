@@ -156,8 +156,9 @@ def det_limits(pool: ResolvedPool, catalog: Catalog | None = None) -> dict[str, 
     these; its registered agents are what there is.
     """
     provider = pool.provider
+    aux = {"max_aux_containers_per_agent": pool.max_aux_containers_per_agent}
     if provider is None:
-        return {}
+        return aux
     slots = provider.get("instance_slots")
     instance = provider.get("instance_type")
     if slots is None and isinstance(instance, Mapping):
@@ -166,6 +167,7 @@ def det_limits(pool: ResolvedPool, catalog: Catalog | None = None) -> dict[str, 
         offerings = catalog.instance_type(str(provider.get("type")), instance)
         slots = offerings[0].accelerator_count if offerings else None
     return {
+        **aux,
         "slots_per_agent": slots,
         "max_agents": provider.get("max_instances", 5),
         "min_agents": provider.get("min_instances") or 0,

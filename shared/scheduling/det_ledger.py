@@ -112,11 +112,15 @@ def grow(
     by_pool = {s.pool: s for s in snapshots}
     count = {name: 0 for name in by_pool}
     spare = {name: 0 for name in by_pool}  # slots of agents already on their way
+    taken: dict[str, int] = {}
+    for held in ledger.tasks.values():
+        for allocation in held.allocations:
+            taken[allocation.agent_id] = taken.get(allocation.agent_id, 0) + allocation.slots
     for agent in ledger.agents.values():
         if agent.pool in count:
             count[agent.pool] += 1
-            if agent.status == "launching":
-                spare[agent.pool] += agent.slots
+            if agent.status == "launching":  # its slots no task holds yet are on their way
+                spare[agent.pool] += max(0, agent.slots - taken.get(agent.agent_id, 0))
     added: list[str] = []
     waiting = [
         p
@@ -134,6 +138,9 @@ def grow(
                 continue
             need = _agents_needed(snapshot, task.slots, spare[name], count[name])
             assert snapshot.max_agents is not None
+            if need == 0 and task.slots > 0:
+                spare[name] -= task.slots  # room already on its way here
+                break
             if need == 0 or count[name] + need > snapshot.max_agents:
                 continue
             for _ in range(need):
@@ -152,9 +159,11 @@ def grow(
 
 def _can_grow_for(snapshot: DetPoolSnapshot, slots: int) -> bool:
     """A pool with a provider that could ever run a task of ``slots``."""
-    if snapshot.max_agents is None or snapshot.slots_per_agent is None:
+    if snapshot.max_agents is None:
         return False  # a static pool: its agents are what there is
-    return can_ever_fit(snapshot, slots).ok
+    if slots == 0:
+        return snapshot.max_agents > 0  # any agent runs an auxiliary task
+    return snapshot.slots_per_agent is not None and can_ever_fit(snapshot, slots).ok
 
 
 def _agents_needed(snapshot: DetPoolSnapshot, slots: int, spare: int, count: int) -> int:

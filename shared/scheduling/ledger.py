@@ -48,6 +48,7 @@ class PoolMachine(BaseModel):
     idle_since: float | None = None
     created_at: float
     replaces: str | None = None  # a replacement's new machine: the one it retires once up
+    head: bool = False  # a workload's head node: launched outside the pool, never counted
     provider_id: str | None = None  # the cloud's id, once up
     cloud: str | None = None
     region: str | None = None
@@ -72,7 +73,7 @@ class PoolLedger(BaseModel):
         """The machines serving a workload, in node order (best group first, then id)."""
         workload = self.workloads.get(workload_id)
         order = {t: i for i, t in enumerate(workload.group_order)} if workload else {}
-        mine = [m for m in self.machines.values() if m.workload_id == workload_id]
+        mine = [m for m in self.machines.values() if m.workload_id == workload_id and not m.head]
         return sorted(mine, key=lambda m: (order.get(m.machine_type, 99), m.machine_id))
 
 
@@ -105,6 +106,7 @@ def snapshot_of(ledger: PoolLedger, machine_types: Iterable[MachineTypeState]) -
         )
         # A machine still coming up for a replacement is already booked for its workload.
         for m in ledger.machines.values()
+        if not m.head
     )
     in_flight = {m.workload_id for m in ledger.machines.values() if m.replaces}
     return PoolSnapshot(
@@ -190,6 +192,8 @@ def refresh_free_since(
     clear it when the partition fills (machines and held room both count)."""
     held: dict[str, int] = {}
     for m in ledger.machines.values():
+        if m.head:
+            continue
         if m.workload_id is not None or m.status == "reaping":
             held[_key(m.machine_type, m.partition)] = held.get(_key(m.machine_type, m.partition), 0)
             held[_key(m.machine_type, m.partition)] += 1
@@ -203,6 +207,36 @@ def refresh_free_since(
                 ledger.free_since.setdefault(key, now)
             else:
                 ledger.free_since.pop(key, None)
+
+
+def head_of(ledger: PoolLedger, workload_id: str) -> PoolMachine | None:
+    """The head node launched for a workload's placement, if any."""
+    return next(
+        (
+            m
+            for m in ledger.machines.values()
+            if m.head and m.workload_id == workload_id and m.status != "reaping"
+        ),
+        None,
+    )
+
+
+def add_head(ledger: PoolLedger, workload_id: str, machine_id: str, now: float) -> bool:
+    """Ask for a head node for a placed workload (once)."""
+    if head_of(ledger, workload_id) is not None or machine_id in ledger.machines:
+        return False
+    workload = ledger.workloads.get(workload_id)
+    if workload is None or workload.phase != "running":
+        return False
+    ledger.machines[machine_id] = PoolMachine(
+        machine_id=machine_id,
+        machine_type="head",
+        partition="",
+        workload_id=workload_id,
+        created_at=now,
+        head=True,
+    )
+    return True
 
 
 def add_workload(ledger: PoolLedger, workload: Workload) -> bool:
@@ -251,6 +285,9 @@ def release(ledger: PoolLedger, workload_id: str, now: float, *, finished: bool 
     ``finished`` one leaves the ledger."""
     for machine in ledger.machines.values():
         if machine.workload_id != workload_id:
+            continue
+        if machine.head:
+            machine.status = "reaping"  # the head goes with its placement
             continue
         if machine.status in ("retiring", "reaping"):
             continue

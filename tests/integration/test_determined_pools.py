@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from harness import System, wait_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -122,4 +123,3 @@ def test_priority_preemption_requeues_and_fallback_pools_take_overflow(
     system.wait_state(low[1], {"RUNNING"}, 30)  # requeued, and placed again when room returned
     for rid in [*low, spill]:
         assert system.cli("terminate", rid).returncode == 0
-

@@ -84,11 +84,18 @@ def why(system: System, request_id: str) -> dict[str, Any]:
 
 
 def placed(system: System, request_id: str) -> list[tuple[str, str]]:
-    """(machine type, market) of each running node of a request."""
+    """(machine type, market) of each running worker node of a request (not its head)."""
     req = system.request(request_id)
     return sorted(
-        (i["machine_type"], i["market"]) for i in req["instances"] if i["state"] == "RUNNING"
+        (i["machine_type"], i["market"])
+        for i in req["instances"]
+        if i["state"] == "RUNNING" and i["machine_type"] != "head_node"
     )
+
+
+def heads(system: System, request_id: str) -> list[dict[str, Any]]:
+    req = system.request(request_id)
+    return [i for i in req["instances"] if i["machine_type"] == "head_node"]
 
 
 class SizeWatch:
@@ -109,7 +116,11 @@ class SizeWatch:
         while not self._stop.is_set():
             ledger = self.ledgers.get(self.name)
             if ledger is not None:
-                now = Counter(f"{m.machine_type}/{m.partition}" for m in ledger.machines.values())
+                now = Counter(
+                    f"{m.machine_type}/{m.partition}"
+                    for m in ledger.machines.values()
+                    if not m.head  # a head node is outside the pool
+                )
                 for key, count in now.items():
                     self.high[key] = max(self.high[key], count)
                 self.samples += 1
@@ -132,6 +143,13 @@ def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
         ids.append(launch(system, task_file(tmp_path, f"train-{i}", num_nodes=2, run="sleep 300")))
         system.wait_state(ids[-1], {"RUNNING"}, 60)
     assert placed(system, ids[0]) == [("reserved-a100", "reserved")] * 2
+    # The head node (m5.2xlarge, played by cpu-2) is launched outside the pool.
+    [head] = heads(system, ids[0])
+    assert (head["instance_type"], head["market"], head["state"]) == (
+        "cpu-2",
+        "on_demand",
+        "RUNNING",
+    )
     assert placed(system, ids[1]) == [("spot-a100", "spot")] * 2
     assert placed(system, ids[2]) == [("ondemand-a100", "on_demand")] * 2
 
@@ -147,7 +165,9 @@ def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
     }
     assert system.cli("terminate", ids[0]).returncode == 0
     done = system.wait_state(late, {"SUCCEEDED"}, 60)
-    assert {i["machine_type"] for i in done["instances"]} == {"reserved-a100"}
+    assert {i["machine_type"] for i in done["instances"]} == {"reserved-a100", "head_node"}
+    assert all(i["state"] == "TERMINATED" for i in done["instances"])
+    wait_for(lambda: heads(system, ids[0])[0]["state"] == "TERMINATED", 20, "its head to end")
     reserved_after = {
         m["id"] for m in pool_view(system)["machines"] if m["machine_type"] == "reserved-a100"
     }
@@ -160,7 +180,11 @@ def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
         "ondemand-a100/any",
     }
     # The local cloud ran the reserved machines against the reservation (its market says so).
-    markets = {m["machine_type"]: m["market"] for m in pool_view(system)["machines"]}
+    markets = {
+        m["machine_type"]: m["market"]
+        for m in pool_view(system)["machines"]
+        if m["machine_type"] != "head"
+    }
     assert markets == {
         "reserved-a100": "reserved",
         "spot-a100": "spot",

@@ -319,6 +319,7 @@ def test_seed_two_pools_limits_and_refusal() -> None:
     cpu = resolved.pool("aws-cpu")
     limits = det_limits(cpu, catalog)
     assert limits == {
+        "max_aux_containers_per_agent": 100,  # the seed's aws-cpu pool
         "slots_per_agent": 0,
         "max_agents": 2,
         "min_agents": 0,
