@@ -96,8 +96,9 @@ def apply_pool(
         for other in deps.pools.names():
             found = deps.pools.get(other)
             if found is not None and found.kind == "master_config" and other != name:
-                deps.pools.delete(other)  # its tasks keep their records; their ledger goes
-                deps.det_ledgers.delete(other)
+                # One master at a time: the old one goes as `pools delete` would (refused
+                # while its tasks run; its agents terminated).
+                delete_pool(deps, other)
     if not deps.pools.create(name, record):
 
         def replace(current: PoolRecord) -> bool:

@@ -230,7 +230,7 @@ def add_head(ledger: PoolLedger, workload_id: str, machine_id: str, now: float) 
         return False
     ledger.machines[machine_id] = PoolMachine(
         machine_id=machine_id,
-        machine_type="head",
+        machine_type="head_node",  # as its workload's compute config calls it
         partition="",
         workload_id=workload_id,
         created_at=now,

@@ -183,7 +183,7 @@ def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
     markets = {
         m["machine_type"]: m["market"]
         for m in pool_view(system)["machines"]
-        if m["machine_type"] != "head"
+        if m["machine_type"] != "head_node"
     }
     assert markets == {
         "reserved-a100": "reserved",
@@ -375,3 +375,58 @@ def test_four_schedulers_racing_on_one_partition_never_exceed_its_size(
     high = watch.stop()
     assert high["cpu/shared"] == 3, high
     assert watch.samples > 100
+
+
+def test_idle_machines_are_reaped_past_their_limit_reserved_last(
+    make_system: Any, tmp_path: Path
+) -> None:
+    system = start(make_system, POOL_MIN_MACHINES="1")
+    template = {"instance_type": "cpu-2"}
+    reserved = {
+        **template,
+        "advanced_instance_config": {
+            "CapacityReservationSpecification": {
+                "CapacityReservationTarget": {"CapacityReservationId": "r-pool-cpu"}
+            }
+        },
+    }
+    pool = {
+        "kind": "ANYSCALE_MANAGED",
+        "machine_types": [
+            {
+                "machine_type": name,
+                "launch_templates": [tpl],
+                "recycle_policy": {"max_idle_duration": "2s"},
+                "partitions": [{"name": "any", "size": 1}],
+            }
+            for name, tpl in (("reserved", reserved), ("ondemand", template))
+        ],
+    }
+    path = tmp_path / "reaped.yaml"
+    path.write_text(yaml.safe_dump(pool))
+    apply(system, path, "reaped")
+    compute = {
+        "worker_nodes": [
+            {"instance_type": t, "flags": {"cloud_deployment": {"machine_pool": "reaped"}}}
+            for t in ("reserved", "ondemand")
+        ]
+    }
+    rid = launch(system, task_file(tmp_path, "short", compute, num_nodes=2, run="sleep 1"))
+    done = system.wait_state(rid, {"SUCCEEDED"}, 60)
+    assert sorted(i["machine_type"] for i in done["instances"]) == ["ondemand", "reserved"]
+    ended_at = time.time()
+    machines = {m["machine_type"]: m for m in pool_view(system, "reaped")["machines"]}
+    assert set(machines) == {"reserved", "ondemand"}  # warm for a while
+    wait_for(
+        lambda: (
+            [m["machine_type"] for m in pool_view(system, "reaped")["machines"]] == ["reserved"]
+        ),
+        30,
+        "the idle on-demand machine to be reaped",
+    )
+    assert time.time() - ended_at >= 1.5
+    time.sleep(3)  # the reserved one stays: the pool keeps pool_min_machines = 1
+    assert [m["machine_type"] for m in pool_view(system, "reaped")["machines"]] == ["reserved"]
+    gone = machines["ondemand"]["provider_id"]
+    local = system.cli("instances", "--json")
+    assert gone not in local.stdout or '"TERMINATED"' in local.stdout
