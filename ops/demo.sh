@@ -65,3 +65,27 @@ echo "== corral instances"
 echo
 echo "== corral logs ${JOBS[0]}"
 "$CORRAL" logs "${JOBS[0]}"
+
+echo
+echo "== corral pools apply examples/pools/machine-pool.yaml --name demo-machine-pool"
+"$CORRAL" pools apply examples/pools/machine-pool.yaml --name demo-machine-pool
+POOLED=()
+for i in 1 2 3 4; do  # the seed's compute config: reserved first, then spot, then on-demand
+  POOLED+=("$("$CORRAL" launch examples/pools/train-a.yaml 2>/dev/null | head -n 1)")
+done
+echo "launched 4 workloads of 2 nodes on a pool of 3 machine types x 2: ${POOLED[*]}"
+for _ in $(seq 1 60); do
+  running=0
+  for id in "${POOLED[@]:0:3}"; do [ "$(state_of "$id")" = RUNNING ] && running=$((running + 1)); done
+  [ "$running" = 3 ] && break
+  sleep 0.5
+done
+echo
+echo "== corral pools list"
+"$CORRAL" pools list
+echo
+echo "== corral why ${POOLED[3]}   (the fourth finds every partition full)"
+"$CORRAL" why "${POOLED[3]}"
+echo
+echo "== corral status ${POOLED[0]}"
+"$CORRAL" status "${POOLED[0]}"

@@ -190,12 +190,14 @@ def _print_attempts(attempts: list[dict[str, Any]], console: Console = out) -> N
 
 
 def _instance_table(rows: list[dict[str, Any]], with_request: bool) -> Table:
+    pooled = any(i.get("machine_type") for i in rows)  # a pool's machine types, when any
     headers = ["ID", *(["REQUEST"] if with_request else []), "STATE", "INFRA", "TYPE", "MARKET"]
-    table = _table(*headers, "PROVIDER ID", "PID")
+    table = _table(*headers, *(["MACHINE TYPE"] if pooled else []), "PROVIDER ID", "PID")
     for i in rows:
         request = [i.get("request_id") or "-"] if with_request else []
+        machine = [i.get("machine_type") or "-"] if pooled else []
         table.add_row(
-            i["id"], *request, i["state"], _infra(i), i["instance_type"], i["market"],
+            i["id"], *request, i["state"], _infra(i), i["instance_type"], i["market"], *machine,
             i.get("provider_id") or "-", str(i["pid"]) if i.get("pid") is not None else "-",
         )  # fmt: skip
     return table
