@@ -15,41 +15,13 @@ Key layout (``P`` is the prefix)::
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from redis import Redis
 
-# KEYS[1] the record, KEYS[2] the set of names; ARGV: name, version, json.
-_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
-redis.call('SADD', KEYS[2], ARGV[1])
-return 1
-"""
-
-# KEYS[1] the record; ARGV: expected version, new version, json.
-# Returns 1 if written, 0 if the version moved on (lost race), -1 if the record is gone.
-_CAS = """
-local current = redis.call('HGET', KEYS[1], 'version')
-if not current then return -1 end
-if current ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
-return 1
-"""
-
-# KEYS[1] the record, KEYS[2] the set of names; ARGV: name, expected version.
-_DELETE = """
-local current = redis.call('HGET', KEYS[1], 'version')
-if not current then return -1 end
-if current ~= ARGV[2] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[2], ARGV[1])
-return 1
-"""
+from corral.services.docstore import DocStore
 
 NodeKind = Literal["head", "worker"]
 DECISIONS_KEPT = 20
@@ -103,36 +75,26 @@ class ClusterExists(ValueError):
 
 
 class ClusterStore:
-    """Cluster records in one Redis. Safe to share between threads."""
+    """Cluster records in one Redis (versioned documents, :mod:`corral.services.docstore`).
+    Safe to share between threads."""
 
     def __init__(self, redis: Redis, prefix: str = "corral") -> None:
-        self._r = redis
         self.prefix = prefix
-        self._create = redis.register_script(_CREATE)
-        self._cas = redis.register_script(_CAS)
-        self._delete = redis.register_script(_DELETE)
-
-    def _key(self, name: str) -> str:
-        return f"{self.prefix}:cluster:{name}"
-
-    @property
-    def _names_key(self) -> str:
-        return f"{self.prefix}:clusters"
+        self._docs: DocStore[ClusterRecord] = DocStore(
+            redis, prefix, "cluster", ClusterRecord.model_validate_json
+        )
 
     def create(self, record: ClusterRecord) -> bool:
         """Store a new cluster; False (nothing written) if one of that name exists."""
-        args: list[str | int] = [record.name, record.version, record.model_dump_json()]
-        keys = [self._key(record.name), self._names_key]
-        return int(self._create(keys=keys, args=args)) == 1
+        return self._docs.create(record.name, record)
 
     def get(self, name: str) -> ClusterRecord | None:
         """The cluster as stored, or None."""
-        raw = self._r.hget(self._key(name), "json")
-        return None if raw is None else ClusterRecord.model_validate_json(raw)
+        return self._docs.get(name)
 
     def names(self) -> list[str]:
         """Every registered cluster's name, sorted."""
-        return sorted(_text(n) for n in self._r.smembers(self._names_key))
+        return self._docs.names()
 
     def list(self) -> list[ClusterRecord]:
         """Every cluster, by name."""
@@ -143,12 +105,7 @@ class ClusterStore:
         """Write ``record`` as version ``expected_version + 1`` if the stored version is still
         ``expected_version``: 1 written, 0 lost the race, -1 the cluster is gone. The record's
         ``version`` is set to the new one when written."""
-        new = record.model_copy(update={"version": expected_version + 1})
-        args: list[str | int] = [expected_version, new.version, new.model_dump_json()]
-        written = int(self._cas(keys=[self._key(record.name)], args=args))
-        if written == 1:
-            record.version = new.version
-        return written
+        return self._docs.write(record.name, record, expected_version)
 
     def update(
         self, name: str, fn: Callable[[ClusterRecord], bool], *, retries: int = 50
@@ -157,32 +114,9 @@ class ClusterStore:
         :meth:`corral.services.store.Store.update_request` does: ``fn`` mutates a fresh copy
         and returns True to write it; a lost race reads again and calls ``fn`` again. Returns
         the record as written (or as read, for a no-op), None if there is no such cluster."""
-        for attempt in range(retries + 1):
-            current = self.get(name)
-            if current is None:
-                return None
-            work = current.model_copy(deep=True)
-            if not fn(work):
-                return current
-            written = self.write(work, current.version)
-            if written == 1:
-                return work
-            if written == -1:
-                return None
-            _backoff(attempt)
-        raise RuntimeError(f"cluster {name}: still losing to other writers after {retries} tries")
+        return self._docs.update(name, fn, retries=retries)
 
     def delete(self, name: str, expected_version: int) -> int:
         """Remove the cluster if its version is still ``expected_version`` (1, 0 or -1 as
         :meth:`write`)."""
-        keys = [self._key(name), self._names_key]
-        return int(self._delete(keys=keys, args=[name, expected_version]))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _backoff(attempt: int) -> None:
-    """A short jittered sleep so writers that collided do not collide again in lockstep."""
-    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+        return self._docs.delete(name, expected_version)

@@ -122,7 +122,8 @@ class DocStore(Generic[DocT]):
             time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
         raise WriteConflict(f"{self._kind} {name}: still losing to other writers")
 
-    def delete(self, name: str, expected_version: int | None = None) -> bool:
-        """Remove the document (if still at ``expected_version``, when given)."""
+    def delete(self, name: str, expected_version: int | None = None) -> int:
+        """Remove the document (if still at ``expected_version``, when given): 1 removed, 0
+        the version moved on, -1 there is no such document."""
         args = [name, "" if expected_version is None else str(expected_version)]
-        return int(self._delete(keys=[self.key(name), self._names], args=args)) == 1
+        return int(self._delete(keys=[self.key(name), self._names], args=args))

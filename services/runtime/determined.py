@@ -284,18 +284,15 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
         return False
     if task.stopping:
         by = ledger.preempted_by.get(tid, "another task")
-        if req.state == RequestState.RUNNING:
-            work.move_request(deps, tid, RequestState.PREEMPTED, f"preempted by {by}")
-        elif req.state == RequestState.PROVISIONING:
-            work.move_request(deps, tid, RequestState.PENDING, f"preempted by {by} before it ran")
-        for machine in on:
-            work.withdraw(deps, machine, _aid(tid, task.started_at, machine.machine_id))
-        if any(work.running(deps, m, f"{tid}.") for m in on):
-            return False
-        deps.det_ledgers.update(master, partial(_release, tid=tid, now=now, finished=False))
-        work.end_instances(deps, tid, f"preempted by {by}")
-        deps.store.append_event(tid, f"requeued at its original place (preempted by {by})", now)
-        return True
+        return work.stop_preempted(
+            deps,
+            req,
+            by,
+            [(m, _aid(tid, task.started_at, m.machine_id)) for m in on],
+            lambda: deps.det_ledgers.update(
+                master, partial(_release, tid=tid, now=now, finished=False)
+            ),
+        )
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED):
         reason = ledger.started_by.get(tid, "started")
         work.move_request(deps, tid, RequestState.PROVISIONING, reason)
@@ -321,14 +318,12 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
     if not spec.run:
         return False
     results = [work.result(deps, m, _aid(tid, task.started_at, m.machine_id)) for m in on]
-    if any(r is None for r in results):
-        return False
-    codes = [int(r.get("exit_code") or 0) for r in results if r is not None]
-    code = next((c for c in codes if c != 0), 0)
-    deps.det_ledgers.update(master, partial(_release, tid=tid, now=now, finished=True))
-    work.end_instances(deps, tid, f"its job exited {code}", exit_code=code)
-    work.finish_request(deps, tid, code)
-    return True
+    return work.finish_when_ended(
+        deps,
+        tid,
+        results,
+        lambda: deps.det_ledgers.update(master, partial(_release, tid=tid, now=now, finished=True)),
+    )
 
 
 def _release(ledger: DetLedger, *, tid: str, now: float, finished: bool) -> bool:

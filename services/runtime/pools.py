@@ -571,18 +571,13 @@ def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str) -> bool:
         return False
     if workload.phase == "stopping":
         by = workload.preempted_by or "another workload"
-        if req.state == RequestState.RUNNING:
-            work.move_request(deps, wid, RequestState.PREEMPTED, f"preempted by {by}")
-        elif req.state == RequestState.PROVISIONING:
-            work.move_request(deps, wid, RequestState.PENDING, f"preempted by {by} before it ran")
-        for machine in on:
-            work.withdraw(deps, machine)
-        if any(work.running(deps, m, f"{wid}.") for m in on):
-            return False
-        deps.ledgers.update(name, lambda led: _release(led, wid, now))
-        work.end_instances(deps, wid, f"preempted by {by}")
-        deps.store.append_event(wid, f"requeued at its original place (preempted by {by})", now)
-        return True
+        return work.stop_preempted(
+            deps,
+            req,
+            by,
+            [(m, None) for m in on],
+            lambda: deps.ledgers.update(name, lambda led: _release(led, wid, now)),
+        )
     return _sync_running(deps, name, ledger, wid, req)
 
 
@@ -619,14 +614,12 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
     if not task.run:
         return False
     results = [work.result(deps, cm, assignment_id(wid, started, m)) for m, cm in up]
-    if any(r is None for r in results):
-        return False
-    codes = [int(r.get("exit_code") or 0) for r in results if r is not None]
-    code = next((c for c in codes if c != 0), 0)
-    deps.ledgers.update(name, lambda led: _release(led, wid, now, finished=True))
-    work.end_instances(deps, wid, f"its job exited {code}", exit_code=code)
-    work.finish_request(deps, wid, code)
-    return True
+    return work.finish_when_ended(
+        deps,
+        wid,
+        results,
+        lambda: deps.ledgers.update(name, lambda led: _release(led, wid, now, finished=True)),
+    )
 
 
 def _head_ready(

@@ -10,7 +10,7 @@ TERMINATED ("released to the pool") when it stops; the machine itself goes on.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +110,50 @@ def result(deps: Deps, machine: Machine, aid: str) -> Mapping[str, Any] | None:
     agents)."""
     found = status(deps, machine).get("results", {}).get(aid)
     return found if isinstance(found, Mapping) else None
+
+
+def stop_preempted(
+    deps: Deps,
+    req: LaunchRequest,
+    by: str,
+    machines: Sequence[tuple[Machine, str | None]],
+    release: Callable[[], object],
+) -> bool:
+    """Preempted work: its request shows it (PREEMPTED, or PENDING if it had not run yet), its
+    assignments are withdrawn (``None``: all on that machine), and once none runs any more
+    ``release`` requeues it at its original place. True once released."""
+    if req.state == RequestState.RUNNING:
+        move_request(deps, req.id, RequestState.PREEMPTED, f"preempted by {by}")
+    elif req.state == RequestState.PROVISIONING:
+        move_request(deps, req.id, RequestState.PENDING, f"preempted by {by} before it ran")
+    for machine, aid in machines:
+        withdraw(deps, machine, aid)
+    if any(running(deps, machine, f"{req.id}.") for machine, _ in machines):
+        return False
+    release()
+    end_instances(deps, req.id, f"preempted by {by}")
+    deps.store.append_event(
+        req.id, f"requeued at its original place (preempted by {by})", deps.now()
+    )
+    return True
+
+
+def finish_when_ended(
+    deps: Deps,
+    request_id: str,
+    results: Sequence[Mapping[str, Any] | None],
+    release: Callable[[], object],
+) -> bool:
+    """A job whose every node's work has ended: ``release`` its machines and end the request
+    by the first non-zero exit code (SUCCEEDED when all are 0). False while any still runs."""
+    if not results or any(r is None for r in results):
+        return False
+    codes = [int(r.get("exit_code") or 0) for r in results if r is not None]
+    code = next((c for c in codes if c != 0), 0)
+    release()
+    end_instances(deps, request_id, f"its job exited {code}", exit_code=code)
+    finish_request(deps, request_id, code)
+    return True
 
 
 # ----------------------------------------------------------------------------------------------
