@@ -103,6 +103,12 @@ def route(deps: Deps, task: Task) -> tuple[str, str]:
         pool = route_task(pools, task)
     except UnknownPoolError as exc:
         raise RouteError(str(exc)) from None
+    if pools.pool(pool).provider is None:
+        raise RouteError(
+            f"pool {pool!r} of {record.name} is a static pool (no provider): Corral launches "
+            "agents only for pools with a provider and cannot register existing agents, so the "
+            "task would never run; send it to a pool with a provider"
+        )
     limits = _limits(deps, record, pools).get(pool, {})
     snapshot = DetPoolSnapshot(pool=pool, **limits)
     verdict = can_ever_fit(snapshot, task.slots())

@@ -407,6 +407,15 @@ def launch_any(deps: Deps, name: str, machine_id: str) -> str:
     return determined.launch_agent(deps, name, machine_id)
 
 
+def is_queued(deps: Deps, req: LaunchRequest) -> bool:
+    """Whether a pooled request is on its pool's queue (or placed) already."""
+    if req.pool is not None:
+        ledger = deps.ledgers.get(req.pool)
+        return ledger is not None and req.id in ledger.workloads
+    det = deps.det_ledgers.get(req.master or "")
+    return det is not None and req.id in det.tasks
+
+
 def knows_machine(deps: Deps, name: str, machine_id: str) -> bool:
     """Whether pool ``name`` (or master config ``name``) still counts this machine."""
     ledger = deps.ledgers.get(name)

@@ -308,9 +308,9 @@ def _unstick(deps: Deps, counts: dict[str, int]) -> None:
                 continue
             counts["unstuck"] += 1
             if req.pool is not None or req.master is not None:
-                if state == RequestState.PENDING:
-                    dispatch.admit(req.id, settings=deps.settings)  # joins its pool's queue once
-                continue  # placed: its pool's passes and syncs carry it
+                if state == RequestState.PENDING and not pools.is_queued(deps, req):
+                    dispatch.admit(req.id, settings=deps.settings)  # its admission was lost
+                continue  # queued or placed: its pool's passes and syncs carry it
             if state == RequestState.PENDING:
                 dispatch.admit(req.id, settings=deps.settings)
             else:

@@ -61,6 +61,7 @@ def test_a_task_that_can_never_fit_is_refused_at_submit(system: System, tmp_path
         "cpu-only": ({"resource_pool": "aux", "slots": 1}, "has no slots"),
         "too-big": ({"slots": 6}, "can never give 6 slots"),
         "no-pool": ({"resource_pool": "nope", "slots": 1}, "nope"),
+        "static": ({"resource_pool": "static", "slots": 1}, "static pool"),
     }
     for name, (resources, expected) in cases.items():
         path = tmp_path / f"{name}.yaml"
