@@ -18,6 +18,8 @@ from corral.services.providers.local.provider import LocalProvider
 from corral.shared.config.localcloud import parse_local_cloud
 from corral.shared.errors import InvalidRequestError
 
+from local_processes import local_provider, processes_of
+
 pytestmark = pytest.mark.integration
 
 CLOUD = parse_local_cloud(
@@ -56,47 +58,11 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 10.0, what: str = 
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def processes_of(instance_id: str) -> list[int]:
-    """Every live (not zombie) process that belongs to the instance: agent or task."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmdline == [b""]:
-            continue
-        if f"CORRAL_INSTANCE_ID={instance_id}".encode() in environ or (
-            instance_id.encode() in cmdline
-        ):
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.fixture
 def provider(redis_url: str, tmp_path: Path) -> Iterator[LocalProvider]:
-    p = LocalProvider(
-        CLOUD,
-        redis_url,
-        prefix=f"w{uuid.uuid4().hex[:6]}",
-        log_dir=tmp_path / "logs",
-        heartbeat_s=0.1,
-        heartbeat_timeout_s=3.0,
-        terminate_grace_s=2.0,
-    )
-    try:
+    """A provider with fast heartbeats; afterwards every process it started is gone."""
+    with local_provider(CLOUD, redis_url, tmp_path / "logs") as p:
         yield p
-    finally:
-        ids = p.state.instance_ids()
-        p.terminate(ids)
-        leftovers = {iid: processes_of(iid) for iid in ids}
-        for pids in leftovers.values():
-            for pid in pids:
-                os.kill(pid, signal.SIGKILL)
-        assert not any(leftovers.values()), f"processes left behind: {leftovers}"
 
 
 def result_of(provider: LocalProvider, iid: str, aid: str) -> dict[str, Any]:

@@ -28,6 +28,8 @@ from corral.shared.errors import (
     ThrottledError,
 )
 
+from local_processes import local_provider, processes_of
+
 pytestmark = pytest.mark.integration
 
 CLOUD = parse_local_cloud(
@@ -94,48 +96,11 @@ def state_of(provider: LocalProvider, instance_id: str) -> ProviderInstance:
     return inst
 
 
-def processes_of(instance_id: str) -> list[int]:
-    """Every live process on the machine that belongs to the instance (agent or task)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not cmdline or cmdline == [b""]:
-            continue  # a zombie or kernel thread
-        if f"CORRAL_INSTANCE_ID={instance_id}".encode() in environ or (
-            instance_id.encode() in cmdline
-        ):
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.fixture
 def provider(redis_url: str, tmp_path: Path) -> Iterator[LocalProvider]:
     """A provider with fast heartbeats; afterwards every process it started is gone."""
-    p = LocalProvider(
-        CLOUD,
-        redis_url,
-        prefix=f"t{uuid.uuid4().hex[:6]}",
-        log_dir=tmp_path / "logs",
-        heartbeat_s=0.1,
-        heartbeat_timeout_s=3.0,
-        terminate_grace_s=2.0,
-    )
-    try:
+    with local_provider(CLOUD, redis_url, tmp_path / "logs") as p:
         yield p
-    finally:
-        ids = p.state.instance_ids()
-        p.terminate(ids)
-        leftovers = {iid: processes_of(iid) for iid in ids}
-        for pids in leftovers.values():
-            for pid in pids:
-                os.kill(pid, signal.SIGKILL)
-        assert not any(leftovers.values()), f"processes left behind: {leftovers}"
 
 
 def test_a_job_runs_heartbeats_and_records_its_exit_code(provider: LocalProvider) -> None:
