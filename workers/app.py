@@ -15,6 +15,7 @@ celery-redbeat: its lock in Redis means two beat processes never both fire.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from celery import Celery
 
@@ -22,6 +23,16 @@ from corral.services import dispatch
 from corral.services.settings import Settings, get_settings
 
 ROLE_QUEUES = dispatch.role_queues()
+
+
+def _every(task: str, interval_s: float, queue: str) -> dict[str, Any]:
+    """A beat entry: ``task`` on ``queue`` every ``interval_s``; a copy not started within two
+    intervals expires (the next one is on its way)."""
+    return {
+        "task": task,
+        "schedule": timedelta(seconds=interval_s),
+        "options": {"queue": queue, "expires": interval_s * 2},
+    }
 
 
 def make_app(settings: Settings) -> Celery:
@@ -40,30 +51,15 @@ def make_app(settings: Settings) -> Celery:
         redbeat_lock_timeout=int(timers.beat_lock_timeout_s),
         beat_max_loop_interval=timers.beat_max_loop_interval_s,
         beat_schedule={
-            "reconcile": {
-                "task": dispatch.RECONCILE,
-                "schedule": timedelta(seconds=timers.reconcile_interval_s),
-                "options": {
-                    "queue": dispatch.PROVISION_QUEUE,
-                    "expires": timers.reconcile_interval_s * 2,
-                },
-            },
-            "pool-rebalance": {
-                "task": dispatch.POOL_REBALANCE,
-                "schedule": timedelta(seconds=timers.pool_rebalance_interval_s),
-                "options": {
-                    "queue": dispatch.SCHEDULE_QUEUE,
-                    "expires": timers.pool_rebalance_interval_s * 2,
-                },
-            },
-            "autoscale-tick": {
-                "task": dispatch.AUTOSCALE_TICK,
-                "schedule": timedelta(seconds=timers.reconcile_interval_s),
-                "options": {
-                    "queue": dispatch.AUTOSCALE_QUEUE,
-                    "expires": timers.reconcile_interval_s * 2,
-                },
-            },
+            "reconcile": _every(
+                dispatch.RECONCILE, timers.reconcile_interval_s, dispatch.PROVISION_QUEUE
+            ),
+            "pool-rebalance": _every(
+                dispatch.POOL_REBALANCE, timers.pool_rebalance_interval_s, dispatch.SCHEDULE_QUEUE
+            ),
+            "autoscale-tick": _every(
+                dispatch.AUTOSCALE_TICK, timers.reconcile_interval_s, dispatch.AUTOSCALE_QUEUE
+            ),
         },
         include=[
             "corral.workers.schedule",

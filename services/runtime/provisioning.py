@@ -33,7 +33,7 @@ from corral.shared.config.task import Task
 from corral.shared.errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from corral.shared.failover import Place, Within
 from corral.shared.lifecycle import InstanceState, RequestState
-from corral.shared.records import Instance, LaunchRequest, Transition
+from corral.shared.records import Instance, LaunchRequest
 
 log = logging.getLogger("corral.provisioning")
 
@@ -265,10 +265,12 @@ def _on_launched(
     for node, pi in enumerate(launched):
         inst_id = instance_id_for(attempt_id, node)
         ids.append(inst_id)
-        inst = Instance(
-            id=inst_id,
-            request_id=request_id,
-            node_index=node,
+        inst = Instance.new(
+            inst_id,
+            request_id,
+            node,
+            now,
+            f"launched by attempt {attempt_id}",
             provider_id=pi.provider_id,
             attempt_id=attempt_id,
             cloud=pi.cloud,
@@ -276,18 +278,7 @@ def _on_launched(
             zone=pi.zone,
             instance_type=pi.instance_type,
             market=pi.market,
-            state=InstanceState.REQUESTED,
             pid=pi.pid,
-            created_at=now,
-            updated_at=now,
-            history=[
-                Transition(
-                    from_state=None,
-                    to_state=InstanceState.REQUESTED,
-                    at=now,
-                    reason=f"launched by attempt {attempt_id}",
-                )
-            ],
         )
         inst.move(InstanceState.RUNNING, now, "the provider reports it running")
         deps.store.create_instance(inst)

@@ -17,7 +17,7 @@ from typing import Any
 from corral.services.runtime.deps import Deps
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import InstanceState, RequestState
-from corral.shared.records import Instance, LaunchRequest, Transition
+from corral.shared.records import Instance, LaunchRequest
 
 
 @dataclass(frozen=True)
@@ -221,10 +221,12 @@ def record_instance(deps: Deps, machine: Machine, request_id: str, rank: int, ai
     """The request's record of the work running on this machine (once per assignment)."""
     now = deps.now()
     inst_id = instance_id_for(aid)
-    inst = Instance(
-        id=inst_id,
-        request_id=request_id,
-        node_index=rank,
+    inst = Instance.new(
+        inst_id,
+        request_id,
+        rank,
+        now,
+        f"assigned pooled machine {machine.machine_id}",
         provider_id=machine.provider_id,
         attempt_id=aid,
         cloud=machine.cloud,
@@ -233,16 +235,6 @@ def record_instance(deps: Deps, machine: Machine, request_id: str, rank: int, ai
         instance_type=machine.instance_type or machine.machine_type or "",
         market=machine.market or "on_demand",
         machine_type=machine.machine_type or machine.instance_type,
-        created_at=now,
-        updated_at=now,
-        history=[
-            Transition(
-                from_state=None,
-                to_state=InstanceState.REQUESTED,
-                at=now,
-                reason=f"assigned pooled machine {machine.machine_id}",
-            )
-        ],
     )
     inst.move(InstanceState.RUNNING, now, "its pooled machine runs the work")
     if not deps.store.create_instance(inst):
