@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from corral.shared.clouds import CATALOG_CLOUDS
+
 PACKAGED_LOCAL_CLOUD = (
     Path(__file__).resolve().parent / "providers" / "local" / "example-cloud.yaml"
 )
@@ -75,7 +77,7 @@ class Settings(BaseSettings):
     flower_password: SecretStr | None = None  # None: read from <home>/flower-password
     local_cloud_file: Path = PACKAGED_LOCAL_CLOUD
     # Clouds launches may use (each also needs its credentials from the SDK's usual chain).
-    clouds: list[str] = Field(default_factory=lambda: ["local", "aws", "gcp"])
+    clouds: list[str] = Field(default_factory=lambda: ["local", *CATALOG_CLOUDS])
     aws_endpoint_url: str | None = None  # None: real AWS; tests point it at moto's server
     aws_default_image_id: str = "ami-corral-default"  # a placeholder real AWS refuses
     gcp_project: str | None = None  # None: the project of the credentials

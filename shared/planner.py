@@ -47,10 +47,9 @@ from corral.shared.catalog.ordering import (
     merge_runs,
     type_runs,
 )
+from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.config.task import Resources, Task
 
-# The clouds Corral has a provider for. Others (azure, lambda, ...) are read, never planned.
-PROVIDER_CLOUDS = ("aws", "gcp", "local")
 # A CPU task that states neither cpus nor memory gets a general-purpose machine of this size.
 DEFAULT_MIN_CPUS = 4.0
 DEFAULT_MIN_MEMORY_GIB = 16.0

@@ -19,7 +19,7 @@ from typing import Any
 
 from celery import Celery
 
-from corral.services import dispatch
+from corral.services.queues import dispatch
 from corral.services.settings import Settings, get_settings
 
 ROLE_QUEUES = dispatch.role_queues()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.services import dispatch
+from corral.services.queues import dispatch
 from corral.services.runtime import autoscaling
 from corral.services.runtime.deps import deps
 from corral.workers.app import app

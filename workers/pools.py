@@ -3,7 +3,7 @@ machine and agent launches (queue ``provision.<cloud>``), and beat's rebalancing
 
 from __future__ import annotations
 
-from corral.services import dispatch
+from corral.services.queues import dispatch
 from corral.services.runtime import pools
 from corral.services.runtime.deps import deps
 from corral.workers.app import app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.services import dispatch
+from corral.services.queues import dispatch
 from corral.services.runtime import failover, provisioning, termination
 from corral.services.runtime import reconcile as reconciling
 from corral.services.runtime.deps import deps

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.services import dispatch
+from corral.services.queues import dispatch
 from corral.services.runtime import provisioning
 from corral.services.runtime.deps import deps
 from corral.workers.app import app

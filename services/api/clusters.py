@@ -14,17 +14,18 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, status
 from pydantic import BaseModel, Field
 
-from corral.services import dispatch
 from corral.services.api.auth import require_token
 from corral.services.api.routes import get_deps
-from corral.services.clusters import ClusterRecord
+from corral.services.queues import dispatch
 from corral.services.runtime import autoscaling
 from corral.services.runtime.deps import Deps, new_id
+from corral.services.state.clusters import ClusterRecord
+from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.configio import ConfigError, Document, parse_text
 
 router = APIRouter()
 
-CLOUDS = ("aws", "gcp", "local")
+CLOUDS = PROVIDER_CLOUDS
 
 
 class ClusterBody(BaseModel):

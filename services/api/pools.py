@@ -23,9 +23,9 @@ from corral.services.api.schemas import (
     PoolView,
     WhyView,
 )
-from corral.services.pools import PoolKind
 from corral.services.runtime import pools
 from corral.services.runtime.deps import Deps
+from corral.services.state.pools import PoolKind
 from corral.shared.configio import ConfigError, Document, PathKey
 from corral.shared.errors import ProviderError
 

@@ -18,13 +18,13 @@ from corral.services.cli.output import (
 )
 
 if TYPE_CHECKING:
-    from corral.services.client import ApiError, Client
+    from corral.services.cli.client import ApiError, Client
 
 
 @contextmanager
 def api_client(as_json: bool, source: str | None = None) -> Iterator[Client]:
     """A client of the configured API; its failures become one line and an exit code."""
-    from corral.services.client import ApiError, ApiUnreachable, Client, NoApiAddress
+    from corral.services.cli.client import ApiError, ApiUnreachable, Client, NoApiAddress
     from corral.services.settings import get_settings
 
     try:
@@ -47,7 +47,7 @@ def fail(message: str, code: int, as_json: bool) -> NoReturn:
 
 def fail_api(exc: ApiError, as_json: bool, source: str | None = None) -> NoReturn:
     """An error status from the API as an exit code: refusals of the input are 2."""
-    from corral.services.client import describe_detail
+    from corral.services.cli.client import describe_detail
     from corral.shared.configio import ConfigError, Issue
 
     detail = exc.detail

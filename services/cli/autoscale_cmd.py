@@ -29,12 +29,13 @@ from corral.services.cli.output import (
     out,
     print_json,
 )
+from corral.shared.clouds import PROVIDER_CLOUDS
 
 if TYPE_CHECKING:  # the decision core is loaded when the command runs, not at start-up
     from corral.shared.autoscaler import Decision, Node, Plan
     from corral.shared.autoscaler.resources import Resolved
 
-CLOUDS = ("aws", "gcp", "local")
+CLOUDS = PROVIDER_CLOUDS
 COOL_DOWN_S = 300.0  # how long --cooled-down holds a type back in the explanation
 
 autoscale = typer.Typer(

@@ -24,11 +24,12 @@ from corral.services.cli.output import (
     out,
     print_json,
 )
+from corral.shared.clouds import PROVIDER_CLOUDS
 
 if TYPE_CHECKING:
     pass
 
-CLOUDS = ("aws", "gcp", "local")
+CLOUDS = PROVIDER_CLOUDS
 
 cluster_app = typer.Typer(
     name="cluster",

@@ -82,7 +82,7 @@ def pool_body(path: Path, name: str | None, cloud: str | None) -> dict[str, Any]
 def _no_means_1(as_json: bool) -> Iterator[None]:
     """The API saying no: an unknown name or id is the input's fault (exit 2, as `status`
     and `terminate` do); a pool still in use is exit 1. Both with the API's message."""
-    from corral.services.client import ApiError, describe_detail
+    from corral.services.cli.client import ApiError, describe_detail
 
     try:
         yield

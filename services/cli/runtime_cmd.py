@@ -1,7 +1,7 @@
 """Launch requests through the HTTP API: launch, status, instances, logs, terminate; and
 ``corral run api``, the API process itself.
 
-These commands talk to the API only (``corral.services.client``); they never touch Redis.
+These commands talk to the API only (``corral.services.cli.client``); they never touch Redis.
 ``run_app`` is the ``corral run`` group: other modules add ``worker``, ``beat`` and
 ``flower`` to it.
 """
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from corral.services.client import Client
+    from corral.services.cli.client import Client
 
 run_app = typer.Typer(
     name="run",

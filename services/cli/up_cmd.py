@@ -15,8 +15,8 @@ import typer
 from corral.services.cli.output import EXIT_INPUT, out
 
 if TYPE_CHECKING:
+    from corral.services.cli.supervisor import Supervisor
     from corral.services.settings import Settings
-    from corral.services.supervisor import Supervisor
 
 CELERY_APP = "corral.workers.app"
 
@@ -34,7 +34,7 @@ def worker(
     name: Annotated[str, typer.Option(help="node name (default ROLE-PID@host)")] = "",
 ) -> None:
     """Run one worker of a role (add more processes to scale that role out)."""
-    from corral.services import dispatch
+    from corral.services.queues import dispatch
     from corral.services.settings import get_settings
 
     queues = dispatch.role_queues()
@@ -69,7 +69,7 @@ def beat() -> None:
 
 def flower(port: Annotated[int, typer.Option(help="0: a free port")] = 0) -> None:
     """Run Flower (credentials from FLOWER_BASIC_AUTH, set by `corral up`)."""
-    from corral.services.supervisor import free_port
+    from corral.services.cli.supervisor import free_port
 
     _exec_celery(["flower", "--address=127.0.0.1", f"--port={port or free_port()}"])
 
@@ -96,13 +96,13 @@ def up(
     flower_port: Annotated[int, typer.Option(help="0: a free port")] = 0,
 ) -> None:
     """Bring Corral up in the foreground: Redis, API, three workers, beat, Flower."""
-    from corral.services.settings import get_settings
-    from corral.services.supervisor import (
+    from corral.services.cli.supervisor import (
         Supervisor,
         free_port,
         secret_file,
         write_private,
     )
+    from corral.services.settings import get_settings
 
     base = get_settings()
     updates: dict[str, object] = {}
@@ -174,7 +174,7 @@ def _say_addresses(
     token_path: Path | None,
     flower_path: Path | None,
 ) -> None:
-    from corral.services.supervisor import masked_url, wait_port
+    from corral.services.cli.supervisor import masked_url, wait_port
 
     ready = wait_port(sup.api_port, 30)
     out.print(f"[up] redis   {masked_url(settings.redis_url or '')}", markup=False)

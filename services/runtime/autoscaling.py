@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from corral.services.clusters import (
+from corral.services.runtime import requests
+from corral.services.runtime.deps import Deps, new_id
+from corral.services.state.clusters import (
     DECISIONS_KEPT,
     ClusterNode,
     ClusterRecord,
     ClusterStore,
     NodeKind,
 )
-from corral.services.runtime import requests
-from corral.services.runtime.deps import Deps, new_id
 from corral.shared.autoscaler import ClusterSpec, Demand, Node, launch_config, resolve_cluster
 from corral.shared.config.cluster import Cluster
 from corral.shared.config.task import Task

@@ -11,12 +11,13 @@ from typing import Any
 
 import redis
 
-from corral.services.blocks import BlockStore
-from corral.services.docstore import DocStore
-from corral.services.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
 from corral.services.providers.base import Provider
+from corral.services.providers.registry import ProviderUnavailable, build_provider
 from corral.services.settings import Settings, get_settings
-from corral.services.store import Store
+from corral.services.state.blocks import BlockStore
+from corral.services.state.docstore import DocStore
+from corral.services.state.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
+from corral.services.state.store import Store
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
 
@@ -62,7 +63,7 @@ class Deps:
     def provider(self, cloud: str) -> Provider:
         """The provider for ``cloud``, built on first use (SDKs load lazily)."""
         if cloud not in self._providers:
-            self._providers[cloud] = _build_provider(cloud, self)
+            self._providers[cloud] = build_provider(cloud, self.settings, lambda: self.local_cloud)
         return self._providers[cloud]
 
     def launchable_clouds(self) -> tuple[str, ...]:
@@ -92,45 +93,6 @@ class Deps:
 
     def now(self) -> float:
         return self.clock()
-
-
-class ProviderUnavailable(LookupError):
-    """Corral has no provider for this cloud in this installation."""
-
-
-def _build_provider(cloud: str, deps: Deps) -> Provider:
-    if cloud == "local":
-        from corral.services.providers.local.provider import LocalProvider
-
-        settings = deps.settings
-        return LocalProvider(
-            deps.local_cloud,
-            settings.redis_url or "",
-            prefix=settings.prefix,
-            log_dir=settings.logs,
-            heartbeat_timeout_s=settings.timers.heartbeat_timeout_s,
-        )
-    if cloud == "aws":
-        from corral.services.providers.aws.provider import AwsProvider
-
-        return AwsProvider(
-            endpoint_url=deps.settings.aws_endpoint_url,
-            default_image_id=deps.settings.aws_default_image_id,
-        )
-    if cloud == "gcp":
-        from corral.services.providers.gcp.provider import GcpProvider
-
-        credentials = None
-        if deps.settings.gcp_anonymous:
-            from google.auth.credentials import AnonymousCredentials
-
-            credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
-        return GcpProvider(
-            deps.settings.gcp_project,
-            api_endpoint=deps.settings.gcp_api_endpoint,
-            credentials=credentials,
-        )
-    raise ProviderUnavailable(f"Corral has no provider for cloud {cloud!r}")
 
 
 def new_id(kind: str) -> str:

@@ -22,13 +22,13 @@ import uuid
 from functools import partial
 from typing import Any
 
-from corral.services import dispatch
-from corral.services.pools import PoolRecord
 from corral.services.providers.base import TAG_MACHINE, TAG_MANAGED, TAG_POOL
+from corral.services.queues import dispatch
 from corral.services.runtime import workloads as work
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import catalog_with_local
+from corral.services.state.pools import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task

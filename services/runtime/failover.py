@@ -7,7 +7,7 @@ The choice itself is :func:`corral.shared.failover.next_step`.
 
 from __future__ import annotations
 
-from corral.services import dispatch
+from corral.services.queues import dispatch
 from corral.services.runtime.account import fail_request, record_attempt
 from corral.services.runtime.deps import Deps
 from corral.shared.errors import Scope

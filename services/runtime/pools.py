@@ -29,8 +29,6 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from corral.services import dispatch
-from corral.services.pools import PoolKind, PoolRecord
 from corral.services.providers.base import (
     TAG_MACHINE,
     TAG_MANAGED,
@@ -38,10 +36,12 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
 )
+from corral.services.queues import dispatch
 from corral.services.runtime import determined
 from corral.services.runtime import workloads as work
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
+from corral.services.state.pools import PoolKind, PoolRecord
 from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.machine_pool import LaunchTemplate, MachinePool
 from corral.shared.config.task import Task

@@ -20,7 +20,6 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-from corral.services import dispatch
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MACHINE,
@@ -28,6 +27,7 @@ from corral.services.providers.base import (
     TAG_REQUEST,
     ProviderInstance,
 )
+from corral.services.queues import dispatch
 from corral.services.runtime import failover, pools, termination
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps

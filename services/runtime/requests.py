@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.services import dispatch
+from corral.services.queues import dispatch
 from corral.services.runtime import determined, pools
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.planning import plan_launch

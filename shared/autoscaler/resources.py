@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from ..catalog.catalog import Catalog
 from ..catalog.offering import Offering
+from ..clouds import CATALOG_CLOUDS
 from ..config.cluster import Cluster, NodeType
 from ..config.localcloud import InstanceType, LocalCloud
 from ..configio import PathKey
@@ -38,7 +39,6 @@ DEFAULT_UPSCALING_SPEED = 1.0
 DEFAULT_IDLE_TIMEOUT_MINUTES = 5.0
 LEGACY_HEAD = "ray.head.default"
 LEGACY_WORKER = "ray.worker.default"
-CATALOG_CLOUDS = ("aws", "gcp")
 
 Problem = tuple[PathKey, str]
 

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from corral.shared.catalog.offering import Offering
+from corral.shared.clouds import CATALOG_CLOUDS
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-SHIPPED_CLOUDS = ("aws", "gcp")  # one data/<cloud>.csv each, loaded in this order
+SHIPPED_CLOUDS = CATALOG_CLOUDS  # one data/<cloud>.csv each, loaded in this order
 COLUMNS = (
     "InstanceType",
     "AcceleratorName",

@@ -17,7 +17,7 @@ import pytest
 import redis
 from celery import Celery
 
-from corral.services import dispatch
+from corral.services.queues import dispatch
 from corral.services.settings import Settings
 
 from harness import REPO, System, wait_for

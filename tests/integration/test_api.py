@@ -17,10 +17,10 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from corral.services import dispatch
 from corral.services.api import create_app
+from corral.services.queues import dispatch
 from corral.services.settings import Settings
-from corral.services.store import Store
+from corral.services.state.store import Store
 from corral.shared.records import Instance
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import redis
 
-from corral.services.store import Store
+from corral.services.state.store import Store
 
 pytestmark = pytest.mark.integration
 

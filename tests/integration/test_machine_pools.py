@@ -16,8 +16,8 @@ import pytest
 import redis
 import yaml
 
-from corral.services.pools import pool_ledgers
-from corral.services.store import Store
+from corral.services.state.pools import pool_ledgers
+from corral.services.state.store import Store
 
 from harness import System, wait_for
 

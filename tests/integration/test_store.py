@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from corral.services.store import Store, WriteConflict
+from corral.services.state.store import Store, WriteConflict
 from corral.shared.lifecycle import IllegalTransition, InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
 

@@ -26,7 +26,7 @@ STARTUP_FORBIDDEN = (
     "boto3",
     "google",
     "httpx",
-    "corral.services.dispatch",
+    "corral.services.queues.dispatch",
     "corral.shared.planner",
     "corral.shared.merge",
 )
@@ -55,8 +55,8 @@ LAZY_FORBIDDEN = (
     "corral.shared.catalog",
     "corral.shared.pools",
     "corral.services.settings",
-    "corral.services.client",
-    "corral.services.supervisor",
+    "corral.services.cli.client",
+    "corral.services.cli.supervisor",
 )
 
 # Runs the app as the console script does and writes the loaded modules to argv[1].

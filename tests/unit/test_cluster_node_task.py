@@ -7,11 +7,11 @@ from pathlib import Path
 
 import yaml
 
-from corral.services.clusters import ClusterNode, ClusterRecord
 from corral.services.runtime.autoscaling import node_task
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.provisioning import _advanced_config
 from corral.services.settings import Settings
+from corral.services.state.clusters import ClusterNode, ClusterRecord
 from corral.shared.config.cluster import Cluster
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import threading
 
 import redis
 
-from corral.services.clusters import ClusterNode, ClusterRecord, ClusterStore
+from corral.services.state.clusters import ClusterNode, ClusterRecord, ClusterStore
 
 
 def _store(url: str) -> ClusterStore:

@@ -4,7 +4,7 @@ A cluster record holds what the autoscaling worker needs between ticks: the clus
 validated (JSON), the cloud it is played on, the standing demand, the node types cooled down
 after a failed launch, every node the cluster ever committed to launching (its launch request
 id, type, kind and when it was last seen busy) and the last decision. The records follow the
-same pattern as :mod:`corral.services.store`: read with the version, compute on a copy, write
+same pattern as :mod:`corral.services.state.store`: read with the version, compute on a copy, write
 only if the stored version is still the one read; a writer that lost the race reads again.
 
 Key layout (``P`` is the prefix)::
@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from redis import Redis
 
-from corral.services.docstore import DocStore
+from corral.services.state.docstore import DocStore
 
 NodeKind = Literal["head", "worker"]
 DECISIONS_KEPT = 20
@@ -75,7 +75,7 @@ class ClusterExists(ValueError):
 
 
 class ClusterStore:
-    """Cluster records in one Redis (versioned documents, :mod:`corral.services.docstore`).
+    """Cluster records in one Redis (versioned documents, :mod:`corral.services.state.docstore`).
     Safe to share between threads."""
 
     def __init__(self, redis: Redis, prefix: str = "corral") -> None:
@@ -111,7 +111,7 @@ class ClusterStore:
         self, name: str, fn: Callable[[ClusterRecord], bool], *, retries: int = 50
     ) -> ClusterRecord | None:
         """Change one cluster with ``fn`` against concurrent writers, as
-        :meth:`corral.services.store.Store.update_request` does: ``fn`` mutates a fresh copy
+        :meth:`corral.services.state.store.Store.update_request` does: ``fn`` mutates a fresh copy
         and returns True to write it; a lost race reads again and calls ``fn`` again. Returns
         the record as written (or as read, for a no-op), None if there is no such cluster."""
         return self._docs.update(name, fn, retries=retries)

@@ -12,6 +12,7 @@ from typing import Any
 from celery import Celery
 
 from corral.services.settings import Settings, get_settings
+from corral.shared.clouds import PROVIDER_CLOUDS
 
 # Task names (the workers register these) -> the queue each one goes to.
 ADMIT = "corral.schedule.admit"  # plan a request's chain and start its first attempt
@@ -32,7 +33,7 @@ PING = "corral.schedule.ping"  # does nothing: liveness checks and the queue ben
 SCHEDULE_QUEUE = "schedule"
 PROVISION_QUEUE = "provision"
 AUTOSCALE_QUEUE = "autoscale"
-CLOUDS_WITH_QUEUES = ("local", "aws", "gcp")
+CLOUDS_WITH_QUEUES = PROVIDER_CLOUDS  # one provisioning queue each
 
 
 def provision_queue(cloud: str | None = None) -> str:

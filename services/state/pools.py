@@ -11,7 +11,7 @@ Key layout (``P`` is the prefix)::
                            (corral.shared.scheduling.det_ledger.DetLedger)
 
 A Determined master config is registered like a pool (kind ``master_config``); one at a time.
-Every write is a compare-and-set on the document's version (:mod:`corral.services.docstore`).
+Every write is a compare-and-set on the document's version (:mod:`corral.services.state.docstore`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from redis import Redis
 
-from corral.services.docstore import DocStore
+from corral.services.state.docstore import DocStore
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
 
