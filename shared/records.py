@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.shared.lifecycle import (
     INSTANCE_TRANSITIONS,
@@ -25,6 +25,7 @@ from corral.shared.lifecycle import (
     RequestState,
     check_move,
 )
+from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute, Route
 
 # How an attempt ended: "ok", one of the provider outcomes (corral.shared.errors), or
 # "blocked" (skipped: its scope was blocked by an earlier failure).
@@ -99,9 +100,27 @@ class LaunchRequest(_Record):
     exit_code: int | None = None  # a job's `run` exit code once it ended
     labels: dict[str, str] = Field(default_factory=dict)  # the user's, for filtering
     priority: int = 0  # higher is scheduled first and preempted last
-    pool: str | None = None  # the machine pool it runs on (its task carries a compute config)
-    master: str | None = None  # the registered Determined master config it runs under ...
-    resource_pool: str | None = None  # ... and the resource pool it was sent to
+    # Where it goes, decided once at submit (corral.shared.routing): its own machines down the
+    # chain, a machine pool, or a Determined resource pool. Later steps match on it.
+    route: Route = Field(default_factory=Direct)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_route(cls, data: Any) -> Any:
+        """Records written before routes were stored kept ``pool`` / ``master`` and
+        ``resource_pool`` fields instead: read them as the route they meant."""
+        if not isinstance(data, dict) or "route" in data:
+            return data
+        if not any(k in data for k in ("pool", "master", "resource_pool")):
+            return data
+        data = dict(data)
+        pool, master = data.pop("pool", None), data.pop("master", None)
+        resource_pool = data.pop("resource_pool", None)
+        if pool is not None:
+            data["route"] = MachinePoolRoute(pool=pool)
+        elif master is not None:
+            data["route"] = DeterminedRoute(master=master, resource_pool=resource_pool or "")
+        return data
 
     @classmethod
     def new(

@@ -2,8 +2,9 @@
 and show pools, delete one; and ``why`` a request waits.
 
 Reads are open; writes depend on :func:`corral.services.api.auth.require_token`. The work is
-done by :mod:`corral.services.runtime.pools`; these routes check the file again (the CLI checks
-it first, but the API is open to any client), choose its cloud and map errors to statuses.
+done by :mod:`corral.services.runtime.pooled.registry`; these routes check the file again
+(the CLI checks it first, but the API is open to any client), choose its cloud and map
+errors to statuses.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from corral.services.api.schemas import (
     PoolView,
     WhyView,
 )
-from corral.services.runtime import pools
+from corral.services.runtime import why as whys
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.pooled import registry as pools
 from corral.services.state.pools import PoolKind
 from corral.shared.configio import ConfigError, Document, PathKey
 from corral.shared.errors import ProviderError
@@ -235,6 +237,6 @@ def delete_pool(name: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
 )
 def why(request_id: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
     try:
-        return pools.why(deps, request_id)
+        return whys.why(deps, request_id)
     except LookupError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None

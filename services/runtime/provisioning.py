@@ -7,17 +7,14 @@ idempotent: run twice with the same arguments (a redelivered message), it does t
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import logging
-import time
 import uuid
 from typing import Any
 
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
-    TAG_NODE,
     TAG_REQUEST,
     LaunchSpec,
     ProviderInstance,
@@ -26,14 +23,17 @@ from corral.services.runtime.account import fail_request, finish_attempt, record
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.failover import advance, after_failure, resume
+from corral.services.runtime.launch import launch_and_wait
 from corral.services.runtime.planning import plan_launch
+from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
 from corral.shared.blocking import is_blocked
 from corral.shared.config.task import Task
-from corral.shared.errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
+from corral.shared.errors import ProviderError, Scope, ThrottledError
 from corral.shared.failover import Place, Within
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
+from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 
 log = logging.getLogger("corral.provisioning")
 
@@ -56,12 +56,13 @@ def admit(deps: Deps, request_id: str) -> str:
     req = deps.store.get_request(request_id)
     if req is None:
         return "missing"
-    if req.pool is not None or req.master is not None:
-        from corral.services.runtime import determined, pools
-
-        if req.is_terminal:
-            return f"nothing to do ({req.state})"
-        return pools.enqueue(deps, req) if req.pool else determined.enqueue(deps, req)
+    match req.route:
+        case MachinePoolRoute() | DeterminedRoute():
+            if req.is_terminal:
+                return f"nothing to do ({req.state})"
+            return passes.enqueue(deps, req)
+        case Direct():
+            pass
     if req.state == RequestState.PROVISIONING:
         resume(deps, req)  # a redelivery after a crash between commit and dispatch
         return "redispatched"
@@ -157,11 +158,8 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
         )
     task = Task.model_validate(req.task)
     spec = _spec(req, task, cand, attempt_id)
-    provider = deps.provider(cand["cloud"])
-    deadline = time.monotonic() + deps.settings.timers.attempt_deadline_s
     try:
-        launched = _launch_by_deadline(provider, spec, deadline)
-        launched = _wait_until_up(provider, attempt_id, len(launched), deadline)
+        launched = launch_and_wait(deps, spec)
     except ThrottledError as exc:
         timers = deps.settings.timers
         finish_attempt(deps, req.id, attempt_id, "throttled", str(exc))
@@ -205,51 +203,6 @@ def _advanced_config(task: Task, cand: dict[str, Any]) -> dict[str, Any]:
     if task.advanced_instance_config and task.resources.cloud == cand["cloud"]:
         return dict(task.advanced_instance_config)
     return {}
-
-
-def launch_and_wait(deps: Deps, cloud: str, spec: LaunchSpec) -> list[ProviderInstance]:
-    """Launch ``spec`` and wait until its instances are up, within the attempt deadline
-    (raises the provider's error, or LaunchTimeoutError)."""
-    provider = deps.provider(cloud)
-    deadline = time.monotonic() + deps.settings.timers.attempt_deadline_s
-    launched = _launch_by_deadline(provider, spec, deadline)
-    return _wait_until_up(provider, spec.attempt_id, len(launched), deadline)
-
-
-def _launch_by_deadline(provider: Any, spec: LaunchSpec, deadline: float) -> list[ProviderInstance]:
-    """Call ``provider.launch`` but stop waiting at the deadline: a hung region must not hold
-    the chain. What a late launch creates is found by its attempt tag and cleaned up."""
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(provider.launch, spec)
-    try:
-        return list(future.result(timeout=max(0.0, deadline - time.monotonic())))
-    except concurrent.futures.TimeoutError:
-        raise LaunchTimeoutError(f"no answer within the attempt deadline in {spec.zone}") from None
-    finally:
-        pool.shutdown(wait=False)
-
-
-def _wait_until_up(
-    provider: Any, attempt_id: str, count: int, deadline: float
-) -> list[ProviderInstance]:
-    """Wait for every node to report in (running, or already finished for a quick job). A
-    failed look (throttled, a 5xx) is looked at again: the launch itself has succeeded."""
-    found: list[ProviderInstance] = []
-    while True:
-        try:
-            found = provider.describe({TAG_ATTEMPT: attempt_id})
-        except ProviderError as exc:
-            log.info("describe failed while waiting for %s (%s); looking again", attempt_id, exc)
-        else:
-            if len(found) >= count and all(p.state in ("running", "terminated") for p in found):
-                return sorted(found, key=lambda p: int(p.tags.get(TAG_NODE, "0")))
-            if any(p.state == "lost" for p in found):
-                provider.terminate([p.provider_id for p in found])
-                raise ProviderError("an instance died while starting", code="InstanceLost")
-        if time.monotonic() > deadline:
-            provider.terminate([p.provider_id for p in found])
-            raise LaunchTimeoutError("instances did not come up within the attempt deadline")
-        time.sleep(getattr(provider, "poll_interval_s", 1.0))
 
 
 def _on_launched(

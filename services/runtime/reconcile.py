@@ -28,10 +28,11 @@ from corral.services.providers.base import (
     ProviderInstance,
 )
 from corral.services.queues import dispatch
-from corral.services.runtime import failover, pools, termination
+from corral.services.runtime import failover, termination
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
+from corral.services.runtime.pooled import passes
 from corral.shared.blocking import Block
 from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError
@@ -43,6 +44,7 @@ from corral.shared.lifecycle import (
     is_transition,
 )
 from corral.shared.records import Instance, LaunchRequest
+from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 
 log = logging.getLogger("corral.reconcile")
 
@@ -82,7 +84,7 @@ def _check_instances(
 ) -> None:
     for inst in deps.store.list_instances(states=set(LIVE)):
         if inst.machine_type is not None:
-            continue  # a pool workload's node: its machine is the pool's (runtime/pools.py)
+            continue  # a pool workload's node: its machine is the pool's (runtime/pooled/)
         seen = by_cloud.get(inst.cloud)
         if seen is None:
             continue  # no provider to ask in this process
@@ -284,7 +286,7 @@ def _is_stray(deps: Deps, pi: ProviderInstance) -> bool:
         machine_id = pi.tags.get(TAG_MACHINE, "")
         if deps.store.is_claimed(f"pool-machine:{machine_id}"):
             return False  # its launch is still running
-        return not pools.knows_machine(deps, pool, machine_id)
+        return not passes.knows_machine(deps, pool, machine_id)
     attempt_id = pi.tags.get(TAG_ATTEMPT)
     request_id = pi.tags.get(TAG_REQUEST)
     if not attempt_id or not request_id:
@@ -307,14 +309,15 @@ def _unstick(deps: Deps, counts: dict[str, int]) -> None:
             if now - req.updated_at < patience_s:
                 continue
             counts["unstuck"] += 1
-            if req.pool is not None or req.master is not None:
-                if state == RequestState.PENDING and not pools.is_queued(deps, req):
-                    dispatch.admit(req.id, settings=deps.settings)  # its admission was lost
-                continue  # queued or placed: its pool's passes and syncs carry it
-            if state == RequestState.PENDING:
-                dispatch.admit(req.id, settings=deps.settings)
-            else:
-                failover.resume(deps, req)
+            match req.route:
+                case MachinePoolRoute() | DeterminedRoute() as pooled:
+                    if state == RequestState.PENDING and not passes.is_queued(deps, req, pooled):
+                        dispatch.admit(req.id, settings=deps.settings)  # its admission was lost
+                    # else queued or placed: its pool's passes and syncs carry it
+                case Direct() if state == RequestState.PENDING:
+                    dispatch.admit(req.id, settings=deps.settings)
+                case Direct():
+                    failover.resume(deps, req)
 
 
 def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
@@ -323,7 +326,7 @@ def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
     now = deps.now()
     patience_s = deps.settings.timers.reconcile_interval_s * 3
     for req in deps.store.list_requests(state=RequestState.RUNNING, limit=1000, oldest_first=True):
-        pooled = req.pool is not None or req.master is not None
+        pooled = not isinstance(req.route, Direct)  # its pool's syncs carry it
         if now - req.updated_at < patience_s or not req.instance_ids or pooled:
             continue
         last = deps.store.get_instance(req.instance_ids[-1])

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services.queues import dispatch
-from corral.services.runtime import determined, pools
 from corral.services.runtime.deps import Deps, new_id
-from corral.services.runtime.planning import plan_launch
+from corral.services.runtime.pooled.registry import registry_view
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
 from corral.shared.records import LaunchRequest
+from corral.shared.routing import Refusal, route
 
 
 class RequestNotFound(LookupError):
@@ -31,23 +31,11 @@ class Impossible(ValueError):
 
 
 def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRequest:
-    """Accept a launch request: refuse the impossible, store it PENDING, hand it to scheduling.
-    A task with a compute config is a workload of its machine pool."""
-    pool = master = resource_pool = None
-    if task.compute_config is not None and pools.names_a_pool(task):
-        try:
-            pool = pools.check_workload(deps, task)
-        except pools.PoolError as exc:
-            raise Impossible([str(exc)]) from None
-    elif determined.wants_determined(deps, task):
-        try:
-            master, resource_pool = determined.route(deps, task)
-        except determined.RouteError as exc:
-            raise Impossible([str(exc)]) from None
-    else:
-        planned = plan_launch(deps, task)
-        if not planned.candidates:
-            raise Impossible(planned.reasons or ["no launchable candidate for these resources"])
+    """Accept a launch request: route it (:func:`corral.shared.routing.route`), refuse the
+    impossible, store it PENDING with its route, hand it to scheduling."""
+    decided = route(task, registry_view(deps))
+    if isinstance(decided, Refusal):
+        raise Impossible(list(decided.reasons))
     now = deps.now()
     req = LaunchRequest(
         id=request_id or new_id("r"),
@@ -57,9 +45,7 @@ def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRe
         updated_at=now,
         labels=dict(task.labels),
         priority=task.priority,
-        pool=pool,
-        master=master,
-        resource_pool=resource_pool,
+        route=decided,
     )
     req.history.append(_first_transition(now))
     if deps.store.create_request(req):

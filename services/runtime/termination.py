@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.pooled import passes
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
+from corral.shared.routing import pool_of
 
 
 def release_instances(
@@ -54,9 +56,9 @@ def terminate(
     now = deps.now()
     if by_user and instance_id is None:
         _cancel_if_not_running(deps, request_id, reason, now)
-    pooled = deps.store.get_request(request_id)
-    if pooled is not None and (pooled.pool is not None or pooled.master is not None):
-        return _terminate_workload(deps, pooled, reason, now)
+    current = deps.store.get_request(request_id)
+    if current is not None and current.route.kind != "direct":
+        return _terminate_workload(deps, current, reason, now)
     req = release_instances(deps, request_id, reason, instance_id)
     if req is None:
         return "missing"
@@ -84,7 +86,6 @@ def terminate(
 
 def _terminate_workload(deps: Deps, req: LaunchRequest, reason: str, now: float) -> str:
     """A pool workload: end its request; the pool withdraws its work and keeps the machines."""
-    from corral.services.runtime import pools
 
     def end(r: LaunchRequest) -> bool:
         if r.state in (RequestState.RUNNING, RequestState.PREEMPTED):
@@ -95,7 +96,7 @@ def _terminate_workload(deps: Deps, req: LaunchRequest, reason: str, now: float)
     updated = deps.store.update_request(req.id, end)
     if updated is not None and updated.state != req.state:
         deps.store.append_event(req.id, f"state: {updated.state.value} ({reason})", now)
-    pools.sync_any(deps, req.pool or req.master or "")
+    passes.sync(deps, pool_of(req.route) or "")
     return "terminated"
 
 

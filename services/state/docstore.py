@@ -103,24 +103,37 @@ class DocStore(Generic[DocT]):
             doc.version = new.version
         return written
 
-    def update(self, name: str, fn: Callable[[DocT], bool], *, retries: int = 100) -> DocT | None:
-        """Change a document with ``fn`` (mutates a fresh copy, True to write it) against
-        concurrent writers. Returns the document as written (or as read, for a no-op), None
-        if there is no such document."""
+    def replace(
+        self, name: str, fn: Callable[[DocT], DocT | None], *, retries: int = 100
+    ) -> DocT | None:
+        """Compute a new document from the current one with ``fn`` (None: nothing to write)
+        and write it only if no one wrote in between; a lost race reads again and computes
+        again. Returns the document as written (or as read, for a no-op), None if there is
+        no such document."""
         for attempt in range(retries + 1):
             current = self.get(name)
             if current is None:
                 return None
-            work: DocT = current.model_copy(deep=True)
-            if not fn(work):
+            new = fn(current)
+            if new is None:
                 return current
-            written = self.write(name, work, current.version)
+            written = self.write(name, new, current.version)
             if written == 1:
-                return work
+                return new
             if written == -1:
                 return None
             time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
         raise WriteConflict(f"{self._kind} {name}: still losing to other writers")
+
+    def update(self, name: str, fn: Callable[[DocT], bool], *, retries: int = 100) -> DocT | None:
+        """Change a document with ``fn`` (mutates a fresh copy, True to write it) against
+        concurrent writers (see :meth:`replace`)."""
+
+        def changed(current: DocT) -> DocT | None:
+            work: DocT = current.model_copy(deep=True)
+            return work if fn(work) else None
+
+        return self.replace(name, changed, retries=retries)
 
     def delete(self, name: str, expected_version: int | None = None) -> int:
         """Remove the document (if still at ``expected_version``, when given): 1 removed, 0

@@ -34,6 +34,23 @@ class Machine:
     machine_type: str | None = None  # a machine pool's type; None for a Determined agent
 
 
+def as_machine(machine_id: str, pooled: Any) -> Machine | None:
+    """A pool machine or a Determined agent (from its ledger) as the cloud knows it; None
+    until it is up (no provider id yet)."""
+    if not pooled.provider_id or not pooled.cloud:
+        return None
+    return Machine(
+        machine_id=machine_id,
+        cloud=pooled.cloud,
+        provider_id=pooled.provider_id,
+        region=pooled.region,
+        zone=pooled.zone,
+        instance_type=pooled.instance_type,
+        market=pooled.market,
+        machine_type=getattr(pooled, "machine_type", None),
+    )
+
+
 def agents(deps: Deps, machine: Machine) -> Any | None:
     """The machine's provider when its machines run node agents that take assignments (the
     local cloud), else None: on other clouds a pooled machine is only held for its work."""

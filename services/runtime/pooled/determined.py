@@ -1,0 +1,309 @@
+"""Determined resource pools (:class:`DeterminedPools`): the pool-kind implementation for a
+registered master config.
+
+Each of the master's pools has its own scheduler (fair_share, priority, round_robin; best or
+worst fit, :func:`corral.shared.scheduling.schedule_pools`, fallback pools included); agents are
+launched on the pool's provider's cloud (the local cloud's ``provider: {type: local}``
+included) for tasks left waiting for room, and run several tasks each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from corral.services.runtime.deps import Deps
+from corral.services.runtime.planning import catalog_for
+from corral.services.runtime.pooled import work
+from corral.services.runtime.pooled.kind import LaunchOrder, PassResult
+from corral.services.state.docstore import DocStore
+from corral.services.state.pools import PoolKind as KindName
+from corral.services.state.pools import PoolRecord
+from corral.shared.config.machine_pool import LaunchTemplate
+from corral.shared.config.master_config import MasterConfig
+from corral.shared.config.task import Task
+from corral.shared.lifecycle import RequestState
+from corral.shared.pools import ResolvedPools, resolve_pools
+from corral.shared.records import LaunchRequest
+from corral.shared.routing import DeterminedRoute, pool_limits
+from corral.shared.scheduling import DetTask, schedule_pools
+from corral.shared.scheduling.det_ledger import (
+    DetAgent,
+    DetLedger,
+    add_task,
+    agent_lost,
+    commit_det,
+    grow,
+    release_task,
+    snapshots_of,
+)
+
+
+def resolved(record: PoolRecord) -> ResolvedPools:
+    return resolve_pools(MasterConfig.model_validate(record.spec))
+
+
+def task_of(req: LaunchRequest, task: Task) -> DetTask:
+    """A request as a Determined task: its own group (job), its slots, Determined's priority."""
+    return DetTask(
+        task_id=req.id,
+        group_id=task.labels.get("experiment", req.id),
+        slots=task.slots(),
+        priority=task.resources.priority,
+        weight=float(task.labels.get("weight", 1.0)),
+        preemptible=bool(task.scheduling.preemptible)
+        if task.scheduling and task.scheduling.preemptible is not None
+        else True,
+        submitted_at=req.created_at,
+        fallback_pools=tuple(task.scheduling.fallback_pools if task.scheduling else ()),
+    )
+
+
+class DeterminedPools:
+    """The master-config kind (see :class:`corral.services.runtime.pooled.kind.PoolKind`)."""
+
+    name: KindName = "master_config"
+    label: str = "master config"
+
+    def ledgers(self, deps: Deps) -> DocStore[DetLedger]:
+        return deps.det_ledgers
+
+    def new_ledger(self, name: str) -> DetLedger:
+        return DetLedger(master=name)
+
+    # ------------------------------------------------------------------------------------------
+    # The queue and passes
+
+    def add_work(self, record: PoolRecord, req: LaunchRequest) -> Callable[[DetLedger], bool]:
+        assert isinstance(req.route, DeterminedRoute)
+        task, pool = task_of(req, Task.model_validate(req.task)), req.route.resource_pool
+        return lambda ledger: add_task(ledger, task, pool) or True
+
+    def work_ids(self, ledger: DetLedger) -> list[str]:
+        return list(ledger.tasks)
+
+    def pass_over(
+        self, deps: Deps, record: PoolRecord, ledger: DetLedger, now: float, *, rebalance: bool
+    ) -> PassResult:
+        pools = resolved(record)
+        snapshots = snapshots_of(ledger, pools, pool_limits(pools, catalog_for(deps)))
+        plans = schedule_pools(snapshots, now)
+        after = commit_det(ledger, plans, now)
+        master, version = record.name, ledger.version
+
+        def new_id(pool: str, index: int) -> str:
+            raw = f"{master}/{pool}/{version}/{index}"
+            return "a-" + hashlib.sha1(raw.encode()).hexdigest()[:10]
+
+        grow(after, snapshots, plans, now, new_id)
+
+        def log() -> None:
+            for plan in plans:
+                for start in plan.starts:
+                    deps.store.append_event(start.task_id, f"scheduler: {start.reason}", now)
+                for rel in plan.releases:
+                    deps.store.append_event(rel.task_id, f"scheduler: {rel.reason}", now)
+
+        return PassResult(after, log)
+
+    def before_rebalance(self, deps: Deps, record: PoolRecord) -> None:
+        return None  # idle agents are reaped by the pass itself
+
+    # ------------------------------------------------------------------------------------------
+    # Carrying the ledger out
+
+    def sync_work(self, deps: Deps, record: PoolRecord, ledger: DetLedger, work_id: str) -> bool:
+        return _sync_task(deps, record.name, ledger, work_id)
+
+    def machines(self, ledger: DetLedger) -> dict[str, DetAgent]:
+        return dict(ledger.agents)
+
+    def sync_machine(
+        self, deps: Deps, record: PoolRecord, ledger: DetLedger, machine_id: str, machine: DetAgent
+    ) -> bool:
+        cloud_machine = work.as_machine(machine_id, machine)
+        if cloud_machine is not None and not _on_agent(ledger, machine_id):
+            work.withdraw(deps, cloud_machine)
+        return False
+
+    def drop_machine(self, ledger: DetLedger, machine_id: str) -> bool:
+        return ledger.agents.pop(machine_id, None) is not None
+
+    # ------------------------------------------------------------------------------------------
+    # Launching one agent
+
+    def cloud_of(self, record: PoolRecord, machine: DetAgent) -> str:
+        provider = resolved(record).pool(machine.pool).provider or {}
+        return str(provider.get("type") or record.cloud)
+
+    def launch_order(self, deps: Deps, record: PoolRecord, machine: DetAgent) -> LaunchOrder:
+        provider = resolved(record).pool(machine.pool).provider or {}
+        instance = provider.get("instance_type")
+        if isinstance(instance, dict):
+            instance = instance.get("machine_type")
+        template = LaunchTemplate(
+            instance_type=str(instance),
+            market_type="SPOT" if provider.get("spot") else "ON_DEMAND",
+        )
+        return LaunchOrder(self.cloud_of(record, machine), [template])
+
+    def machine_up(
+        self, ledger: DetLedger, machine_id: str, where: dict[str, Any], now: float
+    ) -> bool:
+        found = ledger.agents.get(machine_id)
+        if found is None or found.status != "launching":
+            return False
+        for name, value in where.items():
+            setattr(found, name, value)
+        found.status = "up"
+        found.idle_since = now
+        return True
+
+    def machine_failed(self, ledger: DetLedger, machine_id: str, now: float) -> bool:
+        agent_lost(ledger, machine_id, now)
+        return True
+
+    def workload_of(self, machine: DetAgent) -> str | None:
+        return None  # an agent serves its pool, not one task
+
+    # ------------------------------------------------------------------------------------------
+    # Views
+
+    def why(self, deps: Deps, req: LaunchRequest, ledger: DetLedger | None) -> dict[str, Any]:
+        route = req.route
+        assert isinstance(route, DeterminedRoute)
+        out: dict[str, Any] = {
+            "id": req.id,
+            "state": req.state.value,
+            "pool": route.resource_pool,
+            "master": route.master,
+        }
+        task = ledger.tasks.get(req.id) if ledger else None
+        if ledger is None or task is None:
+            out.update(code="not_queued", reason=f"it is not on a queue ({req.state.value})")
+            return out
+        out["pool"] = ledger.pool_of(req.id)
+        note = ledger.notes.get(req.id)
+        if task.stopping:
+            by = ledger.preempted_by.get(req.id)
+            out.update(
+                code="stopping", reason=f"preempted by {by}; giving its slots back", preempted_by=by
+            )
+        elif task.allocations:
+            where = ", ".join(f"{a.slots} on {a.agent_id}" for a in task.allocations)
+            started = ledger.started_by.get(req.id, "started")
+            out.update(code="started", reason=f"{started}: {where}")
+        elif note is not None:
+            out.update(code=note.code, reason=note.reason)
+            if req.id in ledger.preempted_by:
+                out["preempted_by"] = ledger.preempted_by[req.id]
+        else:
+            out.update(code="queued", reason="queued; the next scheduling pass decides")
+        return out
+
+    def view(self, record: PoolRecord, ledger: DetLedger) -> dict[str, Any]:
+        return {
+            "machines": [
+                {
+                    "id": a.agent_id,
+                    "pool": a.pool,
+                    "slots": a.slots,
+                    "status": a.status,
+                    "provider_id": a.provider_id,
+                    "zone": a.zone,
+                    "market": a.market,
+                }
+                for a in ledger.agents.values()
+            ],
+            "workloads": [
+                {
+                    "id": tid,
+                    "pool": ledger.pool_of(tid),
+                    "slots": t.slots,
+                    "phase": "stopping"
+                    if t.stopping
+                    else ("running" if t.allocations else "pending"),
+                    "priority": t.priority,
+                }
+                for tid, t in ledger.tasks.items()
+            ],
+        }
+
+
+def _on_agent(ledger: DetLedger, agent_id: str) -> list[tuple[str, int]]:
+    return [
+        (tid, a.slots)
+        for tid, t in ledger.tasks.items()
+        for a in t.allocations
+        if a.agent_id == agent_id
+    ]
+
+
+def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
+    task = ledger.tasks[tid]
+    req = deps.store.get_request(tid)
+    now = deps.now()
+    agents = [ledger.agents.get(a.agent_id) for a in task.allocations]
+    on = [m for a in agents if a is not None and (m := work.as_machine(a.agent_id, a)) is not None]
+    if req is None or req.is_terminal:
+        for machine in on:
+            work.withdraw(deps, machine, _aid(tid, task.started_at, machine.machine_id))
+        deps.det_ledgers.update(master, partial(_release, tid=tid, now=now, finished=True))
+        work.end_instances(deps, tid, f"its request ended ({req.state.value if req else 'gone'})")
+        return True
+    if not task.allocations:
+        if req.state == RequestState.PROVISIONING:
+            work.move_request(deps, tid, RequestState.PENDING, "sent back to the queue")
+        return False
+    if task.stopping:
+        by = ledger.preempted_by.get(tid, "another task")
+        return work.stop_preempted(
+            deps,
+            req,
+            by,
+            [(m, _aid(tid, task.started_at, m.machine_id)) for m in on],
+            lambda: deps.det_ledgers.update(
+                master, partial(_release, tid=tid, now=now, finished=False)
+            ),
+        )
+    if req.state in (RequestState.PENDING, RequestState.PREEMPTED):
+        reason = ledger.started_by.get(tid, "started")
+        work.move_request(deps, tid, RequestState.PROVISIONING, reason)
+    spec = Task.model_validate(req.task)
+    for rank, machine in enumerate(on):
+        aid = _aid(tid, task.started_at, machine.machine_id)
+        slots = next(a.slots for a in task.allocations if a.agent_id == machine.machine_id)
+        envs = {
+            "CORRAL_REQUEST_ID": tid,
+            "CORRAL_NODE_RANK": str(rank),
+            "CORRAL_NUM_NODES": str(len(task.allocations)),
+            "CORRAL_SLOTS": str(slots),
+            "CORRAL_RESOURCE_POOL": ledger.pool_of(tid),
+        }
+        if work.ensure_assigned(deps, machine, work.assignment(aid, spec, envs)):
+            deps.store.append_event(
+                tid, f"{slots} slot(s) on agent {machine.machine_id} ({ledger.pool_of(tid)})", now
+            )
+        work.record_instance(deps, machine, tid, rank, aid)
+    if len(on) < len(task.allocations):
+        return False
+    work.move_request(deps, tid, RequestState.RUNNING, f"{len(on)} agent(s) run it")
+    if not spec.run:
+        return False
+    results = [work.result(deps, m, _aid(tid, task.started_at, m.machine_id)) for m in on]
+    return work.finish_when_ended(
+        deps,
+        tid,
+        results,
+        lambda: deps.det_ledgers.update(master, partial(_release, tid=tid, now=now, finished=True)),
+    )
+
+
+def _release(ledger: DetLedger, *, tid: str, now: float, finished: bool) -> bool:
+    return release_task(ledger, tid, now, finished=finished)
+
+
+def _aid(tid: str, started_at: float | None, agent_id: str) -> str:
+    return f"{tid}.{int((started_at or 0) * 1000)}.{agent_id}"

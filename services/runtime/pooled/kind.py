@@ -1,0 +1,107 @@
+"""The pool-kind interface: what differs between a machine pool and a Determined master
+config at run time. Everything else (the queue, the compare-and-set pass, sync, launching a
+machine, the registry) is written once, in terms of this interface."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from corral.services.runtime.deps import Deps
+from corral.services.state.docstore import DocStore
+from corral.services.state.pools import PoolKind as KindName
+from corral.services.state.pools import PoolRecord
+from corral.shared.config.machine_pool import LaunchTemplate
+from corral.shared.records import LaunchRequest
+
+
+@dataclass(frozen=True)
+class LaunchOrder:
+    """How one pooled machine is launched: on which cloud, the templates to try in order, and
+    the workload's own advanced_instance_config merged over each template's."""
+
+    cloud: str
+    templates: list[LaunchTemplate]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """A pass computed over one snapshot: the ledger to write, and what to log once it is."""
+
+    after: Any
+    log: Callable[[], None]
+
+
+class PoolKind(Protocol):
+    """One kind of registered pool. ``ledger`` is the kind's run-time document (a
+    :class:`~corral.shared.scheduling.ledger.PoolLedger` or a
+    :class:`~corral.shared.scheduling.det_ledger.DetLedger`); ``machine`` one of its machines
+    (a pool machine or an agent)."""
+
+    name: KindName
+    label: str  # for messages: "machine pool", "master config"
+
+    def ledgers(self, deps: Deps) -> DocStore[Any]: ...
+
+    def new_ledger(self, name: str) -> Any: ...
+
+    # The queue
+    def add_work(self, record: PoolRecord, req: LaunchRequest) -> Callable[[Any], bool]:
+        """The ledger change that puts the request's work on the queue (a no-op if there)."""
+        ...
+
+    def work_ids(self, ledger: Any) -> list[str]: ...
+
+    # A pass
+    def pass_over(
+        self, deps: Deps, record: PoolRecord, ledger: Any, now: float, *, rebalance: bool
+    ) -> PassResult:
+        """The scheduler over a snapshot of ``ledger``, applied to a copy (pure but for
+        reading settings)."""
+        ...
+
+    def before_rebalance(self, deps: Deps, record: PoolRecord) -> None:
+        """Beat's look at the pool before its rebalancing pass (machines the cloud lost)."""
+        ...
+
+    # Carrying the ledger out
+    def sync_work(self, deps: Deps, record: PoolRecord, ledger: Any, work_id: str) -> bool:
+        """Carry one request's part of the ledger out (idempotent); True if anything moved."""
+        ...
+
+    def machines(self, ledger: Any) -> dict[str, Any]: ...
+
+    def sync_machine(
+        self, deps: Deps, record: PoolRecord, ledger: Any, machine_id: str, machine: Any
+    ) -> bool:
+        """The kind's own part of carrying a machine out (launching and reaping machines are
+        handled for both kinds alike); True if anything moved."""
+        ...
+
+    def drop_machine(self, ledger: Any, machine_id: str) -> bool: ...
+
+    # Launching one machine
+    def cloud_of(self, record: PoolRecord, machine: Any) -> str: ...
+
+    def launch_order(self, deps: Deps, record: PoolRecord, machine: Any) -> LaunchOrder | str:
+        """How to launch ``machine``, or why it cannot be launched any more."""
+        ...
+
+    def machine_up(
+        self, ledger: Any, machine_id: str, where: dict[str, Any], now: float
+    ) -> bool: ...
+
+    def machine_failed(self, ledger: Any, machine_id: str, now: float) -> bool: ...
+
+    def workload_of(self, machine: Any) -> str | None:
+        """The request a machine was launched for, if one (its events tell the user)."""
+        ...
+
+    # Views
+    def why(self, deps: Deps, req: LaunchRequest, ledger: Any | None) -> dict[str, Any]: ...
+
+    def view(self, record: PoolRecord, ledger: Any) -> dict[str, Any]:
+        """``machines``, ``workloads`` and (machine pools) ``machine_types`` for `pools list`."""
+        ...

@@ -1,0 +1,140 @@
+"""The queue, passes and sync of every registered pool, written once for both kinds.
+
+- :func:`enqueue`: a PENDING pooled request joins its pool's queue (once), then a pass runs.
+- :func:`run_pass`: the kind's scheduler over a snapshot of the pool's ledger, applied to a
+  copy and written only if the ledger is still the one read (a compare-and-set through
+  :meth:`DocStore.replace`, which computes again from a fresh snapshot after a lost race). Any
+  number of scheduling workers may run passes over one pool at once.
+- :func:`sync`: carries the ledger out, idempotently: machines to launch are handed to the
+  provisioning worker, reaped machines terminated, the kind's own part done for each request
+  and machine (assignments, preemption, finished jobs, replacement).
+- :func:`rebalance_all`: beat's pass over every pool with replacement and idle reaping.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from corral.services.queues import dispatch
+from corral.services.runtime.deps import Deps
+from corral.services.runtime.pooled import work
+from corral.services.runtime.pooled.kind import PassResult, PoolKind
+from corral.services.runtime.pooled.kinds import kind_named, kind_of_route
+from corral.services.state.pools import PoolRecord
+from corral.shared.records import LaunchRequest
+from corral.shared.routing import PooledRoute, pool_of
+
+log = logging.getLogger("corral.pools")
+
+
+def _pool(deps: Deps, name: str) -> tuple[PoolRecord, PoolKind] | None:
+    record = deps.pools.get(name)
+    return None if record is None else (record, kind_named(record.kind))
+
+
+def enqueue(deps: Deps, req: LaunchRequest) -> str:
+    """Put a PENDING pooled request's work on its pool's queue (once), then run a pass."""
+    route = req.route
+    assert not isinstance(route, str) and route.kind != "direct"
+    kind, name = kind_of_route(route), pool_of(route) or ""
+    record = deps.pools.get(name)
+    ledgers = kind.ledgers(deps)
+    if record is None or record.kind != kind.name:
+        work.fail_pending(deps, req.id, f"{kind.label} {name!r} was deleted")
+        return "failed"
+    ledgers.create(name, kind.new_ledger(name))  # a no-op when it exists
+    if ledgers.update(name, kind.add_work(record, req)) is None:
+        work.fail_pending(deps, req.id, f"{kind.label} {name!r} was deleted")
+        return "failed"
+    return run_pass(deps, name)
+
+
+def run_pass(deps: Deps, name: str, *, rebalance: bool = False) -> str:
+    """One scheduling pass over pool ``name``, committed by compare-and-set, then carried
+    out. ``rebalance`` (beat): replacement and idle reaping are decided too."""
+    found = _pool(deps, name)
+    if found is None:
+        return "no such pool"
+    record, kind = found
+    computed: list[PassResult] = []
+
+    def step(ledger: Any) -> Any | None:
+        computed.clear()
+        result = kind.pass_over(deps, record, ledger, deps.now(), rebalance=rebalance)
+        if result.after.model_dump(exclude={"version"}) == ledger.model_dump(exclude={"version"}):
+            return None  # nothing to write
+        computed.append(result)
+        return result.after
+
+    if kind.ledgers(deps).replace(name, step) is None:
+        return "no such pool"
+    for result in computed:
+        result.log()  # the plan that was written
+    return sync(deps, name)
+
+
+def sync(deps: Deps, name: str) -> str:
+    """Carry pool ``name``'s ledger out once (idempotent; see the module docstring)."""
+    found = _pool(deps, name)
+    ledger = found[1].ledgers(deps).get(name) if found else None
+    if found is None or ledger is None:
+        return "no such pool"
+    record, kind = found
+    changed = False
+    for work_id in kind.work_ids(ledger):
+        changed |= kind.sync_work(deps, record, ledger, work_id)
+    ledger = kind.ledgers(deps).get(name) or ledger
+    for machine_id, machine in kind.machines(ledger).items():
+        changed |= _sync_machine(deps, kind, record, ledger, machine_id, machine)
+    if changed:
+        dispatch.pool_pass(name, settings=deps.settings)
+        return "changed"
+    return "steady"
+
+
+def _sync_machine(
+    deps: Deps, kind: PoolKind, record: PoolRecord, ledger: Any, machine_id: str, machine: Any
+) -> bool:
+    if machine.status == "launching":
+        # Hand it to the provisioning worker once per retry period (the launch is idempotent).
+        retry_s = deps.settings.timers.pool_machine_launch_retry_s
+        if deps.store.claim(f"pool-launch:{machine_id}", "sent", retry_s):
+            cloud = kind.cloud_of(record, machine)
+            dispatch.pool_machine(record.name, machine_id, cloud, settings=deps.settings)
+        return False
+    if machine.status == "reaping":
+        if machine.provider_id and machine.cloud:
+            log.info("terminating pool machine %s (reaped: idle past its limit)", machine_id)
+            deps.provider(machine.cloud).terminate([machine.provider_id], zone=machine.zone)
+        kind.ledgers(deps).update(record.name, lambda led: kind.drop_machine(led, machine_id))
+        return True
+    return kind.sync_machine(deps, record, ledger, machine_id, machine)
+
+
+def rebalance_all(deps: Deps) -> dict[str, str]:
+    """Beat: every pool's machines checked, then its pass with replacement and idle reaping."""
+    out = {}
+    for name in deps.pools.names():
+        found = _pool(deps, name)
+        if found is not None:
+            record, kind = found
+            kind.before_rebalance(deps, record)
+            out[name] = run_pass(deps, name, rebalance=True)
+    return out
+
+
+def is_queued(deps: Deps, req: LaunchRequest, route: PooledRoute) -> bool:
+    """Whether a pooled request is on its pool's queue (or placed) already."""
+    kind = kind_of_route(route)
+    ledger = kind.ledgers(deps).get(pool_of(route) or "")
+    return ledger is not None and req.id in kind.work_ids(ledger)
+
+
+def knows_machine(deps: Deps, name: str, machine_id: str) -> bool:
+    """Whether pool ``name`` (a machine pool or a master config) still counts this machine."""
+    found = _pool(deps, name)
+    if found is None:
+        return False
+    ledger = found[1].ledgers(deps).get(name)
+    return ledger is not None and machine_id in found[1].machines(ledger)
