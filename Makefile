@@ -7,8 +7,10 @@ PY := $(VENV)/bin/python
 setup:
 	bash ops/setup.sh
 
-run: setup  ## the main job: plan an example task
-	$(VENV)/bin/corral plan examples/tasks/a100-8.yaml
+run: setup  ## the main job: Corral up on the local cloud, the sample workload through it, a clean stop
+	bash ops/demo.sh
+
+demo: run
 
 lint:
 	$(VENV)/bin/ruff check shared services workers tests

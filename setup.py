@@ -5,7 +5,7 @@
 a namespace package (PEP 420): it has no ``__init__.py`` of its own.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 FOLDERS = ("shared", "services", "workers")
 
@@ -14,6 +14,9 @@ package_dir: dict[str, str] = {}
 for folder in FOLDERS:
     package_dir[f"corral.{folder}"] = folder
     packages.append(f"corral.{folder}")
-    packages.extend(f"corral.{folder}.{sub}" for sub in find_packages(where=folder))
+    # Namespace discovery, so data folders (catalog/data) are packages too and setuptools has
+    # nothing ambiguous to warn about.
+    subs = find_namespace_packages(where=folder, exclude=["__pycache__", "*.__pycache__"])
+    packages.extend(f"corral.{folder}.{sub}" for sub in subs)
 
 setup(packages=packages, package_dir=package_dir)

@@ -9,11 +9,20 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip 2>&1 \
-  | grep -v '^WARNING: Location' || true
+# pip's and setuptools' chatter (editable-install notices) goes to a log shown only on failure.
+quietly() {
+  local log
+  log=$(mktemp)
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
+quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 echo "setup: installing corral (editable) with its dev tools"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2>&1 \
-  | grep -v -E '^WARNING: Location|BuildBackendWarning|^\s*$' || true
+quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 .venv/bin/python -c 'import corral.shared, corral.services' >/dev/null
 
 # System packages the tests use: redis-server (tests start their own on a free port) and
@@ -25,6 +34,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive quietly $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 echo "setup: done ($(.venv/bin/corral --version 2>/dev/null || echo corral), $(redis-server --version | cut -d' ' -f3))"
