@@ -26,12 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from math import floor
-from typing import TYPE_CHECKING
 
 from .model import DetTask
-
-if TYPE_CHECKING:
-    from .determined import PoolPass
+from .pool_pass import PoolPass
 
 
 def fair_shares(capacity: int, groups: Sequence[tuple[str, int, float]]) -> dict[str, int]:
