@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from functools import partial
+from typing import Any, Protocol
 
 from corral.shared.blocking import Block, is_blocked
 
@@ -25,9 +26,25 @@ class Within(StrEnum):
     ANY = "any"  # the rest of the chain, any cloud
 
 
+class Placed(Protocol):
+    """Anything with a place: the planner's candidate, a stored chain step."""
+
+    @property
+    def cloud(self) -> str: ...
+    @property
+    def region(self) -> str: ...
+    @property
+    def zone(self) -> str: ...
+    @property
+    def instance_type(self) -> str: ...
+    @property
+    def market(self) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Place:
-    """A chain entry as failover reads it (the planner's candidate, or its JSON)."""
+    """A chain entry as failover reads it (the planner's candidate, a stored chain step, or
+    either's JSON)."""
 
     cloud: str
     region: str
@@ -36,14 +53,12 @@ class Place:
     market: str
 
     @classmethod
-    def of(cls, candidate: Mapping[str, Any]) -> Place:
-        return cls(
-            str(candidate["cloud"]),
-            str(candidate["region"]),
-            str(candidate["zone"]),
-            str(candidate["instance_type"]),
-            str(candidate["market"]),
-        )
+    def of(cls, candidate: Placed | Mapping[str, Any]) -> Place:
+        if isinstance(candidate, Mapping):
+            get: Any = candidate.__getitem__
+        else:
+            get = partial(getattr, candidate)
+        return cls(*(str(get(f)) for f in ("cloud", "region", "zone", "instance_type", "market")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +76,7 @@ class NextStep:
 
 
 def next_step(
-    chain: Sequence[Mapping[str, Any]],
+    chain: Sequence[Placed | Mapping[str, Any]],
     after: int,
     blocks: Iterable[Block],
     within: Within | str,

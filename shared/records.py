@@ -25,6 +25,7 @@ from corral.shared.lifecycle import (
     RequestState,
     check_move,
 )
+from corral.shared.planner import Candidate
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute, Route
 
 # How an attempt ended: "ok", one of the provider outcomes (corral.shared.errors), or
@@ -80,6 +81,31 @@ class Attempt(_Record):
         }
 
 
+class ChainStep(_Record):
+    """One candidate of a request's failover chain as stored: the planner's
+    :class:`~corral.shared.planner.Candidate` in the JSON form ``corral plan --json`` prints."""
+
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str  # on_demand | spot | reserved
+    accelerators: dict[str, int] = Field(default_factory=dict)  # name -> count per node
+    vcpus: float = 0.0
+    memory_gib: float = 0.0
+    price_usd_per_hour: float = 0.0  # per node
+    num_nodes: int = 1
+    cost_usd_per_hour: float = 0.0  # the whole request
+
+    @classmethod
+    def of(cls, candidate: Candidate) -> ChainStep:
+        return cls.model_validate(candidate.to_dict())
+
+    def where(self) -> str:
+        """``aws us-east-1/us-east-1a``, for events and errors."""
+        return f"{self.cloud} {self.region}/{self.zone}"
+
+
 class LaunchRequest(_Record):
     """A user's request for compute: its task, its plan, and what happened to it."""
 
@@ -92,8 +118,7 @@ class LaunchRequest(_Record):
     history: list[Transition] = Field(default_factory=list)  # every move, oldest first
     attempts: list[Attempt] = Field(default_factory=list)  # every launch tried, oldest first
     instance_ids: list[str] = Field(default_factory=list)  # every Instance it had, in order
-    # The planned candidates, in failover order (each a planner candidate as JSON).
-    chain: list[dict[str, Any]] = Field(default_factory=list)
+    chain: list[ChainStep] = Field(default_factory=list)  # the planned candidates, in order
     next_step: int = 0  # index in `chain` of the next candidate to try
     relaunches: int = 0  # how many times a RUNNING request went back to PROVISIONING
     error: str | None = None  # why it FAILED, in one line

@@ -7,21 +7,21 @@ and every later request skips it while it lasts.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from corral.services.runtime.deps import Deps
 from corral.shared.blocking import Block
 from corral.shared.errors import ProviderError
 from corral.shared.failover import Place
 from corral.shared.lifecycle import RequestState
-from corral.shared.records import Attempt, AttemptOutcome, LaunchRequest
+from corral.shared.records import Attempt, AttemptOutcome, ChainStep, LaunchRequest
 
 
 def record_attempt(
     deps: Deps,
     request_id: str,
     attempt_id: str,
-    cand: dict[str, Any],
+    cand: ChainStep,
     now: float,
     outcome: str | None = None,
     error: str | None = None,
@@ -34,11 +34,11 @@ def record_attempt(
         r.attempts.append(
             Attempt(
                 attempt_id=attempt_id,
-                cloud=cand["cloud"],
-                region=cand["region"],
-                zone=cand["zone"],
-                instance_type=cand["instance_type"],
-                market=cand["market"],
+                cloud=cand.cloud,
+                region=cand.region,
+                zone=cand.zone,
+                instance_type=cand.instance_type,
+                market=cand.market,
                 outcome=cast(AttemptOutcome | None, outcome),
                 error=error,
                 started_at=now,
@@ -67,7 +67,7 @@ def finish_attempt(
     deps.store.update_request(request_id, finish)
 
 
-def remember(deps: Deps, cand: dict[str, Any], exc: ProviderError) -> None:
+def remember(deps: Deps, cand: ChainStep, exc: ProviderError) -> None:
     """Block the scope ``exc`` calls for, for ``blocked_ttl_s``."""
     block = Block.from_scope(exc.scope, Place.of(cand))
     if block is not None:

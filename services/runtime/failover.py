@@ -24,7 +24,7 @@ STEP_TASKS = {
 
 def send_step(deps: Deps, req: LaunchRequest, after: int, within: Within) -> None:
     """Queue the failover step ``within`` for ``req``, after chain position ``after``."""
-    cloud = req.chain[after]["cloud"] if after >= 0 and within != Within.ANY else None
+    cloud = req.chain[after].cloud if after >= 0 and within != Within.ANY else None
     dispatch.send(
         STEP_TASKS[within],
         [req.id, after],
@@ -40,7 +40,7 @@ def send_attempt(
     dispatch.send(
         dispatch.ATTEMPT,
         [req.id, step, try_no],
-        queue=dispatch.provision_queue(req.chain[step]["cloud"]),
+        queue=dispatch.provision_queue(req.chain[step].cloud),
         countdown=countdown,
         settings=deps.settings,
     )

@@ -32,7 +32,7 @@ from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError, Scope, ThrottledError
 from corral.shared.failover import Place, Within
 from corral.shared.lifecycle import InstanceState, RequestState
-from corral.shared.records import Instance, LaunchRequest
+from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 
 log = logging.getLogger("corral.provisioning")
@@ -80,7 +80,7 @@ def admit(deps: Deps, request_id: str) -> str:
             expected={RequestState.PENDING},
         )
         return "failed"
-    chain = [c.to_dict() for c in planned.candidates]
+    chain = [ChainStep.of(c) for c in planned.candidates]
 
     def start(r: LaunchRequest) -> bool:
         if r.state != RequestState.PENDING:
@@ -149,11 +149,10 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
         return after_failure(deps, req, step, Scope.NONE)
     if existing is None:
         record_attempt(deps, req.id, attempt_id, cand, now)
-        where = f"{cand['cloud']} {cand['region']}/{cand['zone']}"
         deps.store.append_event(
             req.id,
-            f"attempt {step + 1}/{len(req.chain)}: {where} {cand['instance_type']} "
-            f"({cand['market']})",
+            f"attempt {step + 1}/{len(req.chain)}: {cand.where()} {cand.instance_type} "
+            f"({cand.market})",
             now,
         )
     task = Task.model_validate(req.task)
@@ -175,32 +174,29 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
     return _on_launched(deps, req.id, step, attempt_id, cand, launched)
 
 
-def _spec(req: LaunchRequest, task: Task, cand: dict[str, Any], attempt_id: str) -> LaunchSpec:
+def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> LaunchSpec:
     return LaunchSpec(
         request_id=req.id,
         attempt_id=attempt_id,
-        cloud=cand["cloud"],
-        region=cand["region"],
-        zone=cand["zone"],
-        instance_type=cand["instance_type"],
-        market=cand["market"],
+        cloud=cand.cloud,
+        region=cand.region,
+        zone=cand.zone,
+        instance_type=cand.instance_type,
+        market=cand.market,
         count=task.num_nodes,
         setup=task.setup,
         run=task.run,
         envs=dict(task.envs or {}),
         workdir=task.workdir,
-        accelerators=dict(cand.get("accelerators") or {}),
-        reservation_id=cand.get("reservation_id"),
+        accelerators=dict(cand.accelerators),
         advanced_instance_config=_advanced_config(task, cand),
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},
     )
 
 
-def _advanced_config(task: Task, cand: dict[str, Any]) -> dict[str, Any]:
-    """The candidate's own launch parameters, else the task's when it pins this cloud."""
-    if cand.get("advanced_instance_config"):
-        return dict(cand["advanced_instance_config"])
-    if task.advanced_instance_config and task.resources.cloud == cand["cloud"]:
+def _advanced_config(task: Task, cand: ChainStep) -> dict[str, Any]:
+    """The task's own launch parameters, when it pins this candidate's cloud."""
+    if task.advanced_instance_config and task.resources.cloud == cand.cloud:
         return dict(task.advanced_instance_config)
     return {}
 
@@ -210,7 +206,7 @@ def _on_launched(
     request_id: str,
     step: int,
     attempt_id: str,
-    cand: dict[str, Any],
+    cand: ChainStep,
     launched: list[ProviderInstance],
 ) -> str:
     now = deps.now()
@@ -241,7 +237,7 @@ def _on_launched(
         if r.state != RequestState.PROVISIONING or r.next_step != step:
             return False
         r.instance_ids = [*r.instance_ids, *ids]
-        r.move(RequestState.RUNNING, now, f"{len(ids)} instance(s) up in {cand['zone']}")
+        r.move(RequestState.RUNNING, now, f"{len(ids)} instance(s) up in {cand.zone}")
         return True
 
     updated = deps.store.update_request(request_id, run)

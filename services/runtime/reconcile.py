@@ -43,7 +43,7 @@ from corral.shared.lifecycle import (
     RequestState,
     is_transition,
 )
-from corral.shared.records import Instance, LaunchRequest
+from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 
 log = logging.getLogger("corral.reconcile")
@@ -228,7 +228,7 @@ def relaunch(deps: Deps, request_id: str, why: str) -> str:
     now = deps.now()
     limit = deps.settings.timers.relaunch_limit
     task = Task.model_validate(req.task)
-    chain = [c.to_dict() for c in plan_launch(deps, task).candidates]
+    chain = [ChainStep.of(c) for c in plan_launch(deps, task).candidates]
 
     def back(r: LaunchRequest) -> bool:
         if r.state != RequestState.RUNNING:

@@ -35,7 +35,7 @@ def release_instances(
     if instance_id is None:
         tags = {TAG_REQUEST: request_id, **({TAG_ATTEMPT: attempt_id} if attempt_id else {})}
         known = {i.provider_id for i in targets}
-        for cloud in {c["cloud"] for c in req.chain}:
+        for cloud in {c.cloud for c in req.chain}:
             provider = deps.provider(cloud)
             strays = [
                 p.provider_id

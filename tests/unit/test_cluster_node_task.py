@@ -13,6 +13,7 @@ from corral.services.runtime.provisioning import _advanced_config
 from corral.services.settings import Settings
 from corral.services.state.clusters import ClusterNode, ClusterRecord
 from corral.shared.config.cluster import Cluster
+from corral.shared.records import ChainStep
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = REPO / "tests" / "fixtures" / "seeds" / "ray-cluster-node-types.yaml"
@@ -46,16 +47,18 @@ def test_node_config_goes_to_the_cloud_the_file_is_written_for(tmp_path: Path) -
         "InstanceType": "m4.4xlarge",
         "InstanceMarketOptions": {"MarketType": "spot"},
     }
-    cand = {
-        "cloud": "aws",
-        "region": "us-east-1",
-        "zone": "us-east-1a",
-        "instance_type": "m4.4xlarge",
-        "market": "on_demand",
-    }
+    cand = ChainStep.model_validate(
+        {
+            "cloud": "aws",
+            "region": "us-east-1",
+            "zone": "us-east-1a",
+            "instance_type": "m4.4xlarge",
+            "market": "on_demand",
+        }
+    )
     assert _advanced_config(task, cand)["InstanceMarketOptions"] == {"MarketType": "spot"}
     # Not on another cloud than the one the task pins.
-    assert _advanced_config(task, {**cand, "cloud": "gcp"}) == {}
+    assert _advanced_config(task, cand.model_copy(update={"cloud": "gcp"})) == {}
 
 
 def test_played_on_the_local_cloud_the_node_config_stays_behind(tmp_path: Path) -> None:

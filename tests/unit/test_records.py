@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import typing
 
 import pytest
 from pydantic import ValidationError
 
 from corral.shared.errors import ERRORS_BY_OUTCOME
+from corral.shared.failover import Place
 from corral.shared.lifecycle import IllegalTransition, InstanceState, RequestState
-from corral.shared.records import Attempt, AttemptOutcome, Instance, LaunchRequest, Transition
+from corral.shared.planner import Candidate
+from corral.shared.records import (
+    Attempt,
+    AttemptOutcome,
+    ChainStep,
+    Instance,
+    LaunchRequest,
+    Transition,
+)
 
 WHERE = {
     "cloud": "aws",
@@ -172,3 +182,43 @@ def test_instance_to_public_keys_in_cli_order() -> None:
         "state",
     ]
     assert (public["id"], public["pid"], public["state"]) == ("inst-1", 4242, "REQUESTED")
+
+
+def _candidate() -> Candidate:
+    return Candidate(
+        cloud="aws",
+        region="us-east-1",
+        zone="us-east-1a",
+        instance_type="p4d.24xlarge",
+        accelerators={"A100": 8},
+        vcpus=96,
+        memory_gib=1152,
+        market="spot",
+        price_usd_per_hour=9.8,
+        num_nodes=2,
+    )
+
+
+def test_chain_steps_are_typed_and_stored_as_the_planner_candidate_json() -> None:
+    cand = _candidate()
+    req = make_request()
+    req.chain = [ChainStep.of(cand)]
+    stored = json.loads(req.model_dump_json())
+    assert stored["chain"] == [cand.to_dict()]  # the JSON written before the chain was typed
+    back = LaunchRequest.model_validate_json(req.model_dump_json())
+    assert back.chain[0].zone == "us-east-1a"
+    assert back.chain[0].accelerators == {"A100": 8}
+    assert back.chain[0].where() == "aws us-east-1/us-east-1a"
+    assert Place.of(back.chain[0]) == Place.of(cand.to_dict())
+
+
+def test_chain_step_keeps_fields_it_does_not_know() -> None:
+    entry = {**_candidate().to_dict(), "chosen": True}
+    req = LaunchRequest.model_validate({**make_request().model_dump(mode="json"), "chain": [entry]})
+    assert json.loads(req.model_dump_json())["chain"] == [entry]
+
+
+def test_chain_step_without_a_zone_is_refused() -> None:
+    entry = {k: v for k, v in _candidate().to_dict().items() if k != "zone"}
+    with pytest.raises(ValidationError, match="zone"):
+        LaunchRequest.model_validate({**make_request().model_dump(mode="json"), "chain": [entry]})
