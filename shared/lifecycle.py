@@ -1,4 +1,5 @@
-"""Request and instance lifecycles, each one transition table.
+"""Every lifecycle, each one transition table: requests, instances, and the machines of pools
+(a machine pool's machines, a Determined pool's agents).
 
 A table maps a state to the states it may move to, with the reason for each edge beside it.
 Anything not in the table is refused with :class:`IllegalTransition`. Moving to the state a
@@ -114,6 +115,66 @@ INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
     InstanceState.FAILED: frozenset(),
 }
 
+
+class MachineStatus(StrEnum):
+    """Where one machine of a machine pool is. Values are what `corral pools list` prints."""
+
+    LAUNCHING = "launching"  # the ledger wants it; the provisioning worker launches it
+    UP = "up"  # the cloud reported it up: it serves workloads, one after another
+    RETIRING = "retiring"  # its replacement is up: it goes once its workload runs there
+    REAPING = "reaping"  # idle past its limit (or a head whose workload ended): terminate it
+
+
+MACHINE_TRANSITIONS: dict[MachineStatus, frozenset[MachineStatus]] = {
+    MachineStatus.LAUNCHING: frozenset(
+        {
+            MachineStatus.UP,  # the cloud reported it up
+            MachineStatus.RETIRING,  # a warm machine took its workload over before it came up
+            MachineStatus.REAPING,  # idle before it came up (its workload left), or a head
+            # whose workload ended: it goes as soon as it exists
+        }
+    ),
+    MachineStatus.UP: frozenset(
+        {
+            MachineStatus.RETIRING,  # its replacement came up (better capacity freed)
+            MachineStatus.REAPING,  # idle past the pool's limit, or a head whose workload ended
+        }
+    ),
+    MachineStatus.RETIRING: frozenset(
+        {
+            MachineStatus.REAPING,  # a retiring head whose workload ended before the hand-over
+        }
+    ),
+    # Terminal: a reaped machine leaves the ledger once the cloud has terminated it. (A machine
+    # that fails to launch, or is retired, leaves the ledger from where it is.)
+    MachineStatus.REAPING: frozenset(),
+}
+
+
+class AgentStatus(StrEnum):
+    """Where one agent of a Determined resource pool is."""
+
+    LAUNCHING = "launching"  # the pool grew for waiting tasks; the provisioning worker launches it
+    UP = "up"  # the cloud reported it up: its slots take tasks
+    REAPING = "reaping"  # idle past max_idle_agent_period: terminate it
+
+
+AGENT_TRANSITIONS: dict[AgentStatus, frozenset[AgentStatus]] = {
+    AgentStatus.LAUNCHING: frozenset(
+        {
+            AgentStatus.UP,  # the cloud reported it up
+            # Not REAPING: an agent on its way is waited for; one that fails leaves the ledger.
+        }
+    ),
+    AgentStatus.UP: frozenset(
+        {
+            AgentStatus.REAPING,  # idle past the pool's max_idle_agent_period
+        }
+    ),
+    # Terminal: a reaped agent leaves the ledger once the cloud has terminated it.
+    AgentStatus.REAPING: frozenset(),
+}
+
 TERMINAL_REQUEST_STATES: frozenset[RequestState] = frozenset(
     {RequestState.SUCCEEDED, RequestState.FAILED, RequestState.CANCELLED, RequestState.TERMINATED}
 )
@@ -121,7 +182,7 @@ TERMINAL_INSTANCE_STATES: frozenset[InstanceState] = frozenset(
     {InstanceState.TERMINATED, InstanceState.FAILED}
 )
 
-S = TypeVar("S", RequestState, InstanceState)
+S = TypeVar("S", bound=StrEnum)
 
 
 class IllegalTransition(ValueError):
@@ -131,7 +192,7 @@ class IllegalTransition(ValueError):
         self.record_id = record_id
         self.from_state = from_state
         self.to_state = to_state
-        self.kind = kind  # "request" or "instance"
+        self.kind = kind  # "request", "instance", "machine" or "agent"
         what = f"{kind} {record_id}" if kind else record_id
         super().__init__(f"{what}: illegal transition {from_state} -> {to_state}")
 

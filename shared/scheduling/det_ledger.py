@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from ..lifecycle import AGENT_TRANSITIONS, AgentStatus
 from ..pools import ResolvedPools
 from .build import det_scheduler
 from .fitting import can_ever_fit
@@ -28,26 +29,25 @@ from .model import (
     SlotAllocation,
     TaskPending,
 )
+from .pooled import PooledMachine
 
-AgentStatus = Literal["launching", "up", "reaping"]
 NewAgentId = Callable[[str, int], str]  # (pool, index) -> a fresh id
 
 
-class DetAgent(BaseModel):
+class DetAgent(PooledMachine):
     """One agent (machine) of one pool."""
+
+    KIND: ClassVar[str] = "agent"
+    TRANSITIONS: ClassVar = AGENT_TRANSITIONS
 
     agent_id: str
     pool: str
     slots: int = Field(ge=0)
-    status: AgentStatus = "launching"
-    created_at: float
-    idle_since: float | None = None
-    provider_id: str | None = None
-    cloud: str | None = None
-    region: str | None = None
-    zone: str | None = None
-    instance_type: str | None = None
-    market: str | None = None
+    status: AgentStatus = AgentStatus.LAUNCHING
+
+    @property
+    def key(self) -> str:
+        return self.agent_id
 
 
 class DetLedger(BaseModel):
@@ -198,8 +198,8 @@ def commit_det(ledger: DetLedger, plans: Sequence[DetPlan], now: float) -> DetLe
             out.notes[pending.task_id] = pending
         for reap in plan.reaps:
             agent = out.agents.get(reap.agent_id)
-            if agent is not None and agent.status == "up":
-                agent.status = "reaping"
+            if agent is not None and agent.status == AgentStatus.UP:
+                agent.move(AgentStatus.REAPING)
     return out
 
 

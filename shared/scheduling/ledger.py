@@ -16,10 +16,11 @@ partition, so the real machines of a partition never exceed its size either.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
+from ..lifecycle import MACHINE_TRANSITIONS, MachineStatus
 from .model import (
     Machine,
     MachineTypeState,
@@ -30,31 +31,30 @@ from .model import (
     Reservation,
     Workload,
 )
+from .pooled import PooledMachine
 
-MachineStatus = Literal["launching", "up", "retiring", "reaping"]
 REAPING_OWNER = "~reaping"  # what a reaped machine is "held by" until it is gone
 
 NewMachineId = Callable[[NodeAssignment, str, int], str]  # (node, workload id, index) -> id
 
 
-class PoolMachine(BaseModel):
+class PoolMachine(PooledMachine):
     """One machine of the pool, as the control plane knows it."""
+
+    KIND: ClassVar[str] = "machine"
+    TRANSITIONS: ClassVar = MACHINE_TRANSITIONS
 
     machine_id: str
     machine_type: str
     partition: str
-    status: MachineStatus = "launching"
+    status: MachineStatus = MachineStatus.LAUNCHING
     workload_id: str | None = None  # the workload it serves; None: idle
-    idle_since: float | None = None
-    created_at: float
     replaces: str | None = None  # a replacement's new machine: the one it retires once up
     head: bool = False  # a workload's head node: launched outside the pool, never counted
-    provider_id: str | None = None  # the cloud's id, once up
-    cloud: str | None = None
-    region: str | None = None
-    zone: str | None = None
-    instance_type: str | None = None
-    market: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.machine_id
 
 
 class PoolLedger(BaseModel):
@@ -157,13 +157,13 @@ def commit(
         successor.replaces = step.retire_machine_id
         old = out.machines.get(step.retire_machine_id)
         if successor.status == "up" and old is not None:
-            old.status = "retiring"  # a warm machine took over: retire once it runs the work
+            old.move(MachineStatus.RETIRING)  # a warm machine took over: retire once it runs it
         workload = out.workloads[step.workload_id]
         out.workloads[step.workload_id] = workload.model_copy(update={"last_replaced_at": now})
     for reap in plan.reaps:
         machine = out.machines.get(reap.machine_id)
         if machine is not None and machine.workload_id is None:
-            machine.status = "reaping"
+            machine.move(MachineStatus.REAPING)
     out.reservations = list(plan.reservations)
     for pending in plan.pending:
         out.notes[pending.workload_id] = pending
@@ -253,13 +253,12 @@ def machine_up(ledger: PoolLedger, machine_id: str, **where: str | None) -> Pool
     machine = ledger.machines.get(machine_id)
     if machine is None:
         return None
-    if machine.status == "launching":
-        machine.status = "up"
-        for field, value in where.items():
-            setattr(machine, field, value)
+    if machine.status == MachineStatus.LAUNCHING:
+        machine.move(MachineStatus.UP)
+        machine.place(where)
         old = ledger.machines.get(machine.replaces or "")
         if old is not None and old.workload_id == machine.workload_id:
-            old.status = "retiring"
+            old.move(MachineStatus.RETIRING)
     return machine
 
 
@@ -287,7 +286,7 @@ def release(ledger: PoolLedger, workload_id: str, now: float, *, finished: bool 
         if machine.workload_id != workload_id:
             continue
         if machine.head:
-            machine.status = "reaping"  # the head goes with its placement
+            machine.move(MachineStatus.REAPING)  # the head goes with its placement
             continue
         if machine.status in ("retiring", "reaping"):
             continue

@@ -1,4 +1,5 @@
-"""The request and instance lifecycles: every edge allowed, every non-edge refused."""
+"""Every lifecycle (requests, instances, pool machines, pool agents): every edge allowed, every
+non-edge refused."""
 
 from __future__ import annotations
 
@@ -11,16 +12,22 @@ import pytest
 
 from corral.shared import lifecycle
 from corral.shared.lifecycle import (
+    AGENT_TRANSITIONS,
     INSTANCE_TRANSITIONS,
+    MACHINE_TRANSITIONS,
     REQUEST_TRANSITIONS,
     TERMINAL_INSTANCE_STATES,
     TERMINAL_REQUEST_STATES,
+    AgentStatus,
     IllegalTransition,
     InstanceState,
+    MachineStatus,
     RequestState,
     check_move,
     is_transition,
 )
+from corral.shared.scheduling.det_ledger import DetAgent
+from corral.shared.scheduling.ledger import PoolMachine
 
 TABLES = {
     "request": (REQUEST_TRANSITIONS, RequestState, TERMINAL_REQUEST_STATES, RequestState.PENDING),
@@ -29,6 +36,18 @@ TABLES = {
         InstanceState,
         TERMINAL_INSTANCE_STATES,
         InstanceState.REQUESTED,
+    ),
+    "machine": (
+        MACHINE_TRANSITIONS,
+        MachineStatus,
+        frozenset({MachineStatus.REAPING}),
+        MachineStatus.LAUNCHING,
+    ),
+    "agent": (
+        AGENT_TRANSITIONS,
+        AgentStatus,
+        frozenset({AgentStatus.REAPING}),
+        AgentStatus.LAUNCHING,
     ),
 }
 
@@ -42,8 +61,8 @@ def _pairs(kind: str, edges: bool) -> list[tuple[str, StrEnum, StrEnum]]:
     ]
 
 
-EDGES = _pairs("request", True) + _pairs("instance", True)
-NON_EDGES = _pairs("request", False) + _pairs("instance", False)
+EDGES = [pair for kind in TABLES for pair in _pairs(kind, True)]
+NON_EDGES = [pair for kind in TABLES for pair in _pairs(kind, False)]
 
 
 @pytest.mark.parametrize(("kind", "src", "dst"), EDGES, ids=lambda v: str(v))
@@ -67,9 +86,9 @@ def test_every_non_edge_is_refused(kind: str, src: StrEnum, dst: StrEnum) -> Non
 
 
 def test_the_generated_cases_are_not_empty() -> None:
-    # 8 request states and 6 instance states: 56 + 30 ordered pairs of distinct states.
-    assert len(EDGES) + len(NON_EDGES) == 8 * 7 + 6 * 5
-    assert len(EDGES) == 16 + 11
+    # 8 request, 6 instance, 4 machine and 3 agent states: their ordered pairs of distinct states.
+    assert len(EDGES) + len(NON_EDGES) == 8 * 7 + 6 * 5 + 4 * 3 + 3 * 2
+    assert len(EDGES) == 16 + 11 + 6 + 2
 
 
 @pytest.mark.parametrize("kind", TABLES)
@@ -160,11 +179,38 @@ def test_illegal_transition_names_record_and_states() -> None:
 def test_every_edge_has_a_reason_comment() -> None:
     """Each `State.X,` line inside the tables carries a `# why` comment."""
     source = inspect.getsource(lifecycle)
-    for table_name in ("REQUEST_TRANSITIONS", "INSTANCE_TRANSITIONS"):
+    names = ("REQUEST_TRANSITIONS", "INSTANCE_TRANSITIONS", "MACHINE_TRANSITIONS")
+    for table_name in (*names, "AGENT_TRANSITIONS"):
         start = source.index(f"{table_name}:")
         body = source[start : source.index("\n}\n", start)]
-        edge_lines = [ln for ln in body.splitlines() if re.match(r"\s+\w+State\.\w+,", ln)]
+        edge_lines = [ln for ln in body.splitlines() if re.match(r"\s+\w+(State|Status)\.\w+,", ln)]
         total_edges = sum(len(v) for v in getattr(lifecycle, table_name).values())
         assert len(edge_lines) == total_edges, table_name
         bare = [ln.strip() for ln in edge_lines if not re.search(r"#\s*\S", ln)]
         assert not bare, f"{table_name} edges without a reason: {bare}"
+
+
+def test_pool_machines_move_along_their_table() -> None:
+    machine = PoolMachine(machine_id="m-1", machine_type="gpu", partition="p", created_at=0.0)
+    assert machine.status == MachineStatus.LAUNCHING
+    assert machine.move(MachineStatus.UP) is True
+    assert machine.move(MachineStatus.UP) is False  # already there: a no-op
+    assert machine.move(MachineStatus.REAPING) is True
+    with pytest.raises(IllegalTransition, match=r"^machine m-1: illegal transition reaping -> up$"):
+        machine.move(MachineStatus.UP)
+    assert machine.status == MachineStatus.REAPING
+
+
+def test_agents_move_along_their_table_and_keep_their_json() -> None:
+    agent = DetAgent(agent_id="a-1", pool="gpu", slots=8, created_at=0.0)
+    with pytest.raises(
+        IllegalTransition, match="agent a-1: illegal transition launching -> reaping"
+    ):
+        agent.move(AgentStatus.REAPING)
+    agent.move(AgentStatus.UP)
+    agent.place({"provider_id": "i-1", "zone": "us-east-1a"})
+    stored = agent.model_dump(mode="json")
+    assert stored["status"] == "up" and stored["provider_id"] == "i-1"
+    assert DetAgent.model_validate(stored) == agent
+    with pytest.raises(ValueError, match="'slots' is not a place field"):
+        agent.place({"slots": 0})

@@ -24,7 +24,7 @@ from corral.services.state.pools import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task
-from corral.shared.lifecycle import RequestState
+from corral.shared.lifecycle import AgentStatus, RequestState
 from corral.shared.pools import ResolvedPools, resolve_pools
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import DeterminedRoute, pool_limits
@@ -153,11 +153,10 @@ class DeterminedPools:
         self, ledger: DetLedger, machine_id: str, where: dict[str, Any], now: float
     ) -> bool:
         found = ledger.agents.get(machine_id)
-        if found is None or found.status != "launching":
+        if found is None or found.status != AgentStatus.LAUNCHING:
             return False
-        for name, value in where.items():
-            setattr(found, name, value)
-        found.status = "up"
+        found.move(AgentStatus.UP)
+        found.place(where)
         found.idle_since = now
         return True
 

@@ -4,7 +4,7 @@ machine, the registry) is written once, in terms of this interface."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -14,6 +14,7 @@ from corral.services.state.pools import PoolKind as KindName
 from corral.services.state.pools import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.records import LaunchRequest
+from corral.shared.scheduling.pooled import PooledMachine
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class PoolKind(Protocol):
         """Carry one request's part of the ledger out (idempotent); True if anything moved."""
         ...
 
-    def machines(self, ledger: Any) -> dict[str, Any]: ...
+    def machines(self, ledger: Any) -> Mapping[str, PooledMachine]: ...
 
     def sync_machine(
         self, deps: Deps, record: PoolRecord, ledger: Any, machine_id: str, machine: Any

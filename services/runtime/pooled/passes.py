@@ -24,6 +24,7 @@ from corral.services.runtime.pooled.kinds import kind_named, kind_of_route
 from corral.services.state.pools import PoolRecord
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import PooledRoute, pool_of
+from corral.shared.scheduling.pooled import PooledMachine
 
 log = logging.getLogger("corral.pools")
 
@@ -94,9 +95,14 @@ def sync(deps: Deps, name: str) -> str:
 
 
 def _sync_machine(
-    deps: Deps, kind: PoolKind, record: PoolRecord, ledger: Any, machine_id: str, machine: Any
+    deps: Deps,
+    kind: PoolKind,
+    record: PoolRecord,
+    ledger: Any,
+    machine_id: str,
+    machine: PooledMachine,
 ) -> bool:
-    if machine.status == "launching":
+    if machine.status == "launching":  # MachineStatus and AgentStatus alike
         # Hand it to the provisioning worker once per retry period (the launch is idempotent).
         retry_s = deps.settings.timers.pool_machine_launch_retry_s
         if deps.store.claim(f"pool-launch:{machine_id}", "sent", retry_s):
