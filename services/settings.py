@@ -56,6 +56,29 @@ class Timers(BaseModel):
     replacement_guard_s: float = 600.0  # a workload is not replaced twice within this
     pool_min_machines: int = 0  # idle reaping never leaves a pool with fewer machines
     pool_machine_launch_retry_s: float = 90.0  # a launch not heard of for this long is re-sent
+    # A boot watch looks at a cloud's machines on their way up this often (never more often
+    # than the provider's own poll interval): one describe per cloud and region per look.
+    boot_watch_interval_s: float = 0.5
+
+
+class LaunchLimit(BaseModel):
+    """What a cloud (or one of its regions) takes, enforced across every worker process.
+
+    ``calls_per_s`` and ``burst``: a token bucket for launch calls (RunInstances,
+    instances.insert, the local cloud's start). ``in_flight``: launches accepted and not yet up
+    (or failed) at once. None: no limit of that kind."""
+
+    calls_per_s: float | None = Field(default=None, gt=0)
+    burst: int = Field(default=10, ge=1)
+    in_flight: int | None = Field(default=None, ge=1)
+
+
+# EC2 refills its RunInstances bucket at 2 calls/s (bursts to 1000 instances); Compute Engine
+# allows about 20 insert operations/s per region. Keys: a cloud, or "cloud/region".
+DEFAULT_LAUNCH_LIMITS = {
+    "aws": LaunchLimit(calls_per_s=2.0, burst=50),
+    "gcp": LaunchLimit(calls_per_s=10.0, burst=20),
+}
 
 
 class Settings(BaseSettings):
@@ -86,6 +109,11 @@ class Settings(BaseSettings):
     log_dir: Path | None = None  # None: <home>/logs
     worker_concurrency: int = 2
     timers: Timers = Field(default_factory=Timers)
+    # Launch limits by cloud or "cloud/region" (CORRAL_LAUNCH_LIMITS as JSON, e.g.
+    # '{"aws/us-east-1": {"calls_per_s": 1, "in_flight": 20}}'); both levels apply.
+    launch_limits: dict[str, LaunchLimit] = Field(
+        default_factory=lambda: dict(DEFAULT_LAUNCH_LIMITS)
+    )
 
     @property
     def logs(self) -> Path:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -215,3 +217,67 @@ def kill_agents(system: System) -> None:
         if b"providers.local.agent" in cmd and home.encode() in environ:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(proc.name), signal.SIGKILL)
+
+
+class Up:
+    """`corral up` as a user runs it, on a home of the test's own: its output collected."""
+
+    def __init__(
+        self,
+        home: Path,
+        local_cloud: Path = REPO / "tests/fixtures/localcloud/runtime.yaml",
+        timers: dict[str, str] | None = None,
+    ) -> None:
+        self.home = home
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        timers = FAST_TIMERS if timers is None else timers
+        env.update({f"CORRAL_TIMERS__{k}": v for k, v in timers.items()})
+        env.update({"CORRAL_HOME": str(home), "CORRAL_LOCAL_CLOUD_FILE": str(local_cloud)})
+        self.env = env
+        self.proc = subprocess.Popen(
+            [CORRAL, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_line(self, pattern: str, timeout_s: float = 60) -> re.Match[str]:
+        found: list[re.Match[str]] = []
+
+        def seen() -> bool:
+            found[:] = [m for line in self.lines if (m := re.search(pattern, line))]
+            return bool(found)
+
+        wait_for(seen, timeout_s, f"`corral up` to print {pattern!r}:\n{self.output()}")
+        return found[0]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [CORRAL, *args], env=self.env, capture_output=True, text=True, timeout=120
+        )
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+
+def processes_of(home: Path) -> list[int]:
+    """Every process whose environment names this CORRAL_HOME (workers, agents, redis...)."""
+    mark = f"CORRAL_HOME={home}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                mine = mark in (proc / "environ").read_bytes().split(b"\0")
+                if mine and "Z" not in (proc / "stat").read_text().split()[2]:
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services.queues import dispatch
-from corral.services.runtime import failover, provisioning, termination
+from corral.services.runtime import boots, failover, provisioning, termination
 from corral.services.runtime import reconcile as reconciling
 from corral.services.runtime.deps import deps
 from corral.shared.failover import Within
@@ -20,6 +20,11 @@ def attempt(self: Any, request_id: str, step: int, try_no: int = 0) -> str:
         raise self.retry(
             args=[request_id, step, later.try_no], countdown=later.countdown_s
         ) from None
+
+
+@app.task(name=dispatch.WATCH_BOOTS, acks_late=True)
+def watch_boots(cloud: str) -> dict[str, int]:
+    return boots.watch(deps(), cloud)
 
 
 @app.task(name=dispatch.RETRY_REGION, acks_late=True)

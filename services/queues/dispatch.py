@@ -28,6 +28,7 @@ POOL_PASS = "corral.schedule.pool_pass"  # one scheduling pass over one pool, th
 POOL_SYNC = "corral.schedule.pool_sync"  # carry a pool's state out (assign, stop, finish)
 POOL_REBALANCE = "corral.schedule.pool_rebalance"  # beat: every pool's pass with replacement
 POOL_MACHINE = "corral.provision.pool_machine"  # launch one pool machine (queue per cloud)
+WATCH_BOOTS = "corral.provision.watch_boots"  # one look at a cloud's machines on their way up
 PING = "corral.schedule.ping"  # does nothing: liveness checks and the queue benchmark's baseline
 
 SCHEDULE_QUEUE = "schedule"
@@ -143,9 +144,28 @@ def pool_sync(pool: str, settings: Settings | None = None) -> str:
     return send(POOL_SYNC, [pool], queue=SCHEDULE_QUEUE, settings=settings)
 
 
-def pool_machine(pool: str, machine_id: str, cloud: str, settings: Settings | None = None) -> str:
+def pool_machine(
+    pool: str,
+    machine_id: str,
+    cloud: str,
+    countdown: float | None = None,
+    settings: Settings | None = None,
+) -> str:
     """Launch one machine of a pool (on its cloud's provisioning queue)."""
-    return send(POOL_MACHINE, [pool, machine_id], queue=provision_queue(cloud), settings=settings)
+    return send(
+        POOL_MACHINE,
+        [pool, machine_id],
+        queue=provision_queue(cloud),
+        countdown=countdown,
+        settings=settings,
+    )
+
+
+def watch_boots(cloud: str, countdown: float, settings: Settings | None = None) -> str:
+    """Look at ``cloud``'s machines on their way up in ``countdown`` seconds."""
+    return send(
+        WATCH_BOOTS, [cloud], queue=provision_queue(cloud), countdown=countdown, settings=settings
+    )
 
 
 def tick_cluster(name: str, settings: Settings | None = None) -> str:

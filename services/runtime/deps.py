@@ -15,7 +15,9 @@ from corral.services.providers.base import Provider
 from corral.services.providers.registry import ProviderUnavailable, build_provider
 from corral.services.settings import Settings, get_settings
 from corral.services.state.blocks import BlockStore
+from corral.services.state.boots import BootBook
 from corral.services.state.docstore import DocStore
+from corral.services.state.limits import LaunchLimits
 from corral.services.state.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
 from corral.services.state.store import Store
 from corral.shared.scheduling.det_ledger import DetLedger
@@ -41,6 +43,14 @@ class Deps:
     @cached_property
     def blocks(self) -> BlockStore:
         return BlockStore(self.redis, prefix=self.settings.prefix)
+
+    @cached_property
+    def boots(self) -> BootBook:
+        return BootBook(self.redis, prefix=self.settings.prefix)
+
+    @cached_property
+    def limits(self) -> LaunchLimits:
+        return LaunchLimits(self.redis, self.settings.launch_limits, prefix=self.settings.prefix)
 
     @cached_property
     def pools(self) -> DocStore[PoolRecord]:

@@ -2,11 +2,14 @@
 (a direct request's zone attempt, a machine pool's machine, a Determined agent, an autoscaled
 cluster node, which is launched as an ordinary request).
 
-- :func:`launch_and_wait`: one launch spec, idempotent by its attempt id, waited for until its
-  instances are up or the attempt deadline passes (raises the provider's error, or
-  :class:`LaunchTimeoutError`; what came up late is terminated).
-- :func:`launch_on_zones`: one machine of a launch template, in the first zone that has it (the
-  reservation's zone for a reserved template), for pooled machines.
+Launch, record, return: :func:`start` takes a place under the cloud's launch limits, makes the
+cloud call (idempotent by the attempt id), hands the machines to the boot watch
+(:class:`~corral.services.state.boots.Boot`) and returns; no worker waits for a boot. The watch
+(:mod:`corral.services.runtime.boots`) looks at each cloud's booting machines with one
+describe per cloud and region, and finishes each launch as :func:`boot_verdict` says.
+
+- :func:`launch_on_zones`: one machine of a launch template, in the first zone that takes it
+  (the reservation's zone for a reserved template), for pooled machines.
 """
 
 from __future__ import annotations
@@ -14,25 +17,105 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
-from corral.services.providers.base import TAG_ATTEMPT, TAG_NODE, LaunchSpec, ProviderInstance
+from corral.services.providers.base import TAG_NODE, LaunchSpec, ProviderInstance
+from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
+from corral.services.state.boots import Boot
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import LaunchTimeoutError, ProviderError
 from corral.shared.merge import merge_advanced_instance_config
 
 log = logging.getLogger("corral.launch")
 
+Verdict = Literal["up", "booting", "lost", "timeout"]
 
-def launch_and_wait(deps: Deps, spec: LaunchSpec) -> list[ProviderInstance]:
-    """Launch ``spec`` on its cloud and wait until its instances are up, within the attempt
-    deadline (raises the provider's error, or LaunchTimeoutError). Sorted by node index."""
-    provider = deps.provider(spec.cloud)
-    deadline = time.monotonic() + deps.settings.timers.attempt_deadline_s
-    launched = _launch_by_deadline(provider, spec, deadline)
-    return _wait_until_up(provider, spec.attempt_id, len(launched), deadline)
+
+class LaunchDeferred(Exception):
+    """The cloud's launch limits are full: ask again in ``wait_s`` (nothing was launched)."""
+
+    def __init__(self, cloud: str, wait_s: float) -> None:
+        super().__init__(f"{cloud}'s launch limits are full; again in {wait_s:.1f}s")
+        self.wait_s = wait_s
+
+
+def start(deps: Deps, boot: Boot) -> list[ProviderInstance]:
+    """Launch ``boot.spec`` and hand its machines to the boot watch; returns what the cloud
+    answered (machines usually still booting). Raises the provider's error, or
+    :class:`LaunchDeferred` when the cloud's limits are full. Called again for the same
+    attempt (a redelivered task), it launches nothing more and keeps the first deadline."""
+    spec = boot.spec
+    boot = deps.boots.get(spec.cloud, boot.key) or boot
+    now = deps.now()
+    # The in-flight place lapses a minute past the deadline even if every watch died.
+    wait = deps.limits.admit(
+        spec.cloud, spec.region, spec.attempt_id, now=now, until=boot.deadline + 60
+    )
+    if wait > 0:
+        raise LaunchDeferred(spec.cloud, wait)
+    try:
+        launched = _launch_by_deadline(
+            deps.provider(spec.cloud), spec, time.monotonic() + max(1.0, boot.deadline - now)
+        )
+    except ProviderError:
+        deps.limits.release(spec.cloud, spec.region, spec.attempt_id)
+        raise
+    deps.boots.add(boot)
+    watch_soon(deps, spec.cloud)
+    return launched
+
+
+def finish(deps: Deps, boot: Boot) -> None:
+    """The launch is over (up, failed or given up): stop watching it, free its place."""
+    deps.limits.release(boot.spec.cloud, boot.spec.region, boot.key)
+    deps.boots.remove(boot)
+
+
+def watch_interval(deps: Deps, cloud: str) -> float:
+    provider = deps.provider(cloud)
+    return max(deps.settings.timers.boot_watch_interval_s, float(provider.poll_interval_s))
+
+
+def watch_soon(deps: Deps, cloud: str) -> None:
+    """Make sure a boot watch of ``cloud`` is scheduled (one for a burst of launches)."""
+    interval = watch_interval(deps, cloud)
+    # The mark outlives a watch that died (its task is redelivered, or beat schedules again).
+    if deps.boots.schedule_watch(cloud, ttl_s=interval * 4 + 5):
+        dispatch.watch_boots(cloud, countdown=interval, settings=deps.settings)
+
+
+def rewatch(deps: Deps) -> int:
+    """Beat's safety net: a watch for every cloud with boots and none scheduled (its worker
+    died with the watch's message unacknowledged, or between a look and the next)."""
+    clouds = [c for c in deps.settings.clouds if deps.boots.in_flight(c)]
+    for cloud in clouds:
+        watch_soon(deps, cloud)
+    return len(clouds)
+
+
+def boot_verdict(found: Sequence[ProviderInstance], count: int, late: bool) -> Verdict:
+    """Where one launch of ``count`` machines is, from what the cloud reports of it: ``up``
+    when every node reported in (running, or already finished for a quick job), ``lost`` when
+    one died on the way, ``timeout`` when it is ``late`` (past its deadline), else
+    ``booting``."""
+    if len(found) >= count and all(p.state in ("running", "terminated") for p in found):
+        return "up"
+    if any(p.state == "lost" for p in found):
+        return "lost"
+    return "timeout" if late else "booting"
+
+
+def boot_error(verdict: str) -> ProviderError:
+    """The error a failed boot counts as (the attempt's outcome and the scope it blocks)."""
+    if verdict == "lost":
+        return ProviderError("an instance died while starting", code="InstanceLost")
+    return LaunchTimeoutError("instances did not come up within the attempt deadline")
+
+
+def by_node(found: Sequence[ProviderInstance]) -> list[ProviderInstance]:
+    return sorted(found, key=lambda p: int(p.tags.get(TAG_NODE, "0")))
 
 
 def _launch_by_deadline(provider: Any, spec: LaunchSpec, deadline: float) -> list[ProviderInstance]:
@@ -48,29 +131,6 @@ def _launch_by_deadline(provider: Any, spec: LaunchSpec, deadline: float) -> lis
         pool.shutdown(wait=False)
 
 
-def _wait_until_up(
-    provider: Any, attempt_id: str, count: int, deadline: float
-) -> list[ProviderInstance]:
-    """Wait for every node to report in (running, or already finished for a quick job). A
-    failed look (throttled, a 5xx) is looked at again: the launch itself has succeeded."""
-    found: list[ProviderInstance] = []
-    while True:
-        try:
-            found = provider.describe({TAG_ATTEMPT: attempt_id})
-        except ProviderError as exc:
-            log.info("describe failed while waiting for %s (%s); looking again", attempt_id, exc)
-        else:
-            if len(found) >= count and all(p.state in ("running", "terminated") for p in found):
-                return sorted(found, key=lambda p: int(p.tags.get(TAG_NODE, "0")))
-            if any(p.state == "lost" for p in found):
-                provider.terminate([p.provider_id for p in found])
-                raise ProviderError("an instance died while starting", code="InstanceLost")
-        if time.monotonic() > deadline:
-            provider.terminate([p.provider_id for p in found])
-            raise LaunchTimeoutError("instances did not come up within the attempt deadline")
-        time.sleep(getattr(provider, "poll_interval_s", 1.0))
-
-
 # ----------------------------------------------------------------------------------------------
 # One machine of a launch template (pooled machines)
 
@@ -80,13 +140,15 @@ def launch_on_zones(
     cloud: str,
     template: LaunchTemplate,
     label: str,
-    attempt_id: str,
-    tags: dict[str, str],
+    boot: Boot,
     extra: dict[str, Any] | None = None,
-) -> tuple[ProviderInstance, LaunchSpec]:
-    """Launch one machine of ``template`` in the first zone that has it (the reservation's
-    zone for a reserved template), idempotent by ``attempt_id``. Raises the last zone's
-    ProviderError when none could, or MergeError for a bad ``extra`` config."""
+) -> LaunchSpec:
+    """Start one machine of ``template`` in the first zone that takes it (the reservation's
+    zone for a reserved template), idempotent by the boot's attempt id, and hand it to the boot
+    watch; returns the spec launched. Raises the last zone's ProviderError when no zone took
+    it, MergeError for a bad ``extra`` config, LaunchDeferred when the cloud's limits are
+    full. ``boot`` is the watch's record of it (its spec is filled in per zone here)."""
+    attempt_id, tags = boot.spec.attempt_id, boot.spec.tags
     config = dict(template.advanced_instance_config)
     if extra:
         config = merge_advanced_instance_config(cloud, config, extra)
@@ -108,8 +170,8 @@ def launch_on_zones(
             tags=tags,
         )
         try:
-            [got] = launch_and_wait(deps, spec)
-            return got, spec
+            start(deps, boot.model_copy(update={"spec": spec}))
+            return spec
         except ProviderError as exc:
             failures.append(f"{zone}: {exc.outcome}: {exc}")
             last = exc

@@ -1,6 +1,10 @@
 """Admission and zone attempts: plan a request's chain, try one candidate per attempt,
 record every attempt, remember failed scopes, and never launch twice.
 
+An attempt makes the cloud call, records its instances REQUESTED and returns: the boot watch
+(:mod:`.boots`) sees them up (:func:`booted`) or not (:func:`boot_failed`), and the request
+moves on from there, RUNNING or down its chain.
+
 Each public function here is one Celery task's body (workers/ wraps them). Every one is
 idempotent: run twice with the same arguments (a redelivered message), it does the work once.
 """
@@ -23,10 +27,11 @@ from corral.services.runtime.account import fail_request, finish_attempt, record
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.failover import advance, after_failure, resume
-from corral.services.runtime.launch import launch_and_wait
+from corral.services.runtime.launch import LaunchDeferred, boot_error, by_node, finish, start
 from corral.services.runtime.planning import plan_launch
 from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
+from corral.services.state.boots import Boot
 from corral.shared.blocking import is_blocked
 from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError, Scope, ThrottledError
@@ -157,8 +162,14 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
         )
     task = Task.model_validate(req.task)
     spec = _spec(req, task, cand, attempt_id)
+    # The deadline runs from the cloud call (a redelivered attempt keeps the first one).
+    boot = Boot(
+        kind="attempt", spec=spec, deadline=now + deps.settings.timers.attempt_deadline_s, step=step
+    )
     try:
-        launched = launch_and_wait(deps, spec)
+        launched = start(deps, boot)
+    except LaunchDeferred as full:
+        raise RetryLater(full.wait_s, try_no) from None  # the same attempt, later
     except ThrottledError as exc:
         timers = deps.settings.timers
         finish_attempt(deps, req.id, attempt_id, "throttled", str(exc))
@@ -167,11 +178,70 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
             raise RetryLater(timers.throttle_backoff_s * (2**try_no), try_no + 1) from None
         return after_failure(deps, req, step, Scope.NONE)
     except ProviderError as exc:
-        finish_attempt(deps, req.id, attempt_id, exc.outcome, str(exc))
-        deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
-        remember(deps, cand, exc)
-        return after_failure(deps, req, step, exc.scope)
-    return _on_launched(deps, req.id, step, attempt_id, cand, launched)
+        return _failed(deps, req, step, attempt_id, cand, exc)
+    _record_booting(deps, req.id, attempt_id, launched)
+    if len(launched) >= spec.count and all(p.state == "running" for p in launched):
+        finish(deps, boot)  # up already: no need to wait for the watch
+        return _on_launched(deps, req.id, step, attempt_id, cand, by_node(launched))
+    return "booting"
+
+
+def _failed(
+    deps: Deps, req: LaunchRequest, step: int, attempt_id: str, cand: ChainStep, exc: ProviderError
+) -> str:
+    finish_attempt(deps, req.id, attempt_id, exc.outcome, str(exc))
+    deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
+    remember(deps, cand, exc)
+    return after_failure(deps, req, step, exc.scope)
+
+
+def booted(deps: Deps, boot: Boot, found: list[ProviderInstance]) -> str:
+    """The boot watch saw every machine of an attempt up: the request is RUNNING (or, if it
+    moved on meanwhile, the machines are let go)."""
+    req = deps.store.get_request(boot.spec.request_id)
+    if req is None or not 0 <= boot.step < len(req.chain):
+        return "missing"
+    return _on_launched(deps, req.id, boot.step, boot.key, req.chain[boot.step], by_node(found))
+
+
+def boot_failed(deps: Deps, boot: Boot, verdict: str) -> str:
+    """An attempt's machines did not all come up by the deadline, or one died on the way:
+    what did come up is terminated, and the request goes down its chain as for any failed
+    attempt."""
+    exc = boot_error("lost" if verdict == "lost" else "timeout")
+    release_instances(deps, boot.spec.request_id, f"{exc.outcome}: {exc}", attempt_id=boot.key)
+    req = deps.store.get_request(boot.spec.request_id)
+    if req is None or not 0 <= boot.step < len(req.chain):
+        return "missing"
+    if req.state != RequestState.PROVISIONING or req.next_step != boot.step:
+        finish_attempt(deps, req.id, boot.key, exc.outcome, str(exc))
+        return "stale"
+    return _failed(deps, req, boot.step, boot.key, req.chain[boot.step], exc)
+
+
+def _record_booting(
+    deps: Deps, request_id: str, attempt_id: str, launched: list[ProviderInstance]
+) -> None:
+    """The attempt's instances as the cloud accepted them: REQUESTED, on their way up."""
+    now = deps.now()
+    for node, pi in enumerate(by_node(launched)):
+        deps.store.create_instance(
+            Instance.new(
+                instance_id_for(attempt_id, node),
+                request_id,
+                node,
+                now,
+                f"launched by attempt {attempt_id}; booting",
+                provider_id=pi.provider_id,
+                attempt_id=attempt_id,
+                cloud=pi.cloud,
+                region=pi.region,
+                zone=pi.zone,
+                instance_type=pi.instance_type,
+                market=pi.market,
+                pid=pi.pid,
+            )
+        )
 
 
 def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> LaunchSpec:
@@ -201,6 +271,46 @@ def _advanced_config(task: Task, cand: ChainStep) -> dict[str, Any]:
     return {}
 
 
+def _instance_up(
+    deps: Deps,
+    request_id: str,
+    attempt_id: str,
+    node: int,
+    inst_id: str,
+    pi: ProviderInstance,
+    now: float,
+) -> None:
+    """Node ``node`` of the attempt reported in: its instance RUNNING (created if the attempt
+    died before it recorded it)."""
+    inst = Instance.new(
+        inst_id,
+        request_id,
+        node,
+        now,
+        f"launched by attempt {attempt_id}",
+        provider_id=pi.provider_id,
+        attempt_id=attempt_id,
+        cloud=pi.cloud,
+        region=pi.region,
+        zone=pi.zone,
+        instance_type=pi.instance_type,
+        market=pi.market,
+        pid=pi.pid,
+    )
+    inst.move(InstanceState.RUNNING, now, "the provider reports it running")
+    if deps.store.create_instance(inst):
+        return
+
+    def up(i: Instance) -> bool:
+        if i.state != InstanceState.REQUESTED:
+            return False  # already up, or let go meanwhile
+        i.pid = pi.pid
+        i.move(InstanceState.RUNNING, now, "the provider reports it running")
+        return True
+
+    deps.store.update_instance(inst_id, up)
+
+
 def _on_launched(
     deps: Deps,
     request_id: str,
@@ -214,23 +324,7 @@ def _on_launched(
     for node, pi in enumerate(launched):
         inst_id = instance_id_for(attempt_id, node)
         ids.append(inst_id)
-        inst = Instance.new(
-            inst_id,
-            request_id,
-            node,
-            now,
-            f"launched by attempt {attempt_id}",
-            provider_id=pi.provider_id,
-            attempt_id=attempt_id,
-            cloud=pi.cloud,
-            region=pi.region,
-            zone=pi.zone,
-            instance_type=pi.instance_type,
-            market=pi.market,
-            pid=pi.pid,
-        )
-        inst.move(InstanceState.RUNNING, now, "the provider reports it running")
-        deps.store.create_instance(inst)
+        _instance_up(deps, request_id, attempt_id, node, inst_id, pi, now)
     finish_attempt(deps, request_id, attempt_id, "ok", None)
 
     def run(r: LaunchRequest) -> bool:

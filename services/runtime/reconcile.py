@@ -28,7 +28,7 @@ from corral.services.providers.base import (
     ProviderInstance,
 )
 from corral.services.queues import dispatch
-from corral.services.runtime import failover, termination
+from corral.services.runtime import failover, launch, termination
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
@@ -65,6 +65,7 @@ def reconcile(deps: Deps) -> dict[str, int]:
         _clean_strays(deps, by_cloud, counts)
         _unstick(deps, counts)
         _recheck_running(deps, counts)
+        counts["boot_watches"] = launch.rewatch(deps)
         return dict(counts)
 
 
@@ -85,6 +86,8 @@ def _check_instances(
     for inst in deps.store.list_instances(states=set(LIVE)):
         if inst.machine_type is not None:
             continue  # a pool workload's node: its machine is the pool's (runtime/pooled/)
+        if inst.state == InstanceState.REQUESTED:
+            continue  # booting: the boot watch finishes it, up or failed (runtime/boots.py)
         seen = by_cloud.get(inst.cloud)
         if seen is None:
             continue  # no provider to ask in this process

@@ -94,7 +94,12 @@ def test_a_hung_region_is_cut_off_and_remembered(make_system: Callable[..., Syst
     import redis as redis_client
 
     client = redis_client.Redis.from_url(system.env["CORRAL_REDIS_URL"], decode_responses=True)
-    keep = req["instances"][0]["provider_id"]
+    # The hung zone's machine was recorded while it booted and ended when it timed out.
+    assert [(i["zone"], i["state"]) for i in req["instances"]] == [
+        ("slow-a", "TERMINATED"),
+        ("fast-a", "RUNNING"),
+    ]
+    keep = req["instances"][1]["provider_id"]
 
     def no_stray() -> bool:
         others = [i for i in client.smembers("corral:local:instances") if i != keep]

@@ -7,77 +7,14 @@ import os
 import re
 import signal
 import stat
-import subprocess
-import threading
 from pathlib import Path
 
 import httpx
 import pytest
 
-from harness import CORRAL, FAST_TIMERS, REPO, wait_for
+from harness import Up, processes_of, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-class Up:
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-        env.update({f"CORRAL_TIMERS__{k}": v for k, v in FAST_TIMERS.items()})
-        env.update(
-            {
-                "CORRAL_HOME": str(home),
-                "CORRAL_LOCAL_CLOUD_FILE": str(REPO / "tests/fixtures/localcloud/runtime.yaml"),
-            }
-        )
-        self.env = env
-        self.proc = subprocess.Popen(
-            [CORRAL, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_line(self, pattern: str, timeout_s: float = 60) -> re.Match[str]:
-        found: list[re.Match[str]] = []
-
-        def seen() -> bool:
-            found[:] = [m for line in self.lines if (m := re.search(pattern, line))]
-            return bool(found)
-
-        wait_for(seen, timeout_s, f"`corral up` to print {pattern!r}:\n{self.output()}")
-        return found[0]
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [CORRAL, *args], env=self.env, capture_output=True, text=True, timeout=120
-        )
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(60)
-
-
-def processes_of(home: Path) -> list[int]:
-    """Every process whose environment names this CORRAL_HOME (workers, agents, redis...)."""
-    mark = f"CORRAL_HOME={home}".encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and int(proc.name) != os.getpid():
-            try:
-                mine = mark in (proc / "environ").read_bytes().split(b"\0")
-                if mine and "Z" not in (proc / "stat").read_text().split()[2]:
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return pids
 
 
 def _ppid(pid: int) -> int:

@@ -1,7 +1,12 @@
 """The node agent: what runs on a local cloud "machine". One OS process per instance.
 
     python -m corral.services.providers.local.agent --instance-id ID --redis-url URL \\
-        --prefix P [--heartbeat-s 1.0] [--heartbeat-ttl-s 10] [--kill-grace-s 5]
+        --prefix P [--heartbeat-s 1.0] [--heartbeat-ttl-s 10] [--kill-grace-s 5] \\
+        [--boot-delay-s 0]
+
+``--boot-delay-s`` plays a VM's boot: the agent stays silent that long before it starts (the
+provider passes the zone's ``launch_delay_s``), so a launch call returns at once and the machine
+reports in later, as on a real cloud.
 
 It reads its task (setup, run, envs, workdir) from its instance record in Redis, written by the
 provider before the process starts. It heartbeats every ``heartbeat-s``: a key with a TTL
@@ -97,8 +102,10 @@ class Agent:
         heartbeat_s: float,
         heartbeat_ttl_s: float,
         kill_grace_s: float,
+        boot_delay_s: float = 0.0,
     ) -> None:
         self.state = state
+        self.boot_delay_s = boot_delay_s
         self.rec = rec
         self.instance_id = rec.id
         self.heartbeat_s = heartbeat_s
@@ -131,6 +138,8 @@ class Agent:
     def run(self) -> int:
         """The agent's life; returns its process exit code."""
         rec = self.rec
+        if self.boot_delay_s > 0:
+            self._boot()
         if rec.setup and not self.stopping:
             code = self._run_phase("setup", rec.setup)
             if self.stopping:
@@ -144,6 +153,14 @@ class Agent:
         self.activity = "idle"
         self._serve_assignments()
         return self._end(None, "terminated")
+
+    def _boot(self) -> None:
+        """The machine boots: silent (no heartbeat, so it is "pending") for the zone's launch
+        delay, as a cloud VM is between the launch call and its first report. A terminate
+        while it boots ends it at once."""
+        until = time.monotonic() + self.boot_delay_s
+        while not self.stopping and time.monotonic() < until:
+            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
 
     def _run_phase(self, activity: str, script: str) -> int:
         """Run one bash script in its own process group until it ends or we are stopped."""
@@ -501,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat-s", type=float, default=1.0)
     parser.add_argument("--heartbeat-ttl-s", type=float, default=None)
     parser.add_argument("--kill-grace-s", type=float, default=5.0)
+    parser.add_argument("--boot-delay-s", type=float, default=0.0)
     args = parser.parse_args(argv)
     url = args.redis_url or os.environ.get("CORRAL_REDIS_URL")
     if not url:
@@ -518,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         heartbeat_s=args.heartbeat_s,
         heartbeat_ttl_s=args.heartbeat_ttl_s or max(3 * args.heartbeat_s, 5.0),
         kill_grace_s=args.kill_grace_s,
+        boot_delay_s=args.boot_delay_s,
     )
     return agent.run()
 

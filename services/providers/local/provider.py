@@ -54,7 +54,7 @@ from corral.shared.errors import (
 
 AGENT_MODULE = "corral.services.providers.local.agent"
 ATTEMPT_POLL_S = 0.05
-CLAIM_MARGIN_S = 3.0  # how long a launch may hold its claim beyond the zone's launch delay
+CLAIM_MARGIN_S = 3.0  # how long a launch may hold its claim (it starts agents; they boot later)
 
 # The zone's injected error kinds as the typed errors a real cloud's SDK errors become.
 INJECTED: dict[str, tuple[type[ProviderError], str]] = {
@@ -105,18 +105,17 @@ class LocalProvider:
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
         """Start ``spec.count`` agents in the zone, all or none; idempotent by attempt id."""
         pool, limit, market, reservation_id = self._placement(spec)
-        delay_s = self.cloud.zone(spec.zone).launch_delay_s
         for _ in range(3):
             token = f"pending:{secrets.token_hex(8)}"
-            if self.state.claim_attempt(spec.attempt_id, token, delay_s + CLAIM_MARGIN_S):
+            if self.state.claim_attempt(spec.attempt_id, token, CLAIM_MARGIN_S):
                 try:
                     return self._launch_claimed(spec, token, pool, limit, market, reservation_id)
                 except BaseException:
                     self.state.release_attempt(spec.attempt_id, token)
                     raise
-            ids = self._await_attempt(spec.attempt_id, delay_s + self.attempt_wait_s)
+            ids = self._await_attempt(spec.attempt_id, CLAIM_MARGIN_S + self.attempt_wait_s)
             if ids is not None:
-                self._finish_boot(spec, ids, delay_s)
+                self._finish_boot(spec, ids)
                 return self._instances(ids)
             # The other caller failed and gave the attempt back: try it ourselves.
         raise ThrottledError(f"attempt {spec.attempt_id} keeps changing hands; retry")
@@ -194,13 +193,13 @@ class LocalProvider:
         reservation_id: str | None,
     ) -> list[ProviderInstance]:
         self._play_injected_error(spec)
-        # The boot lease is taken before the capacity is bound to the attempt: a caller that
+        # The start lease is taken before the capacity is bound to the attempt: a caller that
         # sees the binding must find the lease held, or it would start the same agents again.
-        # If this process dies while booting, the lease lapses and a redelivered attempt
-        # finishes the boot instead of waiting on machines nobody will start.
+        # If this process dies before it started them, the lease lapses and a redelivered
+        # attempt starts them instead of waiting on machines nobody will start.
         boot = self.state.keys.attempt(spec.attempt_id) + ":boot"
         delay_s = self.cloud.zone(spec.zone).launch_delay_s
-        self.state.r.set(boot, token, px=max(1, int((delay_s + CLAIM_MARGIN_S) * 1000)))
+        self.state.r.set(boot, token, px=int(CLAIM_MARGIN_S * 1000))
         records = self._new_records(spec, pool, market, reservation_id)
         status, used = self.state.reserve(pool, limit, spec.attempt_id, token, records)
         if status == -2:  # an id collision: practically impossible, but never reuse an id
@@ -217,27 +216,28 @@ class LocalProvider:
             )
         if status != 1:
             raise ThrottledError(f"lost the claim on attempt {spec.attempt_id}; retry")
-        time.sleep(delay_s)  # the machines "boot"
         try:
             for rec in records:
-                self._start_agent(rec)
+                self._start_agent(rec, boot_delay_s=delay_s)  # it boots by itself, later
         except OSError as exc:
             self._roll_back(records)
             self.state.unbind_attempt(spec.attempt_id, records)
             raise ProviderError(f"could not start the node agent: {exc}") from exc
         self.state.r.delete(boot)
         ids = [rec.id for rec in records]
-        # A terminate() that came while we were booting saw no pid to signal: finish its work.
+        # A terminate() that came while we were starting them saw no pid to signal: finish it.
         stopped = [rec.id for rec in map(self.state.record, ids) if rec and rec.state != PENDING]
         if stopped:
             self.terminate(stopped)
         return self._instances(ids)
 
-    def _finish_boot(self, spec: LaunchSpec, ids: list[str], delay_s: float) -> None:
-        """Start the agents of a bound attempt whose launcher died while booting them."""
+    def _finish_boot(self, spec: LaunchSpec, ids: list[str]) -> None:
+        """Start the agents of a bound attempt whose launcher died before it started them
+        (each boots for what is left of the zone's launch delay)."""
         boot = self.state.keys.attempt(spec.attempt_id) + ":boot"
-        deadline = time.monotonic() + delay_s + CLAIM_MARGIN_S
-        lease_ms = max(1, int((delay_s + CLAIM_MARGIN_S) * 1000))
+        delay_s = self.cloud.zone(spec.zone).launch_delay_s
+        deadline = time.monotonic() + CLAIM_MARGIN_S
+        lease_ms = int(CLAIM_MARGIN_S * 1000)
         while time.monotonic() < deadline:
             if not self._unborn(ids):
                 return
@@ -246,7 +246,8 @@ class LocalProvider:
                 # Look again now that the lease is ours: the launcher may have finished (and
                 # let go of the lease) between our look and our taking it.
                 for rec in self._unborn(ids):
-                    self._start_agent(rec)
+                    left = max(0.0, delay_s - (time.time() - rec.created_at))
+                    self._start_agent(rec, boot_delay_s=left)
                 self.state.r.delete(boot)
                 return
             time.sleep(ATTEMPT_POLL_S)  # the launcher is alive and still booting them
@@ -319,8 +320,9 @@ class LocalProvider:
             )
         return records
 
-    def _start_agent(self, rec: InstanceRecord) -> None:
-        """One detached agent process; its command line carries the instance id."""
+    def _start_agent(self, rec: InstanceRecord, boot_delay_s: float = 0.0) -> None:
+        """One detached agent process; its command line carries the instance id. It stays
+        silent (booting) for ``boot_delay_s`` before it starts its work."""
         argv = [
             self.python,
             "-m",
@@ -335,6 +337,8 @@ class LocalProvider:
             str(self.heartbeat_timeout_s),
             "--kill-grace-s",
             str(self.terminate_grace_s / 2),
+            "--boot-delay-s",
+            str(boot_delay_s),
         ]
         with open(rec.log_path, "ab") as log:
             proc = subprocess.Popen(
@@ -397,7 +401,8 @@ class LocalProvider:
             alive=alive,
             now=time.time(),
             heartbeat_timeout_s=self.heartbeat_timeout_s,
-            start_timeout_s=self.start_timeout_s,
+            # Booting machines are silent for the zone's launch delay: not lost yet.
+            start_timeout_s=self.start_timeout_s + self._boot_delay(rec.zone),
         )
         if not alive and state == LOST:
             final = TERMINATED if rec.state == TERMINATING else LOST
@@ -410,6 +415,12 @@ class LocalProvider:
             state = rec.state
         rec.state = state
         return rec
+
+    def _boot_delay(self, zone: str) -> float:
+        try:
+            return float(self.cloud.zone(zone).launch_delay_s)
+        except KeyError:
+            return 0.0  # a zone the cloud file no longer has
 
     def _to_instance(self, rec: InstanceRecord) -> ProviderInstance:
         return ProviderInstance(

@@ -1,6 +1,8 @@
 """One pooled machine up (provisioning worker): a machine pool's machine or a Determined
 agent, launched through the one launch path (:mod:`corral.services.runtime.launch`) from the
-templates its kind gives, recorded up in the ledger, or failed so that its work waits again."""
+templates its kind gives. The launch returns once the cloud took it; the boot watch records the
+machine up in the ledger (:func:`booted`), or failed so that its work waits again
+(:func:`boot_failed`)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,20 @@ import logging
 import uuid
 from typing import Any
 
-from corral.services.providers.base import TAG_MACHINE, TAG_MANAGED, TAG_POOL, ProviderInstance
+from corral.services.providers.base import (
+    TAG_MACHINE,
+    TAG_MANAGED,
+    TAG_POOL,
+    LaunchSpec,
+    ProviderInstance,
+)
 from corral.services.queues import dispatch
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.launch import launch_on_zones, market_of
+from corral.services.runtime.launch import LaunchDeferred, boot_error, launch_on_zones, market_of
 from corral.services.runtime.pooled.kind import PoolKind
 from corral.services.runtime.pooled.kinds import kind_named
+from corral.services.state.boots import Boot
 from corral.services.state.pools import PoolRecord
 from corral.shared.errors import ProviderError
 from corral.shared.merge import MergeError
@@ -48,21 +57,74 @@ def _launch(deps: Deps, kind: PoolKind, record: PoolRecord, machine_id: str, mac
     if isinstance(order, str):
         return _failed(deps, kind, record, machine_id, machine, order)
     tags = {TAG_MANAGED: "true", TAG_POOL: record.name, TAG_MACHINE: machine_id}
+    label = f"pool-{record.name}"
+    # The spec's place is filled in per zone by launch_on_zones.
+    spec = LaunchSpec(
+        request_id=label,
+        attempt_id=machine_id,
+        cloud=order.cloud,
+        region="",
+        zone="",
+        instance_type="",
+        tags=tags,
+    )
+    deadline = deps.now() + deps.settings.timers.attempt_deadline_s
+    boot = Boot(
+        kind="pool_machine", spec=spec, deadline=deadline, pool=record.name, machine_id=machine_id
+    )
     errors: list[str] = []
     for template in order.templates:
         try:
-            got, spec = launch_on_zones(
-                deps, order.cloud, template, f"pool-{record.name}", machine_id, tags, order.extra
+            launch_on_zones(deps, order.cloud, template, label, boot, order.extra)
+        except LaunchDeferred as full:
+            dispatch.pool_machine(
+                record.name, machine_id, order.cloud, countdown=full.wait_s, settings=deps.settings
             )
+            return "deferred"
         except ProviderError as exc:
             errors.append(str(exc))
             continue
         except MergeError as exc:
             why = f"advanced_instance_config: {exc}"
             return _failed(deps, kind, record, machine_id, machine, why)
-        return _up(deps, kind, record, machine_id, machine, got, market_of(spec, got))
+        return "booting"
     why = "; ".join(errors) or "no zone offers it"
     return _failed(deps, kind, record, machine_id, machine, why)
+
+
+def booted(deps: Deps, boot: Boot, got: ProviderInstance) -> str:
+    """The boot watch saw a pooled machine up: record it in its pool's ledger."""
+    found = _machine(deps, boot)
+    if found is None:
+        deps.provider(got.cloud).terminate([got.provider_id])  # its pool let it go meanwhile
+        return "released"
+    kind, record, machine = found
+    return _up(deps, kind, record, boot.key, machine, got, market_of(boot.spec, got))
+
+
+def boot_failed(deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstance]) -> str:
+    """A pooled machine did not come up by the deadline (or died booting): terminate what
+    there is of it; its work waits for the next pass."""
+    if found:
+        deps.provider(boot.spec.cloud).terminate([p.provider_id for p in found])
+    machine = _machine(deps, boot)
+    if machine is None:
+        return "released"
+    kind, record, m = machine
+    return _failed(deps, kind, record, boot.key, m, str(boot_error(verdict)))
+
+
+def _machine(deps: Deps, boot: Boot) -> tuple[PoolKind, PoolRecord, Any] | None:
+    """The pool and the ledger's machine a pooled boot is for, if the pool still wants it."""
+    record = deps.pools.get(boot.pool or "")
+    if record is None:
+        return None
+    kind = kind_named(record.kind)
+    ledger = kind.ledgers(deps).get(record.name)
+    machine = None if ledger is None else kind.machines(ledger).get(boot.key)
+    if machine is None or machine.status != "launching":
+        return None
+    return kind, record, machine
 
 
 def _up(

@@ -1,0 +1,97 @@
+"""The boot watch: one look at a cloud's machines on their way up.
+
+Launches return as soon as the cloud accepted them (:mod:`.launch`); this pass, one Celery task
+per cloud re-published with a countdown while anything boots, finishes them. Why a per-cloud
+watch and not a check per attempt: one describe per cloud and region serves every booting
+machine at once, so 500 boots cost a handful of calls per look, not 500; and a watch scheduled
+once per burst costs one message per look, not one per launch. Beat's reconcile pass schedules
+a watch again for any cloud with boots and none scheduled (a watch whose worker died).
+
+Each launch is finished by whoever asked for it: a request's attempt (:mod:`.provisioning`) or
+a pooled machine (:mod:`.pooled.launching`). Finishing is idempotent; the launch leaves the
+book only after it was finished, so a watch killed half-way leaves nothing half done.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+
+from corral.services.providers.base import TAG_ATTEMPT, ProviderInstance
+from corral.services.queues import dispatch
+from corral.services.runtime import provisioning
+from corral.services.runtime.claims import hold_claim
+from corral.services.runtime.deps import Deps
+from corral.services.runtime.launch import boot_verdict, finish, watch_interval, watch_soon
+from corral.services.runtime.pooled import launching
+from corral.services.state.boots import Boot
+from corral.shared.errors import ProviderError
+
+log = logging.getLogger("corral.boots")
+
+
+def watch(deps: Deps, cloud: str) -> dict[str, int]:
+    """One look at ``cloud``'s booting machines; schedules the next look while any boot."""
+    owner = uuid.uuid4().hex
+    key = f"boot-watch:{cloud}"
+    if not deps.store.claim(key, owner, deps.settings.timers.claim_ttl_s):
+        return {"skipped": 1}  # another look at this cloud is running
+    counts: dict[str, int] = defaultdict(int)
+    with hold_claim(deps, key, owner):
+        boots = deps.boots.of(cloud)
+        if boots:
+            _look(deps, cloud, boots, counts)
+    _next(deps, cloud)
+    return dict(counts)
+
+
+def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> None:
+    try:
+        seen = deps.provider(cloud).describe()  # one call per region: every boot at once
+    except ProviderError as exc:
+        counts["unanswered"] += 1
+        log.warning("%s did not answer describe (%s); its boots wait a look", cloud, exc)
+        return
+    by_attempt: dict[str, list[ProviderInstance]] = defaultdict(list)
+    for pi in seen:
+        if attempt := pi.tags.get(TAG_ATTEMPT):
+            by_attempt[attempt].append(pi)
+    now = deps.now()
+    for boot in boots:
+        found = by_attempt.get(boot.key, [])
+        verdict = boot_verdict(found, boot.spec.count, late=now >= boot.deadline)
+        counts[verdict] += 1
+        if verdict == "booting":
+            continue
+        try:
+            _finish_one(deps, boot, verdict, found)
+        except Exception:  # left in the book: the next look finishes it
+            counts["errors"] += 1
+            log.exception("could not finish the boot of %s; trying again next look", boot.key)
+            continue
+        finish(deps, boot)
+
+
+def _finish_one(deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstance]) -> None:
+    match boot.kind, verdict:
+        case "attempt", "up":
+            provisioning.booted(deps, boot, found)
+        case "attempt", _:
+            provisioning.boot_failed(deps, boot, verdict)
+        case "pool_machine", "up":
+            launching.booted(deps, boot, found[0])
+        case "pool_machine", _:
+            launching.boot_failed(deps, boot, verdict, found)
+
+
+def _next(deps: Deps, cloud: str) -> None:
+    """Schedule the next look while anything boots; else let the next launch schedule one."""
+    interval = watch_interval(deps, cloud)
+    if deps.boots.in_flight(cloud):
+        deps.boots.rearm_watch(cloud, ttl_s=interval * 4 + 5)
+        dispatch.watch_boots(cloud, countdown=interval, settings=deps.settings)
+        return
+    deps.boots.end_watch(cloud)
+    if deps.boots.in_flight(cloud):  # a launch slipped in between the look and the end
+        watch_soon(deps, cloud)

@@ -1,0 +1,75 @@
+"""Machines on their way up: every launch the cloud accepted whose machines have not all
+reported in yet, kept in Redis until a boot watch sees them up, dead or late.
+
+Layout: one hash per cloud, ``<prefix>:boots:<cloud>``, field the attempt id (the launch's
+idempotency key), value the :class:`Boot` as JSON. Its length is the cloud's launches in flight.
+Beside it, ``<prefix>:boots:<cloud>:watch`` is set while a watch of that cloud is scheduled,
+so a burst of launches schedules one watch, not one each.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import redis
+from pydantic import BaseModel
+
+from corral.services.providers.base import LaunchSpec
+
+
+class Boot(BaseModel):
+    """One launch the cloud accepted, waited for by the boot watch, not by a worker."""
+
+    kind: Literal["attempt", "pool_machine"]  # whose launch: a request's attempt, a pool's
+    spec: LaunchSpec  # what was launched (its attempt id, cloud, zone, count, tags)
+    deadline: float  # seconds since the epoch: not all up by then, the attempt timed out
+    step: int = -1  # an attempt's position in its request's chain
+    pool: str | None = None  # a pool machine's pool ...
+    machine_id: str | None = None  # ... and its id in the pool's ledger
+
+    @property
+    def key(self) -> str:
+        return self.spec.attempt_id
+
+
+class BootBook:
+    def __init__(self, client: redis.Redis, prefix: str = "corral") -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def _key(self, cloud: str) -> str:
+        return f"{self.prefix}:boots:{cloud}"
+
+    def add(self, boot: Boot) -> None:
+        """Watch ``boot`` (again: the same attempt overwrites itself, so a redelivered launch
+        adds nothing)."""
+        self.client.hset(self._key(boot.spec.cloud), boot.key, boot.model_dump_json())
+
+    def remove(self, boot: Boot) -> bool:
+        """Stop watching ``boot``; True if this call removed it."""
+        return int(self.client.hdel(self._key(boot.spec.cloud), boot.key)) == 1
+
+    def of(self, cloud: str) -> list[Boot]:
+        """Every launch of ``cloud`` on its way up, oldest deadline first."""
+        raw = self.client.hvals(self._key(cloud))
+        return sorted((Boot.model_validate_json(v) for v in raw), key=lambda b: b.deadline)
+
+    def get(self, cloud: str, attempt_id: str) -> Boot | None:
+        raw = self.client.hget(self._key(cloud), attempt_id)
+        return None if raw is None else Boot.model_validate_json(raw)
+
+    def in_flight(self, cloud: str) -> int:
+        """How many launches of ``cloud`` are on their way up."""
+        return int(self.client.hlen(self._key(cloud)))
+
+    def schedule_watch(self, cloud: str, ttl_s: float) -> bool:
+        """Mark a watch of ``cloud`` scheduled for ``ttl_s``; False if one already is."""
+        key = self._key(cloud) + ":watch"
+        return bool(self.client.set(key, "1", nx=True, px=max(1, int(ttl_s * 1000))))
+
+    def rearm_watch(self, cloud: str, ttl_s: float) -> None:
+        """The watch schedules its own next pass: keep the mark for another ``ttl_s``."""
+        self.client.set(self._key(cloud) + ":watch", "1", px=max(1, int(ttl_s * 1000)))
+
+    def end_watch(self, cloud: str) -> None:
+        self.client.delete(self._key(cloud) + ":watch")

@@ -1,0 +1,152 @@
+"""Asynchronous provisioning: a launch returns once the cloud took it, a boot watch finishes it,
+and no worker waits for a machine to boot (so boot time, not worker slots, sets the pace)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from harness import REPO, System, Up, agent_pids, wait_for
+
+pytestmark = pytest.mark.integration
+
+CLOUDS = REPO / "tests" / "fixtures" / "localcloud"
+SERVICE = {"resources": {"cloud": "local", "instance_type": "cpu-2"}}
+
+
+def _local_instances(url: str) -> dict[str, dict[str, str]]:
+    """Every instance the local cloud ever started, as its records say."""
+    client = redis.Redis.from_url(url, decode_responses=True)
+    ids = client.smembers("corral:local:instances")
+    return {i: client.hgetall(f"corral:local:instance:{i}") for i in ids}
+
+
+def _one_live_instance_each(rows: list[dict[str, Any]], local: dict[str, dict[str, str]]) -> None:
+    """Each request RUNNING on exactly one instance, none shared, and nothing else started."""
+    live = []
+    for req in rows:
+        assert req["state"] == "RUNNING", req
+        running = [i for i in req["instances"] if i["state"] == "RUNNING"]
+        assert len(running) == 1, req["instances"]
+        live.append(running[0]["provider_id"])
+    assert len(set(live)) == len(live), "two requests share an instance"
+    leaked = {i for i, rec in local.items() if i not in live and rec.get("state") != "terminated"}
+    assert not leaked, f"instances started and not accounted for: {leaked}"
+
+
+def test_forty_launches_with_an_8s_boot_run_within_three_boots(tmp_path: Path) -> None:
+    """`corral up` as shipped (default timers and worker concurrency): 40 services submitted
+    together on a cloud whose machines take 8 s to boot are all RUNNING within 3 x 8 s."""
+    up = Up(tmp_path / "home", CLOUDS / "boot8.yaml", timers={})
+    try:
+        url = up.wait_line(r"\[up\] api\s+(http://127\.0\.0\.1:\d+)").group(1)
+        up.wait_line(r"API token in")
+        token = (tmp_path / "home" / "api-token").read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+
+        def submit(i: int) -> str:
+            task = {**SERVICE, "name": f"svc-{i}"}
+            resp = httpx.post(f"{url}/v1/requests", json={"task": task}, headers=headers)
+            assert resp.status_code == 201, resp.text
+            return str(resp.json()["id"])
+
+        started = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            ids = list(pool.map(submit, range(40)))
+        rows: list[dict[str, Any]] = []
+
+        def all_running() -> bool:
+            rows[:] = [httpx.get(f"{url}/v1/requests/{rid}", headers=headers).json() for rid in ids]
+            return all(r["state"] == "RUNNING" for r in rows)
+
+        wait_for(all_running, 60, "all 40 services to run", tmp_path / "home" / "logs")
+        took = time.monotonic() - started
+        assert took < 3 * 8, f"40 launches with an 8 s boot took {took:.1f}s"
+        redis_url = up.wait_line(r"\[up\] redis\s+(redis://\S+)").group(1)
+        _one_live_instance_each(rows, _local_instances(redis_url))
+    finally:
+        assert up.stop() == 0, up.output()
+
+
+def test_a_boot_that_never_completes_times_out_and_fails_over(
+    make_system: Callable[..., System],
+) -> None:
+    system = make_system(CLOUDS / "neverboots.yaml", ATTEMPT_DEADLINE_S="3")
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision")
+    system.start_beat()
+    req = system.wait_state(system.submit({**SERVICE, "name": "svc"}), {"RUNNING", "FAILED"}, 60)
+    assert req["state"] == "RUNNING"
+    outcomes = [(a["zone"], a["outcome"]) for a in req["attempts"]]
+    assert outcomes == [("stuck-a", "timeout"), ("good-a", "ok")]
+    # The machine that never booted was terminated at the deadline, not left to bill.
+    [late] = [i for i in req["instances"] if i["zone"] == "stuck-a"]
+    assert late["state"] == "TERMINATED"
+    local = _local_instances(system.env["CORRAL_REDIS_URL"])
+    assert local[late["provider_id"]]["state"] == "terminated"
+    wait_for(lambda: agent_pids([late["provider_id"]]) == [], 10, "the late machine to be gone")
+
+
+def test_boots_outlive_a_killed_provisioning_worker(make_system: Callable[..., System]) -> None:
+    """SIGKILL the only provisioning worker while 20 machines boot, start another: every
+    request RUNNING on one instance, none launched twice, none leaked."""
+    system = make_system(CLOUDS / "boot8.yaml")
+    system.start_api()
+    system.start_worker("schedule")
+    worker = system.start_worker("provision", "provision-a")
+    system.start_beat()
+    ids = [system.submit({**SERVICE, "name": f"svc-{i}"}) for i in range(20)]
+    url = system.env["CORRAL_REDIS_URL"]
+    wait_for(lambda: len(_local_instances(url)) >= 10, 30, "machines to start booting")
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait(10)
+    system.start_worker("provision", "provision-b")
+    rows = [system.wait_state(rid, {"RUNNING", "FAILED"}, 90) for rid in ids]
+    _one_live_instance_each(rows, _local_instances(url))
+
+
+def test_launch_limits_hold_across_two_provisioning_workers(
+    make_system: Callable[..., System],
+) -> None:
+    """3 launch calls/s (burst 1) and 5 in flight for the local cloud, two provisioning
+    workers, 24 launches with a 2 s boot: never more calls in a second than the bucket allows,
+    never more than 5 machines booting at once."""
+    limits = {"local": {"calls_per_s": 3, "burst": 1, "in_flight": 5}}
+    system = make_system(
+        CLOUDS / "neverboots.yaml",
+        env={"CORRAL_LAUNCH_LIMITS": json.dumps(limits)},
+        ATTEMPT_DEADLINE_S="30",
+    )
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision", "provision-a")
+    system.start_worker("provision", "provision-b")
+    system.start_beat()
+    task = {"resources": {"cloud": "local", "instance_type": "cpu-2", "zone": "good-a"}}
+    ids = [system.submit({**task, "name": f"svc-{i}"}) for i in range(24)]
+    rows = [system.wait_state(rid, {"RUNNING", "FAILED"}, 120) for rid in ids]
+    assert all(r["state"] == "RUNNING" for r in rows)
+    records = _local_instances(system.env["CORRAL_REDIS_URL"]).values()
+    calls = sorted(float(r["created_at"]) for r in records)
+    assert len(calls) == 24  # one launch call per request: none repeated
+    # Token bucket: the calls in any window of w seconds are at most burst + 3 * w (the
+    # records' times are taken a few ms after the bucket's: 0.1 s of slack).
+    for i, first in enumerate(calls):
+        for j in range(i, len(calls)):
+            window = calls[j] - first
+            assert j - i + 1 <= 1 + 3 * (window + 0.1), (j - i + 1, window)
+    # In flight: from the launch call to the machine's first heartbeat.
+    spans = [(float(r["created_at"]), float(r["first_heartbeat_at"])) for r in records]
+    booting_at = [sum(a <= t < b for a, b in spans) for t, _ in spans]
+    assert max(booting_at) <= 5, max(booting_at)
