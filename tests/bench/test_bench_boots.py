@@ -1,0 +1,130 @@
+"""Boot benchmark: N launches on a local cloud whose machines take B seconds to boot, one
+provisioning worker (concurrency as shipped). Reports the time until all are RUNNING as a
+multiple of B, and the control plane's CPU per launch (the API, the scheduling and provisioning
+workers and redis-server; not the local machines' agents) against the CPU per raw no-op Celery
+task measured in the same run, through the same Redis and the same kind of worker.
+
+``CORRAL_BENCH_SCALE=small``: 50 launches with a 4 s boot. Full: 50 and 500 with a 10 s boot.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+
+from corral.services.queues import dispatch
+from corral.services.settings import Settings
+
+from harness import System, wait_for
+
+pytestmark = [pytest.mark.bench, pytest.mark.integration]
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _runs() -> list[tuple[int, float]]:
+    """(launches, boot seconds) per run."""
+    if os.environ.get("CORRAL_BENCH_SCALE") == "small":
+        return [(50, 4.0)]
+    return [(50, 10.0), (500, 10.0)]
+
+
+def _cloud(path: Path, boot_s: float, capacity: int) -> Path:
+    path.write_text(
+        "instance_types:\n"
+        "  - {name: cpu-2, vcpus: 2, memory_gib: 4, price_usd_per_hour: 0.10}\n"
+        "regions:\n"
+        "  - name: lab\n"
+        "    zones:\n"
+        f"      - {{name: lab-a, capacity: {{cpu-2: {capacity}}}, launch_delay_s: {boot_s}}}\n"
+    )
+    return path
+
+
+def _cpu_s(sessions: set[int]) -> float:
+    """CPU seconds (user + system, reaped children included) of every process whose session
+    is one of ``sessions`` (each process the harness starts leads a session of its own)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) in sessions:  # field 6 of stat: the session id
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / TICKS
+
+
+def _redis_pid(url: str) -> int:
+    return int(redis.Redis.from_url(url).info("server")["process_id"])
+
+
+def _noop_cpu_per_task(system: System, sessions: set[int], count: int) -> float:
+    settings = Settings(redis_url=system.env["CORRAL_REDIS_URL"])
+    app = Celery("bench", set_as_current=False)
+    app.conf.update(dispatch.celery_config(settings))
+    client = redis.Redis.from_url(settings.redis_url or "")
+    before = _cpu_s(sessions)
+    with app.producer_or_acquire() as producer:
+        for _ in range(count):
+            app.send_task(dispatch.PING, queue=dispatch.SCHEDULE_QUEUE, producer=producer)
+
+    def drained() -> bool:
+        return client.llen(dispatch.SCHEDULE_QUEUE) == 0 and client.hlen("unacked") == 0
+
+    wait_for(drained, 300, "the no-op tasks to drain")
+    time.sleep(0.5)
+    return (_cpu_s(sessions) - before) / count
+
+
+def _launches(system: System, count: int) -> tuple[float, list[str]]:
+    """Submit ``count`` services together; seconds until all are RUNNING, and their ids."""
+    task = {"resources": {"cloud": "local", "instance_type": "cpu-2"}}
+    start = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        ids = list(pool.map(lambda i: system.submit({**task, "name": f"b{i}"}), range(count)))
+
+    def all_running() -> bool:
+        with system.client() as c:
+            rows = c.get("/v1/requests", params={"state": "RUNNING", "limit": count + 10}).json()
+        rows = rows["requests"] if isinstance(rows, dict) else rows
+        return len(rows) >= count
+
+    wait_for(all_running, 600, f"{count} requests to run", system.home / "logs")
+    return time.monotonic() - start, ids
+
+
+@pytest.mark.parametrize(("count", "boot_s"), _runs(), ids=lambda v: str(v))
+def test_time_to_running_is_the_boot_not_the_worker_slots(
+    make_system: Callable[..., System], tmp_path: Path, count: int, boot_s: float
+) -> None:
+    cloud = _cloud(tmp_path / f"boot-{count}.yaml", boot_s, count + 10)
+    system = make_system(cloud, ATTEMPT_DEADLINE_S=str(boot_s * 6))
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision")  # one provisioning worker, concurrency as shipped (2)
+    time.sleep(3)  # workers ready
+    sessions = {p.pid for p in system.procs.values()} | {_redis_pid(system.env["CORRAL_REDIS_URL"])}
+    noop_cpu = _noop_cpu_per_task(system, sessions, 500)
+    before = _cpu_s(sessions)
+    took, ids = _launches(system, count)
+    launch_cpu = (_cpu_s(sessions) - before) / count
+    with system.client() as c:
+        for rid in ids:
+            c.post(f"/v1/requests/{rid}/terminate")
+    print(
+        f"\nboots: {count} launches, {boot_s:.0f} s boot, one provisioning worker: all RUNNING in "
+        f"{took:.1f} s = {took / boot_s:.2f} x the boot; control-plane CPU "
+        f"{launch_cpu * 1000:.1f} ms per launch = {launch_cpu / noop_cpu:.1f} no-op tasks "
+        f"({noop_cpu * 1000:.2f} ms each)"
+    )
+    assert took < 3 * boot_s, f"{count} launches took {took:.1f}s with a {boot_s}s boot"
