@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 from celery import Celery
@@ -89,15 +90,24 @@ def _noop_cpu_per_task(system: System, sessions: set[int], count: int) -> float:
 def _launches(system: System, count: int) -> tuple[float, list[str]]:
     """Submit ``count`` services together; seconds until all are RUNNING, and their ids."""
     task = {"resources": {"cloud": "local", "instance_type": "cpu-2"}}
+
+    def submit(client: httpx.Client, i: int) -> str:
+        resp = client.post("/v1/requests", json={"task": {**task, "name": f"b{i}"}})
+        assert resp.status_code == 201, resp.text
+        return str(resp.json()["id"])
+
     start = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        ids = list(pool.map(lambda i: system.submit({**task, "name": f"b{i}"}), range(count)))
+    # One client, its connections kept: a client per call costs the test more than the API.
+    with system.client() as client, concurrent.futures.ThreadPoolExecutor(8) as pool:
+        ids = list(pool.map(lambda i: submit(client, i), range(count)))
+
+    # Watched in Redis's state index, cheaply: listing 500 requests through the API ten times
+    # a second would cost the API more CPU than the launches.
+    index = redis.Redis.from_url(system.env["CORRAL_REDIS_URL"])
 
     def all_running() -> bool:
-        with system.client() as c:
-            rows = c.get("/v1/requests", params={"state": "RUNNING", "limit": count + 10}).json()
-        rows = rows["requests"] if isinstance(rows, dict) else rows
-        return len(rows) >= count
+        time.sleep(0.2)
+        return int(index.zcard("corral:requests:state:RUNNING")) >= count
 
     wait_for(all_running, 600, f"{count} requests to run", system.home / "logs")
     return time.monotonic() - start, ids
@@ -127,4 +137,9 @@ def test_time_to_running_is_the_boot_not_the_worker_slots(
         f"{launch_cpu * 1000:.1f} ms per launch = {launch_cpu / noop_cpu:.1f} no-op tasks "
         f"({noop_cpu * 1000:.2f} ms each)"
     )
-    assert took < 3 * boot_s, f"{count} launches took {took:.1f}s with a {boot_s}s boot"
+    if os.environ.get("CORRAL_BENCH_SCALE") == "small":
+        # CI's small run: a floor that catches a stall (a worker waiting on boots again would
+        # take 50 launches / 2 slots x 4 s = 100 s), not the target, on a shared machine.
+        assert took < 10 * boot_s, f"{count} launches took {took:.1f}s with a {boot_s}s boot"
+    else:  # the target: all RUNNING within three boots
+        assert took < 3 * boot_s, f"{count} launches took {took:.1f}s with a {boot_s}s boot"
