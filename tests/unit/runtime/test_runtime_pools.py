@@ -1,0 +1,90 @@
+"""One pass of each pool kind on the fake provider: a machine pool places a workload and
+launches its machine; a Determined pool grows an agent for a task and starts it there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from runtime_driver import Driver
+
+from corral.services.providers.base import TAG_MACHINE, TAG_POOL
+from corral.services.queues import dispatch
+from corral.services.runtime import requests
+from corral.services.runtime.pooled.registry import apply_pool, pool_view
+from corral.shared.config.task import Task
+from corral.shared.routing import DeterminedRoute, MachinePoolRoute
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+SMALL_POOL = {
+    "kind": "ANYSCALE_MANAGED",
+    "machine_types": [
+        {
+            "machine_type": "cpu",
+            "launch_templates": [{"instance_type": "cpu-2"}],
+            "partitions": [{"name": "shared", "size": 1}],
+        }
+    ],
+}
+WORKLOAD = {
+    "compute_config": {
+        "worker_nodes": [
+            {"instance_type": "cpu", "flags": {"cloud_deployment": {"machine_pool": "small"}}}
+        ]
+    },
+    "run": "sleep 1",
+}
+
+
+def _submit(driver: Driver, task: dict) -> str:
+    return requests.submit(driver.deps, Task.model_validate(task)).id
+
+
+def test_a_machine_pool_pass_places_the_first_workload_and_queues_the_second(
+    driver: Driver,
+) -> None:
+    apply_pool(
+        driver.deps, name="small", kind="machine_pool", file_name="small.yaml",
+        spec=SMALL_POOL, cloud="local",
+    )  # fmt: skip
+    driver.queue.clear()  # the pass applying publishes: nothing to do yet
+    first = _submit(driver, {**WORKLOAD, "name": "first"})
+    second = _submit(driver, {**WORKLOAD, "name": "second"})
+    req = driver.deps.store.get_request(first)
+    assert req is not None and req.route == MachinePoolRoute(pool="small")
+    driver.step()  # the first admission: queued in the pool, and a pass run over it
+    driver.step()  # the second
+    view = pool_view(driver.deps, "small")
+    phases = {w["id"]: w["phase"] for w in view["workloads"]}
+    assert phases == {first: "running", second: "pending"}
+    [machine] = view["machines"]
+    assert machine["status"] == "launching" and machine["workload"] == first
+    # Carried out: the machine is handed to the provisioning worker, which launches it.
+    driver.run(until=lambda: bool(driver.fake.launched()))
+    [spec] = driver.fake.launched()
+    assert spec.tags[TAG_POOL] == "small" and spec.tags[TAG_MACHINE] == machine["id"]
+
+
+def test_a_determined_pass_grows_an_agent_and_starts_the_task_on_it(driver: Driver) -> None:
+    master = yaml.safe_load((FIXTURES / "pools" / "master-local.yaml").read_text())
+    apply_pool(
+        driver.deps, name="det", kind="master_config", file_name="master.yaml",
+        spec=master, cloud="local",
+    )  # fmt: skip
+    driver.queue.clear()  # the pass applying publishes: nothing to do yet
+    rid = _submit(driver, {"name": "train", "resources": {"slots": 2}, "run": "sleep 1"})
+    req = driver.deps.store.get_request(rid)
+    assert isinstance(req.route, DeterminedRoute)  # type: ignore[union-attr]
+    assert req.route.resource_pool == "compute"  # type: ignore[union-attr]
+    driver.step()  # admission: queued in the pool, and a pass run over it
+    view = pool_view(driver.deps, "det")
+    # The pool grew an agent for the task, which waits for it.
+    [agent] = [m for m in view["machines"] if m["pool"] == "compute"]
+    assert agent["status"] == "launching" and agent["slots"] == 2
+    assert {w["id"]: w["phase"] for w in view["workloads"]} == {rid: "pending"}
+    # Carried out: the agent is launched, its boot watched; once up, the task starts there.
+    driver.run(until=lambda: pool_view(driver.deps, "det")["workloads"][0]["phase"] == "running")
+    assert pool_view(driver.deps, "det")["machines"][0]["status"] == "up"
+    assert dispatch.POOL_MACHINE in driver.ran and dispatch.WATCH_BOOTS in driver.ran
+    [spec] = driver.fake.launched()
+    assert spec.tags[TAG_MACHINE] == agent["id"]

@@ -1,0 +1,158 @@
+"""The runtime's steps one at a time, on the fake provider: submit and route, admit, attempt and
+its boot, failover down the chain, terminate, reconcile."""
+
+from __future__ import annotations
+
+import pytest
+from runtime_driver import Driver
+
+from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST
+from corral.services.queues import dispatch
+from corral.services.runtime import provisioning, reconcile, requests, termination
+from corral.shared.config.task import Task
+from corral.shared.errors import CapacityError, ThrottledError
+from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.routing import Direct
+
+SERVICE = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+
+
+def _submit(driver: Driver, task: dict | None = None) -> str:
+    return requests.submit(driver.deps, Task.model_validate(task or SERVICE)).id
+
+
+def test_submit_routes_once_and_publishes_admission(driver: Driver) -> None:
+    rid = _submit(driver)
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.PENDING
+    assert isinstance(req.route, Direct)
+    assert driver.names() == [dispatch.ADMIT]
+
+
+def test_submit_refuses_what_could_never_run(driver: Driver) -> None:
+    task = {"resources": {"cloud": "local", "instance_type": "no-such-type"}}
+    with pytest.raises(requests.Impossible) as refused:
+        _submit(driver, task)
+    assert refused.value.reasons and driver.queue == []
+
+
+def test_admit_plans_the_chain_and_publishes_the_first_attempt(driver: Driver) -> None:
+    rid = _submit(driver)
+    driver.step()  # admit
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.PROVISIONING
+    assert [s.zone for s in req.chain] == ["lab-east-a", "lab-east-b", "lab-west-a"]
+    assert [(p.name, p.queue, p.args) for p in driver.queue] == [
+        (dispatch.ATTEMPT, "provision.local", [rid, 0, 0])
+    ]
+
+
+def test_an_attempt_returns_while_its_machine_boots_and_the_watch_finishes_it(
+    driver: Driver,
+) -> None:
+    driver.fake.boot_delay_s = 5.0
+    rid = _submit(driver)
+    driver.step()  # admit
+    assert driver.step() == "booting"  # the attempt: launched, recorded, returned
+    [inst] = driver.deps.store.list_instances(request_id=rid)
+    assert inst.state == InstanceState.REQUESTED and inst.zone == "lab-east-a"
+    assert driver.names() == [dispatch.WATCH_BOOTS]
+    assert driver.step() == {"booting": 1}  # too early: looked again later
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    assert driver.deps.store.get_instance(inst.id).state == InstanceState.RUNNING  # type: ignore[union-attr]
+    assert len(driver.fake.launched()) == 1
+    assert driver.deps.boots.in_flight("local") == 0  # the watch let go of it
+
+
+def test_a_capacity_error_blocks_the_zone_and_the_next_candidate_is_tried(
+    driver: Driver,
+) -> None:
+    driver.fake.fail_next(CapacityError("sold out", code="InsufficientCapacity"), "lab-east-a")
+    rid = _submit(driver)
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    assert [(a.zone, a.outcome) for a in req.attempts] == [
+        ("lab-east-a", "capacity"),
+        ("lab-east-b", "ok"),
+    ]
+    assert dispatch.RETRY_REGION in driver.ran
+    blocked = [b.block.zone for b in driver.deps.blocks.active(driver.deps.now())]
+    assert blocked == ["lab-east-a"]
+
+
+def test_an_exhausted_chain_fails_the_request_with_its_account(driver: Driver) -> None:
+    for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
+        driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
+    rid = _submit(driver)
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.FAILED
+    assert "all 3 candidates failed or are blocked" in (req.error or "")
+    assert [a.outcome for a in req.attempts] == ["capacity"] * 3
+
+
+def test_a_throttled_launch_retries_in_place(driver: Driver) -> None:
+    driver.fake.fail_next(ThrottledError("slow down", code="RequestLimitExceeded"))
+    rid = _submit(driver)
+    driver.step()  # admit
+    with pytest.raises(provisioning.RetryLater) as later:
+        driver.step()
+    assert later.value.try_no == 1
+    assert provisioning.attempt(driver.deps, rid, 0, later.value.try_no) == "running"
+    req = driver.deps.store.get_request(rid)
+    assert [(a.zone, a.outcome) for a in req.attempts] == [  # type: ignore[union-attr]
+        ("lab-east-a", "throttled"),
+        ("lab-east-a", "ok"),
+    ]
+
+
+def test_a_boot_past_the_deadline_times_out_its_machine_goes_and_failover_goes_on(
+    driver: Driver,
+) -> None:
+    driver.fake.boot_delay_s = 60.0  # the deadline is 30 s
+    rid = _submit(driver)
+    driver.step()  # admit
+    driver.step()  # attempt in lab-east-a
+    first = driver.fake.launched()[0]
+    driver.fake.boot_delay_s = 0.0
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    # A timeout marks the region unhealthy: its other zone is passed over.
+    assert [(a.zone, a.outcome) for a in req.attempts] == [
+        ("lab-east-a", "timeout"),
+        ("lab-east-b", "blocked"),
+        ("lab-west-a", "ok"),
+    ]
+    late = [m for m in driver.fake.machines.values() if m.tags[TAG_ATTEMPT] == first.attempt_id]
+    assert [m.state for m in late] == ["terminated"]
+
+
+def test_terminate_stops_the_machines_and_ends_the_request(driver: Driver) -> None:
+    rid = _submit(driver)
+    driver.run()
+    assert termination.terminate(driver.deps, rid, None, "user", by_user=True) == "terminated"
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.TERMINATED
+    [inst] = driver.deps.store.list_instances(request_id=rid)
+    assert inst.state == InstanceState.TERMINATED
+    assert ("terminate", [inst.provider_id]) in driver.fake.calls
+
+
+def test_reconcile_relaunches_a_lost_machine_and_terminates_a_stray(driver: Driver) -> None:
+    rid = _submit(driver)
+    driver.run()
+    [inst] = driver.deps.store.list_instances(request_id=rid)
+    driver.fake.lose(inst.provider_id or "")
+    stray = driver.fake.start_stray({TAG_REQUEST: "r-gone", TAG_ATTEMPT: "r-gone-0-0-0"})
+    counts = reconcile.reconcile(driver.deps)
+    assert counts["lost"] == 1 and counts["strays"] == 1
+    assert driver.fake.machines[stray].state == "terminated"
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING and req.relaunches == 1
+    states = sorted(i.state.value for i in driver.deps.store.list_instances(request_id=rid))
+    assert states == ["LOST", "RUNNING"]
