@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
-from corral.shared.blocking import Block, is_blocked
+from corral.shared.blocking import Block, Placed, is_blocked
 
 
 class Within(StrEnum):
@@ -24,21 +24,6 @@ class Within(StrEnum):
     REGION = "region"  # the failed candidate's region (its other zones)
     CLOUD = "cloud"  # the failed candidate's cloud (its other regions)
     ANY = "any"  # the rest of the chain, any cloud
-
-
-class Placed(Protocol):
-    """Anything with a place: the planner's candidate, a stored chain step."""
-
-    @property
-    def cloud(self) -> str: ...
-    @property
-    def region(self) -> str: ...
-    @property
-    def zone(self) -> str: ...
-    @property
-    def instance_type(self) -> str: ...
-    @property
-    def market(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)

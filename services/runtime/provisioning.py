@@ -225,23 +225,28 @@ def _record_booting(
     """The attempt's instances as the cloud accepted them: REQUESTED, on their way up."""
     now = deps.now()
     for node, pi in enumerate(by_node(launched)):
-        deps.store.create_instance(
-            Instance.new(
-                instance_id_for(attempt_id, node),
-                request_id,
-                node,
-                now,
-                f"launched by attempt {attempt_id}; booting",
-                provider_id=pi.provider_id,
-                attempt_id=attempt_id,
-                cloud=pi.cloud,
-                region=pi.region,
-                zone=pi.zone,
-                instance_type=pi.instance_type,
-                market=pi.market,
-                pid=pi.pid,
-            )
-        )
+        deps.store.create_instance(_instance_of(request_id, attempt_id, node, pi, now))
+
+
+def _instance_of(
+    request_id: str, attempt_id: str, node: int, pi: ProviderInstance, now: float
+) -> Instance:
+    """Node ``node`` of an attempt as Corral records it, REQUESTED (the same id every time)."""
+    return Instance.new(
+        instance_id_for(attempt_id, node),
+        request_id,
+        node,
+        now,
+        f"launched by attempt {attempt_id}",
+        provider_id=pi.provider_id,
+        attempt_id=attempt_id,
+        cloud=pi.cloud,
+        region=pi.region,
+        zone=pi.zone,
+        instance_type=pi.instance_type,
+        market=pi.market,
+        pid=pi.pid,
+    )
 
 
 def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> LaunchSpec:
@@ -272,34 +277,14 @@ def _advanced_config(task: Task, cand: ChainStep) -> dict[str, Any]:
 
 
 def _instance_up(
-    deps: Deps,
-    request_id: str,
-    attempt_id: str,
-    node: int,
-    inst_id: str,
-    pi: ProviderInstance,
-    now: float,
-) -> None:
+    deps: Deps, request_id: str, attempt_id: str, node: int, pi: ProviderInstance, now: float
+) -> str:
     """Node ``node`` of the attempt reported in: its instance RUNNING (created if the attempt
-    died before it recorded it)."""
-    inst = Instance.new(
-        inst_id,
-        request_id,
-        node,
-        now,
-        f"launched by attempt {attempt_id}",
-        provider_id=pi.provider_id,
-        attempt_id=attempt_id,
-        cloud=pi.cloud,
-        region=pi.region,
-        zone=pi.zone,
-        instance_type=pi.instance_type,
-        market=pi.market,
-        pid=pi.pid,
-    )
+    died before it recorded it). Returns the instance id."""
+    inst = _instance_of(request_id, attempt_id, node, pi, now)
     inst.move(InstanceState.RUNNING, now, "the provider reports it running")
     if deps.store.create_instance(inst):
-        return
+        return inst.id
 
     def up(i: Instance) -> bool:
         if i.state != InstanceState.REQUESTED:
@@ -308,7 +293,8 @@ def _instance_up(
         i.move(InstanceState.RUNNING, now, "the provider reports it running")
         return True
 
-    deps.store.update_instance(inst_id, up)
+    deps.store.update_instance(inst.id, up)
+    return inst.id
 
 
 def _on_launched(
@@ -322,9 +308,7 @@ def _on_launched(
     now = deps.now()
     ids: list[str] = []
     for node, pi in enumerate(launched):
-        inst_id = instance_id_for(attempt_id, node)
-        ids.append(inst_id)
-        _instance_up(deps, request_id, attempt_id, node, inst_id, pi, now)
+        ids.append(_instance_up(deps, request_id, attempt_id, node, pi, now))
     finish_attempt(deps, request_id, attempt_id, "ok", None)
 
     def run(r: LaunchRequest) -> bool:
