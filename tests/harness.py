@@ -18,6 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
+from corral.services.providers.local.launcher import comm_name
+
+from local_processes import is_agent, is_launcher
+
 REPO = Path(__file__).resolve().parents[1]
 CORRAL = str(Path(sys.executable).parent / "corral")
 
@@ -189,16 +193,19 @@ def wait_for(
 
 
 def agent_pids(instance_ids: list[str]) -> list[int]:
-    """Processes on this machine that carry one of these local instance ids."""
+    """Live agent processes on this machine of these local instances (their tasks' processes
+    not counted)."""
+    names = {comm_name(i) for i in instance_ids}
     pids = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdigit() or not is_agent(proc):
             continue
         try:
             cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+            comm = (proc / "comm").read_text().strip()
         except OSError:
             continue
-        if any(i in cmd for i in instance_ids):
+        if cmd and (comm in names or any(i in cmd for i in instance_ids)):
             pids.append(int(proc.name))
     return pids
 
@@ -211,10 +218,9 @@ def kill_agents(system: System) -> None:
             continue
         try:
             environ = (proc / "environ").read_bytes()
-            cmd = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"providers.local.agent" in cmd and home.encode() in environ:
+        if (is_agent(proc) or is_launcher(proc)) and home.encode() in environ:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(proc.name), signal.SIGKILL)
 

@@ -140,12 +140,13 @@ def test_launch_limits_hold_across_two_provisioning_workers(
     records = _local_instances(system.env["CORRAL_REDIS_URL"]).values()
     calls = sorted(float(r["created_at"]) for r in records)
     assert len(calls) == 24  # one launch call per request: none repeated
-    # Token bucket: the calls in any window of w seconds are at most burst + 3 * w (the
-    # records' times are taken a few ms after the bucket's: 0.1 s of slack).
+    # Token bucket: the calls in any window of w seconds are at most burst + 3 * w. The
+    # records' times are taken after the bucket's, by a worker sharing two cores with the
+    # rest: 0.25 s of slack (without the bucket, the 24 calls come within about a second).
     for i, first in enumerate(calls):
         for j in range(i, len(calls)):
             window = calls[j] - first
-            assert j - i + 1 <= 1 + 3 * (window + 0.1), (j - i + 1, window)
+            assert j - i + 1 <= 1 + 3 * (window + 0.25), (j - i + 1, window)
     # In flight: from the launch call to the machine's first heartbeat.
     spans = [(float(r["created_at"]), float(r["first_heartbeat_at"])) for r in records]
     booting_at = [sum(a <= t < b for a, b in spans) for t, _ in spans]

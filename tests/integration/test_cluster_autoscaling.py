@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from harness import System, wait_for
+from local_processes import is_agent
 
 pytestmark = pytest.mark.integration
 
@@ -101,13 +102,12 @@ def _agents(system: System) -> list[int]:
         if not proc.name.isdigit():
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes()
             env = (proc / "environ").read_bytes()
             stat = (proc / "stat").read_text()
         except OSError:
             continue
         zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
-        if b"providers.local.agent" in cmd and str(system.home).encode() in env and not zombie:
+        if is_agent(proc) and str(system.home).encode() in env and not zombie:
             pids.append(int(proc.name))
     return pids
 

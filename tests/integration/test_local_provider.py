@@ -203,7 +203,9 @@ def test_twenty_concurrent_launches_never_overcount(provider: LocalProvider) -> 
 
 
 def test_a_multi_node_launch_gets_all_its_nodes_or_none(provider: LocalProvider) -> None:
-    first = provider.launch(spec("lab-east-b", count=3, run="echo rank=$CORRAL_NODE_RANK"))
+    first = provider.launch(
+        spec("lab-east-b", count=3, run="echo rank=$CORRAL_NODE_RANK; sleep 30")
+    )
     assert len({i.provider_id for i in first}) == 3
     assert sorted(i.tags["corral-node"] for i in first) == ["0", "1", "2"]
     pids_before = {i.pid for i in first}

@@ -2,15 +2,19 @@
 
 Capacity, reservations, faults and launch delays come from the local cloud file
 (:mod:`corral.shared.config.localcloud`); the cloud's own records live in Redis
-(:mod:`.state`), so every worker process sees the same cloud. Each instance is one
-``python -m corral.services.providers.local.agent`` process in a session of its own: it outlives
-the worker that launched it, as a VM outlives the API call that created it.
+(:mod:`.state`), so every worker process sees the same cloud. Each instance is one agent
+process in a session of its own: it outlives the worker that launched it, as a VM outlives the
+API call that created it. On Linux the cloud's launcher (:mod:`.launcher`) forks it, so a
+launch call costs about what a cloud's API call does; elsewhere it is a new
+``python -m corral.services.providers.local.agent`` interpreter.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import logging
 import os
 import secrets
 import signal
@@ -32,6 +36,7 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
 )
+from corral.services.providers.local import launcher
 from corral.services.providers.local.state import (
     LOST,
     PENDING,
@@ -53,6 +58,8 @@ from corral.shared.errors import (
 )
 
 AGENT_MODULE = "corral.services.providers.local.agent"
+
+log = logging.getLogger(__name__)
 ATTEMPT_POLL_S = 0.05
 CLAIM_MARGIN_S = 3.0  # how long a launch may hold its claim (it starts agents; they boot later)
 
@@ -97,6 +104,11 @@ class LocalProvider:
         self.attempt_wait_s = attempt_wait_s
         self.state = CloudState(redis.Redis.from_url(redis_url, decode_responses=True), prefix)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        # One launcher per cloud, shared by every process that launches on it.
+        key = f"{python}\0{prefix}\0{self.log_dir.resolve()}\0{redis_url}"
+        self._launcher: str | None = (
+            hashlib.sha256(key.encode()).hexdigest()[:20] if sys.platform == "linux" else None
+        )
 
     def has_credentials(self) -> bool:
         return True
@@ -321,12 +333,11 @@ class LocalProvider:
         return records
 
     def _start_agent(self, rec: InstanceRecord, boot_delay_s: float = 0.0) -> None:
-        """One detached agent process; its command line carries the instance id. It stays
-        silent (booting) for ``boot_delay_s`` before it starts its work."""
-        argv = [
-            self.python,
-            "-m",
-            AGENT_MODULE,
+        """One detached agent process for the instance. It stays silent (booting) for
+        ``boot_delay_s`` before it starts its work. On Linux the cloud's launcher forks it
+        (a millisecond, see launcher.py) and it carries the instance id as its name; elsewhere,
+        or if the launcher fails, it is a new interpreter whose command line carries the id."""
+        args = [
             "--instance-id",
             rec.id,
             "--prefix",
@@ -340,21 +351,40 @@ class LocalProvider:
             "--boot-delay-s",
             str(boot_delay_s),
         ]
-        with open(rec.log_path, "ab") as log:
+        # The Redis URL may hold a password: the environment, not the command line.
+        env = {"CORRAL_REDIS_URL": self.redis_url}
+        pid = None
+        if self._launcher is not None:
+            request = {"argv": args, "log": rec.log_path, "env": env, "name": rec.id}
+            try:
+                pid = launcher.start_agent(self._launcher, self.python, request)
+            except (OSError, ValueError, launcher.LauncherError) as exc:
+                log.warning("local launcher unavailable (%s); starting agents directly", exc)
+                self._launcher = None
+        if pid is None:
+            pid = self._spawn_agent(rec, args, env)
+        rec.pid = pid
+        self.state.set_fields(rec.id, pid=pid)
+
+    def _spawn_agent(self, rec: InstanceRecord, args: list[str], env: dict[str, str]) -> int:
+        with open(rec.log_path, "ab") as out:
             proc = subprocess.Popen(
-                argv,
+                [self.python, "-m", AGENT_MODULE, *args],
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own session: it outlives the launching worker
                 close_fds=True,
-                # The Redis URL may hold a password: the environment, not the command line.
-                env={**os.environ, "CORRAL_REDIS_URL": self.redis_url},
+                env={**os.environ, **env},
             )
         # Reap it when it exits, so no zombie lingers while this process lives.
         threading.Thread(target=proc.wait, name=f"reap-{rec.id}", daemon=True).start()
-        rec.pid = proc.pid
-        self.state.set_fields(rec.id, pid=proc.pid)
+        return proc.pid
+
+    def stop_launcher(self) -> None:
+        """Stop this cloud's launcher (its agents run on); it also exits when idle."""
+        if self._launcher is not None:
+            launcher.stop(self._launcher)
 
     def _roll_back(self, records: list[InstanceRecord]) -> None:
         """A multi-node launch gets all its nodes or none: stop what did start."""
@@ -509,6 +539,7 @@ class LocalProvider:
     def power_off(self) -> int:
         """Kill every agent and its task at once, as a power cut would, leaving the records as
         they are: whoever looks next finds the instances lost. Returns how many were alive."""
+        self.stop_launcher()
         killed = 0
         for iid in self.state.instance_ids():
             rec = self.state.record(iid)
@@ -544,9 +575,10 @@ class LocalProvider:
 
 
 def pid_belongs_to(pid: int, instance_id: str) -> bool:
-    """Whether ``pid`` is a live process of this instance: its agent or its task, whose command
-    lines carry the instance id as one word. False for a foreign or reused pid, a zombie (its
-    command line is empty), or a process that is gone."""
+    """Whether ``pid`` is a live agent or task of this instance: an agent the launcher forked
+    carries the instance id as its name, one started directly carries it as a word of its
+    command line. False for a foreign or reused pid, a zombie (its command line is empty), or
+    a process that is gone."""
     if pid <= 0:
         return False
     if not Path("/proc/self").exists():
@@ -557,7 +589,10 @@ def pid_belongs_to(pid: int, instance_id: str) -> bool:
         try:
             raw = Path(f"/proc/{pid}/cmdline").read_bytes()
             if raw:
-                return instance_id.encode() in raw.split(b"\0")
+                if instance_id.encode() in raw.split(b"\0"):
+                    return True
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                return comm == launcher.comm_name(instance_id)
             if _proc_state(pid) in ("Z", "X", ""):
                 return False
         except (FileNotFoundError, ProcessLookupError, PermissionError):
