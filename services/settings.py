@@ -107,6 +107,15 @@ class Settings(BaseSettings):
     gcp_api_endpoint: str | None = None  # None: the real Compute API
     gcp_anonymous: bool = False  # anonymous credentials: only for a fake Compute API in tests
     log_dir: Path | None = None  # None: <home>/logs
+    # The API's address as cloud machines reach it. Set: AWS and Google Cloud machines boot
+    # the node agent (installed from ``node_agent_source``), which registers, heartbeats and
+    # reports through it. None: they get a blind boot script (setup and run, no reports).
+    node_api_url: str | None = None
+    # Where a node's boot script installs the agent from: a pip requirement or wheel URL.
+    # None: the wheel the API serves at <node_api_url>/v1/node/agent.whl.
+    node_agent_source: str | None = None
+    node_secret: SecretStr | None = None  # signs node tokens; None: drawn once, kept in Redis
+    node_heartbeat_s: float = 5.0  # how often a cloud node's agent reports
     worker_concurrency: int = 2
     timers: Timers = Field(default_factory=Timers)
     # Launch limits by cloud or "cloud/region" (CORRAL_LAUNCH_LIMITS as JSON, e.g.

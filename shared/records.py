@@ -193,6 +193,8 @@ class LaunchRequest(_Record):
             "id": self.id,
             "name": self.task.get("name"),
             "state": self.state.value,
+            "exit_code": self.exit_code,
+            "error": self.error,
             "attempts": [a.to_public() for a in self.attempts],
             "instances": [i.to_public() for i in instances],
         }
@@ -276,6 +278,7 @@ class Instance(_Record):
             "market": self.market,
             "machine_type": self.machine_type,
             "state": self.state.value,
+            "exit_code": self.exit_code,
         }
 
 

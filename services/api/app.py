@@ -17,6 +17,7 @@ from kombu.exceptions import OperationalError
 
 from corral.services.api.auth import configured_token
 from corral.services.api.clusters import router as clusters_router
+from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pools import router as pools_router
 from corral.services.api.routes import router
 from corral.services.runtime.deps import Deps
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(clusters_router)
     app.include_router(pools_router)
+    app.include_router(nodes_router)
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)
     app.add_exception_handler(OperationalError, _store_unreachable)

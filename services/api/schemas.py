@@ -38,6 +38,7 @@ class InstanceView(BaseModel):
         None, description="the machine pool's machine type it runs on; None off pools"
     )
     state: str
+    exit_code: int | None = Field(None, description="a job node's run exit code, once it ended")
 
 
 class RequestView(BaseModel):
@@ -49,6 +50,8 @@ class RequestView(BaseModel):
     id: str
     name: str | None = None  # the task's name, when it has one
     state: str
+    exit_code: int | None = None  # a finished job's: the first non-zero of its nodes, else 0
+    error: str | None = None  # why it failed, when it did
     attempts: list[AttemptView]
     instances: list[InstanceView]
 

@@ -28,12 +28,27 @@ def _local(settings: Settings, local_cloud: Any) -> Provider:
     )
 
 
+def _node_agents(settings: Settings, cloud: str) -> Any:
+    """The node agents cloud machines boot, when the settings say where they report."""
+    if not settings.node_api_url or not settings.redis_url:
+        return None
+    import redis
+
+    from corral.services.providers.nodes import NodeAgents
+    from corral.services.state.nodes import NodeBook
+
+    secret = settings.node_secret.get_secret_value() if settings.node_secret else None
+    book = NodeBook(redis.Redis.from_url(settings.redis_url), settings.prefix, secret)
+    return NodeAgents(cloud, book, settings.node_api_url, source=settings.node_agent_source)
+
+
 def _aws(settings: Settings, local_cloud: Any) -> Provider:
     from corral.services.providers.aws.provider import AwsProvider
 
     return AwsProvider(
         endpoint_url=settings.aws_endpoint_url,
         default_image_id=settings.aws_default_image_id,
+        nodes=_node_agents(settings, "aws"),
     )
 
 
@@ -46,7 +61,10 @@ def _gcp(settings: Settings, local_cloud: Any) -> Provider:
 
         credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
     return GcpProvider(
-        settings.gcp_project, api_endpoint=settings.gcp_api_endpoint, credentials=credentials
+        settings.gcp_project,
+        api_endpoint=settings.gcp_api_endpoint,
+        credentials=credentials,
+        nodes=_node_agents(settings, "gcp"),
     )
 
 

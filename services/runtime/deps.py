@@ -18,6 +18,7 @@ from corral.services.state.blocks import BlockStore
 from corral.services.state.boots import BootBook
 from corral.services.state.docstore import DocStore
 from corral.services.state.limits import LaunchLimits
+from corral.services.state.nodes import NodeBook
 from corral.services.state.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
 from corral.services.state.store import Store
 from corral.shared.scheduling.det_ledger import DetLedger
@@ -47,6 +48,13 @@ class Deps:
     @cached_property
     def boots(self) -> BootBook:
         return BootBook(self.redis, prefix=self.settings.prefix)
+
+    @cached_property
+    def nodes(self) -> NodeBook:
+        secret = self.settings.node_secret
+        return NodeBook(
+            self.redis, self.settings.prefix, secret.get_secret_value() if secret else None
+        )
 
     @cached_property
     def limits(self) -> LaunchLimits:

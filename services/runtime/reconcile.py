@@ -149,13 +149,16 @@ def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
     if not is_job:
         _lost(deps, inst, f"its service exited (code {exit_code})")
         return
-    _move(
+    moved = _move(
         deps,
         inst,
         InstanceState.TERMINATED,
         f"its job exited with code {exit_code}",
         exit_code=exit_code,
     )
+    if moved and inst.provider_id:
+        # A job's end releases its machine: a cloud VM outlives the agent that reported it.
+        _try(deps.provider(inst.cloud).terminate, [inst.provider_id], zone=inst.zone)
     assert req is not None
     _finish_job(deps, req, inst.attempt_id)
 

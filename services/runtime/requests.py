@@ -10,6 +10,7 @@ from typing import Any
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.pooled.registry import registry_view
+from corral.services.state.nodes import NodeName
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
 from corral.shared.records import LaunchRequest
@@ -103,7 +104,8 @@ def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
 def read_logs(
     deps: Deps, request_id: str, *, instance_id: str | None = None, tail_bytes: int = 256_000
 ) -> str:
-    """The output of the request's instances (local cloud: the agents' log files)."""
+    """The output of the request's instances: the local cloud's agents' log files, or what
+    cloud machines' agents shipped to the node book."""
     if deps.store.get_request(request_id) is None:
         raise RequestNotFound(request_id)
     parts: list[str] = []
@@ -111,6 +113,13 @@ def read_logs(
         if instance_id and inst.id != instance_id:
             continue
         if not inst.provider_id:
+            continue
+        if inst.cloud != "local" and inst.attempt_id:
+            node = NodeName(inst.cloud, inst.attempt_id, inst.node_index)
+            data = deps.nodes.log(node)[-tail_bytes:]
+            if data:
+                text = data.decode("utf-8", errors="replace")
+                parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
             continue
         path = deps.settings.logs / f"{inst.provider_id}.log"
         if not path.exists():

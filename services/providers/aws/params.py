@@ -37,9 +37,10 @@ def client_token(attempt_id: str) -> str:
     return "corral-" + hashlib.sha256(attempt_id.encode()).hexdigest()[:48]
 
 
-def run_params(spec: LaunchSpec, default_image_id: str) -> dict[str, Any]:
+def run_params(spec: LaunchSpec, default_image_id: str, boot: str | None = None) -> dict[str, Any]:
     """The RunInstances parameters of an attempt: ``advanced_instance_config`` passed through,
-    with Corral's own choices (type, zone, count, market, token, tags) on top."""
+    with Corral's own choices (type, zone, count, market, token, tags) on top. ``boot``: the
+    UserData to send (the node agent's) instead of the blind setup-and-run script."""
     try:
         params = merge_advanced_instance_config(
             "aws", spec.advanced_instance_config, {"TagSpecifications": _tag_specs(spec)}
@@ -57,7 +58,7 @@ def run_params(spec: LaunchSpec, default_image_id: str) -> dict[str, Any]:
     params["Placement"] = {**(params.get("Placement") or {}), "AvailabilityZone": spec.zone}
     params["Placement"].pop("AvailabilityZoneId", None)
     _set_market(params, spec)
-    script = user_data(spec)
+    script = user_data(spec) if boot is None else _checked_size(boot)
     if script is not None:
         if "UserData" in params:
             raise InvalidRequestError(
@@ -150,7 +151,10 @@ def user_data(spec: LaunchSpec) -> str | None:
     if spec.workdir:
         lines += [f"mkdir -p {shlex.quote(spec.workdir)}", f"cd {shlex.quote(spec.workdir)}"]
     lines += [part for part in (spec.setup, spec.run) if part]
-    script = "\n".join(lines) + "\n"
+    return _checked_size("\n".join(lines) + "\n")
+
+
+def _checked_size(script: str) -> str:
     if len(script.encode()) > USER_DATA_MAX_BYTES:
         raise InvalidRequestError(
             f"the boot script is {len(script.encode())} bytes; EC2 takes {USER_DATA_MAX_BYTES}",

@@ -38,6 +38,7 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
 )
+from corral.services.providers.nodes import NodeAgents
 from corral.shared.errors import (
     AuthError,
     CapacityError,
@@ -86,11 +87,14 @@ class AwsProvider:
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 60.0,
         credentials_ttl_s: float = 60.0,
+        nodes: NodeAgents | None = None,
     ) -> None:
         """``regions``: where ``describe`` looks (None: the catalog's AWS regions).
         ``sdk_max_attempts``: botocore's tries for describe and terminate (launches get one).
         ``terminate_attempts``: Corral's own tries of a teardown before it raises.
-        ``launch_resends``: resends of a RunInstances that got no answer (same ClientToken)."""
+        ``launch_resends``: resends of a RunInstances that got no answer (same ClientToken).
+        ``nodes``: boot the node agent on every machine (None: a blind boot script)."""
+        self.nodes = nodes
         self.endpoint_url = endpoint_url
         self.default_image_id = default_image_id
         self.sdk_max_attempts = sdk_max_attempts
@@ -166,7 +170,8 @@ class AwsProvider:
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
         """``spec.count`` instances in ``spec.zone``, all or none; idempotent by attempt id."""
         check_spec(spec)
-        params = run_params(spec, self.default_image_id)
+        boot = None if self.nodes is None else self.nodes.boot_script(spec)
+        params = run_params(spec, self.default_image_id, boot)
         if self.endpoint_url is None and params.get("ImageId") == DEFAULT_IMAGE_ID:
             raise InvalidRequestError(
                 "no image for the instance: set advanced_instance_config.ImageId, a launch "
@@ -179,7 +184,7 @@ class AwsProvider:
                 self._attempt_regions.popitem(last=False)
         found = self._described(spec.region, _tag_filters({TAG_ATTEMPT: spec.attempt_id}))
         if found:
-            return self._adopt(spec, found)
+            return self._seen(self._adopt(spec, found))
         log.info(
             "launching %d %s (%s) in %s for attempt %s",
             spec.count,
@@ -189,7 +194,11 @@ class AwsProvider:
             spec.attempt_id,
         )
         response = self._run_instances(spec.region, params)
-        return self._accept(spec, response.get("Instances", []))
+        return self._seen(self._accept(spec, response.get("Instances", [])))
+
+    def _seen(self, instances: list[ProviderInstance]) -> list[ProviderInstance]:
+        """Machines as the control plane must see them: up once their agent registered."""
+        return instances if self.nodes is None else self.nodes.overlay(instances)
 
     def _run_instances(self, region: str, params: dict[str, Any]) -> dict[str, Any]:
         client = self.client(region, "launch")
@@ -274,7 +283,7 @@ class AwsProvider:
         out: list[ProviderInstance] = []
         for r in regions:
             out.extend(self._instances(r, self._described(r, _tag_filters(wanted))))
-        return out
+        return self._seen(out)
 
     def _described(self, region: str, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """DescribeInstances in one region as instance dicts, each with its ReservationId."""

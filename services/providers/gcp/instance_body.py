@@ -100,8 +100,11 @@ def _zonal(ref: str, zone: str, kind: str) -> str:
     return ref if "/" in ref else f"zones/{zone}/{kind}/{ref}"
 
 
-def instance_body(spec: LaunchSpec, node: str, name: str, image: str) -> compute_v1.Instance:
-    """The insert body: the seed's ``instanceProperties`` with Corral's fields over it."""
+def instance_body(
+    spec: LaunchSpec, node: str, name: str, image: str, boot: str | None = None
+) -> compute_v1.Instance:
+    """The insert body: the seed's ``instanceProperties`` with Corral's fields over it.
+    ``boot``: the startup-script to use (the node agent's) instead of the blind one."""
     inst = _seed(spec)
     inst.name = name
     inst.machine_type = f"zones/{spec.zone}/machineTypes/{spec.instance_type}"
@@ -125,7 +128,7 @@ def instance_body(spec: LaunchSpec, node: str, name: str, image: str) -> compute
         inst.network_interfaces = [
             compute_v1.NetworkInterface(network="global/networks/default", access_configs=[nat])
         ]
-    script = startup_script(spec, node, name)
+    script = boot if boot is not None else startup_script(spec, node, name)
     if script is not None:
         items = [i for i in inst.metadata.items if i.key != "startup-script"]
         items.append(compute_v1.Items(key="startup-script", value=script))

@@ -37,6 +37,7 @@ from corral.services.providers.gcp.instance_body import (
     label_filter,
     nodes_of,
 )
+from corral.services.providers.nodes import NodeAgents
 from corral.shared.errors import (
     AuthError,
     InvalidRequestError,
@@ -97,8 +98,11 @@ class GcpProvider:
         teardown_tries: int = 3,
         teardown_backoff_s: float = 1.0,
         credentials_recheck_s: float = 300.0,
+        nodes: NodeAgents | None = None,
     ) -> None:
+        """``nodes``: boot the node agent on every machine (None: a blind startup-script)."""
         self.project = project
+        self.nodes = nodes
         self.api_endpoint = api_endpoint
         self.image = image
         self.operation_timeout_s = operation_timeout_s
@@ -181,7 +185,7 @@ class GcpProvider:
         nodes = nodes_of(spec)
         names = [instance_name(spec.attempt_id, node) for node in nodes]
         bodies = [
-            instance_body(spec, node, name, self.image)
+            instance_body(spec, node, name, self.image, self._boot(spec, node))
             for node, name in zip(nodes, names, strict=True)
         ]
         found = {i.name for i in self._list_zone(spec.zone, {TAG_ATTEMPT: spec.attempt_id})}
@@ -201,7 +205,15 @@ class GcpProvider:
             )
             self._roll_back(spec.zone, names, vanished)
             raise vanished
-        return [self._to_instance(inst) for inst in got if inst is not None]
+        return self._seen([self._to_instance(inst) for inst in got if inst is not None])
+
+    def _boot(self, spec: LaunchSpec, node: str) -> str | None:
+        """The node agent's startup-script for this node, when agents are configured."""
+        return None if self.nodes is None else self.nodes.boot_script(spec, int(node))
+
+    def _seen(self, instances: list[ProviderInstance]) -> list[ProviderInstance]:
+        """Machines as the control plane must see them: up once their agent registered."""
+        return instances if self.nodes is None else self.nodes.overlay(instances)
 
     def _insert_all(
         self, spec: LaunchSpec, todo: list[tuple[str, compute_v1.Instance, str]]
@@ -285,7 +297,7 @@ class GcpProvider:
                 request=request, retry=self._read_retry, timeout=self.call_timeout_s
             )
             found = [inst for _scope, scoped in pages for inst in scoped.instances]
-        return [self._to_instance(i) for i in found if has_labels(i, wanted)]
+        return self._seen([self._to_instance(i) for i in found if has_labels(i, wanted)])
 
     def _list_zone(self, zone: str, tags: dict[str, str]) -> list[compute_v1.Instance]:
         api = self._api()

@@ -26,6 +26,9 @@ never runs again. Each result goes to the hash ``assign-result:<id>`` under its 
 assignment without ``run`` is a service: after its setup it stays ``serving`` (setup's
 background processes kept) until it is withdrawn.
 
+The work itself is run by the agent core (:mod:`corral.services.agent.core`), the same one a
+cloud machine's agent runs; this module is its Redis link and its command line.
+
 Dependency-light on purpose: the standard library, a small Redis client of its own (resp.py:
 redis-py's import alone took most of a second) and state.py; never celery.
 """
@@ -33,476 +36,69 @@ redis-py's import alone took most of a second) and state.py; never celery.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
-import select
-import signal
-import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from corral.services.agent.core import Agent, LinkError, Work, _say
 from corral.services.providers.local.resp import MiniRedis, RedisError
-from corral.services.providers.local.state import (
-    ENDED_RECORD_TTL_S,
-    TERMINATED,
-    CloudState,
-    InstanceRecord,
-)
+from corral.services.providers.local.state import TERMINATED, CloudState, InstanceRecord
 
 
-def _say(message: str) -> None:
-    """One line in the instance's log, marked so it reads apart from the task's output."""
-    sys.stderr.write(f"[corral-agent] {message}\n")
-    sys.stderr.flush()
+class RedisLink:
+    """The local cloud's link: the agent writes its reports into the cloud's records."""
 
-
-@dataclass
-class Assignment:
-    """One piece of work given to an idle machine, and how far it got."""
-
-    id: str
-    setup: str | None = None
-    run: str | None = None
-    envs: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    child: subprocess.Popen[bytes] | None = None  # the current phase's bash
-    phase: str = "setup"  # setup | running | serving
-    stop_by: float | None = None  # once withdrawn: when SIGKILL follows the SIGTERM
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Assignment:
-        envs = data.get("envs") or {}
-        return cls(
-            id=str(data["id"]),
-            setup=_text(data.get("setup")),
-            run=_text(data.get("run")),
-            envs={str(k): str(v) for k, v in envs.items()} if isinstance(envs, dict) else {},
-            workdir=_text(data.get("workdir")),
-        )
-
-
-def _text(value: object) -> str | None:
-    return str(value) if value not in (None, "") else None
-
-
-class Agent:
-    """Runs one instance's task and keeps its record current."""
-
-    def __init__(
-        self,
-        state: CloudState,
-        rec: InstanceRecord,
-        *,
-        heartbeat_s: float,
-        heartbeat_ttl_s: float,
-        kill_grace_s: float,
-        boot_delay_s: float = 0.0,
-    ) -> None:
+    def __init__(self, state: CloudState, rec: InstanceRecord) -> None:
         self.state = state
-        self.boot_delay_s = boot_delay_s
         self.rec = rec
-        self.instance_id = rec.id
-        self.heartbeat_s = heartbeat_s
-        self.heartbeat_ttl_s = heartbeat_ttl_s
-        self.kill_grace_s = kill_grace_s
-        self.stopping = False
-        self.activity = "setup"
-        self._next_beat = 0.0
-        self._redis_down = False
-        self.jobs: dict[str, Assignment] = {}  # the assignments being worked on, by id
-        self._ended: set[str] = set()  # ids that ended here: never run twice
-        self._unsent: dict[str, dict[str, Any]] = {}  # results Redis did not take yet
-        self._written: dict[str, float] = {}  # results written, by id: when (to drop a day on)
-        self._bad: dict[str, str] = {}  # unreadable assign fields already reported
-        self._results_failing = False  # a failed result write was reported
-        # Self-pipe: signals (SIGTERM, and SIGCHLD when a child ends) wake the select() below.
-        self._wake_r, wake_w = os.pipe()
-        for fd in (self._wake_r, wake_w):
-            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-            fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGTERM, self._on_stop)
-        signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
 
-    def _on_stop(self, _signum: int, _frame: FrameType | None) -> None:
-        self.stopping = True
-
-    # --- main ----------------------------------------------------------------------------
-    def run(self) -> int:
-        """The agent's life; returns its process exit code."""
-        rec = self.rec
-        if self.boot_delay_s > 0:
-            self._boot()
-        if rec.setup and not self.stopping:
-            code = self._run_phase("setup", rec.setup)
-            if self.stopping:
-                return self._end(code, "terminated")
-            if code != 0:
-                _say(f"setup exited {code}")
-                return self._end(code, "setup_failed")
-        if rec.run and not self.stopping:
-            code = self._run_phase("running", rec.run)
-            return self._end(code, "terminated" if self.stopping else "completed")
-        self.activity = "idle"
-        self._serve_assignments()
-        return self._end(None, "terminated")
-
-    def _boot(self) -> None:
-        """The machine boots: silent (no heartbeat, so it is "pending") for the zone's launch
-        delay, as a cloud VM is between the launch call and its first report. A terminate
-        while it boots ends it at once."""
-        until = time.monotonic() + self.boot_delay_s
-        while not self.stopping and time.monotonic() < until:
-            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
-
-    def _run_phase(self, activity: str, script: str) -> int:
-        """Run one bash script in its own process group until it ends or we are stopped."""
-        self.activity = activity
-        self._beat(force=True)
-        child = self._spawn(script, self.rec.workdir, self.rec.envs)
-        while child.poll() is None and not self.stopping:
-            self._wait(child)
-        code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
-        _kill_group(child.pid, signal.SIGKILL)  # what the script left in the background
-        return code
-
-    def _spawn(
-        self, script: str, workdir: str | None, envs: dict[str, str]
-    ) -> subprocess.Popen[bytes]:
-        """Start one bash script in a process group of its own, its output in the log."""
-        cwd = workdir if workdir and Path(workdir).is_dir() else None
-        if workdir and cwd is None:
-            _say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
-        # The node's environment is the agent's, like a machine's, plus the task's envs; but
-        # never Corral's settings and secrets, nor the cloud credentials the worker holds: a
-        # task's output is readable through the API.
-        inherited = {k: v for k, v in os.environ.items() if not _private(k)}
-        env = {**inherited, **envs}
-        # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
-        # provider recognises the task's processes when it must kill them itself.
-        child = subprocess.Popen(
-            ["bash", "-c", script],
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self._set_child(child.pid)
-        return child
-
-    # --- assignments (an idle machine's work) --------------------------------------------
-    def _serve_assignments(self) -> None:
-        """The idle loop: on every heartbeat look at the assign hash, and move each
-        assignment on when its process ends, until the agent is stopped."""
-        while not self.stopping:
-            self._advance()
-            if time.monotonic() >= self._next_beat:
-                self._poll_assignments()
-                self._beat()
-            self._sleep_jobs()
-        # The machine is being terminated: stop every assignment, all within one grace period.
-        for job in self.jobs.values():
-            self._withdraw(job)
-        while self.jobs:
-            self._advance()
-            self._beat()
-            if self.jobs:
-                self._sleep_jobs()
-
-    def _poll_assignments(self) -> None:
-        """Start and withdraw assignments as the assign hash now says."""
-        if self._unsent:
-            self._flush_results()
+    def heartbeat(
+        self,
+        activity: str,
+        now: float,
+        ttl_s: float,
+        queued: dict[str, Any] | None,
+        assignment: str | None,
+        assignments: dict[str, str],
+    ) -> None:
         try:
-            wanted, bad = self.state.assignments(self.instance_id)
-        except RedisError:
-            return  # unknown is not withdrawn: keep working, the heartbeat reports the outage
-        for aid, why in bad.items():
-            if self._bad.get(aid) != why:
-                _say(f"ignoring assignment field {aid!r}: {why}")
-        self._bad = bad  # an unreadable field still holds its id: not a withdrawal
-        for job in self.jobs.values():
-            if job.id not in wanted and job.id not in bad:
-                self._withdraw(job)
-        for aid in sorted(wanted):
-            if aid not in self.jobs and aid not in self._ended:
-                self._start_job(Assignment.from_json(wanted[aid]))
-
-    def _start_job(self, job: Assignment) -> None:
-        self.jobs[job.id] = job
-        _say(f"assignment {job.id}: started")
-        if job.setup:
-            self._job_phase(job, "setup", job.setup)
-        else:
-            self._after_setup(job)
-
-    def _job_phase(self, job: Assignment, phase: str, script: str) -> None:
-        job.phase = phase
-        # The record's envs are the machine's; the assignment's come on top. The instance id
-        # stays, so the provider can still tell the task's processes apart.
-        envs = {**self.rec.envs, **job.envs, "CORRAL_INSTANCE_ID": self.instance_id}
-        job.child = self._spawn(script, job.workdir, envs)
-        self._record_groups()
-        self._beat(force=True)
-
-    def _after_setup(self, job: Assignment) -> None:
-        if job.run:
-            if job.child is not None:
-                _kill_group(job.child.pid, signal.SIGKILL)  # what setup left in the background
-            self._job_phase(job, "running", job.run)
-        else:
-            # A service: setup's background processes are the service; keep them.
-            job.phase = "serving"
-            self._beat(force=True)
-
-    def _advance(self) -> None:
-        """Move each assignment on whose current process has ended, or whose withdrawal is
-        complete."""
-        for job in list(self.jobs.values()):
-            if job.stop_by is not None:
-                self._advance_withdrawal(job)
-            elif job.phase != "serving" and job.child is not None:
-                code = job.child.poll()
-                if code is None:
-                    continue
-                code = _exit_code(code)
-                if job.phase == "setup" and code != 0:
-                    self._close_job(job, "setup_failed", code)
-                elif job.phase == "setup":
-                    self._after_setup(job)
-                else:
-                    self._close_job(job, "completed", code)
-
-    def _withdraw(self, job: Assignment) -> None:
-        """SIGTERM the assignment's process group; :meth:`_advance_withdrawal` finishes."""
-        if job.stop_by is None:
-            job.stop_by = time.monotonic() + self.kill_grace_s
-            if job.child is not None:
-                _kill_group(job.child.pid, signal.SIGTERM)
-
-    def _advance_withdrawal(self, job: Assignment) -> None:
-        """Close a withdrawn assignment once its processes are gone, SIGKILLing them when
-        the grace period is over."""
-        child = job.child
-        late = job.stop_by is not None and time.monotonic() >= job.stop_by
-        if child is None:
-            self._close_job(job, "withdrawn")
-        elif job.phase == "serving":
-            # Setup has ended; its service lives on in the group until it goes or is killed.
-            if late or not _group_alive(child.pid):
-                self._close_job(job, "withdrawn")
-        elif child.poll() is not None or late:
-            _kill_group(child.pid, signal.SIGKILL)
-            child.wait()
-            self._close_job(job, "withdrawn", _exit_code(child.returncode))
-
-    def _close_job(self, job: Assignment, reason: str, exit_code: int | None = None) -> None:
-        """End the assignment (killing what is left of its group) and record its result."""
-        if job.child is not None:
-            _kill_group(job.child.pid, signal.SIGKILL)
-        if reason == "withdrawn":
-            _say(f"assignment {job.id}: withdrawn")
-        elif reason == "setup_failed":
-            _say(f"assignment {job.id}: setup exited {exit_code}")
-        else:
-            _say(f"assignment {job.id}: exited {exit_code}")
-        del self.jobs[job.id]
-        self._ended.add(job.id)
-        result = {"id": job.id, "exit_code": exit_code, "reason": reason, "at": time.time()}
-        self._unsent[job.id] = result
-        self._flush_results()
-        self._record_groups()
-        self._beat(force=True)
-
-    def _flush_results(self) -> None:
-        """Write the results Redis has not taken yet; drop those written over a day ago."""
-        now = time.time()
-        old = [aid for aid, at in self._written.items() if now - at > ENDED_RECORD_TTL_S]
-        try:
-            self.state.put_assign_results(self.instance_id, list(self._unsent.values()), old)
+            self.state.heartbeat(self.rec, activity, now, ttl_s, queued, assignment, assignments)
         except RedisError as exc:
-            if not self._results_failing:
-                _say(f"could not write assignment results {sorted(self._unsent)}: {exc}")
-            self._results_failing = True
-            return  # the next poll tries again
-        self._results_failing = False
-        for aid in old:
-            del self._written[aid]
-        for aid in self._unsent:
-            self._written[aid] = now
-        self._unsent = {}
+            raise LinkError(str(exc)) from exc
 
-    def _record_groups(self) -> None:
-        """Every assignment's process group in the record, so terminate() can kill them if
-        the agent cannot."""
-        groups = sorted(job.child.pid for job in self.jobs.values() if job.child is not None)
+    def assignments(self) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         try:
-            self.state.set_fields(self.instance_id, child_pids=json.dumps(groups))
+            return self.state.assignments(self.rec.id)
         except RedisError as exc:
-            _say(f"could not record the child pids: {exc}")
+            raise LinkError(str(exc)) from exc
 
-    def _sleep_jobs(self) -> None:
-        """Sleep until the next heartbeat, a signal (a child ended) or a withdrawal's deadline;
-        a withdrawn service's group is looked at every GROUP_POLL_S (no signal says it went)."""
-        now = time.monotonic()
-        timeout = self._next_beat - now
-        children = []
-        for job in self.jobs.values():
-            if job.stop_by is not None:
-                timeout = min(timeout, job.stop_by - now)
-                if job.phase == "serving":
-                    timeout = min(timeout, GROUP_POLL_S)
-            if job.phase != "serving" and job.child is not None:
-                children.append(job.child)
-        if all(child.poll() is None for child in children):
-            self._select(max(0.0, timeout))
-
-    def _stop_child(self, child: subprocess.Popen[bytes]) -> int:
-        _kill_group(child.pid, signal.SIGTERM)
+    def put_results(self, results: list[dict[str, Any]], drop: list[str]) -> None:
         try:
-            child.wait(self.kill_grace_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(child.pid, signal.SIGKILL)
-            child.wait()
-        return _exit_code(child.returncode)
+            self.state.put_assign_results(self.rec.id, results, drop)
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
 
-    def _wait(self, child: subprocess.Popen[bytes] | None) -> None:
-        """Sleep until the next heartbeat is due or a signal arrives, then beat if due."""
-        self._sleep(child)
-        self._beat()
-
-    def _sleep(self, child: subprocess.Popen[bytes] | None) -> None:
-        """Sleep until the next heartbeat is due or a signal arrives (or ``child`` ended)."""
-        timeout = max(0.0, self._next_beat - time.monotonic())
-        if child is None or child.poll() is None:
-            self._select(timeout)
-
-    def _select(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for a signal (the self-pipe), then empty the pipe."""
-        ready, _, _ = select.select([self._wake_r], [], [], timeout_s)
-        if ready:
-            try:
-                while os.read(self._wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-
-    # --- Redis -----------------------------------------------------------------------------
-    def _beat(self, force: bool = False) -> None:
-        if not force and time.monotonic() < self._next_beat:
-            return
-        self._next_beat = time.monotonic() + self.heartbeat_s
+    def record_children(
+        self, child_pid: int | None = None, groups: list[int] | None = None
+    ) -> None:
+        fields: dict[str, str | int] = {}
+        if child_pid is not None:
+            fields["child_pid"] = child_pid
+        if groups is not None:
+            fields["child_pids"] = json.dumps(groups)
         try:
-            running = {aid: job.phase for aid, job in sorted(self.jobs.items())}
-            self.state.heartbeat(
-                self.rec,
-                self._activity(),
-                time.time(),
-                self.heartbeat_ttl_s,
-                self._queued(),
-                next(iter(running), None),
-                running,
+            self.state.set_fields(self.rec.id, **fields)
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+
+    def finish(self, exit_code: int | None, reason: str, now: float) -> None:
+        try:
+            self.state.finish(
+                self.rec, state=TERMINATED, exit_code=exit_code, reason=reason, now=now
             )
-            if self._redis_down:
-                _say("Redis is reachable again")
-            self._redis_down = False
         except RedisError as exc:
-            if not self._redis_down:  # say it once, keep the task running
-                _say(f"heartbeat failed: {exc}")
-            self._redis_down = True
-
-    def _activity(self) -> str:
-        """The setup/run path's phase; on an idle machine, what its assignments add up to:
-        running if any is in setup or run, serving if all are services, else idle."""
-        if self.activity != "idle":
-            return self.activity
-        phases = {job.phase for job in self.jobs.values()}
-        if phases - {"serving"}:
-            return "running"
-        return "serving" if phases else "idle"
-
-    def _queued(self) -> dict[str, Any] | None:
-        """The demand the node's workload wrote to CORRAL_DEMAND_FILE (JSON), if any."""
-        path = self.rec.envs.get("CORRAL_DEMAND_FILE")
-        if not path:
-            return None
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_DEMAND_BYTES + 1)
-        except OSError:
-            return None
-        if len(raw) > MAX_DEMAND_BYTES:
-            _say(f"{path} is over {MAX_DEMAND_BYTES} bytes; not reported")
-            return None
-        try:
-            data = json.loads(raw or b"null")
-        except ValueError:
-            return None  # half written: the next beat reads it whole
-        return data if isinstance(data, dict) else None
-
-    def _set_child(self, pid: int) -> None:
-        try:
-            self.state.set_fields(self.instance_id, child_pid=pid)
-        except RedisError as exc:
-            _say(f"could not record the child pid: {exc}")
-
-    def _end(self, exit_code: int | None, reason: str) -> int:
-        """The final record: exit code, capacity freed, the exit event published."""
-        self.activity = "exited"
-        if exit_code is not None:
-            _say(f"run exited {exit_code}" if reason == "completed" else f"{reason} ({exit_code})")
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self._beat(force=True)
-                self.state.finish(
-                    self.rec, state=TERMINATED, exit_code=exit_code, reason=reason, now=time.time()
-                )
-                break
-            except RedisError as exc:
-                if time.monotonic() > deadline:
-                    _say(f"could not write the final record: {exc}")
-                    break
-                time.sleep(0.2)
-        return 0 if exit_code is None else exit_code & 0xFF
-
-
-PRIVATE_PREFIXES = ("CORRAL_", "FLOWER_", "AWS_", "GOOGLE_", "CLOUDSDK_", "AZURE_", "GCE_")
-
-
-def _private(name: str) -> bool:
-    return name.startswith(PRIVATE_PREFIXES)
-
-
-MAX_DEMAND_BYTES = 256 * 1024
-GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at
-
-
-def _exit_code(returncode: int) -> int:
-    """A shell's convention: killed by signal N reads as 128 + N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+            raise LinkError(str(exc)) from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -530,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"no record for {args.instance_id}; nothing to run")
         return 2
     rec.pid = os.getpid()
+    work = Work(setup=rec.setup, run=rec.run, envs=dict(rec.envs), workdir=rec.workdir)
     agent = Agent(
-        state,
-        rec,
+        RedisLink(state, rec),
+        work,
+        rec.id,
         heartbeat_s=args.heartbeat_s,
         heartbeat_ttl_s=args.heartbeat_ttl_s or max(3 * args.heartbeat_s, 5.0),
         kill_grace_s=args.kill_grace_s,

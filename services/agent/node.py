@@ -1,0 +1,212 @@
+"""A cloud machine's agent: the agent core, reporting to Corral's HTTP API with its node token.
+
+    python3 -m corral.services.agent.node --api URL --token-file FILE --log FILE \\
+        [--provider-id ID] [--kill-grace-s 10]
+
+The boot script Corral gives the machine (AWS UserData, Google Cloud's startup-script)
+installs this package and starts it, its output appended to ``--log``. It registers (the
+control plane counts the machine up from then on, not from the cloud's "running"), receives
+its work (setup, run, envs, workdir; nothing on a pool machine), then runs it as every agent
+does (:mod:`.core`), heartbeating through the API. The log file is shipped to the API as it
+grows (``corral logs`` reads it there). The token is read from a file, never the command
+line; it names this node only, and stops working once the node has ended.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from corral.services.agent.core import Agent, LinkError, Work, _say
+
+LOG_CHUNK = 256 * 1024
+LOG_EVERY_S = 0.5
+
+
+class HttpLink:
+    """The agent's reports as calls to ``<api>/v1/node/...`` with the node token."""
+
+    def __init__(self, api: str, token: str, timeout_s: float = 10.0) -> None:
+        self.api = api.rstrip("/")
+        self._auth = f"Bearer {token}"
+        self.timeout_s = timeout_s
+
+    def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None) -> Any:
+        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+        ctype = "application/octet-stream" if raw is not None else "application/json"
+        req = urllib.request.Request(self.api + path, data=data, method=method)
+        req.add_header("Authorization", self._auth)
+        if data is not None:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                text = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:300].decode(errors="replace")
+            raise LinkError(f"{method} {path}: HTTP {exc.code} {detail}") from None
+        except (OSError, ValueError) as exc:
+            raise LinkError(f"{method} {path}: {exc}") from None
+        return json.loads(text) if text else None
+
+    # --- the Link protocol ------------------------------------------------------------------
+    def heartbeat(
+        self,
+        activity: str,
+        now: float,
+        ttl_s: float,
+        queued: dict[str, Any] | None,
+        assignment: str | None,
+        assignments: dict[str, str],
+    ) -> None:
+        beat = {
+            "activity": activity,
+            "ttl_s": ttl_s,
+            "queued": queued,
+            "assignment": assignment,
+            "assignments": assignments,
+        }
+        self.call("POST", "/v1/node/heartbeat", beat)
+
+    def assignments(self) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        got = self.call("GET", "/v1/node/assignments")
+        return dict(got.get("assignments") or {}), dict(got.get("bad") or {})
+
+    def put_results(self, results: list[dict[str, Any]], drop: list[str]) -> None:
+        self.call("POST", "/v1/node/results", {"results": results, "drop": drop})
+
+    def record_children(
+        self, child_pid: int | None = None, groups: list[int] | None = None
+    ) -> None:
+        """The machine is the agent's own: no one else kills its processes; nothing to say."""
+
+    def finish(self, exit_code: int | None, reason: str, now: float) -> None:
+        self.call("POST", "/v1/node/finish", {"exit_code": exit_code, "reason": reason})
+
+
+class LogShipper(threading.Thread):
+    """Sends the log file's new bytes to the API every LOG_EVERY_S; :meth:`drain` sends the
+    rest before the agent's last report."""
+
+    def __init__(self, link: HttpLink, path: Path) -> None:
+        super().__init__(name="corral-log-shipper", daemon=True)
+        self.link = link
+        self.path = path
+        self.offset = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        while not self._stop.wait(LOG_EVERY_S):
+            self.ship()
+
+    def ship(self) -> bool:
+        """Send what is new (a chunk at a time); False if the API could not take it."""
+        with self._lock:
+            while True:
+                try:
+                    with self.path.open("rb") as fh:
+                        fh.seek(self.offset)
+                        chunk = fh.read(LOG_CHUNK)
+                except OSError:
+                    return True  # no log yet
+                if not chunk:
+                    return True
+                try:
+                    got = self.link.call("POST", f"/v1/node/logs?offset={self.offset}", raw=chunk)
+                except LinkError:
+                    return False
+                held = int(got.get("held", self.offset))
+                if held <= self.offset:
+                    return True  # the API took nothing: try again later
+                self.offset = held
+
+    def drain(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        while not self.ship() and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+
+class NodeLink(HttpLink):
+    """The HTTP link whose last report first ships the rest of the log."""
+
+    shipper: LogShipper | None = None
+
+    def finish(self, exit_code: int | None, reason: str, now: float) -> None:
+        if self.shipper is not None:
+            self.shipper.drain()
+        super().finish(exit_code, reason, now)
+
+
+def register(link: HttpLink, provider_id: str | None, wait_s: float) -> dict[str, Any]:
+    """Register, retrying while the API cannot be reached (the machine may boot before its
+    network is up); the API's answer: the node's work and its heartbeat settings."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.5
+    while True:
+        try:
+            answer: dict[str, Any] = link.call(
+                "POST", "/v1/node/register", {"provider_id": provider_id, "pid": os.getpid()}
+            )
+            return answer
+        except LinkError as exc:
+            if "HTTP 401" in str(exc) or "HTTP 403" in str(exc) or time.monotonic() > deadline:
+                raise
+            _say(f"registration failed, trying again: {exc}")
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="corral-node", description=__doc__.split("\n")[0])
+    parser.add_argument("--api", required=True, help="the API's URL as this machine reaches it")
+    parser.add_argument("--token-file", required=True, type=Path)
+    parser.add_argument("--log", required=True, type=Path, help="the file this agent writes to")
+    parser.add_argument("--provider-id", default=None, help="the cloud's id for this machine")
+    parser.add_argument("--kill-grace-s", type=float, default=10.0)
+    parser.add_argument("--register-wait-s", type=float, default=600.0)
+    args = parser.parse_args(argv)
+    try:
+        token = args.token_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        _say(f"cannot read the node token: {exc}")
+        return 2
+    link = NodeLink(args.api, token)
+    try:
+        answer = register(link, args.provider_id, args.register_wait_s)
+    except LinkError as exc:
+        _say(f"could not register with {args.api}: {exc}")
+        return 3
+    work = answer.get("work") or {}
+    heartbeat_s = float(answer.get("heartbeat_s") or 5.0)
+    _say(f"registered as {answer.get('node')}")
+    link.shipper = LogShipper(link, args.log)
+    link.shipper.start()
+    agent = Agent(
+        link,
+        Work(
+            setup=work.get("setup") or None,
+            run=work.get("run") or None,
+            envs={str(k): str(v) for k, v in (work.get("envs") or {}).items()},
+            workdir=work.get("workdir") or None,
+        ),
+        str(answer.get("node")),
+        heartbeat_s=heartbeat_s,
+        heartbeat_ttl_s=float(answer.get("heartbeat_ttl_s") or 3 * heartbeat_s),
+        kill_grace_s=args.kill_grace_s,
+    )
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The API's node routes: what a cloud machine's agent calls, with its node token.
+
+A node token (see :mod:`corral.services.state.nodes`) names one node; every route here acts on
+that node only (no route takes a node id), and no other route accepts it. The agent's wheel is
+served here too, so a machine needs nothing but Python and pip to boot an agent.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import time
+import zipfile
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi.responses import Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
+
+from corral.services.api.routes import get_deps
+from corral.services.runtime.deps import Deps
+from corral.services.state.nodes import LOG_CHUNK_MAX, NodeName, TokenError
+
+router = APIRouter(prefix="/v1/node", tags=["nodes"])
+
+_bearer = HTTPBearer(auto_error=False, description="the node's own token (from its boot script)")
+
+AGENT_DIST = "corral_node_agent"
+
+
+def node_of(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+) -> NodeName:
+    """The node the bearer token names: 401 without a node token, 403 once its node ended."""
+    deps: Deps = request.app.state.deps
+    if credentials is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "a node token is required (Authorization: Bearer <token>)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    try:
+        return deps.nodes.verify(credentials.credentials)
+    except TokenError as exc:
+        ended = "ended" in str(exc)
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN if ended else status.HTTP_401_UNAUTHORIZED, str(exc)
+        ) from None
+
+
+class Registration(BaseModel):
+    provider_id: str | None = Field(default=None, max_length=200)
+    pid: int | None = None
+
+
+class Beat(BaseModel):
+    activity: str = Field(max_length=32)
+    ttl_s: float = Field(gt=0, le=3600)
+    queued: dict[str, Any] | None = None
+    assignment: str | None = None
+    assignments: dict[str, str] = Field(default_factory=dict)
+
+
+class Results(BaseModel):
+    results: list[dict[str, Any]]
+    drop: list[str] = Field(default_factory=list)
+
+
+class Finish(BaseModel):
+    exit_code: int | None = None
+    reason: str = Field(max_length=64)
+
+
+class Notice(BaseModel):
+    what: str = Field(max_length=64)  # spot-interruption | preempted
+
+
+@router.post("/register", summary="A node's agent is up")
+def register(
+    body: Registration, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+) -> dict[str, Any]:
+    deps.nodes.register(node, body.provider_id, time.time())
+    beat = deps.settings.node_heartbeat_s
+    return {
+        "node": str(node),
+        "work": deps.nodes.work(node),
+        "heartbeat_s": beat,
+        "heartbeat_ttl_s": max(3 * beat, deps.settings.timers.heartbeat_timeout_s),
+    }
+
+
+@router.post("/heartbeat", summary="A node is alive")
+def heartbeat(
+    body: Beat, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+) -> dict[str, Any]:
+    deps.nodes.heartbeat(node, body.model_dump(exclude={"ttl_s"}), body.ttl_s, time.time())
+    return {"ok": True}
+
+
+@router.get("/assignments", summary="The work a pool node should run")
+def assignments(
+    node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+) -> dict[str, Any]:
+    good, bad = deps.nodes.assignments(node)
+    return {"assignments": good, "bad": bad}
+
+
+@router.post("/results", summary="How a node's assignments ended")
+def results(
+    body: Results, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+) -> dict[str, Any]:
+    for result in body.results:
+        if not isinstance(result.get("id"), str):
+            raise HTTPException(422, "every result needs a string id")
+    deps.nodes.put_results(node, body.results, body.drop)
+    return {"ok": True}
+
+
+@router.post("/finish", summary="A node's run ended")
+def finish(
+    body: Finish, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+) -> dict[str, Any]:
+    deps.nodes.finish(node, body.exit_code, body.reason, time.time())
+    return {"ok": True}
+
+
+@router.post("/notice", summary="The machine is about to go (spot interruption, preemption)")
+def notice(
+    body: Notice, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+) -> dict[str, Any]:
+    deps.nodes.notice(node, body.what, time.time())
+    return {"ok": True}
+
+
+@router.post("/logs", summary="Output from the node, from a byte offset of its log")
+async def logs(
+    request: Request,
+    offset: int = Query(ge=0),
+    node: NodeName = Depends(node_of),
+    deps: Deps = Depends(get_deps),
+) -> dict[str, Any]:
+    data = await request.body()
+    if len(data) > LOG_CHUNK_MAX:
+        raise HTTPException(413, f"send at most {LOG_CHUNK_MAX} bytes at a time")
+    return {"held": deps.nodes.append_log(node, offset, data)}
+
+
+@router.get("/agent.whl", summary="The node agent as a wheel (pip install --no-deps)")
+def agent_wheel() -> Response:
+    name, data = build_agent_wheel()
+    return Response(
+        data,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
+def _record_line(path: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+    return f"{path},sha256={digest},{len(data)}"
+
+
+@lru_cache(maxsize=1)
+def build_agent_wheel() -> tuple[str, bytes]:
+    """(file name, bytes) of a wheel holding only the agent (standard library only, so
+    ``pip install --no-deps`` of it is all a machine needs)."""
+    try:
+        version = metadata.version("corral")
+    except metadata.PackageNotFoundError:
+        version = "0"
+    from corral.services import agent
+
+    root = Path(agent.__file__).parent
+    files = {"corral/services/__init__.py": b'"""Corral\'s services (the node agent only)."""\n'}
+    for src in sorted(root.glob("*.py")):
+        files[f"corral/services/agent/{src.name}"] = src.read_bytes()
+    info = f"{AGENT_DIST}-{version}.dist-info"
+    files[f"{info}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {AGENT_DIST.replace('_', '-')}\nVersion: {version}\n"
+        "Summary: Corral's node agent\nRequires-Python: >=3.8\n"
+    ).encode()
+    files[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: corral\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    record = [_record_line(path, data) for path, data in files.items()]
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as whl:
+        for path, data in files.items():
+            whl.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), data)
+    return f"{AGENT_DIST}-{version}-py3-none-any.whl", buf.getvalue()

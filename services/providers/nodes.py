@@ -1,0 +1,163 @@
+"""Node agents on cloud machines, as the AWS and Google Cloud providers use them.
+
+With ``CORRAL_NODE_API_URL`` set, a cloud machine boots the node agent: :meth:`NodeAgents.
+boot_script` writes what the node will run into the node book and returns the script that
+installs the agent and starts it with the node's own token. :meth:`NodeAgents.overlay` then
+reads a machine's state as the control plane must see it: the cloud's "running" is not up;
+up is the agent's registration, kept by its heartbeats; the agent's last report gives the
+run's exit code.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Iterable
+
+from corral.services.providers.base import TAG_ATTEMPT, TAG_NODE, LaunchSpec, ProviderInstance
+from corral.services.state.nodes import NodeBook, NodeName
+from corral.shared.errors import InvalidRequestError
+
+AGENT_MODULE = "corral.services.agent.node"
+ROOT = "/var/lib/corral"  # where the agent lives on the machine (CORRAL_NODE_ROOT overrides)
+
+# Fetch a wheel and unpack it, with nothing but Python: a pure wheel is a zip of the package.
+_UNPACK = (
+    "import io,sys,urllib.request,zipfile;"
+    "zipfile.ZipFile(io.BytesIO(urllib.request.urlopen(sys.argv[1],timeout=60).read()))"
+    ".extractall(sys.argv[2])"
+)
+# The launch index of this machine among those one RunInstances call started (IMDSv2).
+_LAUNCH_INDEX = (
+    "import urllib.request as u;b='http://169.254.169.254/latest/';"
+    "t=u.urlopen(u.Request(b+'api/token',method='PUT',"
+    "headers={'X-aws-ec2-metadata-token-ttl-seconds':'60'}),timeout=5).read().decode();"
+    "print(u.urlopen(u.Request(b+'meta-data/ami-launch-index',"
+    "headers={'X-aws-ec2-metadata-token':t}),timeout=5).read().decode())"
+)
+
+
+class NodeAgents:
+    """Boot scripts and the agents' view of machines, for one cloud."""
+
+    def __init__(
+        self,
+        cloud: str,
+        book: NodeBook,
+        api_url: str,
+        *,
+        source: str | None = None,
+        kill_grace_s: float = 10.0,
+    ) -> None:
+        self.cloud = cloud
+        self.book = book
+        self.api_url = api_url.rstrip("/")
+        self.source = source or f"{self.api_url}/v1/node/agent.whl"
+        self.kill_grace_s = kill_grace_s
+
+    # --- launch ----------------------------------------------------------------------------
+    def boot_script(self, spec: LaunchSpec, rank: int | None = None) -> str:
+        """The script for node ``rank`` of the spec, or (None) for every node of a launch
+        that starts them all with one script: each picks its token by its launch index."""
+        if rank is not None:
+            ranks = [rank]
+        elif spec.count == 1:  # one node, maybe one replacing a given node of its request
+            ranks = [int(spec.tags.get(TAG_NODE, "0"))]
+        else:
+            ranks = list(range(spec.count))
+        tokens = {}
+        for r in ranks:
+            node = NodeName(self.cloud, spec.attempt_id, r)
+            self.book.put_work(node, self._work(spec, r))
+            tokens[r] = self.book.token(node)
+        q = shlex.quote
+        lines = [
+            "#!/bin/bash",
+            "# Corral: install and start the node agent; it registers, then runs this",
+            "# machine's work and reports it. The token names this node only.",
+            "set -euo pipefail",
+            f'root="${{CORRAL_NODE_ROOT:-{ROOT}}}"',
+            'mkdir -p "$root" && chmod 700 "$root" && cd "$root"',
+            "umask 077",
+            'py="$(command -v python3 || command -v python)"',
+        ]
+        if len(tokens) == 1:
+            [token] = tokens.values()
+            lines.append(f"token={q(token)}")
+        else:
+            lines.append(f'rank="$("$py" -c {q(_LAUNCH_INDEX)})"')
+            lines.append('case "$rank" in')
+            lines += [f"  {r}) token={q(t)} ;;" for r, t in tokens.items()]
+            lines.append('  *) echo "corral: no token for launch index $rank" >&2; exit 1 ;;')
+            lines.append("esac")
+        lines.append('printf "%s" "$token" > node-token')
+        if self.source.endswith(".whl") and "://" in self.source:
+            lines.append(f'"$py" -c {q(_UNPACK)} {q(self.source)} "$root/agent" >> node.log 2>&1')
+        else:
+            lines.append(
+                '"$py" -m pip install --quiet --disable-pip-version-check --no-deps '
+                f'--target "$root/agent" {q(self.source)} >> node.log 2>&1'
+            )
+        lines.append(
+            f'PYTHONPATH="$root/agent" nohup "$py" -m {AGENT_MODULE} --api {q(self.api_url)} '
+            f'--token-file "$root/node-token" --log "$root/node.log" '
+            f"--kill-grace-s {self.kill_grace_s:g} >> node.log 2>&1 < /dev/null &"
+        )
+        return "\n".join(lines) + "\n"
+
+    def _work(self, spec: LaunchSpec, rank: int) -> dict[str, object]:
+        envs = {
+            "CORRAL_REQUEST_ID": spec.request_id,
+            "CORRAL_ATTEMPT_ID": spec.attempt_id,
+            "CORRAL_NUM_NODES": str(spec.count),
+            "CORRAL_NODE_RANK": str(rank),
+            **spec.envs,
+        }
+        bad = sorted(k for k in envs if not k.replace("_", "a").isalnum() or k[0].isdigit())
+        if bad:
+            raise InvalidRequestError(f"not valid environment variable names: {', '.join(bad)}")
+        return {"setup": spec.setup, "run": spec.run, "envs": envs, "workdir": spec.workdir}
+
+    # --- what the control plane sees -------------------------------------------------------
+    def overlay(self, instances: Iterable[ProviderInstance]) -> list[ProviderInstance]:
+        """Each machine's state as its agent tells it: pending until the agent registers;
+        running while it heartbeats; lost when it falls silent; terminated with the run's
+        exit code once it made its last report."""
+        instances = list(instances)
+        named: dict[str, NodeName] = {}
+        for inst in instances:
+            attempt, rank = inst.tags.get(TAG_ATTEMPT), inst.tags.get(TAG_NODE)
+            if attempt and rank is not None and rank.isdigit():
+                named[inst.provider_id] = NodeName(self.cloud, attempt, int(rank))
+        views = self.book.views(list(named.values())) if named else {}
+        out = []
+        for inst in instances:
+            node = named.get(inst.provider_id)
+            view = views.get(node) if node is not None else None
+            if node is None or view is None or inst.state not in ("pending", "running"):
+                if node is not None and view is not None and not view.ended:
+                    self.book.end(node, "the cloud ended the machine")  # its token with it
+                elif view is not None and view.exit_code is not None:
+                    inst = inst.model_copy(update={"exit_code": view.exit_code})
+                out.append(inst)
+                continue
+            if view.ended:
+                state, code = "terminated", view.exit_code
+                if code is None and view.reason != "completed":
+                    state = "lost"  # the agent stopped without a run's end: not a job exit
+                out.append(inst.model_copy(update={"state": state, "exit_code": code}))
+            elif view.registered_at is None:
+                out.append(inst.model_copy(update={"state": "pending"}))
+            elif view.beat is None:
+                out.append(inst.model_copy(update={"state": "lost"}))
+            else:
+                out.append(inst.model_copy(update={"state": "running"}))
+        return out
+
+    def end(self, instances: Iterable[ProviderInstance], reason: str) -> None:
+        """The control plane terminates these machines: their tokens stop working."""
+        now = time.time()
+        for inst in instances:
+            attempt, node = inst.tags.get(TAG_ATTEMPT), inst.tags.get(TAG_NODE)
+            if attempt and node is not None and node.isdigit():
+                self.book.end(NodeName(self.cloud, attempt, int(node)), reason, now)
