@@ -251,15 +251,46 @@ def instances(
 def logs(
     request_id: str = typer.Argument(..., help="A request id."),
     instance_id: str | None = typer.Option(None, "--instance", help="Only this instance's."),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing new output until the request ends."
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
     """The output of a request's instances."""
     with api_client(as_json) as client:
         text = client.logs(request_id, instance_id)
+        if follow and not as_json:
+            _follow_logs(client, request_id, instance_id, text)
+            return
     if as_json:
         print_json({"request_id": request_id, "instance": instance_id, "logs": text})
     else:
         sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
+
+
+def _follow_logs(client: Client, request_id: str, instance_id: str | None, text: str) -> None:
+    """Print the output, then what is added to it each second, until the request has ended
+    (one last read after). Output that no longer extends what was printed (an instance
+    replaced, the kept tail moved on) is printed again whole under a marker line."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    shown = text
+    ended = False
+    try:
+        while not ended:
+            time.sleep(1.0)
+            ended = client.get_request(request_id)["state"] in TERMINAL_STATES
+            now = client.logs(request_id, instance_id)
+            if now.startswith(shown):
+                sys.stdout.write(now[len(shown) :])
+            elif now != shown:
+                sys.stdout.write(f"\n--- the output was replaced; all of it again ---\n{now}")
+            sys.stdout.flush()
+            shown = now
+    except KeyboardInterrupt:
+        return
+    if shown and not shown.endswith("\n"):
+        sys.stdout.write("\n")
 
 
 def terminate(

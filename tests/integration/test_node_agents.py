@@ -22,7 +22,7 @@ import pytest
 
 from fakes.aws_faults import FaultyMoto
 from fakes.gcp_compute import FakeCompute
-from harness import System, wait_for
+from harness import CORRAL, System, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -159,10 +159,18 @@ def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
     # EC2 says running, but nothing registered yet: the machine is not up.
     time.sleep(2)
     assert system.request(rid)["state"] == "PROVISIONING"
+    follower = subprocess.Popen(
+        [CORRAL, "logs", rid, "--follow"],
+        env={**system.env, "CORRAL_API_URL": system.api_url},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     vm = vms(script)
     done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
     assert done["state"] == "SUCCEEDED", done
     assert done["exit_code"] == 0
+    out, _ = follower.communicate(timeout=30)  # it ends by itself once the request ended
+    assert follower.returncode == 0 and "hello from the vm rank=0" in out
     logs = system.cli("logs", rid)
     assert logs.returncode == 0 and "hello from the vm rank=0" in logs.stdout, vm.log()
     # The machine is released, and its token died with its run.
