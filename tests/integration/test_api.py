@@ -306,6 +306,14 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/pools/{name}": {"get", "delete"},
         "/v1/requests/{request_id}/why": {"get"},
         "/healthz": {"get"},
+        "/v1/node/register": {"post"},
+        "/v1/node/heartbeat": {"post"},
+        "/v1/node/assignments": {"get"},
+        "/v1/node/results": {"post"},
+        "/v1/node/finish": {"post"},
+        "/v1/node/notice": {"post"},
+        "/v1/node/logs": {"post"},
+        "/v1/node/agent.whl": {"get"},
     }
     assert {path: set(ops) for path, ops in spec["paths"].items()} == expected
     assert "RequestView" in spec["components"]["schemas"]

@@ -126,6 +126,8 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
         "id": request_id,
         "name": "cli-hello",
         "state": "PENDING",
+        "exit_code": None,
+        "error": None,
         "attempts": [],
         "instances": [],
     }

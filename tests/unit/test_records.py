@@ -147,6 +147,8 @@ def test_request_to_public_shape() -> None:
         "id": "req-1",
         "name": req.task.get("name"),
         "state": "PENDING",
+        "exit_code": None,
+        "error": None,
         "attempts": [
             {**WHERE, "outcome": "quota", "error": "VcpuLimitExceeded: limit 0"},
             {**second, "outcome": None, "error": None},
@@ -158,6 +160,7 @@ def test_request_to_public_shape() -> None:
                 "pid": None,
                 "state": "REQUESTED",
                 "machine_type": None,
+                "exit_code": None,
                 **WHERE,
             }
         ],
@@ -180,6 +183,7 @@ def test_instance_to_public_keys_in_cli_order() -> None:
         "market",
         "machine_type",
         "state",
+        "exit_code",
     ]
     assert (public["id"], public["pid"], public["state"]) == ("inst-1", 4242, "REQUESTED")
 
