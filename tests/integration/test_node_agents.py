@@ -174,7 +174,7 @@ def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
     logs = system.cli("logs", rid)
     assert logs.returncode == 0 and "hello from the vm rank=0" in logs.stdout, vm.log()
     # The machine is released, and its token died with its run.
-    wait_for(lambda: _ec2_states(system, moto) == {"terminated"}, 30, "the VM terminated")
+    wait_for(lambda: _ec2_states(moto, rid) == {"terminated"}, 30, "the VM terminated")
     resp = httpx.post(f"{system.api_url}/v1/node/heartbeat", json={"activity": "idle", "ttl_s": 5},
                       headers={"Authorization": f"Bearer {vm.token}"})  # fmt: skip
     assert resp.status_code == 403, resp.text
@@ -235,12 +235,14 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
     assert system.request(other)["state"] == "RUNNING"
 
 
-def _ec2_states(system: System, moto: FaultyMoto) -> set[str]:
+def _ec2_states(moto: FaultyMoto, request_id: str) -> set[str]:
+    """The EC2 states of the request's machines (moto's state outlives one test's server)."""
     import boto3
 
     ec2 = boto3.client("ec2", endpoint_url=moto.url, region_name="us-east-1", **{
         "aws_access_key_id": "testing", "aws_secret_access_key": "testing"})  # fmt: skip
-    pages = ec2.describe_instances()["Reservations"]
+    filters = [{"Name": "tag:corral-request", "Values": [request_id]}]
+    pages = ec2.describe_instances(Filters=filters)["Reservations"]
     return {i["State"]["Name"] for r in pages for i in r["Instances"]}
 
 
