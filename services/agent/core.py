@@ -81,7 +81,7 @@ class Link(Protocol):
         """The final report: the run's exit code (None without a run) and why it ended."""
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
     """One line in the instance's log, marked so it reads apart from the task's output."""
     sys.stderr.write(f"[corral-agent] {message}\n")
     sys.stderr.flush()
@@ -171,7 +171,7 @@ class Agent:
             if self.stopping:
                 return self._end(code, "terminated")
             if code != 0:
-                _say(f"setup exited {code}")
+                say(f"setup exited {code}")
                 return self._end(code, "setup_failed")
         if rec.run and not self.stopping:
             code = self._run_phase("running", rec.run)
@@ -205,7 +205,7 @@ class Agent:
         """Start one bash script in a process group of its own, its output in the log."""
         cwd = workdir if workdir and Path(workdir).is_dir() else None
         if workdir and cwd is None:
-            _say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
+            say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
         # The node's environment is the agent's, like a machine's, plus the task's envs; but
         # never Corral's settings and secrets, nor the cloud credentials the worker holds: a
         # task's output is readable through the API.
@@ -252,7 +252,7 @@ class Agent:
             return  # unknown is not withdrawn: keep working, the heartbeat reports the outage
         for aid, why in bad.items():
             if self._bad.get(aid) != why:
-                _say(f"ignoring assignment field {aid!r}: {why}")
+                say(f"ignoring assignment field {aid!r}: {why}")
         self._bad = bad  # an unreadable field still holds its id: not a withdrawal
         for job in self.jobs.values():
             if job.id not in wanted and job.id not in bad:
@@ -263,7 +263,7 @@ class Agent:
 
     def _start_job(self, job: Assignment) -> None:
         self.jobs[job.id] = job
-        _say(f"assignment {job.id}: started")
+        say(f"assignment {job.id}: started")
         if job.setup:
             self._job_phase(job, "setup", job.setup)
         else:
@@ -334,11 +334,11 @@ class Agent:
         if job.child is not None:
             _kill_group(job.child.pid, signal.SIGKILL)
         if reason == "withdrawn":
-            _say(f"assignment {job.id}: withdrawn")
+            say(f"assignment {job.id}: withdrawn")
         elif reason == "setup_failed":
-            _say(f"assignment {job.id}: setup exited {exit_code}")
+            say(f"assignment {job.id}: setup exited {exit_code}")
         else:
-            _say(f"assignment {job.id}: exited {exit_code}")
+            say(f"assignment {job.id}: exited {exit_code}")
         del self.jobs[job.id]
         self._ended.add(job.id)
         result = {"id": job.id, "exit_code": exit_code, "reason": reason, "at": time.time()}
@@ -355,7 +355,7 @@ class Agent:
             self.link.put_results(list(self._unsent.values()), old)
         except LinkError as exc:
             if not self._results_failing:
-                _say(f"could not write assignment results {sorted(self._unsent)}: {exc}")
+                say(f"could not write assignment results {sorted(self._unsent)}: {exc}")
             self._results_failing = True
             return  # the next poll tries again
         self._results_failing = False
@@ -372,7 +372,7 @@ class Agent:
         try:
             self.link.record_children(groups=groups)
         except LinkError as exc:
-            _say(f"could not record the child pids: {exc}")
+            say(f"could not record the child pids: {exc}")
 
     def _sleep_jobs(self) -> None:
         """Sleep until the next heartbeat, a signal (a child ended) or a withdrawal's deadline;
@@ -436,11 +436,11 @@ class Agent:
                 running,
             )
             if self._link_down:
-                _say("the control plane is reachable again")
+                say("the control plane is reachable again")
             self._link_down = False
         except LinkError as exc:
             if not self._link_down:  # say it once, keep the task running
-                _say(f"heartbeat failed: {exc}")
+                say(f"heartbeat failed: {exc}")
             self._link_down = True
 
     def _activity(self) -> str:
@@ -464,7 +464,7 @@ class Agent:
         except OSError:
             return None
         if len(raw) > MAX_DEMAND_BYTES:
-            _say(f"{path} is over {MAX_DEMAND_BYTES} bytes; not reported")
+            say(f"{path} is over {MAX_DEMAND_BYTES} bytes; not reported")
             return None
         try:
             data = json.loads(raw or b"null")
@@ -476,13 +476,13 @@ class Agent:
         try:
             self.link.record_children(child_pid=pid)
         except LinkError as exc:
-            _say(f"could not record the child pid: {exc}")
+            say(f"could not record the child pid: {exc}")
 
     def _end(self, exit_code: int | None, reason: str) -> int:
         """The final record: exit code, capacity freed, the exit event published."""
         self.activity = "exited"
         if exit_code is not None:
-            _say(f"run exited {exit_code}" if reason == "completed" else f"{reason} ({exit_code})")
+            say(f"run exited {exit_code}" if reason == "completed" else f"{reason} ({exit_code})")
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -491,7 +491,7 @@ class Agent:
                 break
             except LinkError as exc:
                 if time.monotonic() > deadline:
-                    _say(f"could not write the final record: {exc}")
+                    say(f"could not write the final record: {exc}")
                     break
                 time.sleep(0.2)
         return 0 if exit_code is None else exit_code & 0xFF

@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from corral.services.agent.core import Agent, LinkError, Work, _say
+from corral.services.agent.core import Agent, LinkError, Work, say
 
 LOG_CHUNK = 256 * 1024
 LOG_EVERY_S = 0.5
@@ -162,7 +162,7 @@ def register(link: HttpLink, provider_id: str | None, wait_s: float) -> dict[str
         except LinkError as exc:
             if "HTTP 401" in str(exc) or "HTTP 403" in str(exc) or time.monotonic() > deadline:
                 raise
-            _say(f"registration failed, trying again: {exc}")
+            say(f"registration failed, trying again: {exc}")
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
 
@@ -179,17 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         token = args.token_file.read_text(encoding="utf-8").strip()
     except OSError as exc:
-        _say(f"cannot read the node token: {exc}")
+        say(f"cannot read the node token: {exc}")
         return 2
     link = NodeLink(args.api, token)
     try:
         answer = register(link, args.provider_id, args.register_wait_s)
     except LinkError as exc:
-        _say(f"could not register with {args.api}: {exc}")
+        say(f"could not register with {args.api}: {exc}")
         return 3
     work = answer.get("work") or {}
     heartbeat_s = float(answer.get("heartbeat_s") or 5.0)
-    _say(f"registered as {answer.get('node')}")
+    say(f"registered as {answer.get('node')}")
     link.shipper = LogShipper(link, args.log)
     link.shipper.start()
     agent = Agent(

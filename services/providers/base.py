@@ -13,9 +13,13 @@ Guarantees every provider keeps:
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Protocol
 
 from pydantic import BaseModel, Field
+
+from corral.shared.errors import InvalidRequestError
 
 # Tags (AWS) / labels (GCP) / agent fields (local) that mark what Corral created.
 TAG_MANAGED = "corral-managed"
@@ -24,6 +28,15 @@ TAG_ATTEMPT = "corral-attempt"
 TAG_NODE = "corral-node"  # index of the node inside the request, "0".."n-1"
 TAG_POOL = "corral-pool"  # a machine pool's machine: the pool's name
 TAG_MACHINE = "corral-machine"  # ... and its machine id in the pool's ledger
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_names(names: Iterable[str]) -> None:
+    """Refuse environment variable names a boot script could not export."""
+    bad = sorted(k for k in names if not _ENV_NAME.fullmatch(k))
+    if bad:
+        raise InvalidRequestError(f"not valid environment variable names: {', '.join(bad)}")
 
 
 class LaunchSpec(BaseModel):

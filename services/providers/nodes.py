@@ -14,9 +14,14 @@ import shlex
 import time
 from collections.abc import Iterable
 
-from corral.services.providers.base import TAG_ATTEMPT, TAG_NODE, LaunchSpec, ProviderInstance
+from corral.services.providers.base import (
+    TAG_ATTEMPT,
+    TAG_NODE,
+    LaunchSpec,
+    ProviderInstance,
+    check_env_names,
+)
 from corral.services.state.nodes import NodeBook, NodeName
-from corral.shared.errors import InvalidRequestError
 
 AGENT_MODULE = "corral.services.agent.node"
 ROOT = "/var/lib/corral"  # where the agent lives on the machine (CORRAL_NODE_ROOT overrides)
@@ -113,9 +118,7 @@ class NodeAgents:
             "CORRAL_NODE_RANK": str(rank),
             **spec.envs,
         }
-        bad = sorted(k for k in envs if not k.replace("_", "a").isalnum() or k[0].isdigit())
-        if bad:
-            raise InvalidRequestError(f"not valid environment variable names: {', '.join(bad)}")
+        check_env_names(envs)
         return {"setup": spec.setup, "run": spec.run, "envs": envs, "workdir": spec.workdir}
 
     # --- what the control plane sees -------------------------------------------------------

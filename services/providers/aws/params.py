@@ -11,7 +11,6 @@ ClientToken, the market (spot through ``InstanceMarketOptions``, a capacity rese
 from __future__ import annotations
 
 import hashlib
-import re
 import shlex
 from typing import Any
 
@@ -21,6 +20,7 @@ from corral.services.providers.base import (
     TAG_NODE,
     TAG_REQUEST,
     LaunchSpec,
+    check_env_names,
 )
 from corral.shared.errors import InvalidRequestError
 from corral.shared.merge import MergeError, merge_advanced_instance_config
@@ -28,7 +28,6 @@ from corral.shared.merge import MergeError, merge_advanced_instance_config
 TAG_MARKET = "corral-market"  # the market Corral launched in (moto reports no reservation)
 MARKETS = ("on_demand", "spot", "reserved")
 USER_DATA_MAX_BYTES = 16 * 1024  # EC2's limit on user data before base64
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def client_token(attempt_id: str) -> str:
@@ -143,9 +142,7 @@ def user_data(spec: LaunchSpec) -> str | None:
         "CORRAL_NUM_NODES": str(spec.count),
         **spec.envs,
     }
-    bad = sorted(k for k in env if not _ENV_NAME.fullmatch(k))
-    if bad:
-        raise InvalidRequestError(f"not valid environment variable names: {', '.join(bad)}")
+    check_env_names(env)
     lines = ["#!/bin/bash", "set -euo pipefail"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     if spec.workdir:

@@ -41,7 +41,7 @@ import os
 import sys
 from typing import Any
 
-from corral.services.agent.core import Agent, LinkError, Work, _say
+from corral.services.agent.core import Agent, LinkError, Work, say
 from corral.services.providers.local.resp import MiniRedis, RedisError
 from corral.services.providers.local.state import TERMINATED, CloudState, InstanceRecord
 
@@ -118,12 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     url = args.redis_url or os.environ.get("CORRAL_REDIS_URL")
     if not url:
-        _say("no Redis URL: pass --redis-url or set CORRAL_REDIS_URL")
+        say("no Redis URL: pass --redis-url or set CORRAL_REDIS_URL")
         return 2
     state = CloudState(MiniRedis.from_url(url), args.prefix)  # type: ignore[arg-type]
     rec = state.record(args.instance_id)
     if rec is None:
-        _say(f"no record for {args.instance_id}; nothing to run")
+        say(f"no record for {args.instance_id}; nothing to run")
         return 2
     rec.pid = os.getpid()
     work = Work(setup=rec.setup, run=rec.run, envs=dict(rec.envs), workdir=rec.workdir)
