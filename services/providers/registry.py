@@ -37,8 +37,7 @@ def _node_agents(settings: Settings, cloud: str) -> Any:
     from corral.services.providers.nodes import NodeAgents
     from corral.services.state.nodes import NodeBook
 
-    secret = settings.node_secret.get_secret_value() if settings.node_secret else None
-    book = NodeBook(redis.Redis.from_url(settings.redis_url), settings.prefix, secret)
+    book = NodeBook.for_settings(redis.Redis.from_url(settings.redis_url), settings)
     return NodeAgents(cloud, book, settings.node_api_url, source=settings.node_agent_source)
 
 

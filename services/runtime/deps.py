@@ -51,10 +51,7 @@ class Deps:
 
     @cached_property
     def nodes(self) -> NodeBook:
-        secret = self.settings.node_secret
-        return NodeBook(
-            self.redis, self.settings.prefix, secret.get_secret_value() if secret else None
-        )
+        return NodeBook.for_settings(self.redis, self.settings)
 
     @cached_property
     def limits(self) -> LaunchLimits:

@@ -34,9 +34,12 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
+
+if TYPE_CHECKING:
+    from corral.services.settings import Settings
 
 NODE_TTL_S = 7 * 24 * 3600
 LOG_KEPT_BYTES = 8 * 1024 * 1024
@@ -88,6 +91,12 @@ class NodeBook:
         self.r = client
         self.prefix = prefix
         self._secret = secret.encode() if secret else None
+
+    @classmethod
+    def for_settings(cls, client: redis.Redis, settings: Settings) -> NodeBook:
+        """The book under the settings' prefix, signing with the configured secret if any."""
+        secret = settings.node_secret.get_secret_value() if settings.node_secret else None
+        return cls(client, settings.prefix, secret)
 
     # --- tokens ----------------------------------------------------------------------------
     def secret(self) -> bytes:
