@@ -19,7 +19,9 @@ from corral.services.state.boots import BootBook
 from corral.services.state.docstore import DocStore
 from corral.services.state.limits import LaunchLimits
 from corral.services.state.nodes import NodeBook
+from corral.services.state.outage import OutageBook, outage_book
 from corral.services.state.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
+from corral.services.state.redis_conn import connect
 from corral.services.state.store import Store
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
@@ -35,7 +37,11 @@ class Deps:
     def redis(self) -> redis.Redis:
         if not self.settings.redis_url:
             raise RuntimeError("CORRAL_REDIS_URL is not set")
-        return redis.Redis.from_url(self.settings.redis_url)
+        return connect(self.settings.redis_url, patience_s=self.settings.timers.redis_patience_s)
+
+    @cached_property
+    def outage(self) -> OutageBook:
+        return outage_book(self.redis, self.settings)
 
     @cached_property
     def store(self) -> Store:
