@@ -74,6 +74,9 @@ class ProviderInstance(BaseModel):
     pid: int | None = None  # local cloud only
     tags: dict[str, str] = Field(default_factory=dict)
     exit_code: int | None = None  # local cloud: the task's run exit code once it ended
+    # Lost only because its agent stopped reporting while the control plane listened: the
+    # control plane's inference, not the cloud's word, so it blocks no scope (reconcile).
+    silent: bool = False
 
 
 class Provider(Protocol):

@@ -151,8 +151,8 @@ class NodeAgents:
                 out.append(inst.model_copy(update={"state": state, "exit_code": code}))
             elif view.registered_at is None:
                 out.append(inst.model_copy(update={"state": "pending"}))
-            elif view.beat is None:
-                out.append(inst.model_copy(update={"state": "lost"}))
+            elif view.beat is None and not view.held:
+                out.append(inst.model_copy(update={"state": "lost", "silent": True}))
             else:
                 out.append(inst.model_copy(update={"state": "running"}))
         return out

@@ -102,7 +102,12 @@ def _check_instances(
             continue
         if pi is None or pi.state == "lost":
             counts["lost"] += 1
-            _lost(deps, inst, "its process is gone" if pi is None else "its heartbeats stopped")
+            if pi is None:
+                _lost(deps, inst, "its process is gone")
+            elif pi.silent:  # the control plane's inference, not the cloud's word: no block
+                _lost(deps, inst, "its heartbeats stopped", block=False)
+            else:
+                _lost(deps, inst, "the cloud says it is gone")
         elif pi.state == "terminated" and pi.exit_code is None:
             # Gone without an exit code and without us asking: reclaimed (spot) or failed.
             counts["lost"] += 1
@@ -190,22 +195,24 @@ def _finish_job(deps: Deps, req: LaunchRequest, attempt_id: str | None) -> None:
         _try(termination.terminate, deps, req.id, None, "the job ended")
 
 
-def _lost(deps: Deps, inst: Instance, why: str) -> None:
-    """Mark ``inst`` LOST, remember its zone as unreliable, relaunch its request."""
+def _lost(deps: Deps, inst: Instance, why: str, block: bool = True) -> None:
+    """Mark ``inst`` LOST, relaunch its request, and (``block``: the cloud said the machine
+    is gone) remember its zone as unreliable. A silence is not the cloud's word: it blocks
+    nothing, so a control-plane fault can never close a zone."""
     if not _move(deps, inst, InstanceState.LOST, why):
         return
     now = deps.now()
     timers = deps.settings.timers
-    block = Block(
-        cloud=inst.cloud,
-        region=inst.region,
-        zone=inst.zone,
-        instance_type=inst.instance_type,
-        market=inst.market,
-    )
-    deps.blocks.add(
-        block, now=now, ttl_s=timers.blocked_ttl_s, reason=f"{inst.id} lost: {why}", outcome="lost"
-    )
+    if block:
+        scope = Block(
+            cloud=inst.cloud,
+            region=inst.region,
+            zone=inst.zone,
+            instance_type=inst.instance_type,
+            market=inst.market,
+        )
+        reason = f"{inst.id} lost: {why}"
+        deps.blocks.add(scope, now=now, ttl_s=timers.blocked_ttl_s, reason=reason, outcome="lost")
     req = deps.store.get_request(inst.request_id)
     if req is None or req.state != RequestState.RUNNING:
         return
@@ -307,13 +314,25 @@ def _is_stray(deps: Deps, pi: ProviderInstance) -> bool:
 
 
 def _unstick(deps: Deps, counts: dict[str, int]) -> None:
-    """Hand requests that made no progress for a while to their step again (a lost message)."""
+    """Hand requests that made no progress for a while to their step again (a lost message).
+
+    A Redis outage can lose a message (one a worker took off its queue as Redis died, or a
+    publish that outlived ``redis_patience_s``), so a request whose last progress predates the
+    control plane's last outage is handed on again a few passes after Redis is back, without
+    waiting the usual patience. Every step is idempotent, so one sent twice does its work once.
+    """
     now = deps.now()
-    patience_s = deps.settings.timers.attempt_deadline_s + 30
+    timers = deps.settings.timers
+    patience_s = timers.attempt_deadline_s + 30
+    outage_end = deps.outage.pulse()
+    settle_s = 3 * timers.reconcile_interval_s  # let work that survived the outage go on first
     for state in (RequestState.PENDING, RequestState.PROVISIONING):
         for req in deps.store.list_requests(state=state, limit=1000, oldest_first=True):
-            if now - req.updated_at < patience_s:
+            cut_off = req.updated_at < outage_end <= now - settle_s
+            if now - req.updated_at < patience_s and not cut_off:
                 continue
+            if cut_off and not _mark_redriven(deps, req.id, outage_end, now):
+                continue  # progressed meanwhile
             counts["unstuck"] += 1
             match req.route:
                 case MachinePoolRoute() | DeterminedRoute() as pooled:
@@ -324,6 +343,26 @@ def _unstick(deps: Deps, counts: dict[str, int]) -> None:
                     dispatch.admit(req.id, settings=deps.settings)
                 case Direct():
                     failover.resume(deps, req)
+
+
+def _mark_redriven(deps: Deps, request_id: str, outage_end: float, now: float) -> bool:
+    """Note on the request that it is handed on again after an outage (so the next pass does
+    not do it again); False if it made progress since the outage."""
+
+    def touch(r: LaunchRequest) -> bool:
+        if r.updated_at >= outage_end or r.state not in _REDRIVEN:
+            return False
+        r.updated_at = now
+        return True
+
+    updated = deps.store.update_request(request_id, touch)
+    if updated is None or updated.updated_at != now:
+        return False
+    deps.store.append_event(request_id, "handed on again after a control-plane outage", now)
+    return True
+
+
+_REDRIVEN = (RequestState.PENDING, RequestState.PROVISIONING)
 
 
 def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
