@@ -9,7 +9,8 @@ Machine pools: passes and syncs on ``schedule``, machine launches on ``provision
 
 Start one with ``corral run worker --role schedule`` (or ``celery -A corral.workers.app worker
 -Q schedule``); run as many per role as the load needs. Beat (``corral run beat``) uses
-celery-redbeat: its lock in Redis means two beat processes never both fire.
+celery-redbeat: its lock in Redis means two beat processes never both fire. Workers and beat
+ride through Redis outages (:mod:`corral.workers.resilience`).
 """
 
 from __future__ import annotations
@@ -35,8 +36,14 @@ def _every(task: str, interval_s: float, queue: str) -> dict[str, Any]:
     }
 
 
+# Named, not imported: the worker and beat load these after the app (see resilience.py).
+CONSUMER = "corral.workers.resilience:Consumer"
+TASK_CLASS = "corral.workers.resilience:Task"
+BEAT_SCHEDULER = "corral.workers.resilience:BeatScheduler"
+
+
 def make_app(settings: Settings) -> Celery:
-    app = Celery("corral")
+    app = Celery("corral", task_cls=TASK_CLASS)
     app.conf.update(dispatch.celery_config(settings))
     timers = settings.timers
     app.conf.update(
@@ -45,8 +52,11 @@ def make_app(settings: Settings) -> Celery:
             "corral.autoscale.*": {"queue": dispatch.AUTOSCALE_QUEUE},
             "corral.provision.*": {"queue": dispatch.PROVISION_QUEUE},
         },
-        beat_scheduler="redbeat.RedBeatScheduler",
+        worker_consumer=CONSUMER,
+        beat_scheduler=BEAT_SCHEDULER,
+        # Beat's Redis client is Corral's own (BeatScheduler sets it): retries, Sentinel.
         redbeat_redis_url=settings.redis_url,
+        redbeat_redis_options={},
         redbeat_key_prefix=f"{settings.prefix}:redbeat:",
         redbeat_lock_timeout=int(timers.beat_lock_timeout_s),
         beat_max_loop_interval=timers.beat_max_loop_interval_s,

@@ -64,7 +64,8 @@ def worker(
 
 def beat() -> None:
     """Run beat (redbeat: a Redis lock keeps a second beat on standby)."""
-    _exec_celery(["beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", "INFO"])
+    scheduler = "corral.workers.resilience:BeatScheduler"  # named: services never import workers
+    _exec_celery(["beat", "-S", scheduler, "--loglevel", "INFO"])
 
 
 def flower(port: Annotated[int, typer.Option(help="0: a free port")] = 0) -> None:
