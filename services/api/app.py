@@ -2,7 +2,10 @@
 
 Everything it needs comes from the settings it is given (tests pass their own; the process
 started by ``corral run api`` uses ``get_settings()``): the Redis URL, the key prefix and the
-write token. Redis being down is a 503, never a traceback in a 500.
+write token. Redis being down is a 503 (with ``Retry-After``), never a traceback in a 500;
+every Redis call first retries for ``redis_patience_s`` (:mod:`corral.services.state.redis_conn`),
+so a Redis restart or failover shorter than that fails no request. Bodies over
+``api_max_body_bytes`` are refused with 413 (:mod:`corral.services.api.limits`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from kombu.exceptions import OperationalError
 
 from corral.services.api.auth import configured_token
 from corral.services.api.clusters import router as clusters_router
+from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pools import router as pools_router
 from corral.services.api.routes import router
@@ -55,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)
     app.add_exception_handler(OperationalError, _store_unreachable)
+    app.add_middleware(BodyLimit, max_body_bytes=settings.api_max_body_bytes)
     return app
 
 
@@ -63,4 +68,5 @@ async def _store_unreachable(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(
         status_code=503,
         content={"detail": f"the store (Redis) is unreachable: {type(exc).__name__}"},
+        headers={"Retry-After": "1"},
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import ValidationError
 
@@ -116,15 +116,25 @@ def _validated_task(doc: Document) -> Task:
     summary="Submit a launch request",
 )
 def submit_request(
-    doc: Document = Depends(task_document), deps: Deps = Depends(get_deps)
+    doc: Document = Depends(task_document),
+    deps: Deps = Depends(get_deps),
+    idempotency_key: str | None = Header(
+        None,
+        max_length=200,
+        description="a key of the client's choosing: the same key again (a retry after a "
+        "timeout or a 503) returns the request it made, never a second one",
+    ),
 ) -> dict[str, Any]:
     try:
         task = _validated_task(doc)
-        record = requests.submit(deps, task)
+        request_id = requests.id_for_key(idempotency_key) if idempotency_key else None
+        record = requests.submit(deps, task, request_id=request_id)
     except ConfigError as exc:
         raise _invalid(exc) from None
     except requests.Impossible as exc:
         raise HTTPException(422, {"error": "impossible", "reasons": exc.reasons}) from None
+    except requests.KeyReused as exc:
+        raise HTTPException(422, {"error": "idempotency key reused", "reason": str(exc)}) from None
     view = requests.public_view(deps, record.id)
     return view if view is not None else record.to_public()
 

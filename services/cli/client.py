@@ -5,11 +5,17 @@ that ``corral up`` writes. The write token: ``CORRAL_API_TOKEN``, else ``<home>/
 Failures come out as three exceptions a caller can map to exit codes: :class:`NoApiAddress`,
 :class:`ApiUnreachable` and :class:`ApiError` (the API answered with an error status). None
 of their messages carries the token.
+
+While Redis is away the API answers 503: a read, or a submit (which carries an
+``Idempotency-Key``, so a retry can never launch twice), is sent again with backoff for up to
+``retry_s`` before the 503 is reported.
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +27,7 @@ from corral.services.settings import Settings
 URL_FILE = "api-url"
 TOKEN_FILE = "api-token"
 DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_RETRY_S = 30.0  # how long a safe call is retried while the API says Redis is away
 
 
 class NoApiAddress(LookupError):
@@ -88,8 +95,10 @@ class Client:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        retry_s: float = DEFAULT_RETRY_S,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.retry_s = retry_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             self._http = httpx.Client(
@@ -115,6 +124,21 @@ class Client:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One call; a safe one (a read, or a write with an idempotency key) is sent again
+        while the API answers 503 (its Redis is away), with backoff, for ``retry_s``."""
+        safe = method == "GET" or "Idempotency-Key" in (kwargs.get("headers") or {})
+        deadline = time.monotonic() + self.retry_s
+        wait_s = 0.2
+        while True:
+            try:
+                return self._call_once(method, path, **kwargs)
+            except ApiError as exc:
+                if not safe or exc.status_code != 503 or time.monotonic() + wait_s > deadline:
+                    raise
+            time.sleep(wait_s)
+            wait_s = min(wait_s * 2, 2.0)
+
+    def _call_once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.UnsupportedProtocol as exc:
@@ -146,7 +170,8 @@ class Client:
         """Submit a task (its file's content as a mapping); returns the request's view."""
         # YAML may hold values JSON lacks (dates); send them as their text.
         body = json.dumps({"task": task}, default=str)
-        headers = {"Content-Type": "application/json"}
+        # A fresh key per submit: a retry of this call finds the request it made.
+        headers = {"Content-Type": "application/json", "Idempotency-Key": uuid.uuid4().hex}
         result: dict[str, Any] = self._json("POST", "/v1/requests", content=body, headers=headers)
         return result
 

@@ -5,6 +5,7 @@ The API calls these; so could any other front end. Work is handed to the workers
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from corral.services.queues import dispatch
@@ -31,16 +32,27 @@ class Impossible(ValueError):
         self.reasons = reasons
 
 
+class KeyReused(ValueError):
+    """An idempotency key sent again with another task."""
+
+
+def id_for_key(key: str) -> str:
+    """The request id an idempotency key stands for: the same key, the same request."""
+    return "r-k" + hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()[:16]
+
+
 def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRequest:
     """Accept a launch request: route it (:func:`corral.shared.routing.route`), refuse the
-    impossible, store it PENDING with its route, hand it to scheduling."""
+    impossible, store it PENDING with its route, hand it to scheduling. With ``request_id``
+    (an idempotency key's) a second submit returns the first request and creates nothing."""
     decided = route(task, registry_view(deps))
     if isinstance(decided, Refusal):
         raise Impossible(list(decided.reasons))
     now = deps.now()
+    body = task.model_dump(mode="json", exclude_none=True, by_alias=True)
     req = LaunchRequest(
         id=request_id or new_id("r"),
-        task=task.model_dump(mode="json", exclude_none=True, by_alias=True),
+        task=body,
         state=RequestState.PENDING,
         created_at=now,
         updated_at=now,
@@ -53,7 +65,10 @@ def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRe
         deps.store.append_event(req.id, f"accepted: {task.name or 'unnamed task'}", now)
     stored = deps.store.get_request(req.id)
     assert stored is not None
-    dispatch.admit(stored.id, settings=deps.settings)
+    if stored.task != body:
+        raise KeyReused(f"request {stored.id} was made with this key for another task")
+    if stored.state == RequestState.PENDING:  # admitted again if a retry finds it waiting
+        dispatch.admit(stored.id, settings=deps.settings)
     return stored
 
 
