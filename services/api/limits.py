@@ -1,8 +1,9 @@
 """A ceiling on request bodies, enforced before any route reads one.
 
 A body larger than ``max_body_bytes`` is refused with 413 whether it announces its length
-(``Content-Length``) or streams it (chunked): the stream is counted as it is read and cut off
-at the ceiling, so nothing larger is ever held in memory. Pure ASGI: it wraps the app.
+(``Content-Length``, refused before a byte is read) or streams it (chunked: read here, up to
+the ceiling, before any route sees it), so nothing larger is ever held in memory and no route
+answers before the body was judged. Pure ASGI: it wraps the app.
 """
 
 from __future__ import annotations
@@ -20,10 +21,6 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024  # a task or pool file is kilobytes; a log chunk 256 KiB
 
 
-class BodyTooLarge(Exception):
-    """The body went past the ceiling while it was read."""
-
-
 class BodyLimit:
     """ASGI middleware: 413 for a body over ``max_body_bytes``."""
 
@@ -39,29 +36,28 @@ class BodyLimit:
         if declared is not None and declared > self.max_body_bytes:
             await self._refuse(send)
             return
-        seen = 0
-        started = False
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_body_bytes:
-                    raise BodyTooLarge
-            return message
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, counted, tracked)
-        except BodyTooLarge:
-            if not started:
+        if declared is None and scope.get("method") not in ("GET", "HEAD"):
+            # A streamed body: read it here (up to the ceiling) before any route sees it.
+            messages = await self._read_stream(receive)
+            if messages is None:
                 await self._refuse(send)
+                return
+            receive = _replay(messages, receive)
+        await self.app(scope, receive, send)
+
+    async def _read_stream(self, receive: Receive) -> list[Message] | None:
+        """The body's messages, or None once it went past the ceiling."""
+        messages, seen = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages  # the client went away: let the app see it
+            seen += len(message.get("body", b""))
+            if seen > self.max_body_bytes:
+                return None
+            if not message.get("more_body", False):
+                return messages
 
     async def _refuse(self, send: Send) -> None:
         detail = f"the request body is over {self.max_body_bytes} bytes"
@@ -70,6 +66,16 @@ class BodyLimit:
         headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive that hands out the messages already read, then the client's own."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
 
 
 def _content_length(scope: Scope) -> int | None:
