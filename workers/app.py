@@ -15,10 +15,13 @@ ride through Redis outages (:mod:`corral.workers.resilience`).
 
 from __future__ import annotations
 
+import logging
+import threading
 from datetime import timedelta
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 from corral.services.queues import dispatch
 from corral.services.settings import Settings, get_settings
@@ -82,3 +85,19 @@ def make_app(settings: Settings) -> Celery:
 
 
 app = make_app(get_settings())
+
+
+@worker_process_init.connect
+def _warm_up(**_: Any) -> None:
+    """A pool process loads the clouds' SDKs and credentials in the background as it starts:
+    its first task (an admission after a worker restarted) need not wait seconds for them."""
+
+    def warm() -> None:
+        from corral.services.runtime.deps import warm_up  # here: beat and Flower need none
+
+        try:
+            warm_up()
+        except Exception:  # only a warm-up: the first task builds whatever is missing
+            logging.getLogger("corral.workers").exception("warm-up failed")
+
+    threading.Thread(target=warm, name="warm-up", daemon=True).start()

@@ -10,6 +10,8 @@ so a Redis restart or failover shorter than that fails no request. Bodies over
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -39,6 +41,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Load the clouds' SDKs and credentials while the API starts, not in its first submit
+        # (seconds on a busy machine; every submit routes over the launchable clouds).
+        threading.Thread(target=_warm_up, args=(deps,), name="warm-up", daemon=True).start()
         yield
         if "redis" in deps.__dict__:  # only close a client that was opened
             deps.redis.close()
@@ -61,6 +66,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(OperationalError, _store_unreachable)
     app.add_middleware(BodyLimit, max_body_bytes=settings.api_max_body_bytes)
     return app
+
+
+def _warm_up(deps: Deps) -> None:
+    try:
+        deps.launchable_clouds()
+    except Exception:  # only a warm-up: the first request builds whatever is missing
+        logging.getLogger("corral.api").exception("warm-up failed")
 
 
 async def _store_unreachable(_request: Request, exc: Exception) -> JSONResponse:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -122,11 +123,19 @@ def new_id(kind: str) -> str:
 
 
 _DEPS: Deps | None = None
+_DEPS_LOCK = threading.Lock()
 
 
 def deps() -> Deps:
-    """This process's dependencies (a worker builds them once)."""
+    """This process's dependencies (a worker builds them once, whichever thread asks first)."""
     global _DEPS
-    if _DEPS is None:
-        _DEPS = Deps(get_settings())
-    return _DEPS
+    with _DEPS_LOCK:
+        if _DEPS is None:
+            _DEPS = Deps(get_settings())
+        return _DEPS
+
+
+def warm_up() -> None:
+    """Build this process's dependencies and ask every cloud for its credentials now (loading
+    a cloud SDK and its credential chain takes seconds), so the first task does not wait."""
+    deps().launchable_clouds()
