@@ -39,7 +39,7 @@ def children_of(pid: int) -> dict[int, str]:
     return out
 
 
-def supervised(up: Up, what: str) -> int:
+def supervised(up: Up, what: str, timeout_s: float = 30) -> int:
     """The pid of the process `corral up` runs for ``what`` (a word of its command line:
     ``redis-server``, ``schedule``, ``beat``, ``api``...), waiting for it to be there."""
     found: list[int] = []
@@ -48,11 +48,12 @@ def supervised(up: Up, what: str) -> int:
         found[:] = [
             pid
             for pid, cmd in children_of(up.proc.pid).items()
-            if any(w == what or w.endswith(f"/{what}") for w in cmd.split())
+            if any(w in (what, f"{what}@%h") or w.endswith(f"/{what}") for w in cmd.split())
+            or f" {what}-" in f" {cmd}"  # a worker's node name: -n provision-<pid>@%h
         ]
         return bool(found)
 
-    wait_for(there, 30, f"`corral up` to run {what}")
+    wait_for(there, timeout_s, f"`corral up` to run {what}")
     return found[0]
 
 
@@ -286,6 +287,14 @@ class SentinelGroup:
             if host:
                 return int(host[1])
         return None
+
+    def tails(self, lines: int = 15) -> str:
+        """The end of every process's log (for a failure's message)."""
+        out = []
+        for name in self.procs:
+            text = (self.base / f"{name}.log").read_text(errors="replace").splitlines()
+            out.append(f"--- {name} ---\n" + "\n".join(text[-lines:]))
+        return "\n".join(out)
 
     def kill_master(self) -> int:
         """SIGKILL the master (as a dead host); returns its port."""
