@@ -148,12 +148,11 @@ class System:
             seen.update(self.request(request_id))
             return seen["state"] in states
 
-        wait_for(
-            reached,
-            timeout_s,
-            f"{request_id} to reach {states} (last: {seen.get('state')})",
-            logs=self.home / "logs",
-        )
+        try:
+            wait_for(reached, timeout_s, f"{request_id} to reach {states}", logs=self.home / "logs")
+        except pytest.fail.Exception as exc:
+            last = {k: seen.get(k) for k in ("state", "error", "attempts")}
+            raise pytest.fail.Exception(f"{exc} (last seen: {last})") from None
         return seen
 
     def stop(self) -> None:
