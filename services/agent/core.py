@@ -41,6 +41,11 @@ class LinkError(Exception):
     """The control plane could not be reached, or refused a report."""
 
 
+class Dismissed(LinkError):
+    """The control plane has ended this node (it terminated the machine): its reports are
+    refused for good, so the agent stops its work and exits."""
+
+
 @dataclass
 class Work:
     """What the machine was launched to run (all empty for a warm pool machine)."""
@@ -248,6 +253,9 @@ class Agent:
             self._flush_results()
         try:
             wanted, bad = self.link.assignments()
+        except Dismissed as exc:
+            self._dismiss(exc)
+            return
         except LinkError:
             return  # unknown is not withdrawn: keep working, the heartbeat reports the outage
         for aid, why in bad.items():
@@ -438,10 +446,17 @@ class Agent:
             if self._link_down:
                 say("the control plane is reachable again")
             self._link_down = False
+        except Dismissed as exc:
+            self._dismiss(exc)
         except LinkError as exc:
             if not self._link_down:  # say it once, keep the task running
                 say(f"heartbeat failed: {exc}")
             self._link_down = True
+
+    def _dismiss(self, exc: Dismissed) -> None:
+        if not self.stopping:
+            say(f"the control plane ended this node ({exc}); stopping its work")
+        self.stopping = True
 
     def _activity(self) -> str:
         """The setup/run path's phase; on an idle machine, what its assignments add up to:
@@ -489,6 +504,8 @@ class Agent:
                 self._beat(force=True)
                 self.link.finish(exit_code, reason, time.time())
                 break
+            except Dismissed:
+                break  # the node ended already: nobody is waiting for this report
             except LinkError as exc:
                 if time.monotonic() > deadline:
                     say(f"could not write the final record: {exc}")

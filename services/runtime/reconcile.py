@@ -1,7 +1,9 @@
 """Reconcile (beat): compare what the store believes with what the providers report.
 
-- an instance whose machine is gone or silent is LOST, and its request is relaunched through
-  its chain (up to ``relaunch_limit`` times; the zone is remembered as unreliable);
+- an instance whose machine is gone or silent, or that the cloud is about to reclaim (its
+  agent relayed a spot interruption or preemption notice), is LOST, and its request is
+  relaunched through its chain (up to ``relaunch_limit`` times; the zone is remembered as
+  unreliable);
 - an instance whose job finished is TERMINATED, and a job whose nodes all finished ends
   SUCCEEDED or FAILED by its exit code;
 - a machine tagged by Corral that no live request owns is terminated (a stray);
@@ -110,6 +112,11 @@ def _check_instances(
         elif pi.state == "terminated":
             counts["exited"] += 1
             _exited(deps, inst, pi.exit_code)
+        elif pi.notice:
+            # The cloud warned (a spot interruption notice, a preemption): recover now, while
+            # the machine still runs, rather than once it is gone.
+            counts["reclaimed"] += 1
+            _lost(deps, inst, f"the cloud is reclaiming it ({pi.notice})")
 
 
 def _move(
