@@ -121,6 +121,13 @@ class LaunchRequest(_Record):
     chain: list[ChainStep] = Field(default_factory=list)  # the planned candidates, in order
     next_step: int = 0  # index in `chain` of the next candidate to try
     relaunches: int = 0  # how many times a RUNNING request went back to PROVISIONING
+    restarts: int = 0  # of those, how many restarted a failed job (job_recovery)
+    restarts_on_errors: int = 0  # of those, how many count against max_restarts_on_errors
+
+    @property
+    def recoveries(self) -> int:
+        """Trips back after a lost or reclaimed machine (what ``relaunch_limit`` bounds)."""
+        return self.relaunches - self.restarts
     error: str | None = None  # why it FAILED, in one line
     exit_code: int | None = None  # a job's `run` exit code once it ended
     labels: dict[str, str] = Field(default_factory=dict)  # the user's, for filtering
@@ -220,7 +227,8 @@ class Instance(_Record):
     created_at: float
     updated_at: float
     last_heartbeat_at: float | None = None  # last sign of life from the node or its agent
-    exit_code: int | None = None  # its `run` exit code once it ended (local cloud)
+    exit_code: int | None = None  # its `run` exit code once it ended
+    price_usd_per_hour: float | None = None  # what its machine costs (None: not known)
     history: list[Transition] = Field(default_factory=list)  # every move, oldest first
 
     @classmethod
@@ -279,6 +287,7 @@ class Instance(_Record):
             "machine_type": self.machine_type,
             "state": self.state.value,
             "exit_code": self.exit_code,
+            "price_usd_per_hour": self.price_usd_per_hour,
         }
 
 

@@ -39,6 +39,26 @@ class InstanceView(BaseModel):
     )
     state: str
     exit_code: int | None = Field(None, description="a job node's run exit code, once it ended")
+    price_usd_per_hour: float | None = Field(
+        None, description="what its machine costs, as planned; null when not known"
+    )
+
+
+class RunView(BaseModel):
+    """One launch of the request's machines that came up: the first, each relaunch after a
+    lost or reclaimed machine, each restart of a failed job (``job_recovery``)."""
+
+    attempt_id: str
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    nodes: int
+    started_at: float = Field(description="when the cloud accepted the launch (seconds)")
+    ended_at: float | None = Field(None, description="when its last machine ended")
+    outcome: str = Field(description="booting, running, exited N, lost or terminated")
+    cost_usd: float | None = Field(None, description="its machines' cost; null if unknown")
 
 
 class RequestView(BaseModel):
@@ -54,6 +74,11 @@ class RequestView(BaseModel):
     error: str | None = None  # why it failed, when it did
     attempts: list[AttemptView]
     instances: list[InstanceView]
+    # The one-request view adds the history of its runs and what they cost together.
+    relaunches: int | None = Field(None, description="relaunches after lost machines")
+    restarts: int | None = Field(None, description="restarts of its failed job (job_recovery)")
+    runs: list[RunView] | None = None
+    cost_usd: float | None = Field(None, description="every run's cost, summed; null if unknown")
 
 
 class RequestList(BaseModel):

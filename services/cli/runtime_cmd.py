@@ -232,6 +232,31 @@ def status(
         _print_attempts(view["attempts"])
     if view["instances"]:
         _show(_instance_table(view["instances"], with_request=False))
+    if view.get("runs"):
+        _print_runs(view)
+
+
+def _print_runs(view: dict[str, Any]) -> None:
+    """Each launch that came up (the first, relaunches, restarts) and what they cost."""
+    table = _table("#", "INFRA", "NODES", "STARTED", "DURATION", "OUTCOME", "COST", title="runs")
+    for n, run in enumerate(view["runs"], 1):
+        end = run["ended_at"] if run["ended_at"] is not None else time.time()
+        table.add_row(
+            str(n),
+            _infra(run),
+            str(run["nodes"]),
+            datetime.fromtimestamp(run["started_at"]).strftime("%H:%M:%S"),
+            f"{max(0.0, end - run['started_at']):.0f}s",
+            run["outcome"],
+            _usd(run["cost_usd"]),
+        )
+    _show(table)
+    counts = f"relaunches {view.get('relaunches') or 0}, restarts {view.get('restarts') or 0}"
+    out.print(f"cost over every run: {_usd(view.get('cost_usd'))} ({counts})", markup=False)
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.4f}"
 
 
 def instances(

@@ -14,6 +14,7 @@ from corral.services.state.nodes import NodeName
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
 from corral.shared.records import LaunchRequest
+from corral.shared.recovery import runs_of, total_cost
 from corral.shared.routing import Refusal, route
 
 
@@ -94,11 +95,21 @@ def cancel(deps: Deps, request_id: str, *, instance_id: str | None = None) -> La
 
 
 def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
+    """The request as the API shows it, with its runs (one per launch that came up: the first,
+    then each relaunch after a loss and each restart of a failed job) and their summed cost."""
     req = deps.store.get_request(request_id)
     if req is None:
         return None
     instances = deps.store.list_instances(request_id=request_id)
-    return req.to_public(instances)
+    runs = runs_of(instances, deps.now())
+    cost = total_cost(runs)
+    return {
+        **req.to_public(instances),
+        "relaunches": req.recoveries,
+        "restarts": req.restarts,
+        "runs": [r.to_public() for r in runs],
+        "cost_usd": None if cost is None else round(cost, 6),
+    }
 
 
 def read_logs(
@@ -115,7 +126,10 @@ def read_logs(
         if not inst.provider_id:
             continue
         if inst.cloud != "local" and inst.attempt_id:
-            node = NodeName(inst.cloud, inst.attempt_id, inst.node_index)
+            # A pooled machine's node is known by the cloud's id (its log holds what it ran).
+            node = deps.nodes.node_of(inst.cloud, inst.provider_id) or NodeName(
+                inst.cloud, inst.attempt_id, inst.node_index
+            )
             data = deps.nodes.log(node)[-tail_bytes:]
             if data:
                 text = data.decode("utf-8", errors="replace")
