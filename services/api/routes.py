@@ -31,6 +31,9 @@ from corral.shared.configio import ConfigError, Document, Issue, parse_text, val
 from corral.shared.lifecycle import InstanceState, RequestState
 
 router = APIRouter()
+# /healthz answers without a token (load balancers and probes ask it); every route of
+# ``router`` needs the admin token (create_app adds it).
+health_router = APIRouter()
 
 TASK_NAME = "task"  # the file name issues carry for a task sent over HTTP
 YAML_TYPES = frozenset({"application/yaml", "text/yaml", "application/x-yaml", "text/x-yaml"})
@@ -254,7 +257,7 @@ def list_instances(
     return {"instances": [{**i.to_public(), "request_id": i.request_id} for i in found]}
 
 
-@router.get(
+@health_router.get(
     "/healthz",
     response_model=Health,
     responses={503: {"model": Health, "description": "Redis is unreachable"}},

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 
 TOKEN = "s3cret-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NO_AUTH = {"Authorization": ""}  # overrides a client's default header: no token sent
 VALID_TASK = {
     "name": "hello",
     "resources": {"cloud": "local", "instance_type": "cpu-2"},
@@ -54,7 +55,7 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings), headers=AUTH) as c:
         yield c
 
 
@@ -156,7 +157,7 @@ def test_an_impossible_task_is_422_with_reasons(client: TestClient, store: Store
 
 
 def test_writes_need_the_token(client: TestClient, store: Store) -> None:
-    missing = client.post("/v1/requests", json={"task": VALID_TASK})
+    missing = client.post("/v1/requests", json={"task": VALID_TASK}, headers=NO_AUTH)
     wrong = client.post(
         "/v1/requests", json={"task": VALID_TASK}, headers={"Authorization": "Bearer nope"}
     )
@@ -166,16 +167,28 @@ def test_writes_need_the_token(client: TestClient, store: Store) -> None:
     assert [r.status_code for r in (missing, wrong, basic)] == [401, 401, 401]
     assert store.list_requests() == []
     request_id = _submit(client)["id"]
-    assert client.post(f"/v1/requests/{request_id}/cancel").status_code == 401
+    assert client.post(f"/v1/requests/{request_id}/cancel", headers=NO_AUTH).status_code == 401
     assert client.get(f"/v1/requests/{request_id}").json()["state"] == "PENDING"
 
 
-def test_without_a_configured_token_writes_are_refused(redis_url: str, tmp_path: Path) -> None:
+def test_without_a_configured_token_nothing_but_health_answers(
+    redis_url: str, tmp_path: Path
+) -> None:
     with TestClient(create_app(_settings(redis_url, tmp_path, token=None))) as c:
         response = c.post("/v1/requests", json={"task": VALID_TASK}, headers=AUTH)
         assert response.status_code == 503
         assert "no token configured" in response.json()["detail"]
-        assert c.get("/v1/requests").status_code == 200  # reads still work
+        assert c.get("/v1/requests").status_code == 503  # reads too: never open by accident
+        assert c.get("/healthz").status_code == 200
+
+
+def test_reads_need_the_token_too(settings: Settings) -> None:
+    with TestClient(create_app(settings)) as anonymous:
+        for path in ("/v1/requests", "/v1/instances", "/v1/pools", "/v1/clusters"):
+            assert anonymous.get(path).status_code == 401, path
+        wrong = anonymous.get("/v1/requests", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        assert anonymous.get("/healthz").status_code == 200
 
 
 def test_the_token_may_come_from_the_home_file(redis_url: str, tmp_path: Path) -> None:
@@ -331,6 +344,6 @@ def test_health_and_reads_say_503_when_redis_is_down(client: TestClient, tmp_pat
     assert client.get("/healthz").json() == {"status": "ok", "detail": None}
     with TestClient(create_app(_settings(_dead_redis_url(), tmp_path))) as down:
         health = down.get("/healthz")
-        listing = down.get("/v1/requests")
+        listing = down.get("/v1/requests", headers=AUTH)
     assert health.status_code == 503 and health.json()["status"] == "unavailable"
     assert listing.status_code == 503 and "unreachable" in listing.json()["detail"]

@@ -127,6 +127,9 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
             c.post("/v1/requests", json={"task": {"name": "x", "run": "true"}}).status_code == 401
         )
         assert c.post(f"/v1/requests/{other}/terminate").status_code == 401
+        assert c.get(f"/v1/requests/{other}").status_code == 401  # nor read another's
+        assert c.get("/v1/requests").status_code == 401
+        assert c.get(f"/v1/requests/{other}/logs").status_code == 401
         assert c.post("/v1/pools", json={}).status_code in (401, 422)
         mine = c.post("/v1/node/register", json={}).json()
         assert mine["work"]["envs"]["CORRAL_REQUEST_ID"] == svc
