@@ -281,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"could not register with {args.api}: {exc}")
         return 3
     work = answer.get("work") or {}
+    envs = {str(k): str(v) for k, v in (work.get("envs") or {}).items()}
+    # Where the node's workload writes the demand it queued (a Ray head's pending tasks); the
+    # agent reports it with each heartbeat, and the autoscaler packs it.
+    envs.setdefault("CORRAL_DEMAND_FILE", str(args.log.parent / "demand.json"))
     heartbeat_s = float(answer.get("heartbeat_s") or 5.0)
     say(f"registered as {answer.get('node')}")
     link.shipper = LogShipper(link, args.log)
@@ -293,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         Work(
             setup=work.get("setup") or None,
             run=work.get("run") or None,
-            envs={str(k): str(v) for k, v in (work.get("envs") or {}).items()},
+            envs=envs,
             workdir=work.get("workdir") or None,
         ),
         str(answer.get("node")),

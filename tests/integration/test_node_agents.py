@@ -193,6 +193,17 @@ def test_gcp_a_job_runs_on_its_agent_and_a_failing_one_fails(
         done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
         assert done["state"] == "FAILED" and done["exit_code"] == 3, done
 
+        # A service keeps running until terminated; its agent then stops (its token refused).
+        svc = system.submit({**GCP_TASK, "name": "svc", "setup": "echo serving on gce"})
+        vm = vms(gcp_script(fake, svc))
+        system.wait_state(svc, {"RUNNING"}, 60)
+        time.sleep(2)  # several heartbeats
+        assert system.request(svc)["state"] == "RUNNING" and vm.alive()
+        assert system.cli("terminate", svc).returncode == 0
+        system.wait_state(svc, {"TERMINATED"}, 60)
+        wait_for(lambda: not vm.alive(), 30, "the service's agent to stop")
+        assert "serving on gce" in system.cli("logs", svc).stdout
+
 
 def _instances_of(system: System, request_id: str) -> dict[str, str]:
     """The request's instances: id -> state."""

@@ -245,3 +245,44 @@ def test_a_determined_agent_on_ec2_runs_two_tasks_at_once_and_is_reaped_when_idl
     assert len(on) == 1  # one agent, two assignments side by side
     [agent] = on
     wait_for(lambda: _ec2_state(system, agent) == "terminated", 60, "the idle agent reaped")
+
+
+RAY_SEED = SEEDS / "ray-cluster-node-types.yaml"  # written for AWS (us-west-2)
+
+
+def test_a_ray_cluster_on_ec2_grows_for_queued_work_and_reaps_its_idle_node(
+    aws: tuple[System, Player], tmp_path: Path
+) -> None:
+    system, player = aws
+    system.start_worker("autoscale")
+    data = yaml.safe_load(RAY_SEED.read_text())
+    data["idle_timeout_minutes"] = 0.05  # 3 s
+    for node_type in data["available_node_types"].values():
+        node_type.pop("worker_setup_commands", None)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(data))
+    done = system.cli("cluster", "up", str(cluster), "--json")
+    assert done.returncode == 0, done.stderr
+
+    def running() -> dict[str, int]:
+        out: dict[str, int] = {}
+        view = json.loads(system.cli("cluster", "status", data["cluster_name"], "--json").stdout)
+        for node in view["nodes"]:
+            if node["state"] == "RUNNING":
+                out[node["node_type"]] = out.get(node["node_type"], 0) + 1
+        return out
+
+    # The head and min_workers' one worker come up on EC2, played as they launch.
+    wait_for(lambda: running() == {"cpu_4_ondemand": 2}, 120, "the head and its min worker")
+    # A node's workload (a Ray head's pending tasks) queues work only a GPU type has
+    # (Custom2): its agent reports it with its heartbeats, and the autoscaler brings one up.
+    node = next(iter(player.played.values()))
+    queued = {"bundles": [{"resources": {"Custom2": 1}, "count": 1}]}
+    (node.root / "demand.json").write_text(json.dumps(queued))
+    wait_for(lambda: running().get("gpu_1_ondemand") == 1, 120, "a GPU node for the queued work")
+    # The work is taken (nothing queued): the GPU node goes idle and is reaped after 3 s.
+    (node.root / "demand.json").write_text("{}")
+    wait_for(lambda: "gpu_1_ondemand" not in running(), 90, "the idle GPU node reaped")
+    assert node.alive() and running() == {"cpu_4_ondemand": 2}
+    done = system.cli("cluster", "down", data["cluster_name"])
+    assert done.returncode == 0, done.stderr
