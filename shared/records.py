@@ -128,6 +128,7 @@ class LaunchRequest(_Record):
     def recoveries(self) -> int:
         """Trips back after a lost or reclaimed machine (what ``relaunch_limit`` bounds)."""
         return self.relaunches - self.restarts
+
     error: str | None = None  # why it FAILED, in one line
     exit_code: int | None = None  # a job's `run` exit code once it ended
     labels: dict[str, str] = Field(default_factory=dict)  # the user's, for filtering
