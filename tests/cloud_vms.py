@@ -39,6 +39,32 @@ AWS_ENV = {
 }
 
 
+def gcp_env(fake: FakeCompute) -> dict[str, str]:
+    """The settings that point Corral at the Compute API fake, node agents on."""
+    return {
+        "CORRAL_CLOUDS": json.dumps(["gcp"]),
+        "CORRAL_GCP_API_ENDPOINT": fake.url,
+        "CORRAL_GCP_PROJECT": fake.project,
+        "CORRAL_GCP_ANONYMOUS": "true",
+        "CORRAL_NODE_HEARTBEAT_S": "0.5",
+    }
+
+
+def ec2_state(endpoint_url: str, provider_id: str) -> str:
+    """An EC2 machine's state as moto tells it."""
+    import boto3
+
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url=endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    found = ec2.describe_instances(InstanceIds=[provider_id])["Reservations"]
+    return str(found[0]["Instances"][0]["State"]["Name"])
+
+
 class Vm:
     """A cloud machine played on this one: its boot script run in its own folder."""
 

@@ -22,6 +22,8 @@ from cloud_vms import (
     Vm,
     aws_script,
     aws_scripts,
+    ec2_state,
+    gcp_env,
     gcp_script,
     gcp_scripts,
     start_with_agents,
@@ -170,14 +172,7 @@ def test_gcp_a_job_runs_on_its_agent_and_a_failing_one_fails(
     make_system: Callable[..., System], vms: Callable[[str], Vm]
 ) -> None:
     with FakeCompute(project="corral-test") as fake:
-        env = {
-            "CORRAL_CLOUDS": json.dumps(["gcp"]),
-            "CORRAL_GCP_API_ENDPOINT": fake.url,
-            "CORRAL_GCP_PROJECT": "corral-test",
-            "CORRAL_GCP_ANONYMOUS": "true",
-            "CORRAL_NODE_HEARTBEAT_S": "0.5",
-        }
-        system = start_with_agents(make_system(env=env, ATTEMPT_DEADLINE_S="60"))
+        system = start_with_agents(make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60"))
         rid = system.submit({**GCP_TASK, "name": "hello", "run": "echo hello from gce"})
         script = gcp_script(fake, rid)
         _no_secrets(script, system)
@@ -230,7 +225,7 @@ def test_aws_a_silent_agent_is_lost_and_its_request_relaunched_on_a_new_machine(
     assert done["state"] == "RUNNING" and done["relaunches"] == 1
     assert [r["outcome"] for r in done["runs"]] == ["lost", "running"]
     assert done["instances"][1]["zone"] != old["zone"]  # the silent zone is remembered
-    wait_for(lambda: _ec2_state(moto, old["provider_id"]) == "terminated", 30, "the old VM gone")
+    wait_for(lambda: ec2_state(moto.url, old["provider_id"]) == "terminated", 30, "the old VM gone")
 
 
 def test_aws_a_spot_interruption_notice_starts_recovery_before_the_machine_goes(
@@ -264,28 +259,12 @@ def test_aws_a_spot_interruption_notice_starts_recovery_before_the_machine_goes(
         metadata.close()
 
 
-def _ec2_state(moto: FaultyMoto, provider_id: str) -> str:
-    import boto3
-
-    ec2 = boto3.client("ec2", endpoint_url=moto.url, region_name="us-east-1", **{
-        "aws_access_key_id": "testing", "aws_secret_access_key": "testing"})  # fmt: skip
-    found = ec2.describe_instances(InstanceIds=[provider_id])["Reservations"]
-    return str(found[0]["Instances"][0]["State"]["Name"])
-
-
 def test_gcp_a_preempted_machine_is_relaunched(
     make_system: Callable[..., System], vms: Callable[..., Vm]
 ) -> None:
     metadata = Metadata()
     with FakeCompute(project="corral-test") as fake:
-        env = {
-            "CORRAL_CLOUDS": json.dumps(["gcp"]),
-            "CORRAL_GCP_API_ENDPOINT": fake.url,
-            "CORRAL_GCP_PROJECT": "corral-test",
-            "CORRAL_GCP_ANONYMOUS": "true",
-            "CORRAL_NODE_HEARTBEAT_S": "0.5",
-        }
-        system = start_with_agents(make_system(env=env, ATTEMPT_DEADLINE_S="60"))
+        system = start_with_agents(make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60"))
         task = {"resources": {**GCP_TASK["resources"], "use_spot": True}}
         rid = system.submit({**task, "name": "preemptible", "setup": "echo up"})
         vm = vms(gcp_script(fake, rid), metadata.url)

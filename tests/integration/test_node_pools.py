@@ -10,11 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 import yaml
 
-from cloud_vms import AWS_ENV, Fleet, Player, start_with_agents
+from cloud_vms import AWS_ENV, Fleet, Player, ec2_state, start_with_agents
 from fakes.aws_faults import FaultyMoto
 from harness import System, wait_for
 
@@ -83,16 +82,8 @@ def _pool_machines(system: System, name: str) -> set[str]:
     return {m["id"] for m in _pool(system, name)["machines"] if m["machine_type"] != "head_node"}
 
 
-def _ec2_state(system: System, provider_id: str) -> str:
-    ec2 = boto3.client(
-        "ec2",
-        endpoint_url=system.env["CORRAL_AWS_ENDPOINT_URL"],
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    found = ec2.describe_instances(InstanceIds=[provider_id])["Reservations"]
-    return str(found[0]["Instances"][0]["State"]["Name"])
+def _ec2(system: System, provider_id: str) -> str:
+    return ec2_state(system.env["CORRAL_AWS_ENDPOINT_URL"], provider_id)
 
 
 def _events(system: System, request_id: str) -> list[str]:
@@ -179,7 +170,11 @@ def test_a_job_ends_by_its_exit_code_an_idle_machine_is_reaped_and_a_lost_one_re
     done = system.wait_state(job, {"SUCCEEDED", "FAILED"}, 120)
     assert done["state"] == "FAILED" and done["exit_code"] == 4, done
     [inst] = [i for i in done["instances"] if i["machine_type"] == "cpu"]
-    wait_for(lambda: _ec2_state(system, inst["provider_id"]) == "terminated", 60, "idle reaping")
+    wait_for(
+        lambda: _ec2(system, inst["provider_id"]) == "terminated",
+        60,
+        "idle reaping",
+    )
     wait_for(lambda: not _pool(system, "small")["machines"], 30, "the reaped machine to leave")
     [vm] = [v for v in player.played.values() if v.node.startswith("aws/")]
     wait_for(lambda: not vm.alive(), 30, "the reaped machine's agent to stop (token refused)")
@@ -198,7 +193,10 @@ def test_a_job_ends_by_its_exit_code_an_idle_machine_is_reaped_and_a_lost_one_re
     )
     events = _events(system, svc)
     assert any("was lost" in e and "requeued" in e for e in events), events
-    assert _ec2_state(system, first["provider_id"]) in ("shutting-down", "terminated")
+    assert _ec2(system, first["provider_id"]) in (
+        "shutting-down",
+        "terminated",
+    )
 
 
 MASTER = {
@@ -244,7 +242,11 @@ def test_a_determined_agent_on_ec2_runs_two_tasks_at_once_and_is_reaped_when_idl
     on = {i["provider_id"] for rid in (a, b) for i in system.request(rid)["instances"]}
     assert len(on) == 1  # one agent, two assignments side by side
     [agent] = on
-    wait_for(lambda: _ec2_state(system, agent) == "terminated", 60, "the idle agent reaped")
+    wait_for(
+        lambda: _ec2(system, agent) == "terminated",
+        60,
+        "the idle agent reaped",
+    )
 
 
 RAY_SEED = SEEDS / "ray-cluster-node-types.yaml"  # written for AWS (us-west-2)
