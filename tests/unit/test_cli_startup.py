@@ -114,7 +114,6 @@ def test_importing_the_cli_loads_no_heavy_module() -> None:
         (["why", "--help"], "Usage: corral why"),
         (["run", "worker", "--help"], "Usage: corral run worker"),
         (["version", "--help"], "Usage: corral version"),
-        (["--show-completion", "bash"], "_CORRAL_COMPLETE=complete_bash"),
     ],
 )
 def test_version_and_help_load_no_heavy_module(args: list[str], shown: str, tmp_path: Path) -> None:
