@@ -152,6 +152,17 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
     assert request_id in [v["id"] for v in listing]
 
 
+def test_launch_with_an_idempotency_key_launches_once(api: Api, task_file: Path) -> None:
+    first = corral(api, "launch", str(task_file), "--idempotency-key", "cli-once", "--json")
+    again = corral(api, "launch", str(task_file), "--idempotency-key", "cli-once", "--json")
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    assert json.loads(again.stdout) == json.loads(first.stdout)
+    with Client(api.url) as client:
+        found = client.submission("cli-once")
+    assert found is not None and found.received == 2
+    assert found.request_id == json.loads(first.stdout)["id"]
+
+
 def test_a_compute_config_path_is_sent_inline(api: Api, tmp_path: Path) -> None:
     (tmp_path / "cc.yaml").write_text("region: lab-east\nhead_node: {instance_type: cpu-2}\n")
     task = tmp_path / "task.yaml"
