@@ -129,7 +129,7 @@ def submit_request(
     summary="What a task submitted under an idempotency key became: its request, or why not",
 )
 def get_submission(key: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
-    found = requests.submission(deps, key)
+    found = deps.store.submission(key)
     if found is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,

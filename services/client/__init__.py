@@ -48,6 +48,7 @@ from corral.services.client.views import (
     PoolDeleted,
     PoolView,
     RequestView,
+    RunView,
     SubmissionView,
     WhyView,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "PoolDeleted",
     "PoolView",
     "RequestView",
+    "RunView",
     "SubmissionView",
     "Unauthorized",
     "WaitTimeout",

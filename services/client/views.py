@@ -59,6 +59,7 @@ class InstanceView(View):
     machine_type: str | None = None
     state: str
     exit_code: int | None = None
+    price_usd_per_hour: float | None = None  # its machine's price as planned, when known
 
 
 class InstanceRow(InstanceView):
@@ -67,8 +68,26 @@ class InstanceRow(InstanceView):
     request_id: str
 
 
+class RunView(View):
+    """One launch of a request's machines that came up: the first, a relaunch after a lost
+    machine, a restart of a failed job."""
+
+    attempt_id: str
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    nodes: int
+    started_at: float
+    ended_at: float | None = None
+    outcome: str  # booting, running, exited N, lost or terminated
+    cost_usd: float | None = None
+
+
 class RequestView(View):
-    """A launch request with its attempts (oldest first) and its instances."""
+    """A launch request with its attempts (oldest first) and its instances. One request's
+    view (``status``) also has its runs and their summed cost, where the API keeps them."""
 
     id: str
     name: str | None = None
@@ -77,6 +96,10 @@ class RequestView(View):
     error: str | None = None
     attempts: list[AttemptView] = Field(default_factory=list)
     instances: list[InstanceView] = Field(default_factory=list)
+    relaunches: int | None = None
+    restarts: int | None = None
+    runs: list[RunView] | None = None
+    cost_usd: float | None = None
 
     @property
     def ended(self) -> bool:

@@ -20,7 +20,7 @@ from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
-from corral.shared.records import LaunchRequest, Submission
+from corral.shared.records import LaunchRequest
 from corral.shared.routing import Refusal, route
 
 log = logging.getLogger(__name__)
@@ -181,11 +181,6 @@ def submit_queued(deps: Deps, task: Any, idempotency_key: Any) -> dict[str, Any]
         "request_id": done.request.id,
         "created": done.created,
     }
-
-
-def submission(deps: Deps, key: str) -> Submission | None:
-    """What the task submitted under ``key`` became; None while nothing is recorded."""
-    return deps.store.submission(key)
 
 
 def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRequest:

@@ -314,7 +314,7 @@ def test_an_idempotency_key_creates_one_request(
     accepted = [e.text for e in store.events(first.json()["id"])]
     assert accepted == ["accepted: hello (idempotency key 'order-1234')"]
 
-    found = client.get("/v1/submissions/order-1234").json()
+    found = client.get("/v1/submissions/order-1234", headers=AUTH).json()
     assert found["state"] == "accepted" and found["received"] == 2
     assert found["request_id"] == first.json()["id"] and found["request"] == first.json()
     assert found["refusal"] is None
@@ -326,18 +326,21 @@ def test_a_refusal_is_recorded_under_its_key_and_does_not_use_it_up(
     keyed = {**AUTH, "Idempotency-Key": "batch/7"}
     refused = client.post("/v1/requests", json={"task_yaml": INVALID_YAML}, headers=keyed)
     assert refused.status_code == 422
-    found = client.get("/v1/submissions/batch%2F7").json()
+    found = client.get("/v1/submissions/batch%2F7", headers=AUTH).json()
     assert found["state"] == "refused" and found["request_id"] is None
     assert found["refusal"] == refused.json()["detail"]  # the API's own answer, kept
 
     impossible = client.post("/v1/requests", json={"task": IMPOSSIBLE_TASK}, headers=keyed)
     assert impossible.status_code == 422
-    assert client.get("/v1/submissions/batch%2F7").json()["refusal"] == impossible.json()["detail"]
+    assert (
+        client.get("/v1/submissions/batch%2F7", headers=AUTH).json()["refusal"]
+        == impossible.json()["detail"]
+    )
     assert store.list_requests() == []
 
     fixed = client.post("/v1/requests", json={"task": VALID_TASK}, headers=keyed)
     assert fixed.status_code == 201
-    found = client.get("/v1/submissions/batch%2F7").json()
+    found = client.get("/v1/submissions/batch%2F7", headers=AUTH).json()
     assert (found["state"], found["request_id"], found["refusal"]) == (
         "accepted",
         fixed.json()["id"],
@@ -353,7 +356,7 @@ def test_a_bad_idempotency_key_or_an_unknown_one(client: TestClient, store: Stor
     assert response.json()["detail"]["error"] == "invalid idempotency key"
     assert "at most 255" in response.json()["detail"]["reasons"][0]
     assert store.list_requests() == []
-    unknown = client.get("/v1/submissions/never-sent")
+    unknown = client.get("/v1/submissions/never-sent", headers=AUTH)
     assert unknown.status_code == 404 and "never-sent" in unknown.json()["detail"]
 
 

@@ -157,7 +157,7 @@ def test_launch_with_an_idempotency_key_launches_once(api: Api, task_file: Path)
     again = corral(api, "launch", str(task_file), "--idempotency-key", "cli-once", "--json")
     assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
     assert json.loads(again.stdout) == json.loads(first.stdout)
-    with Client(api.url) as client:
+    with Client(api.url, TOKEN) as client:
         found = client.submission("cli-once")
     assert found is not None and found.received == 2
     assert found.request_id == json.loads(first.stdout)["id"]

@@ -53,12 +53,12 @@ def test_a_field_added_by_a_newer_api_is_kept() -> None:
                 "uptime_s": 12.5,
             }
         ],
-        "restarts": [{"at": 1.0, "reason": "preempted"}],
+        "preemptions": [{"at": 1.0, "by": "r-9"}],
         "state_since": 3.0,
     }
     view = views.RequestView.model_validate(sent)
     assert view.model_extra == {
-        "restarts": [{"at": 1.0, "reason": "preempted"}],
+        "preemptions": [{"at": 1.0, "by": "r-9"}],
         "state_since": 3.0,
     }
     assert view.instances[0].model_extra == {"uptime_s": 12.5}
