@@ -356,8 +356,9 @@ def test_status_watch_prints_each_change_until_the_request_ended(api: Api, task_
 def _complete(api_url: str, home: Path, words: str) -> list[str]:
     """The candidates bash is given when it asks ``corral`` to complete ``words``."""
     env = _env(
-        CORRAL_HOME=str(home), CORRAL_API_URL=api_url, _CORRAL_COMPLETE="complete_bash",
-        COMP_WORDS=words, COMP_CWORD=str(len(words.split()) - 1),
+        CORRAL_HOME=str(home), CORRAL_API_URL=api_url, CORRAL_API_TOKEN=TOKEN,
+        _CORRAL_COMPLETE="complete_bash", COMP_WORDS=words,
+        COMP_CWORD=str(len(words.split()) - 1),
     )  # fmt: skip
     done = subprocess.run([CORRAL], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
