@@ -298,3 +298,23 @@ class Event(BaseModel):
     seq: int  # 1, 2, 3, ... within the request; `events(after=seq)` returns the later ones
     at: float  # seconds since the epoch
     text: str
+
+
+class Submission(BaseModel):
+    """What became of a task submitted under an idempotency key (the API's ``Idempotency-Key``
+    header, or the key ``corral.schedule.submit`` is sent with): the request it created, or
+    the refusal of its document. A key names one submission: once a request was created under
+    it, the same key creates nothing more. A refusal does not use a key up: the document fixed
+    and sent again under the same key is accepted."""
+
+    key: str
+    request_id: str | None = None  # the request created under the key, once one was
+    # The refusal as the API answers it (its 422 detail): {"error", "issues"} for an invalid
+    # document, {"error", "reasons"} for one nothing could ever be planned for.
+    refusal: dict[str, Any] | None = None
+    at: float  # when the outcome was recorded (seconds since the epoch)
+    received: int = 1  # how many times the key was submitted, duplicates included
+
+    @property
+    def accepted(self) -> bool:
+        return self.request_id is not None

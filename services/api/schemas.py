@@ -198,3 +198,20 @@ class WhyView(BaseModel):
     pool: str | None = None
     code: str = Field(description="placed, queued, not_pooled, not_queued, or the reason's code")
     reason: str
+
+
+class SubmissionView(BaseModel):
+    """What a task submitted under an idempotency key became (``GET /v1/submissions/{key}``):
+    accepted, with its request, or refused, with the refusal the API would have answered."""
+
+    model_config = ConfigDict(extra="allow")
+
+    idempotency_key: str
+    state: str = Field(description="accepted or refused")
+    request_id: str | None = None
+    request: RequestView | None = Field(None, description="the request now, once accepted")
+    refusal: dict[str, Any] | None = Field(
+        None, description='{"error", "issues"} (invalid) or {"error", "reasons"} (impossible)'
+    )
+    at: float = Field(description="when the outcome was recorded, seconds since the epoch")
+    received: int = Field(description="how many times the key was submitted, duplicates too")
