@@ -147,6 +147,10 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
         "error": None,
         "attempts": [],
         "instances": [],
+        "relaunches": 0,
+        "restarts": 0,
+        "runs": [],
+        "cost_usd": 0,
     }
     listing = json.loads(corral(api, "status", "--json").stdout)
     assert request_id in [v["id"] for v in listing]
