@@ -20,6 +20,7 @@ from corral.services.api.clusters import router as clusters_router
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pools import router as pools_router
 from corral.services.api.routes import router
+from corral.services.observability.api_metrics import install as install_observability
 from corral.services.runtime.deps import Deps
 from corral.services.settings import Settings, get_settings
 
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(clusters_router)
     app.include_router(pools_router)
     app.include_router(nodes_router)
+    install_observability(app, settings, deps)  # GET /metrics; request ids in the logs
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)
     app.add_exception_handler(OperationalError, _store_unreachable)

@@ -23,6 +23,7 @@ from corral.services.api.schemas import (
     RequestView,
     TaskBody,
 )
+from corral.services.observability import logs as log_ids
 from corral.services.runtime import requests
 from corral.services.runtime.deps import Deps
 from corral.shared.config.detect import check_problems
@@ -121,6 +122,7 @@ def submit_request(
     try:
         task = _validated_task(doc)
         record = requests.submit(deps, task)
+        log_ids.tag(request_id=record.id)  # the access log line names the request it made
     except ConfigError as exc:
         raise _invalid(exc) from None
     except requests.Impossible as exc:
