@@ -86,6 +86,14 @@ def test_metrics_move_with_launches(make_system: Callable[..., System]) -> None:
     assert trail == [("lab-east-a", "capacity"), ("lab-east-b", "quota"), ("lab-west-a", "ok")]
 
     # The provisioning worker: counted where the attempts ended, summed over its processes.
+    # A task is counted once its body returned, a job's machine once reconcile let it go: a
+    # moment after the states the API shows.
+    def settled() -> bool:
+        _, now = scrape(worker_url)
+        tasks = total(now, "corral_celery_tasks_total", task=dispatch.ATTEMPT, outcome="success")
+        return tasks >= 6 and total(now, "corral_instances_ended_total", state="TERMINATED") >= 1
+
+    wait_for(settled, 30, "the worker's counts of the tasks and the job's machine")
     w_names, w = scrape(worker_url)
     assert total(w, "corral_attempts_total", outcome="ok") == 4
     assert total(w, "corral_attempts_total", region="lab-east", outcome="capacity") == 1
@@ -95,7 +103,6 @@ def test_metrics_move_with_launches(make_system: Callable[..., System]) -> None:
     assert total(w, "corral_failover_depth_sum", result="running") == 2  # the A100's two zones
     assert total(w, "corral_failover_depth_bucket", result="running", le="0.0") == 3
     assert total(w, "corral_celery_tasks_total", task=dispatch.ATTEMPT, outcome="success") >= 6
-    assert total(w, "corral_instances_ended_total", state="TERMINATED") >= 1  # the job's
 
     # The API: state from Redis, as the API itself reports it.
     a_names, a = scrape(f"{api}/metrics")
