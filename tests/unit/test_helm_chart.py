@@ -212,7 +212,7 @@ def test_without_keda_workers_have_a_fixed_count() -> None:
 
 
 def test_an_external_redis_without_a_host_is_refused_by_name() -> None:
-    with pytest.raises(Exception, match=r"externalRedis\.host is required"):
+    with pytest.raises(helm.HelmError, match=r"externalRedis\.host is required"):
         render({"redis": {"enabled": False}})
 
 
@@ -225,3 +225,12 @@ def test_with_the_helm_binary_when_there_is_one() -> None:
         [exe, "template", RELEASE, str(CHART)], check=True, capture_output=True, text=True
     )
     assert "kind: ScaledObject" in done.stdout
+
+
+def test_values_are_checked_against_the_chart_schema() -> None:
+    """values.schema.json: a misspelt role setting or a bad log format fails before anything
+    is rendered, naming the value."""
+    with pytest.raises(helm.HelmValuesError, match="logFormat"):
+        render({"logFormat": "yaml"})
+    with pytest.raises(helm.HelmValuesError, match="minReplica"):
+        render({"workers": {"roles": {"schedule": {"minReplica": 0}}}})
