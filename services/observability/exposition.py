@@ -33,18 +33,24 @@ log = logging.getLogger("corral.metrics")
 
 DIR_PREFIX = "corral-metrics-"  # folders Corral makes (and removes) for one worker each
 _PID_FILE = re.compile(r"_(\d+)\.db$")
+_OWNER = re.compile(rf"^{DIR_PREFIX}[a-z]+-(\d+)-")  # the worker's pid in its folder's name
 
 
 def worker_environment(settings: Settings, role: str, port: int | None) -> dict[str, str]:
-    """The environment ``corral run worker`` adds before Celery starts: a fresh, empty folder
-    for this worker's metric files and, when it serves /metrics, the port."""
+    """The environment ``corral run worker`` adds before Celery starts, when the worker serves
+    /metrics: the port, and a fresh, empty folder for its processes' metric files, named after
+    this process (Celery replaces it, keeping the pid). Folders left by workers that were
+    killed (a clean stop removes its own) are removed first."""
+    if port is None:
+        return {}
     root = settings.metrics_dir or Path(tempfile.gettempdir())
     root.mkdir(parents=True, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{role}-", dir=root)
-    env = {"PROMETHEUS_MULTIPROC_DIR": folder}
-    if port is not None:
-        env["CORRAL_METRICS_PORT"] = str(port)
-    return env
+    for old in root.glob(f"{DIR_PREFIX}*"):
+        m = _OWNER.match(old.name)
+        if m and old.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{role}-{os.getpid()}-", dir=root)
+    return {"PROMETHEUS_MULTIPROC_DIR": folder, "CORRAL_METRICS_PORT": str(port)}
 
 
 def scrape_registry(settings: Settings, *extra: Any) -> Any:
