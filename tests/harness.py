@@ -97,9 +97,14 @@ class System:
         return self.api_url
 
     def start_worker(
-        self, role: str, name: str | None = None, concurrency: int = 2
+        self,
+        role: str,
+        name: str | None = None,
+        concurrency: int = 2,
+        metrics_port: int | None = None,
     ) -> subprocess.Popen[bytes]:
         name = name or f"{role}-{len([n for n in self.procs if n.startswith(role)])}"
+        metrics = ["--metrics-port", str(metrics_port)] if metrics_port else []
         return self._spawn(
             name,
             "run",
@@ -110,6 +115,7 @@ class System:
             f"{name}@test",
             "--concurrency",
             str(concurrency),
+            *metrics,
         )
 
     def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from celery import Celery
 
+from corral.services.observability import worker_hooks
 from corral.services.queues import dispatch
 from corral.services.settings import Settings, get_settings
 
@@ -72,3 +73,4 @@ def make_app(settings: Settings) -> Celery:
 
 
 app = make_app(get_settings())
+worker_hooks.connect()  # /metrics, task counts and log context in every worker process

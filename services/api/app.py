@@ -21,6 +21,7 @@ from corral.services.api.clusters import router as clusters_router
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pools import router as pools_router
 from corral.services.api.routes import health_router, router
+from corral.services.observability.api_metrics import install as install_observability
 from corral.services.runtime.deps import Deps
 from corral.services.settings import Settings, get_settings
 
@@ -50,13 +51,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.deps = deps
     app.state.api_token = configured_token(settings)
     # Reads need the admin token as writes do: machines reach this API too (their agents'
-    # node routes), and a request's view holds its task's envs. Only /healthz is open.
+    # node routes), and a request's view holds its task's envs. Only /healthz and
+    # /metrics (counts and gauges, no secrets; what Prometheus scrapes) are open.
     admin = [Depends(require_token)]
     app.include_router(health_router)
     app.include_router(router, dependencies=admin)
     app.include_router(clusters_router, dependencies=admin)
     app.include_router(pools_router, dependencies=admin)
     app.include_router(nodes_router)  # a node token, each route acting on its own node
+    install_observability(app, settings, deps)  # GET /metrics; request ids in the logs
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)
     app.add_exception_handler(OperationalError, _store_unreachable)

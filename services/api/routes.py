@@ -23,6 +23,7 @@ from corral.services.api.schemas import (
     SubmissionView,
     TaskBody,
 )
+from corral.services.observability import logs as log_ids
 from corral.services.runtime import requests
 from corral.services.runtime.deps import Deps
 from corral.shared.configio import ConfigError, Issue
@@ -119,6 +120,7 @@ def submit_request(
         ) from None
     except (ConfigError, requests.Impossible) as exc:
         raise HTTPException(422, requests.refusal_of(exc)) from None
+    log_ids.tag(request_id=done.request.id)  # the access log line names the request
     if not done.created:
         response.status_code = status.HTTP_200_OK
     view = requests.public_view(deps, done.request.id)

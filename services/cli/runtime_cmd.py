@@ -10,7 +10,6 @@ they never touch Redis. What they print is the client's typed views as JSON docu
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from datetime import datetime
@@ -432,12 +431,10 @@ def run_api(
     else:
         out.print(f"api listening on {url}", markup=False)
     sys.stdout.flush()
-    # Logs go to stderr (uvicorn's access log defaults to stdout): stdout carries only the
-    # address line, which a supervisor may read once and then never drain. The access log
-    # has the request line only, never headers, so the token stays out of it.
-    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    for handler in log_config["handlers"].values():
-        handler["stream"] = "ext://sys.stderr"
+    # Logs go to stderr, as text or JSON lines (CORRAL_LOG_FORMAT): see uvicorn_log_config.
+    from corral.services.observability.logs import uvicorn_log_config
+
+    log_config = uvicorn_log_config(settings)
     config = uvicorn.Config(app, log_level="info", lifespan="on", log_config=log_config)
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -32,8 +32,13 @@ def worker(
     role: Annotated[str, typer.Option(help="schedule | provision | autoscale")],
     concurrency: Annotated[int, typer.Option(help="processes in this worker's pool")] = 0,
     name: Annotated[str, typer.Option(help="node name (default ROLE-PID@host)")] = "",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="serve /metrics on this port (default CORRAL_METRICS_PORT: none)"),
+    ] = None,
 ) -> None:
     """Run one worker of a role (add more processes to scale that role out)."""
+    from corral.services.observability.exposition import worker_environment
     from corral.services.queues import dispatch
     from corral.services.settings import get_settings
 
@@ -42,8 +47,11 @@ def worker(
         out.print(f"unknown role {role!r}: expected one of {', '.join(queues)}")
         raise typer.Exit(EXIT_INPUT)
     settings = get_settings()
+    # Prometheus's multiprocess mode for the prefork pool: set before Celery starts.
+    os.environ.update(worker_environment(settings, role, metrics_port or settings.metrics_port))
     _exec_celery(
         [
+            *_quiet(settings),
             "worker",
             "-Q",
             ",".join(queues[role]),
@@ -64,7 +72,15 @@ def worker(
 
 def beat() -> None:
     """Run beat (redbeat: a Redis lock keeps a second beat on standby)."""
-    _exec_celery(["beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", "INFO"])
+    from corral.services.settings import get_settings
+
+    quiet = _quiet(get_settings())
+    _exec_celery([*quiet, "beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", "INFO"])
+
+
+def _quiet(settings: Settings) -> list[str]:
+    """JSON logs: no start-up banner on stdout, so every line a log collector reads is JSON."""
+    return ["--quiet"] if settings.log_format == "json" else []
 
 
 def flower(port: Annotated[int, typer.Option(help="0: a free port")] = 0) -> None:
@@ -188,6 +204,8 @@ def _say_addresses(
         ),
         markup=False,
     )
+    workers = ", ".join(f"{role} :{port}" for role, port in sup.metrics_ports.items())
+    out.print(f"[up] metrics {api_url}/metrics; workers {workers}", markup=False)
     if token_path:
         out.print(f"[up] API token in {token_path} (mode 0600)", markup=False)
     out.print(f"[up] local cloud {settings.local_cloud_file}", markup=False)

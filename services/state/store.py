@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from redis import Redis
 
+from corral.services.observability import events
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Event, Instance, LaunchRequest, Submission
 
@@ -152,7 +153,10 @@ class Store:
             self._request_state_key(req.state),
         ]
         args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
-        return int(self._create(keys=keys, args=args)) == 1
+        created = int(self._create(keys=keys, args=args)) == 1
+        if created:
+            events.request_created(req)
+        return created
 
     def create_keyed_request(self, req: LaunchRequest, key: str) -> str:
         """Store a new request under idempotency key ``key``, atomically: the id of the
@@ -205,7 +209,10 @@ class Store:
             inst.model_dump_json(),
             inst.created_at,
         ]
-        return int(self._create(keys=keys, args=args)) == 1
+        created = int(self._create(keys=keys, args=args)) == 1
+        if created:
+            events.instance_created(inst)
+        return created
 
     # ---- read -----------------------------------------------------------------------------
 
@@ -324,6 +331,7 @@ class Store:
             ]
             written = int(self._cas(keys=keys, args=args))
             if written == 1:
+                _observe(current, work)  # counted once: only the writer that won gets here
                 return work
             if written == -1:
                 return None
@@ -369,6 +377,14 @@ class Store:
         """Free ``key`` if ``owner`` still holds it (never someone else's claim that followed
         an expiry). True if it was released."""
         return int(self._release(keys=[self._key("claim", key)], args=[owner])) == 1
+
+
+def _observe(before: RecordT, after: RecordT) -> None:
+    """Event metrics of a write that won (corral.services.observability.events)."""
+    if isinstance(before, LaunchRequest) and isinstance(after, LaunchRequest):
+        events.request_written(before, after)
+    elif isinstance(before, Instance) and isinstance(after, Instance):
+        events.instance_written(before, after)
 
 
 def _text(value: Any) -> str:
