@@ -2,8 +2,9 @@
 
 The token comes from the settings (``CORRAL_API_TOKEN``) or else from ``<home>/api-token``,
 the file ``corral up`` writes. Every route needs it but ``/healthz``, ``/metrics`` and the node
-routes (which take a node's own token, :mod:`corral.services.api.nodes`). With no token configured they all
-answer 503: an API without a token is never open by accident. The token is never logged.
+routes (which take a node's own token, :mod:`corral.services.api.nodes`). With no token
+configured they all answer 503: an API without a token is never open by accident. The token is
+never logged.
 """
 
 from __future__ import annotations
