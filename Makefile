@@ -1,5 +1,5 @@
 # Corral: one command for each job. `make check` is what CI runs (via .ci/run).
-.PHONY: setup run demo test unit integration lint typecheck imports bench bench-small chaos fuzz check clean
+.PHONY: setup run demo test unit integration lint typecheck imports chart bench bench-small chaos fuzz check clean
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -26,6 +26,9 @@ typecheck:
 
 imports:
 	$(VENV)/bin/lint-imports
+
+chart:  ## the Helm chart: Helm's lint and template, then the Kubernetes and KEDA schemas
+	$(PY) -m pytest tests/unit/test_helm_chart.py -q
 
 unit:
 	$(PY) -m pytest tests -m "not integration and not bench" -q

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -126,6 +127,16 @@ class Settings(BaseSettings):
     node_heartbeat_s: float = 5.0  # how often a cloud node's agent reports
     worker_concurrency: int = 2
     api_max_body_bytes: int = 2 * 1024 * 1024  # a larger request body is refused (413)
+    # Logs and metrics (services/observability). "json": one JSON object per line, with the
+    # ids (request, task, pool...) of the work at hand.
+    log_format: Literal["text", "json"] = "text"
+    metrics_port: int | None = None  # a worker's /metrics port (`--metrics-port`); None: none
+    metrics_host: str = "127.0.0.1"  # where a worker's /metrics listens (0.0.0.0 in a pod)
+    metrics_dir: Path | None = None  # holds each worker's metric folder; None: the temp dir
+    # Set by `corral run worker` for its Celery processes (prometheus_client's own variable).
+    prometheus_multiproc_dir: Path | None = Field(
+        default=None, validation_alias="PROMETHEUS_MULTIPROC_DIR"
+    )
     timers: Timers = Field(default_factory=Timers)
     # Launch limits by cloud or "cloud/region" (CORRAL_LAUNCH_LIMITS as JSON, e.g.
     # '{"aws/us-east-1": {"calls_per_s": 1, "in_flight": 20}}'); both levels apply.

@@ -121,6 +121,14 @@ class LaunchRequest(_Record):
     chain: list[ChainStep] = Field(default_factory=list)  # the planned candidates, in order
     next_step: int = 0  # index in `chain` of the next candidate to try
     relaunches: int = 0  # how many times a RUNNING request went back to PROVISIONING
+    restarts: int = 0  # of those, how many restarted a failed job (job_recovery)
+    restarts_on_errors: int = 0  # of those, how many count against max_restarts_on_errors
+
+    @property
+    def recoveries(self) -> int:
+        """Trips back after a lost or reclaimed machine (what ``relaunch_limit`` bounds)."""
+        return self.relaunches - self.restarts
+
     error: str | None = None  # why it FAILED, in one line
     exit_code: int | None = None  # a job's `run` exit code once it ended
     labels: dict[str, str] = Field(default_factory=dict)  # the user's, for filtering
@@ -220,7 +228,8 @@ class Instance(_Record):
     created_at: float
     updated_at: float
     last_heartbeat_at: float | None = None  # last sign of life from the node or its agent
-    exit_code: int | None = None  # its `run` exit code once it ended (local cloud)
+    exit_code: int | None = None  # its `run` exit code once it ended
+    price_usd_per_hour: float | None = None  # what its machine costs (None: not known)
     history: list[Transition] = Field(default_factory=list)  # every move, oldest first
 
     @classmethod
@@ -279,6 +288,7 @@ class Instance(_Record):
             "machine_type": self.machine_type,
             "state": self.state.value,
             "exit_code": self.exit_code,
+            "price_usd_per_hour": self.price_usd_per_hour,
         }
 
 
@@ -288,3 +298,23 @@ class Event(BaseModel):
     seq: int  # 1, 2, 3, ... within the request; `events(after=seq)` returns the later ones
     at: float  # seconds since the epoch
     text: str
+
+
+class Submission(BaseModel):
+    """What became of a task submitted under an idempotency key (the API's ``Idempotency-Key``
+    header, or the key ``corral.schedule.submit`` is sent with): the request it created, or
+    the refusal of its document. A key names one submission: once a request was created under
+    it, the same key creates nothing more. A refusal does not use a key up: the document fixed
+    and sent again under the same key is accepted."""
+
+    key: str
+    request_id: str | None = None  # the request created under the key, once one was
+    # The refusal as the API answers it (its 422 detail): {"error", "issues"} for an invalid
+    # document, {"error", "reasons"} for one nothing could ever be planned for.
+    refusal: dict[str, Any] | None = None
+    at: float  # when the outcome was recorded (seconds since the epoch)
+    received: int = 1  # how many times the key was submitted, duplicates included
+
+    @property
+    def accepted(self) -> bool:
+        return self.request_id is not None

@@ -97,9 +97,14 @@ class System:
         return self.api_url
 
     def start_worker(
-        self, role: str, name: str | None = None, concurrency: int = 2
+        self,
+        role: str,
+        name: str | None = None,
+        concurrency: int = 2,
+        metrics_port: int | None = None,
     ) -> subprocess.Popen[bytes]:
         name = name or f"{role}-{len([n for n in self.procs if n.startswith(role)])}"
+        metrics = ["--metrics-port", str(metrics_port)] if metrics_port else []
         return self._spawn(
             name,
             "run",
@@ -110,6 +115,7 @@ class System:
             f"{name}@test",
             "--concurrency",
             str(concurrency),
+            *metrics,
         )
 
     def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
@@ -148,12 +154,11 @@ class System:
             seen.update(self.request(request_id))
             return seen["state"] in states
 
-        wait_for(
-            reached,
-            timeout_s,
-            f"{request_id} to reach {states} (last: {seen.get('state')})",
-            logs=self.home / "logs",
-        )
+        try:
+            wait_for(reached, timeout_s, f"{request_id} to reach {states}", logs=self.home / "logs")
+        except pytest.fail.Exception as exc:
+            last = {k: seen.get(k) for k in ("state", "error", "attempts")}
+            raise pytest.fail.Exception(f"{exc} (last seen: {last})") from None
         return seen
 
     def stop(self) -> None:

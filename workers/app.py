@@ -23,6 +23,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_process_init
 
+from corral.services.observability import worker_hooks
 from corral.services.queues import dispatch
 from corral.services.settings import Settings, get_settings
 
@@ -85,6 +86,7 @@ def make_app(settings: Settings) -> Celery:
 
 
 app = make_app(get_settings())
+worker_hooks.connect()  # /metrics, task counts and log context in every worker process
 
 
 @worker_process_init.connect

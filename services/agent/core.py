@@ -42,6 +42,11 @@ class LinkError(Exception):
     """The control plane could not be reached, or refused a report."""
 
 
+class Dismissed(LinkError):
+    """The control plane has ended this node (it terminated the machine): its reports are
+    refused for good, so the agent stops its work and exits."""
+
+
 @dataclass
 class Work:
     """What the machine was launched to run (all empty for a warm pool machine)."""
@@ -250,6 +255,9 @@ class Agent:
             self._flush_results()
         try:
             wanted, bad = self.link.assignments()
+        except Dismissed as exc:
+            self._dismiss(exc)
+            return
         except LinkError:
             return  # unknown is not withdrawn: keep working, the heartbeat reports the outage
         for aid, why in bad.items():
@@ -441,6 +449,8 @@ class Agent:
                 say("the control plane is reachable again")
             self._link_down = False
             self._link_failures = 0
+        except Dismissed as exc:
+            self._dismiss(exc)
         except LinkError as exc:
             if not self._link_down:  # say it once, keep the task running
                 say(f"heartbeat failed: {exc}")
@@ -457,6 +467,11 @@ class Agent:
         cap = max(self.heartbeat_s, self.heartbeat_ttl_s / 3)
         backoff = min(cap, self.heartbeat_s * 2 ** min(self._link_failures - 1, 8))
         return float(backoff * random.uniform(0.5, 1.0))
+
+    def _dismiss(self, exc: Dismissed) -> None:
+        if not self.stopping:
+            say(f"the control plane ended this node ({exc}); stopping its work")
+        self.stopping = True
 
     def _activity(self) -> str:
         """The setup/run path's phase; on an idle machine, what its assignments add up to:
@@ -507,6 +522,8 @@ class Agent:
                 self._beat(force=True)
                 self.link.finish(exit_code, reason, time.time())
                 break
+            except Dismissed:
+                break  # the node ended already: nobody is waiting for this report
             except LinkError as exc:
                 if time.monotonic() > deadline:
                     say(f"could not write the final record: {exc}")

@@ -1,7 +1,7 @@
 """A cloud machine's agent: the agent core, reporting to Corral's HTTP API with its node token.
 
     python3 -m corral.services.agent.node --api URL --token-file FILE --log FILE \\
-        [--provider-id ID] [--kill-grace-s 10]
+        [--cloud aws|gcp] [--metadata-url URL|off] [--provider-id ID] [--kill-grace-s 10]
 
 The boot script Corral gives the machine (AWS UserData, Google Cloud's startup-script)
 installs this package and starts it, its output appended to ``--log``. It registers (the
@@ -9,7 +9,9 @@ control plane counts the machine up from then on, not from the cloud's "running"
 its work (setup, run, envs, workdir; nothing on a pool machine), then runs it as every agent
 does (:mod:`.core`), heartbeating through the API. The log file is shipped to the API as it
 grows (``corral logs`` reads it there). The token is read from a file, never the command
-line; it names this node only, and stops working once the node has ended.
+line; it names this node only, and stops working once the node has ended: refused (HTTP 403),
+the agent stops its work and exits. On a cloud's machine it also watches the instance metadata
+for a spot interruption or preemption notice and relays it (:class:`NoticeWatch`).
 
 Standard library only.
 """
@@ -27,7 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from corral.services.agent.core import Agent, LinkError, Work, say
+from corral.services.agent.core import Agent, Dismissed, LinkError, Work, say
 
 LOG_CHUNK = 256 * 1024
 LOG_EVERY_S = 0.5
@@ -53,6 +55,8 @@ class HttpLink:
                 text = resp.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode(errors="replace")
+            if exc.code == 403:  # the token names a node that has ended
+                raise Dismissed(f"{method} {path}: HTTP 403 {detail}") from None
             raise LinkError(f"{method} {path}: HTTP {exc.code} {detail}") from None
         except (OSError, ValueError) as exc:
             raise LinkError(f"{method} {path}: {exc}") from None
@@ -148,6 +152,89 @@ class NodeLink(HttpLink):
         super().finish(exit_code, reason, now)
 
 
+# Where a machine reads its own metadata, by cloud; and how often it looks for a warning
+# (AWS posts a spot interruption notice two minutes ahead and suggests polling every 5 s;
+# Compute Engine gives a preempted VM 30 s).
+METADATA_URLS = {"aws": "http://169.254.169.254", "gcp": "http://metadata.google.internal"}
+NOTICE_POLL_S = 5.0
+METADATA_TIMEOUT_S = 2.0
+
+
+class NoticeWatch(threading.Thread):
+    """Looks at the machine's metadata for the cloud's warning that it is about to take the
+    machine back (EC2's ``spot/instance-action``, Compute Engine's ``instance/preempted``) and
+    relays it to the control plane once, so recovery starts before the machine goes."""
+
+    def __init__(self, link: HttpLink, cloud: str, base_url: str) -> None:
+        super().__init__(name="corral-notice-watch", daemon=True)
+        self.link = link
+        self.cloud = cloud
+        self.base = base_url.rstrip("/")
+        self._stop = threading.Event()
+        self._unreachable = False
+
+    def run(self) -> None:
+        while not self._stop.wait(NOTICE_POLL_S):
+            try:
+                what = self.look()
+            except (OSError, ValueError) as exc:
+                if not self._unreachable:
+                    say(f"instance metadata at {self.base} unreachable ({exc}); still trying")
+                self._unreachable = True
+                continue
+            self._unreachable = False
+            if what and self._relay(what):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def look(self) -> str | None:
+        """The cloud's warning, if it gave one (None: none yet)."""
+        if self.cloud == "aws":
+            return self._aws()
+        if self.cloud == "gcp":
+            return self._gcp()
+        return None
+
+    def _get(self, path: str, headers: dict[str, str], method: str = "GET") -> bytes | None:
+        req = urllib.request.Request(self.base + path, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=METADATA_TIMEOUT_S) as resp:
+                data: bytes = resp.read()
+                return data
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None  # no such item: no warning
+            raise
+
+    def _aws(self) -> str | None:
+        # IMDSv2: a session token first, then the item (404 until a notice is posted).
+        ttl = {"X-aws-ec2-metadata-token-ttl-seconds": "60"}
+        token = self._get("/latest/api/token", ttl, method="PUT") or b""
+        item = self._get(
+            "/latest/meta-data/spot/instance-action",
+            {"X-aws-ec2-metadata-token": token.decode()},
+        )
+        if item is None:
+            return None
+        action = json.loads(item).get("action", "terminate")
+        return f"spot interruption ({action})"
+
+    def _gcp(self) -> str | None:
+        flag = self._get("/computeMetadata/v1/instance/preempted", {"Metadata-Flavor": "Google"})
+        return "preempted" if flag and flag.strip().upper() == b"TRUE" else None
+
+    def _relay(self, what: str) -> bool:
+        try:
+            self.link.call("POST", "/v1/node/notice", {"what": what[:64]})
+        except LinkError as exc:
+            say(f"could not relay the cloud's notice ({what}): {exc}")
+            return False
+        say(f"the cloud is taking this machine back: {what}; told the control plane")
+        return True
+
+
 def register(link: HttpLink, provider_id: str | None, wait_s: float) -> dict[str, Any]:
     """Register, retrying while the API cannot be reached (the machine may boot before its
     network is up); the API's answer: the node's work and its heartbeat settings."""
@@ -175,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--provider-id", default=None, help="the cloud's id for this machine")
     parser.add_argument("--kill-grace-s", type=float, default=10.0)
     parser.add_argument("--register-wait-s", type=float, default=600.0)
+    parser.add_argument("--cloud", default=None, help="aws | gcp: where to look for notices")
+    parser.add_argument(
+        "--metadata-url",
+        default="",
+        help="the instance metadata service (default: the cloud's own; 'off': do not look)",
+    )
     args = parser.parse_args(argv)
     try:
         token = args.token_file.read_text(encoding="utf-8").strip()
@@ -188,16 +281,23 @@ def main(argv: list[str] | None = None) -> int:
         say(f"could not register with {args.api}: {exc}")
         return 3
     work = answer.get("work") or {}
+    envs = {str(k): str(v) for k, v in (work.get("envs") or {}).items()}
+    # Where the node's workload writes the demand it queued (a Ray head's pending tasks); the
+    # agent reports it with each heartbeat, and the autoscaler packs it.
+    envs.setdefault("CORRAL_DEMAND_FILE", str(args.log.parent / "demand.json"))
     heartbeat_s = float(answer.get("heartbeat_s") or 5.0)
     say(f"registered as {answer.get('node')}")
     link.shipper = LogShipper(link, args.log)
     link.shipper.start()
+    metadata = args.metadata_url or METADATA_URLS.get(args.cloud or "", "")
+    if metadata and metadata != "off":
+        NoticeWatch(link, args.cloud or "", metadata).start()
     agent = Agent(
         link,
         Work(
             setup=work.get("setup") or None,
             run=work.get("run") or None,
-            envs={str(k): str(v) for k, v in (work.get("envs") or {}).items()},
+            envs=envs,
             workdir=work.get("workdir") or None,
         ),
         str(answer.get("node")),

@@ -2,10 +2,11 @@
 
 Everything it needs comes from the settings it is given (tests pass their own; the process
 started by ``corral run api`` uses ``get_settings()``): the Redis URL, the key prefix and the
-write token. Redis being down is a 503 (with ``Retry-After``), never a traceback in a 500;
-every Redis call first retries for ``redis_patience_s`` (:mod:`corral.services.state.redis_conn`),
-so a Redis restart or failover shorter than that fails no request. Bodies over
-``api_max_body_bytes`` are refused with 413 (:mod:`corral.services.api.limits`).
+admin token, which every route but ``/healthz`` and the node routes requires. Redis being
+down is a 503 (with ``Retry-After``), never a traceback in a 500; every Redis call first
+retries for ``redis_patience_s`` (:mod:`corral.services.state.redis_conn`), so a Redis restart
+or failover shorter than that fails no request. Bodies over ``api_max_body_bytes`` are refused
+with 413 (:mod:`corral.services.api.limits`).
 """
 
 from __future__ import annotations
@@ -16,16 +17,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import redis
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError
 
-from corral.services.api.auth import configured_token
+from corral.services.api.auth import configured_token, require_token
 from corral.services.api.clusters import router as clusters_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pools import router as pools_router
-from corral.services.api.routes import router
+from corral.services.api.routes import health_router, router
+from corral.services.observability.api_metrics import install as install_observability
 from corral.services.runtime.deps import Deps
 from corral.services.settings import Settings, get_settings
 
@@ -57,10 +59,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.deps = deps
     app.state.api_token = configured_token(settings)
-    app.include_router(router)
-    app.include_router(clusters_router)
-    app.include_router(pools_router)
-    app.include_router(nodes_router)
+    # Reads need the admin token as writes do: machines reach this API too (their agents'
+    # node routes), and a request's view holds its task's envs. Only /healthz and
+    # /metrics (counts and gauges, no secrets; what Prometheus scrapes) are open.
+    admin = [Depends(require_token)]
+    app.include_router(health_router)
+    app.include_router(router, dependencies=admin)
+    app.include_router(clusters_router, dependencies=admin)
+    app.include_router(pools_router, dependencies=admin)
+    app.include_router(nodes_router)  # a node token, each route acting on its own node
+    install_observability(app, settings, deps)  # GET /metrics; request ids in the logs
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)
     app.add_exception_handler(OperationalError, _store_unreachable)

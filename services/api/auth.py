@@ -1,8 +1,10 @@
-"""Who may write: one shared bearer token, compared in constant time.
+"""Who may read and write: one shared bearer token (the admin token), compared in constant time.
 
 The token comes from the settings (``CORRAL_API_TOKEN``) or else from ``<home>/api-token``,
-the file ``corral up`` writes. With neither, the API still answers reads but refuses every
-write with 503: an API without a token is never open by accident. The token is never logged.
+the file ``corral up`` writes. Every route needs it but ``/healthz``, ``/metrics`` and the node
+routes (which take a node's own token, :mod:`corral.services.api.nodes`). With no token
+configured they all answer 503: an API without a token is never open by accident. The token is
+never logged.
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ def configured_token(settings: Settings) -> str | None:
 def require_token(
     request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
 ) -> None:
-    """A dependency of every write: 503 if no token is configured, 401 if it is not sent."""
+    """A dependency of every admin route: 503 if no token is configured, 401 if it is not
+    sent (or another token is: a node's is refused here)."""
     expected: str | None = request.app.state.api_token
     if expected is None:
         raise HTTPException(
             status.HTTP_503_SERVICE_UNAVAILABLE,
-            "writes are disabled: the API has no token configured "
+            "the API has no token configured, so it answers nothing but /healthz "
             "(set CORRAL_API_TOKEN or start it with `corral up`)",
         )
     given = credentials.credentials if credentials is not None else ""

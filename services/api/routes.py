@@ -7,10 +7,9 @@ HTTP to calls and errors to status codes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import ValidationError
 
@@ -21,18 +20,21 @@ from corral.services.api.schemas import (
     InstanceList,
     RequestList,
     RequestView,
+    SubmissionView,
     TaskBody,
 )
+from corral.services.observability import logs as log_ids
 from corral.services.runtime import requests
 from corral.services.runtime.deps import Deps
-from corral.shared.config.detect import check_problems
-from corral.shared.config.task import Task
-from corral.shared.configio import ConfigError, Document, Issue, parse_text, validate_doc
+from corral.shared.configio import ConfigError, Issue
 from corral.shared.lifecycle import InstanceState, RequestState
 
 router = APIRouter()
+# /healthz answers without a token (load balancers and probes ask it); every route of
+# ``router`` needs the admin token (create_app adds it).
+health_router = APIRouter()
 
-TASK_NAME = "task"  # the file name issues carry for a task sent over HTTP
+TASK_NAME = requests.TASK_NAME  # the file name issues carry for a task sent over HTTP
 YAML_TYPES = frozenset({"application/yaml", "text/yaml", "application/x-yaml", "text/x-yaml"})
 MAX_LIST = 1000
 
@@ -58,22 +60,20 @@ def _not_found(what: str, ident: str) -> HTTPException:
 
 
 def _invalid(exc: ConfigError) -> HTTPException:
-    issues = [i.as_dict() for i in exc.issues]
-    return HTTPException(422, {"error": "invalid task", "issues": issues})
+    return HTTPException(422, requests.refusal_of(exc))
 
 
-async def task_document(request: Request) -> Document:
-    """The submitted task as a parsed document (lines known when it came as text)."""
+async def submitted_task(request: Request) -> dict[str, Any] | str:
+    """The submitted task as sent: a mapping, or text (YAML or JSON) to parse. What the body
+    itself gets wrong (not UTF-8, not the documented shape) is a 422 here."""
     raw = await request.body()
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     try:
         if ctype in YAML_TYPES:
-            return parse_text(raw.decode("utf-8"), TASK_NAME)
+            return raw.decode("utf-8")
         body = TaskBody.model_validate_json(raw or b"{}")
     except UnicodeDecodeError:
         raise _invalid(ConfigError.single(TASK_NAME, "the body is not UTF-8 text")) from None
-    except ConfigError as exc:
-        raise _invalid(exc) from None
     except ValidationError as exc:
         issues = [
             Issue("request body", None, ".".join(map(str, e["loc"])), e["msg"])
@@ -83,27 +83,15 @@ async def task_document(request: Request) -> Document:
     if (body.task is None) == (body.task_yaml is None):
         message = 'send exactly one of {"task": {...}} or {"task_yaml": "..."}'
         raise _invalid(ConfigError.single("request body", message))
-    if body.task_yaml is not None:
-        try:
-            return parse_text(body.task_yaml, TASK_NAME)
-        except ConfigError as exc:
-            raise _invalid(exc) from None
-    return Document(name=TASK_NAME, data=body.task)
+    return body.task if body.task is not None else str(body.task_yaml)
 
 
-def _validated_task(doc: Document) -> Task:
-    """The task, with the cross-field checks ``corral validate`` makes; raises ConfigError."""
-    if not isinstance(doc.data, Mapping):
-        raise ConfigError.single(doc.name, "expected a mapping of fields (a task file)", "", 1)
-    task = validate_doc(Task, doc)
-    check_problems(task, doc)
-    config = task.compute_config
-    if isinstance(config, str):
-        message = "a file path the API cannot read; send the compute config inline"
-        raise doc.error(("compute_config",), message)
-    if config is not None and (found := config.problems()):
-        raise ConfigError([doc.issue(("compute_config", *path), msg) for path, msg in found])
-    return task
+IDEMPOTENCY_KEY = Header(
+    None,
+    alias="Idempotency-Key",
+    description="submit at most once: a request already created under this key is returned "
+    "(200) and nothing is created; the outcome is readable at /v1/submissions/{key}",
+)
 
 
 @router.post(
@@ -112,31 +100,57 @@ def _validated_task(doc: Document) -> Task:
     response_model=RequestView,
     dependencies=[Depends(require_token)],
     openapi_extra=_SUBMIT_BODY,
-    responses={422: {"description": "invalid task, or nothing could ever be planned for it"}},
+    responses={
+        200: {"model": RequestView, "description": "the request its Idempotency-Key holds"},
+        422: {"description": "invalid task or key, or nothing could ever be planned for it"},
+    },
     summary="Submit a launch request",
 )
 def submit_request(
-    doc: Document = Depends(task_document),
+    response: Response,
+    task: dict[str, Any] | str = Depends(submitted_task),
+    idempotency_key: str | None = IDEMPOTENCY_KEY,
     deps: Deps = Depends(get_deps),
-    idempotency_key: str | None = Header(
-        None,
-        max_length=200,
-        description="a key of the client's choosing: the same key again (a retry after a "
-        "timeout or a 503) returns the request it made, never a second one",
-    ),
 ) -> dict[str, Any]:
     try:
-        task = _validated_task(doc)
-        request_id = requests.id_for_key(idempotency_key) if idempotency_key else None
-        record = requests.submit(deps, task, request_id=request_id)
-    except ConfigError as exc:
-        raise _invalid(exc) from None
-    except requests.Impossible as exc:
-        raise HTTPException(422, {"error": "impossible", "reasons": exc.reasons}) from None
-    except requests.KeyReused as exc:
-        raise HTTPException(422, {"error": "idempotency key reused", "reason": str(exc)}) from None
-    view = requests.public_view(deps, record.id)
-    return view if view is not None else record.to_public()
+        done = requests.submit_task(deps, task, idempotency_key=idempotency_key)
+    except requests.BadKey as exc:
+        raise HTTPException(
+            422, {"error": "invalid idempotency key", "reasons": [str(exc)]}
+        ) from None
+    except (ConfigError, requests.Impossible) as exc:
+        raise HTTPException(422, requests.refusal_of(exc)) from None
+    log_ids.tag(request_id=done.request.id)  # the access log line names the request
+    if not done.created:
+        response.status_code = status.HTTP_200_OK
+    view = requests.public_view(deps, done.request.id)
+    return view if view is not None else done.request.to_public()
+
+
+@router.get(
+    "/v1/submissions/{key:path}",
+    response_model=SubmissionView,
+    responses={404: {"description": "nothing recorded under the key (yet)"}},
+    summary="What a task submitted under an idempotency key became: its request, or why not",
+)
+def get_submission(key: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    found = deps.store.submission(key)
+    if found is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"nothing submitted under idempotency key {key!r} yet (a task sent onto the "
+            "schedule queue shows here once the scheduling worker took it)",
+        )
+    request = None if found.request_id is None else requests.public_view(deps, found.request_id)
+    return {
+        "idempotency_key": found.key,
+        "state": "accepted" if found.accepted else "refused",
+        "request_id": found.request_id,
+        "request": request,
+        "refusal": found.refusal,
+        "at": found.at,
+        "received": found.received,
+    }
 
 
 @router.get("/v1/requests", response_model=RequestList, summary="List launch requests")
@@ -264,7 +278,7 @@ def list_instances(
     return {"instances": [{**i.to_public(), "request_id": i.request_id} for i in found]}
 
 
-@router.get(
+@health_router.get(
     "/healthz",
     response_model=Health,
     responses={503: {"model": Health, "description": "Redis is unreachable"}},

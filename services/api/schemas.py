@@ -39,6 +39,26 @@ class InstanceView(BaseModel):
     )
     state: str
     exit_code: int | None = Field(None, description="a job node's run exit code, once it ended")
+    price_usd_per_hour: float | None = Field(
+        None, description="what its machine costs, as planned; null when not known"
+    )
+
+
+class RunView(BaseModel):
+    """One launch of the request's machines that came up: the first, each relaunch after a
+    lost or reclaimed machine, each restart of a failed job (``job_recovery``)."""
+
+    attempt_id: str
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    nodes: int
+    started_at: float = Field(description="when the cloud accepted the launch (seconds)")
+    ended_at: float | None = Field(None, description="when its last machine ended")
+    outcome: str = Field(description="booting, running, exited N, lost or terminated")
+    cost_usd: float | None = Field(None, description="its machines' cost; null if unknown")
 
 
 class RequestView(BaseModel):
@@ -54,6 +74,11 @@ class RequestView(BaseModel):
     error: str | None = None  # why it failed, when it did
     attempts: list[AttemptView]
     instances: list[InstanceView]
+    # The one-request view adds the history of its runs and what they cost together.
+    relaunches: int | None = Field(None, description="relaunches after lost machines")
+    restarts: int | None = Field(None, description="restarts of its failed job (job_recovery)")
+    runs: list[RunView] | None = None
+    cost_usd: float | None = Field(None, description="every run's cost, summed; null if unknown")
 
 
 class RequestList(BaseModel):
@@ -173,3 +198,20 @@ class WhyView(BaseModel):
     pool: str | None = None
     code: str = Field(description="placed, queued, not_pooled, not_queued, or the reason's code")
     reason: str
+
+
+class SubmissionView(BaseModel):
+    """What a task submitted under an idempotency key became (``GET /v1/submissions/{key}``):
+    accepted, with its request, or refused, with the refusal the API would have answered."""
+
+    model_config = ConfigDict(extra="allow")
+
+    idempotency_key: str
+    state: str = Field(description="accepted or refused")
+    request_id: str | None = None
+    request: RequestView | None = Field(None, description="the request now, once accepted")
+    refusal: dict[str, Any] | None = Field(
+        None, description='{"error", "issues"} (invalid) or {"error", "reasons"} (impossible)'
+    )
+    at: float = Field(description="when the outcome was recorded, seconds since the epoch")
+    received: int = Field(description="how many times the key was submitted, duplicates too")

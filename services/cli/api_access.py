@@ -1,5 +1,6 @@
-"""The CLI's access to the HTTP API: one client per command, and the API's failures turned
-into one line and the exit code every command uses. Imports stay light (the CLI's startup)."""
+"""The CLI's access to the HTTP API: one client (``corral.services.client``, the public one)
+per command, and its exceptions turned into one line and the exit code every command uses
+(the table in ``corral.services.client.errors``). Imports stay light (the CLI's startup)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,16 @@ from corral.services.cli.output import (
 )
 
 if TYPE_CHECKING:
-    from corral.services.cli.client import ApiError, Client
+    from corral.services.client import ApiError, Client
 
 
 @contextmanager
 def api_client(as_json: bool, source: str | None = None) -> Iterator[Client]:
     """A client of the configured API; its failures become one line and an exit code."""
-    from corral.services.cli.client import ApiError, ApiUnreachable, Client, NoApiAddress
-    from corral.services.settings import get_settings
+    from corral.services.client import ApiError, ApiUnreachable, Client, NoApiAddress
 
     try:
-        with Client.from_settings(get_settings()) as client:
+        with Client.from_settings() as client:
             yield client
     except NoApiAddress as exc:
         fail(str(exc), EXIT_INPUT, as_json)
@@ -36,6 +36,19 @@ def api_client(as_json: bool, source: str | None = None) -> Iterator[Client]:
         fail(str(exc), EXIT_NEGATIVE, as_json)
     except ApiError as exc:
         fail_api(exc, as_json, source)
+
+
+def complete_request_id(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of a request id: the newest requests' ids (with their name and
+    state), asked of the API; nothing when it does not answer within a second."""
+    from corral.services.client import Client, ClientError
+
+    try:
+        with Client.from_settings(timeout_s=1.0) as client:
+            views = client.list_requests(limit=200)
+    except (ClientError, OSError, ValueError):
+        return []
+    return [(v.id, f"{v.name or '-'} {v.state}") for v in views if v.id.startswith(incomplete)]
 
 
 def fail(message: str, code: int, as_json: bool) -> NoReturn:
@@ -47,14 +60,14 @@ def fail(message: str, code: int, as_json: bool) -> NoReturn:
 
 def fail_api(exc: ApiError, as_json: bool, source: str | None = None) -> NoReturn:
     """An error status from the API as an exit code: refusals of the input are 2."""
-    from corral.services.cli.client import describe_detail
+    from corral.services.client import Impossible, InvalidTask, Unauthorized
+    from corral.services.client.errors import describe_detail
     from corral.shared.configio import ConfigError, Issue
 
-    detail = exc.detail
-    if exc.status_code == 401:
+    if isinstance(exc, Unauthorized):
         hint = "set CORRAL_API_TOKEN, or <home>/api-token as `corral up` does"
         fail(f"unauthorized: the API refused the token ({hint})", EXIT_INPUT, as_json)
-    if exc.status_code == 422 and isinstance(detail, dict) and detail.get("issues"):
+    if isinstance(exc, InvalidTask):
         issues = [
             Issue(
                 source or i.get("file") or "input",
@@ -62,15 +75,15 @@ def fail_api(exc: ApiError, as_json: bool, source: str | None = None) -> NoRetur
                 i.get("field") or "",
                 i.get("message", ""),
             )
-            for i in detail["issues"]
+            for i in exc.issues
         ]
         fail_input(ConfigError(issues), as_json)
-    if exc.status_code == 422 and isinstance(detail, dict) and "reasons" in detail:
-        reasons = [str(r) for r in detail["reasons"]] or ["no candidate can be planned"]
+    if isinstance(exc, Impossible):
+        reasons = exc.reasons or ["no candidate can be planned"]
         if as_json:
             print_json({"error": "impossible", "reasons": reasons})
         for reason in reasons:
             err.print(f"impossible: {reason}", markup=False)
         raise typer.Exit(EXIT_INPUT)
     code = EXIT_INPUT if 400 <= exc.status_code < 500 else EXIT_NEGATIVE
-    fail(f"{describe_detail(detail)} (HTTP {exc.status_code})", code, as_json)
+    fail(f"{describe_detail(exc.detail)} (HTTP {exc.status_code})", code, as_json)

@@ -82,7 +82,9 @@ def up(
         fail_input(exc, as_json)
     text = _read(cluster_file, as_json)
     with api_client(as_json) as client:
-        made = client.create_cluster(text, str(cluster_file), cloud and cloud.lower(), name)
+        made = client.create_cluster(
+            text, str(cluster_file), cloud and cloud.lower(), name
+        ).document()
     if as_json:
         print_json(made)
     else:
@@ -93,7 +95,7 @@ def up(
 def down(name: NameArg, as_json: JsonOpt = False) -> None:
     """Terminate every node of the cluster and forget it."""
     with api_client(as_json) as client:
-        gone = client.delete_cluster(name)
+        gone = client.delete_cluster(name).document()
     if as_json:
         print_json(gone)
     else:
@@ -104,7 +106,7 @@ def down(name: NameArg, as_json: JsonOpt = False) -> None:
 def list_(as_json: JsonOpt = False) -> None:
     """The registered clusters."""
     with api_client(as_json) as client:
-        found = client.list_clusters()
+        found = [c.document() for c in client.clusters()]
     if as_json:
         print_json({"clusters": found})
         return
@@ -124,7 +126,7 @@ def list_(as_json: JsonOpt = False) -> None:
 def status(name: NameArg, as_json: JsonOpt = False) -> None:
     """The cluster's nodes by type and state, its standing demand and the last decision."""
     with api_client(as_json) as client:
-        view = client.get_cluster(name)
+        view = client.cluster(name).document()
     if as_json:
         print_json(view)
         return
@@ -176,7 +178,7 @@ def demand(
         fail_input(exc, as_json)
     text = _read(demand_file, as_json)
     with api_client(as_json) as client:
-        result = client.set_demand(name, text, str(demand_file))
+        result = client.set_demand(name, text, str(demand_file)).document()
     if as_json:
         print_json(result)
     else:

@@ -3,6 +3,12 @@
 Start-up stays fast because the command modules import only typer, output.py and the standard
 library at module level; each command imports what it needs (config models, the planner, the API
 client, ...) when it runs. tests/unit/test_cli_startup.py lists what the start-up must not load.
+
+Shell completion is typer's: ``corral --install-completion [bash|zsh|fish|powershell]`` adds it
+to the shell's start-up file, ``--show-completion`` prints the script. The shell then runs
+``corral`` itself with ``_CORRAL_COMPLETE`` set to ask for candidates: command names and
+options, request states, and the ids of the newest requests (asked of the API, one second at
+most).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ app = typer.Typer(
     name="corral",
     help="Corral: find compute (GPUs above all) for jobs, services and workspaces, and share it.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -51,6 +57,7 @@ COMMAND_MODULES = (
     "corral.services.cli.up_cmd",
     "corral.services.cli.autoscale_cmd",
     "corral.services.cli.cluster_cmd",
+    "corral.services.cli.version_cmd",
 )
 
 for _name in COMMAND_MODULES:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from corral.services.cli.api_access import api_client, fail
+from corral.services.cli.api_access import api_client, complete_request_id, fail
 from corral.services.cli.output import (
     EXIT_INPUT,
     EXIT_NEGATIVE,
@@ -82,16 +82,15 @@ def pool_body(path: Path, name: str | None, cloud: str | None) -> dict[str, Any]
 def _no_means_1(as_json: bool) -> Iterator[None]:
     """The API saying no: an unknown name or id is the input's fault (exit 2, as `status`
     and `terminate` do); a pool still in use is exit 1. Both with the API's message."""
-    from corral.services.cli.client import ApiError, describe_detail
+    from corral.services.client import Conflict, NotFound
+    from corral.services.client.errors import describe_detail
 
     try:
         yield
-    except ApiError as exc:
-        if exc.status_code == 404:
-            fail(describe_detail(exc.detail), EXIT_INPUT, as_json)
-        if exc.status_code == 409:
-            fail(describe_detail(exc.detail), EXIT_NEGATIVE, as_json)
-        raise
+    except NotFound as exc:
+        fail(describe_detail(exc.detail), EXIT_INPUT, as_json)
+    except Conflict as exc:
+        fail(describe_detail(exc.detail), EXIT_NEGATIVE, as_json)
 
 
 @pools_app.command("apply")
@@ -121,7 +120,7 @@ def apply(
     except ConfigError as exc:
         fail_input(exc, as_json)
     with api_client(as_json, source=str(file)) as client, _no_means_1(as_json):
-        view = client.apply_pool(**body)
+        view = client.apply_pool(**body).document()
     if as_json:
         print_json(view)
         return
@@ -169,7 +168,7 @@ def pools_table(views: list[dict[str, Any]]) -> list[str]:
 def list_(as_json: JsonOpt = False) -> None:
     """The registered pools, with each machine type's partitions (held/size)."""
     with api_client(as_json) as client:
-        views = client.list_pools()
+        views = [v.document() for v in client.pools()]
     if as_json:
         print_json({"pools": views})
     elif not views:
@@ -186,7 +185,7 @@ def delete(
 ) -> None:
     """Unregister a pool and terminate its machines (refused while workloads use it)."""
     with api_client(as_json) as client, _no_means_1(as_json):
-        gone = client.delete_pool(name)
+        gone = client.delete_pool(name).document()
     if as_json:
         print_json(gone)
     else:
@@ -195,12 +194,15 @@ def delete(
 
 
 def why(
-    request_id: Annotated[str, typer.Argument(metavar="ID", help="a request id")],
+    request_id: Annotated[
+        str,
+        typer.Argument(metavar="ID", help="a request id", autocompletion=complete_request_id),
+    ],
     as_json: JsonOpt = False,
 ) -> None:
     """Where a request runs, or why it waits, from the scheduler's own decision."""
     with api_client(as_json) as client, _no_means_1(as_json):
-        found = client.why(request_id)
+        found = client.why(request_id).document()
     if as_json:
         print_json(found)
         return

@@ -1,14 +1,15 @@
 """Launch requests through the HTTP API: launch, status, instances, logs, terminate; and
 ``corral run api``, the API process itself.
 
-These commands talk to the API only (``corral.services.cli.client``); they never touch Redis.
+These commands talk to the API only, through the public client (``corral.services.client``);
+they never touch Redis. What they print is the client's typed views as JSON documents
+(``View.document()``), so ``--json`` shows every field the API sent, known here or not.
 ``run_app`` is the ``corral run`` group: other modules add ``worker``, ``beat`` and
 ``flower`` to it.
 """
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from datetime import datetime
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from corral.services.cli.api_access import api_client, fail
+from corral.services.cli.api_access import api_client, complete_request_id, fail
 from corral.services.cli.output import (
     EXIT_INPUT,
     EXIT_TIMEOUT,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from corral.services.cli.client import Client
+    from corral.services.client import Client, RequestView
 
 run_app = typer.Typer(
     name="run",
@@ -40,12 +41,12 @@ run_app = typer.Typer(
     no_args_is_help=True,
 )
 
-POLL_INTERVAL_S = 0.25  # --wait polls the events endpoint about 4 times a second
 # States in which `launch --wait` stops waiting, and the exit code each one means.
 WAIT_EXIT = {"RUNNING": 0, "SUCCEEDED": 0, "FAILED": 1, "CANCELLED": 1, "TERMINATED": 1}
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED"})
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON on stdout.")
+REQUEST_ID = typer.Argument(..., help="A request id.", autocompletion=complete_request_id)
 
 
 def register(app: typer.Typer) -> None:
@@ -66,29 +67,11 @@ def register(app: typer.Typer) -> None:
 
 def task_for_api(path: Path) -> tuple[dict[str, Any], list[str]]:
     """The task file validated here, as the mapping to send, and its notices; raises
-    ConfigError. A ``compute_config`` given as a path (relative to the task file) is read,
-    validated and sent inline, as the file writes it: the API cannot read our files."""
-    from corral.shared.config.base import ignored_notices
-    from corral.shared.config.compute_config import ComputeConfig
-    from corral.shared.config.detect import load_as
-    from corral.shared.config.task import Task
-    from corral.shared.configio import ConfigError
+    ConfigError (``corral.services.client.tasks.read_task_file``)."""
+    from corral.services.client.tasks import read_task_file
 
-    task, doc = load_as(path, Task)
-    data: dict[str, Any] = dict(doc.data)
-    notices = list(ignored_notices(task, doc))
-    config = task.compute_config
-    if isinstance(config, str):
-        ref = Path(config).expanduser()
-        ref = ref if ref.is_absolute() else path.parent / ref
-        if not ref.is_file():
-            raise doc.error(("compute_config",), f"no compute config file {str(ref)!r}")
-        config, config_doc = load_as(ref, ComputeConfig)
-        data["compute_config"] = config_doc.data
-        notices += ignored_notices(config, config_doc)
-    elif config is not None and (found := config.problems()):
-        raise ConfigError([doc.issue(("compute_config", *p), msg) for p, msg in found])
-    return data, notices
+    read = read_task_file(path)
+    return read.data, read.notices
 
 
 def _task_for_api(path: Path, as_json: bool) -> dict[str, Any]:
@@ -109,45 +92,52 @@ def launch(
     timeout_s: float | None = typer.Option(
         None, "--timeout", min=0, help="With --wait: give up after this many seconds (exit 3)."
     ),
+    idempotency_key: str | None = typer.Option(
+        None,
+        "--idempotency-key",
+        metavar="KEY",
+        help="Launch at most once: a request already created under KEY is shown instead.",
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Submit a launch request and print its id; with --wait, follow it."""
     task = _task_for_api(file, as_json)
     with api_client(as_json, source=str(file)) as client:
-        view = client.submit(task)
+        view = client.launch(task, idempotency_key=idempotency_key)
         if not wait:
-            print_json(view) if as_json else out.print(view["id"], markup=False)
+            print_json(view.document()) if as_json else out.print(view.id, markup=False)
             return
         if not as_json:
-            out.print(view["id"], markup=False)
-        code = _follow(client, view["id"], timeout_s, as_json)
-        final = client.get_request(view["id"])
+            out.print(view.id, markup=False)
+        final, code = _follow(client, view.id, timeout_s, as_json)
     if as_json:
-        print_json(final)
-    elif final["state"] == "FAILED" and final["attempts"]:
-        _print_attempts(final["attempts"], console=err)
+        print_json(final.document())
+    elif final.state == "FAILED" and final.attempts:
+        _print_attempts([a.document() for a in final.attempts], console=err)
     if code == EXIT_TIMEOUT:
-        notice(f"still {final['state']} after {timeout_s:g} s; `corral status {final['id']}`")
+        notice(f"still {final.state} after {timeout_s:g} s; `corral status {final.id}`")
     raise typer.Exit(code)
 
 
-def _follow(client: Client, request_id: str, timeout_s: float | None, as_json: bool) -> int:
-    """Print each new progress line once until the request runs or ends; the exit code."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+def _follow(
+    client: Client, request_id: str, timeout_s: float | None, as_json: bool
+) -> tuple[RequestView, int]:
+    """Print each new progress line once until the request runs or ends; the request then,
+    and the exit code."""
+    from corral.services.client import EventView, WaitTimeout
+
     console = err if as_json else out  # progress never mixes into JSON on stdout
-    after = 0
-    while True:
-        page = client.events(request_id, after=after)
-        for event in page["events"]:
-            stamp = datetime.fromtimestamp(event["at"]).strftime("%H:%M:%S")
-            console.print(f"{stamp}  {event['text']}", markup=False)
-            after = max(after, int(event["seq"]))
-        if page["state"] in WAIT_EXIT:
-            console.print(f"request {request_id}: {page['state']}", markup=False)
-            return WAIT_EXIT[str(page["state"])]
-        if deadline is not None and time.monotonic() >= deadline:
-            return EXIT_TIMEOUT
-        time.sleep(POLL_INTERVAL_S)
+
+    def say(event: EventView) -> None:
+        stamp = datetime.fromtimestamp(event.at).strftime("%H:%M:%S")
+        console.print(f"{stamp}  {event.text}", markup=False)
+
+    try:
+        final = client.wait(request_id, timeout_s=timeout_s, on_event=say)
+    except WaitTimeout as exc:
+        return exc.request, EXIT_TIMEOUT
+    console.print(f"request {request_id}: {final.state}", markup=False)
+    return final, WAIT_EXIT.get(final.state, 1)
 
 
 # ---- status, instances, logs, terminate -----------------------------------------------------
@@ -203,21 +193,96 @@ def _instance_table(rows: list[dict[str, Any]], with_request: bool) -> Table:
     return table
 
 
+def complete_state(incomplete: str) -> list[str]:
+    """Shell completion of ``--state``: the request states."""
+    from corral.shared.lifecycle import RequestState
+
+    return [s.value for s in RequestState if s.value.startswith(incomplete.upper())]
+
+
 def status(
-    request_id: str | None = typer.Argument(None, help="A request id; none: list all."),
-    state: str | None = typer.Option(None, "--state", help="List only requests in this state."),
+    request_id: str | None = typer.Argument(
+        None, help="A request id; none: list all.", autocompletion=complete_request_id
+    ),
+    state: str | None = typer.Option(
+        None, "--state", help="List only requests in this state.", autocompletion=complete_state
+    ),
     limit: int = typer.Option(100, "--limit", min=1, max=1000, help="List at most this many."),
+    watch: bool = typer.Option(
+        False, "--watch", "-w", help="Refresh until Ctrl-C or every request shown has ended."
+    ),
+    interval_s: float = typer.Option(
+        2.0, "--interval", min=0.1, help="With --watch: seconds between refreshes."
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
     """One launch request with its attempts and instances, or a table of all."""
     with api_client(as_json) as client:
-        if request_id is None:
-            views = client.list_requests(state=state.upper() if state else None, limit=limit)
-        else:
-            views = [client.get_request(request_id)]
+        if watch:
+            _watch(client, request_id, state, limit, interval_s, as_json)
+            return
+        views = _status_views(client, request_id, state, limit)
     if as_json:
         print_json(views[0] if request_id else views)
         return
+    _print_status(views, request_id)
+
+
+def _status_views(
+    client: Client, request_id: str | None, state: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """The requests ``status`` shows, as the API's JSON documents (all their fields)."""
+    if request_id is None:
+        found = client.list_requests(state=state, limit=limit)
+    else:
+        found = [client.status(request_id)]
+    return [v.document() for v in found]
+
+
+def _watch(
+    client: Client,
+    request_id: str | None,
+    state: str | None,
+    limit: int,
+    interval_s: float,
+    as_json: bool,
+) -> None:
+    """``status --watch``: the same view every ``interval_s`` until every request shown has
+    ended, or Ctrl-C. A terminal is redrawn; a pipe or file gets the view again each time it
+    changed (with ``--json``: one JSON document a line)."""
+    last: list[dict[str, Any]] | None = None
+    try:
+        while True:
+            views = _status_views(client, request_id, state, limit)
+            if out.is_terminal or views != last:
+                _snapshot(views, request_id, interval_s, as_json)
+                last = views
+            if views and all(v["state"] in TERMINAL_STATES for v in views):
+                return
+            time.sleep(interval_s)
+    except KeyboardInterrupt:
+        return
+
+
+def _snapshot(
+    views: list[dict[str, Any]], request_id: str | None, interval_s: float, as_json: bool
+) -> None:
+    import json
+
+    if as_json:
+        sys.stdout.write(json.dumps(views[0] if request_id else views, default=str) + "\n")
+        sys.stdout.flush()
+        return
+    stamp = datetime.now().strftime("%H:%M:%S")
+    if out.is_terminal:
+        out.clear()
+        out.print(f"{stamp}  every {interval_s:g} s; Ctrl-C to stop", style="dim", markup=False)
+    else:
+        out.print(f"--- {stamp}", markup=False)
+    _print_status(views, request_id)
+
+
+def _print_status(views: list[dict[str, Any]], request_id: str | None) -> None:
     if request_id is None:
         table = _table("ID", "NAME", "STATE", "ATTEMPTS", "INSTANCES", "LAST INFRA")
         for v in views:
@@ -232,6 +297,31 @@ def status(
         _print_attempts(view["attempts"])
     if view["instances"]:
         _show(_instance_table(view["instances"], with_request=False))
+    if view.get("runs"):
+        _print_runs(view)
+
+
+def _print_runs(view: dict[str, Any]) -> None:
+    """Each launch that came up (the first, relaunches, restarts) and what they cost."""
+    table = _table("#", "INFRA", "NODES", "STARTED", "DURATION", "OUTCOME", "COST", title="runs")
+    for n, run in enumerate(view["runs"], 1):
+        end = run["ended_at"] if run["ended_at"] is not None else time.time()
+        table.add_row(
+            str(n),
+            _infra(run),
+            str(run["nodes"]),
+            datetime.fromtimestamp(run["started_at"]).strftime("%H:%M:%S"),
+            f"{max(0.0, end - run['started_at']):.0f}s",
+            run["outcome"],
+            _usd(run["cost_usd"]),
+        )
+    _show(table)
+    counts = f"relaunches {view.get('relaunches') or 0}, restarts {view.get('restarts') or 0}"
+    out.print(f"cost over every run: {_usd(view.get('cost_usd'))} ({counts})", markup=False)
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.4f}"
 
 
 def instances(
@@ -241,7 +331,8 @@ def instances(
 ) -> None:
     """Every instance Corral knows, across requests."""
     with api_client(as_json) as client:
-        rows = client.list_instances(request_id=request_id, state=state.upper() if state else None)
+        found = client.instances(request_id=request_id, state=state)
+    rows = [i.document() for i in found]
     if as_json:
         print_json(rows)
     else:
@@ -249,7 +340,7 @@ def instances(
 
 
 def logs(
-    request_id: str = typer.Argument(..., help="A request id."),
+    request_id: str = REQUEST_ID,
     instance_id: str | None = typer.Option(None, "--instance", help="Only this instance's."),
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Keep printing new output until the request ends."
@@ -258,49 +349,39 @@ def logs(
 ) -> None:
     """The output of a request's instances."""
     with api_client(as_json) as client:
-        text = client.logs(request_id, instance_id)
         if follow and not as_json:
-            _follow_logs(client, request_id, instance_id, text)
+            _follow_logs(client, request_id, instance_id)
             return
+        text = client.logs(request_id, instance_id)
     if as_json:
         print_json({"request_id": request_id, "instance": instance_id, "logs": text})
     else:
         sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
 
 
-def _follow_logs(client: Client, request_id: str, instance_id: str | None, text: str) -> None:
+def _follow_logs(client: Client, request_id: str, instance_id: str | None) -> None:
     """Print the output, then what is added to it each second, until the request has ended
-    (one last read after). Output that no longer extends what was printed (an instance
-    replaced, the kept tail moved on) is printed again whole under a marker line."""
-    sys.stdout.write(text)
-    sys.stdout.flush()
-    shown = text
-    ended = False
+    or Ctrl-C (``Client.follow_logs``)."""
+    last = ""
     try:
-        while not ended:
-            time.sleep(1.0)
-            ended = client.get_request(request_id)["state"] in TERMINAL_STATES
-            now = client.logs(request_id, instance_id)
-            if now.startswith(shown):
-                sys.stdout.write(now[len(shown) :])
-            elif now != shown:
-                sys.stdout.write(f"\n--- the output was replaced; all of it again ---\n{now}")
+        for piece in client.follow_logs(request_id, instance_id):
+            sys.stdout.write(piece)
             sys.stdout.flush()
-            shown = now
+            last = piece or last
     except KeyboardInterrupt:
         return
-    if shown and not shown.endswith("\n"):
+    if last and not last.endswith("\n"):
         sys.stdout.write("\n")
 
 
 def terminate(
-    request_id: str = typer.Argument(..., help="A request id."),
+    request_id: str = REQUEST_ID,
     instance_id: str | None = typer.Option(None, "--instance", help="Only this instance."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Cancel a request that has not run yet, or terminate a running one's instances (or one)."""
     with api_client(as_json) as client:
-        view = client.terminate(request_id, instance_id)
+        view = client.terminate(request_id, instance_id).document()
     if as_json:
         print_json(view)
         return
@@ -350,12 +431,10 @@ def run_api(
     else:
         out.print(f"api listening on {url}", markup=False)
     sys.stdout.flush()
-    # Logs go to stderr (uvicorn's access log defaults to stdout): stdout carries only the
-    # address line, which a supervisor may read once and then never drain. The access log
-    # has the request line only, never headers, so the token stays out of it.
-    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    for handler in log_config["handlers"].values():
-        handler["stream"] = "ext://sys.stderr"
+    # Logs go to stderr, as text or JSON lines (CORRAL_LOG_FORMAT): see uvicorn_log_config.
+    from corral.services.observability.logs import uvicorn_log_config
+
+    log_config = uvicorn_log_config(settings)
     config = uvicorn.Config(app, log_level="info", lifespan="on", log_config=log_config)
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -130,6 +130,7 @@ class Supervisor:
         self.say = say
         self.children: list[Child] = []
         self.redis: Child | None = None
+        self.metrics_ports: dict[str, int] = {}  # worker role -> the port of its /metrics
         self.stopping = False
 
     # -- start ---------------------------------------------------------------------------------
@@ -173,6 +174,7 @@ class Supervisor:
         env.pop("CORRAL_API_TOKEN", None)  # only the API process gets the token
         corral = [sys.executable, "-m", "corral.services.cli.main"]
         logs = s.logs
+        self.metrics_ports = {role: free_port() for role in ("schedule", "provision", "autoscale")}
         self.children = [
             Child(
                 "api",
@@ -183,11 +185,11 @@ class Supervisor:
             *(
                 Child(
                     f"worker-{role}",
-                    [*corral, "run", "worker", "--role", role],
+                    [*corral, "run", "worker", "--role", role, "--metrics-port", str(port)],
                     env,
                     logs / f"worker-{role}.log",
                 )
-                for role in ("schedule", "provision", "autoscale")
+                for role, port in self.metrics_ports.items()
             ),
             Child("beat", [*corral, "run", "beat"], env, logs / "beat.log"),
             Child(

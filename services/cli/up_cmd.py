@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from corral.services.settings import Settings
 
 CELERY_APP = "corral.workers.app"
+# Named, not imported (services never import workers): redbeat's, riding through Redis faults.
+BEAT_SCHEDULER = "corral.workers.resilience:BeatScheduler"
 
 
 def _exec_celery(args: list[str]) -> None:
@@ -32,8 +34,13 @@ def worker(
     role: Annotated[str, typer.Option(help="schedule | provision | autoscale")],
     concurrency: Annotated[int, typer.Option(help="processes in this worker's pool")] = 0,
     name: Annotated[str, typer.Option(help="node name (default ROLE-PID@host)")] = "",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="serve /metrics on this port (default CORRAL_METRICS_PORT: none)"),
+    ] = None,
 ) -> None:
     """Run one worker of a role (add more processes to scale that role out)."""
+    from corral.services.observability.exposition import worker_environment
     from corral.services.queues import dispatch
     from corral.services.settings import get_settings
 
@@ -42,8 +49,11 @@ def worker(
         out.print(f"unknown role {role!r}: expected one of {', '.join(queues)}")
         raise typer.Exit(EXIT_INPUT)
     settings = get_settings()
+    # Prometheus's multiprocess mode for the prefork pool: set before Celery starts.
+    os.environ.update(worker_environment(settings, role, metrics_port or settings.metrics_port))
     _exec_celery(
         [
+            *_quiet(settings),
             "worker",
             "-Q",
             ",".join(queues[role]),
@@ -64,8 +74,15 @@ def worker(
 
 def beat() -> None:
     """Run beat (redbeat: a Redis lock keeps a second beat on standby)."""
-    scheduler = "corral.workers.resilience:BeatScheduler"  # named: services never import workers
-    _exec_celery(["beat", "-S", scheduler, "--loglevel", "INFO"])
+    from corral.services.settings import get_settings
+
+    quiet = _quiet(get_settings())
+    _exec_celery([*quiet, "beat", "-S", BEAT_SCHEDULER, "--loglevel", "INFO"])
+
+
+def _quiet(settings: Settings) -> list[str]:
+    """JSON logs: no start-up banner on stdout, so every line a log collector reads is JSON."""
+    return ["--quiet"] if settings.log_format == "json" else []
 
 
 def flower(port: Annotated[int, typer.Option(help="0: a free port")] = 0) -> None:
@@ -189,6 +206,8 @@ def _say_addresses(
         ),
         markup=False,
     )
+    workers = ", ".join(f"{role} :{port}" for role, port in sup.metrics_ports.items())
+    out.print(f"[up] metrics {api_url}/metrics; workers {workers}", markup=False)
     if token_path:
         out.print(f"[up] API token in {token_path} (mode 0600)", markup=False)
     out.print(f"[up] local cloud {settings.local_cloud_file}", markup=False)

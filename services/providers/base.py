@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -73,7 +73,10 @@ class ProviderInstance(BaseModel):
     state: str  # pending | running | terminating | terminated | lost
     pid: int | None = None  # local cloud only
     tags: dict[str, str] = Field(default_factory=dict)
-    exit_code: int | None = None  # local cloud: the task's run exit code once it ended
+    exit_code: int | None = None  # the task's run exit code once it ended (its agent's report)
+    # The machine is about to go: the cloud's warning as its agent relayed it (an EC2 spot
+    # interruption notice, a Compute Engine preemption). Recovery starts on it.
+    notice: str | None = None
     # Lost only because its agent stopped reporting while the control plane listened: the
     # control plane's inference, not the cloud's word, so it blocks no scope (reconcile).
     silent: bool = False
@@ -93,3 +96,62 @@ class Provider(Protocol):
     def terminate(self, provider_ids: list[str], zone: str | None = None) -> None: ...
 
     def has_credentials(self) -> bool: ...
+
+
+class NodeWork(Protocol):
+    """Machines whose node agents take work and report what they do, by the cloud's id.
+
+    A pooled machine (machine pool, Determined agent) is launched without a ``run`` and takes
+    *assignments*: ``{id, setup, run, envs, workdir}``, several at once, each id run once. A
+    cloud whose machines run no agent has no NodeWork (:func:`node_work_of` is None)."""
+
+    def assign(self, provider_id: str, assignment: dict[str, Any]) -> None:
+        """Hand the machine one more piece of work (its agent starts it on its next beat)."""
+
+    def withdraw(self, provider_id: str, assignment_id: str | None = None) -> None:
+        """Take one assignment back (None: all); the agent stops it. Idempotent."""
+
+    def assignment_status(self, provider_id: str) -> dict[str, Any]:
+        """``{"assigned": [ids], "running": {id: phase}, "activity", "results": {id: result}}``
+        in one look."""
+
+    def report(self, provider_id: str) -> dict[str, Any] | None:
+        """The agent's last heartbeat (``activity``, ``queued`` demand, ...), None when it is
+        silent."""
+
+
+def node_work_of(provider: object) -> NodeWork | None:
+    """The provider's machines' agents, if its machines run one (see :class:`NodeWork`)."""
+    work: NodeWork | None = getattr(provider, "node_work", None)
+    return work
+
+
+def checked_assignment(assignment: dict[str, Any]) -> dict[str, Any]:
+    """An assignment as an agent takes it: ``{id, setup, run, envs, workdir}``, the id a
+    non-empty string, the scripts strings or None, envs a mapping of exportable names."""
+    aid = assignment.get("id")
+    if not isinstance(aid, str) or not aid:
+        raise InvalidRequestError("an assignment needs a non-empty string id")
+    envs = assignment.get("envs") or {}
+    if not isinstance(envs, dict):
+        raise InvalidRequestError("an assignment's envs must be a mapping")
+    check_env_names(envs)
+    fields = {k: assignment.get(k) for k in ("setup", "run", "workdir")}
+    for name, value in fields.items():
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequestError(f"an assignment's {name} must be a string or null")
+    return {"id": aid, **fields, "envs": {str(k): str(v) for k, v in envs.items()}}
+
+
+def status_view(
+    assigned: Iterable[str], beat: dict[str, Any] | None, results: dict[str, Any]
+) -> dict[str, Any]:
+    """:meth:`NodeWork.assignment_status` from what a machine's records hold: the ids assigned,
+    the agent's last heartbeat (None when silent) and the results of assignments that ended."""
+    running = beat.get("assignments") if beat else None
+    return {
+        "assigned": sorted(assigned),
+        "running": dict(running) if isinstance(running, dict) else {},
+        "activity": beat.get("activity") if beat else None,
+        "results": results,
+    }

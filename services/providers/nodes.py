@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Any
 
 from corral.services.providers.base import (
     TAG_ATTEMPT,
@@ -20,8 +22,11 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
     check_env_names,
+    checked_assignment,
+    status_view,
 )
-from corral.services.state.nodes import NodeBook, NodeName
+from corral.services.state.nodes import NodeBook, NodeName, NodeView
+from corral.shared.errors import InvalidRequestError
 
 AGENT_MODULE = "corral.services.agent.node"
 ROOT = "/var/lib/corral"  # where the agent lives on the machine (CORRAL_NODE_ROOT overrides)
@@ -59,6 +64,7 @@ class NodeAgents:
         self.api_url = api_url.rstrip("/")
         self.source = source or f"{self.api_url}/v1/node/agent.whl"
         self.kill_grace_s = kill_grace_s
+        self._bound: OrderedDict[str, NodeName] = OrderedDict()
 
     # --- launch ----------------------------------------------------------------------------
     def boot_script(self, spec: LaunchSpec, rank: int | None = None) -> str:
@@ -105,7 +111,8 @@ class NodeAgents:
             )
         lines.append(
             f'PYTHONPATH="$root/agent" nohup "$py" -m {AGENT_MODULE} --api {q(self.api_url)} '
-            f'--token-file "$root/node-token" --log "$root/node.log" '
+            f'--token-file "$root/node-token" --log "$root/node.log" --cloud {q(self.cloud)} '
+            '--metadata-url "${CORRAL_NODE_METADATA_URL:-}" '
             f"--kill-grace-s {self.kill_grace_s:g} >> node.log 2>&1 < /dev/null &"
         )
         return "\n".join(lines) + "\n"
@@ -124,14 +131,16 @@ class NodeAgents:
     # --- what the control plane sees -------------------------------------------------------
     def overlay(self, instances: Iterable[ProviderInstance]) -> list[ProviderInstance]:
         """Each machine's state as its agent tells it: pending until the agent registers;
-        running while it heartbeats; lost when it falls silent; terminated with the run's
-        exit code once it made its last report."""
+        running while it heartbeats (with the cloud's warning, if the agent relayed one); lost
+        when it falls silent; terminated with the run's exit code once it made its last
+        report."""
         instances = list(instances)
         named: dict[str, NodeName] = {}
         for inst in instances:
             attempt, rank = inst.tags.get(TAG_ATTEMPT), inst.tags.get(TAG_NODE)
             if attempt and rank is not None and rank.isdigit():
                 named[inst.provider_id] = NodeName(self.cloud, attempt, int(rank))
+        self._bind(named)
         views = self.book.views(list(named.values())) if named else {}
         out = []
         for inst in instances:
@@ -144,23 +153,72 @@ class NodeAgents:
                     inst = inst.model_copy(update={"exit_code": view.exit_code})
                 out.append(inst)
                 continue
-            if view.ended:
-                state, code = "terminated", view.exit_code
-                if code is None and view.reason != "completed":
-                    state = "lost"  # the agent stopped without a run's end: not a job exit
-                out.append(inst.model_copy(update={"state": state, "exit_code": code}))
-            elif view.registered_at is None:
-                out.append(inst.model_copy(update={"state": "pending"}))
-            elif view.beat is None and not view.held:
-                out.append(inst.model_copy(update={"state": "lost", "silent": True}))
-            else:
-                out.append(inst.model_copy(update={"state": "running"}))
+            out.append(inst.model_copy(update=_agent_state(view)))
         return out
 
-    def end(self, instances: Iterable[ProviderInstance], reason: str) -> None:
-        """The control plane terminates these machines: their tokens stop working."""
+    def _bind(self, named: dict[str, NodeName]) -> None:
+        """Tell the book which node each machine is, once per machine and process."""
+        for provider_id, node in named.items():
+            if provider_id not in self._bound:
+                self.book.bind(provider_id, node)
+                self._bound[provider_id] = node
+                if len(self._bound) > BOUND_REMEMBERED:
+                    self._bound.popitem(last=False)
+
+    def end(self, provider_ids: Iterable[str], reason: str = "terminated by Corral") -> None:
+        """The control plane terminates these machines: their tokens stop working (an agent
+        still running is refused and stops its work)."""
         now = time.time()
-        for inst in instances:
-            attempt, node = inst.tags.get(TAG_ATTEMPT), inst.tags.get(TAG_NODE)
-            if attempt and node is not None and node.isdigit():
-                self.book.end(NodeName(self.cloud, attempt, int(node)), reason, now)
+        for provider_id in provider_ids:
+            node = self._bound.get(provider_id) or self.book.node_of(self.cloud, provider_id)
+            if node is not None:
+                self.book.end(node, reason, now)
+
+    # --- work for pooled machines (NodeWork) -----------------------------------------------
+    def _node(self, provider_id: str) -> NodeName:
+        node = self._bound.get(provider_id) or self.book.node_of(self.cloud, provider_id)
+        if node is None:
+            raise InvalidRequestError(f"no node agent known for {self.cloud} {provider_id}")
+        return node
+
+    def assign(self, provider_id: str, assignment: dict[str, Any]) -> None:
+        """Hand a pooled machine one more piece of work; its agent fetches it on its next
+        beat (GET /v1/node/assignments)."""
+        body = checked_assignment(assignment)
+        node = self._node(provider_id)
+        if self.book.view(node).ended:
+            raise InvalidRequestError(f"{self.cloud} {provider_id} has ended; it takes no work")
+        self.book.put_assignment(node, body)
+
+    def withdraw(self, provider_id: str, assignment_id: str | None = None) -> None:
+        node = self.book.node_of(self.cloud, provider_id)
+        if node is not None:
+            self.book.drop_assignment(node, assignment_id)
+
+    def assignment_status(self, provider_id: str) -> dict[str, Any]:
+        node = self.book.node_of(self.cloud, provider_id)
+        if node is None:
+            return status_view((), None, {})
+        return status_view(*self.book.assignment_view(node))
+
+    def report(self, provider_id: str) -> dict[str, Any] | None:
+        node = self.book.node_of(self.cloud, provider_id)
+        return None if node is None else self.book.view(node).beat
+
+
+BOUND_REMEMBERED = 100_000  # machines whose node this process has already told the book
+
+
+def _agent_state(view: NodeView) -> dict[str, Any]:
+    """The state (and exit code, notice) of a machine the cloud runs, from its agent's word."""
+    if view.ended:
+        code = view.exit_code
+        # An agent that stopped without a run's end is not a job's exit: the machine is lost.
+        state = "lost" if code is None and view.reason != "completed" else "terminated"
+        return {"state": state, "exit_code": code}
+    if view.registered_at is None:
+        return {"state": "pending"}
+    if view.beat is None and not view.held:
+        return {"state": "lost", "silent": True}  # silent while the control plane listened
+    # A fresh heartbeat, or a silence that overlaps the control plane's last outage.
+    return {"state": "running", "notice": view.notice}

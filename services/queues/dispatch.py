@@ -19,6 +19,9 @@ from corral.shared.clouds import PROVIDER_CLOUDS
 
 # Task names (the workers register these) -> the queue each one goes to.
 ADMIT = "corral.schedule.admit"  # plan a request's chain and start its first attempt
+# Other applications' door: a task document and an idempotency key, checked as the API checks
+# a POST /v1/requests (README: "Submitting from another Celery application").
+SUBMIT = "corral.schedule.submit"
 ATTEMPT = "corral.provision.attempt"  # one attempt: launch in one zone (queue per cloud)
 RETRY_REGION = "corral.provision.retry_region"  # a zone failed: the rest of its region
 RETRY_CLOUD = "corral.provision.retry_cloud"  # a region is exhausted: the cloud's other regions

@@ -7,7 +7,7 @@ One tick of a cluster (:func:`tick_cluster`), safe with any number of autoscalin
 2. **Catch up** on what an earlier tick committed but may not have carried out (its worker
    died): nodes committed without a launch request are submitted, nodes marked for
    termination whose request still runs are cancelled again.
-3. **Observe** every node: its launch request and instance give the state; the local agent's
+3. **Observe** every node: its launch request and instance give the state; its agent's
    heartbeat ``activity`` gives busy or idle (``idle_s`` counts from the last tick it was seen
    busy). A node whose request FAILED for capacity or quota cools its type down.
 4. **Decide** with :func:`corral.shared.autoscaler.decide` (the standing demand is the
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from corral.services.providers.base import node_work_of
 from corral.services.runtime import requests
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.state.clusters import (
@@ -166,36 +167,33 @@ def _request_state(deps: Deps, req: LaunchRequest) -> tuple[InstanceState, str |
     return InstanceState.RUNNING, _activity(deps, inst.cloud, inst.provider_id), since
 
 
-def _activity(deps: Deps, cloud: str, provider_id: str | None) -> str | None:
-    """The local agent's last reported activity (other clouds have no agent: None)."""
-    if cloud != "local" or not provider_id:
-        return None
-    from corral.services.providers.local.state import Keys
+def _report(deps: Deps, cloud: str, provider_id: str | None) -> dict[str, Any] | None:
+    """The node's agent's last heartbeat (None when silent, or on a cloud without agents)."""
+    agents = node_work_of(deps.provider(cloud)) if provider_id else None
+    return agents.report(provider_id) if agents is not None and provider_id else None
 
-    raw = deps.redis.get(Keys(deps.settings.prefix).heartbeat(provider_id))
-    if raw is None:
-        return None
-    activity = json.loads(raw).get("activity")
+
+def _activity(deps: Deps, cloud: str, provider_id: str | None) -> str | None:
+    """The node's agent's last reported activity (None without a word from one)."""
+    beat = _report(deps, cloud, provider_id)
+    activity = beat.get("activity") if beat else None
     return str(activity) if activity else None
 
 
 def queued_work(deps: Deps, rec: ClusterRecord) -> Demand:
     """The work the cluster's nodes report queued (their agents' heartbeats), as one pending
     demand packed against the free capacity, as Ray's pending tasks are."""
-    from corral.services.providers.local.state import Keys
-
     bundles: list[Any] = []
     groups: list[Any] = []
-    keys = Keys(deps.settings.prefix)
     for node in rec.live_nodes():
         req = deps.store.get_request(node.request_id)
         if req is None or req.state != RequestState.RUNNING:
             continue
         for inst in deps.store.list_instances(request_id=req.id):
-            if inst.cloud != "local" or not inst.provider_id:
+            if inst.state is not InstanceState.RUNNING:
                 continue
-            raw = deps.redis.get(keys.heartbeat(inst.provider_id))
-            queued = json.loads(raw).get("queued") if raw else None
+            beat = _report(deps, inst.cloud, inst.provider_id)
+            queued = beat.get("queued") if beat else None
             if not queued:
                 continue
             try:

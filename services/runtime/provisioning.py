@@ -179,7 +179,7 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
         return after_failure(deps, req, step, Scope.NONE)
     except ProviderError as exc:
         return _failed(deps, req, step, attempt_id, cand, exc)
-    _record_booting(deps, req.id, attempt_id, launched)
+    _record_booting(deps, req.id, attempt_id, cand, launched)
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
         return _on_launched(deps, req.id, step, attempt_id, cand, by_node(launched))
@@ -221,18 +221,28 @@ def boot_failed(deps: Deps, boot: Boot, verdict: str) -> str:
 
 
 def _record_booting(
-    deps: Deps, request_id: str, attempt_id: str, launched: list[ProviderInstance]
+    deps: Deps,
+    request_id: str,
+    attempt_id: str,
+    cand: ChainStep,
+    launched: list[ProviderInstance],
 ) -> None:
     """The attempt's instances as the cloud accepted them: REQUESTED, on their way up."""
     now = deps.now()
     for node, pi in enumerate(by_node(launched)):
-        deps.store.create_instance(_instance_of(request_id, attempt_id, node, pi, now))
+        deps.store.create_instance(_instance_of(request_id, attempt_id, cand, node, pi, now))
 
 
 def _instance_of(
-    request_id: str, attempt_id: str, node: int, pi: ProviderInstance, now: float
+    request_id: str,
+    attempt_id: str,
+    cand: ChainStep,
+    node: int,
+    pi: ProviderInstance,
+    now: float,
 ) -> Instance:
-    """Node ``node`` of an attempt as Corral records it, REQUESTED (the same id every time)."""
+    """Node ``node`` of an attempt as Corral records it, REQUESTED (the same id every time),
+    priced as its candidate was planned."""
     return Instance.new(
         instance_id_for(attempt_id, node),
         request_id,
@@ -247,6 +257,7 @@ def _instance_of(
         instance_type=pi.instance_type,
         market=pi.market,
         pid=pi.pid,
+        price_usd_per_hour=cand.price_usd_per_hour or None,
     )
 
 
@@ -278,11 +289,17 @@ def _advanced_config(task: Task, cand: ChainStep) -> dict[str, Any]:
 
 
 def _instance_up(
-    deps: Deps, request_id: str, attempt_id: str, node: int, pi: ProviderInstance, now: float
+    deps: Deps,
+    request_id: str,
+    attempt_id: str,
+    cand: ChainStep,
+    node: int,
+    pi: ProviderInstance,
+    now: float,
 ) -> str:
     """Node ``node`` of the attempt reported in: its instance RUNNING (created if the attempt
     died before it recorded it). Returns the instance id."""
-    inst = _instance_of(request_id, attempt_id, node, pi, now)
+    inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
     inst.move(InstanceState.RUNNING, now, "the provider reports it running")
     if deps.store.create_instance(inst):
         return inst.id
@@ -309,7 +326,7 @@ def _on_launched(
     now = deps.now()
     ids: list[str] = []
     for node, pi in enumerate(launched):
-        ids.append(_instance_up(deps, request_id, attempt_id, node, pi, now))
+        ids.append(_instance_up(deps, request_id, attempt_id, cand, node, pi, now))
     finish_attempt(deps, request_id, attempt_id, "ok", None)
 
     def run(r: LaunchRequest) -> bool:

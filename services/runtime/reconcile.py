@@ -1,7 +1,9 @@
 """Reconcile (beat): compare what the store believes with what the providers report.
 
-- an instance whose machine is gone or silent is LOST, and its request is relaunched through
-  its chain (up to ``relaunch_limit`` times; the zone is remembered as unreliable);
+- an instance whose machine is gone or silent, or that the cloud is about to reclaim (its
+  agent relayed a spot interruption or preemption notice), is LOST, and its request is
+  relaunched through its chain (up to ``relaunch_limit`` times; the zone is remembered as
+  unreliable);
 - an instance whose job finished is TERMINATED, and a job whose nodes all finished ends
   SUCCEEDED or FAILED by its exit code;
 - a machine tagged by Corral that no live request owns is terminated (a stray);
@@ -44,6 +46,7 @@ from corral.shared.lifecycle import (
     is_transition,
 )
 from corral.shared.records import ChainStep, Instance, LaunchRequest
+from corral.shared.recovery import Restart, recovery_chain, restart_after
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 
 log = logging.getLogger("corral.reconcile")
@@ -115,6 +118,11 @@ def _check_instances(
         elif pi.state == "terminated":
             counts["exited"] += 1
             _exited(deps, inst, pi.exit_code)
+        elif pi.notice:
+            # The cloud warned (a spot interruption notice, a preemption): recover now, while
+            # the machine still runs, rather than once it is gone.
+            counts["reclaimed"] += 1
+            _lost(deps, inst, f"the cloud is reclaiming it ({pi.notice})")
 
 
 def _move(
@@ -176,6 +184,13 @@ def _finish_job(deps: Deps, req: LaunchRequest, attempt_id: str | None) -> None:
         return  # other nodes still run their part
     codes = [n.exit_code for n in current if n.exit_code is not None]
     failed = next((c for c in codes if c != 0), None)
+    if failed is not None:
+        policy = Task.model_validate(req.task).recovery()
+        again = restart_after(policy, failed, req.restarts_on_errors)
+        if again is not None:
+            region = current[0].region if current else None
+            relaunch(deps, req.id, again.reason, restart=again, last_region=region)
+            return
     now = deps.now()
     target = RequestState.SUCCEEDED if failed is None else RequestState.FAILED
     why = "the job's run exited 0" if failed is None else f"the job's run exited {failed}"
@@ -223,7 +238,7 @@ def _lost(deps: Deps, inst: Instance, why: str, block: bool = True) -> None:
 def _relaunch_without(deps: Deps, request_id: str, inst: Instance, why: str) -> None:
     """Relaunch the request first (so it never stays RUNNING on nothing), then release the
     lost node's attempt-mates: it is relaunched whole, in one zone."""
-    relaunch(deps, request_id, f"instance {inst.id} lost: {why}")
+    relaunch(deps, request_id, f"instance {inst.id} lost: {why}", last_region=inst.region)
     _try(
         termination.release_instances,
         deps,
@@ -233,26 +248,44 @@ def _relaunch_without(deps: Deps, request_id: str, inst: Instance, why: str) -> 
     )
 
 
-def relaunch(deps: Deps, request_id: str, why: str) -> str:
-    """Send a RUNNING request back through its chain (re-planned around what just failed)."""
+def relaunch(
+    deps: Deps,
+    request_id: str,
+    why: str,
+    *,
+    restart: Restart | None = None,
+    last_region: str | None = None,
+) -> str:
+    """Send a RUNNING request back through its chain (re-planned around what just failed):
+    after a lost machine (up to ``relaunch_limit`` times, unless the task has a
+    ``job_recovery``: a managed job is recovered from every loss), or to ``restart`` a failed
+    job. A task's ``job_recovery`` strategy orders the chain from ``last_region``."""
     req = deps.store.get_request(request_id)
     if req is None:
         return "missing"
     now = deps.now()
-    limit = deps.settings.timers.relaunch_limit
     task = Task.model_validate(req.task)
-    chain = [ChainStep.of(c) for c in plan_launch(deps, task).candidates]
+    policy = task.recovery()
+    planned = [ChainStep.of(c) for c in plan_launch(deps, task).candidates]
+    chain = recovery_chain(planned, policy, last_region)
+    limit = None if policy is not None else deps.settings.timers.relaunch_limit
 
     def back(r: LaunchRequest) -> bool:
         if r.state != RequestState.RUNNING:
             return False  # ended or already relaunching
-        if r.relaunches >= limit or not chain:
+        if not chain or (restart is None and limit is not None and r.recoveries >= limit):
             r.error = f"{why}; " + ("relaunch limit reached" if chain else "no candidate left")
             r.move(RequestState.FAILED, now, r.error)
             return True
-        r.relaunches += 1
+        r.relaunches += 1  # a new launch generation: new attempt ids
+        if restart is None:
+            reason = f"relaunch {r.recoveries}: {why}"
+        else:
+            r.restarts += 1
+            r.restarts_on_errors += int(restart.counted)
+            reason = f"restart {r.restarts}: {why}"
         r.chain, r.next_step = chain, -1
-        r.move(RequestState.PROVISIONING, now, f"relaunch {r.relaunches}: {why}")
+        r.move(RequestState.PROVISIONING, now, reason)
         return True
 
     updated = deps.store.update_request(request_id, back)
@@ -260,7 +293,7 @@ def relaunch(deps: Deps, request_id: str, why: str) -> str:
         return "missing"
     if updated.state == RequestState.PROVISIONING:
         deps.store.append_event(
-            request_id, f"state: PROVISIONING (relaunch {updated.relaunches}: {why})", now
+            request_id, f"state: PROVISIONING ({updated.history[-1].reason})", now
         )
         failover.resume(deps, updated)
         return "relaunched"

@@ -1,21 +1,33 @@
 """Launch requests from the user's side: submit, cancel/terminate, view, logs.
 
-The API calls these; so could any other front end. Work is handed to the workers by task name.
+The API calls these; so does ``corral.schedule.submit``, the task other Celery applications
+send onto the ``schedule`` queue: both submit through :func:`submit_task`, so a document is
+checked the same way whichever door it came in by. Work is handed to the workers by task name.
 """
 
 from __future__ import annotations
 
-import hashlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.pooled.registry import registry_view
 from corral.services.state.nodes import NodeName
+from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
+from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
 from corral.shared.records import LaunchRequest
+from corral.shared.recovery import runs_of, total_cost
 from corral.shared.routing import Refusal, route
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "task"  # the file name issues carry for a task that came as data, not a file
+MAX_KEY_LENGTH = 255
 
 
 class RequestNotFound(LookupError):
@@ -32,27 +44,171 @@ class Impossible(ValueError):
         self.reasons = reasons
 
 
-class KeyReused(ValueError):
-    """An idempotency key sent again with another task."""
+class BadKey(ValueError):
+    """An idempotency key Corral cannot keep (empty, too long, or with control characters)."""
 
 
-def id_for_key(key: str) -> str:
-    """The request id an idempotency key stands for: the same key, the same request."""
-    return "r-k" + hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()[:16]
+@dataclass(frozen=True)
+class Submitted:
+    """A request accepted by :func:`submit_task`; ``created`` is False for a duplicate (an
+    idempotency key that already held this request)."""
+
+    request: LaunchRequest
+    created: bool
+
+
+def task_document(task: Mapping[str, Any] | str, name: str = TASK_NAME) -> Document:
+    """A submitted task as a document: a mapping as it is, text (YAML or JSON) parsed with
+    its lines; raises ConfigError."""
+    if isinstance(task, str):
+        return parse_text(task, name)
+    if not isinstance(task, Mapping):
+        got = type(task).__name__
+        raise ConfigError.single(
+            name, f"expected a task (a mapping of fields) or its text, not {got}"
+        )
+    return Document(name=name, data=task)
+
+
+def validate_task(doc: Document) -> Task:
+    """The task, with the cross-field checks ``corral validate`` makes; raises ConfigError."""
+    if not isinstance(doc.data, Mapping):
+        raise ConfigError.single(doc.name, "expected a mapping of fields (a task file)", "", 1)
+    task = validate_doc(Task, doc)
+    check_problems(task, doc)
+    config = task.compute_config
+    if isinstance(config, str):
+        message = (
+            "a file path, which Corral cannot read on its side; send the compute config inline"
+        )
+        raise doc.error(("compute_config",), message)
+    if config is not None and (found := config.problems()):
+        raise ConfigError([doc.issue(("compute_config", *path), msg) for path, msg in found])
+    return task
+
+
+def check_key(key: Any) -> str:
+    """``key`` if Corral can keep it as an idempotency key; raises BadKey."""
+    if not isinstance(key, str) or not key:
+        raise BadKey("an idempotency key must be a non-empty string")
+    if len(key) > MAX_KEY_LENGTH:
+        raise BadKey(f"an idempotency key is at most {MAX_KEY_LENGTH} characters, not {len(key)}")
+    if not key.isprintable():
+        raise BadKey("an idempotency key must not hold control characters")
+    return key
+
+
+def refusal_of(exc: ConfigError | Impossible) -> dict[str, Any]:
+    """A refused document as the API answers it (its 422 detail) and a submission records it."""
+    if isinstance(exc, Impossible):
+        return {"error": "impossible", "reasons": exc.reasons}
+    return {"error": "invalid task", "issues": [i.as_dict() for i in exc.issues]}
+
+
+def submit_task(
+    deps: Deps, task: Mapping[str, Any] | str, *, idempotency_key: str | None = None
+) -> Submitted:
+    """Check a submitted task (a mapping, or its YAML/JSON text) as ``POST /v1/requests``
+    does, route it and store it PENDING: the one path of the API and of
+    ``corral.schedule.submit``. Raises ConfigError (invalid), Impossible, BadKey.
+
+    With an idempotency key, a request already created under it is returned (``created``
+    False) and nothing is written; a refusal is recorded under the key, so whoever sent it
+    can read it (``GET /v1/submissions/<key>``)."""
+    key = None if idempotency_key is None else check_key(idempotency_key)
+    if key is not None and (held := _held(deps, key)) is not None:
+        return held
+    try:
+        checked = validate_task(task_document(task))
+        return _accept(deps, checked, key)
+    except (ConfigError, Impossible) as exc:
+        if key is not None:
+            deps.store.refuse_keyed(key, refusal_of(exc), deps.now())
+        raise
+
+
+def _held(deps: Deps, key: str) -> Submitted | None:
+    """The request a key holds already (a duplicate: counted, nothing else written)."""
+    found = deps.store.submission(key)
+    if found is None or found.request_id is None:
+        return None
+    deps.store.count_submission(key)
+    stored = deps.store.get_request(found.request_id)
+    assert stored is not None  # created in the same script as the key's record
+    _admit_if_pending(deps, stored)
+    return Submitted(stored, created=False)
+
+
+def _admit_if_pending(deps: Deps, req: LaunchRequest) -> None:
+    """Hand a still PENDING request to scheduling again: the first submitter may have died
+    between storing it and publishing it (admission is idempotent)."""
+    if req.state == RequestState.PENDING:
+        dispatch.admit(req.id, settings=deps.settings)
+
+
+def _accept(deps: Deps, task: Task, key: str | None) -> Submitted:
+    if key is None:
+        return Submitted(submit(deps, task), created=True)
+    req = _new_request(deps, task)
+    holder = deps.store.create_keyed_request(req, key)
+    created = holder == req.id
+    if created:
+        deps.store.append_event(
+            req.id, f"accepted: {_name(task)} (idempotency key {key!r})", req.created_at
+        )
+    stored = deps.store.get_request(holder)
+    assert stored is not None
+    if created:
+        dispatch.admit(stored.id, settings=deps.settings)
+    else:  # another submission under the key won the race
+        _admit_if_pending(deps, stored)
+    return Submitted(stored, created=created)
+
+
+def submit_queued(deps: Deps, task: Any, idempotency_key: Any) -> dict[str, Any]:
+    """``corral.schedule.submit``: :func:`submit_task` for a producer that cannot wait for an
+    answer; the outcome, also readable through the API under the key, is returned for logs."""
+    try:
+        key = check_key(idempotency_key)  # required here: the key is how the outcome is read
+        done = submit_task(deps, task, idempotency_key=key)
+    except BadKey as exc:
+        # No key, no place to record the outcome: the message is dropped, loudly.
+        log.warning("corral.schedule.submit: task dropped, %s", exc)
+        return {"refused": {"error": "invalid idempotency key", "reasons": [str(exc)]}}
+    except (ConfigError, Impossible) as exc:
+        return {"idempotency_key": idempotency_key, "refused": refusal_of(exc)}
+    return {
+        "idempotency_key": idempotency_key,
+        "request_id": done.request.id,
+        "created": done.created,
+    }
 
 
 def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRequest:
     """Accept a launch request: route it (:func:`corral.shared.routing.route`), refuse the
-    impossible, store it PENDING with its route, hand it to scheduling. With ``request_id``
-    (an idempotency key's) a second submit returns the first request and creates nothing."""
+    impossible, store it PENDING with its route, hand it to scheduling."""
+    req = _new_request(deps, task, request_id)
+    if deps.store.create_request(req):
+        deps.store.append_event(req.id, f"accepted: {_name(task)}", req.created_at)
+    stored = deps.store.get_request(req.id)
+    assert stored is not None
+    dispatch.admit(stored.id, settings=deps.settings)
+    return stored
+
+
+def _name(task: Task) -> str:
+    return task.name or "unnamed task"
+
+
+def _new_request(deps: Deps, task: Task, request_id: str | None = None) -> LaunchRequest:
+    """A PENDING request for ``task`` with its route; raises Impossible (nothing stored)."""
     decided = route(task, registry_view(deps))
     if isinstance(decided, Refusal):
         raise Impossible(list(decided.reasons))
     now = deps.now()
-    body = task.model_dump(mode="json", exclude_none=True, by_alias=True)
     req = LaunchRequest(
         id=request_id or new_id("r"),
-        task=body,
+        task=task.model_dump(mode="json", exclude_none=True, by_alias=True),
         state=RequestState.PENDING,
         created_at=now,
         updated_at=now,
@@ -61,15 +217,7 @@ def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRe
         route=decided,
     )
     req.history.append(_first_transition(now))
-    if deps.store.create_request(req):
-        deps.store.append_event(req.id, f"accepted: {task.name or 'unnamed task'}", now)
-    stored = deps.store.get_request(req.id)
-    assert stored is not None
-    if stored.task != body:
-        raise KeyReused(f"request {stored.id} was made with this key for another task")
-    if stored.state == RequestState.PENDING:  # admitted again if a retry finds it waiting
-        dispatch.admit(stored.id, settings=deps.settings)
-    return stored
+    return req
 
 
 def _first_transition(now: float) -> Any:
@@ -109,11 +257,21 @@ def cancel(deps: Deps, request_id: str, *, instance_id: str | None = None) -> La
 
 
 def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
+    """The request as the API shows it, with its runs (one per launch that came up: the first,
+    then each relaunch after a loss and each restart of a failed job) and their summed cost."""
     req = deps.store.get_request(request_id)
     if req is None:
         return None
     instances = deps.store.list_instances(request_id=request_id)
-    return req.to_public(instances)
+    runs = runs_of(instances, deps.now())
+    cost = total_cost(runs)
+    return {
+        **req.to_public(instances),
+        "relaunches": req.recoveries,
+        "restarts": req.restarts,
+        "runs": [r.to_public() for r in runs],
+        "cost_usd": None if cost is None else round(cost, 6),
+    }
 
 
 def read_logs(
@@ -130,7 +288,10 @@ def read_logs(
         if not inst.provider_id:
             continue
         if inst.cloud != "local" and inst.attempt_id:
-            node = NodeName(inst.cloud, inst.attempt_id, inst.node_index)
+            # A pooled machine's node is known by the cloud's id (its log holds what it ran).
+            node = deps.nodes.node_of(inst.cloud, inst.provider_id) or NodeName(
+                inst.cloud, inst.attempt_id, inst.node_index
+            )
             data = deps.nodes.log(node)[-tail_bytes:]
             if data:
                 text = data.decode("utf-8", errors="replace")

@@ -223,7 +223,43 @@ class NodeBook:
         chunks = self.r.lrange(self._k(node, "log"), 0, -1)
         return b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
 
+    # --- the cloud's id for a node ----------------------------------------------------------
+    def bind(self, provider_id: str, node: NodeName) -> None:
+        """Remember which node the cloud's machine ``provider_id`` is (the pools and the
+        autoscaler know machines by the cloud's id; the book by where Corral launched them)."""
+        value = f"{node.attempt_id}:{node.rank}"
+        self.r.set(self._bound(node.cloud, provider_id), value, ex=NODE_TTL_S)
+
+    def node_of(self, cloud: str, provider_id: str) -> NodeName | None:
+        raw = self.r.get(self._bound(cloud, provider_id))
+        if not raw:
+            return None
+        attempt, _, rank = _s(raw).rpartition(":")
+        return NodeName(cloud, attempt, int(rank)) if attempt and rank.isdigit() else None
+
+    def _bound(self, cloud: str, provider_id: str) -> str:
+        return f"{self.prefix}:node-of:{cloud}:{provider_id}"
+
     # --- assignments (pool machines) -------------------------------------------------------
+    def assignment_view(
+        self, node: NodeName
+    ) -> tuple[list[str], dict[str, Any] | None, dict[str, dict[str, Any]]]:
+        """(assigned ids, last heartbeat or None, results by id), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hkeys(self._k(node, "assign"))
+        pipe.get(self._k(node, "beat"))
+        pipe.hgetall(self._k(node, "assign-result"))
+        assigned, beat, raw = pipe.execute()
+        results = {}
+        for key, text in (raw or {}).items():
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                results[_s(key)] = value
+        return [_s(a) for a in assigned or ()], json.loads(beat) if beat else None, results
+
     def assignments(self, node: NodeName) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         raw = self.r.hgetall(self._k(node, "assign"))
         good: dict[str, dict[str, Any]] = {}
@@ -261,16 +297,6 @@ class NodeBook:
             pipe.hdel(key, *drop)
         pipe.expire(key, NODE_TTL_S)
         pipe.execute()
-
-    def results(self, node: NodeName) -> dict[str, dict[str, Any]]:
-        out = {}
-        for key, text in self.r.hgetall(self._k(node, "assign-result")).items():
-            aid = key.decode() if isinstance(key, bytes) else str(key)
-            try:
-                out[aid] = json.loads(text)
-            except ValueError:
-                continue
-        return out
 
     # --- what the control plane reads ------------------------------------------------------
     def views(self, nodes: list[NodeName]) -> dict[NodeName, NodeView]:

@@ -16,10 +16,14 @@ Key layout (``P`` is the prefix, "corral" by default; ids and states as stored):
     P:instances:state:<STATE>       zset  id -> created_at (instances in that state)
     P:events:<req id>               list of JSON {"at", "text"}: the request's progress log
     P:claim:<key>                   string owner, with a TTL: an idempotency key
+    P:submission:<key>              hash {request_id | refusal, at, received}: what a task
+                                    submitted under that idempotency key became
 
 The state indexes are sorted sets scored by creation time, so listing the requests of one
 state in order reads only that set. Every index is changed in the same script as the record,
-so an index never disagrees with a record it points at.
+so an index never disagrees with a record it points at. A request submitted under an
+idempotency key is created in the same script that records it under the key, so two
+submissions racing with one key create one request.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ from typing import Any, TypeVar
 
 from redis import Redis
 
+from corral.services.observability import events
 from corral.shared.lifecycle import InstanceState, RequestState
-from corral.shared.records import Event, Instance, LaunchRequest
+from corral.shared.records import Event, Instance, LaunchRequest, Submission
 
 RecordT = TypeVar("RecordT", LaunchRequest, Instance)
 
@@ -43,6 +48,30 @@ _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
 for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
+return 1
+"""
+
+# KEYS[1] the key's submission hash, KEYS[2] the request's hash, KEYS[3..] its index zsets.
+# ARGV: id, version, json, score (created_at). Counts the submission; creates the request and
+# records it under the key unless a request holds the key already. Returns the id holding it.
+_CREATE_KEYED = """
+redis.call('HINCRBY', KEYS[1], 'received', 1)
+local held = redis.call('HGET', KEYS[1], 'request_id')
+if held then return held end
+if redis.call('EXISTS', KEYS[2]) == 1 then return redis.error_reply('request id taken') end
+redis.call('HSET', KEYS[2], 'version', ARGV[2], 'json', ARGV[3])
+for i = 3, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
+redis.call('HSET', KEYS[1], 'request_id', ARGV[1], 'at', ARGV[4])
+redis.call('HDEL', KEYS[1], 'refusal')
+return ARGV[1]
+"""
+
+# KEYS[1] the key's submission hash. ARGV: the refusal (JSON), now. Counts the submission;
+# records the refusal unless a request holds the key (that outcome stands). 1 if recorded.
+_REFUSE_KEYED = """
+redis.call('HINCRBY', KEYS[1], 'received', 1)
+if redis.call('HEXISTS', KEYS[1], 'request_id') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'refusal', ARGV[1], 'at', ARGV[2])
 return 1
 """
 
@@ -93,6 +122,8 @@ class Store:
         self._cas = redis.register_script(_CAS)
         self._release = redis.register_script(_RELEASE)
         self._renew = redis.register_script(_RENEW)
+        self._create_keyed = redis.register_script(_CREATE_KEYED)
+        self._refuse_keyed = redis.register_script(_REFUSE_KEYED)
 
     # ---- key names ------------------------------------------------------------------------
 
@@ -122,7 +153,47 @@ class Store:
             self._request_state_key(req.state),
         ]
         args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
-        return int(self._create(keys=keys, args=args)) == 1
+        created = int(self._create(keys=keys, args=args)) == 1
+        if created:
+            events.request_created(req)
+        return created
+
+    def create_keyed_request(self, req: LaunchRequest, key: str) -> str:
+        """Store a new request under idempotency key ``key``, atomically: the id of the
+        request holding the key, ``req.id`` when this call created it, an earlier request's id
+        when the key was taken (then nothing is written but the count of submissions)."""
+        keys = [
+            self._key("submission", key),
+            self._request_key(req.id),
+            self._key("requests", "created"),
+            self._request_state_key(req.state),
+        ]
+        args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
+        return _text(self._create_keyed(keys=keys, args=args))
+
+    def refuse_keyed(self, key: str, refusal: dict[str, Any], now: float) -> bool:
+        """Record that the document submitted under ``key`` was refused, and why; False (and
+        the refusal not recorded) when a request holds the key already."""
+        args: list[str | int | float] = [json.dumps(refusal), now]
+        return int(self._refuse_keyed(keys=[self._key("submission", key)], args=args)) == 1
+
+    def submission(self, key: str) -> Submission | None:
+        """What the task submitted under ``key`` became, or None if nothing was recorded."""
+        raw = {_text(k): _text(v) for k, v in self._r.hgetall(self._key("submission", key)).items()}
+        if "at" not in raw:
+            return None
+        refusal = json.loads(raw["refusal"]) if "refusal" in raw else None
+        return Submission(
+            key=key,
+            request_id=raw.get("request_id"),
+            refusal=refusal,
+            at=float(raw["at"]),
+            received=int(raw.get("received", 1)),
+        )
+
+    def count_submission(self, key: str) -> None:
+        """Count one more submission under ``key`` (a duplicate answered without a write)."""
+        self._r.hincrby(self._key("submission", key), "received", 1)
 
     def create_instance(self, inst: Instance) -> bool:
         """Store a new instance; False (and nothing written) if its id already exists."""
@@ -138,7 +209,10 @@ class Store:
             inst.model_dump_json(),
             inst.created_at,
         ]
-        return int(self._create(keys=keys, args=args)) == 1
+        created = int(self._create(keys=keys, args=args)) == 1
+        if created:
+            events.instance_created(inst)
+        return created
 
     # ---- read -----------------------------------------------------------------------------
 
@@ -257,6 +331,7 @@ class Store:
             ]
             written = int(self._cas(keys=keys, args=args))
             if written == 1:
+                _observe(current, work)  # counted once: only the writer that won gets here
                 return work
             if written == -1:
                 return None
@@ -302,6 +377,14 @@ class Store:
         """Free ``key`` if ``owner`` still holds it (never someone else's claim that followed
         an expiry). True if it was released."""
         return int(self._release(keys=[self._key("claim", key)], args=[owner])) == 1
+
+
+def _observe(before: RecordT, after: RecordT) -> None:
+    """Event metrics of a write that won (corral.services.observability.events)."""
+    if isinstance(before, LaunchRequest) and isinstance(after, LaunchRequest):
+        events.request_written(before, after)
+    elif isinstance(before, Instance) and isinstance(after, Instance):
+        events.instance_written(before, after)
 
 
 def _text(value: Any) -> str:

@@ -95,11 +95,51 @@ class WorkdirRepo(StrictModel):
     ref: str | None = None
 
 
+RECOVERY_STRATEGIES = ("FAILOVER", "EAGER_NEXT_REGION")
+
+
+def _strategy(value: object) -> object:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().upper() in RECOVERY_STRATEGIES:
+        return value.strip().upper()
+    raise ValueError(f"expected one of {', '.join(RECOVERY_STRATEGIES)}; got {value!r}")
+
+
+def _exit_codes(value: object) -> object:
+    """``33`` or ``[33, 34]``: exit codes 0..255, as a list."""
+    codes = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(codes, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in codes
+    ):
+        raise ValueError(f"expected an exit code 0..255 or a list of them, got {value!r}")
+    return codes
+
+
+class JobRecovery(StrictModel):
+    """SkyPilot's ``resources.job_recovery`` (a managed job's recovery): ``strategy`` is where a
+    recovered job goes (``EAGER_NEXT_REGION``, the default: other regions first;
+    ``FAILOVER``: its own region first); a failed run restarts up to ``max_restarts_on_errors``
+    times, and always when it exits with one of ``recover_on_exit_codes``. The string form
+    (``job_recovery: FAILOVER``) names the strategy only."""
+
+    strategy: Annotated[str | None, BeforeValidator(_strategy)] = None
+    max_restarts_on_errors: int = Field(0, ge=0)
+    recover_on_exit_codes: Annotated[list[int], BeforeValidator(_exit_codes)] = Field(
+        default_factory=list
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strategy_only(cls, data: Any) -> Any:
+        return {"strategy": data} if isinstance(data, str) else data
+
+
 class Resources(StrictModel):
     """One node's requirements, or (with ``ordered``/``any_of``) a set of candidates."""
 
     IGNORED: ClassVar[frozenset[str]] = words(
-        """accelerator_args job_recovery spot_recovery disk_size disk_tier network_tier
+        """accelerator_args spot_recovery disk_size disk_tier network_tier
         local_disk max_hourly_cost ports labels image_id autostop priority_class volumes
         ephemeral_storage"""
     )
@@ -116,8 +156,9 @@ class Resources(StrictModel):
     cpus: Annotated[Amount | None, BeforeValidator(_check_cpus)] = None
     memory: Annotated[Amount | None, BeforeValidator(_check_memory)] = None
     use_spot: bool | None = None
-    # Accepted, not acted on (IGNORED).
-    job_recovery: str | dict[str, Any] | None = None
+    # A managed job's recovery (SkyPilot): restarts on errors and listed exit codes.
+    job_recovery: JobRecovery | None = None
+    # Accepted, not acted on (IGNORED): the older spelling of job_recovery's strategy.
     spot_recovery: str | dict[str, Any] | None = None
     disk_size: int | str | None = None
     disk_tier: Annotated[
@@ -303,6 +344,13 @@ class Task(StrictModel):
         if "priority" not in self.model_fields_set and self.resources.priority is not None:
             self.priority = determined_to_corral_priority(self.resources.priority)
         return self
+
+    def recovery(self) -> JobRecovery | None:
+        """The task's ``job_recovery``: on its resources, else on the first candidate that
+        sets one."""
+        if self.resources.job_recovery is not None:
+            return self.resources.job_recovery
+        return next((c.job_recovery for c in self.resources.candidates() if c.job_recovery), None)
 
     def slots(self) -> int:
         """Slots the task asks for: ``resources.slots``, else the accelerator count of the

@@ -126,7 +126,9 @@ def grow(
         p
         for plan in plans
         for p in plan.pending
-        if p.code in ("pool_full", "behind_higher_priority")
+        # Each waits for slots no agent has free: a fair-share task left over its share is
+        # one no free slot fits (free slots go to any group once shares are served).
+        if p.code in ("pool_full", "behind_higher_priority", "over_fair_share")
     ]
     for pending in waiting:
         task = ledger.tasks.get(pending.task_id)

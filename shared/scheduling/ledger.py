@@ -278,6 +278,19 @@ def machine_gone(ledger: PoolLedger, machine_id: str) -> PoolMachine | None:
     return ledger.machines.pop(machine_id, None)
 
 
+def machine_lost(ledger: PoolLedger, machine_id: str, now: float) -> list[str]:
+    """A machine the cloud no longer runs (or is about to reclaim) leaves the pool; the
+    workload on it, unless it was only that workload's replacement, is queued again at its
+    original place. Returns the workloads queued again."""
+    found = ledger.machines.pop(machine_id, None)
+    if found is None or not found.workload_id or found.workload_id not in ledger.workloads:
+        return []
+    if found.replaces:
+        return []
+    release(ledger, found.workload_id, now)
+    return [found.workload_id]
+
+
 def release(ledger: PoolLedger, workload_id: str, now: float, *, finished: bool = False) -> None:
     """A workload gives its machines back at ``now`` (they turn idle; retiring ones keep
     going). A stopping or sent-back workload is queued again at its original place; a

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 
 TOKEN = "s3cret-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NO_AUTH = {"Authorization": ""}  # overrides a client's default header: no token sent
 VALID_TASK = {
     "name": "hello",
     "resources": {"cloud": "local", "instance_type": "cpu-2"},
@@ -54,7 +55,7 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings), headers=AUTH) as c:
         yield c
 
 
@@ -156,7 +157,7 @@ def test_an_impossible_task_is_422_with_reasons(client: TestClient, store: Store
 
 
 def test_writes_need_the_token(client: TestClient, store: Store) -> None:
-    missing = client.post("/v1/requests", json={"task": VALID_TASK})
+    missing = client.post("/v1/requests", json={"task": VALID_TASK}, headers=NO_AUTH)
     wrong = client.post(
         "/v1/requests", json={"task": VALID_TASK}, headers={"Authorization": "Bearer nope"}
     )
@@ -166,16 +167,28 @@ def test_writes_need_the_token(client: TestClient, store: Store) -> None:
     assert [r.status_code for r in (missing, wrong, basic)] == [401, 401, 401]
     assert store.list_requests() == []
     request_id = _submit(client)["id"]
-    assert client.post(f"/v1/requests/{request_id}/cancel").status_code == 401
+    assert client.post(f"/v1/requests/{request_id}/cancel", headers=NO_AUTH).status_code == 401
     assert client.get(f"/v1/requests/{request_id}").json()["state"] == "PENDING"
 
 
-def test_without_a_configured_token_writes_are_refused(redis_url: str, tmp_path: Path) -> None:
+def test_without_a_configured_token_nothing_but_health_answers(
+    redis_url: str, tmp_path: Path
+) -> None:
     with TestClient(create_app(_settings(redis_url, tmp_path, token=None))) as c:
         response = c.post("/v1/requests", json={"task": VALID_TASK}, headers=AUTH)
         assert response.status_code == 503
         assert "no token configured" in response.json()["detail"]
-        assert c.get("/v1/requests").status_code == 200  # reads still work
+        assert c.get("/v1/requests").status_code == 503  # reads too: never open by accident
+        assert c.get("/healthz").status_code == 200
+
+
+def test_reads_need_the_token_too(settings: Settings) -> None:
+    with TestClient(create_app(settings)) as anonymous:
+        for path in ("/v1/requests", "/v1/instances", "/v1/pools", "/v1/clusters"):
+            assert anonymous.get(path).status_code == 401, path
+        wrong = anonymous.get("/v1/requests", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        assert anonymous.get("/healthz").status_code == 200
 
 
 def test_the_token_may_come_from_the_home_file(redis_url: str, tmp_path: Path) -> None:
@@ -288,6 +301,78 @@ def test_instances_listing_logs_and_terminating_one(
     assert broker.llen(dispatch.PROVISION_QUEUE) == queued + 1
 
 
+def _admits(redis_url: str) -> list[str]:
+    """The request ids of the admission messages waiting on the schedule queue."""
+    broker = redis.Redis.from_url(redis_url)
+    found = []
+    for raw in broker.lrange(dispatch.SCHEDULE_QUEUE, 0, -1):
+        message = json.loads(raw)
+        if message["headers"]["task"] == dispatch.ADMIT:
+            found.append(json.loads(base64.b64decode(message["body"]))[0][0])
+    return found
+
+
+def test_an_idempotency_key_creates_one_request(
+    client: TestClient, store: Store, redis_url: str
+) -> None:
+    keyed = {**AUTH, "Idempotency-Key": "order-1234"}
+    first = client.post("/v1/requests", json={"task": VALID_TASK}, headers=keyed)
+    again = client.post("/v1/requests", json={"task": VALID_TASK}, headers=keyed)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json() == first.json()
+    assert [r.id for r in store.list_requests()] == [first.json()["id"]]
+    # A duplicate of a PENDING request hands it to scheduling again (the first submitter may
+    # have died before it could); admission is idempotent.
+    assert _admits(redis_url) == [first.json()["id"]] * 2
+    accepted = [e.text for e in store.events(first.json()["id"])]
+    assert accepted == ["accepted: hello (idempotency key 'order-1234')"]
+
+    found = client.get("/v1/submissions/order-1234", headers=AUTH).json()
+    assert found["state"] == "accepted" and found["received"] == 2
+    assert found["request_id"] == first.json()["id"] and found["request"] == first.json()
+    assert found["refusal"] is None
+
+
+def test_a_refusal_is_recorded_under_its_key_and_does_not_use_it_up(
+    client: TestClient, store: Store
+) -> None:
+    keyed = {**AUTH, "Idempotency-Key": "batch/7"}
+    refused = client.post("/v1/requests", json={"task_yaml": INVALID_YAML}, headers=keyed)
+    assert refused.status_code == 422
+    found = client.get("/v1/submissions/batch%2F7", headers=AUTH).json()
+    assert found["state"] == "refused" and found["request_id"] is None
+    assert found["refusal"] == refused.json()["detail"]  # the API's own answer, kept
+
+    impossible = client.post("/v1/requests", json={"task": IMPOSSIBLE_TASK}, headers=keyed)
+    assert impossible.status_code == 422
+    assert (
+        client.get("/v1/submissions/batch%2F7", headers=AUTH).json()["refusal"]
+        == impossible.json()["detail"]
+    )
+    assert store.list_requests() == []
+
+    fixed = client.post("/v1/requests", json={"task": VALID_TASK}, headers=keyed)
+    assert fixed.status_code == 201
+    found = client.get("/v1/submissions/batch%2F7", headers=AUTH).json()
+    assert (found["state"], found["request_id"], found["refusal"]) == (
+        "accepted",
+        fixed.json()["id"],
+        None,
+    )
+    assert found["received"] == 3
+
+
+def test_a_bad_idempotency_key_or_an_unknown_one(client: TestClient, store: Store) -> None:
+    long_key = {**AUTH, "Idempotency-Key": "k" * 256}
+    response = client.post("/v1/requests", json={"task": VALID_TASK}, headers=long_key)
+    assert response.status_code == 422
+    assert response.json()["detail"]["error"] == "invalid idempotency key"
+    assert "at most 255" in response.json()["detail"]["reasons"][0]
+    assert store.list_requests() == []
+    unknown = client.get("/v1/submissions/never-sent", headers=AUTH)
+    assert unknown.status_code == 404 and "never-sent" in unknown.json()["detail"]
+
+
 def test_openapi_lists_every_route(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     expected = {
@@ -305,6 +390,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/pools": {"get", "post"},
         "/v1/pools/{name}": {"get", "delete"},
         "/v1/requests/{request_id}/why": {"get"},
+        "/v1/submissions/{key}": {"get"},
         "/healthz": {"get"},
         "/v1/node/register": {"post"},
         "/v1/node/heartbeat": {"post"},
@@ -331,6 +417,6 @@ def test_health_and_reads_say_503_when_redis_is_down(client: TestClient, tmp_pat
     assert client.get("/healthz").json() == {"status": "ok", "detail": None}
     with TestClient(create_app(_settings(_dead_redis_url(), tmp_path))) as down:
         health = down.get("/healthz")
-        listing = down.get("/v1/requests")
+        listing = down.get("/v1/requests", headers=AUTH)
     assert health.status_code == 503 and health.json()["status"] == "unavailable"
     assert listing.status_code == 503 and "unreachable" in listing.json()["detail"]

@@ -1,6 +1,8 @@
 """The `corral` runtime commands end to end: the real console script against the real API
 (`corral run api --port 0`, a subprocess) over a real redis-server. No worker runs, so
-requests stay PENDING unless a test cancels them.
+requests stay PENDING unless a test cancels them. The Python client's errors, pools and
+clusters are tried against the same API; the CLI's habits (status --watch, completion of
+request ids, version) too.
 """
 
 from __future__ import annotations
@@ -15,17 +17,32 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+import yaml
 
+from corral.services.client import (
+    ApiUnreachable,
+    Client,
+    Conflict,
+    Impossible,
+    InvalidTask,
+    NoApiAddress,
+    NotFound,
+    Unauthorized,
+    WaitTimeout,
+)
+from corral.services.settings import Settings
 from corral.services.state.store import Store
 
 pytestmark = pytest.mark.integration
 
 CORRAL = str(Path(sys.executable).parent / "corral")
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "cli-test-token-9f2e"
 ID = re.compile(r"^r-[0-9a-f]+$")
 TASK = "name: cli-hello\nresources:\n  cloud: local\n  instance_type: cpu-2\nrun: echo hi\n"
@@ -130,9 +147,24 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
         "error": None,
         "attempts": [],
         "instances": [],
+        "relaunches": 0,
+        "restarts": 0,
+        "runs": [],
+        "cost_usd": 0,
     }
     listing = json.loads(corral(api, "status", "--json").stdout)
     assert request_id in [v["id"] for v in listing]
+
+
+def test_launch_with_an_idempotency_key_launches_once(api: Api, task_file: Path) -> None:
+    first = corral(api, "launch", str(task_file), "--idempotency-key", "cli-once", "--json")
+    again = corral(api, "launch", str(task_file), "--idempotency-key", "cli-once", "--json")
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    assert json.loads(again.stdout) == json.loads(first.stdout)
+    with Client(api.url, TOKEN) as client:
+        found = client.submission("cli-once")
+    assert found is not None and found.received == 2
+    assert found.request_id == json.loads(first.stdout)["id"]
 
 
 def test_a_compute_config_path_is_sent_inline(api: Api, tmp_path: Path) -> None:
@@ -245,3 +277,128 @@ def test_api_down_is_exit_1_in_one_line(task_file: Path, tmp_path: Path) -> None
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "cannot reach the Corral API" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# ---- the Python client against the same API -----------------------------------------------
+
+
+def test_the_clients_errors_are_the_ones_the_cli_maps(api: Api, tmp_path: Path) -> None:
+    with Client(api.url, TOKEN) as client:
+        with pytest.raises(NotFound, match="r-nope"):
+            client.status("r-nope")
+        with pytest.raises(InvalidTask) as invalid:
+            client.launch("resources:\n  cloud: local\n  instanse_type: cpu-2\n")
+        [issue] = invalid.value.issues
+        assert (issue["line"], issue["field"]) == (3, "resources.instanse_type")
+        with pytest.raises(Impossible) as impossible:
+            client.launch({"resources": {"cloud": "local", "accelerators": "H100:64"}})
+        assert impossible.value.reasons
+        pending = client.launch(TASK)  # no worker runs here: it stays PENDING
+        with pytest.raises(WaitTimeout) as late:
+            client.wait(pending.id, timeout_s=0.3)
+        assert (late.value.request.id, late.value.request.state) == (pending.id, "PENDING")
+    with Client(api.url, "wrong-token") as wrong, pytest.raises(Unauthorized):
+        wrong.launch(TASK)
+    with pytest.raises(ApiUnreachable):
+        Client(f"http://127.0.0.1:{_free_port()}").health()
+    with pytest.raises(NoApiAddress):
+        Client.from_settings(Settings(home=tmp_path, api_url=None))
+
+
+def test_pools_and_clusters_through_the_client(api: Api) -> None:
+    spec = yaml.safe_load((REPO / "examples/pools/machine-pool.yaml").read_text())
+    lab = (REPO / "examples/clusters/local-lab.yaml").read_text()
+    with Client(api.url, TOKEN) as client:
+        applied = client.apply_pool("client-pool", "machine_pool", spec, "machine-pool.yaml")
+        assert (applied.name, applied.cloud, applied.replaced) == ("client-pool", "local", False)
+        types = ["reserved-a100", "spot-a100", "ondemand-a100"]
+        assert [t.machine_type for t in applied.machine_types or []] == types
+        assert "client-pool" in [p.name for p in client.pools()]
+        assert client.pool("client-pool").machine_types == applied.machine_types
+        assert client.delete_pool("client-pool").deleted is True
+        with pytest.raises(NotFound):
+            client.pool("client-pool")
+
+        made = client.create_cluster(lab, "local-lab.yaml", cloud="local", name="client-lab")
+        assert (made.name, made.state, made.cloud) == ("client-lab", "active", "local")
+        with pytest.raises(Conflict):
+            client.create_cluster(lab, "local-lab.yaml", cloud="local", name="client-lab")
+        assert "client-lab" in [c.name for c in client.clusters()]
+        view = client.cluster("client-lab")
+        assert view.nodes == [] and view.demand is None
+        demand = client.set_demand("client-lab", "bundles: [{resources: {CPU: 2}, count: 3}]\n")
+        assert demand.demand is not None and demand.demand["bundles"][0]["count"] == 3
+        assert client.delete_cluster("client-lab").state == "down"
+
+
+# ---- CLI habits: status --watch, completion, version ----------------------------------------
+
+
+def test_status_watch_prints_each_change_until_the_request_ended(api: Api, task_file: Path) -> None:
+    request_id = _launch(api, task_file)
+    proc = subprocess.Popen(
+        [CORRAL, "status", request_id, "--watch", "--interval", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_env(CORRAL_HOME=str(api.home), CORRAL_API_URL=api.url, CORRAL_API_TOKEN=TOKEN),
+    )  # fmt: skip
+    assert _read_line(proc, 30).startswith("--- ")  # a snapshot's time
+    assert _read_line(proc, 30).split() == [request_id, "PENDING"]
+    time.sleep(0.6)  # a few refreshes with nothing new: nothing printed
+    assert corral(api, "terminate", request_id).returncode == 0
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert stdout.splitlines()[0].startswith("--- ")
+    assert stdout.splitlines()[1].split() == [request_id, "CANCELLED"]
+    assert "PENDING" not in stdout  # each state printed once
+
+    watched = corral(api, "status", request_id, "--watch", "--json")  # ended: one line, done
+    assert watched.returncode == 0, watched.stderr
+    [line] = watched.stdout.splitlines()
+    assert json.loads(line)["state"] == "CANCELLED"
+
+
+def _complete(api_url: str, home: Path, words: str) -> list[str]:
+    """The candidates bash is given when it asks ``corral`` to complete ``words``."""
+    env = _env(
+        CORRAL_HOME=str(home), CORRAL_API_URL=api_url, CORRAL_API_TOKEN=TOKEN,
+        _CORRAL_COMPLETE="complete_bash", COMP_WORDS=words,
+        COMP_CWORD=str(len(words.split()) - 1),
+    )  # fmt: skip
+    done = subprocess.run([CORRAL], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_request_ids_complete_in_the_shell(api: Api, task_file: Path, tmp_path: Path) -> None:
+    request_id = _launch(api, task_file)
+    for command in ("status", "why"):  # (logs and terminate take the same argument)
+        assert request_id in _complete(api.url, api.home, f"corral {command} r-"), command
+    assert _complete(api.url, api.home, "corral status x-") == []
+    # No API answering: no candidates, and no error either.
+    assert _complete(f"http://127.0.0.1:{_free_port()}", tmp_path, "corral status r-") == []
+
+
+def test_version_names_the_dependencies_and_the_redis_server(api: Api, tmp_path: Path) -> None:
+    done = corral(None, "version", "--json", home=tmp_path, CORRAL_REDIS_URL=api.redis_url)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["corral"] == metadata.version("corral")
+    for name in ("celery", "kombu", "redis", "pydantic", "fastapi", "boto3", "flower"):
+        assert report["dependencies"][name] == metadata.version(name), name
+    assert report["dependencies"]["google-cloud-compute"] == metadata.version(
+        "google-cloud-compute"
+    )
+    server = redis.Redis.from_url(api.redis_url).info("server")["redis_version"]
+    assert report["redis_server"] == {"url": api.redis_url, "version": server, "error": None}
+    text = corral(None, "version", home=tmp_path, CORRAL_REDIS_URL=api.redis_url).stdout
+    assert f"redis-server {server} at {api.redis_url}" in text.splitlines()
+    assert f"celery {metadata.version('celery')}" in " ".join(text.split())
+
+    # The address `corral up` leaves in its home, password masked; nothing answers there.
+    (tmp_path / "redis-url").write_text(f"redis://:hunter2@127.0.0.1:{_free_port()}/0\n")
+    down = corral(None, "version", home=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert "redis-server: no answer at redis://:***@127.0.0.1:" in down.stdout
+    assert "hunter2" not in down.stdout + down.stderr
+    (tmp_path / "redis-url").unlink()
+    assert "redis-server: none configured" in corral(None, "version", home=tmp_path).stdout

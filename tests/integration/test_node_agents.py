@@ -6,124 +6,43 @@ registers, runs the work and reports it through the API."""
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from cloud_vms import (
+    AWS_ENV,
+    Fleet,
+    Metadata,
+    Vm,
+    aws_script,
+    aws_scripts,
+    ec2_state,
+    gcp_env,
+    gcp_script,
+    gcp_scripts,
+    start_with_agents,
+)
 from fakes.aws_faults import FaultyMoto
 from fakes.gcp_compute import FakeCompute
 from harness import CORRAL, System, wait_for
 
 pytestmark = pytest.mark.integration
 
-AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
 AWS_TASK = {"resources": {"cloud": "aws", "instance_type": "m5.large", "region": "us-east-1"}}
 GCP_TASK = {"resources": {"cloud": "gcp", "instance_type": "n2-standard-2"}}
 
 
-class Vm:
-    """A cloud machine played on this one: its boot script run in its own folder."""
-
-    def __init__(self, root: Path, script: str) -> None:
-        self.root = root
-        root.mkdir(parents=True)
-        (root / "boot.sh").write_text(script)
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "CORRAL_NODE_ROOT": str(root)}
-        self.proc = subprocess.Popen(
-            ["bash", str(root / "boot.sh")],
-            env=env,
-            cwd=root,
-            start_new_session=True,
-            stdout=(root / "boot.out").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        self.proc.wait(120)
-        assert self.proc.returncode == 0, (root / "boot.out").read_text()
-
-    @property
-    def token(self) -> str:
-        return (self.root / "node-token").read_text()
-
-    def log(self) -> str:
-        path = self.root / "node.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def power_off(self) -> None:
-        """The machine goes: its agent is told to stop, as a shutdown would."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        wait_for(lambda: not self.alive(), 20, "the played machine's processes to end")
-
-    def alive(self) -> bool:
-        try:
-            os.killpg(self.proc.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
 @pytest.fixture
-def vms(tmp_path: Path) -> Iterator[Callable[[str], Vm]]:
-    started: list[Vm] = []
-
-    def boot(script: str) -> Vm:
-        vm = Vm(tmp_path / f"vm-{len(started)}", script)
-        started.append(vm)
-        return vm
-
-    yield boot
-    for vm in started:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(vm.proc.pid, signal.SIGKILL)
-
-
-def _start(system: System) -> System:
-    system.start_api()
-    system.env["CORRAL_NODE_API_URL"] = system.api_url  # the machines reach the API here
-    system.start_worker("schedule")
-    system.start_worker("provision")
-    system.start_beat()
-    return system
-
-
-def _aws_script(moto: FaultyMoto, request_id: str) -> str:
-    def found() -> list[Any]:
-        return [
-            r
-            for r in moto.requests("RunInstances")
-            if r.fault is None and r.tags().get("corral-request") == request_id
-        ]
-
-    wait_for(lambda: bool(found()), 60, "the launch to reach EC2")
-    return base64.b64decode(found()[-1].params["UserData"]).decode()
-
-
-def _gcp_script(fake: FakeCompute, request_id: str) -> str:
-    def found() -> list[dict[str, Any]]:
-        return [
-            i["body"]
-            for i in fake.inserts
-            if i["body"].get("labels", {}).get("corral-request") == request_id
-        ]
-
-    wait_for(lambda: bool(found()), 60, "the insert to reach the Compute API")
-    items = found()[-1]["metadata"]["items"]
-    return str(next(i["value"] for i in items if i["key"] == "startup-script"))
+def vms(tmp_path: Path) -> Iterator[Callable[..., Vm]]:
+    fleet = Fleet(tmp_path)
+    yield fleet.boot
+    fleet.kill_all()
 
 
 def _no_secrets(script: str, system: System) -> None:
@@ -144,7 +63,7 @@ def aws(make_system: Callable[..., System]) -> Iterator[tuple[System, FaultyMoto
             "CORRAL_AWS_DEFAULT_IMAGE_ID": "ami-12c6146b",
             "CORRAL_NODE_HEARTBEAT_S": "0.5",
         }
-        yield _start(make_system(env=env, ATTEMPT_DEADLINE_S="60")), moto
+        yield start_with_agents(make_system(env=env, ATTEMPT_DEADLINE_S="60")), moto
 
 
 def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
@@ -154,7 +73,7 @@ def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
     rid = system.submit(
         {**AWS_TASK, "name": "hello", "run": "echo hello from the vm rank=$CORRAL_NODE_RANK"}
     )
-    script = _aws_script(moto, rid)
+    script = aws_script(moto, rid)
     _no_secrets(script, system)
     # EC2 says running, but nothing registered yet: the machine is not up.
     time.sleep(2)
@@ -181,7 +100,7 @@ def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
 
     # A failing run ends FAILED with its exit code, its output kept.
     rid = system.submit({**AWS_TASK, "name": "bad", "run": "echo about to fail; exit 7"})
-    vms(_aws_script(moto, rid))
+    vms(aws_script(moto, rid))
     done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
     assert done["state"] == "FAILED" and done["exit_code"] == 7, done
     assert "about to fail" in system.cli("logs", rid).stdout
@@ -193,8 +112,8 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
     system, moto = aws
     svc = system.submit({**AWS_TASK, "name": "svc", "setup": "echo service set up"})
     other = system.submit({**AWS_TASK, "name": "other", "setup": "echo other"})
-    vm = vms(_aws_script(moto, svc))
-    vm_other = vms(_aws_script(moto, other))
+    vm = vms(aws_script(moto, svc))
+    vm_other = vms(aws_script(moto, other))
     system.wait_state(svc, {"RUNNING"}, 60)
     system.wait_state(other, {"RUNNING"}, 60)
     time.sleep(3)  # several heartbeats: still up, still RUNNING
@@ -210,6 +129,9 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
             c.post("/v1/requests", json={"task": {"name": "x", "run": "true"}}).status_code == 401
         )
         assert c.post(f"/v1/requests/{other}/terminate").status_code == 401
+        assert c.get(f"/v1/requests/{other}").status_code == 401  # nor read another's
+        assert c.get("/v1/requests").status_code == 401
+        assert c.get(f"/v1/requests/{other}/logs").status_code == 401
         assert c.post("/v1/pools", json={}).status_code in (401, 422)
         mine = c.post("/v1/node/register", json={}).json()
         assert mine["work"]["envs"]["CORRAL_REQUEST_ID"] == svc
@@ -250,16 +172,9 @@ def test_gcp_a_job_runs_on_its_agent_and_a_failing_one_fails(
     make_system: Callable[..., System], vms: Callable[[str], Vm]
 ) -> None:
     with FakeCompute(project="corral-test") as fake:
-        env = {
-            "CORRAL_CLOUDS": json.dumps(["gcp"]),
-            "CORRAL_GCP_API_ENDPOINT": fake.url,
-            "CORRAL_GCP_PROJECT": "corral-test",
-            "CORRAL_GCP_ANONYMOUS": "true",
-            "CORRAL_NODE_HEARTBEAT_S": "0.5",
-        }
-        system = _start(make_system(env=env, ATTEMPT_DEADLINE_S="60"))
+        system = start_with_agents(make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60"))
         rid = system.submit({**GCP_TASK, "name": "hello", "run": "echo hello from gce"})
-        script = _gcp_script(fake, rid)
+        script = gcp_script(fake, rid)
         _no_secrets(script, system)
         time.sleep(2)
         assert system.request(rid)["state"] == "PROVISIONING"
@@ -269,6 +184,95 @@ def test_gcp_a_job_runs_on_its_agent_and_a_failing_one_fails(
         assert "hello from gce" in system.cli("logs", rid).stdout
 
         rid = system.submit({**GCP_TASK, "name": "bad", "run": "echo failing; exit 3"})
-        vms(_gcp_script(fake, rid))
+        vms(gcp_script(fake, rid))
         done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
         assert done["state"] == "FAILED" and done["exit_code"] == 3, done
+
+        # A service keeps running until terminated; its agent then stops (its token refused).
+        svc = system.submit({**GCP_TASK, "name": "svc", "setup": "echo serving on gce"})
+        vm = vms(gcp_script(fake, svc))
+        system.wait_state(svc, {"RUNNING"}, 60)
+        time.sleep(2)  # several heartbeats
+        assert system.request(svc)["state"] == "RUNNING" and vm.alive()
+        assert system.cli("terminate", svc).returncode == 0
+        system.wait_state(svc, {"TERMINATED"}, 60)
+        wait_for(lambda: not vm.alive(), 30, "the service's agent to stop")
+        assert "serving on gce" in system.cli("logs", svc).stdout
+
+
+def _instances_of(system: System, request_id: str) -> dict[str, str]:
+    """The request's instances: id -> state."""
+    return {i["id"]: i["state"] for i in system.request(request_id)["instances"]}
+
+
+def test_aws_a_silent_agent_is_lost_and_its_request_relaunched_on_a_new_machine(
+    aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
+) -> None:
+    system, moto = aws
+    rid = system.submit({**AWS_TASK, "name": "svc", "setup": "echo first machine"})
+    first = vms(aws_script(moto, rid))
+    [old] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
+    first.crash()  # no last report: its heartbeats just stop
+    tagged = {"corral-request": rid}
+    wait_for(lambda: len(aws_scripts(moto, **tagged)) == 2, 60, "the relaunch to reach EC2")
+    vms(aws_scripts(moto, **tagged)[-1])
+    wait_for(
+        lambda: list(_instances_of(system, rid).values()) == ["LOST", "RUNNING"],
+        60,
+        "the request RUNNING again on a new machine",
+    )
+    done = system.request(rid)
+    assert done["state"] == "RUNNING" and done["relaunches"] == 1
+    assert [r["outcome"] for r in done["runs"]] == ["lost", "running"]
+    assert done["instances"][1]["zone"] != old["zone"]  # the silent zone is remembered
+    wait_for(lambda: ec2_state(moto.url, old["provider_id"]) == "terminated", 30, "the old VM gone")
+
+
+def test_aws_a_spot_interruption_notice_starts_recovery_before_the_machine_goes(
+    aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
+) -> None:
+    system, moto = aws
+    metadata = Metadata()
+    try:
+        spot = {"resources": {**AWS_TASK["resources"], "use_spot": True}}
+        rid = system.submit({**spot, "name": "spot-svc", "setup": "echo on spot"})
+        vm = vms(aws_script(moto, rid), metadata.url)
+        [old] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
+        assert old["market"] == "spot"
+        wait_for(lambda: metadata.calls > 0, 20, "the agent to look at its metadata")
+        metadata.interrupt_spot()
+        tagged = {"corral-request": rid}
+        wait_for(lambda: len(aws_scripts(moto, **tagged)) == 2, 60, "the relaunch to reach EC2")
+        # Recovery started while the machine still runs: the cloud had only warned.
+        with system.client() as c:
+            events = [e["text"] for e in c.get(f"/v1/requests/{rid}/events").json()["events"]]
+        assert any("reclaiming" in e and "spot interruption" in e for e in events), events
+        vms(aws_scripts(moto, **tagged)[-1], metadata.url)
+        wait_for(
+            lambda: list(_instances_of(system, rid).values()) == ["LOST", "RUNNING"],
+            60,
+            "the request RUNNING again",
+        )
+        # Terminated by Corral, the warned machine's agent is refused and stops by itself.
+        wait_for(lambda: not vm.alive(), 30, "the warned machine's agent to stop")
+    finally:
+        metadata.close()
+
+
+def test_gcp_a_preempted_machine_is_relaunched(
+    make_system: Callable[..., System], vms: Callable[..., Vm]
+) -> None:
+    metadata = Metadata()
+    with FakeCompute(project="corral-test") as fake:
+        system = start_with_agents(make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60"))
+        task = {"resources": {**GCP_TASK["resources"], "use_spot": True}}
+        rid = system.submit({**task, "name": "preemptible", "setup": "echo up"})
+        vm = vms(gcp_script(fake, rid), metadata.url)
+        system.wait_state(rid, {"RUNNING"}, 60)
+        metadata.preempted = True
+        tagged = {"corral-request": rid}
+        wait_for(lambda: len(gcp_scripts(fake, **tagged)) == 2, 60, "the relaunch insert")
+        wait_for(lambda: not vm.alive(), 30, "the preempted machine's agent to stop")
+        [lost] = [i for i in system.request(rid)["instances"] if i["state"] == "LOST"]
+        assert lost["market"] == "spot"
+    metadata.close()

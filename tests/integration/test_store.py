@@ -328,3 +328,52 @@ def test_an_expired_claim_frees_the_key_and_the_old_owner_cannot_release_the_new
     assert store.claim("k", "worker-b", 30) is True
     assert store.release("k", "dead-worker") is False
     assert store.claim("k", "worker-c", 30) is False  # b still holds it
+
+
+# ---- submissions under an idempotency key -----------------------------------------------
+
+
+def test_racing_submissions_under_one_key_create_one_request(redis_url: str) -> None:
+    threads_n = 8
+    barrier = threading.Barrier(threads_n)
+    holders: list[str] = []
+
+    def submit(n: int) -> None:
+        own = Store(redis.Redis.from_url(redis_url), PREFIX)
+        barrier.wait()
+        holders.append(own.create_keyed_request(new_request(f"req-{n}"), "order-7"))
+
+    threads = [threading.Thread(target=submit, args=(n,)) for n in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    store = Store(redis.Redis.from_url(redis_url), PREFIX)
+    assert len(holders) == threads_n and len(set(holders)) == 1  # every caller sees one winner
+    assert ids(store.list_requests()) == holders[:1]  # and nothing else was stored
+    found = store.submission("order-7")
+    assert found is not None
+    assert (found.request_id, found.refusal, found.received) == (holders[0], None, threads_n)
+
+
+def test_a_refusal_is_kept_until_a_request_takes_the_key_and_never_after(store: Store) -> None:
+    assert store.submission("k-1") is None
+    refusal = {"error": "impossible", "reasons": ["no cloud sells H100:64"]}
+    assert store.refuse_keyed("k-1", refusal, 100.0) is True
+    found = store.submission("k-1")
+    assert found is not None and not found.accepted
+    assert (found.refusal, found.at, found.received) == (refusal, 100.0, 1)
+
+    assert store.create_keyed_request(new_request("req-1", now=101.0), "k-1") == "req-1"
+    assert store.refuse_keyed("k-1", refusal, 102.0) is False
+    found = store.submission("k-1")
+    assert found is not None and found.accepted
+    assert (found.request_id, found.refusal, found.at, found.received) == ("req-1", None, 101.0, 3)
+
+
+def test_submissions_with_a_decoding_client(redis_url: str) -> None:
+    store = Store(redis.Redis.from_url(redis_url, decode_responses=True), PREFIX)
+    assert store.create_keyed_request(new_request(), "k") == "req-1"
+    assert store.create_keyed_request(new_request("req-2"), "k") == "req-1"
+    found = store.submission("k")
+    assert found is not None and (found.request_id, found.received) == ("req-1", 2)

@@ -43,6 +43,7 @@ LAZY_MODULES = (
     "corral.services.cli.pools_api_cmd",
     "corral.services.cli.runtime_cmd",
     "corral.services.cli.up_cmd",
+    "corral.services.cli.version_cmd",
 )
 LAZY_FORBIDDEN = (
     *STARTUP_FORBIDDEN,
@@ -55,7 +56,7 @@ LAZY_FORBIDDEN = (
     "corral.shared.catalog",
     "corral.shared.pools",
     "corral.services.settings",
-    "corral.services.cli.client",
+    "corral.services.client",
     "corral.services.cli.supervisor",
 )
 
@@ -112,6 +113,7 @@ def test_importing_the_cli_loads_no_heavy_module() -> None:
         (["pools", "apply", "--help"], "Usage: corral pools apply"),
         (["why", "--help"], "Usage: corral why"),
         (["run", "worker", "--help"], "Usage: corral run worker"),
+        (["version", "--help"], "Usage: corral version"),
     ],
 )
 def test_version_and_help_load_no_heavy_module(args: list[str], shown: str, tmp_path: Path) -> None:

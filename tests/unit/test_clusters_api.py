@@ -17,12 +17,13 @@ SEED = REPO / "tests" / "fixtures" / "seeds" / "ray-cluster-node-types.yaml"
 LOCAL = REPO / "tests" / "fixtures" / "localcloud" / "cluster.yaml"
 TOKEN = "t0ken-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NO_AUTH = {"Authorization": ""}  # overrides a client's default header: no token sent
 
 
 @pytest.fixture
 def client(redis_url: str, tmp_path: Path) -> Iterator[TestClient]:
     settings = Settings(redis_url=redis_url, api_token=TOKEN, home=tmp_path, local_cloud_file=LOCAL)
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings), headers=AUTH) as c:
         yield c
 
 
@@ -56,7 +57,7 @@ def test_register_list_show_demand_and_down(client: TestClient) -> None:
 
 def test_writes_need_the_token_and_wrong_input_is_422_with_lines(client: TestClient) -> None:
     body = {"cluster_yaml": SEED.read_text(), "cloud": "local"}
-    assert client.post("/v1/clusters", json=body).status_code == 401
+    assert client.post("/v1/clusters", json=body, headers=NO_AUTH).status_code == 401
     bad = {"cluster_yaml": "cluster_name: x\nprovider: {type: aws}\nmax_workers: -1\n"}
     resp = client.post("/v1/clusters", json={**bad, "file_name": "c.yaml"}, headers=AUTH)
     assert resp.status_code == 422

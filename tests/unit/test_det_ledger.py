@@ -169,6 +169,26 @@ def test_two_small_tasks_share_one_new_agent() -> None:
     assert pools_of(after, added) == ["compute"]  # b fits in the slot a leaves on it
 
 
+def test_a_fair_share_pool_with_no_agent_grows_one_for_its_first_task() -> None:
+    # Fair share over no capacity is a share of 0: the task is "over its share" only because
+    # no agent exists yet, so the pool grows as it would for a full one.
+    fair = dataclasses.replace(POOLS.pool("compute").scheduler, type="fair_share")
+    pools = dataclasses.replace(
+        POOLS,
+        pools=tuple(
+            dataclasses.replace(p, scheduler=fair) if p.pool_name == "compute" else p
+            for p in POOLS.pools
+        ),
+    )
+    ledger = DetLedger(master="m")
+    add_task(ledger, task("t", 1, 1.0), "compute")
+
+    after, plans, added = one_pass(ledger, 10.0, limits(), ids(), pools)
+
+    assert codes(plans) == {"t": "over_fair_share"}
+    assert pools_of(after, added) == ["compute"]
+
+
 def test_grow_counts_launching_agents_as_room_on_its_way() -> None:
     ledger = DetLedger(master="m")
     ledger.agents["c0"] = agent("c0", "compute", 2, status="launching")

@@ -23,12 +23,13 @@ AWS_POOL: dict[str, Any] = yaml.safe_load(
 )
 TOKEN = "pool-t0ken"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NO_AUTH = {"Authorization": ""}  # overrides a client's default header: no token sent
 
 
 @pytest.fixture
 def client(redis_url: str, tmp_path: Path) -> Iterator[TestClient]:
     settings = Settings(redis_url=redis_url, api_token=TOKEN, home=tmp_path, local_cloud_file=LOCAL)
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings), headers=AUTH) as c:
         yield c
 
 
@@ -123,7 +124,7 @@ def test_list_show_delete_and_why(client: TestClient) -> None:
     assert _apply(client, POOL).status_code == 201
     [view] = client.get("/v1/pools").json()["pools"]
     assert view["machine_types"][0]["partitions"] == [{"name": "any", "size": 2, "held": 0}]
-    assert client.delete("/v1/pools/p").status_code == 401
+    assert client.delete("/v1/pools/p", headers=NO_AUTH).status_code == 401
     gone = client.delete("/v1/pools/p", headers=AUTH)
     assert gone.status_code == 200 and gone.json()["deleted"] is True
     missing = client.delete("/v1/pools/p", headers=AUTH)

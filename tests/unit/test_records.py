@@ -161,6 +161,7 @@ def test_request_to_public_shape() -> None:
                 "state": "REQUESTED",
                 "machine_type": None,
                 "exit_code": None,
+                "price_usd_per_hour": None,
                 **WHERE,
             }
         ],
@@ -184,6 +185,7 @@ def test_instance_to_public_keys_in_cli_order() -> None:
         "machine_type",
         "state",
         "exit_code",
+        "price_usd_per_hour",
     ]
     assert (public["id"], public["pid"], public["state"]) == ("inst-1", 4242, "REQUESTED")
 

@@ -95,6 +95,7 @@ class AwsProvider:
         ``launch_resends``: resends of a RunInstances that got no answer (same ClientToken).
         ``nodes``: boot the node agent on every machine (None: a blind boot script)."""
         self.nodes = nodes
+        self.node_work = nodes  # pooled machines take their work through their agents
         self.endpoint_url = endpoint_url
         self.default_image_id = default_image_id
         self.sdk_max_attempts = sdk_max_attempts
@@ -316,6 +317,8 @@ class AwsProvider:
         ids = sorted(set(provider_ids))
         if not ids:
             return
+        if self.nodes is not None:
+            self.nodes.end(ids)
         if zone:
             self._terminate_in_region(self._region_of_zone(zone), ids)
             return

@@ -103,6 +103,7 @@ class GcpProvider:
         """``nodes``: boot the node agent on every machine (None: a blind startup-script)."""
         self.project = project
         self.nodes = nodes
+        self.node_work = nodes  # pooled machines take their work through their agents
         self.api_endpoint = api_endpoint
         self.image = image
         self.operation_timeout_s = operation_timeout_s
@@ -362,6 +363,8 @@ class GcpProvider:
             if not (where or zone):
                 raise InvalidRequestError(f"no zone for instance {pid!r}")
             targets.append((where or str(zone), name))
+        if self.nodes is not None:
+            self.nodes.end(provider_ids)
         self._delete_all(targets)
 
     def _delete_all(self, targets: list[tuple[str, str]]) -> None:

@@ -33,6 +33,8 @@ from corral.services.providers.base import (
     TAG_REQUEST,
     LaunchSpec,
     ProviderInstance,
+    checked_assignment,
+    status_view,
 )
 from corral.services.providers.local import launcher
 from corral.services.providers.local.state import (
@@ -494,22 +496,12 @@ class LocalProvider:
         on the machine (an id that ended there does not run again). The machine runs all its
         assignments at once; assigning an id it has already replaces the stored one. The agent
         picks it up on its next heartbeat; :meth:`assignment_status` tells how it went."""
-        aid = assignment.get("id")
-        if not isinstance(aid, str) or not aid:
-            raise InvalidRequestError("an assignment needs a non-empty string id")
+        body = checked_assignment(assignment)
         rec = self.state.record(provider_id)
         if rec is None or rec.ended:
             raise InvalidRequestError(f"no live instance {provider_id!r} to assign to")
         if rec.run:
             raise InvalidRequestError(f"{provider_id} runs a task of its own; it takes none")
-        envs = assignment.get("envs") or {}
-        if not isinstance(envs, dict):
-            raise InvalidRequestError("an assignment's envs must be a mapping")
-        fields = {k: assignment.get(k) for k in ("setup", "run", "workdir")}
-        for name, value in fields.items():
-            if value is not None and not isinstance(value, str):
-                raise InvalidRequestError(f"an assignment's {name} must be a string or null")
-        body = {"id": aid, **fields, "envs": {str(k): str(v) for k, v in envs.items()}}
         self.state.put_assignment(provider_id, body)
 
     def withdraw(self, provider_id: str, assignment_id: str | None = None) -> None:
@@ -518,19 +510,18 @@ class LocalProvider:
         self.state.drop_assignment(provider_id, assignment_id)
 
     def assignment_status(self, provider_id: str) -> dict[str, Any]:
-        """In one round trip: ``"assigned"``, the ids in the assign hash (sorted);
-        ``"running"``, {id: setup | running | serving} of those the agent runs, and
-        ``"activity"`` (running | serving | idle | exited), both from its last heartbeat
-        ({} and None without one); ``"results"``, {id: {id, exit_code, reason, at}} of those
-        that ended."""
+        """The machine's assignments in one round trip (see :func:`.base.status_view`)."""
         assigned, beat, results = self.state.assignment_view(provider_id)
-        running = beat.get("assignments") if beat else None
-        return {
-            "assigned": assigned,
-            "running": dict(running) if isinstance(running, dict) else {},
-            "activity": beat.get("activity") if beat else None,
-            "results": results,
-        }
+        return status_view(assigned, beat, results)
+
+    def report(self, provider_id: str) -> dict[str, Any] | None:
+        """The agent's last heartbeat, None when it is silent."""
+        return self.state.last_beat(provider_id)
+
+    @property
+    def node_work(self) -> LocalProvider:
+        """Every local machine runs an agent: the provider hands them their work itself."""
+        return self
 
     # --- terminate -------------------------------------------------------------------------
     def terminate(self, provider_ids: list[str], zone: str | None = None) -> None:

@@ -419,6 +419,12 @@ class CloudState:
         pipe.pexpire(key, ENDED_RECORD_TTL_S * 1000)
         pipe.execute()
 
+    def last_beat(self, instance_id: str) -> dict[str, Any] | None:
+        """The agent's last heartbeat, None once it expired (the agent is silent)."""
+        raw = self.r.get(self.keys.heartbeat(instance_id))
+        beat = _json_or_none(str(raw)) if raw else None
+        return beat if isinstance(beat, dict) else None
+
     def assignment_view(
         self, instance_id: str
     ) -> tuple[list[str], dict[str, Any] | None, dict[str, dict[str, Any]]]:

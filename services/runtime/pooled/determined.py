@@ -108,8 +108,8 @@ class DeterminedPools:
 
         return PassResult(after, log)
 
-    def before_rebalance(self, deps: Deps, record: PoolRecord) -> None:
-        return None  # idle agents are reaped by the pass itself
+    def lose_machine(self, ledger: DetLedger, machine_id: str, now: float) -> list[str]:
+        return agent_lost(ledger, machine_id, now)
 
     # ------------------------------------------------------------------------------------------
     # Carrying the ledger out

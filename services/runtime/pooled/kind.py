@@ -63,8 +63,9 @@ class PoolKind(Protocol):
         reading settings)."""
         ...
 
-    def before_rebalance(self, deps: Deps, record: PoolRecord) -> None:
-        """Beat's look at the pool before its rebalancing pass (machines the cloud lost)."""
+    def lose_machine(self, ledger: Any, machine_id: str, now: float) -> list[str]:
+        """The ledger change for a machine the cloud no longer runs (or is reclaiming): it
+        leaves the pool and the work on it waits again. Returns the work ids sent back."""
         ...
 
     # Carrying the ledger out

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from corral.services.providers.base import TAG_POOL
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled import work
@@ -26,7 +25,6 @@ from corral.services.state.pools import PoolRecord
 from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.machine_pool import LaunchTemplate, MachinePool
 from corral.shared.config.task import Task
-from corral.shared.errors import ProviderError
 from corral.shared.lifecycle import RequestState
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import pool_of
@@ -41,6 +39,7 @@ from corral.shared.scheduling.ledger import (
     head_of,
     machine_failed,
     machine_gone,
+    machine_lost,
     machine_up,
     release,
     snapshot_of,
@@ -106,8 +105,8 @@ class MachinePools:
             commit(ledger, plan, types, now, new_id), lambda: _log_plan(deps, plan, now)
         )
 
-    def before_rebalance(self, deps: Deps, record: PoolRecord) -> None:
-        check_machines(deps, record.name, record.cloud)
+    def lose_machine(self, ledger: PoolLedger, machine_id: str, now: float) -> list[str]:
+        return machine_lost(ledger, machine_id, now)
 
     # ------------------------------------------------------------------------------------------
     # Carrying the ledger out
@@ -256,48 +255,6 @@ def _log_plan(deps: Deps, plan: Any, now: float) -> None:
         )
     for step in plan.replacements:
         deps.store.append_event(step.workload_id, f"scheduler: replacement: {step.reason}", now)
-
-
-def check_machines(deps: Deps, name: str, cloud: str) -> list[str]:
-    """Machines the cloud no longer runs leave the pool; the work on them is queued again
-    (at its original place). Returns the machine ids dropped."""
-    try:
-        seen = {p.provider_id: p for p in deps.provider(cloud).describe({TAG_POOL: name})}
-    except ProviderError as exc:
-        log.warning("%s did not answer for pool %s (%s); its machines wait", cloud, name, exc)
-        return []
-    ledger = deps.ledgers.get(name)
-    if ledger is None:
-        return []
-    gone = [
-        m
-        for m in ledger.machines.values()
-        if m.status in ("up", "retiring", "reaping")
-        and m.provider_id
-        and (m.provider_id not in seen or seen[m.provider_id].state in ("terminated", "lost"))
-    ]
-    now = deps.now()
-    for machine in gone:
-
-        def drop(led: PoolLedger, machine: PoolMachine = machine) -> bool:
-            found = led.machines.pop(machine.machine_id, None)
-            if found is None:
-                return False
-            if found.workload_id and found.workload_id in led.workloads and not found.replaces:
-                release(led, found.workload_id, now)
-            return True
-
-        deps.ledgers.update(name, drop)
-        if machine.workload_id:
-            work.end_instances(
-                deps, machine.workload_id, f"pool machine {machine.machine_id} was lost"
-            )
-            deps.store.append_event(
-                machine.workload_id,
-                f"pool machine {machine.machine_id} was lost; requeued at its original place",
-                now,
-            )
-    return [m.machine_id for m in gone]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -8,20 +8,24 @@
 - :func:`sync`: carries the ledger out, idempotently: machines to launch are handed to the
   provisioning worker, reaped machines terminated, the kind's own part done for each request
   and machine (assignments, preemption, finished jobs, replacement).
-- :func:`rebalance_all`: beat's pass over every pool with replacement and idle reaping.
+- :func:`rebalance_all`: beat's pass over every pool with replacement and idle reaping, after
+  :func:`check_machines` dropped the machines the cloud lost or is reclaiming.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
+from corral.services.providers.base import TAG_POOL, ProviderInstance
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.kind import PassResult, PoolKind
 from corral.services.runtime.pooled.kinds import kind_named, kind_of_route
 from corral.services.state.pools import PoolRecord
+from corral.shared.errors import ProviderError
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import PooledRoute, pool_of
 from corral.shared.scheduling.pooled import PooledMachine
@@ -124,10 +128,69 @@ def rebalance_all(deps: Deps) -> dict[str, str]:
     for name in deps.pools.names():
         found = _pool(deps, name)
         if found is not None:
-            record, kind = found
-            kind.before_rebalance(deps, record)
+            check_machines(deps, *found)
             out[name] = run_pass(deps, name, rebalance=True)
     return out
+
+
+def check_machines(deps: Deps, record: PoolRecord, kind: PoolKind) -> list[str]:
+    """Machines the cloud no longer runs, whose agents fell silent, or that the cloud is about
+    to reclaim (their agent relayed the notice) leave the pool and are terminated; the work on
+    them waits again at its original place. Returns the machine ids dropped."""
+    ledger = kind.ledgers(deps).get(record.name)
+    if ledger is None:
+        return []
+    placed = {
+        mid: m
+        for mid, m in kind.machines(ledger).items()
+        if m.provider_id and m.cloud and m.status != "launching"
+    }
+    dropped = []
+    for cloud in sorted({str(m.cloud) for m in placed.values()}):
+        try:
+            found = deps.provider(cloud).describe({TAG_POOL: record.name})
+        except ProviderError as exc:
+            log.warning("%s did not answer for pool %s (%s)", cloud, record.name, exc)
+            continue
+        seen = {p.provider_id: p for p in found}
+        for mid, m in placed.items():
+            if m.cloud == cloud and (why := _gone(seen.get(str(m.provider_id)))):
+                _drop(deps, record, kind, mid, m, why)
+                dropped.append(mid)
+    return dropped
+
+
+def _drop(
+    deps: Deps, record: PoolRecord, kind: PoolKind, mid: str, machine: PooledMachine, why: str
+) -> None:
+    """One machine out of its pool (and terminated); its work queued again."""
+    now = deps.now()
+    sent_back: list[str] = []
+
+    def lose(led: Any) -> bool:
+        sent_back[:] = kind.lose_machine(led, mid, now)
+        return True
+
+    kind.ledgers(deps).update(record.name, lose)
+    log.warning("pool %s: machine %s %s", record.name, mid, why)
+    with contextlib.suppress(ProviderError):  # what remains of it is a stray for reconcile
+        deps.provider(str(machine.cloud)).terminate([str(machine.provider_id)], zone=machine.zone)
+    for wid in sent_back:
+        work.end_instances(deps, wid, f"pool machine {mid} {why}")
+        deps.store.append_event(
+            wid, f"pool machine {mid} {why}; requeued at its original place", now
+        )
+
+
+def _gone(seen: ProviderInstance | None) -> str | None:
+    """Why a pool's machine no longer serves, from what its cloud reports (None: it serves)."""
+    if seen is None or seen.state == "terminated":
+        return "was lost (the cloud no longer runs it)"
+    if seen.state == "lost":
+        return "was lost (its agent fell silent)"
+    if seen.notice:
+        return f"is being reclaimed by the cloud ({seen.notice})"
+    return None
 
 
 def is_queued(deps: Deps, req: LaunchRequest, route: PooledRoute) -> bool:

@@ -1,6 +1,6 @@
 """What machine pools and Determined pools share at run time: work handed to warm machines
-(the local cloud's node agents run assignments), and the request and instance records of work
-that runs on pooled machines.
+(their node agents run assignments, on the local cloud and on AWS and Google Cloud), and the
+request and instance records of work that runs on pooled machines.
 
 A pooled machine outlives the work it runs, so a request's instance records here are
 *assignments*: one per (request, machine, placement), RUNNING while the work runs there and
@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from corral.services.providers.base import NodeWork, node_work_of
 from corral.services.runtime.deps import Deps
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import InstanceState, RequestState
@@ -51,11 +52,11 @@ def as_machine(machine_id: str, pooled: Any) -> Machine | None:
     )
 
 
-def agents(deps: Deps, machine: Machine) -> Any | None:
-    """The machine's provider when its machines run node agents that take assignments (the
-    local cloud), else None: on other clouds a pooled machine is only held for its work."""
-    provider: Any = deps.provider(machine.cloud)
-    return provider if hasattr(provider, "assignment_status") else None
+def agents(deps: Deps, machine: Machine) -> NodeWork | None:
+    """The agents of the machine's cloud, which take assignments (the local cloud's, and AWS
+    and Google Cloud machines booted with the node agent); None for a cloud whose machines run
+    none: a pooled machine there is only held for its work."""
+    return node_work_of(deps.provider(machine.cloud))
 
 
 def status(deps: Deps, machine: Machine) -> dict[str, Any]:
@@ -64,8 +65,7 @@ def status(deps: Deps, machine: Machine) -> dict[str, Any]:
     provider = agents(deps, machine)
     if provider is None:
         return {"assigned": [], "running": {}, "results": {}}
-    found: dict[str, Any] = provider.assignment_status(machine.provider_id)
-    return found
+    return provider.assignment_status(machine.provider_id)
 
 
 def assignment(aid: str, task: Task, envs: Mapping[str, str]) -> dict[str, Any]:

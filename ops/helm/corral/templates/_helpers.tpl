@@ -1,0 +1,148 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "corral.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "corral.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of every object; "component" names the process (api, worker-provision, ...). */}}
+{{- define "corral.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{ include "corral.selectorLabels" . }}
+{{- end -}}
+
+{{- define "corral.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "corral.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "corral.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "corral.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "corral.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The chart's own Secret: the API token, Flower's login, the bundled Redis's password. */}}
+{{- define "corral.secretName" -}}
+{{ include "corral.fullname" . }}-secrets
+{{- end -}}
+
+{{/* A value kept in the chart's Secret: given, else the one already there, else drawn. */}}
+{{- define "corral.secretValue" -}}
+{{- $existing := lookup "v1" "Secret" .root.Release.Namespace (include "corral.secretName" .root) -}}
+{{- if .given -}}
+{{- .given | b64enc -}}
+{{- else if and $existing (hasKey $existing.data .key) -}}
+{{- index $existing.data .key -}}
+{{- else -}}
+{{- randAlphaNum 32 | b64enc -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Redis: host, port, database, TLS, and where its password is (if it has one). */}}
+{{- define "corral.redisHost" -}}
+{{- if .Values.redis.enabled -}}{{ include "corral.fullname" . }}-redis{{- else -}}{{ required "externalRedis.host is required when redis.enabled is false" .Values.externalRedis.host }}{{- end -}}
+{{- end -}}
+
+{{- define "corral.redisPort" -}}
+{{- if .Values.redis.enabled -}}6379{{- else -}}{{ .Values.externalRedis.port }}{{- end -}}
+{{- end -}}
+
+{{- define "corral.redisDb" -}}
+{{- if .Values.redis.enabled -}}0{{- else -}}{{ .Values.externalRedis.db }}{{- end -}}
+{{- end -}}
+
+{{- define "corral.redisTls" -}}
+{{- if and (not .Values.redis.enabled) .Values.externalRedis.tls -}}true{{- else -}}false{{- end -}}
+{{- end -}}
+
+{{- define "corral.redisPasswordSecret" -}}
+{{- if .Values.redis.enabled -}}
+{{- if .Values.redis.auth.enabled -}}{{ include "corral.secretName" . }}{{- end -}}
+{{- else -}}
+{{- .Values.externalRedis.passwordSecret.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "corral.redisPasswordKey" -}}
+{{- if .Values.redis.enabled -}}redis-password{{- else -}}{{ .Values.externalRedis.passwordSecret.key }}{{- end -}}
+{{- end -}}
+
+{{/* The environment of every Corral container. CORRAL_REDIS_URL takes the password from
+     REDIS_PASSWORD by Kubernetes' $(VAR) expansion: it is never written into the pod spec. */}}
+{{- define "corral.env" -}}
+- name: CORRAL_HOME
+  value: /var/lib/corral
+- name: CORRAL_CLOUDS
+  value: {{ .Values.clouds | toJson | quote }}
+- name: CORRAL_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+{{- if .Values.nodeApiUrl }}
+- name: CORRAL_NODE_API_URL
+  value: {{ .Values.nodeApiUrl | quote }}
+{{- end }}
+{{- $scheme := ternary "rediss" "redis" (eq (include "corral.redisTls" .) "true") }}
+{{- $where := printf "%s:%s/%s" (include "corral.redisHost" .) (include "corral.redisPort" .) (include "corral.redisDb" .) }}
+{{- if include "corral.redisPasswordSecret" . }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "corral.redisPasswordSecret" . }}
+      key: {{ include "corral.redisPasswordKey" . }}
+- name: CORRAL_REDIS_URL
+  value: {{ printf "%s://:$(REDIS_PASSWORD)@%s" $scheme $where | quote }}
+{{- else }}
+- name: CORRAL_REDIS_URL
+  value: {{ printf "%s://%s" $scheme $where | quote }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Writable places under a read-only root file system. */}}
+{{- define "corral.volumes" -}}
+- name: home
+  emptyDir: {}
+- name: tmp
+  emptyDir: {}
+{{- end -}}
+
+{{- define "corral.volumeMounts" -}}
+- name: home
+  mountPath: /var/lib/corral
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{/* The pod settings every Corral process shares. */}}
+{{- define "corral.podCommon" -}}
+serviceAccountName: {{ include "corral.serviceAccountName" . }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}

@@ -1,0 +1,361 @@
+"""The client of Corral's HTTP API: one :class:`Client` per API and token.
+
+Where the API is: ``CORRAL_API_URL`` (``settings.api_url``), else the file ``<home>/api-url``
+that ``corral up`` writes. The write token: ``CORRAL_API_TOKEN``, else ``<home>/api-token``.
+Every method returns a typed view (``corral.services.client.views``) or raises one of the
+exceptions of ``corral.services.client.errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from corral.services.client.errors import (
+    ApiError,
+    ApiUnreachable,
+    NoApiAddress,
+    WaitTimeout,
+    api_error,
+)
+from corral.services.client.views import (
+    ENDED_STATES,
+    RUNNING,
+    ClusterDown,
+    ClusterSummary,
+    ClusterView,
+    EventPage,
+    EventView,
+    Health,
+    InstanceRow,
+    PoolDeleted,
+    PoolView,
+    RequestView,
+    SubmissionView,
+    WhyView,
+)
+from corral.services.settings import Settings, get_settings
+
+log = logging.getLogger("corral.client")
+
+URL_FILE = "api-url"
+TOKEN_FILE = "api-token"
+DEFAULT_TIMEOUT_S = 10.0
+WAIT_POLL_S = 0.25  # `wait` reads the events endpoint about 4 times a second
+FOLLOW_INTERVAL_S = 1.0  # `follow_logs` reads the output once a second
+REPLACED = "\n--- the output was replaced; all of it again ---\n"
+
+ViewT = TypeVar("ViewT", bound=BaseModel)
+
+
+def _seg(ident: str) -> str:
+    """An id as one path segment (a stray "/" must not reach another route)."""
+    return quote(ident, safe="")
+
+
+def _read_home_file(path: Path) -> str | None:
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return value or None
+
+
+def api_url(settings: Settings) -> str | None:
+    """The API's base URL, or None when nothing says where it is."""
+    return settings.api_url or _read_home_file(settings.file(URL_FILE))
+
+
+def api_token(settings: Settings) -> str | None:
+    """The write token, or None when none is configured."""
+    if settings.api_token is not None and settings.api_token.get_secret_value():
+        return str(settings.api_token.get_secret_value())
+    return _read_home_file(settings.file(TOKEN_FILE))
+
+
+class Client:
+    """One API, one token. Use it as a context manager, or call :meth:`close`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            self._http = httpx.Client(
+                base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
+            )
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise NoApiAddress(f"not a valid API address {base_url!r}: {exc}") from None
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> Client:
+        """The API and token the settings name (``CORRAL_API_URL``, ``CORRAL_API_TOKEN``, or
+        the files ``corral up`` writes under ``CORRAL_HOME``)."""
+        settings = settings or get_settings()
+        url = api_url(settings)
+        if url is None:
+            raise NoApiAddress("no Corral API address: run `corral up` or set CORRAL_API_URL")
+        return cls(url, api_token(settings), **kwargs)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ---- the wire -----------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.UnsupportedProtocol as exc:
+            raise NoApiAddress(f"not a valid API address {self.base_url!r}: {exc}") from None
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ApiUnreachable(
+                f"cannot reach the Corral API at {self.base_url}: {reason}"
+            ) from None
+        if response.is_error:
+            try:
+                detail = response.json().get("detail", response.text)
+            except (ValueError, AttributeError):
+                detail = response.text.strip() or response.reason_phrase
+            raise api_error(response.status_code, detail)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._call(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            raise ApiError(
+                response.status_code, "the API answered with something not JSON"
+            ) from None
+
+    def _view(self, model: type[ViewT], data: Any) -> ViewT:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise ApiError(200, f"the API's answer is not a {model.__name__}: {exc}") from None
+
+    def _get(self, model: type[ViewT], path: str, **kwargs: Any) -> ViewT:
+        return self._view(model, self._json("GET", path, **kwargs))
+
+    def _list(self, model: type[ViewT], path: str, field: str, **kwargs: Any) -> list[ViewT]:
+        return [self._view(model, item) for item in self._json("GET", path, **kwargs)[field]]
+
+    def _send(
+        self, model: type[ViewT], method: str, path: str, body: Any = None, **kw: Any
+    ) -> ViewT:
+        if body is not None:
+            # YAML may hold values JSON lacks (dates); send them as their text.
+            kw["content"] = json.dumps(body, default=str)
+            kw["headers"] = {"Content-Type": "application/json", **kw.get("headers", {})}
+        return self._view(model, self._json(method, path, **kw))
+
+    # ---- requests -----------------------------------------------------------------------------
+
+    def launch(
+        self,
+        task: Mapping[str, Any] | str | os.PathLike[str],
+        *,
+        idempotency_key: str | None = None,
+    ) -> RequestView:
+        """Submit a task: a mapping (a task file's content), its YAML text, or a task file's
+        path (read and checked here, a ``compute_config`` path sent inline). With an
+        ``idempotency_key`` a request already created under the key is returned and nothing
+        is created. Raises InvalidTask, Impossible, or ConfigError for a file read here."""
+        if isinstance(task, os.PathLike):
+            from corral.services.client.tasks import read_task_file
+
+            read = read_task_file(Path(task))
+            for notice in read.notices:
+                log.info("%s: %s", task, notice)
+            task = read.data
+        body = {"task_yaml": task} if isinstance(task, str) else {"task": dict(task)}
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+        return self._send(RequestView, "POST", "/v1/requests", body, headers=headers)
+
+    def status(self, request_id: str) -> RequestView:
+        """One request with its attempts and instances."""
+        return self._get(RequestView, f"/v1/requests/{_seg(request_id)}")
+
+    def list_requests(self, state: str | None = None, limit: int = 100) -> list[RequestView]:
+        """Requests, newest first, at most ``limit``; only those in ``state`` if given."""
+        params: dict[str, Any] = {"limit": limit, **({"state": state.upper()} if state else {})}
+        return self._list(RequestView, "/v1/requests", "requests", params=params)
+
+    def events(self, request_id: str, after: int = 0) -> EventPage:
+        """The request's progress lines after sequence number ``after``, and its state."""
+        path = f"/v1/requests/{_seg(request_id)}/events"
+        return self._get(EventPage, path, params={"after": after})
+
+    def wait(
+        self,
+        request_id: str,
+        *,
+        timeout_s: float | None = None,
+        on_event: Callable[[EventView], None] | None = None,
+        poll_s: float = WAIT_POLL_S,
+    ) -> RequestView:
+        """Wait until the request is RUNNING or has ended and return it; ``on_event`` is
+        given each progress line once, in order. Raises WaitTimeout after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        after = 0
+        while True:
+            page = self.events(request_id, after=after)
+            for event in page.events:
+                if on_event is not None:
+                    on_event(event)
+                after = max(after, event.seq)
+            if page.state == RUNNING or page.state in ENDED_STATES:
+                return self.status(request_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(self.status(request_id), float(timeout_s or 0))
+            time.sleep(poll_s)
+
+    def logs(self, request_id: str, instance_id: str | None = None) -> str:
+        """The output of the request's instances (or one's), each under a ``==>`` header."""
+        params = {"instance": instance_id} if instance_id else {}
+        return self._call("GET", f"/v1/requests/{_seg(request_id)}/logs", params=params).text
+
+    def follow_logs(
+        self,
+        request_id: str,
+        instance_id: str | None = None,
+        *,
+        interval_s: float = FOLLOW_INTERVAL_S,
+    ) -> Iterator[str]:
+        """The output so far, then each piece added to it, until the request has ended (one
+        last read after that). Output that no longer extends what was given (an instance
+        replaced, the kept tail moved on) comes again whole after a marker line."""
+        shown = self.logs(request_id, instance_id)
+        yield shown
+        ended = False
+        while not ended:
+            time.sleep(interval_s)
+            ended = self.status(request_id).ended
+            now = self.logs(request_id, instance_id)
+            if now.startswith(shown):
+                piece = now[len(shown) :]
+            else:
+                piece = REPLACED + now if now != shown else ""
+            if piece:
+                yield piece
+            shown = now
+
+    def cancel(self, request_id: str) -> RequestView:
+        """Cancel a request (a running one has its instances terminated)."""
+        return self._send(RequestView, "POST", f"/v1/requests/{_seg(request_id)}/cancel")
+
+    def terminate(self, request_id: str, instance_id: str | None = None) -> RequestView:
+        """Cancel a request not running yet, or terminate a running one's instances (or one)."""
+        params = {"instance": instance_id} if instance_id else {}
+        path = f"/v1/requests/{_seg(request_id)}/terminate"
+        return self._send(RequestView, "POST", path, params=params)
+
+    def terminate_instance(self, instance_id: str) -> RequestView:
+        """Terminate one instance; returns its request."""
+        path = f"/v1/instances/{_seg(instance_id)}/terminate"
+        return self._send(RequestView, "POST", path)
+
+    def instances(
+        self, request_id: str | None = None, state: str | None = None
+    ) -> list[InstanceRow]:
+        """Every instance Corral knows (a request's only, or in one state only)."""
+        params = {k: v for k, v in (("request", request_id), ("state", state)) if v}
+        if "state" in params:
+            params["state"] = params["state"].upper()
+        return self._list(InstanceRow, "/v1/instances", "instances", params=params)
+
+    def submission(self, idempotency_key: str) -> SubmissionView | None:
+        """What the task submitted under ``idempotency_key`` became (by ``launch`` or onto
+        the queue); None while nothing is recorded under it."""
+        try:
+            return self._get(SubmissionView, f"/v1/submissions/{_seg(idempotency_key)}")
+        except ApiError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+
+    def health(self) -> Health:
+        return self._get(Health, "/healthz")
+
+    # ---- pools --------------------------------------------------------------------------------
+
+    def apply_pool(
+        self,
+        name: str,
+        kind: str,
+        spec: Mapping[str, Any],
+        file_name: str = "pool.yaml",
+        cloud: str | None = None,
+    ) -> PoolView:
+        """Register (or replace) a machine pool file or a master config (``kind``
+        ``machine_pool`` or ``master_config``; ``spec`` the file's content as a mapping)."""
+        body = {"name": name, "kind": kind, "file_name": file_name, "spec": spec, "cloud": cloud}
+        return self._send(PoolView, "POST", "/v1/pools", body)
+
+    def pools(self) -> list[PoolView]:
+        return self._list(PoolView, "/v1/pools", "pools")
+
+    def pool(self, name: str) -> PoolView:
+        return self._get(PoolView, f"/v1/pools/{_seg(name)}")
+
+    def delete_pool(self, name: str) -> PoolDeleted:
+        """Unregister a pool; its machines are terminated (Conflict while workloads use it)."""
+        return self._send(PoolDeleted, "DELETE", f"/v1/pools/{_seg(name)}")
+
+    def why(self, request_id: str) -> WhyView:
+        """Where a request runs, or why it waits."""
+        return self._get(WhyView, f"/v1/requests/{_seg(request_id)}/why")
+
+    # ---- clusters -----------------------------------------------------------------------------
+
+    def create_cluster(
+        self,
+        cluster_yaml: str,
+        file_name: str = "cluster.yaml",
+        cloud: str | None = None,
+        name: str | None = None,
+    ) -> ClusterSummary:
+        """Register a Ray cluster file (its text); the autoscaler starts its head and
+        min_workers. ``cloud="local"`` plays an AWS or GCP file on the local cloud."""
+        body = {"cluster_yaml": cluster_yaml, "file_name": file_name, "cloud": cloud, "name": name}
+        return self._send(ClusterSummary, "POST", "/v1/clusters", body)
+
+    def clusters(self) -> list[ClusterSummary]:
+        return self._list(ClusterSummary, "/v1/clusters", "clusters")
+
+    def cluster(self, name: str) -> ClusterView:
+        """One cluster: its nodes, standing demand and last decisions."""
+        return self._get(ClusterView, f"/v1/clusters/{_seg(name)}")
+
+    def set_demand(
+        self, name: str, demand_yaml: str, file_name: str = "demand.yaml"
+    ) -> ClusterSummary:
+        """Replace the cluster's standing demand with a DEMAND file's text (empty: clear)."""
+        body = {"demand_yaml": demand_yaml, "file_name": file_name}
+        return self._send(ClusterSummary, "PUT", f"/v1/clusters/{_seg(name)}/demand", body)
+
+    def delete_cluster(self, name: str) -> ClusterDown:
+        """Take the cluster down: its nodes are terminated, then it is forgotten."""
+        return self._send(ClusterDown, "DELETE", f"/v1/clusters/{_seg(name)}")

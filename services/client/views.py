@@ -1,0 +1,233 @@
+"""What the API answers, as typed models.
+
+They read the API's documents and keep what they do not know: every model allows fields it
+does not declare (``model_extra``), so a newer API adding a field breaks no older client, and
+``model_dump()`` gives back the whole document. States are strings (``ENDED_STATES`` lists the
+final ones) for the same reason: a state added later is still a state. The API's own models
+are ``corral.services.api.schemas``; a unit test checks that every field they declare is
+declared here too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A request in one of these states will not change again; RUNNING or one of these is what
+# `wait` waits for.
+ENDED_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED"})
+RUNNING = "RUNNING"
+
+
+class View(BaseModel):
+    """A document of the API: unknown fields are kept, not dropped."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def document(self) -> dict[str, Any]:
+        """The document as the API sent it (JSON types; fields it left out stay out)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+# ---- requests -------------------------------------------------------------------------------
+
+
+class AttemptView(View):
+    """One launch tried: a type and market in one zone, and how it ended (None: running)."""
+
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    outcome: str | None = None
+    error: str | None = None
+
+
+class InstanceView(View):
+    """One machine of a request."""
+
+    id: str
+    provider_id: str | None = None
+    pid: int | None = None
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    machine_type: str | None = None
+    state: str
+    exit_code: int | None = None
+    price_usd_per_hour: float | None = None  # its machine's price as planned, when known
+
+
+class InstanceRow(InstanceView):
+    """An instance in a listing across requests, so it names its request."""
+
+    request_id: str
+
+
+class RunView(View):
+    """One launch of a request's machines that came up: the first, a relaunch after a lost
+    machine, a restart of a failed job."""
+
+    attempt_id: str
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    nodes: int
+    started_at: float
+    ended_at: float | None = None
+    outcome: str  # booting, running, exited N, lost or terminated
+    cost_usd: float | None = None
+
+
+class RequestView(View):
+    """A launch request with its attempts (oldest first) and its instances. One request's
+    view (``status``) also has its runs and their summed cost, where the API keeps them."""
+
+    id: str
+    name: str | None = None
+    state: str
+    exit_code: int | None = None
+    error: str | None = None
+    attempts: list[AttemptView] = Field(default_factory=list)
+    instances: list[InstanceView] = Field(default_factory=list)
+    relaunches: int | None = None
+    restarts: int | None = None
+    runs: list[RunView] | None = None
+    cost_usd: float | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the request is in a final state."""
+        return self.state in ENDED_STATES
+
+
+class EventView(View):
+    seq: int  # 1, 2, 3, ... within the request
+    at: float  # seconds since the epoch
+    text: str
+
+
+class EventPage(View):
+    """Progress lines after a cursor, and the request's state now."""
+
+    request_id: str
+    state: str
+    events: list[EventView] = Field(default_factory=list)
+
+
+class SubmissionView(View):
+    """What a task submitted under an idempotency key became: ``accepted`` (``request`` is
+    the request now) or ``refused`` (``refusal`` as the API's 422 detail)."""
+
+    idempotency_key: str
+    state: str
+    request_id: str | None = None
+    request: RequestView | None = None
+    refusal: dict[str, Any] | None = None
+    at: float
+    received: int = 1
+
+
+class Health(View):
+    status: str
+    detail: str | None = None
+
+
+# ---- pools ----------------------------------------------------------------------------------
+
+
+class PartitionView(View):
+    name: str
+    size: int
+    held: int
+
+
+class MachineTypeView(View):
+    machine_type: str
+    market: str
+    partitions: list[PartitionView] = Field(default_factory=list)
+
+
+class PoolView(View):
+    """A registered pool: its file, cloud, machines and workloads (machine pools: its types;
+    master configs: their pools' names). ``replaced`` is set by ``apply_pool`` only."""
+
+    name: str
+    kind: str
+    file: str
+    cloud: str
+    applied_at: float
+    machines: list[dict[str, Any]] = Field(default_factory=list)
+    workloads: list[dict[str, Any]] = Field(default_factory=list)
+    machine_types: list[MachineTypeView] | None = None
+    resource_pools: list[str] | None = None
+    replaced: bool | None = None
+
+
+class PoolDeleted(View):
+    name: str
+    deleted: bool
+    machines_terminated: list[str] = Field(default_factory=list)
+
+
+class WhyView(View):
+    """Where a request runs, or why it waits, in the scheduler's words."""
+
+    id: str
+    state: str
+    pool: str | None = None
+    code: str
+    reason: str
+
+
+# ---- clusters -------------------------------------------------------------------------------
+
+
+class ClusterSummary(View):
+    """A cluster in one row (``cluster list``); ``nodes`` counts the live ones."""
+
+    name: str
+    state: str
+    cloud: str | None = None
+    file: str | None = None
+    nodes: int
+    by_type: dict[str, int] = Field(default_factory=dict)
+    demand: dict[str, Any] | None = None
+    created_at: float
+
+
+class ClusterDown(ClusterSummary):
+    """A cluster being taken down: the requests of the nodes being terminated."""
+
+    terminating: list[str] = Field(default_factory=list)
+
+
+class ClusterNodeView(View):
+    id: str
+    node_type: str
+    kind: str | None = None
+    state: str
+    idle_s: float = 0.0
+    used: dict[str, float] = Field(default_factory=dict)
+
+
+class ClusterView(View):
+    """One cluster (``cluster status``): its nodes now, standing demand, last decisions."""
+
+    name: str
+    state: str
+    cloud: str | None = None
+    file: str | None = None
+    nodes: list[ClusterNodeView] = Field(default_factory=list)
+    by_type: dict[str, int] = Field(default_factory=dict)
+    demand: dict[str, Any] | None = None
+    created_at: float
+    cooldowns: dict[str, float] = Field(default_factory=dict)
+    last_decision: dict[str, Any] | None = None
+    decisions: list[dict[str, Any]] = Field(default_factory=list)

@@ -1,0 +1,278 @@
+"""Cloud machines played on this one, for the node-agent tests.
+
+Corral launches on moto's EC2 or the Compute API fake; a test takes the boot script the cloud
+received (RunInstances UserData, the startup-script metadata) and runs it in a folder of its
+own as the VM would, with nothing but the system's Python on PATH. The agent installs itself
+from the API's wheel, registers and reports through the API with its node token.
+
+- :class:`Vm`: one played machine; :func:`aws_script` / :func:`gcp_script`: the boot script a
+  request's launch sent.
+- :class:`Player`: boots every machine a cloud is asked for, as it is asked (pools launch
+  machines the test never names), optionally with a metadata service of the test's own.
+- :class:`Metadata`: the instance metadata service a played machine reads its cloud's
+  warnings from (EC2's IMDSv2 ``spot/instance-action``, Compute Engine's ``preempted``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from fakes.aws_faults import FaultyMoto
+from fakes.gcp_compute import FakeCompute
+from harness import System, wait_for
+
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def gcp_env(fake: FakeCompute) -> dict[str, str]:
+    """The settings that point Corral at the Compute API fake, node agents on."""
+    return {
+        "CORRAL_CLOUDS": json.dumps(["gcp"]),
+        "CORRAL_GCP_API_ENDPOINT": fake.url,
+        "CORRAL_GCP_PROJECT": fake.project,
+        "CORRAL_GCP_ANONYMOUS": "true",
+        "CORRAL_NODE_HEARTBEAT_S": "0.5",
+    }
+
+
+def ec2_state(endpoint_url: str, provider_id: str) -> str:
+    """An EC2 machine's state as moto tells it."""
+    import boto3
+
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url=endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    found = ec2.describe_instances(InstanceIds=[provider_id])["Reservations"]
+    return str(found[0]["Instances"][0]["State"]["Name"])
+
+
+class Vm:
+    """A cloud machine played on this one: its boot script run in its own folder."""
+
+    def __init__(self, root: Path, script: str, metadata_url: str = "off") -> None:
+        self.root = root
+        root.mkdir(parents=True)
+        (root / "boot.sh").write_text(script)
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(root),
+            "CORRAL_NODE_ROOT": str(root),
+            "CORRAL_NODE_METADATA_URL": metadata_url,
+        }
+        self.proc = subprocess.Popen(
+            ["bash", str(root / "boot.sh")],
+            env=env,
+            cwd=root,
+            start_new_session=True,
+            stdout=(root / "boot.out").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        self.proc.wait(120)
+        assert self.proc.returncode == 0, (root / "boot.out").read_text()
+
+    @property
+    def token(self) -> str:
+        return (self.root / "node-token").read_text()
+
+    @property
+    def node(self) -> str:
+        """``cloud/attempt/rank``: the node its token names."""
+        _, cloud, attempt, rank, _ = self.token.split(".")
+        return f"{cloud}/{attempt}/{rank}"
+
+    def log(self) -> str:
+        path = self.root / "node.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def power_off(self) -> None:
+        """The machine goes: its agent is told to stop, as a shutdown would."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        wait_for(lambda: not self.alive(), 20, "the played machine's processes to end")
+
+    def crash(self) -> None:
+        """The machine dies at once: no last report, no log shipped."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        wait_for(lambda: not self.alive(), 20, "the played machine's processes to die")
+
+    def alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+class Fleet:
+    """Every machine a test played; all of them killed at its end."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.vms: list[Vm] = []
+
+    def boot(self, script: str, metadata_url: str = "off") -> Vm:
+        vm = Vm(self.root / f"vm-{len(self.vms)}", script, metadata_url)
+        self.vms.append(vm)
+        return vm
+
+    def kill_all(self) -> None:
+        for vm in self.vms:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(vm.proc.pid, signal.SIGKILL)
+
+
+def aws_scripts(moto: FaultyMoto, **tags: str) -> list[str]:
+    """The UserData of every RunInstances EC2 took whose instance tags include ``tags``, in
+    the order sent (a resend with the same ClientToken counts once)."""
+    seen: dict[str, str] = {}
+    for r in moto.requests("RunInstances"):
+        if r.fault is not None or "UserData" not in r.params:
+            continue
+        found = r.tags()
+        if all(found.get(k) == v for k, v in tags.items()):
+            key = r.params.get("ClientToken") or str(len(seen))
+            seen.setdefault(key, base64.b64decode(r.params["UserData"]).decode())
+    return list(seen.values())
+
+
+def aws_script(moto: FaultyMoto, request_id: str) -> str:
+    """The boot script of the request's last launch on EC2 (waiting for it)."""
+    wait_for(lambda: bool(aws_scripts(moto, **{"corral-request": request_id})), 60,
+             "the launch to reach EC2")  # fmt: skip
+    return aws_scripts(moto, **{"corral-request": request_id})[-1]
+
+
+def gcp_scripts(fake: FakeCompute, **labels: str) -> list[str]:
+    out = []
+    for insert in list(fake.inserts):
+        body = insert["body"]
+        if all(body.get("labels", {}).get(k) == v for k, v in labels.items()):
+            items = body.get("metadata", {}).get("items", [])
+            script = next((i["value"] for i in items if i["key"] == "startup-script"), None)
+            if script is not None and script not in out:
+                out.append(str(script))
+    return out
+
+
+def gcp_script(fake: FakeCompute, request_id: str) -> str:
+    wait_for(lambda: bool(gcp_scripts(fake, **{"corral-request": request_id})), 60,
+             "the insert to reach the Compute API")  # fmt: skip
+    return gcp_scripts(fake, **{"corral-request": request_id})[-1]
+
+
+class Player:
+    """Boots every machine EC2 is asked for, as it is asked (a pool launches machines the test
+    never names): a thread looks at the recorded RunInstances ten times a second."""
+
+    def __init__(self, moto: FaultyMoto, fleet: Fleet, metadata_url: str = "off") -> None:
+        self.moto = moto
+        self.fleet = fleet
+        self.metadata_url = metadata_url
+        self.played: dict[str, Vm] = {}  # boot script -> its machine
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vm-player", daemon=True)
+
+    def __enter__(self) -> Player:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            for script in aws_scripts(self.moto, **{"corral-managed": "true"}):
+                if script not in self.played:
+                    self.played[script] = self.fleet.boot(script, self.metadata_url)
+
+    def vm_of(self, node_prefix: str) -> list[Vm]:
+        """The played machines whose node (``cloud/attempt/rank``) starts with the prefix."""
+        return [vm for vm in list(self.played.values()) if vm.node.startswith(node_prefix)]
+
+
+class Metadata:
+    """An instance metadata service for played machines: EC2's IMDSv2 (a PUT for a session
+    token, then ``/latest/meta-data/spot/instance-action``, 404 until a notice is posted) and
+    Compute Engine's ``/computeMetadata/v1/instance/preempted`` (``FALSE`` until preempted)."""
+
+    def __init__(self) -> None:
+        self.spot_action: dict[str, Any] | None = None
+        self.preempted = False
+        self.calls = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes = b"") -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_PUT(self) -> None:
+                if self.path == "/latest/api/token":
+                    self._send(200, b"imds-session-token")
+                else:
+                    self._send(404)
+
+            def do_GET(self) -> None:
+                outer.calls += 1
+                if self.path == "/latest/meta-data/spot/instance-action":
+                    if self.headers.get("X-aws-ec2-metadata-token") != "imds-session-token":
+                        self._send(401)
+                    elif outer.spot_action is None:
+                        self._send(404)
+                    else:
+                        self._send(200, json.dumps(outer.spot_action).encode())
+                elif self.path == "/computeMetadata/v1/instance/preempted":
+                    if self.headers.get("Metadata-Flavor") != "Google":
+                        self._send(403)
+                    else:
+                        self._send(200, b"TRUE" if outer.preempted else b"FALSE")
+                else:
+                    self._send(404)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def interrupt_spot(self) -> None:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
+        self.spot_action = {"action": "terminate", "time": when}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_with_agents(system: System) -> System:
+    """API, workers and beat, with cloud machines booting the node agent against this API."""
+    system.start_api()
+    system.env["CORRAL_NODE_API_URL"] = system.api_url  # the machines reach the API here
+    system.start_worker("schedule")
+    system.start_worker("provision")
+    system.start_beat()
+    return system

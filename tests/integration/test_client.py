@@ -1,0 +1,176 @@
+"""Corral used from programs, against one real installation (tests/harness.py: the API, a
+scheduling and a provisioning worker and beat as processes, over the test's own
+redis-server, launching onto the local cloud):
+
+- another Celery application, a Celery() of its own in this process that loads no Corral
+  code, sends ``corral.schedule.submit`` onto the ``schedule`` queue; the request runs, and
+  the outcome (or the refusal) is read through the API under the idempotency key;
+- the typed client launches, waits, follows logs and terminates.
+
+The installation is started once for the module (its start is most of the cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from corral.services.client import (
+    Client,
+    Impossible,
+    InstanceRow,
+    InvalidTask,
+    RequestView,
+    SubmissionView,
+)
+
+from harness import System, kill_agents, wait_for
+
+pytestmark = pytest.mark.integration
+
+LOCAL_CLOUD = Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "runtime.yaml"
+SERVICE = {"name": "queued-svc", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+INVALID_YAML = "name: typo\nresources:\n  cloud: local\n  instanse_type: cpu-2\n"
+IMPOSSIBLE = {"resources": {"cloud": "local", "accelerators": "H100:64"}, "run": "true"}
+
+
+@pytest.fixture(scope="module")
+def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    redis_server.flush()
+    home = tmp_path_factory.mktemp("client-home")
+    system = System(home, redis_server.url, LOCAL_CLOUD)
+    try:
+        system.start_api()
+        system.start_worker("schedule")
+        system.start_worker("provision")
+        system.start_beat()
+        yield system
+    finally:
+        system.stop()
+        kill_agents(system)
+
+
+@pytest.fixture
+def client(system: System) -> Iterator[Client]:
+    with Client(system.api_url, system.token, timeout_s=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def producer(system: System) -> Iterator[Celery]:
+    """Another application's Celery: its own app, its own name, only the broker's address
+    in common with Corral (and the task's name and queue, as documented)."""
+    app = Celery("orders-service", broker=system.env["CORRAL_REDIS_URL"], set_as_current=False)
+    yield app
+    app.close()
+
+
+def _send(producer: Celery, task: Any, key: str) -> None:
+    producer.send_task("corral.schedule.submit", args=[task, key], queue="schedule")
+
+
+def _outcome(client: Client, key: str, received: int = 1) -> SubmissionView:
+    """The submission under ``key`` once the scheduling worker has taken ``received`` of
+    its messages."""
+    seen: list[SubmissionView] = []
+
+    def taken() -> bool:
+        found = client.submission(key)
+        seen[:] = [found] if found is not None else []
+        return found is not None and found.received >= received
+
+    wait_for(taken, 30, f"{received} submission(s) under {key!r} to be taken")
+    return seen[0]
+
+
+def test_a_task_sent_from_another_celery_app_runs_and_a_duplicate_creates_nothing(
+    client: Client, producer: Celery
+) -> None:
+    _send(producer, SERVICE, "order-1")
+    accepted = _outcome(client, "order-1")
+    assert accepted.state == "accepted" and accepted.refusal is None
+    assert accepted.request_id is not None
+    running = client.wait(accepted.request_id, timeout_s=60)
+    assert running.state == "RUNNING" and running.name == "queued-svc"
+    assert [i.state for i in running.instances] == ["RUNNING"]
+
+    # The same message again, and another document under the same key: nothing is created.
+    _send(producer, SERVICE, "order-1")
+    _send(producer, {**SERVICE, "name": "other"}, "order-1")
+    again = _outcome(client, "order-1", received=3)
+    assert again.request_id == accepted.request_id
+    mine = [r for r in client.list_requests() if r.name in ("queued-svc", "other")]
+    assert [r.id for r in mine] == [accepted.request_id]
+    texts = [e.text for e in client.events(accepted.request_id).events]
+    assert sum(t.startswith("accepted:") for t in texts) == 1
+    assert client.status(accepted.request_id).state == "RUNNING"
+
+    client.terminate(accepted.request_id)
+    wait_for(lambda: client.status(accepted.request_id).ended, 30, "the service to end")
+
+
+def test_a_refused_document_on_the_queue_reads_as_the_api_refuses_it(
+    client: Client, producer: Celery
+) -> None:
+    _send(producer, INVALID_YAML, "order-2")  # YAML text: its lines are known
+    _send(producer, IMPOSSIBLE, "order-3")
+    _send(producer, ["not", "a", "task"], "order-4")
+    invalid, impossible, shapeless = (_outcome(client, f"order-{n}") for n in (2, 3, 4))
+    with pytest.raises(InvalidTask) as by_api:
+        client.launch(INVALID_YAML)
+    assert invalid.state == "refused" and invalid.request_id is None
+    assert invalid.refusal == by_api.value.detail  # the same check, the same words
+    [issue] = by_api.value.issues
+    assert (issue["line"], issue["field"]) == (4, "resources.instanse_type")
+    with pytest.raises(Impossible) as impossible_by_api:
+        client.launch(IMPOSSIBLE)
+    assert impossible.refusal == impossible_by_api.value.detail
+    assert shapeless.refusal is not None and shapeless.refusal["error"] == "invalid task"
+
+    # The document fixed and sent again under the same key is accepted.
+    _send(producer, INVALID_YAML.replace("instanse_type", "instance_type"), "order-2")
+    fixed = _outcome(client, "order-2", received=2)
+    assert fixed.state == "accepted" and fixed.request is not None
+    assert fixed.request.name == "typo"
+    client.terminate(str(fixed.request_id))
+
+
+def test_the_client_launches_waits_follows_logs_and_terminates(
+    client: Client, tmp_path: Path
+) -> None:
+    job = client.launch(
+        {
+            "name": "counted",
+            "resources": {"cloud": "local", "instance_type": "cpu-2"},
+            "run": "echo line-1; sleep 3; echo line-2",
+        }
+    )
+    assert isinstance(job, RequestView) and job.state == "PENDING"
+    progress: list[str] = []
+    ran = client.wait(job.id, timeout_s=60, on_event=lambda e: progress.append(e.text))
+    assert ran.state in ("RUNNING", "SUCCEEDED")
+    assert progress[0] == "accepted: counted"
+    pieces = list(client.follow_logs(job.id, interval_s=0.3))
+    text = "".join(pieces)
+    assert text.index("line-1") < text.index("line-2")
+    if ran.state == "RUNNING":  # followed while it ran: the output came in parts
+        assert len([p for p in pieces if p]) >= 2, pieces
+    done = client.status(job.id)
+    assert (done.state, done.exit_code) == ("SUCCEEDED", 0)
+
+    task_file = tmp_path / "svc.yaml"
+    task_file.write_text("name: from-file\nresources:\n  cloud: local\n  cpus: 2\n")
+    service = client.launch(task_file, idempotency_key="svc-from-file")
+    assert client.launch(task_file, idempotency_key="svc-from-file").id == service.id
+    running = client.wait(service.id, timeout_s=60)
+    assert running.state == "RUNNING"
+    [row] = client.instances(request_id=service.id)
+    assert isinstance(row, InstanceRow) and row.request_id == service.id
+    assert row.id == running.instances[0].id and row.state == "RUNNING"
+    stopping = client.terminate(service.id)
+    assert stopping.id == service.id
+    wait_for(lambda: client.status(service.id).state == "TERMINATED", 30, "the service to end")
