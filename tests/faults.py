@@ -5,6 +5,7 @@ launches (lost, failed, launched twice, leaked, settle time)."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -94,6 +95,25 @@ def submit(url: str, headers: dict[str, str], task: dict[str, Any]) -> tuple[str
     if resp.status_code != 201:
         return None, f"HTTP {resp.status_code}: {resp.text[:200]}"
     return str(resp.json()["id"]), ""
+
+
+def submit_patiently(url: str, headers: dict[str, str], name: str) -> str | None:
+    """Submit with one idempotency key until the API takes it (it may be down or restarting);
+    None if it never did within two minutes."""
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            resp = httpx.post(
+                f"{url}/v1/requests",
+                json={"task": {**SERVICE, "name": name}},
+                headers={**headers, **key},
+                timeout=60,
+            )
+            if resp.status_code == 201:
+                return str(resp.json()["id"])
+        time.sleep(0.5)
+    return None
 
 
 def submit_many(

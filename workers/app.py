@@ -59,7 +59,8 @@ def make_app(settings: Settings) -> Celery:
         worker_consumer=CONSUMER,
         beat_scheduler=BEAT_SCHEDULER,
         # Beat's Redis client is Corral's own (BeatScheduler sets it): retries, Sentinel.
-        redbeat_redis_url=settings.redis_url,
+        # (redbeat only prints this one, and its URL parser takes no `;` list of sentinels)
+        redbeat_redis_url=(settings.redis_url or "").split(";")[0],
         redbeat_redis_options={},
         redbeat_key_prefix=f"{settings.prefix}:redbeat:",
         redbeat_lock_timeout=int(timers.beat_lock_timeout_s),

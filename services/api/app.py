@@ -83,8 +83,15 @@ def _warm_up(deps: Deps) -> None:
         logging.getLogger("corral.api").exception("warm-up failed")
 
 
-async def _store_unreachable(_request: Request, exc: Exception) -> JSONResponse:
-    # The message names the kind of failure only: a Redis URL may carry a password.
+async def _store_unreachable(request: Request, exc: Exception) -> JSONResponse:
+    # The answer names the kind of failure only: a Redis URL may carry a password. The log
+    # keeps the whole story (redis-py's and kombu's messages name host and port, never it).
+    logging.getLogger("corral.api").warning(
+        "%s %s: Redis unreachable after the retries",
+        request.method,
+        request.url.path,
+        exc_info=exc,
+    )
     return JSONResponse(
         status_code=503,
         content={"detail": f"the store (Redis) is unreachable: {type(exc).__name__}"},

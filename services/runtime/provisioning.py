@@ -191,7 +191,8 @@ def _failed(
 ) -> str:
     finish_attempt(deps, req.id, attempt_id, exc.outcome, str(exc))
     deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
-    started = next((a.started_at for a in req.attempts if a.attempt_id == attempt_id), None)
+    attempts = (deps.store.get_request(req.id) or req).attempts  # as recorded since req was read
+    started = next((a.started_at for a in attempts if a.attempt_id == attempt_id), None)
     remember(deps, cand, exc, started_at=started)
     return after_failure(deps, req, step, exc.scope)
 

@@ -416,10 +416,34 @@ def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
             continue
         counts["rechecked"] += 1
         exited = all(m.state == InstanceState.TERMINATED for m in current)
-        if req.task.get("run") and exited:
+        if all(_terminated_on_purpose(m) for m in current):
+            # A terminate (the user's) ended the machines and has not ended the request yet:
+            # relaunching would start a machine nobody wants.
+            _end_terminated(deps, req.id, now)
+        elif req.task.get("run") and exited:
             _finish_job(deps, req, last.attempt_id)
         else:
             relaunch(deps, req.id, "its machines ended while it was running")
+
+
+def _terminated_on_purpose(inst: Instance) -> bool:
+    """Ended by the control plane's terminate (it went TERMINATING), not by its job's exit."""
+    stopped = any(t.to_state == InstanceState.TERMINATING for t in inst.history)
+    return inst.state == InstanceState.TERMINATED and inst.exit_code is None and stopped
+
+
+def _end_terminated(deps: Deps, request_id: str, now: float) -> None:
+    why = "its machines were terminated"
+
+    def end(r: LaunchRequest) -> bool:
+        if r.state != RequestState.RUNNING:
+            return False
+        r.move(RequestState.TERMINATED, now, why)
+        return True
+
+    updated = deps.store.update_request(request_id, end)
+    if updated is not None and updated.state == RequestState.TERMINATED:
+        deps.store.append_event(request_id, f"state: TERMINATED ({why})", now)
 
 
 def handle_events(deps: Deps, events: list[dict[str, Any]]) -> None:

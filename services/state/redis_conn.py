@@ -18,6 +18,7 @@ idempotent by id), so one policy here covers every caller, the API, the workers 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,7 +116,14 @@ def _db(path: str, query: dict[str, list[str]]) -> int:
 
 class PatientRetry(Retry):
     """redis-py's retry, bounded by time rather than by a count: connection errors and
-    time-outs are retried with jittered exponential backoff until ``patience_s`` passed."""
+    time-outs are retried with jittered exponential backoff until ``patience_s`` passed.
+
+    redis-py nests retries (a command's retry reconnects, and connecting has a retry of its
+    own, with the same object); only the outermost loop retries here. Why: an inner connect
+    loop would keep dialling the address it was given, a dead Sentinel master's for the whole
+    patience, where the outer loop's next try asks the sentinels for the new one."""
+
+    _depth = threading.local()
 
     def __init__(self, patience_s: float) -> None:
         super().__init__(
@@ -131,6 +139,32 @@ class PatientRetry(Retry):
         fail: Callable[..., Any],
         is_retryable: Callable[[Exception], bool] | None = None,
         with_failure_count: bool = False,
+    ) -> T:
+        depth = getattr(self._depth, "n", 0)
+        self._depth.n = depth + 1
+        try:
+            if depth:
+                return self._once(do, fail, with_failure_count)
+            return self._patiently(do, fail, is_retryable, with_failure_count)
+        finally:
+            self._depth.n = depth
+
+    def _once(self, do: Callable[[], T], fail: Callable[..., Any], with_count: bool) -> T:
+        try:
+            return do()
+        except self._supported_errors as error:
+            if with_count:
+                fail(error, 1)
+            else:
+                fail(error)
+            raise
+
+    def _patiently(
+        self,
+        do: Callable[[], T],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None,
+        with_failure_count: bool,
     ) -> T:
         deadline = time.monotonic() + self.patience_s
         failures = 0

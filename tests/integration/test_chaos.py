@@ -17,7 +17,6 @@ import random
 import signal
 import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -25,11 +24,11 @@ import httpx
 import pytest
 
 from faults import (
-    SERVICE,
     Account,
     account,
     cancel_all,
     children_of,
+    submit_patiently,
     supervised,
     wait_ready,
     wait_settled,
@@ -91,25 +90,6 @@ class Monkey:
             os.kill(self._find("redis-server"), signal.SIGKILL)
         else:
             os.killpg(self._find(victim), signal.SIGKILL)
-
-
-def submit_patiently(url: str, headers: dict[str, str], name: str) -> str | None:
-    """Submit with one idempotency key until the API takes it (it may be down or restarting);
-    None if it never did within two minutes."""
-    key = {"Idempotency-Key": uuid.uuid4().hex}
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            resp = httpx.post(
-                f"{url}/v1/requests",
-                json={"task": {**SERVICE, "name": name}},
-                headers={**headers, **key},
-                timeout=60,
-            )
-            if resp.status_code == 201:
-                return str(resp.json()["id"])
-        time.sleep(0.5)
-    return None
 
 
 def test_chaos_loses_fails_duplicates_and_leaks_nothing(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ none FAILED, nothing launched twice or left running."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import redis
 
 from corral.services.state.redis_conn import connect
 
-from faults import SERVICE, SentinelGroup, account, cancel_all, submit_many, wait_settled
+from faults import SERVICE, SentinelGroup, account, cancel_all, submit_patiently, wait_settled
 from harness import REPO, System, agent_pids, kill_agents, wait_for
 
 pytestmark = pytest.mark.integration
@@ -34,6 +35,8 @@ def test_master_killed_during_launches_fails_over_and_loses_nothing(tmp_path: Pa
         system.start_worker("schedule")
         system.start_worker("provision")
         system.start_beat()
+        beat_log = system.home / "logs" / "beat.log"
+        wait_for(lambda: "Acquired lock" in beat_log.read_text(), 60, "beat to lead")
         headers = {"Authorization": f"Bearer {system.token}"}
         # Everything is up and talking through the sentinels before the fault.
         warm = system.submit({**SERVICE, "name": "warm"})
@@ -42,8 +45,17 @@ def test_master_killed_during_launches_fails_over_and_loses_nothing(tmp_path: Pa
         old = group.ports["master"]
         killer = threading.Timer(1.0, group.kill_master)
         killer.start()
-        ids, refused = submit_many(system.api_url, headers, [f"s-{i}" for i in range(LAUNCHES)])
+        # A failover can outlast the API's patience: a submit it answered 503 is sent again
+        # under its idempotency key, so it is taken once.
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            got = list(
+                pool.map(
+                    lambda i: submit_patiently(system.api_url, headers, f"s-{i}"), range(LAUNCHES)
+                )
+            )
         killer.join()
+        ids = [rid for rid in got if rid]
+        refused = [i for i, rid in enumerate(got) if rid is None]
         promoted = group.master_port() not in (None, old)
         assert not refused, f"{refused[:3]}; promoted: {promoted}\n{group.tails()}"
         wait_for(lambda: group.master_port() not in (None, old), 30, "the replica's promotion")
