@@ -238,7 +238,13 @@ def _lost(deps: Deps, inst: Instance, why: str, block: bool = True) -> None:
 def _relaunch_without(deps: Deps, request_id: str, inst: Instance, why: str) -> None:
     """Relaunch the request first (so it never stays RUNNING on nothing), then release the
     lost node's attempt-mates: it is relaunched whole, in one zone."""
-    relaunch(deps, request_id, f"instance {inst.id} lost: {why}", last_region=inst.region)
+    relaunch(
+        deps,
+        request_id,
+        f"instance {inst.id} lost: {why}",
+        last_region=inst.region,
+        avoid=(inst.cloud, inst.zone),
+    )
     _try(
         termination.release_instances,
         deps,
@@ -255,11 +261,14 @@ def relaunch(
     *,
     restart: Restart | None = None,
     last_region: str | None = None,
+    avoid: tuple[str, str] | None = None,
 ) -> str:
     """Send a RUNNING request back through its chain (re-planned around what just failed):
     after a lost machine (up to ``relaunch_limit`` times, unless the task has a
     ``job_recovery``: a managed job is recovered from every loss), or to ``restart`` a failed
-    job. A task's ``job_recovery`` strategy orders the chain from ``last_region``."""
+    job. A task's ``job_recovery`` strategy orders the chain from ``last_region``. ``avoid``
+    ((cloud, zone) where its machine was lost) goes to the end of this request's chain: a zone
+    is tried again last, without blocking it for everyone."""
     req = deps.store.get_request(request_id)
     if req is None:
         return "missing"
@@ -268,6 +277,10 @@ def relaunch(
     policy = task.recovery()
     planned = [ChainStep.of(c) for c in plan_launch(deps, task).candidates]
     chain = recovery_chain(planned, policy, last_region)
+    if avoid is not None:
+        chain = sorted(
+            chain, key=lambda c: (c.cloud, c.zone) == avoid
+        )  # stable: the rest keep order
     limit = None if policy is not None else deps.settings.timers.relaunch_limit
 
     def back(r: LaunchRequest) -> bool:
