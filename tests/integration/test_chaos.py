@@ -45,8 +45,8 @@ VICTIMS = ("schedule", "provision", "autoscale", "pool-process", "beat", "api", 
 
 
 class Monkey:
-    """Kills or pauses one of `corral up`'s processes every 1-2.5 s, ``STRIKES`` times at most,
-    until stopped."""
+    """Kills or pauses one of `corral up`'s processes every 1-2.5 s, each kind in turn (in a
+    random order), ``STRIKES`` times per wave."""
 
     def __init__(self, up: Up, rng: random.Random) -> None:
         self.up, self.rng = up, rng
@@ -59,12 +59,16 @@ class Monkey:
         return self
 
     def __exit__(self, *_exc: object) -> None:
+        self.thread.join(STRIKES * 4)  # the wave's faults all land, even after it settled
         self.done.set()
         self.thread.join(30)
 
     def _run(self) -> None:
+        order: list[str] = []
         while sum(self.faults.values()) < STRIKES and not self.done.wait(self.rng.uniform(1, 2.5)):
-            victim = self.rng.choice(VICTIMS)
+            if not order:  # every kind of fault once, in a random order, then again
+                order = self.rng.sample(VICTIMS, len(VICTIMS))
+            victim = order.pop()
             with contextlib.suppress(ProcessLookupError, AssertionError, pytest.fail.Exception):
                 self._strike(victim)
                 self.faults[victim] += 1
