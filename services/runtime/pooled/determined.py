@@ -296,7 +296,9 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
         deps,
         tid,
         results,
-        lambda: deps.det_ledgers.update(master, partial(_release, tid=tid, now=now, finished=True)),
+        lambda finished: deps.det_ledgers.update(
+            master, partial(_release, tid=tid, now=now, finished=finished)
+        ),
     )
 
 

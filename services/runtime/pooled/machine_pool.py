@@ -334,7 +334,9 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
         deps,
         wid,
         results,
-        lambda: deps.ledgers.update(name, lambda led: _release(led, wid, now, finished=True)),
+        lambda finished: deps.ledgers.update(
+            name, lambda led: _release(led, wid, now, finished=finished)
+        ),
     )
 
 

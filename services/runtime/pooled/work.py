@@ -19,6 +19,7 @@ from corral.services.runtime.deps import Deps
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
+from corral.shared.recovery import Restart, restart_after
 
 
 @dataclass(frozen=True)
@@ -159,17 +160,47 @@ def finish_when_ended(
     deps: Deps,
     request_id: str,
     results: Sequence[Mapping[str, Any] | None],
-    release: Callable[[], object],
+    release: Callable[[bool], object],
 ) -> bool:
-    """A job whose every node's work has ended: ``release`` its machines and end the request
-    by the first non-zero exit code (SUCCEEDED when all are 0). False while any still runs."""
+    """A job whose every node's work has ended: ``release(finished=True)`` its machines and
+    end the request by the first non-zero exit code (SUCCEEDED when all are 0); or, when its
+    task's ``job_recovery`` restarts a failed run, ``release(False)`` queues it again at its
+    original place. False while any still runs."""
     if not results or any(r is None for r in results):
         return False
     codes = [int(r.get("exit_code") or 0) for r in results if r is not None]
     code = next((c for c in codes if c != 0), 0)
-    release()
+    req = deps.store.get_request(request_id)
+    policy = Task.model_validate(req.task).recovery() if req is not None else None
+    again = restart_after(policy, code, req.restarts_on_errors) if req is not None else None
+    if again is not None and _restart(deps, request_id, again):
+        release(False)
+        end_instances(deps, request_id, f"its job exited {code}; it restarts", exit_code=code)
+        return True
+    release(True)
     end_instances(deps, request_id, f"its job exited {code}", exit_code=code)
     finish_request(deps, request_id, code)
+    return True
+
+
+def _restart(deps: Deps, request_id: str, again: Restart) -> bool:
+    """The request goes back to its pool's queue to run its job again; True if this call
+    moved it."""
+    now = deps.now()
+
+    def back(r: LaunchRequest) -> bool:
+        if r.state != RequestState.RUNNING:
+            return False
+        r.relaunches += 1
+        r.restarts += 1
+        r.restarts_on_errors += int(again.counted)
+        r.move(RequestState.PENDING, now, f"restart {r.restarts}: {again.reason}")
+        return True
+
+    updated = deps.store.update_request(request_id, back)
+    if updated is None or updated.state != RequestState.PENDING:
+        return False
+    deps.store.append_event(request_id, f"state: PENDING ({updated.history[-1].reason})", now)
     return True
 
 
