@@ -117,6 +117,8 @@ class Settings(BaseSettings):
     node_secret: SecretStr | None = None  # signs node tokens; None: drawn once, kept in Redis
     node_heartbeat_s: float = 5.0  # how often a cloud node's agent reports
     worker_concurrency: int = 2
+    # Dollar budgets the pool schedulers honour (see shared/budgets.py); None: no budgets.
+    budgets_file: Path | None = None
     timers: Timers = Field(default_factory=Timers)
     # Launch limits by cloud or "cloud/region" (CORRAL_LAUNCH_LIMITS as JSON, e.g.
     # '{"aws/us-east-1": {"calls_per_s": 1, "in_flight": 20}}'); both levels apply.

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from ..budgets import BudgetSpend
 from ..lifecycle import AGENT_TRANSITIONS, AgentStatus
 from ..pools import ResolvedPools
 from .build import det_scheduler
@@ -62,6 +63,7 @@ class DetLedger(BaseModel):
     notes: dict[str, TaskPending] = Field(default_factory=dict)
     started_by: dict[str, str] = Field(default_factory=dict)  # task -> why it started there
     preempted_by: dict[str, str] = Field(default_factory=dict)
+    budget_spend: dict[str, BudgetSpend] = Field(default_factory=dict)  # budget name -> spend
 
     def pool_of(self, task_id: str) -> str:
         return self.running_in.get(task_id) or self.home[task_id]

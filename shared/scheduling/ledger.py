@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
+from ..budgets import BudgetSpend
 from ..lifecycle import MACHINE_TRANSITIONS, MachineStatus
 from .model import (
     Machine,
@@ -68,6 +69,7 @@ class PoolLedger(BaseModel):
     free_since: dict[str, float] = Field(default_factory=dict)  # "type/partition" -> since
     notes: dict[str, Pending] = Field(default_factory=dict)  # why each waiting workload waits
     placed_by: dict[str, str] = Field(default_factory=dict)  # workload -> the placement's reason
+    budget_spend: dict[str, BudgetSpend] = Field(default_factory=dict)  # budget name -> spend
 
     def machines_of(self, workload_id: str) -> list[PoolMachine]:
         """The machines serving a workload, in node order (best group first, then id)."""
