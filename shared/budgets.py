@@ -14,9 +14,9 @@ A budget file::
         usd_per_hour: 40
 
 How it is honoured (:class:`Gate`): a pass's placements are taken in the scheduler's own order;
-one that would lift a budget's rate over ``usd_per_hour``, or that starts while the period's
-money is spent, is held back (``over_budget``, the reason naming the budget) and the pass is
-computed again without it, so the room it would have taken goes to the next in line. Running
+those that would lift a budget's rate over ``usd_per_hour``, or that start while the period's
+money is spent, are held back (``over_budget``, the reason naming the budget) and the pass is
+computed again without them, so the room they would have taken goes to the next in line. Running
 work is never stopped for a budget. Spend accrues from the rate of the machines held
 (:func:`accrue`), kept in each pool's ledger: a label budget is counted per pool.
 """

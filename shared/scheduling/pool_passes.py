@@ -7,8 +7,8 @@ the ledger to write and the plan out. Pure; the callers bring the clock, the ids
   committed, and agents added for tasks left waiting for room.
 
 Both honour dollar budgets (:mod:`corral.shared.budgets`) when given a :class:`Costing`: the
-placements of a plan are checked in order, the first one a budget refuses is held back
-(``over_budget``) and the pass is computed again without it, until every placement fits.
+placements of a plan are checked in order, those a budget refuses are held back
+(``over_budget``) and the pass is computed again without them, until every placement fits.
 """
 
 from __future__ import annotations
@@ -103,22 +103,25 @@ def machine_pool_pass(
     while True:
         plan = run(held)
         gate = Gate(budgets, spend)
-        refused = None
+        refused = []
         for placement in plan.placements:
             workload = ledger.workloads[placement.workload_id]
             rate = sum(prices.get(n.machine_type, 0.0) for n in placement.nodes)
             why = gate.admit((ledger.pool,), workload.selector_labels(), rate)
             if why is not None:
-                refused = Pending(
-                    workload_id=workload.workload_id,
-                    code="over_budget",
-                    reason=why.reason,
-                    budget=why.budget,
+                refused.append(
+                    Pending(
+                        workload_id=workload.workload_id,
+                        code="over_budget",
+                        reason=why.reason,
+                        budget=why.budget,
+                    )
                 )
-                break
-        if refused is None:
+        if not refused:
             break
-        held[refused.workload_id] = refused
+        # Held back for this pass: computed again without them, the room they would have
+        # taken goes to the next in line (and is checked in turn).
+        held.update((p.workload_id, p) for p in refused)
     plan = plan.model_copy(update={"pending": (*plan.pending, *held.values())})
     after = commit(ledger, plan, types, now, new_id)
     after.budget_spend = _booked(spend, gate)
@@ -199,10 +202,10 @@ def determined_pass(
         if costing is None or not budgets:
             break
         gate = Gate(budgets, spend)
-        refused = _first_refused(ledger, plans, gate, costing.prices)
-        if refused is None:
+        refused = _refused(ledger, plans, gate, costing.prices)
+        if not refused:
             break
-        held[refused.task_id] = refused
+        held.update((p.task_id, p) for p in refused)
     plans = _with_held(plans, ledger, held)
     after = commit_det(ledger, plans, now)
     grow(after, snaps, plans, now, new_id)
@@ -223,19 +226,25 @@ def _det_holders(
     return out
 
 
-def _first_refused(
+def _refused(
     ledger: DetLedger, plans: Iterable[DetPlan], gate: Gate, prices: Mapping[str, float]
-) -> TaskPending | None:
+) -> list[TaskPending]:
+    out = []
     for plan in plans:
         for start in plan.starts:
             task = ledger.tasks[start.task_id]
             rate = sum(a.slots for a in start.allocations) * prices.get(start.pool, 0.0)
             why = gate.admit((ledger.master, start.pool), task.labels, rate)
             if why is not None:
-                return TaskPending(
-                    task_id=task.task_id, code="over_budget", reason=why.reason, budget=why.budget
+                out.append(
+                    TaskPending(
+                        task_id=task.task_id,
+                        code="over_budget",
+                        reason=why.reason,
+                        budget=why.budget,
+                    )
                 )
-    return None
+    return out
 
 
 def _with_held(
