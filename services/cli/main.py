@@ -51,6 +51,7 @@ COMMAND_MODULES = (
     "corral.services.cli.up_cmd",
     "corral.services.cli.autoscale_cmd",
     "corral.services.cli.cluster_cmd",
+    "corral.services.cli.simulate_cmd",
 )
 
 for _name in COMMAND_MODULES:

@@ -132,6 +132,8 @@ class Workload:
     clusters: dict[str, Cluster]
     budgets: tuple[Budget, ...]
     static_pools: list[StaticPoolSpec] | None
+    templates: list[Arrival]  # what ``--generate`` draws from, with these weights
+    weights: list[float]
 
 
 def _resolve(doc: Document, ref: str | dict[str, Any], path: PathKey, model: type[Any]) -> Any:
@@ -206,13 +208,21 @@ def workload_from_doc(doc: Document) -> Workload:
             replace(template, id=f"a{i}-{n}", at_s=arrival.at_s + n * step)
             for n in range(arrival.count)
         )
+    templates = _templates(doc, spec.arrivals, ("arrivals",))
+    weights = [a.weight for a in spec.arrivals]
     if spec.generate is not None:
         gen = spec.generate
         templates = _templates(doc, gen.templates, ("generate", "templates"))
         weights = [t.weight for t in gen.templates]
-        arrivals.extend(generate(templates, weights, gen, spec.seed))
+        arrivals.extend(
+            generate(
+                templates, weights, gen.requests, spec.seed, DAY_S, gen.peak_hour, gen.peak_ratio
+            )
+        )
     arrivals.sort(key=lambda a: (a.at_s, a.id))
-    return Workload(spec.seed, arrivals, pools, master, clusters, budgets, spec.static_pools)
+    return Workload(
+        spec.seed, arrivals, pools, master, clusters, budgets, spec.static_pools, templates, weights
+    )
 
 
 def _check_ray(doc: Document, spec: WorkloadFile, clusters: Mapping[str, Cluster]) -> None:
@@ -241,17 +251,20 @@ def load_workload(path: str | Path) -> Workload:
 def generate(
     templates: Sequence[Arrival],
     weights: Sequence[float],
-    spec: GenerateSpec,
+    requests: int,
     seed: int,
     day_s: float = DAY_S,
+    peak_hour: float = 14.0,
+    peak_ratio: float = 3.0,
 ) -> list[Arrival]:
-    """``spec.requests`` arrivals over one day, the same for the same seed: times follow a day
-    curve (a cosine peaking at ``peak_hour``), templates are drawn by weight, run times are
-    log-normal around the template's duration (services stay services)."""
+    """``requests`` arrivals over one day, the same for the same seed: times follow a day
+    curve (a cosine peaking at ``peak_hour``, ``peak_ratio`` times the night's rate),
+    templates are drawn by weight, run times are log-normal around the template's duration
+    (services stay services)."""
     rng = random.Random(f"corral-sim/{seed}")
     out = []
-    for n in range(spec.requests):
-        at_s = _arrival_time(rng, spec, day_s)
+    for n in range(requests):
+        at_s = _arrival_time(rng, peak_hour, peak_ratio, day_s)
         template = rng.choices(templates, weights)[0]
         duration = template.duration_s
         if duration is not None:
@@ -260,12 +273,12 @@ def generate(
     return out
 
 
-def _arrival_time(rng: random.Random, spec: GenerateSpec, day_s: float) -> float:
+def _arrival_time(rng: random.Random, peak_hour: float, peak_ratio: float, day_s: float) -> float:
     """A time of day drawn from the day curve (rejection sampling)."""
-    low = 1.0 / spec.peak_ratio
+    low = 1.0 / peak_ratio
     while True:
         t = rng.random() * day_s
-        phase = 2 * math.pi * (t / 3600.0 - spec.peak_hour) / 24.0
+        phase = 2 * math.pi * (t / 3600.0 - peak_hour) / 24.0
         rate = low + (1 - low) * (1 + math.cos(phase)) / 2
         if rng.random() <= rate:
             return t
