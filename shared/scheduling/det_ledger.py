@@ -177,9 +177,26 @@ def _agents_needed(snapshot: DetPoolSnapshot, slots: int, spare: int, count: int
     return math.ceil((slots - spare) / per_agent)
 
 
+def copy_det_ledger(ledger: DetLedger) -> DetLedger:
+    """An independent copy at a fraction of a deep copy's cost: containers and (mutable)
+    agents copied; tasks and notes are frozen models and are shared."""
+    return ledger.model_copy(
+        update={
+            "agents": {k: a.model_copy() for k, a in ledger.agents.items()},
+            "tasks": dict(ledger.tasks),
+            "home": dict(ledger.home),
+            "running_in": dict(ledger.running_in),
+            "notes": dict(ledger.notes),
+            "started_by": dict(ledger.started_by),
+            "preempted_by": dict(ledger.preempted_by),
+            "budget_spend": {k: s.model_copy() for k, s in ledger.budget_spend.items()},
+        }
+    )
+
+
 def commit_det(ledger: DetLedger, plans: Sequence[DetPlan], now: float) -> DetLedger:
     """The ledger once the plans are committed at ``now`` (the store bumps the version)."""
-    out = ledger.model_copy(deep=True)
+    out = copy_det_ledger(ledger)
     for plan in plans:
         for start in plan.starts:
             task = out.tasks.get(start.task_id)

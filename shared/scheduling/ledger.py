@@ -122,6 +122,23 @@ def snapshot_of(ledger: PoolLedger, machine_types: Iterable[MachineTypeState]) -
     )
 
 
+def copy_ledger(ledger: PoolLedger) -> PoolLedger:
+    """An independent copy, as a deep copy but at a fraction of its cost: the containers and
+    the (mutable) machines are copied; workloads, notes and reservations are frozen models and
+    are shared."""
+    return ledger.model_copy(
+        update={
+            "machines": {k: m.model_copy() for k, m in ledger.machines.items()},
+            "workloads": dict(ledger.workloads),
+            "reservations": list(ledger.reservations),
+            "free_since": dict(ledger.free_since),
+            "notes": dict(ledger.notes),
+            "placed_by": dict(ledger.placed_by),
+            "budget_spend": {k: s.model_copy() for k, s in ledger.budget_spend.items()},
+        }
+    )
+
+
 def commit(
     ledger: PoolLedger,
     plan: Plan,
@@ -134,7 +151,7 @@ def commit(
     Placements take idle machines or add machines to launch; preemptions make their victims
     ``stopping``; a replacement adds the better machine (``replaces`` the worse one, which
     is retired only once the better one is up); a reap marks the machine ``reaping``."""
-    out = ledger.model_copy(deep=True)
+    out = copy_ledger(ledger)
     for placement in plan.placements:
         wid = placement.workload_id
         for index, node in enumerate(placement.nodes):
