@@ -124,6 +124,7 @@ def grow(
             if agent.status == "launching":  # its slots no task holds yet are on their way
                 spare[agent.pool] += max(0, agent.slots - taken.get(agent.agent_id, 0))
     added: list[str] = []
+    growable: dict[tuple[str, int], bool] = {}  # (pool, slots): asked once per pass
     waiting = [
         p
         for plan in plans
@@ -136,7 +137,12 @@ def grow(
             continue
         for name in (ledger.home.get(task.task_id, ""), *task.fallback_pools):
             snapshot = by_pool.get(name)
-            if snapshot is None or not _can_grow_for(snapshot, task.slots):
+            if snapshot is None:
+                continue
+            key = (name, task.slots)
+            if key not in growable:
+                growable[key] = _can_grow_for(snapshot, task.slots)
+            if not growable[key]:
                 continue
             need = _agents_needed(snapshot, task.slots, spare[name], count[name])
             assert snapshot.max_agents is not None
