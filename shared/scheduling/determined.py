@@ -114,6 +114,9 @@ def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
 def _victims_for(state: PoolPass, task: DetTask) -> list[DetTask]:
     """Running preemptible tasks below this one, lowest priority (99) first, newest first."""
     mine = state.priority(task)
+    lowest = state.lowest_victim()
+    if lowest is None or lowest <= (mine, task.submitted_at):
+        return []  # nothing runs below it (most of a long queue, asked in turn)
     out = [
         v
         for v in state.running()

@@ -51,6 +51,8 @@ class PoolPass:
     _fits_future: dict[int, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
     _most_free: list[int] | None = None
     _ever: dict[int, FitVerdict] = field(default_factory=dict)
+    _lowest_victim: tuple[int, float] | None = None
+    _lowest_known: bool = False
 
     @property
     def policy(self) -> str:
@@ -63,6 +65,16 @@ class PoolPass:
     def running(self) -> list[DetTask]:
         """Tasks holding slots that are neither stopping nor released by this pass."""
         return [t for t in self.holding if t.task_id not in self.released]
+
+    def lowest_victim(self) -> tuple[int, float] | None:
+        """The largest (priority number, submitted_at) of the running preemptible tasks: a
+        task preempts only what is above its own (lower priority, or the same and submitted
+        later), so a task at or above this has no victim. None: nothing is preemptible."""
+        if not self._lowest_known:
+            keys = [(self.priority(t), t.submitted_at) for t in self.running() if t.preemptible]
+            self._lowest_victim = max(keys, default=None)
+            self._lowest_known = True
+        return self._lowest_victim
 
     def ever_fits(self, slots: int) -> FitVerdict:
         """Whether the pool could ever run a task of ``slots`` (:func:`.fitting.can_ever_fit`)."""
@@ -117,6 +129,7 @@ class PoolPass:
 
     def release(self, victim: DetTask, preemptor: DetTask, reason: str) -> None:
         self.released.add(victim.task_id)
+        self._lowest_known = False
         self.releases.append(
             TaskRelease(task_id=victim.task_id, preempted_by=preemptor.task_id, reason=reason)
         )
