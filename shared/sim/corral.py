@@ -93,7 +93,10 @@ class CorralPolicy:
             where.done(request_id)
 
     def lost(self, inst: SimInstance) -> None:
-        for pool in [*self.pools.values(), *([self.det] if self.det else [])]:
+        pools: list[MachinePoolSim | DeterminedSim] = [*self.pools.values()]
+        if self.det is not None:
+            pools.append(self.det)
+        for pool in pools:
             if pool.lost(inst):
                 return
         for cluster in self.clusters.values():

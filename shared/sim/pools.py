@@ -8,12 +8,18 @@ template in its reservation's zone), preempted work gives its machines back, fin
 released, reaped and retired machines are terminated. A pool's passes coalesce within
 ``pass_coalesce_s``; beat's rebalancing pass (replacement, idle reaping) runs every
 ``pool_rebalance_interval_s``.
+
+A pass that is known to decide nothing is skipped (:mod:`corral.shared.scheduling.quiet`): the
+last pass was settled, nothing touched the ledger since, and no time threshold a decision
+compares against was crossed. A skipped pass still counts a version, so the machines' ids (and
+the seeded draws keyed on them) are those of a run that skips nothing; with
+``Sim.check_skips`` the skipped passes are run anyway and must find nothing to do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..budgets import Budget
 from ..config.compute_config import ComputeConfig
@@ -43,6 +49,12 @@ from ..scheduling.pool_passes import (
     machine_type_prices,
     slot_prices,
 )
+from ..scheduling.quiet import (
+    determined_quiet_until,
+    determined_settled,
+    machine_pool_quiet_until,
+    machine_pool_settled,
+)
 from .cloud import Place, SimInstance
 from .engine import Sim
 
@@ -60,8 +72,13 @@ def reservation_id(config: dict[str, Any]) -> str | None:
     return str(values[0]) if values else None
 
 
-class _Pooled:
+LedgerT = TypeVar("LedgerT", PoolLedger, DetLedger)
+
+
+class _Pooled(Generic[LedgerT]):
     """What both kinds share: coalesced passes, launching one machine, instances by id."""
+
+    ledger: LedgerT
 
     def __init__(self, sim: Sim, name: str, cloud: str) -> None:
         self.sim, self.name, self.cloud = sim, name, cloud
@@ -70,9 +87,16 @@ class _Pooled:
         self.launching: set[str] = set()
         self.pass_due: float | None = None
         self.retry_at = 0.0  # a failed launch: the next pass waits for beat's rebalance
+        self.changed = True  # the ledger was touched since the last pass
+        # After a settled pass: until when a pass of each kind (rebalancing or not) is quiet.
+        self.quiet_until: dict[bool, float] = {}
+        self.skipped = 0
+        self.checking = False  # this pass would have been skipped: it must decide nothing
 
     def dirty(self, delay_s: float | None = None) -> None:
-        """Ask for a pass soon (passes asked for within ``pass_coalesce_s`` run once)."""
+        """The ledger was touched: ask for a pass soon (passes asked for within
+        ``pass_coalesce_s`` run once)."""
+        self.changed = True
         at = max(self.sim.now + (delay_s or self.sim.timers.pass_coalesce_s), self.retry_at)
         if self.pass_due is None or at < self.pass_due:
             self.pass_due = at
@@ -88,6 +112,36 @@ class _Pooled:
         self.sim.after(self.sim.timers.pool_rebalance_interval_s, self.rebalance)
 
     def run_pass(self, *, rebalance: bool) -> None:
+        raise NotImplementedError
+
+    def quiet(self, *, rebalance: bool) -> bool:
+        """Whether this pass is known to decide nothing (see the module docstring); a quiet
+        pass is skipped, counting its version, unless the simulation checks skips."""
+        quiet = not self.changed and self.sim.now < self.quiet_until.get(rebalance, -1.0)
+        if quiet and not self.sim.check_skips:
+            self.ledger.version += 1
+            self.skipped += 1
+            return True
+        if self.changed:
+            self.quiet_until.clear()  # said of a ledger that is no longer this one
+        self.checking = quiet
+        self.changed = False  # from here, what sync and the events do counts for the next
+        return False
+
+    def finish(self, settled: bool, until: dict[bool, float], notes_same: bool) -> None:
+        """After a pass: quiet until ``until`` (per kind) if it was settled; then sync."""
+        if self.checking and not (settled and notes_same):
+            raise AssertionError(f"{self.name}: a pass skipped at {self.sim.now} would decide")
+        if settled:
+            self.quiet_until.update(until)
+        else:
+            self.quiet_until.clear()
+            self.changed = True
+        self.sync()
+        if self.checking and self.changed:
+            raise AssertionError(f"{self.name}: a pass skipped at {self.sim.now} would act")
+
+    def sync(self) -> None:
         raise NotImplementedError
 
     def lost(self, inst: SimInstance) -> bool:
@@ -136,7 +190,7 @@ class _Pooled:
             self.sim.cloud.end(inst, self.sim.now)
 
 
-class MachinePoolSim(_Pooled):
+class MachinePoolSim(_Pooled[PoolLedger]):
     """One registered machine pool."""
 
     def __init__(
@@ -165,13 +219,16 @@ class MachinePoolSim(_Pooled):
         return sum(w.phase == "pending" for w in self.ledger.workloads.values())
 
     def run_pass(self, *, rebalance: bool) -> None:
-        version = self.ledger.version
+        if self.quiet(rebalance=rebalance):
+            return
+        before = self.ledger
+        version = before.version
 
         def new_id(node: Any, wid: str, index: int) -> str:
             return f"m-{self.name}-{version}-{wid}-{index}"
 
         after, plan = machine_pool_pass(
-            self.ledger,
+            before,
             self.types,
             self.sim.now,
             self.knobs,
@@ -182,7 +239,17 @@ class MachinePoolSim(_Pooled):
         after.version = version + 1
         self.ledger = after
         self._count(plan)
-        self.sync()
+        settled = machine_pool_settled(before, after, plan)
+        if settled:
+            kinds = (True, False) if rebalance else (False,)
+            until = {
+                kind: machine_pool_quiet_until(
+                    after, self.types, self.sim.now, self.knobs, rebalance=kind,
+                    costing=self.costing,
+                )
+                for kind in kinds
+            }  # fmt: skip
+        self.finish(settled, until if settled else {}, after.notes == before.notes)
 
     def _count(self, plan: Plan) -> None:
         rec = self.sim.recorder
@@ -206,9 +273,11 @@ class MachinePoolSim(_Pooled):
             elif machine.status == "reaping":
                 self.end_machine(mid)
                 machine_gone(self.ledger, mid)
+                self.changed = True
             elif machine.status == "retiring":
                 self.end_machine(mid)
                 machine_gone(self.ledger, mid)
+                self.changed = True
                 for other in self.ledger.machines.values():
                     if other.replaces == mid:
                         other.replaces = None
@@ -221,6 +290,7 @@ class MachinePoolSim(_Pooled):
         inst = self.launch_one(mid, templates, self.gpus)
         if inst is None:
             wid = machine_failed(self.ledger, mid, self.sim.now)
+            self.changed = True
             if wid is not None:
                 self.started.discard(wid)
             self.retry_at = self.sim.now + self.sim.timers.pool_rebalance_interval_s
@@ -280,7 +350,7 @@ class MachinePoolSim(_Pooled):
         return True
 
 
-class DeterminedSim(_Pooled):
+class DeterminedSim(_Pooled[DetLedger]):
     """The registered master config: every resource pool, agents grown for waiting tasks."""
 
     def __init__(
@@ -313,13 +383,17 @@ class DeterminedSim(_Pooled):
         return sum(not t.allocations for t in self.ledger.tasks.values())
 
     def run_pass(self, *, rebalance: bool) -> None:
-        version = self.ledger.version
+        # Determined's pass is the same either way (it reaps idle agents every time).
+        if self.quiet(rebalance=False):
+            return
+        before = self.ledger
+        version = before.version
 
         def new_id(pool: str, index: int) -> str:
             return f"a-{self.name}-{version}-{pool}-{index}"
 
         after, plans = determined_pass(
-            self.ledger, self.pools, self.limits, self.sim.now, new_id=new_id, costing=self.costing
+            before, self.pools, self.limits, self.sim.now, new_id=new_id, costing=self.costing
         )
         after.version = version + 1
         self.ledger = after
@@ -327,7 +401,11 @@ class DeterminedSim(_Pooled):
             self.sim.recorder.scheduler_preemptions += len(plan.releases)
             for rel in plan.releases:
                 self.sim.recorder.requests[rel.task_id].evictions += 1
-        self.sync()
+        settled = determined_settled(before, after, plans)
+        until = determined_quiet_until(
+            after, self.limits, self.sim.now, pools=self.pools.names(), costing=self.costing
+        )
+        self.finish(settled, {False: until}, after.notes == before.notes)
 
     def sync(self) -> None:
         now = self.sim.now
@@ -343,6 +421,7 @@ class DeterminedSim(_Pooled):
             elif agent.status == AgentStatus.REAPING:
                 self.end_machine(aid)
                 self.ledger.agents.pop(aid, None)
+                self.changed = True
         self._start_ready()
 
     def _launch(self, aid: str) -> None:

@@ -39,10 +39,15 @@ class PolicyRun:
 
 
 def run_policy(
-    scenario: Scenario, workload: Workload, name: str, timers: SimTimers | None = None
+    scenario: Scenario,
+    workload: Workload,
+    name: str,
+    timers: SimTimers | None = None,
+    *,
+    check_skips: bool = False,
 ) -> PolicyRun:
-    """Play the day once under one policy."""
-    sim = Sim(scenario, workload.arrivals, timers or SimTimers())
+    """Play the day once under one policy (``check_skips``: see :class:`Sim`)."""
+    sim = Sim(scenario, workload.arrivals, timers or SimTimers(), check_skips=check_skips)
     recorder = sim.run(make_policy(name, workload))
     return PolicyRun(name, summary(name, recorder), series(recorder), sim.events_run)
 

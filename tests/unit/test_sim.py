@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from corral.services.cli.main import app
 from corral.shared.configio import ConfigError
-from corral.shared.sim.run import run_policy
+from corral.shared.sim.engine import Sim
+from corral.shared.sim.run import make_policy, run_policy
 from corral.shared.sim.scenario import load_scenario
 from corral.shared.sim.workload import Workload, generate, load_workload
 
@@ -46,6 +47,26 @@ def test_corral_runs_every_kind_of_work_and_uses_its_reservation() -> None:
     assert f["time_to_capacity_s"]["count"] > 0
     assert set(run.series["instances_by_market"]) == {"reserved", "spot", "on_demand"}
     assert max(run.series["instances_by_market"]["reserved"]) > 0
+
+
+@pytest.mark.parametrize("seed", [3, 5, 8])
+def test_the_pool_passes_skipped_as_quiet_would_decide_nothing(seed: int) -> None:
+    """A pass the simulator skips (settled, nothing touched, no time threshold crossed) is run
+    anyway under ``check_skips``, which fails if it decides or does anything; and skipping
+    changes no figure."""
+    scenario, workload = _day(160, seed)
+    runs = {}
+    for check in (False, True):
+        sim = Sim(scenario, workload.arrivals, check_skips=check)  # type: ignore[arg-type]
+        policy = make_policy("corral", workload)
+        sim.run(policy)
+        pools = [*policy.pools.values(), policy.det]  # type: ignore[attr-defined]
+        runs[check] = (sim.recorder.requests, [(p.skipped, p.ledger.version) for p in pools])
+    (skipping, counts), (checked, checked_counts) = runs[False], runs[True]
+    assert all(skipped > 0 for skipped, _ in counts)  # there was something to check
+    assert [v for _, v in counts] == [v for _, v in checked_counts]  # versions counted alike
+    assert all(skipped == 0 for skipped, _ in checked_counts)
+    assert skipping == checked
 
 
 SCENARIO = """\
