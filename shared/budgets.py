@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from .config import DurationS
 from .config.base import StrictModel
-from .configio import load_file, validate_doc
+from .configio import Document, PathKey, load_file, validate_doc
 from .scheduling.selectors import SelectorSpec, compile_selector, describe
 
 DEFAULT_PERIOD_S = 86400.0
@@ -101,7 +101,31 @@ def load_budgets(path: str | Path) -> tuple[Budget, ...]:
         return ()
     if not isinstance(doc.data, Mapping):
         raise doc.error((), "expected a mapping with a budgets list")
+    check_names(doc, ("budgets",))
     return tuple(validate_doc(BudgetsFile, doc).budgets)
+
+
+def check_names(doc: Document, path: PathKey) -> None:
+    """Budget names given twice in the list at ``path`` of ``doc`` (a budgets file's, or one
+    given inline in another file): a :class:`ConfigError` at the second one's line."""
+    items: object = doc.data
+    for part in path:
+        items = items.get(part) if isinstance(items, Mapping) else None
+    if not isinstance(items, list):
+        return  # not a list: validation says so
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        name = item.get("name") if isinstance(item, Mapping) else None
+        if not isinstance(name, str):
+            continue
+        if name in first:
+            where = f"{'.'.join(str(p) for p in path)}[{first[name]}]"
+            raise doc.error(
+                (*path, index, "name"),
+                f"budget name {name!r} is given more than once (first at {where}); "
+                "names must be distinct, as corral why and the ledgers name budgets by them",
+            )
+        first[name] = index
 
 
 class BudgetSpend(BaseModel):

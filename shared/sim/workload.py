@@ -39,7 +39,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from ..autoscaler.model import BundleDemand
-from ..budgets import Budget, BudgetsFile
+from ..budgets import Budget, check_names, load_budgets
 from ..config.base import StrictModel
 from ..config.cluster import Cluster
 from ..config.compute_config import ComputeConfig
@@ -195,9 +195,13 @@ def workload_from_doc(doc: Document) -> Workload:
     }
     budgets: tuple[Budget, ...] = ()
     if isinstance(spec.budgets, str):
-        budgets = tuple(_resolve(doc, spec.budgets, ("budgets",), BudgetsFile).budgets)
+        target = (doc.base_dir or Path(".")) / spec.budgets
+        if not target.is_file():
+            raise doc.error(("budgets",), f"no such file {str(target)!r}")
+        budgets = load_budgets(target)
     elif spec.budgets is not None:
-        budgets = tuple(BudgetsFile(budgets=spec.budgets).budgets)  # names checked distinct
+        check_names(doc, ("budgets",))
+        budgets = tuple(spec.budgets)
     _check_ray(doc, spec, clusters)
     arrivals: list[Arrival] = []
     for i, arrival in enumerate(spec.arrivals):

@@ -126,6 +126,40 @@ def test_a_typo_is_named_with_its_file_line_and_field(tmp_path: Path) -> None:
         load_workload(w)
 
 
+TWICE = """\
+budgets:
+  - {name: cap, selector: team=a, usd_per_hour: 10}
+  - {name: other, selector: team=b, usd_per_hour: 10}
+  - {name: cap, selector: team=c, usd_per_hour: 20}
+"""
+TWICE_SAID = (
+    "budgets[2].name: budget name 'cap' is given more than once (first at budgets[0]); "
+    "names must be distinct"
+)
+TITLE = "budgets[2].name: budget name 'cap' is given more than once"
+
+
+def test_a_budget_name_given_twice_is_named_at_its_second_line(tmp_path: Path) -> None:
+    # Inline in the workload file, in a budgets file it names, and in --budgets: exit 2.
+    s, w = _files(tmp_path, workload=TWICE + WORKLOAD)
+    with pytest.raises(ConfigError) as caught:
+        load_workload(w)
+    assert str(caught.value.issues[0]).startswith(f"{w}:4: {TWICE_SAID}")
+    bad = CliRunner().invoke(app, ["simulate", str(s), str(w)])
+    assert bad.exit_code == 2 and f"{w}:4: {TITLE}" in bad.output.replace("\n", " ")
+    (tmp_path / "b.yaml").write_text(TWICE)
+    s, w = _files(tmp_path, workload="budgets: b.yaml\n" + WORKLOAD)
+    with pytest.raises(ConfigError) as caught:
+        load_workload(w)
+    assert str(caught.value.issues[0]).startswith(f"{tmp_path / 'b.yaml'}:4: {TWICE_SAID}")
+    s, w = _files(tmp_path)
+    bad = CliRunner().invoke(
+        app, ["simulate", str(s), str(w), "--budgets", str(tmp_path / "b.yaml")]
+    )
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert f"b.yaml:4: {TITLE}" in bad.output.replace("\n", " ")
+
+
 def test_the_command_exits_2_on_a_wrong_file_and_draws_its_plots(tmp_path: Path) -> None:
     s, w = _files(tmp_path, SCENARIO.replace("seed: 1", "seed: one"))
     bad = CliRunner().invoke(app, ["simulate", str(s), str(w)])
