@@ -5,7 +5,6 @@ pass."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import uvicorn
 from pydantic import SecretStr
 from runtime_driver import Driver
@@ -118,11 +118,11 @@ def test_a_budget_holds_back_a_pooled_workload_and_why_names_it(
         assert shown.returncode == 0, shown.stderr
         assert "over_budget" in shown.stdout
         assert "held back by budget research-cpu" in shown.stdout
-        told = subprocess.run(
-            [str(CORRAL), "why", second, "--json"],
-            env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert json.loads(told.stdout)["budget"] == "research-cpu"
+        told = httpx.get(
+            f"{url}/v1/requests/{second}/why", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert told.status_code == 200, told.text
+        assert told.json()["code"] == "over_budget" and told.json()["budget"] == "research-cpu"
 
     _budgets(budgets, 0.25, 2_000)  # raised: both fit
     passes.run_pass(driver.deps, "small")
