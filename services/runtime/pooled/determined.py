@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.planning import catalog_for
+from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.kind import LaunchOrder, PassResult
 from corral.services.state.docstore import DocStore
@@ -28,17 +28,15 @@ from corral.shared.lifecycle import AgentStatus, RequestState
 from corral.shared.pools import ResolvedPools, resolve_pools
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import DeterminedRoute, pool_limits
-from corral.shared.scheduling import DetTask, schedule_pools
+from corral.shared.scheduling import DetTask
 from corral.shared.scheduling.det_ledger import (
     DetAgent,
     DetLedger,
     add_task,
     agent_lost,
-    commit_det,
-    grow,
     release_task,
-    snapshots_of,
 )
+from corral.shared.scheduling.pool_passes import Costing, determined_pass, slot_prices
 
 
 def resolved(record: PoolRecord) -> ResolvedPools:
@@ -58,6 +56,7 @@ def task_of(req: LaunchRequest, task: Task) -> DetTask:
         else True,
         submitted_at=req.created_at,
         fallback_pools=tuple(task.scheduling.fallback_pools if task.scheduling else ()),
+        labels=dict(task.labels),
     )
 
 
@@ -88,16 +87,18 @@ class DeterminedPools:
         self, deps: Deps, record: PoolRecord, ledger: DetLedger, now: float, *, rebalance: bool
     ) -> PassResult:
         pools = resolved(record)
-        snapshots = snapshots_of(ledger, pools, pool_limits(pools, catalog_for(deps)))
-        plans = schedule_pools(snapshots, now)
-        after = commit_det(ledger, plans, now)
+        limits = pool_limits(pools, catalog_for(deps))
         master, version = record.name, ledger.version
 
         def new_id(pool: str, index: int) -> str:
             raw = f"{master}/{pool}/{version}/{index}"
             return "a-" + hashlib.sha1(raw.encode()).hexdigest()[:10]
 
-        grow(after, snapshots, plans, now, new_id)
+        budgets = budgets_of(deps)
+        costing = (
+            Costing(budgets, slot_prices(pools, limits, catalog_for(deps))) if budgets else None
+        )
+        after, plans = determined_pass(ledger, pools, limits, now, new_id=new_id, costing=costing)
 
         def log() -> None:
             for plan in plans:
@@ -196,6 +197,8 @@ class DeterminedPools:
             out.update(code="started", reason=f"{started}: {where}")
         elif note is not None:
             out.update(code=note.code, reason=note.reason)
+            if note.budget:
+                out["budget"] = note.budget
             if req.id in ledger.preempted_by:
                 out["preempted_by"] = ledger.preempted_by[req.id]
         else:
