@@ -33,6 +33,21 @@ def plan_launch(deps: Deps, task: Task) -> Plan:
     return plan(task, catalog_for(deps), clouds=deps.launchable_clouds())
 
 
+def price_of(
+    deps: Deps, cloud: str, instance_type: str, zone: str | None, market: str | None
+) -> float | None:
+    """What one machine costs per hour, by the catalog: its zone's spot price in the spot
+    market, else the on-demand list price (a reservation's machines too: paid either way).
+    None when the catalog does not know it."""
+    offerings = catalog_for(deps).instance_type(cloud, instance_type)
+    here = [o for o in offerings if o.zone == zone] or list(offerings)
+    if not here:
+        return None
+    if market == "spot" and here[0].spot_price_usd_per_hour is not None:
+        return here[0].spot_price_usd_per_hour
+    return here[0].price_usd_per_hour
+
+
 @lru_cache(maxsize=4)
 def _budgets_file(path: str, mtime_ns: int) -> tuple[Budget, ...]:
     return load_budgets(path)

@@ -128,3 +128,4 @@ def test_a_pool_workload_that_fails_restarts_in_its_pool_then_succeeds(
     assert [r["outcome"] for r in done["runs"]] == ["exited 4", "exited 0"]
     # Both runs on the pool's one warm machine: the restart was queued in the pool again.
     assert len({i["provider_id"] for i in done["instances"]}) == 1
+    assert all(r["cost_usd"] > 0 for r in done["runs"])  # priced by the catalog, as planned

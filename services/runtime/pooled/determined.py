@@ -288,7 +288,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
             deps.store.append_event(
                 tid, f"{slots} slot(s) on agent {machine.machine_id} ({ledger.pool_of(tid)})", now
             )
-        work.record_instance(deps, machine, tid, rank, aid)
+        work.record_instance(deps, machine, tid, rank, aid, _placement(tid, task.started_at))
     if len(on) < len(task.allocations):
         return False
     work.move_request(deps, tid, RequestState.RUNNING, f"{len(on)} agent(s) run it")
@@ -309,5 +309,9 @@ def _release(ledger: DetLedger, *, tid: str, now: float, finished: bool) -> bool
     return release_task(ledger, tid, now, finished=finished)
 
 
+def _placement(tid: str, started_at: float | None) -> str:
+    return f"{tid}.{int((started_at or 0) * 1000)}"
+
+
 def _aid(tid: str, started_at: float | None, agent_id: str) -> str:
-    return f"{tid}.{int((started_at or 0) * 1000)}.{agent_id}"
+    return f"{_placement(tid, started_at)}.{agent_id}"

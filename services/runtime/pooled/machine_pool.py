@@ -334,7 +334,7 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
                 f"node {rank} on pool machine {machine.machine_id} ({machine.machine_type})",
                 now,
             )
-        work.record_instance(deps, cloud_machine, wid, rank, aid)
+        work.record_instance(deps, cloud_machine, wid, rank, aid, placement_id(wid, started))
     if not _head_ready(deps, name, ledger, wid, task, started):
         return False
     if not nodes or len(up) < len(nodes):
@@ -372,9 +372,15 @@ def _head_ready(
     cloud_machine = work.as_machine(head.machine_id, head)
     if head.status != "up" or cloud_machine is None:
         return False
-    aid = f"{wid}.{int(started * 1000)}.head"
+    placement = placement_id(wid, started)
+    aid = f"{placement}.head"
     work.record_instance(
-        deps, replace(cloud_machine, machine_type=HEAD_NODE), wid, len(ledger.machines_of(wid)), aid
+        deps,
+        replace(cloud_machine, machine_type=HEAD_NODE),
+        wid,
+        len(ledger.machines_of(wid)),
+        aid,
+        placement,
     )
     return True
 
@@ -386,9 +392,14 @@ def _release(ledger: PoolLedger, wid: str, now: float, *, finished: bool = False
     return True
 
 
+def placement_id(wid: str, started_at: float) -> str:
+    """One placement of a workload (new every time it is placed)."""
+    return f"{wid}.{int(started_at * 1000)}"
+
+
 def assignment_id(wid: str, started_at: float, machine: PoolMachine) -> str:
     """The id of a workload's work on one machine, new for every placement."""
-    return f"{wid}.{int(started_at * 1000)}.{machine.machine_id}"
+    return f"{placement_id(wid, started_at)}.{machine.machine_id}"
 
 
 # ----------------------------------------------------------------------------------------------

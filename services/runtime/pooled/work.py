@@ -16,6 +16,7 @@ from typing import Any
 
 from corral.services.providers.base import NodeWork, node_work_of
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.planning import price_of
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
@@ -265,8 +266,11 @@ def instance_id_for(aid: str) -> str:
     return "i-" + hashlib.sha1(aid.encode()).hexdigest()[:10]
 
 
-def record_instance(deps: Deps, machine: Machine, request_id: str, rank: int, aid: str) -> None:
-    """The request's record of the work running on this machine (once per assignment)."""
+def record_instance(
+    deps: Deps, machine: Machine, request_id: str, rank: int, aid: str, placement: str
+) -> None:
+    """The request's record of the work running on this machine (once per assignment), part
+    of ``placement`` (its nodes' records share it), priced as the catalog prices the machine."""
     now = deps.now()
     inst_id = instance_id_for(aid)
     inst = Instance.new(
@@ -283,6 +287,10 @@ def record_instance(deps: Deps, machine: Machine, request_id: str, rank: int, ai
         instance_type=machine.instance_type or machine.machine_type or "",
         market=machine.market or "on_demand",
         machine_type=machine.machine_type or machine.instance_type,
+        placement=placement,
+        price_usd_per_hour=price_of(
+            deps, machine.cloud, machine.instance_type or "", machine.zone, machine.market
+        ),
     )
     inst.move(InstanceState.RUNNING, now, "its pooled machine runs the work")
     if not deps.store.create_instance(inst):
