@@ -137,6 +137,8 @@ class Settings(BaseSettings):
     prometheus_multiproc_dir: Path | None = Field(
         default=None, validation_alias="PROMETHEUS_MULTIPROC_DIR"
     )
+    # Dollar budgets the pool schedulers honour (see shared/budgets.py); None: no budgets.
+    budgets_file: Path | None = None
     timers: Timers = Field(default_factory=Timers)
     # Launch limits by cloud or "cloud/region" (CORRAL_LAUNCH_LIMITS as JSON, e.g.
     # '{"aws/us-east-1": {"calls_per_s": 1, "in_flight": 20}}'); both levels apply.

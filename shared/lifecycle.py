@@ -62,6 +62,7 @@ REQUEST_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
             RequestState.TERMINATED,  # the user terminated it
             RequestState.PROVISIONING,  # a node was LOST or reclaimed: relaunch via chain
             RequestState.PREEMPTED,  # a scheduler took its machines for a higher-priority request
+            RequestState.PENDING,  # its pool job failed and restarts (job_recovery): queued again
         }
     ),
     RequestState.PREEMPTED: frozenset(

@@ -230,6 +230,8 @@ class Instance(_Record):
     last_heartbeat_at: float | None = None  # last sign of life from the node or its agent
     exit_code: int | None = None  # its `run` exit code once it ended
     price_usd_per_hour: float | None = None  # what its machine costs (None: not known)
+    # Pool work: the placement it belongs to (its nodes' records share it; a run is one).
+    placement: str | None = None
     history: list[Transition] = Field(default_factory=list)  # every move, oldest first
 
     @classmethod

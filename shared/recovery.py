@@ -2,8 +2,9 @@
 next, and what each run (and the whole request, over its recoveries) cost.
 
 A *run* is one launch of the request's machines: one attempt that came up, from the launch
-the cloud accepted to the machines' end. A request has several when it was relaunched (its
-machine lost or reclaimed) or restarted (its job failed and its ``job_recovery`` allows it).
+the cloud accepted to the machines' end (for pool work, one placement on the pool's
+machines). A request has several when it was relaunched (its machine lost or reclaimed) or
+restarted (its job failed and its ``job_recovery`` allows it).
 
 Pure: the standard library and the records only; times are passed in.
 """
@@ -98,7 +99,7 @@ def runs_of(instances: Iterable[Instance], now: float) -> list[Run]:
     """The request's runs, oldest first, from its instances (grouped by attempt)."""
     groups: dict[str, list[Instance]] = {}
     for inst in sorted(instances, key=lambda i: (i.created_at, i.node_index)):
-        groups.setdefault(inst.attempt_id or inst.id, []).append(inst)
+        groups.setdefault(inst.placement or inst.attempt_id or inst.id, []).append(inst)
     return [_run(key, nodes, now) for key, nodes in groups.items()]
 
 

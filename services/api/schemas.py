@@ -198,6 +198,7 @@ class WhyView(BaseModel):
     pool: str | None = None
     code: str = Field(description="placed, queued, not_pooled, not_queued, or the reason's code")
     reason: str
+    budget: str | None = Field(None, description="the dollar budget holding it back, if one")
 
 
 class SubmissionView(BaseModel):

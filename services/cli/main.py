@@ -58,6 +58,7 @@ COMMAND_MODULES = (
     "corral.services.cli.autoscale_cmd",
     "corral.services.cli.cluster_cmd",
     "corral.services.cli.version_cmd",
+    "corral.services.cli.simulate_cmd",
 )
 
 for _name in COMMAND_MODULES:

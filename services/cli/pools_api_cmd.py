@@ -207,6 +207,8 @@ def why(
         print_json(found)
         return
     say(f"{found['id']} {found['state']}: {found['reason']} ({found['code']})")
+    if found.get("budget"):
+        say(f"  held back by budget {found['budget']}")
     for m in found.get("machines") or []:
         where = m.get("zone") or "-"
         say(f"  {m['id']}  {m['machine_type']}/{m['partition']}  {m['status']}  {where}")

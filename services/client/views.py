@@ -184,6 +184,7 @@ class WhyView(View):
     pool: str | None = None
     code: str
     reason: str
+    budget: str | None = None  # the dollar budget holding it back, if one
 
 
 # ---- clusters -------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Plans for launches: the planner over the catalog, the local cloud and remembered blocks."""
+"""Plans for launches: the planner over the catalog, the local cloud and remembered blocks;
+and the dollar budgets the pool passes honour."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from corral.services.runtime.deps import Deps
+from corral.shared.budgets import Budget, load_budgets
 from corral.shared.catalog import Catalog, load_catalog
 from corral.shared.config.task import Task
 from corral.shared.planner import Plan, plan
@@ -29,3 +31,32 @@ def plan_launch(deps: Deps, task: Task) -> Plan:
     """The failover chain for ``task`` over the clouds that can launch here. Remembered blocks
     are not applied here: the failover steps pass over them and say so in the account."""
     return plan(task, catalog_for(deps), clouds=deps.launchable_clouds())
+
+
+def price_of(
+    deps: Deps, cloud: str, instance_type: str, zone: str | None, market: str | None
+) -> float | None:
+    """What one machine costs per hour, by the catalog: its zone's spot price in the spot
+    market, else the on-demand list price (a reservation's machines too: paid either way).
+    None when the catalog does not know it."""
+    offerings = catalog_for(deps).instance_type(cloud, instance_type)
+    here = [o for o in offerings if o.zone == zone] or list(offerings)
+    if not here:
+        return None
+    if market == "spot" and here[0].spot_price_usd_per_hour is not None:
+        return here[0].spot_price_usd_per_hour
+    return here[0].price_usd_per_hour
+
+
+@lru_cache(maxsize=4)
+def _budgets_file(path: str, mtime_ns: int) -> tuple[Budget, ...]:
+    return load_budgets(path)
+
+
+def budgets_of(deps: Deps) -> tuple[Budget, ...]:
+    """The dollar budgets the pool passes honour (``budgets_file``; re-read when it changes).
+    A wrong file raises its ConfigError: a pass must not run as if it had no budgets."""
+    path = deps.settings.budgets_file
+    if path is None:
+        return ()
+    return _budgets_file(str(path), Path(path).stat().st_mtime_ns)

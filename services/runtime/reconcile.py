@@ -177,27 +177,33 @@ def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
 
 
 def _finish_job(deps: Deps, req: LaunchRequest, attempt_id: str | None) -> None:
-    """End a RUNNING job once every node of its attempt has exited, by their exit codes."""
+    """End a RUNNING job once every node of its attempt has exited, by their exit codes (or
+    restart it, as its ``job_recovery`` says)."""
     nodes = [deps.store.get_instance(i) for i in req.instance_ids]
     current = [n for n in nodes if n is not None and n.attempt_id == attempt_id]
+    if not current:
+        # The attempt's machines are not linked to the request yet (its launch is recording
+        # them right now): nothing of this attempt is known to have ended. The next pass sees.
+        return
     if any(n.state in LIVE for n in current):
         return  # other nodes still run their part
+    ids = {n.id for n in current}
     codes = [n.exit_code for n in current if n.exit_code is not None]
     failed = next((c for c in codes if c != 0), None)
     if failed is not None:
         policy = Task.model_validate(req.task).recovery()
         again = restart_after(policy, failed, req.restarts_on_errors)
         if again is not None:
-            region = current[0].region if current else None
-            relaunch(deps, req.id, again.reason, restart=again, last_region=region)
+            region = current[0].region
+            relaunch(deps, req.id, again.reason, restart=again, last_region=region, of=ids)
             return
     now = deps.now()
     target = RequestState.SUCCEEDED if failed is None else RequestState.FAILED
     why = "the job's run exited 0" if failed is None else f"the job's run exited {failed}"
 
     def finish(r: LaunchRequest) -> bool:
-        if r.state != RequestState.RUNNING:
-            return False
+        if r.state != RequestState.RUNNING or not r.instance_ids or r.instance_ids[-1] not in ids:
+            return False  # ended, or running another attempt (relaunched or restarted) now
         r.exit_code = failed if failed is not None else 0
         if failed is not None:
             r.error = why
@@ -261,14 +267,16 @@ def relaunch(
     *,
     restart: Restart | None = None,
     last_region: str | None = None,
+    of: set[str] | None = None,
     avoid: tuple[str, str] | None = None,
 ) -> str:
     """Send a RUNNING request back through its chain (re-planned around what just failed):
     after a lost machine (up to ``relaunch_limit`` times, unless the task has a
     ``job_recovery``: a managed job is recovered from every loss), or to ``restart`` a failed
-    job. A task's ``job_recovery`` strategy orders the chain from ``last_region``. ``avoid``
-    ((cloud, zone) where its machine was lost) goes to the end of this request's chain: a zone
-    is tried again last, without blocking it for everyone."""
+    job. A task's ``job_recovery`` strategy orders the chain from ``last_region``. ``of``: the
+    instances whose end this answers; nothing happens unless the request still runs on them.
+    ``avoid`` ((cloud, zone) where its machine was lost) goes to the end of this request's
+    chain: a zone is tried again last, without blocking it for everyone."""
     req = deps.store.get_request(request_id)
     if req is None:
         return "missing"
@@ -286,6 +294,8 @@ def relaunch(
     def back(r: LaunchRequest) -> bool:
         if r.state != RequestState.RUNNING:
             return False  # ended or already relaunching
+        if of is not None and (not r.instance_ids or r.instance_ids[-1] not in of):
+            return False  # it runs another attempt already: that end is old news
         if not chain or (restart is None and limit is not None and r.recoveries >= limit):
             r.error = f"{why}; " + ("relaunch limit reached" if chain else "no candidate left")
             r.move(RequestState.FAILED, now, r.error)

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from ..budgets import BudgetSpend
 from ..lifecycle import AGENT_TRANSITIONS, AgentStatus
 from ..pools import ResolvedPools
 from .build import det_scheduler
@@ -62,6 +63,7 @@ class DetLedger(BaseModel):
     notes: dict[str, TaskPending] = Field(default_factory=dict)
     started_by: dict[str, str] = Field(default_factory=dict)  # task -> why it started there
     preempted_by: dict[str, str] = Field(default_factory=dict)
+    budget_spend: dict[str, BudgetSpend] = Field(default_factory=dict)  # budget name -> spend
 
     def pool_of(self, task_id: str) -> str:
         return self.running_in.get(task_id) or self.home[task_id]
@@ -122,6 +124,7 @@ def grow(
             if agent.status == "launching":  # its slots no task holds yet are on their way
                 spare[agent.pool] += max(0, agent.slots - taken.get(agent.agent_id, 0))
     added: list[str] = []
+    growable: dict[tuple[str, int], bool] = {}  # (pool, slots): asked once per pass
     waiting = [
         p
         for plan in plans
@@ -136,7 +139,12 @@ def grow(
             continue
         for name in (ledger.home.get(task.task_id, ""), *task.fallback_pools):
             snapshot = by_pool.get(name)
-            if snapshot is None or not _can_grow_for(snapshot, task.slots):
+            if snapshot is None:
+                continue
+            key = (name, task.slots)
+            if key not in growable:
+                growable[key] = _can_grow_for(snapshot, task.slots)
+            if not growable[key]:
                 continue
             need = _agents_needed(snapshot, task.slots, spare[name], count[name])
             assert snapshot.max_agents is not None
@@ -177,9 +185,26 @@ def _agents_needed(snapshot: DetPoolSnapshot, slots: int, spare: int, count: int
     return math.ceil((slots - spare) / per_agent)
 
 
+def copy_det_ledger(ledger: DetLedger) -> DetLedger:
+    """An independent copy at a fraction of a deep copy's cost: containers and (mutable)
+    agents copied; tasks and notes are frozen models and are shared."""
+    return ledger.model_copy(
+        update={
+            "agents": {k: a.model_copy() for k, a in ledger.agents.items()},
+            "tasks": dict(ledger.tasks),
+            "home": dict(ledger.home),
+            "running_in": dict(ledger.running_in),
+            "notes": dict(ledger.notes),
+            "started_by": dict(ledger.started_by),
+            "preempted_by": dict(ledger.preempted_by),
+            "budget_spend": {k: s.model_copy() for k, s in ledger.budget_spend.items()},
+        }
+    )
+
+
 def commit_det(ledger: DetLedger, plans: Sequence[DetPlan], now: float) -> DetLedger:
     """The ledger once the plans are committed at ``now`` (the store bumps the version)."""
-    out = ledger.model_copy(deep=True)
+    out = copy_det_ledger(ledger)
     for plan in plans:
         for start in plan.starts:
             task = out.tasks.get(start.task_id)

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .fair_share import run_fair_share
-from .fitting import book_allocations, can_ever_fit, find_fit
 from .model import (
     DetPlan,
     DetPoolSnapshot,
@@ -48,7 +47,7 @@ def run_pass(pool: DetPoolSnapshot) -> PoolPass:
     )
     slot_tasks = []
     for task in waiting:
-        verdict = can_ever_fit(pool, task.slots)
+        verdict = state.ever_fits(task.slots)
         if not verdict.ok:
             state.wait(task, "can_never_fit", verdict.reason)
         elif task.slots == 0:
@@ -115,6 +114,9 @@ def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
 def _victims_for(state: PoolPass, task: DetTask) -> list[DetTask]:
     """Running preemptible tasks below this one, lowest priority (99) first, newest first."""
     mine = state.priority(task)
+    lowest = state.lowest_victim()
+    if lowest is None or lowest <= (mine, task.submitted_at):
+        return []  # nothing runs below it (most of a long queue, asked in turn)
     out = [
         v
         for v in state.running()
@@ -136,28 +138,27 @@ def _victims_for(state: PoolPass, task: DetTask) -> list[DetTask]:
 
 def _make_room(state: PoolPass, task: DetTask) -> bool:
     """Promise the task slots in ``future``, releasing victims as needed; False if it cannot."""
-    policy, future = state.policy, state.future
     chosen: list[DetTask] = []
-    claim = find_fit(future, task.slots, policy)
+    claim = state.fit_future(task.slots)
     if claim is None:
         for victim in _victims_for(state, task):
-            book_allocations(future, victim.task_id, victim.allocations, -1)
+            state.book_future(victim.task_id, victim.allocations, -1)
             chosen.append(victim)
-            if find_fit(future, task.slots, policy) is not None:
+            if state.fit_future(task.slots) is not None:
                 break
         else:
             for victim in chosen:  # even all of them would not do: undo
-                book_allocations(future, victim.task_id, victim.allocations)
+                state.book_future(victim.task_id, victim.allocations)
             return False
         for victim in reversed(chosen[:-1]):  # keep the ones it turns out not to need
-            book_allocations(future, victim.task_id, victim.allocations)
-            if find_fit(future, task.slots, policy) is None:
-                book_allocations(future, victim.task_id, victim.allocations, -1)
+            state.book_future(victim.task_id, victim.allocations)
+            if state.fit_future(task.slots) is None:
+                state.book_future(victim.task_id, victim.allocations, -1)
             else:
                 chosen.remove(victim)
-        claim = find_fit(future, task.slots, policy)
+        claim = state.fit_future(task.slots)
     assert claim is not None
-    book_allocations(future, task.task_id, claim)
+    state.book_future(task.task_id, claim)
     for victim in chosen:
         state.release(
             victim,
@@ -215,7 +216,7 @@ def schedule_pools(pools: Sequence[DetPoolSnapshot], now: float) -> tuple[DetPla
                 target = states.get(name)
                 if target is None or name == state.pool.pool:
                     continue
-                if not can_ever_fit(target.pool, task.slots).ok:
+                if not target.ever_fits(task.slots).ok:
                     continue
                 fit = target.fit_now(task)
                 if fit is not None:

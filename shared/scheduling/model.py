@@ -32,6 +32,7 @@ PendingCode = Literal[
     "preempted",  # it was preempted and is queued again at its original place
     "waiting_for_preemption",  # capacity is held for it while the work it preempted stops
     "stopping",  # it is giving its machines back after a preemption
+    "over_budget",  # placing it would break a dollar budget (the reason names it)
 ]
 
 DEFAULT_RULE_PRIORITY = 1  # a partition without rules, or a rule without a priority
@@ -187,6 +188,7 @@ class Pending(_Frozen):
     code: PendingCode
     reason: str
     preempted_by: str | None = None
+    budget: str | None = None  # the budget holding it back (code over_budget)
 
 
 class Plan(_Frozen):
@@ -222,6 +224,7 @@ DetPendingCode = Literal[
     "waiting_for_preemption",  # slots are being freed for it
     "can_never_fit",  # the pool can never have the slots it asks for
     "no_such_pool",  # it names a pool the master config does not define
+    "over_budget",  # starting it would break a dollar budget (the reason names it)
 ]
 
 
@@ -255,6 +258,7 @@ class DetTask(_Frozen):
     allocations: tuple[SlotAllocation, ...] = ()  # empty: pending
     stopping: bool = False  # released by a preemption, still giving slots back
     fallback_pools: tuple[str, ...] = ()  # where it may go, in order, when its pool is full
+    labels: dict[str, str] = Field(default_factory=dict)  # what label budgets select on
 
     def is_running(self) -> bool:
         """Whether it holds slots (or, zero-slot, an agent)."""
@@ -308,6 +312,7 @@ class TaskPending(_Frozen):
     task_id: str
     code: DetPendingCode
     reason: str
+    budget: str | None = None  # the budget holding it back (code over_budget)
 
 
 class AgentReap(_Frozen):

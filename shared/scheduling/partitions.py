@@ -161,6 +161,11 @@ class PoolState:
         self._access_cache: dict[tuple[BookKey, LabelsKey], Access] = {}
         self._holds: dict[str, set[BookKey]] = defaultdict(set)  # workload id -> held partitions
         self._labels: dict[str, LabelsKey] = {}
+        # (partition, now, min_runtime_s) -> its running preemptible holders, run long enough
+        # (in victim order) and too young: filled by :mod:`.preemption`, the same all pass.
+        self.holders_by_age: dict[
+            tuple[BookKey, float, float], tuple[list[Workload], list[Workload]]
+        ] = {}
         self._book_machines(snapshot.machines)
         self._book_reservations(snapshot.reservations)
 

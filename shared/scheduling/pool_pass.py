@@ -1,14 +1,26 @@
 """One Determined pool during a scheduling pass: what every scheduler type (:mod:`.determined`,
 :mod:`.fair_share`) reads and books as it decides. Agents as they are now (``books``) and once
 planned releases are done and promised slots taken (``future``). Pure: no clock, no I/O.
+
+A pass over a long queue asks where each waiting task would fit, most of them against books
+that have not changed since the last task asked (a full pool says no to all of them): answers
+are kept until something is booked (:meth:`PoolPass.book_future` and :meth:`PoolPass.start`),
+so a pass costs the queue's length, not the queue times the agents.
 """
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .fitting import AgentBook, agent_books, book_allocations, find_fit
+from .fitting import (
+    AgentBook,
+    FitVerdict,
+    agent_books,
+    book_allocations,
+    can_ever_fit,
+    find_fit,
+)
 from .model import (
     DetPendingCode,
     DetPoolSnapshot,
@@ -32,6 +44,15 @@ class PoolPass:
     releases: list[TaskRelease] = field(default_factory=list)
     pending: dict[str, TaskPending] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)
+    # Tasks holding slots as of the snapshot (neither stopping nor pending); and where a task
+    # of so many slots would fit now / in ``future``, kept until the next booking.
+    holding: list[DetTask] = field(default_factory=list)
+    _fits_now: dict[int, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
+    _fits_future: dict[int, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
+    _most_free: list[int] | None = None
+    _ever: dict[int, FitVerdict] = field(default_factory=dict)
+    _lowest_victim: tuple[int, float] | None = None
+    _lowest_known: bool = False
 
     @property
     def policy(self) -> str:
@@ -43,23 +64,59 @@ class PoolPass:
 
     def running(self) -> list[DetTask]:
         """Tasks holding slots that are neither stopping nor released by this pass."""
-        return [
-            t
-            for t in self.pool.tasks
-            if t.is_running() and not t.stopping and t.task_id not in self.released
-        ]
+        return [t for t in self.holding if t.task_id not in self.released]
+
+    def lowest_victim(self) -> tuple[int, float] | None:
+        """The largest (priority number, submitted_at) of the running preemptible tasks: a
+        task preempts only what is above its own (lower priority, or the same and submitted
+        later), so a task at or above this has no victim. None: nothing is preemptible."""
+        if not self._lowest_known:
+            keys = [(self.priority(t), t.submitted_at) for t in self.running() if t.preemptible]
+            self._lowest_victim = max(keys, default=None)
+            self._lowest_known = True
+        return self._lowest_victim
+
+    def ever_fits(self, slots: int) -> FitVerdict:
+        """Whether the pool could ever run a task of ``slots`` (:func:`.fitting.can_ever_fit`)."""
+        if slots not in self._ever:
+            self._ever[slots] = can_ever_fit(self.pool, slots)
+        return self._ever[slots]
 
     def fit_now(self, task: DetTask) -> tuple[SlotAllocation, ...] | None:
         """Where the task could start now without taking slots promised to a preemptor."""
+        if task.slots in self._fits_now:
+            return self._fits_now[task.slots]
         view = {
             k: AgentBook(b.agent_id, b.slots, min(b.free, self.future[k].free), b.aux)
             for k, b in self.books.items()
         }
-        return find_fit(view, task.slots, self.policy, self.pool.max_aux_containers_per_agent)
+        fit = find_fit(view, task.slots, self.policy, self.pool.max_aux_containers_per_agent)
+        self._fits_now[task.slots] = fit
+        return fit
+
+    def fit_future(self, slots: int) -> tuple[SlotAllocation, ...] | None:
+        """Where a task of ``slots`` would fit once planned releases are done and promised
+        slots taken (no auxiliary-container limit: a preemptor claims slots)."""
+        if slots not in self._fits_future:
+            self._fits_future[slots] = find_fit(self.future, slots, self.policy)
+        return self._fits_future[slots]
+
+    def book_future(
+        self, task_id: str, allocations: Iterable[SlotAllocation], sign: int = 1
+    ) -> None:
+        """Take (``sign=1``) or give back (``-1``) slots in ``future`` only."""
+        book_allocations(self.future, task_id, allocations, sign)
+        self._booked()
+
+    def _booked(self) -> None:
+        self._fits_now.clear()
+        self._fits_future.clear()
+        self._most_free = None
 
     def start(self, task: DetTask, allocations: tuple[SlotAllocation, ...], reason: str) -> None:
         book_allocations(self.books, task.task_id, allocations)
         book_allocations(self.future, task.task_id, allocations)
+        self._booked()
         self.pending.pop(task.task_id, None)
         self.starts.append(
             TaskStart(
@@ -72,12 +129,15 @@ class PoolPass:
 
     def release(self, victim: DetTask, preemptor: DetTask, reason: str) -> None:
         self.released.add(victim.task_id)
+        self._lowest_known = False
         self.releases.append(
             TaskRelease(task_id=victim.task_id, preempted_by=preemptor.task_id, reason=reason)
         )
 
     def full_reason(self, task: DetTask) -> str:
-        free = sorted((b.free for b in self.books.values()), reverse=True)[:4]
+        if self._most_free is None:
+            self._most_free = sorted((b.free for b in self.books.values()), reverse=True)[:4]
+        free = self._most_free
         return f"no agent of {self.pool.pool} has {task.slots} free slot(s) (most free: {free})"
 
 
@@ -87,8 +147,11 @@ def new_pass(pool: DetPoolSnapshot) -> PoolPass:
     books = agent_books(pool.agents)
     for task in pool.tasks:
         book_allocations(books, task.task_id, task.allocations)
-    future = copy.deepcopy(books)
+    future = {
+        k: AgentBook(b.agent_id, b.slots, b.free, b.aux, list(b.tasks)) for k, b in books.items()
+    }
     for task in pool.tasks:
         if task.stopping:
             book_allocations(future, task.task_id, task.allocations, -1)
-    return PoolPass(pool, books, future)
+    holding = [t for t in pool.tasks if t.is_running() and not t.stopping]
+    return PoolPass(pool, books, future, holding=holding)

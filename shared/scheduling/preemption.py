@@ -66,18 +66,37 @@ def is_lower(state: PoolState, book: Book, victim: Workload, preemptor: Workload
 def candidates(
     state: PoolState, book: Book, preemptor: Workload, now: float, min_runtime_s: float
 ) -> list[Workload]:
-    """Possible victims in one partition, in the order they are taken."""
-    out = [
-        victim
-        for victim in state.holders(book)
-        if victim.phase == "running"
-        and victim.workload_id not in state.stopping
-        and victim.is_preemptible()
-        and runtime_ok(victim, now, min_runtime_s)
-        and is_lower(state, book, victim, preemptor)
-    ]
-    out.sort(key=lambda v: victim_order(state, book, v))
+    """Possible victims in one partition, in the order they are taken: running, preemptible,
+    run ``min_runtime_s``, not stopping, and lower than the preemptor there. Victim order
+    starts with what "lower" compares, so those lower are the front of the partition's list."""
+    ripe, _ = _holders_by_age(state, book, now, min_runtime_s)
+    ours = (state.access(book, preemptor).priority, preemptor.priority)
+    out = []
+    for victim in ripe:
+        if (state.access(book, victim).priority, victim.priority) >= ours:
+            break  # this one and all after it are not lower
+        if victim.workload_id not in state.stopping:
+            out.append(victim)
     return out
+
+
+def _holders_by_age(
+    state: PoolState, book: Book, now: float, min_runtime_s: float
+) -> tuple[list[Workload], list[Workload]]:
+    """The partition's running, preemptible holders: those that have run ``min_runtime_s``
+    (in victim order) and those too young to be taken (as held). The same for every
+    preemptor of a pass, so worked out once per partition and kept on the pass's state."""
+    key = (book.key, now, min_runtime_s)
+    found = state.holders_by_age.get(key)
+    if found is None:
+        ripe: list[Workload] = []
+        young: list[Workload] = []
+        for victim in state.holders(book):
+            if victim.phase == "running" and victim.is_preemptible():
+                (ripe if runtime_ok(victim, now, min_runtime_s) else young).append(victim)
+        ripe.sort(key=lambda v: victim_order(state, book, v))
+        found = state.holders_by_age[key] = (ripe, young)
+    return found
 
 
 def victim_order(
@@ -210,12 +229,8 @@ def protected(
     for book in state.books_for(preemptor):
         if not state.access(book, preemptor).allowed:
             continue
-        for victim in state.holders(book):
-            if (
-                victim.phase == "running"
-                and victim.is_preemptible()
-                and not runtime_ok(victim, now, min_runtime_s)
-                and is_lower(state, book, victim, preemptor)
-            ):
+        _, young = _holders_by_age(state, book, now, min_runtime_s)
+        for victim in young:
+            if is_lower(state, book, victim, preemptor):
                 out[victim.workload_id] = victim
     return list(out.values())

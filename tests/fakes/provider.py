@@ -43,6 +43,11 @@ class FakeProvider:
         """The machine dies behind Corral's back."""
         self.machines[provider_id] = self.machines[provider_id].model_copy(update={"state": "lost"})
 
+    def exit(self, provider_id: str, code: int) -> None:
+        """The machine's job ends with ``code`` (its agent's last report)."""
+        update = {"state": "terminated", "exit_code": code}
+        self.machines[provider_id] = self.machines[provider_id].model_copy(update=update)
+
     def start_stray(self, tags: dict[str, str]) -> str:
         """A machine tagged as Corral's that no record knows."""
         pid = f"fk-{next(self._ids)}"

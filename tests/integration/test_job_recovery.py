@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness import System
 
@@ -80,3 +81,51 @@ def test_a_listed_exit_code_always_restarts_and_the_job_then_succeeds(
     plain = system.submit({"name": "plain", "resources": WHERE, "run": "exit 33"})
     done = system.wait_state(plain, {"FAILED", "SUCCEEDED"}, 60)
     assert done["state"] == "FAILED" and len(done["runs"]) == 1
+
+
+POOL = {
+    "kind": "ANYSCALE_MANAGED",
+    "machine_types": [
+        {
+            "machine_type": "cpu",
+            "launch_templates": [{"instance_type": "cpu-2"}],
+            "partitions": [{"name": "any", "size": 1}],
+        }
+    ],
+}
+COMPUTE = {
+    "worker_nodes": [
+        {"instance_type": "cpu", "flags": {"cloud_deployment": {"machine_pool": "small"}}}
+    ]
+}
+
+
+def test_a_pool_workload_that_fails_restarts_in_its_pool_then_succeeds(
+    make_system: Callable[..., System], tmp_path: Path
+) -> None:
+    system = make_system(
+        Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "pools.yaml",
+        POOL_REBALANCE_INTERVAL_S="0.5",
+    )
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision")
+    system.start_beat()
+    pool = tmp_path / "small.yaml"
+    pool.write_text(yaml.safe_dump(POOL))
+    assert system.cli("pools", "apply", str(pool), "--name", "small").returncode == 0
+    marker = tmp_path / "ran-once"
+    task = {
+        "name": "pooled-flaky",
+        "compute_config": COMPUTE,
+        "resources": {"job_recovery": {"max_restarts_on_errors": 2}},
+        "run": f"if [ -e {marker} ]; then echo second; exit 0; fi; touch {marker}; exit 4",
+    }
+    rid = system.submit(task)
+    done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
+    assert done["state"] == "SUCCEEDED", done
+    assert done["restarts"] == 1
+    assert [r["outcome"] for r in done["runs"]] == ["exited 4", "exited 0"]
+    # Both runs on the pool's one warm machine: the restart was queued in the pool again.
+    assert len({i["provider_id"] for i in done["instances"]}) == 1
+    assert all(r["cost_usd"] > 0 for r in done["runs"])  # priced by the catalog, as planned

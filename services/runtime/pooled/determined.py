@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.planning import catalog_for
+from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.kind import LaunchOrder, PassResult
 from corral.services.state.docstore import DocStore
@@ -28,17 +28,15 @@ from corral.shared.lifecycle import AgentStatus, RequestState
 from corral.shared.pools import ResolvedPools, resolve_pools
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import DeterminedRoute, pool_limits
-from corral.shared.scheduling import DetTask, schedule_pools
+from corral.shared.scheduling import DetTask
 from corral.shared.scheduling.det_ledger import (
     DetAgent,
     DetLedger,
     add_task,
     agent_lost,
-    commit_det,
-    grow,
     release_task,
-    snapshots_of,
 )
+from corral.shared.scheduling.pool_passes import Costing, determined_pass, slot_prices
 
 
 def resolved(record: PoolRecord) -> ResolvedPools:
@@ -58,6 +56,7 @@ def task_of(req: LaunchRequest, task: Task) -> DetTask:
         else True,
         submitted_at=req.created_at,
         fallback_pools=tuple(task.scheduling.fallback_pools if task.scheduling else ()),
+        labels=dict(task.labels),
     )
 
 
@@ -88,16 +87,18 @@ class DeterminedPools:
         self, deps: Deps, record: PoolRecord, ledger: DetLedger, now: float, *, rebalance: bool
     ) -> PassResult:
         pools = resolved(record)
-        snapshots = snapshots_of(ledger, pools, pool_limits(pools, catalog_for(deps)))
-        plans = schedule_pools(snapshots, now)
-        after = commit_det(ledger, plans, now)
+        limits = pool_limits(pools, catalog_for(deps))
         master, version = record.name, ledger.version
 
         def new_id(pool: str, index: int) -> str:
             raw = f"{master}/{pool}/{version}/{index}"
             return "a-" + hashlib.sha1(raw.encode()).hexdigest()[:10]
 
-        grow(after, snapshots, plans, now, new_id)
+        budgets = budgets_of(deps)
+        costing = (
+            Costing(budgets, slot_prices(pools, limits, catalog_for(deps))) if budgets else None
+        )
+        after, plans = determined_pass(ledger, pools, limits, now, new_id=new_id, costing=costing)
 
         def log() -> None:
             for plan in plans:
@@ -196,6 +197,8 @@ class DeterminedPools:
             out.update(code="started", reason=f"{started}: {where}")
         elif note is not None:
             out.update(code=note.code, reason=note.reason)
+            if note.budget:
+                out["budget"] = note.budget
             if req.id in ledger.preempted_by:
                 out["preempted_by"] = ledger.preempted_by[req.id]
         else:
@@ -285,7 +288,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
             deps.store.append_event(
                 tid, f"{slots} slot(s) on agent {machine.machine_id} ({ledger.pool_of(tid)})", now
             )
-        work.record_instance(deps, machine, tid, rank, aid)
+        work.record_instance(deps, machine, tid, rank, aid, _placement(tid, task.started_at))
     if len(on) < len(task.allocations):
         return False
     work.move_request(deps, tid, RequestState.RUNNING, f"{len(on)} agent(s) run it")
@@ -296,7 +299,9 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
         deps,
         tid,
         results,
-        lambda: deps.det_ledgers.update(master, partial(_release, tid=tid, now=now, finished=True)),
+        lambda finished: deps.det_ledgers.update(
+            master, partial(_release, tid=tid, now=now, finished=finished)
+        ),
     )
 
 
@@ -304,5 +309,9 @@ def _release(ledger: DetLedger, *, tid: str, now: float, finished: bool) -> bool
     return release_task(ledger, tid, now, finished=finished)
 
 
+def _placement(tid: str, started_at: float | None) -> str:
+    return f"{tid}.{int((started_at or 0) * 1000)}"
+
+
 def _aid(tid: str, started_at: float | None, agent_id: str) -> str:
-    return f"{tid}.{int((started_at or 0) * 1000)}.{agent_id}"
+    return f"{_placement(tid, started_at)}.{agent_id}"

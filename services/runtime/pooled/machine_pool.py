@@ -17,6 +17,7 @@ from typing import Any
 
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.kind import LaunchOrder, PassResult
 from corral.services.state.docstore import DocStore
@@ -28,31 +29,43 @@ from corral.shared.config.task import Task
 from corral.shared.lifecycle import RequestState
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import pool_of
-from corral.shared.scheduling import MachineTypeState, schedule
+from corral.shared.scheduling import MachineTypeState
 from corral.shared.scheduling.build import machine_types_of, workload_of
 from corral.shared.scheduling.ledger import (
     PoolLedger,
     PoolMachine,
     add_head,
     add_workload,
-    commit,
     head_of,
     machine_failed,
     machine_gone,
     machine_lost,
     machine_up,
     release,
-    snapshot_of,
+)
+from corral.shared.scheduling.pool_passes import (
+    Costing,
+    PassKnobs,
+    machine_pool_pass,
+    machine_type_prices,
 )
 
 log = logging.getLogger("corral.pools")
 
-NO_REAPING = 10**9  # a pass that must not reap (only beat's rebalancing reaps)
 HEAD_NODE = "head_node"  # what a workload's head node shows as its machine_type
 
 
 def _types(record: PoolRecord) -> tuple[MachineTypeState, ...]:
     return machine_types_of(MachinePool.model_validate(record.spec))
+
+
+def _costing(deps: Deps, record: PoolRecord) -> Costing | None:
+    """The dollar budgets over this pool, with its machine types' prices (None: no budgets)."""
+    budgets = budgets_of(deps)
+    if not budgets:
+        return None
+    pool = MachinePool.model_validate(record.spec)
+    return Costing(budgets, machine_type_prices(pool, record.cloud, catalog_for(deps)))
 
 
 class MachinePools:
@@ -85,25 +98,23 @@ class MachinePools:
     def pass_over(
         self, deps: Deps, record: PoolRecord, ledger: PoolLedger, now: float, *, rebalance: bool
     ) -> PassResult:
-        timers = deps.settings.timers
         types = _types(record)
-        plan = schedule(
-            snapshot_of(ledger, types),
-            now,
-            min_runtime_s=timers.min_runtime_s,
-            replacement_budget=timers.replacement_budget if rebalance else 0,
-            replacement_guard_s=timers.replacement_guard_s,
-            min_machines=timers.pool_min_machines if rebalance else NO_REAPING,
-        )
         name, version = record.name, ledger.version
 
         def new_id(node: Any, wid: str, index: int) -> str:
             raw = f"{name}/{wid}/{version}/{index}/{node.machine_type}/{node.partition}"
             return "m-" + hashlib.sha1(raw.encode()).hexdigest()[:10]
 
-        return PassResult(
-            commit(ledger, plan, types, now, new_id), lambda: _log_plan(deps, plan, now)
+        after, plan = machine_pool_pass(
+            ledger,
+            types,
+            now,
+            PassKnobs.of(deps.settings.timers),
+            rebalance=rebalance,
+            new_id=new_id,
+            costing=_costing(deps, record),
         )
+        return PassResult(after, lambda: _log_plan(deps, plan, now))
 
     def lose_machine(self, ledger: PoolLedger, machine_id: str, now: float) -> list[str]:
         return machine_lost(ledger, machine_id, now)
@@ -182,6 +193,8 @@ class MachinePools:
         note = ledger.notes.get(req.id)
         if workload.phase == "pending" and note is not None:
             out.update(code=note.code, reason=note.reason)
+            if note.budget:
+                out["budget"] = note.budget
         elif workload.phase == "pending":
             out.update(code="queued", reason="queued; the next scheduling pass decides")
         elif workload.phase == "stopping":
@@ -321,7 +334,7 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
                 f"node {rank} on pool machine {machine.machine_id} ({machine.machine_type})",
                 now,
             )
-        work.record_instance(deps, cloud_machine, wid, rank, aid)
+        work.record_instance(deps, cloud_machine, wid, rank, aid, placement_id(wid, started))
     if not _head_ready(deps, name, ledger, wid, task, started):
         return False
     if not nodes or len(up) < len(nodes):
@@ -334,7 +347,9 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
         deps,
         wid,
         results,
-        lambda: deps.ledgers.update(name, lambda led: _release(led, wid, now, finished=True)),
+        lambda finished: deps.ledgers.update(
+            name, lambda led: _release(led, wid, now, finished=finished)
+        ),
     )
 
 
@@ -357,9 +372,15 @@ def _head_ready(
     cloud_machine = work.as_machine(head.machine_id, head)
     if head.status != "up" or cloud_machine is None:
         return False
-    aid = f"{wid}.{int(started * 1000)}.head"
+    placement = placement_id(wid, started)
+    aid = f"{placement}.head"
     work.record_instance(
-        deps, replace(cloud_machine, machine_type=HEAD_NODE), wid, len(ledger.machines_of(wid)), aid
+        deps,
+        replace(cloud_machine, machine_type=HEAD_NODE),
+        wid,
+        len(ledger.machines_of(wid)),
+        aid,
+        placement,
     )
     return True
 
@@ -371,9 +392,14 @@ def _release(ledger: PoolLedger, wid: str, now: float, *, finished: bool = False
     return True
 
 
+def placement_id(wid: str, started_at: float) -> str:
+    """One placement of a workload (new every time it is placed)."""
+    return f"{wid}.{int(started_at * 1000)}"
+
+
 def assignment_id(wid: str, started_at: float, machine: PoolMachine) -> str:
     """The id of a workload's work on one machine, new for every placement."""
-    return f"{wid}.{int(started_at * 1000)}.{machine.machine_id}"
+    return f"{placement_id(wid, started_at)}.{machine.machine_id}"
 
 
 # ----------------------------------------------------------------------------------------------

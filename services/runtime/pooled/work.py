@@ -16,9 +16,11 @@ from typing import Any
 
 from corral.services.providers.base import NodeWork, node_work_of
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.planning import price_of
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
+from corral.shared.recovery import Restart, restart_after
 
 
 @dataclass(frozen=True)
@@ -159,17 +161,47 @@ def finish_when_ended(
     deps: Deps,
     request_id: str,
     results: Sequence[Mapping[str, Any] | None],
-    release: Callable[[], object],
+    release: Callable[[bool], object],
 ) -> bool:
-    """A job whose every node's work has ended: ``release`` its machines and end the request
-    by the first non-zero exit code (SUCCEEDED when all are 0). False while any still runs."""
+    """A job whose every node's work has ended: ``release(finished=True)`` its machines and
+    end the request by the first non-zero exit code (SUCCEEDED when all are 0); or, when its
+    task's ``job_recovery`` restarts a failed run, ``release(False)`` queues it again at its
+    original place. False while any still runs."""
     if not results or any(r is None for r in results):
         return False
     codes = [int(r.get("exit_code") or 0) for r in results if r is not None]
     code = next((c for c in codes if c != 0), 0)
-    release()
+    req = deps.store.get_request(request_id)
+    policy = Task.model_validate(req.task).recovery() if req is not None else None
+    again = restart_after(policy, code, req.restarts_on_errors) if req is not None else None
+    if again is not None and _restart(deps, request_id, again):
+        release(False)
+        end_instances(deps, request_id, f"its job exited {code}; it restarts", exit_code=code)
+        return True
+    release(True)
     end_instances(deps, request_id, f"its job exited {code}", exit_code=code)
     finish_request(deps, request_id, code)
+    return True
+
+
+def _restart(deps: Deps, request_id: str, again: Restart) -> bool:
+    """The request goes back to its pool's queue to run its job again; True if this call
+    moved it."""
+    now = deps.now()
+
+    def back(r: LaunchRequest) -> bool:
+        if r.state != RequestState.RUNNING:
+            return False
+        r.relaunches += 1
+        r.restarts += 1
+        r.restarts_on_errors += int(again.counted)
+        r.move(RequestState.PENDING, now, f"restart {r.restarts}: {again.reason}")
+        return True
+
+    updated = deps.store.update_request(request_id, back)
+    if updated is None or updated.state != RequestState.PENDING:
+        return False
+    deps.store.append_event(request_id, f"state: PENDING ({updated.history[-1].reason})", now)
     return True
 
 
@@ -234,8 +266,11 @@ def instance_id_for(aid: str) -> str:
     return "i-" + hashlib.sha1(aid.encode()).hexdigest()[:10]
 
 
-def record_instance(deps: Deps, machine: Machine, request_id: str, rank: int, aid: str) -> None:
-    """The request's record of the work running on this machine (once per assignment)."""
+def record_instance(
+    deps: Deps, machine: Machine, request_id: str, rank: int, aid: str, placement: str
+) -> None:
+    """The request's record of the work running on this machine (once per assignment), part
+    of ``placement`` (its nodes' records share it), priced as the catalog prices the machine."""
     now = deps.now()
     inst_id = instance_id_for(aid)
     inst = Instance.new(
@@ -252,6 +287,10 @@ def record_instance(deps: Deps, machine: Machine, request_id: str, rank: int, ai
         instance_type=machine.instance_type or machine.machine_type or "",
         market=machine.market or "on_demand",
         machine_type=machine.machine_type or machine.instance_type,
+        placement=placement,
+        price_usd_per_hour=price_of(
+            deps, machine.cloud, machine.instance_type or "", machine.zone, machine.market
+        ),
     )
     inst.move(InstanceState.RUNNING, now, "its pooled machine runs the work")
     if not deps.store.create_instance(inst):

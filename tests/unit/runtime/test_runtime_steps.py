@@ -12,6 +12,7 @@ from corral.services.runtime import provisioning, reconcile, requests, terminati
 from corral.shared.config.task import Task
 from corral.shared.errors import CapacityError, ThrottledError
 from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.records import LaunchRequest
 from corral.shared.routing import Direct
 
 SERVICE = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
@@ -156,3 +157,53 @@ def test_reconcile_relaunches_a_lost_machine_and_terminates_a_stray(driver: Driv
     assert req is not None and req.state == RequestState.RUNNING and req.relaunches == 1
     states = sorted(i.state.value for i in driver.deps.store.list_instances(request_id=rid))
     assert states == ["LOST", "RUNNING"]
+
+
+JOB = {**SERVICE, "name": "job", "run": "train"}
+
+
+def test_a_failed_job_restarts_elsewhere_within_its_limit_then_fails(driver: Driver) -> None:
+    task = {
+        **JOB,
+        "resources": {**SERVICE["resources"], "job_recovery": {"max_restarts_on_errors": 1}},
+    }
+    rid = _submit(driver, task)
+    driver.run()
+    [first] = driver.deps.store.list_instances(request_id=rid)
+    driver.fake.exit(first.provider_id or "", 5)
+    reconcile.reconcile(driver.deps)
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    assert (req.restarts, req.restarts_on_errors, req.recoveries) == (1, 1, 0)
+    second = next(i for i in driver.deps.store.list_instances(request_id=rid) if i.id != first.id)
+    assert second.region != first.region  # EAGER_NEXT_REGION: the other region first
+    driver.fake.exit(second.provider_id or "", 5)
+    reconcile.reconcile(driver.deps)
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.FAILED and req.exit_code == 5
+
+
+def test_a_job_end_is_not_read_before_its_machines_are_linked_nor_from_an_old_attempt(
+    driver: Driver,
+) -> None:
+    rid = _submit(driver, JOB)
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    [inst] = driver.deps.store.list_instances(request_id=rid)
+    # An attempt whose machine ended with no exit code while its launch had not yet linked it
+    # to the request: nothing is concluded (it once read as "the job exited 0").
+    reconcile._finish_job(driver.deps, req, "an-attempt-being-recorded")
+    assert driver.deps.store.get_request(rid).state == RequestState.RUNNING  # type: ignore[union-attr]
+    # The end of an earlier attempt does not end the one the request runs now.
+    stale = req.model_copy(update={"instance_ids": [inst.id]})
+    driver.deps.store.update_instance(inst.id, lambda i: i.move(InstanceState.TERMINATED, 1.0, "t"))
+
+    def newer_attempt(r: LaunchRequest) -> bool:
+        r.instance_ids = [*r.instance_ids, "i-newer"]
+        return True
+
+    driver.deps.store.update_request(rid, newer_attempt)
+    reconcile._finish_job(driver.deps, stale, inst.attempt_id)
+    assert driver.deps.store.get_request(rid).state == RequestState.RUNNING  # type: ignore[union-attr]

@@ -1,0 +1,118 @@
+"""``corral simulate SCENARIO WORKLOAD``: a day replayed through Corral's own decision code and
+the policies it is compared with, against a simulated cloud; figures, and PNG plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from corral.services.cli.output import EXIT_INPUT, err, out, print_issues, print_json
+
+POLICY_NAMES = ("corral", "greedy", "static", "oracle")  # corral.shared.sim.run.POLICIES
+
+
+def simulate(
+    scenario: Annotated[Path, typer.Argument(help="the scenario file (clouds, capacity, ...)")],
+    workload: Annotated[Path, typer.Argument(help="the workload file (arrivals or generate)")],
+    policies: Annotated[
+        str, typer.Option("--policies", help="comma-separated: corral, greedy, static, oracle")
+    ] = ",".join(POLICY_NAMES),
+    generate: Annotated[
+        int | None,
+        typer.Option("--generate", min=1, help="draw this many arrivals from the templates"),
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="override both files' seeds")] = None,
+    budgets: Annotated[
+        Path | None, typer.Option("--budgets", help="a budgets file (replaces the workload's)")
+    ] = None,
+    plots: Annotated[
+        Path | None, typer.Option("--plots", help="write the PNG plots into this folder")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
+    series: Annotated[
+        bool, typer.Option("--series", help="with --json: the time series too")
+    ] = False,
+) -> None:
+    """Replay a day under each policy; print cost, time to capacity, preemptions, ..."""
+    from corral.services.settings import get_settings
+    from corral.services.sim.runner import load
+    from corral.services.sim.runner import simulate as run
+    from corral.shared.configio import ConfigError
+
+    chosen = [p.strip() for p in policies.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in POLICY_NAMES]
+    if unknown or not chosen:
+        err.print(f"--policies: expected some of {', '.join(POLICY_NAMES)}, got {policies!r}")
+        raise typer.Exit(EXIT_INPUT)
+    try:
+        loaded, day = load(scenario, workload, generate_n=generate, seed=seed, budgets_file=budgets)
+    except ConfigError as exc:
+        print_issues(exc.issues)
+        raise typer.Exit(EXIT_INPUT) from None
+    result = run(loaded, day, chosen, get_settings())
+    paths: list[Path] = []
+    if plots is not None:
+        from corral.services.sim.plots import draw
+
+        paths = draw(result["policies"], plots)
+        result["plots"] = [str(p) for p in paths]
+    if as_json:
+        if not series:
+            for run_ in result["policies"]:
+                run_.pop("series", None)
+        print_json(result)
+        return
+    _table(result)
+    for path in paths:
+        out.print(f"plot: {path}", markup=False)
+
+
+COLUMNS = (
+    ("policy", 8), ("total USD", 10), ("USD/GPU-h", 9), ("resv used", 9), ("TTC p50 s", 9),
+    ("TTC p95 s", 9), ("spot pre", 8), ("sched pre", 9), ("failed", 6), ("no cap", 6),
+    ("replaced", 8), ("USD/req p50", 11), ("p95", 8), ("wall s", 6),
+)  # fmt: skip
+
+
+def _table(result: dict[str, Any]) -> None:
+    """The figures, one row per policy (plain text: any terminal width, any pipe)."""
+    out.print(
+        f"{result['scenario']} (seed {result['seed']}, {result['requests']} requests"
+        + (f", budgets: {', '.join(result['budgets'])}" if result["budgets"] else "")
+        + ")",
+        markup=False,
+    )
+    out.print("  ".join(h.rjust(w) for h, w in COLUMNS), markup=False)
+    for run_ in result["policies"]:
+        f = run_["figures"]
+        util = f["reservation_utilization"]
+        cells = (
+            run_["policy"],
+            f"{f['total_cost_usd']:.0f}",
+            _num(f["cost_per_gpu_hour_usd"]),
+            "-" if util is None else f"{util:.0%}",
+            _num(f["time_to_capacity_s"]["p50"], 0),
+            _num(f["time_to_capacity_s"]["p95"], 0),
+            str(f["preemptions"]["spot"]),
+            str(f["preemptions"]["scheduler"]),
+            str(f["requests_failed"]),
+            str(f["never_got_capacity"]),
+            str(f["replacements"]),
+            _num(f["cost_per_request_usd"]["p50"]),
+            _num(f["cost_per_request_usd"]["p95"]),
+            f"{run_['wall_s']:.1f}",
+        )
+        out.print(
+            "  ".join(c.rjust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)), markup=False
+        )
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``corral simulate`` to the command line."""
+    app.command("simulate")(simulate)

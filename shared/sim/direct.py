@@ -1,0 +1,230 @@
+"""Direct requests down a failover chain, as the runtime's admission, zone attempts and
+failover steps do it, with the decisions made by the same functions:
+:func:`corral.shared.planner.plan` (the chain), :func:`corral.shared.failover.next_step` (the
+next candidate within a zone's region, its cloud, or anywhere), :meth:`Block.from_scope` and
+:func:`corral.shared.blocking.is_blocked` (the capacity-error memory).
+
+:class:`Launcher` plays Corral (one memory of blocked scopes shared by every request, a lost
+machine's request relaunched up to ``relaunch_limit`` times, an exhausted chain fails) and, with
+``shared_memory=False`` and ``retry_until_up``, a SkyPilot-like launcher (blocks kept per
+request, the whole chain tried again after a pause until it is up, recoveries without limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..blocking import Block, is_blocked
+from ..config.task import Task
+from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
+from ..failover import WIDER, Place, Within, next_step
+from ..planner import Candidate, plan
+from .cloud import Place as CloudPlace
+from .cloud import SimInstance
+from .engine import Sim
+
+OnUp = Callable[[str, list[SimInstance]], None]
+OnFailed = Callable[[str, str], None]
+
+
+@dataclass
+class BlockMemory:
+    """The capacity-error memory (the runtime keeps it in Redis): blocks with an expiry."""
+
+    until: dict[Block, float] = field(default_factory=dict)
+
+    def add(self, block: Block, now: float, ttl_s: float) -> None:
+        self.until[block] = max(self.until.get(block, 0.0), now + ttl_s)
+
+    def active(self, now: float) -> list[Block]:
+        gone = [b for b, t in self.until.items() if t <= now]
+        for block in gone:
+            del self.until[block]
+        return list(self.until)
+
+
+@dataclass
+class Flow:
+    """One request on its way down its chain (or up and running)."""
+
+    rid: str
+    task: Task
+    chain: list[Candidate]
+    on_up: OnUp
+    on_failed: OnFailed
+    owner: str  # who its machines are billed to
+    relaunches: int = 0
+    tries: int = 0  # calls made, for unique launch keys
+    instances: list[SimInstance] = field(default_factory=list)
+    memory: BlockMemory | None = None  # its own blocks (SkyPilot-like); None: the shared one
+    up: bool = False
+    ended: bool = False
+
+
+class Launcher:
+    """Direct requests over the simulated cloud (see the module docstring)."""
+
+    def __init__(
+        self,
+        sim: Sim,
+        *,
+        shared_memory: bool = True,
+        retry_until_up: bool = False,
+        relaunch_limit: int | None = None,
+    ) -> None:
+        self.sim = sim
+        self.memory = BlockMemory()
+        self.shared_memory = shared_memory
+        self.retry_until_up = retry_until_up
+        self.relaunch_limit = relaunch_limit
+        self.flows: dict[str, Flow] = {}
+        self.by_instance: dict[str, Flow] = {}
+        self.clouds = tuple(sim.scenario.clouds)
+
+    def waiting(self) -> int:
+        return sum(1 for f in self.flows.values() if not f.up and not f.ended)
+
+    # ------------------------------------------------------------------ admission
+    def submit(
+        self, rid: str, task: Task, on_up: OnUp, on_failed: OnFailed, owner: str | None = None
+    ) -> None:
+        """Plan the chain and start down it (``corral.schedule.admit``)."""
+        planned = plan(task, self.sim.catalog, clouds=self.clouds)
+        if not planned.candidates:
+            on_failed(rid, "; ".join(planned.reasons) or "no launchable candidate")
+            return
+        flow = Flow(rid, task, planned.candidates, on_up, on_failed, owner or rid)
+        if not self.shared_memory:
+            flow.memory = BlockMemory()
+        self.flows[rid] = flow
+        self._advance(flow, -1, Within.ANY)
+
+    def _blocks(self, flow: Flow) -> list[Block]:
+        memory = flow.memory if flow.memory is not None else self.memory
+        return memory.active(self.sim.now)
+
+    def _remember(self, flow: Flow, block: Block | None) -> None:
+        if block is not None:
+            memory = flow.memory if flow.memory is not None else self.memory
+            memory.add(block, self.sim.now, self.sim.timers.blocked_ttl_s)
+
+    # ------------------------------------------------------------------ failover steps
+    def _advance(self, flow: Flow, after: int, within: Within) -> None:
+        """One failover step (``retry_region`` / ``retry_cloud`` / ``next_cloud``)."""
+        while True:
+            decision = next_step(flow.chain, after, self._blocks(flow), within)
+            if decision.action != "escalate":
+                break
+            within = WIDER[within]
+        if decision.index is not None:
+            self._attempt(flow, decision.index, 0)
+        elif self.retry_until_up:
+            flow.memory = BlockMemory()  # a fresh walk: nothing remembered from the last one
+            self.sim.after(self.sim.timers.retry_until_up_s, self._retry, flow)
+        else:
+            tried = len(flow.chain)
+            self._fail(flow, f"all {tried} candidates failed or are blocked")
+
+    def _retry(self, flow: Flow) -> None:
+        if not flow.ended:
+            self._advance(flow, -1, Within.ANY)
+
+    def _attempt(self, flow: Flow, index: int, try_no: int) -> None:
+        """One zone attempt: every node of the request in the candidate's zone, or none."""
+        if flow.ended:
+            return
+        cand = flow.chain[index]
+        if try_no == 0 and is_blocked(cand, self._blocks(flow)) is not None:
+            self._advance(flow, index, Within.REGION)
+            return
+        place = CloudPlace(cand.cloud, cand.region, cand.zone, cand.instance_type, cand.market)
+        gpus = sum(cand.accelerators.values())
+        got: list[SimInstance] = []
+        flow.tries += 1
+        call_s = self.sim.scenario.clouds[cand.cloud].call_s
+        try:
+            for node in range(cand.num_nodes):
+                key = f"{flow.rid}/{flow.relaunches}/{flow.tries}/{node}"
+                got.append(self.sim.cloud.launch(place, self.sim.now, key, gpus))
+        except ThrottledError:
+            self._release(got)
+            if try_no < self.sim.timers.throttle_retries:
+                wait_s = self.sim.timers.throttle_backoff_s * 2**try_no + call_s
+                self.sim.after(wait_s, self._attempt, flow, index, try_no + 1)
+            else:
+                self.sim.after(call_s, self._advance, flow, index, Within.REGION)
+            return
+        except ProviderError as exc:
+            self._release(got)
+            self._remember(flow, Block.from_scope(exc.scope, Place.of(cand)))
+            wait_s = (
+                self.sim.timers.attempt_deadline_s
+                if isinstance(exc, LaunchTimeoutError)
+                else call_s
+            )
+            if exc.scope == Scope.REQUEST:
+                self.sim.after(wait_s, self._fail, flow, "the cloud refused the request")
+            else:
+                self.sim.after(wait_s, self._advance, flow, index, Within.REGION)
+            return
+        flow.instances = got
+        for inst in got:
+            inst.owner = flow.owner
+            self.by_instance[inst.iid] = flow
+            self.sim.launched(inst)
+        self.sim.at(max(i.up_at for i in got), self._booted, flow, got)
+
+    def _booted(self, flow: Flow, got: Sequence[SimInstance]) -> None:
+        if flow.ended or flow.instances is not got or any(i.ended_at is not None for i in got):
+            return  # ended, or lost on the way up (its loss already handled)
+        flow.up = True
+        flow.on_up(flow.rid, list(got))
+
+    # ------------------------------------------------------------------ ends
+    def release(self, rid: str) -> None:
+        """The request is over: terminate its machines."""
+        flow = self.flows.pop(rid, None)
+        if flow is None:
+            return
+        flow.ended = True
+        self._release(flow.instances)
+
+    def _release(self, instances: Sequence[SimInstance]) -> None:
+        for inst in instances:
+            self.by_instance.pop(inst.iid, None)
+            self.sim.cloud.end(inst, self.sim.now)
+
+    def _fail(self, flow: Flow, why: str) -> None:
+        if flow.ended:
+            return
+        self.release(flow.rid)
+        flow.on_failed(flow.rid, why)
+
+    def owns(self, inst: SimInstance) -> bool:
+        return inst.iid in self.by_instance
+
+    def lost(self, inst: SimInstance) -> None:
+        """A machine of a request was taken back: its zone remembered (``lost``), the rest of
+        its machines let go, the request relaunched down a fresh chain (reconcile's relaunch)."""
+        flow = self.by_instance.pop(inst.iid, None)
+        if flow is None or flow.ended:
+            return
+        place = inst.place
+        self._remember(
+            flow, Block(place.cloud, place.region, place.zone, place.instance_type, place.market)
+        )
+        self._release([i for i in flow.instances if i is not inst])
+        flow.instances, flow.up = [], False
+        if self.relaunch_limit is not None and flow.relaunches >= self.relaunch_limit:
+            self._fail(flow, "relaunch limit reached")
+            return
+        flow.relaunches += 1
+        if flow.owner in self.sim.recorder.requests:
+            self.sim.stat(flow.owner).recoveries += 1
+        planned = plan(flow.task, self.sim.catalog, clouds=self.clouds)
+        if not planned.candidates:
+            self._fail(flow, "no candidate left")
+            return
+        flow.chain = planned.candidates
+        self._advance(flow, -1, Within.ANY)

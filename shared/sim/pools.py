@@ -1,0 +1,492 @@
+"""Machine pools and Determined resource pools on the simulated cloud, through the passes the
+runtime's scheduling worker runs (:mod:`corral.shared.scheduling.pool_passes`) and the ledger
+steps its sync and boot watch take (``machine_up``, ``machine_failed``, ``release``, ...).
+
+What the runtime's sync carries out, the simulator does at once: machines to launch are
+launched (a pool's launch templates in order, each in the zones that offer it; a reserved
+template in its reservation's zone), preempted work gives its machines back, finished work is
+released, reaped and retired machines are terminated. A pool's passes coalesce within
+``pass_coalesce_s``; beat's rebalancing pass (replacement, idle reaping) runs every
+``pool_rebalance_interval_s``.
+
+A pass that is known to decide nothing is skipped (:mod:`corral.shared.scheduling.quiet`): the
+last pass was settled, nothing touched the ledger since, and no time threshold a decision
+compares against was crossed. A skipped pass still counts a version, so the machines' ids (and
+the seeded draws keyed on them) are those of a run that skips nothing; with
+``Sim.check_skips`` the skipped passes are run anyway and must find nothing to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from ..budgets import Budget
+from ..config.compute_config import ComputeConfig
+from ..config.machine_pool import LaunchTemplate, MachinePool
+from ..config.master_config import MasterConfig
+from ..config.task import Task
+from ..errors import ProviderError
+from ..lifecycle import AgentStatus
+from ..pools import resolve_pools
+from ..routing import pool_limits
+from ..scheduling.build import machine_types_of, workload_of
+from ..scheduling.det_ledger import DetLedger, add_task, agent_lost, release_task
+from ..scheduling.ledger import (
+    PoolLedger,
+    add_workload,
+    machine_failed,
+    machine_gone,
+    machine_up,
+    release,
+)
+from ..scheduling.model import DetTask, Plan
+from ..scheduling.pool_passes import (
+    Costing,
+    PassKnobs,
+    determined_pass,
+    machine_pool_pass,
+    machine_type_prices,
+    slot_prices,
+)
+from ..scheduling.quiet import (
+    determined_quiet_until,
+    determined_settled,
+    machine_pool_quiet_until,
+    machine_pool_settled,
+)
+from .cloud import Place, SimInstance
+from .engine import Sim
+
+
+def reservation_id(config: dict[str, Any]) -> str | None:
+    """The reservation an AWS-style (or GCP specific) advanced_instance_config targets."""
+    spec = config.get("CapacityReservationSpecification")
+    target = spec.get("CapacityReservationTarget") if isinstance(spec, dict) else None
+    found = target.get("CapacityReservationId") if isinstance(target, dict) else None
+    if found:
+        return str(found)
+    props = config.get("instanceProperties") or config.get("instance_properties") or {}
+    affinity = props.get("reservationAffinity") if isinstance(props, dict) else None
+    values = affinity.get("values") if isinstance(affinity, dict) else None
+    return str(values[0]) if values else None
+
+
+LedgerT = TypeVar("LedgerT", PoolLedger, DetLedger)
+
+
+class _Pooled(Generic[LedgerT]):
+    """What both kinds share: coalesced passes, launching one machine, instances by id."""
+
+    ledger: LedgerT
+
+    def __init__(self, sim: Sim, name: str, cloud: str) -> None:
+        self.sim, self.name, self.cloud = sim, name, cloud
+        self.instances: dict[str, SimInstance] = {}  # machine id -> its instance
+        self.machine_of: dict[str, str] = {}  # instance id -> machine id
+        self.launching: set[str] = set()
+        self.pass_due: float | None = None
+        self.retry_at = 0.0  # a failed launch: the next pass waits for beat's rebalance
+        self.changed = True  # the ledger was touched since the last pass
+        # After a settled pass: until when a pass of each kind (rebalancing or not) is quiet.
+        self.quiet_until: dict[bool, float] = {}
+        self.skipped = 0
+        self.checking = False  # this pass would have been skipped: it must decide nothing
+
+    def dirty(self, delay_s: float | None = None) -> None:
+        """The ledger was touched: ask for a pass soon (passes asked for within
+        ``pass_coalesce_s`` run once)."""
+        self.changed = True
+        at = max(self.sim.now + (delay_s or self.sim.timers.pass_coalesce_s), self.retry_at)
+        if self.pass_due is None or at < self.pass_due:
+            self.pass_due = at
+            self.sim.at(at, self._due, at)
+
+    def _due(self, at: float) -> None:
+        if self.pass_due == at:
+            self.pass_due = None
+            self.run_pass(rebalance=False)
+
+    def rebalance(self) -> None:
+        self.run_pass(rebalance=True)
+        self.sim.after(self.sim.timers.pool_rebalance_interval_s, self.rebalance)
+
+    def run_pass(self, *, rebalance: bool) -> None:
+        raise NotImplementedError
+
+    def quiet(self, *, rebalance: bool) -> bool:
+        """Whether this pass is known to decide nothing (see the module docstring); a quiet
+        pass is skipped, counting its version, unless the simulation checks skips."""
+        quiet = not self.changed and self.sim.now < self.quiet_until.get(rebalance, -1.0)
+        if quiet and not self.sim.check_skips:
+            self.ledger.version += 1
+            self.skipped += 1
+            return True
+        if self.changed:
+            self.quiet_until.clear()  # said of a ledger that is no longer this one
+        self.checking = quiet
+        self.changed = False  # from here, what sync and the events do counts for the next
+        return False
+
+    def finish(self, settled: bool, until: dict[bool, float], notes_same: bool) -> None:
+        """After a pass: quiet until ``until`` (per kind) if it was settled; then sync."""
+        if self.checking and not (settled and notes_same):
+            raise AssertionError(f"{self.name}: a pass skipped at {self.sim.now} would decide")
+        if settled:
+            self.quiet_until.update(until)
+        else:
+            self.quiet_until.clear()
+            self.changed = True
+        self.sync()
+        if self.checking and self.changed:
+            raise AssertionError(f"{self.name}: a pass skipped at {self.sim.now} would act")
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def lost(self, inst: SimInstance) -> bool:
+        raise NotImplementedError
+
+    def launch_one(
+        self, machine_id: str, templates: list[LaunchTemplate], gpus_of: Callable[[str], int]
+    ) -> SimInstance | None:
+        """One machine in the first (template, zone) that takes it, as ``launch_on_zones``."""
+        for template in templates:
+            reservation = reservation_id(template.advanced_instance_config)
+            market = "spot" if template.market_type == "SPOT" else "on_demand"
+            for zone, region in self.zones(template, reservation):
+                place = Place(self.cloud, region, zone, template.instance_type, market, reservation)
+                key = f"{self.name}/{machine_id}/{zone}/{template.instance_type}"
+                try:
+                    inst = self.sim.cloud.launch(
+                        place, self.sim.now, key, gpus_of(template.instance_type)
+                    )
+                except ProviderError:
+                    continue
+                self.instances[machine_id] = inst
+                self.machine_of[inst.iid] = machine_id
+                self.sim.launched(inst)
+                return inst
+        return None
+
+    def zones(self, template: LaunchTemplate, reservation: str | None) -> list[tuple[str, str]]:
+        if reservation is not None:
+            res = self.sim.cloud.reservations.get(reservation)
+            if res is None:
+                return []
+            return [(res.zone, self.sim.cloud.regions[(res.cloud, res.zone)])]
+        offered = self.sim.catalog.instance_type(self.cloud, template.instance_type)
+        pairs = [(o.zone, o.region) for o in offered]
+        return [p for p in pairs if template.zones is None or p[0] in template.zones]
+
+    def gpus(self, instance_type: str) -> int:
+        found = self.sim.catalog.instance_type(self.cloud, instance_type)
+        return found[0].accelerator_count if found else 0
+
+    def end_machine(self, machine_id: str) -> None:
+        inst = self.instances.pop(machine_id, None)
+        if inst is not None:
+            self.machine_of.pop(inst.iid, None)
+            self.sim.cloud.end(inst, self.sim.now)
+
+
+class MachinePoolSim(_Pooled[PoolLedger]):
+    """One registered machine pool."""
+
+    def __init__(
+        self, sim: Sim, name: str, pool: MachinePool, cloud: str, budgets: tuple[Budget, ...]
+    ) -> None:
+        super().__init__(sim, name, cloud)
+        self.pool = pool
+        self.types = machine_types_of(pool)
+        self.ledger = PoolLedger(pool=name)
+        self.knobs = PassKnobs.of(sim.timers)
+        self.costing = (
+            Costing(budgets, machine_type_prices(pool, cloud, sim.catalog)) if budgets else None
+        )
+        self.started: set[str] = set()
+
+    def add(self, rid: str, task: Task) -> None:
+        compute = task.compute_config
+        assert isinstance(compute, ComputeConfig)
+        workload = workload_of(
+            task, compute, workload_id=rid, pool_name=self.name, submitted_at=self.sim.now
+        )
+        add_workload(self.ledger, workload)
+        self.dirty()
+
+    def waiting(self) -> int:
+        return sum(w.phase == "pending" for w in self.ledger.workloads.values())
+
+    def run_pass(self, *, rebalance: bool) -> None:
+        if self.quiet(rebalance=rebalance):
+            return
+        before = self.ledger
+        version = before.version
+
+        def new_id(node: Any, wid: str, index: int) -> str:
+            return f"m-{self.name}-{version}-{wid}-{index}"
+
+        after, plan = machine_pool_pass(
+            before,
+            self.types,
+            self.sim.now,
+            self.knobs,
+            rebalance=rebalance,
+            new_id=new_id,
+            costing=self.costing,
+        )
+        after.version = version + 1
+        self.ledger = after
+        self._count(plan)
+        settled = machine_pool_settled(before, after, plan)
+        if settled:
+            kinds = (True, False) if rebalance else (False,)
+            until = {
+                kind: machine_pool_quiet_until(
+                    after, self.types, self.sim.now, self.knobs, rebalance=kind,
+                    costing=self.costing,
+                )
+                for kind in kinds
+            }  # fmt: skip
+        self.finish(settled, until if settled else {}, after.notes == before.notes)
+
+    def _count(self, plan: Plan) -> None:
+        rec = self.sim.recorder
+        rec.scheduler_preemptions += len(plan.preemptions)
+        rec.replacements += len(plan.replacements)
+        for p in plan.preemptions:
+            rec.requests[p.workload_id].evictions += 1
+
+    def sync(self) -> None:
+        """Carry the ledger out (the runtime's ``sync``)."""
+        now = self.sim.now
+        for wid, workload in list(self.ledger.workloads.items()):
+            if workload.phase == "stopping":
+                self.sim.work_stop(wid)
+                self.started.discard(wid)
+                release(self.ledger, wid, now)
+                self.dirty()
+        for mid, machine in list(self.ledger.machines.items()):
+            if machine.status == "launching" and mid not in self.launching:
+                self._launch(mid)
+            elif machine.status == "reaping":
+                self.end_machine(mid)
+                machine_gone(self.ledger, mid)
+                self.changed = True
+            elif machine.status == "retiring":
+                self.end_machine(mid)
+                machine_gone(self.ledger, mid)
+                self.changed = True
+                for other in self.ledger.machines.values():
+                    if other.replaces == mid:
+                        other.replaces = None
+        self._start_ready()
+
+    def _launch(self, mid: str) -> None:
+        machine = self.ledger.machines[mid]
+        found = self.pool.machine(machine.machine_type)
+        templates = list(found.launch_templates) if found else []
+        inst = self.launch_one(mid, templates, self.gpus)
+        if inst is None:
+            wid = machine_failed(self.ledger, mid, self.sim.now)
+            self.changed = True
+            if wid is not None:
+                self.started.discard(wid)
+            self.retry_at = self.sim.now + self.sim.timers.pool_rebalance_interval_s
+            return
+        self.launching.add(mid)
+        self.sim.at(inst.up_at, self._up, mid, inst)
+
+    def _up(self, mid: str, inst: SimInstance) -> None:
+        self.launching.discard(mid)
+        if inst.ended_at is not None or mid not in self.ledger.machines:
+            return
+        p = inst.place
+        machine_up(self.ledger, mid, cloud=p.cloud, region=p.region, zone=p.zone,
+                   instance_type=p.instance_type, market="reserved" if p.reservation else p.market,
+                   provider_id=inst.iid)  # fmt: skip
+        self.sync()
+        self.dirty()
+
+    def _start_ready(self) -> None:
+        for wid, workload in self.ledger.workloads.items():
+            if workload.phase != "running":
+                continue
+            nodes = [m for m in self.ledger.machines_of(wid) if m.status != "retiring"]
+            insts = [self.instances.get(m.machine_id) for m in nodes]
+            for inst in insts:
+                if inst is not None and inst.owner != wid:
+                    self.sim.cloud.hand_to(inst, wid, self.sim.now)
+            if wid in self.started or len(nodes) < workload.num_nodes:
+                continue
+            if all(m.status == "up" for m in nodes):
+                self.started.add(wid)
+                self.sim.work_start(wid, sum(i.gpus for i in insts if i is not None))
+
+    def done(self, wid: str) -> None:
+        for machine in self.ledger.machines_of(wid):
+            inst = self.instances.get(machine.machine_id)
+            if inst is not None:
+                self.sim.cloud.hand_to(inst, None, self.sim.now)
+        self.started.discard(wid)
+        release(self.ledger, wid, self.sim.now, finished=True)
+        self.dirty()
+
+    def lost(self, inst: SimInstance) -> bool:
+        """A machine the cloud took back: it leaves the pool, its work is queued again."""
+        mid = self.machine_of.pop(inst.iid, None)
+        if mid is None:
+            return False
+        self.instances.pop(mid, None)
+        self.launching.discard(mid)
+        machine = self.ledger.machines.pop(mid, None)
+        wid = machine.workload_id if machine else None
+        if wid and wid in self.ledger.workloads and not (machine and machine.replaces):
+            self.sim.work_stop(wid)
+            self.started.discard(wid)
+            release(self.ledger, wid, self.sim.now)
+        self.dirty()
+        return True
+
+
+class DeterminedSim(_Pooled[DetLedger]):
+    """The registered master config: every resource pool, agents grown for waiting tasks."""
+
+    def __init__(
+        self, sim: Sim, name: str, master: MasterConfig, budgets: tuple[Budget, ...]
+    ) -> None:
+        super().__init__(sim, name, "")
+        self.pools = resolve_pools(master)
+        self.limits = pool_limits(self.pools, sim.catalog)
+        self.ledger = DetLedger(master=name)
+        self.costing = (
+            Costing(budgets, slot_prices(self.pools, self.limits, sim.catalog)) if budgets else None
+        )
+        self.started: set[str] = set()
+
+    def add(self, rid: str, task: Task, pool: str) -> None:
+        det = DetTask(
+            task_id=rid,
+            group_id=task.labels.get("experiment", rid),
+            slots=task.slots(),
+            priority=task.resources.priority,
+            preemptible=not (task.scheduling and task.scheduling.preemptible is False),
+            submitted_at=self.sim.now,
+            fallback_pools=tuple(task.scheduling.fallback_pools if task.scheduling else ()),
+            labels=dict(task.labels),
+        )
+        add_task(self.ledger, det, pool)
+        self.dirty()
+
+    def waiting(self) -> int:
+        return sum(not t.allocations for t in self.ledger.tasks.values())
+
+    def run_pass(self, *, rebalance: bool) -> None:
+        # Determined's pass is the same either way (it reaps idle agents every time).
+        if self.quiet(rebalance=False):
+            return
+        before = self.ledger
+        version = before.version
+
+        def new_id(pool: str, index: int) -> str:
+            return f"a-{self.name}-{version}-{pool}-{index}"
+
+        after, plans = determined_pass(
+            before, self.pools, self.limits, self.sim.now, new_id=new_id, costing=self.costing
+        )
+        after.version = version + 1
+        self.ledger = after
+        for plan in plans:
+            self.sim.recorder.scheduler_preemptions += len(plan.releases)
+            for rel in plan.releases:
+                self.sim.recorder.requests[rel.task_id].evictions += 1
+        settled = determined_settled(before, after, plans)
+        until = determined_quiet_until(
+            after, self.limits, self.sim.now, pools=self.pools.names(), costing=self.costing
+        )
+        self.finish(settled, {False: until}, after.notes == before.notes)
+
+    def sync(self) -> None:
+        now = self.sim.now
+        for tid, task in list(self.ledger.tasks.items()):
+            if task.stopping:
+                self.sim.work_stop(tid)
+                self.started.discard(tid)
+                release_task(self.ledger, tid, now, finished=False)
+                self.dirty()
+        for aid, agent in list(self.ledger.agents.items()):
+            if agent.status == AgentStatus.LAUNCHING and aid not in self.launching:
+                self._launch(aid)
+            elif agent.status == AgentStatus.REAPING:
+                self.end_machine(aid)
+                self.ledger.agents.pop(aid, None)
+                self.changed = True
+        self._start_ready()
+
+    def _launch(self, aid: str) -> None:
+        agent = self.ledger.agents[aid]
+        provider = self.pools.pool(agent.pool).provider or {}
+        instance = provider.get("instance_type")
+        if isinstance(instance, dict):
+            instance = instance.get("machine_type")
+        self.cloud = str(provider.get("type") or "")
+        template = LaunchTemplate(
+            instance_type=str(instance), market_type="SPOT" if provider.get("spot") else "ON_DEMAND"
+        )
+        inst = self.launch_one(aid, [template], self.gpus)
+        if inst is None:
+            agent_lost(self.ledger, aid, self.sim.now)
+            self.retry_at = self.sim.now + self.sim.timers.pool_rebalance_interval_s
+            self.dirty()
+            return
+        self.launching.add(aid)
+        self.sim.at(inst.up_at, self._up, aid, inst)
+
+    def _up(self, aid: str, inst: SimInstance) -> None:
+        self.launching.discard(aid)
+        agent = self.ledger.agents.get(aid)
+        if inst.ended_at is not None or agent is None or agent.status != AgentStatus.LAUNCHING:
+            return
+        agent.move(AgentStatus.UP)
+        p = inst.place
+        agent.place({"cloud": p.cloud, "zone": p.zone, "region": p.region, "market": p.market,
+                     "provider_id": inst.iid})  # fmt: skip
+        agent.idle_since = self.sim.now
+        self.sync()
+        self.dirty()
+
+    def _start_ready(self) -> None:
+        for tid, task in self.ledger.tasks.items():
+            if not task.allocations or tid in self.started or task.stopping:
+                continue
+            agents = [self.ledger.agents.get(a.agent_id) for a in task.allocations]
+            if all(a is not None and a.status == AgentStatus.UP for a in agents):
+                self.started.add(tid)
+                for a in task.allocations:
+                    inst = self.instances.get(a.agent_id)
+                    if inst is not None and inst.owner is None:
+                        self.sim.cloud.hand_to(inst, tid, self.sim.now)
+                self.sim.work_start(tid, task.slots)
+
+    def done(self, tid: str) -> None:
+        task = self.ledger.tasks.get(tid)
+        for a in task.allocations if task else ():
+            inst = self.instances.get(a.agent_id)
+            if inst is not None and inst.owner == tid:
+                self.sim.cloud.hand_to(inst, None, self.sim.now)
+        self.started.discard(tid)
+        release_task(self.ledger, tid, self.sim.now, finished=True)
+        self.dirty()
+
+    def lost(self, inst: SimInstance) -> bool:
+        aid = self.machine_of.pop(inst.iid, None)
+        if aid is None:
+            return False
+        self.instances.pop(aid, None)
+        self.launching.discard(aid)
+        for tid in agent_lost(self.ledger, aid, self.sim.now):
+            self.sim.work_stop(tid)
+            self.started.discard(tid)
+        self.dirty()
+        return True

@@ -1,0 +1,62 @@
+"""A simulated day for each policy, over the same scenario and workload, and the figures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .corral import CorralPolicy
+from .engine import Policy, Sim, SimTimers
+from .metrics import series, summary
+from .peers import GreedyPolicy, OraclePolicy, StaticPolicy
+from .scenario import Scenario
+from .workload import Workload
+
+POLICIES = ("corral", "greedy", "static", "oracle")
+
+
+def make_policy(name: str, workload: Workload) -> Policy:
+    """One of :data:`POLICIES`."""
+    kinds: dict[str, type[Any]] = {
+        "corral": CorralPolicy,
+        "greedy": GreedyPolicy,
+        "static": StaticPolicy,
+        "oracle": OraclePolicy,
+    }
+    policy: Policy = kinds[name](workload)
+    return policy
+
+
+@dataclass
+class PolicyRun:
+    """One policy's day: its figures, its series, and the events it took."""
+
+    name: str
+    figures: dict[str, Any]
+    series: dict[str, Any]
+    events: int
+
+
+def run_policy(
+    scenario: Scenario,
+    workload: Workload,
+    name: str,
+    timers: SimTimers | None = None,
+    *,
+    check_skips: bool = False,
+) -> PolicyRun:
+    """Play the day once under one policy (``check_skips``: see :class:`Sim`)."""
+    sim = Sim(scenario, workload.arrivals, timers or SimTimers(), check_skips=check_skips)
+    recorder = sim.run(make_policy(name, workload))
+    return PolicyRun(name, summary(name, recorder), series(recorder), sim.events_run)
+
+
+def run_all(
+    scenario: Scenario,
+    workload: Workload,
+    policies: Sequence[str] = POLICIES,
+    timers: SimTimers | None = None,
+) -> list[PolicyRun]:
+    """Every policy over the same day, in order."""
+    return [run_policy(scenario, workload, name, timers) for name in policies]

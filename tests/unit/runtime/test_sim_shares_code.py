@@ -1,0 +1,156 @@
+"""The simulator decides with the very functions the workers call, not copies of them.
+
+Both sides run under a profiler that records every function code object entered: the runtime's
+steps (admission and a zone attempt of a direct request, a machine-pool pass, a Determined pass)
+through the driver, exactly as the Celery tasks call them, and a simulated day. The decision
+functions must be reached by both, as the same code objects (a copy, even a verbatim one, has
+its own code object and would not be found). Pass timings and plumbing are free to differ."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
+
+import pytest
+from runtime_driver import Driver
+
+from corral.services.runtime import requests
+from corral.services.runtime.pooled.registry import apply_pool
+from corral.shared import blocking, budgets, failover, planner, routing
+from corral.shared.config.task import Task
+from corral.shared.scheduling import det_ledger, determined, ledger, machine_pools, pool_passes
+from corral.shared.sim.run import run_policy
+from corral.shared.sim.scenario import load_scenario
+from corral.shared.sim.workload import generate, load_workload
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "sim"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+# What decides: the planner, a failover step, the blocked-scope memory, routing, both pool
+# passes with the schedulers and ledger steps under them, and the budget check.
+DECIDERS: dict[str, Callable[..., Any]] = {
+    "planner.plan": planner.plan,
+    "failover.next_step": failover.next_step,
+    "blocking.is_blocked": blocking.is_blocked,
+    "routing.route": routing.route,
+    "pool_passes.machine_pool_pass": pool_passes.machine_pool_pass,
+    "machine_pools.schedule": machine_pools.schedule,
+    "ledger.commit": ledger.commit,
+    "pool_passes.determined_pass": pool_passes.determined_pass,
+    "determined.schedule_pools": determined.schedule_pools,
+    "det_ledger.commit_det": det_ledger.commit_det,
+    "det_ledger.grow": det_ledger.grow,
+    "budgets.Gate.admit": budgets.Gate.admit,
+}
+
+
+@contextmanager
+def entered() -> Iterator[dict[int, CodeType]]:
+    """Every Python function code object entered while the block runs, by identity (code
+    objects compare equal when their bytecode is: a verbatim copy would pass for the real one)."""
+    seen: dict[int, CodeType] = {}
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            seen[id(frame.f_code)] = frame.f_code
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
+
+
+def _reached(seen: dict[int, CodeType]) -> set[str]:
+    return {name for name, fn in DECIDERS.items() if seen.get(id(fn.__code__)) is fn.__code__}
+
+
+POOL = {
+    "kind": "ANYSCALE_MANAGED",
+    "machine_types": [
+        {
+            "machine_type": "cpu",
+            "launch_templates": [{"instance_type": "cpu-2"}],
+            "partitions": [{"name": "shared", "size": 1}],
+        }
+    ],
+}
+WORKLOAD = {
+    "labels": {"team": "a"},
+    "compute_config": {
+        "worker_nodes": [
+            {"instance_type": "cpu", "flags": {"cloud_deployment": {"machine_pool": "small"}}}
+        ]
+    },
+    "run": "sleep 1",
+}
+
+
+def _runtime(driver: Driver, tmp_path: Path) -> set[str]:
+    import yaml
+
+    budgets_file = tmp_path / "budgets.yaml"
+    budgets_file.write_text(yaml.safe_dump({"budgets": [{"name": "b", "pool": "small",
+                                                         "usd_per_hour": 1000}]}))  # fmt: skip
+    driver.deps.settings.budgets_file = budgets_file
+    master = yaml.safe_load((FIXTURES / "pools" / "master-local.yaml").read_text())
+    apply_pool(driver.deps, name="small", kind="machine_pool", file_name="p.yaml", spec=POOL,
+               cloud="local")  # fmt: skip
+    apply_pool(driver.deps, name="det", kind="master_config", file_name="m.yaml", spec=master,
+               cloud="local")  # fmt: skip
+    driver.queue.clear()
+    direct = {"name": "d", "run": "true", "resources": {"cloud": "local"}}
+    trial = {"run": "true", "labels": {"t": "x"}, "resources": {"resource_pool": "compute"}}
+    with entered() as seen:
+        for task in (direct, WORKLOAD, {**trial, "resources": {**trial["resources"], "slots": 1}}):
+            requests.submit(driver.deps, Task.model_validate(task))
+        for _ in range(12):  # admissions, the direct request's attempt, both pool passes
+            if driver.queue:
+                driver.step()
+    return _reached(seen)
+
+
+def _simulator() -> set[str]:
+    scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
+    scenario = scenario.model_copy(update={"duration_s": 3 * 3600.0})
+    workload = load_workload(EXAMPLES / "day-workload.yaml")
+    workload.budgets = load_budgets_example()
+    workload.arrivals = generate(workload.templates, workload.weights, 40, 5, 3 * 3600.0)
+    with entered() as seen:
+        run_policy(scenario, workload, "corral")
+    return _reached(seen)
+
+
+def load_budgets_example() -> tuple[budgets.Budget, ...]:
+    return budgets.load_budgets(EXAMPLES / "budgets.yaml")
+
+
+def test_the_simulator_and_the_workers_reach_the_same_decision_functions(
+    driver: Driver, tmp_path: Path
+) -> None:
+    runtime = _runtime(driver, tmp_path)
+    simulator = _simulator()
+    assert runtime == set(DECIDERS), f"the runtime steps missed {set(DECIDERS) - runtime}"
+    assert simulator == set(DECIDERS), f"the simulator missed {set(DECIDERS) - simulator}"
+
+
+def test_a_simulator_with_a_copied_decider_fails_the_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check can fail: the failover module compiled again from its own source (a verbatim
+    copy) and put in the simulator's hands is not the function the workers call."""
+    from corral.shared.sim import direct
+
+    copy = types.ModuleType("copied_failover")
+    monkeypatch.setitem(sys.modules, "copied_failover", copy)
+    exec(compile(inspect.getsource(failover), "copied_failover.py", "exec"), copy.__dict__)
+    monkeypatch.setattr(direct, "next_step", copy.next_step)
+    reached = _simulator()
+    assert "failover.next_step" not in reached
+    assert "planner.plan" in reached

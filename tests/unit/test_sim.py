@@ -1,0 +1,185 @@
+"""The simulator: the same seed gives the same figures, user files are checked with their
+lines (exit 2 from the command), Corral's shared capacity-error memory spares launch calls,
+an outage is failed over, and `corral simulate` draws its plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from corral.services.cli.main import app
+from corral.shared.configio import ConfigError
+from corral.shared.sim.engine import Sim
+from corral.shared.sim.run import make_policy, run_policy
+from corral.shared.sim.scenario import load_scenario
+from corral.shared.sim.workload import Workload, generate, load_workload
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sim"
+HOURS_S = 6 * 3600.0
+
+
+def _day(requests: int = 60, seed: int = 3) -> tuple[object, Workload]:
+    scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
+    scenario = scenario.model_copy(update={"duration_s": HOURS_S, "seed": seed})
+    workload = load_workload(EXAMPLES / "day-workload.yaml")
+    workload.arrivals = generate(workload.templates, workload.weights, requests, seed, HOURS_S)
+    return scenario, workload
+
+
+@pytest.mark.parametrize("policy", ["corral", "greedy", "static", "oracle"])
+def test_the_same_seed_gives_the_same_figures(policy: str) -> None:
+    first = run_policy(*_day(), policy)  # type: ignore[arg-type]
+    again = run_policy(*_day(), policy)  # type: ignore[arg-type]
+    assert first.figures == again.figures
+    assert first.series == again.series
+    assert first.figures["requests"] == 60 and first.figures["completed"] > 0
+    other = run_policy(*_day(seed=4), policy)  # type: ignore[arg-type]
+    assert other.figures != first.figures  # the seed is really used
+
+
+def test_corral_runs_every_kind_of_work_and_uses_its_reservation() -> None:
+    run = run_policy(*_day(120), "corral")  # type: ignore[arg-type]
+    f = run.figures
+    assert f["completed"] >= 60 and f["reservation_utilization"] > 0
+    assert f["time_to_capacity_s"]["count"] > 0
+    assert set(run.series["instances_by_market"]) == {"reserved", "spot", "on_demand"}
+    assert max(run.series["instances_by_market"]["reserved"]) > 0
+
+
+@pytest.mark.parametrize("seed", [3, 5, 8])
+def test_the_pool_passes_skipped_as_quiet_would_decide_nothing(seed: int) -> None:
+    """A pass the simulator skips (settled, nothing touched, no time threshold crossed) is run
+    anyway under ``check_skips``, which fails if it decides or does anything; and skipping
+    changes no figure."""
+    scenario, workload = _day(160, seed)
+    runs = {}
+    for check in (False, True):
+        sim = Sim(scenario, workload.arrivals, check_skips=check)  # type: ignore[arg-type]
+        policy = make_policy("corral", workload)
+        sim.run(policy)
+        pools = [*policy.pools.values(), policy.det]  # type: ignore[attr-defined]
+        runs[check] = (sim.recorder.requests, [(p.skipped, p.ledger.version) for p in pools])
+    (skipping, counts), (checked, checked_counts) = runs[False], runs[True]
+    assert all(skipped > 0 for skipped, _ in counts)  # there was something to check
+    assert [v for _, v in counts] == [v for _, v in checked_counts]  # versions counted alike
+    assert all(skipped == 0 for skipped, _ in checked_counts)
+    assert skipping == checked
+
+
+SCENARIO = """\
+seed: 1
+duration: 2h
+clouds:
+  aws:
+    instance_types:
+      g5.xlarge: {accelerators: {A10G: 1}, vcpus: 4, memory_gib: 16, price_usd_per_hour: 1.0}
+    regions:
+      us-east-1:
+        zones:
+          us-east-1a: {capacity: {g5.xlarge: {on_demand: 0}}}
+          us-east-1b: {capacity: {g5.xlarge: {on_demand: 20}}}
+          us-east-1c: {capacity: {g5.xlarge: {on_demand: 20}}}
+outages:
+  - {cloud: aws, zone: us-east-1b, from: 0s, to: 1h}
+"""
+
+WORKLOAD = """\
+arrivals:
+  - {at: 0s, every: 1m, count: 20, duration: 30m,
+     task: {resources: {accelerators: A10G:1}}}
+"""
+
+
+def _files(tmp_path: Path, scenario: str = SCENARIO, workload: str = WORKLOAD) -> tuple[Path, Path]:
+    (tmp_path / "s.yaml").write_text(scenario)
+    (tmp_path / "w.yaml").write_text(workload)
+    return tmp_path / "s.yaml", tmp_path / "w.yaml"
+
+
+def test_the_shared_memory_of_sold_out_zones_spares_launch_calls(tmp_path: Path) -> None:
+    s, w = _files(tmp_path)
+    scenario, workload = load_scenario(s), load_workload(w)
+    corral = run_policy(scenario, workload, "corral").figures
+    greedy = run_policy(scenario, workload, "greedy").figures
+    # Every request gets its machine in us-east-1c: 1a has none, 1b is out for the first hour.
+    assert corral["completed"] == greedy["completed"] == 20
+    # Corral remembers 1a and 1b once for everyone (blocked_ttl_s); greedy learns per request.
+    assert corral["launch_calls"] < greedy["launch_calls"]
+    assert greedy["launch_calls"] >= 3 * 20 - 2
+
+
+def test_a_typo_is_named_with_its_file_line_and_field(tmp_path: Path) -> None:
+    s, w = _files(tmp_path, SCENARIO.replace("  aws:\n", "  aws:\n    bot: 90s\n"))
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(s)
+    assert str(caught.value.issues[0]) == f"{s}:5: clouds.aws.bot: unknown field " + (
+        "(not part of this file's schema; check the spelling)"
+    )
+    s, _ = _files(tmp_path, SCENARIO.replace("zone: us-east-1b", "zone: us-east-9z"))
+    with pytest.raises(ConfigError, match=r"s.yaml:14: outages\[0\].zone: no zone 'us-east-9z'"):
+        load_scenario(s)
+    _, w = _files(tmp_path, workload=WORKLOAD.replace("every: 1m", "every: soon"))
+    with pytest.raises(ConfigError, match=r"w.yaml:2: arrivals\[0\].every: expected a duration"):
+        load_workload(w)
+
+
+TWICE = """\
+budgets:
+  - {name: cap, selector: team=a, usd_per_hour: 10}
+  - {name: other, selector: team=b, usd_per_hour: 10}
+  - {name: cap, selector: team=c, usd_per_hour: 20}
+"""
+TWICE_SAID = (
+    "budgets[2].name: budget name 'cap' is given more than once (first at budgets[0]); "
+    "names must be distinct"
+)
+TITLE = "budgets[2].name: budget name 'cap' is given more than once"
+
+
+def test_a_budget_name_given_twice_is_named_at_its_second_line(tmp_path: Path) -> None:
+    # Inline in the workload file, in a budgets file it names, and in --budgets: exit 2.
+    s, w = _files(tmp_path, workload=TWICE + WORKLOAD)
+    with pytest.raises(ConfigError) as caught:
+        load_workload(w)
+    assert str(caught.value.issues[0]).startswith(f"{w}:4: {TWICE_SAID}")
+    bad = CliRunner().invoke(app, ["simulate", str(s), str(w)])
+    assert bad.exit_code == 2 and f"{w}:4: {TITLE}" in bad.output.replace("\n", " ")
+    (tmp_path / "b.yaml").write_text(TWICE)
+    s, w = _files(tmp_path, workload="budgets: b.yaml\n" + WORKLOAD)
+    with pytest.raises(ConfigError) as caught:
+        load_workload(w)
+    assert str(caught.value.issues[0]).startswith(f"{tmp_path / 'b.yaml'}:4: {TWICE_SAID}")
+    s, w = _files(tmp_path)
+    bad = CliRunner().invoke(
+        app, ["simulate", str(s), str(w), "--budgets", str(tmp_path / "b.yaml")]
+    )
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert f"b.yaml:4: {TITLE}" in bad.output.replace("\n", " ")
+
+
+def test_the_command_exits_2_on_a_wrong_file_and_draws_its_plots(tmp_path: Path) -> None:
+    s, w = _files(tmp_path, SCENARIO.replace("seed: 1", "seed: one"))
+    bad = CliRunner().invoke(app, ["simulate", str(s), str(w)])
+    assert bad.exit_code == 2
+    assert f"{s}:1: seed:" in bad.output
+    s, w = _files(tmp_path)
+    plots = tmp_path / "plots"
+    args = [
+        "simulate",
+        str(s),
+        str(w),
+        "--json",
+        "--plots",
+        str(plots),
+        "--policies",
+        "corral,oracle",
+    ]
+    good = CliRunner().invoke(app, args)
+    assert good.exit_code == 0, good.output
+    result = json.loads(good.stdout)
+    assert [p["policy"] for p in result["policies"]] == ["corral", "oracle"]
+    for path in result["plots"]:
+        assert Path(path).stat().st_size > 10_000  # a real picture, not an empty file
