@@ -1,5 +1,5 @@
 # Corral: one command for each job. `make check` is what CI runs (via .ci/run).
-.PHONY: setup run demo test unit integration lint typecheck imports chart bench bench-small check clean
+.PHONY: setup run demo test unit integration lint typecheck imports chart bench bench-small chaos fuzz check clean
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -44,6 +44,20 @@ bench-small:  ## the benchmarks at a small size, so they cannot rot
 
 bench:
 	$(PY) -m pytest tests/bench -m bench -q -s
+
+# Control-plane faults at full size (the default test run has a short version of each): three
+# rounds of 40 launches with redis-server SIGKILLed 1 s in, the Sentinel failover, and 300
+# launches while workers, beat, the API and Redis are killed or paused at random. It prints
+# the counts: requests lost, failed for a control-plane reason, launched twice, leaked.
+chaos:
+	CORRAL_REDIS_KILL_ROUNDS=3 CORRAL_CHAOS_LAUNCHES=300 CORRAL_CHAOS_STRIKES=15 \
+		$(PY) -m pytest tests/integration/test_redis_restart.py tests/integration/test_sentinel.py \
+		tests/integration/test_chaos.py -m integration -q -s -p no:randomly --timeout 3600
+
+# The API fuzzed from its OpenAPI document with many more examples than the default run.
+fuzz:
+	CORRAL_FUZZ_EXAMPLES=200 $(PY) -m pytest tests/integration/test_api_fuzz.py -m integration \
+		-q -s -p no:randomly --timeout 3600
 
 check: setup lint typecheck imports test bench-small
 

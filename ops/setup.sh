@@ -25,10 +25,12 @@ echo "setup: installing corral (editable) with its dev tools"
 quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 .venv/bin/python -c 'import corral.shared, corral.services' >/dev/null
 
-# System packages the tests use: redis-server (tests start their own on a free port) and
-# Debian's docker-compose (v1, validates docker-compose.yml offline, without an engine).
+# System packages the tests use: redis-server (tests start their own on a free port),
+# redis-sentinel (the Sentinel failover test starts its own sentinels) and Debian's
+# docker-compose (v1, validates docker-compose.yml offline, without an engine).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"

@@ -60,6 +60,14 @@ class Timers(BaseModel):
     # A boot watch looks at a cloud's machines on their way up this often (never more often
     # than the provider's own poll interval): one describe per cloud and region per look.
     boot_watch_interval_s: float = 0.5
+    # Redis outages (a restart, a Sentinel failover, a pause). A Redis call or a publish that
+    # meets a dead connection is tried again, with backoff, for this long before it fails: a
+    # restart or a failover shorter than this is ridden through by every process.
+    redis_patience_s: float = 30.0
+    # The control plane's pulse (beat and every look at the machines write it) missing for this
+    # long counts as an outage (never more than half the heartbeat timeout): until the machines
+    # have had a whole heartbeat timeout to report again, none is charged as lost or late.
+    outage_gap_s: float = 5.0
 
 
 class LaunchLimit(BaseModel):
@@ -118,6 +126,7 @@ class Settings(BaseSettings):
     node_secret: SecretStr | None = None  # signs node tokens; None: drawn once, kept in Redis
     node_heartbeat_s: float = 5.0  # how often a cloud node's agent reports
     worker_concurrency: int = 2
+    api_max_body_bytes: int = 2 * 1024 * 1024  # a larger request body is refused (413)
     # Logs and metrics (services/observability). "json": one JSON object per line, with the
     # ids (request, task, pool...) of the work at hand.
     log_format: Literal["text", "json"] = "text"

@@ -120,7 +120,10 @@ def parse_text(text: str, name: str = "<input>", base_dir: Path | None = None) -
     """Parse YAML or JSON text (JSON is read as YAML so lines are known; a pure JSON
     fallback covers the few JSON texts YAML 1.1 reads differently)."""
     doc = Document(name=name, data=None, base_dir=base_dir)
-    loader = _LineLoader(text)
+    try:
+        loader = _LineLoader(text)  # its reader refuses control characters at once
+    except yaml.YAMLError as exc:
+        raise ConfigError.single(name, f"not valid YAML or JSON: {exc}") from None
     try:
         node = loader.get_single_node()
         doc.data = None if node is None else _compose_to_python(node, (), doc, loader)

@@ -9,15 +9,19 @@ Machine pools: passes and syncs on ``schedule``, machine launches on ``provision
 
 Start one with ``corral run worker --role schedule`` (or ``celery -A corral.workers.app worker
 -Q schedule``); run as many per role as the load needs. Beat (``corral run beat``) uses
-celery-redbeat: its lock in Redis means two beat processes never both fire.
+celery-redbeat: its lock in Redis means two beat processes never both fire. Workers and beat
+ride through Redis outages (:mod:`corral.workers.resilience`).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from datetime import timedelta
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 from corral.services.observability import worker_hooks
 from corral.services.queues import dispatch
@@ -36,8 +40,14 @@ def _every(task: str, interval_s: float, queue: str) -> dict[str, Any]:
     }
 
 
+# Named, not imported: the worker and beat load these after the app (see resilience.py).
+CONSUMER = "corral.workers.resilience:Consumer"
+TASK_CLASS = "corral.workers.resilience:Task"
+BEAT_SCHEDULER = "corral.workers.resilience:BeatScheduler"
+
+
 def make_app(settings: Settings) -> Celery:
-    app = Celery("corral")
+    app = Celery("corral", task_cls=TASK_CLASS)
     app.conf.update(dispatch.celery_config(settings))
     timers = settings.timers
     app.conf.update(
@@ -46,8 +56,12 @@ def make_app(settings: Settings) -> Celery:
             "corral.autoscale.*": {"queue": dispatch.AUTOSCALE_QUEUE},
             "corral.provision.*": {"queue": dispatch.PROVISION_QUEUE},
         },
-        beat_scheduler="redbeat.RedBeatScheduler",
-        redbeat_redis_url=settings.redis_url,
+        worker_consumer=CONSUMER,
+        beat_scheduler=BEAT_SCHEDULER,
+        # Beat's Redis client is Corral's own (BeatScheduler sets it): retries, Sentinel.
+        # (redbeat only prints this one, and its URL parser takes no `;` list of sentinels)
+        redbeat_redis_url=(settings.redis_url or "").split(";")[0],
+        redbeat_redis_options={},
         redbeat_key_prefix=f"{settings.prefix}:redbeat:",
         redbeat_lock_timeout=int(timers.beat_lock_timeout_s),
         beat_max_loop_interval=timers.beat_max_loop_interval_s,
@@ -74,3 +88,19 @@ def make_app(settings: Settings) -> Celery:
 
 app = make_app(get_settings())
 worker_hooks.connect()  # /metrics, task counts and log context in every worker process
+
+
+@worker_process_init.connect
+def _warm_up(**_: Any) -> None:
+    """A pool process loads the clouds' SDKs and credentials in the background as it starts:
+    its first task (an admission after a worker restarted) need not wait seconds for them."""
+
+    def warm() -> None:
+        from corral.services.runtime.deps import warm_up  # here: beat and Flower need none
+
+        try:
+            warm_up()
+        except Exception:  # only a warm-up: the first task builds whatever is missing
+            logging.getLogger("corral.workers").exception("warm-up failed")
+
+    threading.Thread(target=warm, name="warm-up", daemon=True).start()

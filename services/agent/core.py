@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import select
 import signal
 import subprocess
@@ -146,6 +147,7 @@ class Agent:
         self.activity = "setup"
         self._next_beat = 0.0
         self._link_down = False
+        self._link_failures = 0  # heartbeats failed in a row: the next try backs off
         self.jobs: dict[str, Assignment] = {}  # the assignments being worked on, by id
         self._ended: set[str] = set()  # ids that ended here: never run twice
         self._unsent: dict[str, dict[str, Any]] = {}  # results the link did not take yet
@@ -432,7 +434,7 @@ class Agent:
     def _beat(self, force: bool = False) -> None:
         if not force and time.monotonic() < self._next_beat:
             return
-        self._next_beat = time.monotonic() + self.heartbeat_s
+        self._next_beat = time.monotonic() + self._beat_delay()
         try:
             running = {aid: job.phase for aid, job in sorted(self.jobs.items())}
             self.link.heartbeat(
@@ -446,12 +448,25 @@ class Agent:
             if self._link_down:
                 say("the control plane is reachable again")
             self._link_down = False
+            self._link_failures = 0
         except Dismissed as exc:
             self._dismiss(exc)
         except LinkError as exc:
             if not self._link_down:  # say it once, keep the task running
                 say(f"heartbeat failed: {exc}")
             self._link_down = True
+            self._link_failures += 1
+            self._next_beat = time.monotonic() + self._beat_delay()
+
+    def _beat_delay(self) -> float:
+        """The next heartbeat's delay: the interval, or while the link is down a jittered
+        backoff that never exceeds a third of the heartbeat TTL, so the agent is heard again
+        well within a timeout once the control plane is back."""
+        if not self._link_failures:
+            return self.heartbeat_s
+        cap = max(self.heartbeat_s, self.heartbeat_ttl_s / 3)
+        backoff = min(cap, self.heartbeat_s * 2 ** min(self._link_failures - 1, 8))
+        return float(backoff * random.uniform(0.5, 1.0))
 
     def _dismiss(self, exc: Dismissed) -> None:
         if not self.stopping:
@@ -498,7 +513,10 @@ class Agent:
         self.activity = "exited"
         if exit_code is not None:
             say(f"run exited {exit_code}" if reason == "completed" else f"{reason} ({exit_code})")
-        deadline = time.monotonic() + 10
+        # The final record is what tells a finished job from a dead machine: keep trying
+        # through a control-plane outage (a terminate SIGKILLs the agent after its grace).
+        deadline = time.monotonic() + FINISH_PATIENCE_S
+        wait_s = 0.2
         while True:
             try:
                 self._beat(force=True)
@@ -510,7 +528,8 @@ class Agent:
                 if time.monotonic() > deadline:
                     say(f"could not write the final record: {exc}")
                     break
-                time.sleep(0.2)
+                time.sleep(wait_s * random.uniform(0.5, 1.0))
+                wait_s = min(wait_s * 2, 2.0)
         return 0 if exit_code is None else exit_code & 0xFF
 
 
@@ -522,6 +541,7 @@ def _private(name: str) -> bool:
 
 
 MAX_DEMAND_BYTES = 256 * 1024
+FINISH_PATIENCE_S = 600.0  # how long the agent keeps trying to write its final record
 GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at
 
 

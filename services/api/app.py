@@ -3,11 +3,16 @@
 Everything it needs comes from the settings it is given (tests pass their own; the process
 started by ``corral run api`` uses ``get_settings()``): the Redis URL, the key prefix and the
 admin token, which every route but ``/healthz`` and the node routes requires. Redis being
-down is a 503, never a traceback in a 500.
+down is a 503 (with ``Retry-After``), never a traceback in a 500; every Redis call first
+retries for ``redis_patience_s`` (:mod:`corral.services.state.redis_conn`), so a Redis restart
+or failover shorter than that fails no request. Bodies over ``api_max_body_bytes`` are refused
+with 413 (:mod:`corral.services.api.limits`).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,6 +23,7 @@ from kombu.exceptions import OperationalError
 
 from corral.services.api.auth import configured_token, require_token
 from corral.services.api.clusters import router as clusters_router
+from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pools import router as pools_router
 from corral.services.api.routes import health_router, router
@@ -37,6 +43,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Load the clouds' SDKs and credentials while the API starts, not in its first submit
+        # (seconds on a busy machine; every submit routes over the launchable clouds).
+        threading.Thread(target=_warm_up, args=(deps,), name="warm-up", daemon=True).start()
         yield
         if "redis" in deps.__dict__:  # only close a client that was opened
             deps.redis.close()
@@ -63,12 +72,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)
     app.add_exception_handler(OperationalError, _store_unreachable)
+    app.add_middleware(BodyLimit, max_body_bytes=settings.api_max_body_bytes)
     return app
 
 
-async def _store_unreachable(_request: Request, exc: Exception) -> JSONResponse:
-    # The message names the kind of failure only: a Redis URL may carry a password.
+def _warm_up(deps: Deps) -> None:
+    try:
+        deps.launchable_clouds()
+    except Exception:  # only a warm-up: the first request builds whatever is missing
+        logging.getLogger("corral.api").exception("warm-up failed")
+
+
+async def _store_unreachable(request: Request, exc: Exception) -> JSONResponse:
+    # The answer names the kind of failure only: a Redis URL may carry a password. The log
+    # keeps the whole story (redis-py's and kombu's messages name host and port, never it).
+    logging.getLogger("corral.api").warning(
+        "%s %s: Redis unreachable after the retries",
+        request.method,
+        request.url.path,
+        exc_info=exc,
+    )
     return JSONResponse(
         status_code=503,
         content={"detail": f"the store (Redis) is unreachable: {type(exc).__name__}"},
+        headers={"Retry-After": "1"},
     )

@@ -56,7 +56,10 @@ def write_private(path: Path, text: str) -> None:
 
 
 def masked_url(url: str) -> str:
-    """``redis://:secret@host:6379/0`` -> ``redis://:***@host:6379/0``: printable."""
+    """``redis://:secret@host:6379/0`` -> ``redis://:***@host:6379/0``: printable. A Sentinel
+    URL's every part is masked (``sentinel://:pw@a:26379;sentinel://:pw@b:26379/0``)."""
+    if ";" in url:
+        return ";".join(masked_url(part) for part in url.split(";"))
     parts = urlsplit(url)
     if not parts.password:
         return url

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from corral.services.settings import Settings
 
 CELERY_APP = "corral.workers.app"
+# Named, not imported (services never import workers): redbeat's, riding through Redis faults.
+BEAT_SCHEDULER = "corral.workers.resilience:BeatScheduler"
 
 
 def _exec_celery(args: list[str]) -> None:
@@ -75,7 +77,7 @@ def beat() -> None:
     from corral.services.settings import get_settings
 
     quiet = _quiet(get_settings())
-    _exec_celery([*quiet, "beat", "-S", "redbeat.RedBeatScheduler", "--loglevel", "INFO"])
+    _exec_celery([*quiet, "beat", "-S", BEAT_SCHEDULER, "--loglevel", "INFO"])
 
 
 def _quiet(settings: Settings) -> list[str]:

@@ -67,10 +67,10 @@ def redis_server() -> dict[str, Any]:
         return {"url": None, "version": None, "error": "no Redis configured"}
     import redis
 
+    from corral.services.state.redis_conn import connect
+
     try:
-        client = redis.Redis.from_url(
-            url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
-        )
+        client = connect(url, patience_s=REDIS_TIMEOUT_S)  # a Sentinel URL too
         with client:
             found = str(client.info("server")["redis_version"])
     except (redis.RedisError, OSError, ValueError, KeyError) as exc:

@@ -77,6 +77,9 @@ class ProviderInstance(BaseModel):
     # The machine is about to go: the cloud's warning as its agent relayed it (an EC2 spot
     # interruption notice, a Compute Engine preemption). Recovery starts on it.
     notice: str | None = None
+    # Lost only because its agent stopped reporting while the control plane listened: the
+    # control plane's inference, not the cloud's word, so it blocks no scope (reconcile).
+    silent: bool = False
 
 
 class Provider(Protocol):

@@ -218,6 +218,7 @@ def _agent_state(view: NodeView) -> dict[str, Any]:
         return {"state": state, "exit_code": code}
     if view.registered_at is None:
         return {"state": "pending"}
-    if view.beat is None:
-        return {"state": "lost"}
+    if view.beat is None and not view.held:
+        return {"state": "lost", "silent": True}  # silent while the control plane listened
+    # A fresh heartbeat, or a silence that overlaps the control plane's last outage.
     return {"state": "running", "notice": view.notice}

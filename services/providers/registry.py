@@ -10,6 +10,7 @@ from typing import Any
 from corral.services.providers.base import Provider
 from corral.services.settings import Settings
 from corral.shared.clouds import PROVIDER_CLOUDS
+from corral.shared.liveness import outage_gap_s
 
 
 class ProviderUnavailable(LookupError):
@@ -25,6 +26,10 @@ def _local(settings: Settings, local_cloud: Any) -> Provider:
         prefix=settings.prefix,
         log_dir=settings.logs,
         heartbeat_timeout_s=settings.timers.heartbeat_timeout_s,
+        redis_patience_s=settings.timers.redis_patience_s,
+        outage_gap_s=outage_gap_s(
+            settings.timers.outage_gap_s, settings.timers.heartbeat_timeout_s
+        ),
     )
 
 
@@ -32,12 +37,12 @@ def _node_agents(settings: Settings, cloud: str) -> Any:
     """The node agents cloud machines boot, when the settings say where they report."""
     if not settings.node_api_url or not settings.redis_url:
         return None
-    import redis
-
     from corral.services.providers.nodes import NodeAgents
     from corral.services.state.nodes import NodeBook
+    from corral.services.state.redis_conn import connect
 
-    book = NodeBook.for_settings(redis.Redis.from_url(settings.redis_url), settings)
+    client = connect(settings.redis_url, patience_s=settings.timers.redis_patience_s)
+    book = NodeBook.for_settings(client, settings)
     return NodeAgents(cloud, book, settings.node_api_url, source=settings.node_agent_source)
 
 

@@ -6,12 +6,15 @@ written here once, and workers/app.py registers its tasks under exactly these na
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
 from celery import Celery
 
+from corral.services.queues.transport import transport_for
 from corral.services.settings import Settings, get_settings
+from corral.services.state.redis_conn import broker_options, broker_url, parse_redis_url
 from corral.shared.clouds import PROVIDER_CLOUDS
 
 # Task names (the workers register these) -> the queue each one goes to.
@@ -56,7 +59,9 @@ def role_queues() -> dict[str, tuple[str, ...]]:
 
 def broker_transport_options(settings: Settings) -> dict[str, Any]:
     timers = settings.timers
+    target = parse_redis_url(settings.redis_url or "")
     return {
+        **broker_options(target),  # a Sentinel URL's master name
         "visibility_timeout": int(timers.visibility_timeout_s),
         "unacked_restore_interval": max(1, int(timers.unacked_restore_interval_s)),
         "unacked_restore_throttle": 1,
@@ -64,7 +69,20 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
         # kombu's default 300 s. A sweep takes milliseconds, so a short lock is safe.
         "unacked_mutex_expire": max(5, int(timers.unacked_restore_interval_s * 3)),
         "socket_timeout": 30,
+        "socket_connect_timeout": 2,
         "health_check_interval": 10,
+    }
+
+
+def publish_retry_policy(settings: Settings) -> dict[str, float]:
+    """kombu's retry of a publish that meets a dead connection: reconnect and send again, every
+    second at most, for about ``redis_patience_s`` (then the publish fails)."""
+    interval_max_s = 1.0
+    return {
+        "max_retries": max(3, math.ceil(settings.timers.redis_patience_s / interval_max_s)),
+        "interval_start": 0,
+        "interval_step": 0.2,
+        "interval_max": interval_max_s,
     }
 
 
@@ -73,10 +91,18 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     if not settings.redis_url:
         raise RuntimeError("CORRAL_REDIS_URL is not set (start the system with `corral up`)")
     transport = broker_transport_options(settings)
+    target = parse_redis_url(settings.redis_url)
     return {
-        "broker_url": settings.redis_url,
+        "broker_url": broker_url(target),
+        "broker_transport": transport_for(target.is_sentinel),
         "broker_transport_options": transport,
+        # Ride through a Redis restart or failover: reconnect for as long as it takes, and
+        # retry a publish for about redis_patience_s (kombu reconnects in between).
         "broker_connection_retry_on_startup": True,
+        "broker_connection_retry": True,
+        "broker_connection_max_retries": None,
+        "task_publish_retry": True,
+        "task_publish_retry_policy": publish_retry_policy(settings),
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",

@@ -67,8 +67,15 @@ def finish_attempt(
     deps.store.update_request(request_id, finish)
 
 
-def remember(deps: Deps, cand: ChainStep, exc: ProviderError) -> None:
-    """Block the scope ``exc`` calls for, for ``blocked_ttl_s``."""
+def remember(
+    deps: Deps, cand: ChainStep, exc: ProviderError, started_at: float | None = None
+) -> None:
+    """Block the scope ``exc`` calls for, for ``blocked_ttl_s``. Only the cloud's answers
+    block: an attempt that ran out of time while the control plane had an outage (it ended
+    after the attempt began) was slowed by the control plane, so it blocks nothing."""
+    slowed_by_us = started_at is not None and deps.outage.last_end() >= started_at
+    if exc.outcome == "timeout" and slowed_by_us:
+        return
     block = Block.from_scope(exc.scope, Place.of(cand))
     if block is not None:
         deps.blocks.add(

@@ -27,6 +27,7 @@ from corral.services.runtime.launch import boot_verdict, finish, watch_interval,
 from corral.services.runtime.pooled import launching
 from corral.services.state.boots import Boot
 from corral.shared.errors import ProviderError
+from corral.shared.liveness import deadline_passed
 
 log = logging.getLogger("corral.boots")
 
@@ -58,9 +59,14 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
         if attempt := pi.tags.get(TAG_ATTEMPT):
             by_attempt[attempt].append(pi)
     now = deps.now()
+    # A boot is late only once its machines had a heartbeat timeout to report after the
+    # control plane's last outage (they could not report while Redis was away).
+    outage_end = deps.outage.pulse()
+    grace_s = deps.settings.timers.heartbeat_timeout_s
     for boot in boots:
         found = by_attempt.get(boot.key, [])
-        verdict = boot_verdict(found, boot.spec.count, late=now >= boot.deadline)
+        late = deadline_passed(boot.deadline, now, outage_end, grace_s)
+        verdict = boot_verdict(found, boot.spec.count, late=late)
         counts[verdict] += 1
         if verdict == "booting":
             continue

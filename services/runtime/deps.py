@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from corral.services.state.boots import BootBook
 from corral.services.state.docstore import DocStore
 from corral.services.state.limits import LaunchLimits
 from corral.services.state.nodes import NodeBook
+from corral.services.state.outage import OutageBook, outage_book
 from corral.services.state.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
+from corral.services.state.redis_conn import connect
 from corral.services.state.store import Store
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
@@ -35,7 +38,11 @@ class Deps:
     def redis(self) -> redis.Redis:
         if not self.settings.redis_url:
             raise RuntimeError("CORRAL_REDIS_URL is not set")
-        return redis.Redis.from_url(self.settings.redis_url)
+        return connect(self.settings.redis_url, patience_s=self.settings.timers.redis_patience_s)
+
+    @cached_property
+    def outage(self) -> OutageBook:
+        return outage_book(self.redis, self.settings)
 
     @cached_property
     def store(self) -> Store:
@@ -116,11 +123,19 @@ def new_id(kind: str) -> str:
 
 
 _DEPS: Deps | None = None
+_DEPS_LOCK = threading.Lock()
 
 
 def deps() -> Deps:
-    """This process's dependencies (a worker builds them once)."""
+    """This process's dependencies (a worker builds them once, whichever thread asks first)."""
     global _DEPS
-    if _DEPS is None:
-        _DEPS = Deps(get_settings())
-    return _DEPS
+    with _DEPS_LOCK:
+        if _DEPS is None:
+            _DEPS = Deps(get_settings())
+        return _DEPS
+
+
+def warm_up() -> None:
+    """Build this process's dependencies and ask every cloud for its credentials now (loading
+    a cloud SDK and its credential chain takes seconds), so the first task does not wait."""
+    deps().launchable_clouds()

@@ -25,12 +25,12 @@ from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.state.boots import Boot
 from corral.shared.config.machine_pool import LaunchTemplate
-from corral.shared.errors import LaunchTimeoutError, ProviderError
+from corral.shared.errors import LaunchTimeoutError, ProviderError, Scope
 from corral.shared.merge import merge_advanced_instance_config
 
 log = logging.getLogger("corral.launch")
 
-Verdict = Literal["up", "booting", "lost", "timeout"]
+Verdict = Literal["up", "booting", "lost", "silent", "timeout"]
 
 
 class LaunchDeferred(Exception):
@@ -98,19 +98,25 @@ def rewatch(deps: Deps) -> int:
 def boot_verdict(found: Sequence[ProviderInstance], count: int, late: bool) -> Verdict:
     """Where one launch of ``count`` machines is, from what the cloud reports of it: ``up``
     when every node reported in (running, or already finished for a quick job), ``lost`` when
-    one died on the way, ``timeout`` when it is ``late`` (past its deadline), else
-    ``booting``."""
+    the cloud says one died on the way, ``silent`` when one never reported while the control
+    plane listened, ``timeout`` when it is ``late`` (past its deadline), else ``booting``."""
     if len(found) >= count and all(p.state in ("running", "terminated") for p in found):
         return "up"
-    if any(p.state == "lost" for p in found):
-        return "lost"
+    lost = [p for p in found if p.state == "lost"]
+    if lost:
+        return "silent" if all(p.silent for p in lost) else "lost"
     return "timeout" if late else "booting"
 
 
 def boot_error(verdict: str) -> ProviderError:
-    """The error a failed boot counts as (the attempt's outcome and the scope it blocks)."""
+    """The error a failed boot counts as (the attempt's outcome and the scope it blocks). A
+    silent machine blocks nothing: only the cloud's own answers may (corral.shared.liveness)."""
     if verdict == "lost":
         return ProviderError("an instance died while starting", code="InstanceLost")
+    if verdict == "silent":
+        return ProviderError(
+            "an instance never reported while starting", code="InstanceSilent", scope=Scope.NONE
+        )
     return LaunchTimeoutError("instances did not come up within the attempt deadline")
 
 

@@ -191,7 +191,9 @@ def _failed(
 ) -> str:
     finish_attempt(deps, req.id, attempt_id, exc.outcome, str(exc))
     deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
-    remember(deps, cand, exc)
+    attempts = (deps.store.get_request(req.id) or req).attempts  # as recorded since req was read
+    started = next((a.started_at for a in attempts if a.attempt_id == attempt_id), None)
+    remember(deps, cand, exc, started_at=started)
     return after_failure(deps, req, step, exc.scope)
 
 
@@ -208,7 +210,7 @@ def boot_failed(deps: Deps, boot: Boot, verdict: str) -> str:
     """An attempt's machines did not all come up by the deadline, or one died on the way:
     what did come up is terminated, and the request goes down its chain as for any failed
     attempt."""
-    exc = boot_error("lost" if verdict == "lost" else "timeout")
+    exc = boot_error(verdict if verdict in ("lost", "silent") else "timeout")
     release_instances(deps, boot.spec.request_id, f"{exc.outcome}: {exc}", attempt_id=boot.key)
     req = deps.store.get_request(boot.spec.request_id)
     if req is None or not 0 <= boot.step < len(req.chain):

@@ -105,7 +105,12 @@ def _check_instances(
             continue
         if pi is None or pi.state == "lost":
             counts["lost"] += 1
-            _lost(deps, inst, "its process is gone" if pi is None else "its heartbeats stopped")
+            if pi is None:
+                _lost(deps, inst, "its process is gone")
+            elif pi.silent:  # the control plane's inference, not the cloud's word: no block
+                _lost(deps, inst, "its heartbeats stopped", block=False)
+            else:
+                _lost(deps, inst, "the cloud says it is gone")
         elif pi.state == "terminated" and pi.exit_code is None:
             # Gone without an exit code and without us asking: reclaimed (spot) or failed.
             counts["lost"] += 1
@@ -211,22 +216,24 @@ def _finish_job(deps: Deps, req: LaunchRequest, attempt_id: str | None) -> None:
         _try(termination.terminate, deps, req.id, None, "the job ended")
 
 
-def _lost(deps: Deps, inst: Instance, why: str) -> None:
-    """Mark ``inst`` LOST, remember its zone as unreliable, relaunch its request."""
+def _lost(deps: Deps, inst: Instance, why: str, block: bool = True) -> None:
+    """Mark ``inst`` LOST, relaunch its request, and (``block``: the cloud said the machine
+    is gone) remember its zone as unreliable. A silence is not the cloud's word: it blocks
+    nothing, so a control-plane fault can never close a zone."""
     if not _move(deps, inst, InstanceState.LOST, why):
         return
     now = deps.now()
     timers = deps.settings.timers
-    block = Block(
-        cloud=inst.cloud,
-        region=inst.region,
-        zone=inst.zone,
-        instance_type=inst.instance_type,
-        market=inst.market,
-    )
-    deps.blocks.add(
-        block, now=now, ttl_s=timers.blocked_ttl_s, reason=f"{inst.id} lost: {why}", outcome="lost"
-    )
+    if block:
+        scope = Block(
+            cloud=inst.cloud,
+            region=inst.region,
+            zone=inst.zone,
+            instance_type=inst.instance_type,
+            market=inst.market,
+        )
+        reason = f"{inst.id} lost: {why}"
+        deps.blocks.add(scope, now=now, ttl_s=timers.blocked_ttl_s, reason=reason, outcome="lost")
     req = deps.store.get_request(inst.request_id)
     if req is None or req.state != RequestState.RUNNING:
         return
@@ -237,7 +244,13 @@ def _lost(deps: Deps, inst: Instance, why: str) -> None:
 def _relaunch_without(deps: Deps, request_id: str, inst: Instance, why: str) -> None:
     """Relaunch the request first (so it never stays RUNNING on nothing), then release the
     lost node's attempt-mates: it is relaunched whole, in one zone."""
-    relaunch(deps, request_id, f"instance {inst.id} lost: {why}", last_region=inst.region)
+    relaunch(
+        deps,
+        request_id,
+        f"instance {inst.id} lost: {why}",
+        last_region=inst.region,
+        avoid=(inst.cloud, inst.zone),
+    )
     _try(
         termination.release_instances,
         deps,
@@ -255,12 +268,15 @@ def relaunch(
     restart: Restart | None = None,
     last_region: str | None = None,
     of: set[str] | None = None,
+    avoid: tuple[str, str] | None = None,
 ) -> str:
     """Send a RUNNING request back through its chain (re-planned around what just failed):
     after a lost machine (up to ``relaunch_limit`` times, unless the task has a
     ``job_recovery``: a managed job is recovered from every loss), or to ``restart`` a failed
     job. A task's ``job_recovery`` strategy orders the chain from ``last_region``. ``of``: the
-    instances whose end this answers; nothing happens unless the request still runs on them."""
+    instances whose end this answers; nothing happens unless the request still runs on them.
+    ``avoid`` ((cloud, zone) where its machine was lost) goes to the end of this request's
+    chain: a zone is tried again last, without blocking it for everyone."""
     req = deps.store.get_request(request_id)
     if req is None:
         return "missing"
@@ -269,6 +285,10 @@ def relaunch(
     policy = task.recovery()
     planned = [ChainStep.of(c) for c in plan_launch(deps, task).candidates]
     chain = recovery_chain(planned, policy, last_region)
+    if avoid is not None:
+        chain = sorted(
+            chain, key=lambda c: (c.cloud, c.zone) == avoid
+        )  # stable: the rest keep order
     limit = None if policy is not None else deps.settings.timers.relaunch_limit
 
     def back(r: LaunchRequest) -> bool:
@@ -350,13 +370,25 @@ def _is_stray(deps: Deps, pi: ProviderInstance) -> bool:
 
 
 def _unstick(deps: Deps, counts: dict[str, int]) -> None:
-    """Hand requests that made no progress for a while to their step again (a lost message)."""
+    """Hand requests that made no progress for a while to their step again (a lost message).
+
+    A Redis outage can lose a message (one a worker took off its queue as Redis died, or a
+    publish that outlived ``redis_patience_s``), so a request whose last progress predates the
+    control plane's last outage is handed on again a few passes after Redis is back, without
+    waiting the usual patience. Every step is idempotent, so one sent twice does its work once.
+    """
     now = deps.now()
-    patience_s = deps.settings.timers.attempt_deadline_s + 30
+    timers = deps.settings.timers
+    patience_s = timers.attempt_deadline_s + 30
+    outage_end = deps.outage.pulse()
+    settle_s = 3 * timers.reconcile_interval_s  # let work that survived the outage go on first
     for state in (RequestState.PENDING, RequestState.PROVISIONING):
         for req in deps.store.list_requests(state=state, limit=1000, oldest_first=True):
-            if now - req.updated_at < patience_s:
+            cut_off = req.updated_at < outage_end <= now - settle_s
+            if now - req.updated_at < patience_s and not cut_off:
                 continue
+            if cut_off and not _mark_redriven(deps, req.id, outage_end, now):
+                continue  # progressed meanwhile
             counts["unstuck"] += 1
             match req.route:
                 case MachinePoolRoute() | DeterminedRoute() as pooled:
@@ -367,6 +399,26 @@ def _unstick(deps: Deps, counts: dict[str, int]) -> None:
                     dispatch.admit(req.id, settings=deps.settings)
                 case Direct():
                     failover.resume(deps, req)
+
+
+def _mark_redriven(deps: Deps, request_id: str, outage_end: float, now: float) -> bool:
+    """Note on the request that it is handed on again after an outage (so the next pass does
+    not do it again); False if it made progress since the outage."""
+
+    def touch(r: LaunchRequest) -> bool:
+        if r.updated_at >= outage_end or r.state not in _REDRIVEN:
+            return False
+        r.updated_at = now
+        return True
+
+    updated = deps.store.update_request(request_id, touch)
+    if updated is None or updated.updated_at != now:
+        return False
+    deps.store.append_event(request_id, "handed on again after a control-plane outage", now)
+    return True
+
+
+_REDRIVEN = (RequestState.PENDING, RequestState.PROVISIONING)
 
 
 def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
@@ -387,10 +439,34 @@ def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
             continue
         counts["rechecked"] += 1
         exited = all(m.state == InstanceState.TERMINATED for m in current)
-        if req.task.get("run") and exited:
+        if all(_terminated_on_purpose(m) for m in current):
+            # A terminate (the user's) ended the machines and has not ended the request yet:
+            # relaunching would start a machine nobody wants.
+            _end_terminated(deps, req.id, now)
+        elif req.task.get("run") and exited:
             _finish_job(deps, req, last.attempt_id)
         else:
             relaunch(deps, req.id, "its machines ended while it was running")
+
+
+def _terminated_on_purpose(inst: Instance) -> bool:
+    """Ended by the control plane's terminate (it went TERMINATING), not by its job's exit."""
+    stopped = any(t.to_state == InstanceState.TERMINATING for t in inst.history)
+    return inst.state == InstanceState.TERMINATED and inst.exit_code is None and stopped
+
+
+def _end_terminated(deps: Deps, request_id: str, now: float) -> None:
+    why = "its machines were terminated"
+
+    def end(r: LaunchRequest) -> bool:
+        if r.state != RequestState.RUNNING:
+            return False
+        r.move(RequestState.TERMINATED, now, why)
+        return True
+
+    updated = deps.store.update_request(request_id, end)
+    if updated is not None and updated.state == RequestState.TERMINATED:
+        deps.store.append_event(request_id, f"state: TERMINATED ({why})", now)
 
 
 def handle_events(deps: Deps, events: list[dict[str, Any]]) -> None:

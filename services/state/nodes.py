@@ -38,6 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from corral.services.state.outage import OutageBook, outage_book
+from corral.shared.liveness import silent_too_long
+
 if TYPE_CHECKING:
     from corral.services.settings import Settings
 
@@ -78,6 +81,9 @@ class NodeView:
     exit_code: int | None
     reason: str | None
     notice: str | None
+    # Silent (no fresh heartbeat), but only since the control plane's last outage: the node
+    # could not report, so it is not charged as lost yet (corral.shared.liveness).
+    held: bool = False
 
     @property
     def ended(self) -> bool:
@@ -87,16 +93,23 @@ class NodeView:
 class NodeBook:
     """The nodes' reports in Redis, and their tokens."""
 
-    def __init__(self, client: redis.Redis, prefix: str, secret: str | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str,
+        secret: str | None = None,
+        outage: OutageBook | None = None,
+    ) -> None:
         self.r = client
         self.prefix = prefix
         self._secret = secret.encode() if secret else None
+        self.outage = outage
 
     @classmethod
     def for_settings(cls, client: redis.Redis, settings: Settings) -> NodeBook:
         """The book under the settings' prefix, signing with the configured secret if any."""
         secret = settings.node_secret.get_secret_value() if settings.node_secret else None
-        return cls(client, settings.prefix, secret)
+        return cls(client, settings.prefix, secret, outage_book(client, settings))
 
     # --- tokens ----------------------------------------------------------------------------
     def secret(self) -> bytes:
@@ -159,7 +172,14 @@ class NodeBook:
         rec = self._k(node, "rec")
         pipe = self.r.pipeline(transaction=True)
         pipe.set(self._k(node, "beat"), json.dumps(beat), px=max(1, int(ttl_s * 1000)))
-        pipe.hset(rec, mapping={"activity": str(beat.get("activity")), "last_beat_at": now})
+        pipe.hset(
+            rec,
+            mapping={
+                "activity": str(beat.get("activity")),
+                "last_beat_at": now,
+                "beat_ttl_s": ttl_s,  # how long a silence may last before the node is lost
+            },
+        )
         pipe.expire(rec, NODE_TTL_S)
         pipe.execute()
 
@@ -287,9 +307,15 @@ class NodeBook:
             pipe.get(self._k(node, "beat"))
         raw = pipe.execute()
         out = {}
+        outage_end: float | None = None
         for i, node in enumerate(nodes):
             rec = {_s(k): _s(v) for k, v in (raw[2 * i] or {}).items()}
             beat = raw[2 * i + 1]
+            held = False
+            if not beat and rec.get("registered_at") and not rec.get("ended_at"):
+                if outage_end is None:  # pulse once, before judging anyone's silence
+                    outage_end = self.outage.pulse() if self.outage is not None else 0.0
+                held = _held(rec, time.time(), outage_end)
             out[node] = NodeView(
                 registered_at=_float(rec.get("registered_at")),
                 provider_id=rec.get("provider_id") or None,
@@ -298,6 +324,7 @@ class NodeBook:
                 exit_code=int(rec["exit_code"]) if rec.get("exit_code") else None,
                 reason=rec.get("reason") or None,
                 notice=rec.get("notice") or None,
+                held=held,
             )
         return out
 
@@ -313,6 +340,14 @@ class NodeBook:
 
     def _k(self, node: NodeName, part: str) -> str:
         return f"{node.key(self.prefix)}:{part}"
+
+
+def _held(rec: dict[str, str], now: float, outage_end: float) -> bool:
+    """A node without a fresh heartbeat that has not been silent for a whole heartbeat TTL
+    of the control plane's listening time (its silence overlaps the last outage)."""
+    last = _float(rec.get("last_beat_at")) or _float(rec.get("registered_at")) or 0.0
+    ttl_s = _float(rec.get("beat_ttl_s")) or 0.0
+    return not silent_too_long(last, now, ttl_s, outage_end)
 
 
 def _s(value: Any) -> str:

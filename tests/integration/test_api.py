@@ -415,7 +415,10 @@ def _dead_redis_url() -> str:
 
 def test_health_and_reads_say_503_when_redis_is_down(client: TestClient, tmp_path: Path) -> None:
     assert client.get("/healthz").json() == {"status": "ok", "detail": None}
-    with TestClient(create_app(_settings(_dead_redis_url(), tmp_path))) as down:
+    # The API waits redis_patience_s for a Redis that is away (a restart): not this long here.
+    down_settings = _settings(_dead_redis_url(), tmp_path)
+    down_settings.timers.redis_patience_s = 0.5
+    with TestClient(create_app(down_settings)) as down:
         health = down.get("/healthz")
         listing = down.get("/v1/requests", headers=AUTH)
     assert health.status_code == 503 and health.json()["status"] == "unavailable"

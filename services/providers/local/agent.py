@@ -38,7 +38,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
+import time
 from typing import Any
 
 from corral.services.agent.core import Agent, LinkError, Work, say
@@ -101,6 +103,28 @@ class RedisLink:
             raise LinkError(str(exc)) from exc
 
 
+RECORD_PATIENCE_S = 600.0  # an agent started while Redis is away waits this long for it
+
+
+def _read_record(state: CloudState, instance_id: str) -> InstanceRecord | None:
+    """The instance's record, read again with backoff while Redis cannot be reached (the
+    machine was started just before a Redis restart or failover): a control-plane outage must
+    not kill the machine."""
+    deadline = time.monotonic() + RECORD_PATIENCE_S
+    wait_s, said = 0.1, False
+    while True:
+        try:
+            return state.record(instance_id)
+        except RedisError as exc:
+            if time.monotonic() + wait_s > deadline:
+                raise
+            if not said:
+                say(f"cannot read the instance record yet ({exc}); retrying")
+                said = True
+            time.sleep(wait_s * random.uniform(0.5, 1.0))
+            wait_s = min(wait_s * 2, 2.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corral-agent", description=__doc__.split("\n")[0])
     parser.add_argument("--instance-id", required=True)
@@ -121,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         say("no Redis URL: pass --redis-url or set CORRAL_REDIS_URL")
         return 2
     state = CloudState(MiniRedis.from_url(url), args.prefix)  # type: ignore[arg-type]
-    rec = state.record(args.instance_id)
+    rec = _read_record(state, args.instance_id)
     if rec is None:
         say(f"no record for {args.instance_id}; nothing to run")
         return 2

@@ -26,8 +26,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
@@ -48,6 +46,8 @@ from corral.services.providers.local.state import (
     InstanceRecord,
     derive_state,
 )
+from corral.services.state.outage import OutageBook
+from corral.services.state.redis_conn import connect
 from corral.shared.config.localcloud import LocalCloud
 from corral.shared.errors import (
     AuthError,
@@ -93,6 +93,8 @@ class LocalProvider:
         start_timeout_s: float = 60.0,
         terminate_grace_s: float = 10.0,
         attempt_wait_s: float = 30.0,
+        redis_patience_s: float = 30.0,
+        outage_gap_s: float = 5.0,
     ) -> None:
         self.cloud = cloud
         self.redis_url = redis_url
@@ -104,7 +106,9 @@ class LocalProvider:
         self.start_timeout_s = start_timeout_s
         self.terminate_grace_s = terminate_grace_s
         self.attempt_wait_s = attempt_wait_s
-        self.state = CloudState(redis.Redis.from_url(redis_url, decode_responses=True), prefix)
+        client = connect(redis_url, patience_s=redis_patience_s, decode_responses=True)
+        self.state = CloudState(client, prefix)
+        self.outage = OutageBook(client, prefix, outage_gap_s)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         # One launcher per cloud, shared by every process that launches on it.
         key = f"{python}\0{prefix}\0{self.log_dir.resolve()}\0{redis_url}"
@@ -399,12 +403,20 @@ class LocalProvider:
 
     # --- describe --------------------------------------------------------------------------
     def describe(self, tags: dict[str, str] | None = None) -> list[ProviderInstance]:
-        """Every instance the local cloud knows (ended ones for a day), filtered by tags."""
-        return self._instances(self.state.instance_ids(), tags)
+        """Every instance the local cloud knows (ended ones for a day), filtered by tags. It
+        pulses the control plane first, so an outage just ended is known before anyone's
+        silence is judged."""
+        outage_end = self.outage.pulse()
+        return self._instances(self.state.instance_ids(), tags, outage_end)
 
     def _instances(
-        self, ids: Iterable[str], tags: dict[str, str] | None = None
+        self,
+        ids: Iterable[str],
+        tags: dict[str, str] | None = None,
+        outage_end: float | None = None,
     ) -> list[ProviderInstance]:
+        if outage_end is None:
+            outage_end = self.outage.last_end()
         out = []
         for iid, rec, beat in self.state.records_and_heartbeats(list(ids)):
             if rec is None:
@@ -412,11 +424,13 @@ class LocalProvider:
                 continue
             if tags and any(rec.tags.get(k) != v for k, v in tags.items()):
                 continue
-            rec = self._observe(rec, beat)
+            rec = self._observe(rec, beat, outage_end)
             out.append(self._to_instance(rec))
         return out
 
-    def _observe(self, rec: InstanceRecord, beat: dict[str, object] | None) -> InstanceRecord:
+    def _observe(
+        self, rec: InstanceRecord, beat: dict[str, object] | None, outage_end: float = 0.0
+    ) -> InstanceRecord:
         """Derive the state; record the end of an instance whose process vanished."""
         if rec.ended:
             return rec
@@ -435,6 +449,7 @@ class LocalProvider:
             heartbeat_timeout_s=self.heartbeat_timeout_s,
             # Booting machines are silent for the zone's launch delay: not lost yet.
             start_timeout_s=self.start_timeout_s + self._boot_delay(rec.zone),
+            outage_end=outage_end,
         )
         if not alive and state == LOST:
             final = TERMINATED if rec.state == TERMINATING else LOST
@@ -463,6 +478,7 @@ class LocalProvider:
             instance_type=rec.instance_type,
             market=rec.market,
             state=rec.state,
+            silent=rec.state == LOST and not rec.ended,  # alive, quiet: never ended as lost
             pid=rec.pid,
             tags=rec.tags,
             exit_code=rec.exit_code,

@@ -5,6 +5,10 @@ asyncio client too) costs most of a second on this kind of machine: that was mos
 local launch. The agent needs a dozen commands over one connection, so it speaks RESP itself.
 Replies are decoded as text, like redis-py's ``decode_responses=True``; only the methods
 :class:`~corral.services.providers.local.state.CloudState` calls are provided.
+
+A ``sentinel://`` URL (the form of :mod:`corral.services.state.redis_conn`) is followed too:
+every new connection asks the sentinels, in turn, where the master is now, and checks that the
+server it reached still is a master (a demoted one would refuse writes).
 """
 
 from __future__ import annotations
@@ -50,19 +54,27 @@ class MiniRedis:
         *,
         tls: bool = False,
         unix_path: str | None = None,
+        sentinels: Sequence[tuple[str, int]] = (),
+        master_name: str | None = None,
     ) -> None:
         self.host, self.port, self.db = host, port, db
         self.tls, self.unix_path = tls, unix_path
+        self.sentinels, self.master_name = list(sentinels), master_name
         self.username, self.password = username, password
         self.timeout_s = timeout_s
+        self.connect_timeout_s = min(timeout_s, 2.0)
         self._sock: socket.socket | None = None
         self._buf = b""
 
     @classmethod
     def from_url(cls, url: str) -> MiniRedis:
+        if url.startswith("sentinel://"):
+            return cls._from_sentinel_url(url)
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"expected a redis://, rediss:// or unix:// URL, not {parts.scheme}")
+            raise ValueError(
+                f"expected a redis://, rediss://, unix:// or sentinel:// URL, not {parts.scheme}"
+            )
         password = unquote(parts.password) if parts.password else None
         username = unquote(parts.username) if parts.username else None
         query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
@@ -73,9 +85,47 @@ class MiniRedis:
         host, port = parts.hostname or "127.0.0.1", parts.port or 6379
         return cls(host, port, db, password, username, tls=parts.scheme == "rediss")
 
+    @classmethod
+    def _from_sentinel_url(cls, url: str) -> MiniRedis:
+        """``sentinel://[:password@]host:port[;sentinel://host:port...][/db][?master_name=N]``
+        (the password is the data nodes')."""
+        sentinels: list[tuple[str, int]] = []
+        username = password = None
+        db, master = 0, "mymaster"
+        for piece in url.split(";"):
+            parts = urlsplit(piece)
+            if parts.scheme != "sentinel" or not parts.hostname:
+                raise ValueError(f"expected sentinel://host:port, got {piece!r}")
+            sentinels.append((parts.hostname, parts.port or 26379))
+            username = username or (unquote(parts.username) if parts.username else None)
+            password = password or (unquote(parts.password) if parts.password else None)
+            query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
+            db = int(parts.path.strip("/") or query.get("db", str(db)))
+            master = query.get("master_name", master)
+        return cls("", 0, db, password, username, sentinels=sentinels, master_name=master)
+
+    def _master_address(self) -> tuple[str, int]:
+        """Where the sentinels say the master is (the first that answers)."""
+        errors = []
+        for host, port in self.sentinels:
+            try:
+                with socket.create_connection((host, port), self.connect_timeout_s) as sock:
+                    sock.settimeout(self.connect_timeout_s)
+                    sock.sendall(_encode(["SENTINEL", "get-master-addr-by-name", self.master_name]))
+                    reply = _read_reply(sock)
+            except OSError as exc:
+                errors.append(f"{host}:{port}: {exc}")
+                continue
+            if isinstance(reply, list) and len(reply) == 2:
+                return str(reply[0]), int(reply[1])
+            errors.append(f"{host}:{port}: no master named {self.master_name!r}")
+        raise RedisError(f"no sentinel knows the master: {'; '.join(errors)}")
+
     # -- the wire ------------------------------------------------------------------------------
     def _connect(self) -> socket.socket:
         if self._sock is None:
+            if self.sentinels:
+                self.host, self.port = self._master_address()
             where = self.unix_path or f"{self.host}:{self.port}"
             try:
                 if self.unix_path:
@@ -83,7 +133,7 @@ class MiniRedis:
                     sock.settimeout(self.timeout_s)
                     sock.connect(self.unix_path)
                 else:
-                    sock = socket.create_connection((self.host, self.port), self.timeout_s)
+                    sock = socket.create_connection((self.host, self.port), self.connect_timeout_s)
                 if self.tls:
                     context = ssl.create_default_context()
                     sock = context.wrap_socket(sock, server_hostname=self.host)
@@ -96,6 +146,11 @@ class MiniRedis:
                 self._roundtrip([["AUTH", *auth]])
             if self.db:
                 self._roundtrip([["SELECT", self.db]])
+            if self.sentinels:
+                [role] = self._roundtrip([["ROLE"]])
+                if not isinstance(role, list) or not role or role[0] != "master":
+                    self.close()
+                    raise RedisError(f"{where} is no longer the master; asking the sentinels")
         return self._sock
 
     def _roundtrip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
@@ -232,6 +287,16 @@ class _Pipeline:
             if isinstance(reply, _Reply):
                 raise reply
         return [_shape(c[0], r) for c, r in zip(commands, replies, strict=True)]
+
+
+def _read_reply(sock: socket.socket) -> Any:
+    """One reply read off a fresh socket (a sentinel's answer)."""
+    reader = MiniRedis("", 0)
+    reader._sock = sock
+    try:
+        return reader._read()
+    finally:
+        reader._sock = None
 
 
 def _command(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

@@ -40,6 +40,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from corral.shared.liveness import silent_too_long
+
 if TYPE_CHECKING:
     import redis
 
@@ -124,13 +126,21 @@ class InstanceRecord:
     child_pid: int | None = None  # the agent's current setup/run process (a group leader)
     child_pids: list[int] = field(default_factory=list)  # every assignment's group leader
     first_heartbeat_at: float | None = None
+    last_beat_at: float | None = None  # the agent's latest heartbeat (the key itself expires)
     activity: str | None = None
     exit_code: int | None = None
     ended_at: float | None = None
     end_reason: str | None = None
 
     _JSON = ("accelerators", "tags", "envs", "child_pids")
-    _FLOAT = ("created_at", "vcpus", "memory_gib", "first_heartbeat_at", "ended_at")
+    _FLOAT = (
+        "created_at",
+        "vcpus",
+        "memory_gib",
+        "first_heartbeat_at",
+        "last_beat_at",
+        "ended_at",
+    )
     _INT = ("pid", "child_pid", "exit_code")
 
     def to_hash(self) -> dict[str, str]:
@@ -363,7 +373,7 @@ class CloudState:
         }
         pipe = self.r.pipeline(transaction=True)
         pipe.set(self.keys.heartbeat(rec.id), json.dumps(beat), px=max(1, int(ttl_s * 1000)))
-        pipe.hset(self.keys.record(rec.id), "activity", activity)
+        pipe.hset(self.keys.record(rec.id), mapping={"activity": activity, "last_beat_at": now})
         pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))
         pipe.execute()
 
@@ -448,9 +458,12 @@ def derive_state(
     now: float,
     heartbeat_timeout_s: float,
     start_timeout_s: float,
+    outage_end: float = 0.0,
 ) -> str:
     """The state describe() reports, from the record, the last heartbeat and whether the
-    agent process is alive (checked by pid and command line)."""
+    agent process is alive (checked by pid and command line). Silence is counted only from
+    the end of the control plane's last outage (``outage_end``, see
+    :mod:`corral.shared.liveness`): an agent that could not reach Redis is not lost for it."""
     if rec.ended:
         return rec.state
     if not alive:
@@ -461,6 +474,11 @@ def derive_state(
         return TERMINATING
     if beat is not None and now - float(beat["ts"]) <= heartbeat_timeout_s:
         return RUNNING
-    if rec.first_heartbeat_at is None and now - rec.created_at < start_timeout_s:
-        return PENDING  # still starting up
-    return LOST  # alive but silent: hung, or cut off from Redis
+    if rec.first_heartbeat_at is None:
+        if not silent_too_long(rec.created_at, now, start_timeout_s, outage_end):
+            return PENDING  # still starting up
+        return LOST  # never reported
+    last = float(beat["ts"]) if beat else rec.last_beat_at or rec.first_heartbeat_at
+    if not silent_too_long(last, now, heartbeat_timeout_s, outage_end):
+        return RUNNING  # quiet only since the control plane's outage: not charged for it
+    return LOST  # alive but silent while the control plane listened: hung, or cut off

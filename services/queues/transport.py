@@ -1,0 +1,52 @@
+"""kombu's Redis transports, with one fix for riding through a Redis restart or failover.
+
+When kombu reconnects it closes the old channel, but a message taken on that channel may still
+be acknowledged through it, and a pooled producer may still publish on it. kombu's channel
+then looks for the connection it no longer has and raises AttributeError, which Celery does
+not expect: it killed the worker ("Unrecoverable error") or failed an API request with a 500.
+Here such a channel raises a connection error instead, which kombu and Celery handle as what
+it is: the acknowledgement is logged as failed (the message comes back and runs again, every
+task being idempotent), the publish reconnects and is sent again.
+
+``dispatch.celery_config`` names these classes (``broker_transport``) for every process that
+talks to the broker: the API, the CLI, the workers and beat.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from kombu.transport import redis as kombu_redis
+
+
+class _ClosedChannelGuard:
+    """A channel whose connection was closed says so with a connection error."""
+
+    connection: Any
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:
+            raise redis.exceptions.ConnectionError("this broker channel's connection is closed")
+        return super()._connparams(asynchronous)  # type: ignore[misc]
+
+
+class Channel(_ClosedChannelGuard, kombu_redis.Channel):
+    pass
+
+
+class Transport(kombu_redis.Transport):
+    Channel = Channel
+
+
+class SentinelChannel(_ClosedChannelGuard, kombu_redis.SentinelChannel):
+    pass
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = SentinelChannel
+
+
+def transport_for(sentinel: bool) -> str:
+    """The class path Celery's ``broker_transport`` setting takes."""
+    return f"{__name__}:{'SentinelTransport' if sentinel else 'Transport'}"
