@@ -38,4 +38,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive quietly $SUDO apt-get install -y -qq "${missing[@]}"
 fi
-echo "setup: done ($(.venv/bin/corral --version 2>/dev/null || echo corral), $(redis-server --version | cut -d' ' -f3))"
+echo "setup: done ($(.venv/bin/corral --version 2>/dev/null || echo corral), redis-server $(redis-server --version | sed -n "s/.*v=\([^ ]*\).*/\1/p"))"
