@@ -25,6 +25,7 @@ from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import catalog_for
 from corral.services.runtime.pooled.registry import pool_view
+from corral.services.state.redis_conn import connect
 from corral.shared.blocking import Block
 from corral.shared.catalog import Catalog, load_catalog
 from corral.shared.configio import ConfigError
@@ -113,12 +114,30 @@ GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
 )
 
+PROBE_PATIENCE_S = 1.0
+
 
 class StateCollector(Collector):
     """A prometheus_client collector reading Corral's state through ``deps`` at scrape time."""
 
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
+        self._probe: Any = None
+
+    def _store_answers(self) -> bool:
+        """One PING with a short patience: a scrape (Prometheus gives it 10 s by default)
+        says the store is down within seconds (a paused Redis too) rather than waiting out the
+        clients' outage patience."""
+        if self._probe is None:
+            self._probe = connect(
+                self.deps.settings.redis_url,
+                patience_s=PROBE_PATIENCE_S,
+                socket_timeout_s=PROBE_PATIENCE_S,
+            )
+        try:
+            return bool(self._probe.ping())
+        except Exception:  # any failure to answer is "down", never a failed scrape
+            return False
 
     def describe(self) -> Iterable[Metric]:
         return [GaugeMetricFamily(name, doc, labels=list(labels)) for name, doc, labels in GAUGES]
@@ -128,6 +147,8 @@ class StateCollector(Collector):
             name: GaugeMetricFamily(name, doc, labels=list(labels)) for name, doc, labels in GAUGES
         }
         try:
+            if not self._store_answers():
+                raise ConnectionError("no answer to PING")
             self._read(families)
             families["corral_store_up"].add_metric([], 1)
         except Exception as exc:  # a scrape must answer, and say the store is unreadable

@@ -185,12 +185,14 @@ class PatientRetry(Retry):
                 time.sleep(wait)
 
 
-def client_options(patience_s: float, decode_responses: bool = False) -> dict[str, Any]:
+def client_options(
+    patience_s: float, decode_responses: bool = False, socket_timeout_s: float = SOCKET_TIMEOUT_S
+) -> dict[str, Any]:
     """The options of every Redis connection Corral opens (see the module's docstring)."""
     return {
         "decode_responses": decode_responses,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
-        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_timeout": socket_timeout_s,
         "socket_keepalive": True,
         "health_check_interval": HEALTH_CHECK_S,
         "retry": PatientRetry(patience_s),
@@ -198,10 +200,16 @@ def client_options(patience_s: float, decode_responses: bool = False) -> dict[st
     }
 
 
-def connect(url: str, *, patience_s: float, decode_responses: bool = False) -> redis.Redis:
+def connect(
+    url: str,
+    *,
+    patience_s: float,
+    decode_responses: bool = False,
+    socket_timeout_s: float = SOCKET_TIMEOUT_S,
+) -> redis.Redis:
     """A client for ``url`` (any form above) that rides through outages up to ``patience_s``."""
     target = parse_redis_url(url)
-    options = client_options(patience_s, decode_responses)
+    options = client_options(patience_s, decode_responses, socket_timeout_s)
     if not target.is_sentinel:
         return redis.Redis.from_url(url, **options)
     from redis.sentinel import Sentinel
