@@ -105,7 +105,8 @@ def provider(redis_url: str, tmp_path: Path) -> Iterator[LocalProvider]:
 
 def test_a_job_runs_heartbeats_and_records_its_exit_code(provider: LocalProvider) -> None:
     [inst] = provider.launch(spec(run="sleep 1; echo out-$CORRAL_NODE_RANK; echo err >&2; exit 7"))
-    assert inst.state == "pending" and inst.pid is not None
+    # pending until its agent reports; a loaded machine may let that happen before launch returns
+    assert inst.state in ("pending", "running") and inst.pid is not None
     os.kill(inst.pid, 0)  # a real process, alive
     assert provider.pid_belongs_to(inst.pid, inst.provider_id)
     wait_for(lambda: state_of(provider, inst.provider_id).state == "running", what="running")

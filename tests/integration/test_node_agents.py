@@ -63,7 +63,12 @@ def aws(make_system: Callable[..., System]) -> Iterator[tuple[System, FaultyMoto
             "CORRAL_AWS_DEFAULT_IMAGE_ID": "ami-12c6146b",
             "CORRAL_NODE_HEARTBEAT_S": "0.5",
         }
-        yield start_with_agents(make_system(env=env, ATTEMPT_DEADLINE_S="60")), moto
+        yield (
+            start_with_agents(
+                make_system(env=env, ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
+            ),
+            moto,
+        )
 
 
 def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
@@ -172,7 +177,9 @@ def test_gcp_a_job_runs_on_its_agent_and_a_failing_one_fails(
     make_system: Callable[..., System], vms: Callable[[str], Vm]
 ) -> None:
     with FakeCompute(project="corral-test") as fake:
-        system = start_with_agents(make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60"))
+        system = start_with_agents(
+            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
+        )
         rid = system.submit({**GCP_TASK, "name": "hello", "run": "echo hello from gce"})
         script = gcp_script(fake, rid)
         _no_secrets(script, system)
@@ -264,7 +271,9 @@ def test_gcp_a_preempted_machine_is_relaunched(
 ) -> None:
     metadata = Metadata()
     with FakeCompute(project="corral-test") as fake:
-        system = start_with_agents(make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60"))
+        system = start_with_agents(
+            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
+        )
         task = {"resources": {**GCP_TASK["resources"], "use_spot": True}}
         rid = system.submit({**task, "name": "preemptible", "setup": "echo up"})
         vm = vms(gcp_script(fake, rid), metadata.url)
