@@ -17,6 +17,26 @@ from corral.shared.failover import Within
 
 from fakes.provider import FakeProvider
 
+# A one-machine machine pool named "small" on the local cloud's cpu-2, and a workload for it.
+SMALL_POOL = {
+    "kind": "ANYSCALE_MANAGED",
+    "machine_types": [
+        {
+            "machine_type": "cpu",
+            "launch_templates": [{"instance_type": "cpu-2"}],
+            "partitions": [{"name": "shared", "size": 1}],
+        }
+    ],
+}
+SMALL_POOL_WORKLOAD = {
+    "compute_config": {
+        "worker_nodes": [
+            {"instance_type": "cpu", "flags": {"cloud_deployment": {"machine_pool": "small"}}}
+        ]
+    },
+    "run": "sleep 1",
+}
+
 
 @dataclass
 class Published:

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from runtime_driver import Driver
+from runtime_driver import SMALL_POOL, Driver
+from runtime_driver import SMALL_POOL_WORKLOAD as WORKLOAD
 
 from corral.services.observability.state_metrics import StateCollector
 from corral.services.runtime import requests
@@ -16,25 +17,6 @@ from corral.services.runtime.pooled.registry import apply_pool
 from corral.shared.config.task import Task
 from corral.shared.errors import CapacityError
 from corral.shared.lifecycle import RequestState
-
-SMALL_POOL = {
-    "kind": "ANYSCALE_MANAGED",
-    "machine_types": [
-        {
-            "machine_type": "cpu",
-            "launch_templates": [{"instance_type": "cpu-2"}],
-            "partitions": [{"name": "shared", "size": 1}],
-        }
-    ],
-}
-WORKLOAD = {
-    "compute_config": {
-        "worker_nodes": [
-            {"instance_type": "cpu", "flags": {"cloud_deployment": {"machine_pool": "small"}}}
-        ]
-    },
-    "run": "sleep 1",
-}
 
 
 def value(name: str, **labels: str) -> float:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from runtime_driver import Driver
+from runtime_driver import SMALL_POOL, Driver
+from runtime_driver import SMALL_POOL_WORKLOAD as WORKLOAD
 
 from corral.services.providers.base import TAG_MACHINE, TAG_POOL
 from corral.services.queues import dispatch
@@ -16,24 +17,6 @@ from corral.shared.config.task import Task
 from corral.shared.routing import DeterminedRoute, MachinePoolRoute
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-SMALL_POOL = {
-    "kind": "ANYSCALE_MANAGED",
-    "machine_types": [
-        {
-            "machine_type": "cpu",
-            "launch_templates": [{"instance_type": "cpu-2"}],
-            "partitions": [{"name": "shared", "size": 1}],
-        }
-    ],
-}
-WORKLOAD = {
-    "compute_config": {
-        "worker_nodes": [
-            {"instance_type": "cpu", "flags": {"cloud_deployment": {"machine_pool": "small"}}}
-        ]
-    },
-    "run": "sleep 1",
-}
 
 
 def _submit(driver: Driver, task: dict) -> str:

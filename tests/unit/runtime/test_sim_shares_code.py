@@ -18,7 +18,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 import pytest
-from runtime_driver import Driver
+from runtime_driver import SMALL_POOL, SMALL_POOL_WORKLOAD, Driver
 
 from corral.services.runtime import requests
 from corral.services.runtime.pooled.registry import apply_pool
@@ -71,25 +71,7 @@ def _reached(seen: dict[int, CodeType]) -> set[str]:
     return {name for name, fn in DECIDERS.items() if seen.get(id(fn.__code__)) is fn.__code__}
 
 
-POOL = {
-    "kind": "ANYSCALE_MANAGED",
-    "machine_types": [
-        {
-            "machine_type": "cpu",
-            "launch_templates": [{"instance_type": "cpu-2"}],
-            "partitions": [{"name": "shared", "size": 1}],
-        }
-    ],
-}
-WORKLOAD = {
-    "labels": {"team": "a"},
-    "compute_config": {
-        "worker_nodes": [
-            {"instance_type": "cpu", "flags": {"cloud_deployment": {"machine_pool": "small"}}}
-        ]
-    },
-    "run": "sleep 1",
-}
+WORKLOAD = {**SMALL_POOL_WORKLOAD, "labels": {"team": "a"}}
 
 
 def _runtime(driver: Driver, tmp_path: Path) -> set[str]:
@@ -100,7 +82,7 @@ def _runtime(driver: Driver, tmp_path: Path) -> set[str]:
                                                          "usd_per_hour": 1000}]}))  # fmt: skip
     driver.deps.settings.budgets_file = budgets_file
     master = yaml.safe_load((FIXTURES / "pools" / "master-local.yaml").read_text())
-    apply_pool(driver.deps, name="small", kind="machine_pool", file_name="p.yaml", spec=POOL,
+    apply_pool(driver.deps, name="small", kind="machine_pool", file_name="p.yaml", spec=SMALL_POOL,
                cloud="local")  # fmt: skip
     apply_pool(driver.deps, name="det", kind="master_config", file_name="m.yaml", spec=master,
                cloud="local")  # fmt: skip
