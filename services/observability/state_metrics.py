@@ -128,9 +128,12 @@ class StateCollector(Collector):
         """One PING with a short patience: a scrape (Prometheus gives it 10 s by default)
         says the store is down within seconds (a paused Redis too) rather than waiting out the
         clients' outage patience."""
+        url = self.deps.settings.redis_url
+        if not url:
+            return False
         if self._probe is None:
             self._probe = connect(
-                self.deps.settings.redis_url,
+                url,
                 patience_s=PROBE_PATIENCE_S,
                 socket_timeout_s=PROBE_PATIENCE_S,
             )
