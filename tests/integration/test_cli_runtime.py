@@ -70,9 +70,21 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    """The next line the process prints ("" if none within ``timeout_s``). It reads the pipe a
+    byte at a time, below Python's buffer: a buffered readline could take two lines off the
+    pipe, and the next select would then wait for a third that never comes."""
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-    return proc.stdout.readline() if ready else ""
+    fd, line = proc.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout_s
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        byte = os.read(fd, 1)
+        if not byte:
+            break
+        line += byte
+    return line.decode()
 
 
 @pytest.fixture(scope="module")
