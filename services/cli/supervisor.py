@@ -14,6 +14,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from corral.services.settings import Settings, child_env
 
@@ -34,11 +35,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and its missing parents) readable by its owner only, and take away
+    group and other access from it when it already exists and is ours: CORRAL_HOME holds the
+    API token, Redis's password and append-only file, and every log."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077:
+        path.chmod(stat.S_IMODE(st.st_mode) & 0o700)
+    return path
+
+
 def secret_file(path: Path) -> str:
-    """Read the secret in ``path``, creating it (mode 0600) when missing."""
+    """Read the secret in ``path``, creating it (mode 0600) when missing; an existing file that
+    others could read is made private first."""
     if path.exists():
+        if stat.S_IMODE(path.stat().st_mode) & 0o077:
+            path.chmod(0o600)
         return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     value = secrets.token_urlsafe(24)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -48,7 +63,7 @@ def secret_file(path: Path) -> str:
 
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` readable by its owner only (mode 0600)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -140,11 +155,17 @@ class Supervisor:
             raise RuntimeError(
                 "redis-server is not installed (run ops/setup.sh, or pass --redis-url)"
             )
-        data = self.settings.home / "redis"
-        data.mkdir(parents=True, exist_ok=True)
+        data = private_dir(self.settings.home / "redis")
+        # Redis asks for a password, kept in a 0600 file: without one, any user of this machine
+        # could read the node secret and task envs, or push work the local cloud runs as us.
+        # It goes in a config file, never on the command line (/proc/PID/cmdline is public).
+        password = secret_file(self.settings.file("redis-password"))
+        conf = data / "redis.conf"
+        write_private(conf, f"requirepass {password}\n")
         port = free_port()
         argv = [
             exe,
+            str(conf),
             "--port",
             str(port),
             "--bind",
@@ -166,7 +187,7 @@ class Supervisor:
         self.redis.start()
         if not wait_port(port, 15):
             raise RuntimeError(f"redis-server did not start; see {self.redis.log_path}")
-        return f"redis://127.0.0.1:{port}/0"
+        return f"redis://:{quote(password, safe='')}@127.0.0.1:{port}/0"
 
     def plan_children(self, api_token: str, flower_password: str) -> None:
         s = self.settings

@@ -117,10 +117,15 @@ def up(
     from corral.services.cli.supervisor import (
         Supervisor,
         free_port,
+        private_dir,
         secret_file,
         write_private,
     )
     from corral.services.settings import get_settings
+
+    # Everything this process and its children create (logs, Redis's files, the local cloud's
+    # folders) is its user's alone: no other user of the machine reads CORRAL_HOME.
+    os.umask(0o077)
 
     base = get_settings()
     updates: dict[str, object] = {}
@@ -132,8 +137,8 @@ def up(
     if redis_url:
         updates["redis_url"] = redis_url
     settings = base.model_copy(update=updates)
-    settings.home.mkdir(parents=True, exist_ok=True)
-    settings.logs.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.home)
+    private_dir(settings.logs)
     sup = Supervisor(
         settings,
         api_port=api_port or settings.api_port or free_port(),

@@ -3,8 +3,10 @@ outliving the launcher; a launcher that is gone is started again on the next lau
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -18,6 +20,8 @@ from corral.shared.config.localcloud import load_local_cloud
 
 from harness import REPO, wait_for
 from local_processes import is_launcher, local_provider, processes_of
+from other_user import argv as other_user_argv
+from other_user import needs_other_user
 
 pytestmark = [
     pytest.mark.integration,
@@ -99,3 +103,45 @@ def test_a_launcher_name_is_taken_once(redis_url: str, tmp_path: Path) -> None:
         launcher.ask(name, {"argv": [], "name": "li-x"})  # refused, nothing forked
     launcher.stop(name)
     wait_for(lambda: not _listening(name), 5, "the launcher to stop")
+
+
+SQUATTER = r"""
+import json, socket, sys
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1].encode().replace(b"@", b"\0", 1))
+listener.listen(1)
+print("listening", flush=True)
+listener.settimeout(20)
+conn, _ = listener.accept()
+conn.settimeout(2)
+try:
+    got = conn.recv(65536)
+except OSError:
+    got = b""
+print(json.dumps({"received": got.decode(errors="replace")}), flush=True)
+"""
+
+
+@needs_other_user
+def test_a_launcher_name_taken_by_another_user_is_refused() -> None:
+    """Issue 27: once our launcher exits idle, another user may bind its abstract name. The
+    client asks the kernel who serves the socket (SO_PEERCRED) and sends nothing to a stranger:
+    no command, no environment, no Redis URL."""
+    name = f"squat-{uuid.uuid4().hex[:8]}"
+    squatter = subprocess.Popen(
+        other_user_argv(SQUATTER, "@" + launcher.address(name)[1:]),
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    try:
+        assert squatter.stdout is not None
+        assert squatter.stdout.readline().strip() == "listening"
+        with pytest.raises(launcher.LauncherError, match="served by uid 65534"):
+            launcher.ask(name, {"argv": ["run"], "env": {"CORRAL_REDIS_URL": "redis://:pw@x"}})
+        out, _ = squatter.communicate(timeout=30)
+        assert json.loads(out) == {"received": ""}
+    finally:
+        if squatter.poll() is None:
+            squatter.kill()
+            squatter.wait()

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import stat
+import tempfile
 from pathlib import Path
 
 import httpx
 import pytest
 
 from harness import Up, processes_of, wait_for
+from other_user import needs_other_user, run_as_other
 
 pytestmark = pytest.mark.integration
 
@@ -87,3 +90,75 @@ def test_up_runs_supervises_stops_and_recovers(tmp_path: Path) -> None:
         if up.proc.poll() is None:
             up.stop()
     wait_for(lambda: processes_of(home) == [], 20, "every process of this home to exit")
+
+
+PROBE = r"""
+import json, os, socket, sys
+home, port = sys.argv[1], int(sys.argv[2])
+seen = {}
+for name in ("list_home", "read_token", "read_aof"):
+    try:
+        if name == "list_home":
+            os.listdir(home)
+        elif name == "read_token":
+            open(os.path.join(home, "api-token")).read()
+        else:
+            os.listdir(os.path.join(home, "redis"))
+        seen[name] = "allowed"
+    except PermissionError:
+        seen[name] = "denied"
+with socket.create_connection(("127.0.0.1", port), 5) as conn:
+    # What the escalation did: read the node secret, push a task message onto a queue.
+    conn.sendall(b"*2\r\n$4\r\nKEYS\r\n$1\r\n*\r\n*3\r\n$5\r\nLPUSH\r\n$8\r\nschedule\r\n$1\r\nx\r\n")
+    answer = b""
+    while answer.count(b"\r\n") < 2:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+seen["redis"] = answer.decode(errors="replace")
+print(json.dumps(seen))
+"""
+
+
+@needs_other_user
+def test_up_keeps_home_and_redis_from_other_users(tmp_path: Path) -> None:
+    """Issue 27's local escalation replayed as uid 65534: CORRAL_HOME, its secrets, logs and
+    Redis's append-only files are unreadable, and Redis refuses every command without its
+    password (so nothing can be pushed onto a queue for the local cloud to run as us)."""
+    # A parent any user can traverse, so only the home's own modes stand in the way.
+    parent = Path(tempfile.mkdtemp(prefix="corral-home-", dir="/tmp"))
+    parent.chmod(0o755)
+    home = parent / "home"
+    up = Up(home)
+    try:
+        up.wait_line(r"\[up\] api\s+http://127\.0\.0\.1:\d+")
+        redis_line = up.wait_line(r"\[up\] redis\s+(\S+)").group(1)
+        assert ":***@" in redis_line, redis_line  # a password, and it is not printed
+        password = (home / "redis-password").read_text().strip()
+        assert password not in up.output()
+        task = tmp_path / "job.yaml"
+        task.write_text("name: job\nresources: {cloud: local, instance_type: cpu-2}\nrun: echo 1\n")
+        launched = up.cli("launch", str(task), "--wait", "--timeout", "60", "--json")
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        wait_for(lambda: any((home / "redis").glob("**/*.aof*")), 20, "Redis's append-only file")
+
+        # Every folder under the home is 0700 and every file 0600 or tighter.
+        opened = [
+            f"{p} {stat.S_IMODE(p.stat().st_mode):o}"
+            for p in [home, *home.rglob("*")]
+            if not p.is_symlink() and stat.S_IMODE(p.stat().st_mode) & 0o077
+        ]
+        assert opened == [], opened
+        port = int(re.search(r":(\d+)/", redis_line).group(1))  # type: ignore[union-attr]
+        seen = run_as_other(PROBE, str(home), str(port))
+        assert seen["list_home"] == "denied"
+        assert seen["read_token"] == "denied"
+        assert seen["read_aof"] == "denied"
+        assert seen["redis"].startswith("-NOAUTH"), seen["redis"]
+        assert "-NOAUTH" in seen["redis"].split("\r\n", 1)[1], seen["redis"]
+    finally:
+        if up.proc.poll() is None:
+            up.stop()
+        wait_for(lambda: processes_of(home) == [], 20, "every process of this home to exit")
+        shutil.rmtree(parent, ignore_errors=True)

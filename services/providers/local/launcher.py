@@ -66,6 +66,7 @@ def ask(name: str, request: dict[str, Any], timeout_s: float = 10.0) -> dict[str
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout_s)
         conn.connect(address(name))
+        _check_server(conn, name)
         conn.sendall(json.dumps(request).encode() + b"\n")
         with conn.makefile("rb") as reader:
             line = reader.readline()
@@ -75,6 +76,20 @@ def ask(name: str, request: dict[str, Any], timeout_s: float = 10.0) -> dict[str
     if "error" in answer:
         raise LauncherError(str(answer["error"]))
     return answer
+
+
+def _check_server(conn: socket.socket, name: str) -> None:
+    """Refuse a launcher socket another user serves. An abstract socket has no file mode, so
+    once our launcher has exited idle any user could take its name and be sent our requests
+    (commands, environments, the Redis URL): the kernel's word on the server (SO_PEERCRED)
+    must be our own uid before anything is written."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    if uid != os.getuid():
+        raise LauncherError(
+            f"the local launcher socket {address(name)[1:]!r} is served by uid {uid}, not by "
+            f"this user (uid {os.getuid()}): refusing to send it anything; stop that process"
+        )
 
 
 def start_agent(
@@ -142,7 +157,7 @@ def _child(
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
-        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)

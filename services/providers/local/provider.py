@@ -109,7 +109,7 @@ class LocalProvider:
         client = connect(redis_url, patience_s=redis_patience_s, decode_responses=True)
         self.state = CloudState(client, prefix)
         self.outage = OutageBook(client, prefix, outage_gap_s)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # logs hold task output
         # One launcher per cloud, shared by every process that launches on it.
         key = f"{python}\0{prefix}\0{self.log_dir.resolve()}\0{redis_url}"
         self._launcher: str | None = (
@@ -373,7 +373,8 @@ class LocalProvider:
         self.state.set_fields(rec.id, pid=pid)
 
     def _spawn_agent(self, rec: InstanceRecord, args: list[str], env: dict[str, str]) -> int:
-        with open(rec.log_path, "ab") as out:
+        fd = os.open(rec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(fd, "ab") as out:
             proc = subprocess.Popen(
                 [self.python, "-m", AGENT_MODULE, *args],
                 stdin=subprocess.DEVNULL,
