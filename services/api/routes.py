@@ -7,6 +7,7 @@ HTTP to calls and errors to status codes.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
@@ -209,6 +210,40 @@ def request_logs(
     except requests.RequestNotFound:
         raise _not_found("launch request", request_id) from None
     return PlainTextResponse(text)
+
+
+@router.get(
+    "/v1/requests/{request_id}/logs/since",
+    summary="New output of each of the request's instances, from the offsets the caller holds",
+)
+def request_log_pieces(
+    request_id: str,
+    instance: str | None = None,
+    after: str = Query(
+        "",
+        max_length=20_000,
+        description="instance:offset pairs separated by commas (the `end` of the last read)",
+    ),
+    deps: Deps = Depends(get_deps),
+) -> dict[str, Any]:
+    if instance is not None:
+        _instance_of(deps, request_id, instance)
+    offsets: dict[str, int] = {}
+    for pair in filter(None, after.split(",")):
+        iid, _, offset = pair.rpartition(":")
+        if not iid or not offset.isascii() or not offset.isdigit() or len(offset) > 15:
+            raise HTTPException(422, f"after: {pair!r} is not INSTANCE:OFFSET")
+        offsets[iid] = int(offset)
+    record = deps.store.get_request(request_id)
+    try:
+        pieces = requests.read_log_pieces(deps, request_id, offsets, instance_id=instance)
+    except requests.RequestNotFound:
+        raise _not_found("launch request", request_id) from None
+    return {
+        "request_id": request_id,
+        "ended": bool(record and record.is_terminal),
+        "pieces": [dataclasses.asdict(p) for p in pieces],
+    }
 
 
 def _instance_of(deps: Deps, request_id: str, instance_id: str) -> None:

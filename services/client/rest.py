@@ -52,7 +52,6 @@ TOKEN_FILE = "api-token"
 DEFAULT_TIMEOUT_S = 10.0
 WAIT_POLL_S = 0.25  # `wait` reads the events endpoint about 4 times a second
 FOLLOW_INTERVAL_S = 1.0  # `follow_logs` reads the output once a second
-REPLACED = "\n--- the output was replaced; all of it again ---\n"
 
 ViewT = TypeVar("ViewT", bound=BaseModel)
 
@@ -244,23 +243,33 @@ class Client:
         *,
         interval_s: float = FOLLOW_INTERVAL_S,
     ) -> Iterator[str]:
-        """The output so far, then each piece added to it, until the request has ended (one
-        last read after that). Output that no longer extends what was given (an instance
-        replaced, the kept tail moved on) comes again whole after a marker line."""
-        shown = self.logs(request_id, instance_id)
-        yield shown
-        ended = False
-        while not ended:
+        """The output so far, then what is added to it, until the request has ended (that
+        last read included). Each instance is followed from its own byte offset, so every line
+        comes exactly once whatever the others write; when the request has more than one node,
+        each line starts with its node (``(node 1) step 3``)."""
+        offsets: dict[str, int] = {}
+        nodes: dict[str, int] = {}  # instance -> node index
+        path = f"/v1/requests/{_seg(request_id)}/logs/since"
+        while True:
+            params = {"after": ",".join(f"{i}:{o}" for i, o in offsets.items())}
+            if instance_id:
+                params["instance"] = instance_id
+            page = self._call("GET", path, params=params).json()
+            for piece in page["pieces"]:
+                nodes[piece["instance"]] = int(piece["node_index"])
+            several = len(set(nodes.values())) > 1
+            out: list[str] = []
+            for piece in page["pieces"]:
+                offsets[piece["instance"]] = int(piece["end"])
+                text = piece["text"]
+                if text and several:
+                    tag = f"(node {piece['node_index']}) "
+                    text = "".join(tag + line for line in text.splitlines(keepends=True))
+                out.append(text)
+            yield "".join(out)
+            if page["ended"]:
+                return
             time.sleep(interval_s)
-            ended = self.status(request_id).ended
-            now = self.logs(request_id, instance_id)
-            if now.startswith(shown):
-                piece = now[len(shown) :]
-            else:
-                piece = REPLACED + now if now != shown else ""
-            if piece:
-                yield piece
-            shown = now
 
     def cancel(self, request_id: str) -> RequestView:
         """Cancel a request (a running one has its instances terminated)."""

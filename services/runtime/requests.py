@@ -274,6 +274,69 @@ def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
     }
 
 
+@dataclass(frozen=True)
+class LogPiece:
+    """New output of one instance: ``text`` is the bytes [offset, end) of its log, whole lines
+    only while the instance runs (so a follower never prints half a line, or half a
+    character); ``end`` is where the next read starts."""
+
+    instance: str
+    node_index: int
+    offset: int
+    end: int
+    text: str
+
+
+def read_log_pieces(
+    deps: Deps,
+    request_id: str,
+    offsets: dict[str, int],
+    *,
+    instance_id: str | None = None,
+    max_bytes: int = 256_000,
+) -> list[LogPiece]:
+    """What each of the request's instances (or one) wrote from its offset in ``offsets``
+    (0 for an instance not named there): the one read a follower repeats, so each line is
+    given exactly once, whatever the other instances write meanwhile."""
+    record = deps.store.get_request(request_id)
+    if record is None:
+        raise RequestNotFound(request_id)
+    pieces: list[LogPiece] = []
+    for inst in deps.store.list_instances(request_id=request_id):
+        if (instance_id and inst.id != instance_id) or not inst.provider_id:
+            continue
+        offset = max(0, offsets.get(inst.id, 0))
+        if inst.cloud != "local" and inst.attempt_id:
+            node = deps.nodes.node_of(inst.cloud, inst.provider_id) or NodeName(
+                inst.cloud, inst.attempt_id, inst.node_index
+            )
+            start, data = deps.nodes.log_since(node, offset)
+            data = data[:max_bytes]
+        else:
+            path = deps.settings.logs / f"{inst.provider_id}.log"
+            if not path.exists():
+                continue
+            with path.open("rb") as fh:
+                start = min(offset, path.stat().st_size)
+                fh.seek(start)
+                data = fh.read(max_bytes)
+        if not (inst.is_terminal or record.is_terminal):
+            if b"\n" in data:
+                data = data[: data.rindex(b"\n") + 1]  # a running instance's last line may grow
+            elif len(data) < max_bytes:
+                data = b""  # half a line: it comes once it is whole
+        pieces.append(
+            LogPiece(
+                inst.id,
+                inst.node_index,
+                start,
+                start + len(data),
+                data.decode("utf-8", errors="replace"),
+            )
+        )
+    return pieces
+
+
 def read_logs(
     deps: Deps, request_id: str, *, instance_id: str | None = None, tail_bytes: int = 256_000
 ) -> str:

@@ -223,6 +223,19 @@ class NodeBook:
         chunks = self.r.lrange(self._k(node, "log"), 0, -1)
         return b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
 
+    def log_since(self, node: NodeName, offset: int) -> tuple[int, bytes]:
+        """The node's output from byte ``offset`` of everything it sent: (the offset the bytes
+        start at, the bytes). The start is later than ``offset`` when that part was no longer
+        kept. One round trip."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hget(self._k(node, "rec"), "log_bytes")
+        pipe.lrange(self._k(node, "log"), 0, -1)
+        total_raw, chunks = pipe.execute()
+        data = b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
+        first = max(0, int(total_raw or 0) - len(data))  # the kept tail starts here
+        start = max(offset, first)
+        return start, data[start - first :]
+
     # --- the cloud's id for a node ----------------------------------------------------------
     def bind(self, provider_id: str, node: NodeName) -> None:
         """Remember which node the cloud's machine ``provider_id`` is (the pools and the

@@ -12,6 +12,7 @@ The installation is started once for the module (its start is most of the cost).
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from corral.services.client import (
     SubmissionView,
 )
 
-from harness import System, kill_agents, wait_for
+from harness import CORRAL, System, kill_agents, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -174,3 +175,34 @@ def test_the_client_launches_waits_follows_logs_and_terminates(
     stopping = client.terminate(service.id)
     assert stopping.id == service.id
     wait_for(lambda: client.status(service.id).state == "TERMINATED", 30, "the service to end")
+
+
+def test_logs_follow_gives_each_line_of_a_two_node_job_once(system: System) -> None:
+    """Issue 24: `corral logs -f` on a 2-node job printed "rank 0 step 1" six times between
+    "output was replaced" markers. Each node is followed from its own offset: every line comes
+    exactly once, prefixed by its node, while both nodes write at their own pace."""
+    task = {
+        "name": "two-ranks",
+        "num_nodes": 2,
+        "resources": {"cloud": "local", "instance_type": "cpu-2"},
+        "run": 'for i in 1 2 3 4 5; do echo "rank $CORRAL_NODE_RANK step $i"; '
+        "sleep 0.$((CORRAL_NODE_RANK * 3 + 4)); done",
+    }
+    with Client(system.api_url, system.token, timeout_s=30) as client:
+        job = client.launch(task)
+    follower = subprocess.Popen(
+        [CORRAL, "logs", job.id, "--follow"],
+        env={**system.env, "CORRAL_API_URL": system.api_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = follower.communicate(timeout=90)  # it ends by itself once the job ended
+    assert follower.returncode == 0, err
+    lines = [line for line in out.splitlines() if "step" in line]
+    expected = [f"(node {r}) rank {r} step {i}" for r in (0, 1) for i in range(1, 6)]
+    assert sorted(lines) == sorted(expected), out
+    for rank in (0, 1):  # each node's lines in their own order
+        mine = [line for line in lines if line.startswith(f"(node {rank})")]
+        assert mine == [f"(node {rank}) rank {rank} step {i}" for i in range(1, 6)], out
+    assert "replaced" not in out
