@@ -111,10 +111,17 @@ class Settings(BaseSettings):
     # Clouds launches may use (each also needs its credentials from the SDK's usual chain).
     clouds: list[str] = Field(default_factory=lambda: ["local", *CATALOG_CLOUDS])
     aws_endpoint_url: str | None = None  # None: real AWS; tests point it at moto's server
-    aws_default_image_id: str = "ami-corral-default"  # a placeholder real AWS refuses
+    # The image a launch naming none boots: an AMI id or an SSM parameter (ssm:/path). None:
+    # Canonical's Ubuntu 22.04, and AWS's Deep Learning Base GPU AMI for GPU launches.
+    aws_default_image_id: str | None = None
+    aws_default_gpu_image_id: str | None = None  # None: aws_default_image_id, else the above
     gcp_project: str | None = None  # None: the project of the credentials
     gcp_api_endpoint: str | None = None  # None: the real Compute API
     gcp_anonymous: bool = False  # anonymous credentials: only for a fake Compute API in tests
+    # The image a launch naming none boots (an image or family, as instances.insert takes it).
+    # None: Debian 12's family, and a Deep Learning VM family for GPU machines.
+    gcp_default_image: str | None = None
+    gcp_default_gpu_image: str | None = None
     log_dir: Path | None = None  # None: <home>/logs
     # The API's address as cloud machines reach it. Set: AWS and Google Cloud machines boot
     # the node agent (installed from ``node_agent_source``), which registers, heartbeats and

@@ -49,6 +49,7 @@ from corral.shared.catalog.ordering import (
 )
 from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.config.task import Resources, Task
+from corral.shared.images import image_regions
 
 # A CPU task that states neither cpus nor memory gets a general-purpose machine of this size.
 DEFAULT_MIN_CPUS = 4.0
@@ -136,6 +137,8 @@ class Spec:
     market: str
     min_cpus: float | None
     min_memory_gib: float | None
+    # The regions a per-region image_id names (None: any region).
+    regions: frozenset[str] | None = None
 
     def describe(self) -> str:
         """``A100:8 on gcp in us-central1 (spot)``: the request part, for reasons."""
@@ -151,6 +154,8 @@ class Spec:
         where = [f"on {self.cloud}"] if self.cloud else []
         if self.zone or self.region:
             where.append(f"in {self.zone or self.region}")
+        elif self.regions is not None:
+            where.append(f"in {', '.join(sorted(self.regions))} (the regions of its image_id)")
         market = " (spot)" if self.market == MARKET_SPOT else ""
         return " ".join([*what, *where]) + market
 
@@ -174,6 +179,7 @@ def _specs_of(outer: Resources, item: Resources | None, tier: int) -> list[Spec]
         "market": MARKET_SPOT if _pick(item, outer, "use_spot") else MARKET_ON_DEMAND,
         "min_cpus": cpus_from.min_cpus(),
         "min_memory_gib": memory_from.min_memory_gib(),
+        "regions": image_regions(_pick(item, outer, "image_id")),
     }
     if request is None:
         if (
@@ -253,6 +259,8 @@ def spec_runs(catalog: Catalog, spec: Spec, cloud: str) -> list[tuple[GroupKey, 
             runs = type_runs(catalog, spec.market, group, type_lower)
         if spec.region is not None:
             runs = tuple(r for r in runs if r.region == spec.region)
+        if spec.regions is not None:
+            runs = tuple(r for r in runs if r.region in spec.regions)
         if keep is not None and runs:
             runs = filter_runs(catalog, spec.market, runs, keep)
         if runs:

@@ -59,6 +59,9 @@ class LaunchSpec(BaseModel):
     run: str | None = None
     envs: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
+    # The machine image the task names for this region (resources.image_id); None: the
+    # provider's documented default (a GPU image when accelerators are asked for).
+    image_id: str | None = None
 
 
 class ProviderInstance(BaseModel):

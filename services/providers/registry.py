@@ -52,6 +52,7 @@ def _aws(settings: Settings, local_cloud: Any) -> Provider:
     return AwsProvider(
         endpoint_url=settings.aws_endpoint_url,
         default_image_id=settings.aws_default_image_id,
+        default_gpu_image_id=settings.aws_default_gpu_image_id,
         nodes=_node_agents(settings, "aws"),
     )
 
@@ -69,6 +70,14 @@ def _gcp(settings: Settings, local_cloud: Any) -> Provider:
         api_endpoint=settings.gcp_api_endpoint,
         credentials=credentials,
         nodes=_node_agents(settings, "gcp"),
+        **{
+            key: value
+            for key, value in (
+                ("image", settings.gcp_default_image),
+                ("gpu_image", settings.gcp_default_gpu_image),
+            )
+            if value
+        },
     )
 
 

@@ -36,6 +36,7 @@ from corral.shared.blocking import is_blocked
 from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError, Scope, ThrottledError
 from corral.shared.failover import Place, Within
+from corral.shared.images import image_for_region
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
@@ -276,6 +277,7 @@ def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> L
         run=task.run,
         envs=dict(task.envs or {}),
         workdir=task.workdir,
+        image_id=image_for_region(task.resources.image_id, cand.region).machine,
         accelerators=dict(cand.accelerators),
         advanced_instance_config=_advanced_config(task, cand),
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},

@@ -140,7 +140,7 @@ class Resources(StrictModel):
 
     IGNORED: ClassVar[frozenset[str]] = words(
         """accelerator_args spot_recovery disk_size disk_tier network_tier
-        local_disk max_hourly_cost ports labels image_id autostop priority_class volumes
+        local_disk max_hourly_cost ports labels autostop priority_class volumes
         ephemeral_storage"""
     )
 

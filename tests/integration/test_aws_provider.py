@@ -16,7 +16,11 @@ import boto3
 import pytest
 
 from corral.services.providers.aws.params import client_token
-from corral.services.providers.aws.provider import AwsProvider
+from corral.services.providers.aws.provider import (
+    DEFAULT_GPU_IMAGE_ID,
+    DEFAULT_IMAGE_ID,
+    AwsProvider,
+)
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
@@ -337,11 +341,56 @@ def test_the_default_image_is_used_when_the_config_names_none(
     assert proxy.requests()[0].params["ImageId"] == "ami-03cf127a"
 
 
-def test_real_aws_with_the_placeholder_image_is_refused_before_any_call() -> None:
-    p = AwsProvider(session=fake_session(), regions=REGIONS)  # endpoint None: real AWS
-    with pytest.raises(InvalidRequestError) as info:
-        p.launch(spec())
-    assert info.value.code == "InvalidAMIID.Unset"
+def test_a_tasks_image_id_reaches_run_instances_as_written(
+    proxy: FaultyMoto, provider: Callable[..., AwsProvider]
+) -> None:
+    """Issue 24: resources.image_id was ignored."""
+    provider().launch(spec(image_id="ami-03cf127a"))
+    assert proxy.requests()[0].params["ImageId"] == "ami-03cf127a"
+
+
+def test_an_image_named_by_an_ssm_parameter_boots_the_ami_it_points_at(
+    proxy: FaultyMoto, provider: Callable[..., AwsProvider]
+) -> None:
+    """``ssm:/path`` (or EC2's own ``resolve:ssm:/path``) is read in the launch's region; moto
+    ships Amazon Linux's public parameters as AWS does."""
+    path = "/aws/service/ami-amazon-linux-latest/amzn2-ami-hvm-x86_64-gp2"
+    ssm = SESSION.client("ssm", region_name="us-east-1", endpoint_url=proxy.url)
+    ami = ssm.get_parameter(Name=path)["Parameter"]["Value"]
+    assert ami.startswith("ami-")
+    p = provider()
+    p.launch(spec(image_id=f"ssm:{path}"))
+    p.launch(spec(image_id=f"resolve:ssm:{path}"))
+    assert [r.params["ImageId"] for r in proxy.requests()] == [ami, ami]
+
+
+def test_an_image_id_beside_the_configs_image_id_is_refused(
+    provider: Callable[..., AwsProvider],
+) -> None:
+    both = spec(image_id="ami-03cf127a", advanced_instance_config={"ImageId": "ami-12c6146b"})
+    with pytest.raises(InvalidRequestError, match="cannot both be given"):
+        provider().launch(both)
+
+
+def test_the_defaults_are_public_ssm_parameters_a_gpu_launch_gets_the_deep_learning_ami(
+    proxy: FaultyMoto, provider: Callable[..., AwsProvider]
+) -> None:
+    """No placeholder: a launch naming no image boots Canonical's Ubuntu 22.04, a GPU launch
+    AWS's Deep Learning Base GPU AMI, both read from public SSM parameters (moto does not ship
+    those two, so the launch stops at the read, naming the parameter and the setting)."""
+    assert DEFAULT_IMAGE_ID == (
+        "ssm:/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
+    )
+    assert DEFAULT_GPU_IMAGE_ID.startswith("ssm:/aws/service/deeplearning/ami/x86_64/")
+    p = provider(default_image_id=None)
+    with pytest.raises(InvalidRequestError) as cpu:
+        p.launch(spec(instance_type="m5.large"))
+    assert DEFAULT_IMAGE_ID in str(cpu.value) and "CORRAL_AWS_DEFAULT_IMAGE_ID" in str(cpu.value)
+    with pytest.raises(InvalidRequestError) as gpu:
+        p.launch(spec(accelerators={"V100": 1}))
+    assert DEFAULT_GPU_IMAGE_ID in str(gpu.value)
+    assert "CORRAL_AWS_DEFAULT_GPU_IMAGE_ID" in str(gpu.value)
+    assert proxy.requests() == []  # nothing launched with a wrong image
 
 
 def test_setup_and_run_become_user_data(

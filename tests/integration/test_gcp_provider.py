@@ -23,6 +23,7 @@ from google.cloud import compute_v1
 from corral.services.providers.base import LaunchSpec
 from corral.services.providers.gcp.errors import from_exception
 from corral.services.providers.gcp.instance_body import (
+    DEFAULT_GPU_IMAGE,
     insert_request_id,
     instance_name,
     label_key,
@@ -209,6 +210,34 @@ def test_n1_gpus_named_by_the_spec_are_attached(fake: FakeCompute, provider: Gcp
         {"acceleratorType": "zones/us-central1-a/acceleratorTypes/nvidia-tesla-v100",
          "acceleratorCount": 2}
     ]  # fmt: skip
+
+
+def test_a_tasks_image_id_reaches_instances_insert_as_written(
+    fake: FakeCompute, provider: GcpProvider
+) -> None:
+    """Issue 24: resources.image_id was ignored. An image, a family or their URLs, as written;
+    it replaces the seed's boot disk image too."""
+    family = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+    provider.launch(spec(image_id=family))
+    seeded = {
+        "instanceProperties": {
+            "disks": [{"boot": True, "initializeParams": {"sourceImage": "old", "diskSizeGb": 9}}]
+        }
+    }
+    provider.launch(spec("r-2-0-0-0", image_id=family, advanced_instance_config=seeded))
+    for body in bodies(fake):
+        assert body["disks"][0]["initializeParams"]["sourceImage"] == family
+
+
+def test_a_gpu_machine_boots_a_deep_learning_image_with_its_driver(
+    fake: FakeCompute, provider: GcpProvider
+) -> None:
+    provider.launch(spec(instance_type="n1-standard-16", accelerators={"V100": 2}))
+    body = bodies(fake)[0]
+    image = body["disks"][0]["initializeParams"]["sourceImage"]
+    assert image == DEFAULT_GPU_IMAGE
+    assert image.startswith("projects/deeplearning-platform-release/global/images/family/")
+    assert {"key": "install-nvidia-driver", "value": "True"} in body["metadata"]["items"]
 
 
 def test_the_startup_script_runs_setup_then_run_with_the_nodes_envs(

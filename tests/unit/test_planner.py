@@ -15,6 +15,7 @@ from corral.shared.catalog import Catalog, load_catalog
 from corral.shared.catalog.offering import Offering
 from corral.shared.config.task import Resources, Task
 from corral.shared.errors import Scope
+from corral.shared.images import ImageChoice, image_for_region
 from corral.shared.planner import (
     DEFAULT_MIN_CPUS,
     DEFAULT_MIN_MEMORY_GIB,
@@ -216,6 +217,33 @@ def test_pinned_region_without_the_accelerator_is_empty_with_a_reason() -> None:
     result = plan_of("resources: {accelerators: H100:8, region: eu-west-1}")
     assert result.candidates == []
     assert result.reasons == ["H100:8 in eu-west-1: no offering on aws, gcp"]
+
+
+def test_a_per_region_image_id_keeps_the_chain_in_its_regions() -> None:
+    """SkyPilot's ``image_id: {region: image}``: the task runs only where it has an image."""
+    result = plan_of(
+        "resources: {accelerators: A100:8, image_id: {us-east-1: ami-1, europe-west4: img}}"
+    )
+    assert {c.region for c in result.candidates} == {"us-east-1", "europe-west4"}
+    assert plan_of("resources: {accelerators: A100:8, image_id: ami-1}").candidates[0].region == (
+        "us-central1"
+    )  # one image for every region narrows nothing
+    nowhere = plan_of("resources: {accelerators: A100:8, image_id: {mars-1: ami-1}}")
+    assert nowhere.candidates == []
+    assert nowhere.reasons == [
+        "A100:8 in mars-1 (the regions of its image_id): no offering on aws, gcp"
+    ]
+
+
+def test_image_for_region_reads_each_spelling() -> None:
+    assert image_for_region("ami-1", "us-east-1") == ImageChoice(machine="ami-1")
+    by_region = {"us-east-1": "ami-1", "us-west-2": "ami-2"}
+    assert image_for_region(by_region, "us-west-2") == ImageChoice(machine="ami-2")
+    assert image_for_region(by_region, "eu-west-1") == ImageChoice()
+    assert image_for_region("docker:rayproject/ray:2.9", "x") == ImageChoice(
+        docker="rayproject/ray:2.9"
+    )
+    assert image_for_region(None, "x") == ImageChoice()
 
 
 def test_unknown_region_reason() -> None:

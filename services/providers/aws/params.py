@@ -27,6 +27,7 @@ from corral.shared.merge import MergeError, merge_advanced_instance_config
 
 TAG_MARKET = "corral-market"  # the market Corral launched in (moto reports no reservation)
 MARKETS = ("on_demand", "spot", "reserved")
+SSM_PREFIXES = ("resolve:ssm:", "ssm:")  # an image named by an SSM parameter (EC2's spelling too)
 USER_DATA_MAX_BYTES = 16 * 1024  # EC2's limit on user data before base64
 
 
@@ -36,18 +37,24 @@ def client_token(attempt_id: str) -> str:
     return "corral-" + hashlib.sha256(attempt_id.encode()).hexdigest()[:48]
 
 
-def run_params(spec: LaunchSpec, default_image_id: str, boot: str | None = None) -> dict[str, Any]:
+def run_params(spec: LaunchSpec, image_id: str | None, boot: str | None = None) -> dict[str, Any]:
     """The RunInstances parameters of an attempt: ``advanced_instance_config`` passed through,
-    with Corral's own choices (type, zone, count, market, token, tags) on top. ``boot``: the
-    UserData to send (the node agent's) instead of the blind setup-and-run script."""
+    with Corral's own choices (type, zone, count, market, token, tags) on top. ``image_id``:
+    the AMI to boot (the task's, resolved, or the default; None when the config's ImageId or
+    launch template names it). ``boot``: the UserData to send (the node agent's) instead of
+    the blind setup-and-run script."""
     try:
         params = merge_advanced_instance_config(
             "aws", spec.advanced_instance_config, {"TagSpecifications": _tag_specs(spec)}
         )
     except MergeError as exc:
         raise InvalidRequestError(f"advanced_instance_config: {exc}") from None
-    if "ImageId" not in params and "LaunchTemplate" not in params:
-        params["ImageId"] = default_image_id
+    if spec.image_id and "ImageId" in params:
+        raise InvalidRequestError(
+            "resources.image_id and advanced_instance_config.ImageId cannot both be given"
+        )
+    if image_id:
+        params["ImageId"] = image_id
     params.update(
         InstanceType=spec.instance_type,
         MinCount=spec.count,
@@ -170,3 +177,20 @@ def check_spec(spec: LaunchSpec) -> None:
         raise InvalidRequestError(f"unknown market {spec.market!r}; expected one of {MARKETS}")
     if not spec.zone.startswith(spec.region):
         raise InvalidRequestError(f"zone {spec.zone} is not in region {spec.region}")
+
+
+def ssm_parameter(image_id: str) -> str | None:
+    """The SSM parameter path an image names (``ssm:/aws/service/...``, EC2's own
+    ``resolve:ssm:/aws/service/...``, or a bare ``/aws/service/...`` path), or None for an AMI
+    id or anything else EC2 takes as written."""
+    for prefix in SSM_PREFIXES:
+        if image_id.startswith(prefix):
+            return image_id[len(prefix) :]
+    return image_id if image_id.startswith("/") else None
+
+
+def needs_image(spec: LaunchSpec) -> bool:
+    """Whether Corral must name the AMI: the task names one, or neither the config's ImageId
+    nor a launch template does."""
+    config = spec.advanced_instance_config
+    return bool(spec.image_id) or ("ImageId" not in config and "LaunchTemplate" not in config)

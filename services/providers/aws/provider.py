@@ -30,7 +30,13 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError
 
 from corral.services.providers.aws.errors import from_sdk_error, is_ambiguous
-from corral.services.providers.aws.params import TAG_MARKET, check_spec, run_params
+from corral.services.providers.aws.params import (
+    TAG_MARKET,
+    check_spec,
+    needs_image,
+    run_params,
+    ssm_parameter,
+)
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
@@ -49,9 +55,17 @@ from corral.shared.errors import (
 
 log = logging.getLogger("corral.providers.aws")
 
-# Sent when neither advanced_instance_config nor a launch template names an image. Real AWS
-# rejects it (Corral says so before calling); moto accepts any image id.
-DEFAULT_IMAGE_ID = "ami-corral-default"
+# The images a launch boots when neither the task (resources.image_id), the config's ImageId
+# nor a launch template names one: public SSM parameters that always point at the newest build.
+# Canonical publishes Ubuntu's under /aws/service/canonical/; AWS its Deep Learning AMIs (NVIDIA
+# driver, CUDA, Docker with the NVIDIA container toolkit) under /aws/service/deeplearning/.
+DEFAULT_IMAGE_ID = (
+    "ssm:/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
+)
+DEFAULT_GPU_IMAGE_ID = (
+    "ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+)
+IMAGE_CACHE_S = 600.0  # an SSM parameter's AMI is read again after this long
 
 # EC2 states as the port's. Corral never stops an instance: a stopped one (a spot interruption
 # with behaviour "stop", someone in the console) no longer runs its work, so it is lost.
@@ -77,7 +91,8 @@ class AwsProvider:
         self,
         *,
         endpoint_url: str | None = None,
-        default_image_id: str = DEFAULT_IMAGE_ID,
+        default_image_id: str | None = None,
+        default_gpu_image_id: str | None = None,
         session: boto3.session.Session | None = None,
         regions: Sequence[str] | None = None,
         sdk_max_attempts: int = 3,
@@ -97,7 +112,10 @@ class AwsProvider:
         self.nodes = nodes
         self.node_work = nodes  # pooled machines take their work through their agents
         self.endpoint_url = endpoint_url
-        self.default_image_id = default_image_id
+        # None: Corral's defaults above; one image given for CPU launches serves GPU ones too.
+        self.default_image_id = default_image_id or DEFAULT_IMAGE_ID
+        self.default_gpu_image_id = default_gpu_image_id or default_image_id or DEFAULT_GPU_IMAGE_ID
+        self._images: dict[tuple[str, str], tuple[float, str]] = {}  # (region, path) -> AMI
         self.sdk_max_attempts = sdk_max_attempts
         self.terminate_attempts = max(1, terminate_attempts)
         self.terminate_backoff_s = terminate_backoff_s
@@ -108,7 +126,7 @@ class AwsProvider:
         self._session = session
         self._regions = tuple(regions) if regions is not None else None
         self._lock = threading.Lock()
-        self._clients: dict[tuple[str, str], Any] = {}
+        self._clients: dict[tuple[str, str, str], Any] = {}
         # attempt id -> region, so describe() by attempt asks one region; the newest only.
         self._attempt_regions: OrderedDict[str, str] = OrderedDict()
         self._credentials_seen: tuple[float, bool] | None = None
@@ -121,12 +139,13 @@ class AwsProvider:
                 self._session = boto3.session.Session()
             return self._session
 
-    def client(self, region: str, purpose: str = "ops") -> Any:
-        """The EC2 client of a region. ``purpose`` "launch": botocore never retries, so a
-        capacity error reaches failover in milliseconds; "ops": botocore's standard retries."""
+    def client(self, region: str, purpose: str = "ops", service: str = "ec2") -> Any:
+        """The EC2 (or ``service``'s) client of a region. ``purpose`` "launch": botocore never
+        retries, so a capacity error reaches failover in milliseconds; "ops": botocore's
+        standard retries."""
         session = self.session()
         with self._lock:
-            key = (region, purpose)
+            key = (region, purpose, service)
             if key not in self._clients:
                 tries = 1 if purpose == "launch" else self.sdk_max_attempts
                 config = Config(
@@ -136,7 +155,7 @@ class AwsProvider:
                     user_agent_extra="corral",
                 )
                 self._clients[key] = session.client(
-                    "ec2", region_name=region, endpoint_url=self.endpoint_url, config=config
+                    service, region_name=region, endpoint_url=self.endpoint_url, config=config
                 )
             return self._clients[key]
 
@@ -172,13 +191,7 @@ class AwsProvider:
         """``spec.count`` instances in ``spec.zone``, all or none; idempotent by attempt id."""
         check_spec(spec)
         boot = None if self.nodes is None else self.nodes.boot_script(spec)
-        params = run_params(spec, self.default_image_id, boot)
-        if self.endpoint_url is None and params.get("ImageId") == DEFAULT_IMAGE_ID:
-            raise InvalidRequestError(
-                "no image for the instance: set advanced_instance_config.ImageId, a launch "
-                "template, or Corral's default AWS image setting",
-                code="InvalidAMIID.Unset",
-            )
+        params = run_params(spec, self.image_for(spec), boot)
         with self._lock:
             self._attempt_regions[spec.attempt_id] = spec.region
             if len(self._attempt_regions) > REMEMBERED_ATTEMPTS:
@@ -200,6 +213,46 @@ class AwsProvider:
     def _seen(self, instances: list[ProviderInstance]) -> list[ProviderInstance]:
         """Machines as the control plane must see them: up once their agent registered."""
         return instances if self.nodes is None else self.nodes.overlay(instances)
+
+    # --- images -----------------------------------------------------------------------------
+    def image_for(self, spec: LaunchSpec) -> str | None:
+        """The AMI a launch boots: the task's image, else the default for its kind (a GPU
+        image when accelerators are asked for), an SSM parameter read in the launch's region.
+        None when the config's ImageId or a launch template names the image."""
+        if not needs_image(spec):
+            return None
+        named = spec.image_id or (
+            self.default_gpu_image_id if spec.accelerators else self.default_image_id
+        )
+        path = ssm_parameter(named)
+        if path is None:
+            return named
+        key, now = (spec.region, path), time.monotonic()
+        with self._lock:
+            seen = self._images.get(key)
+        if seen is not None and now - seen[0] < IMAGE_CACHE_S:
+            return seen[1]
+        try:
+            answer = self.client(spec.region, "ops", service="ssm").get_parameter(Name=path)
+            ami = str(answer["Parameter"]["Value"])
+        except Exception as exc:
+            setting = (
+                "resources.image_id"
+                if spec.image_id
+                else (
+                    "CORRAL_AWS_DEFAULT_GPU_IMAGE_ID"
+                    if spec.accelerators
+                    else "CORRAL_AWS_DEFAULT_IMAGE_ID"
+                )
+            )
+            raise InvalidRequestError(
+                f"the image {named!r} ({setting}) could not be read from SSM in "
+                f"{spec.region}: {exc}; name an AMI id or another parameter",
+                code="InvalidAMIID.Unresolved",
+            ) from None
+        with self._lock:
+            self._images[key] = (now, ami)
+        return ami
 
     def _run_instances(self, region: str, params: dict[str, Any]) -> dict[str, Any]:
         client = self.client(region, "launch")

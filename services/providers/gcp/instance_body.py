@@ -25,7 +25,12 @@ from corral.services.providers.base import (
 )
 from corral.shared.errors import InvalidRequestError
 
+# The images a launch boots when neither the task (resources.image_id) nor the seed's boot disk
+# names one: Debian's public family, and for GPU machines a family of Google's Deep Learning VM
+# images (NVIDIA driver, CUDA, Docker with the NVIDIA toolkit; the driver installs at first
+# boot when the metadata asks for it).
 DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+DEFAULT_GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 REQUEST_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "gcp.providers.corral")
 # N1 types get their GPUs attached (the catalog names the offering by the N1 type); A2, A3
@@ -111,6 +116,11 @@ def instance_body(
     inst.labels = {**dict(inst.labels), **node_labels(spec, node)}
     _set_market(inst, spec)
     _set_accelerators(inst, spec)
+    if spec.image_id:
+        image = spec.image_id  # as the task wrote it: an image, a family, or their URLs
+        for disk in inst.disks:
+            if disk.boot:
+                disk.initialize_params.source_image = image
     if not inst.disks:
         inst.disks = [
             compute_v1.AttachedDisk(
@@ -133,6 +143,13 @@ def instance_body(
         items = [i for i in inst.metadata.items if i.key != "startup-script"]
         items.append(compute_v1.Items(key="startup-script", value=script))
         inst.metadata.items = items
+    if "deeplearning-platform-release" in image and not any(
+        i.key == "install-nvidia-driver" for i in inst.metadata.items
+    ):
+        inst.metadata.items = [
+            *inst.metadata.items,
+            compute_v1.Items(key="install-nvidia-driver", value="True"),
+        ]
     return inst
 
 

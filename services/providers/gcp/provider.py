@@ -28,6 +28,7 @@ from google.cloud import compute_v1
 from corral.services.providers.base import TAG_ATTEMPT, TAG_MANAGED, LaunchSpec, ProviderInstance
 from corral.services.providers.gcp.errors import from_operation, translated
 from corral.services.providers.gcp.instance_body import (
+    DEFAULT_GPU_IMAGE,
     DEFAULT_IMAGE,
     check_spec,
     has_labels,
@@ -92,6 +93,7 @@ class GcpProvider:
         api_endpoint: str | None = None,
         credentials: Any = None,
         image: str = DEFAULT_IMAGE,
+        gpu_image: str = DEFAULT_GPU_IMAGE,
         operation_timeout_s: float = 300.0,
         call_timeout_s: float = 60.0,
         read_retry_s: float = 10.0,
@@ -106,6 +108,7 @@ class GcpProvider:
         self.node_work = nodes  # pooled machines take their work through their agents
         self.api_endpoint = api_endpoint
         self.image = image
+        self.gpu_image = gpu_image
         self.operation_timeout_s = operation_timeout_s
         self.call_timeout_s = call_timeout_s
         self.teardown_tries = teardown_tries
@@ -186,7 +189,13 @@ class GcpProvider:
         nodes = nodes_of(spec)
         names = [instance_name(spec.attempt_id, node) for node in nodes]
         bodies = [
-            instance_body(spec, node, name, self.image, self._boot(spec, node))
+            instance_body(
+                spec,
+                node,
+                name,
+                self.gpu_image if spec.accelerators else self.image,
+                self._boot(spec, node),
+            )
             for node, name in zip(nodes, names, strict=True)
         ]
         found = {i.name for i in self._list_zone(spec.zone, {TAG_ATTEMPT: spec.attempt_id})}
