@@ -71,7 +71,7 @@ echo "== corral pools apply examples/pools/machine-pool.yaml --name demo-machine
 "$CORRAL" pools apply examples/pools/machine-pool.yaml --name demo-machine-pool
 POOLED=()
 for i in 1 2 3 4; do  # the seed's compute config: reserved first, then spot, then on-demand
-  POOLED+=("$("$CORRAL" launch examples/pools/train-a.yaml 2>/dev/null | head -n 1)")
+  POOLED+=("$("$CORRAL" launch examples/pools/train-a.yaml --detach 2>/dev/null | head -n 1)")
 done
 echo "launched 4 workloads of 2 nodes on a pool of 3 machine types x 2: ${POOLED[*]}"
 for _ in $(seq 1 60); do

@@ -56,6 +56,7 @@ def register(app: typer.Typer) -> None:
     app.command("instances")(instances)
     app.command("logs")(logs)
     app.command("terminate")(terminate)
+    app.command("down")(down)
     app.add_typer(run_app, name="run")
 
 
@@ -88,9 +89,14 @@ def _task_for_api(path: Path, as_json: bool) -> dict[str, Any]:
 
 def launch(
     file: Path = typer.Argument(..., help="A task file (SkyPilot-style YAML)."),
-    wait: bool = typer.Option(False, "--wait", help="Follow progress until RUNNING or ended."),
+    detach: bool = typer.Option(
+        False, "--detach", "-d", help="Print the request id and return at once."
+    ),
+    wait: bool = typer.Option(
+        False, "--wait", help="Follow progress until RUNNING or ended, then return."
+    ),
     timeout_s: float | None = typer.Option(
-        None, "--timeout", min=0, help="With --wait: give up after this many seconds (exit 3)."
+        None, "--timeout", min=0, help="Give up waiting after this many seconds (exit 3)."
     ),
     idempotency_key: str | None = typer.Option(
         None,
@@ -100,23 +106,50 @@ def launch(
     ),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Submit a launch request and print its id; with --wait, follow it."""
+    """Submit a launch request and follow it: a job's output to its end (exiting with the
+    job's exit code), a service until it runs. --detach returns at once, --wait at RUNNING."""
     task = _task_for_api(file, as_json)
     with api_client(as_json, source=str(file)) as client:
         view = client.launch(task, idempotency_key=idempotency_key)
-        if not wait:
+        if detach or (as_json and not wait):
             print_json(view.document()) if as_json else out.print(view.id, markup=False)
             return
         if not as_json:
             out.print(view.id, markup=False)
         final, code = _follow(client, view.id, timeout_s, as_json)
+        timed_out = code == EXIT_TIMEOUT
+        if not (wait or as_json or timed_out) and _is_job(task):
+            final, code = _follow_job(client, final)  # the job's own code from here
     if as_json:
         print_json(final.document())
-    elif final.state == "FAILED" and final.attempts:
+    elif final.state == "FAILED" and final.attempts and final.exit_code is None:
         _print_attempts([a.document() for a in final.attempts], console=err)
-    if code == EXIT_TIMEOUT:
+    if timed_out:
         notice(f"still {final.state} after {timeout_s:g} s; `corral status {final.id}`")
     raise typer.Exit(code)
+
+
+def _is_job(task: dict[str, Any]) -> bool:
+    """A task that ends by itself: it has a ``run`` and is no service or workspace."""
+    return bool(task.get("run")) and task.get("workload_type") in (None, "job")
+
+
+def _follow_job(client: Client, started: RequestView) -> tuple[RequestView, int]:
+    """Print the job's output as it comes until the job has ended (``logs --follow``); the
+    request then, and the job's own exit code (1 when it ended without one, or was stopped)."""
+    if started.state == "RUNNING":
+        _follow_logs(client, started.id, None)
+    final = client.status(started.id)
+    if final.state != "RUNNING" and final.state not in TERMINAL_STATES:
+        return final, 1
+    if started.state != "RUNNING":  # it ended before we looked: its output at once
+        text = client.logs(started.id)
+        sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
+    if final.state == "SUCCEEDED":
+        return final, 0
+    code = final.exit_code
+    out.print(f"request {final.id}: {final.state}", markup=False)
+    return final, code if isinstance(code, int) and 0 < code < 256 else 1
 
 
 def _follow(
@@ -375,25 +408,77 @@ def _follow_logs(client: Client, request_id: str, instance_id: str | None) -> No
 
 
 def terminate(
-    request_id: str = REQUEST_ID,
-    instance_id: str | None = typer.Option(None, "--instance", help="Only this instance."),
+    request_ids: list[str] = typer.Argument(
+        ..., help="One or more request ids.", autocompletion=complete_request_id
+    ),
+    instance_id: str | None = typer.Option(
+        None, "--instance", help="Only this instance (of one request)."
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Cancel a request that has not run yet, or terminate a running one's instances (or one)."""
+    """Cancel requests that have not run yet, or terminate running ones' instances (or one)."""
+    if instance_id and len(request_ids) > 1:
+        fail("--instance names an instance of one request; give only that request's id", 2, as_json)
+    _stop_requests(request_ids, instance_id, as_json, one=len(request_ids) == 1)
+
+
+def down(
+    request_ids: list[str] | None = typer.Argument(
+        None, help="Request ids.", autocompletion=complete_request_id
+    ),
+    all_requests: bool = typer.Option(False, "--all", "-a", help="Every request not ended."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Take requests down: cancel what waits, terminate what runs (SkyPilot's `down`)."""
+    if bool(request_ids) == all_requests:
+        fail("give request ids, or --all (not both)", 2, as_json)
+    if all_requests:
+        with api_client(as_json) as client:
+            request_ids = [
+                v["id"]
+                for v in _status_views(client, None, None, 1000)
+                if v["state"] not in TERMINAL_STATES
+            ]
+        if not request_ids:
+            print_json({"requests": []}) if as_json else out.print("nothing to take down")
+            return
+    _stop_requests(request_ids or [], None, as_json, one=False)
+
+
+def _stop_requests(
+    request_ids: list[str], instance_id: str | None, as_json: bool, *, one: bool
+) -> None:
+    """Terminate each request (or one instance of one), saying what became of each; exit 1
+    when any could not be stopped (the rest are stopped all the same). ``one``: the JSON is
+    that request's view (``terminate ID``), else ``{"requests": [...]}``."""
+    from corral.services.client import Conflict, NotFound
+
+    views: list[dict[str, Any]] = []
+    failed = 0
     with api_client(as_json) as client:
-        view = client.terminate(request_id, instance_id).document()
+        for rid in request_ids:
+            try:
+                view = client.terminate(rid, instance_id).document()
+            except (NotFound, Conflict) as exc:  # the others stop the command (a bad token...)
+                failed += 1
+                err.print(f"{rid}: {exc}", markup=False)
+                continue
+            views.append(view)
+            if as_json:
+                continue
+            if view["state"] in TERMINAL_STATES:
+                out.print(f"request {view['id']}: {view['state']}", markup=False)
+                continue
+            what = f"instance {instance_id} of " if instance_id else ""
+            out.print(
+                f"terminating {what}request {view['id']} (now {view['state']}); "
+                f"follow with `corral status {view['id']}`",
+                markup=False,
+            )
     if as_json:
-        print_json(view)
-        return
-    if view["state"] in TERMINAL_STATES:
-        out.print(f"request {view['id']}: {view['state']}", markup=False)
-        return
-    what = f"instance {instance_id} of " if instance_id else ""
-    out.print(
-        f"terminating {what}request {view['id']} (now {view['state']}); "
-        f"follow with `corral status {view['id']}`",
-        markup=False,
-    )
+        print_json(views[0] if one and views else {"requests": views})
+    if failed:
+        raise typer.Exit(1)
 
 
 # ---- corral run api ---------------------------------------------------------------------------

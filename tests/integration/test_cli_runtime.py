@@ -137,7 +137,7 @@ def task_file(tmp_path: Path) -> Path:
 
 
 def _launch(api: Api, task_file: Path) -> str:
-    result = corral(api, "launch", str(task_file))
+    result = corral(api, "launch", str(task_file), "--detach")
     assert result.returncode == 0, result.stderr
     request_id = result.stdout.strip()
     assert ID.match(request_id), result.stdout
@@ -272,7 +272,7 @@ def test_address_and_token_may_come_from_the_home_files(
     home.mkdir()
     (home / "api-url").write_text(api.url + "\n")
     (home / "api-token").write_text(TOKEN + "\n")
-    result = corral(None, "launch", str(task_file), token=None, home=home)
+    result = corral(None, "launch", str(task_file), "-d", token=None, home=home)
     assert result.returncode == 0, result.stderr
     assert ID.match(result.stdout.strip())
 

@@ -12,6 +12,7 @@ The installation is started once for the module (its start is most of the cost).
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,3 +207,58 @@ def test_logs_follow_gives_each_line_of_a_two_node_job_once(system: System) -> N
         mine = [line for line in lines if line.startswith(f"(node {rank})")]
         assert mine == [f"(node {rank}) rank {rank} step {i}" for i in range(1, 6)], out
     assert "replaced" not in out
+
+
+def _cli(system: System, *args: str, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    return subprocess.run(
+        [CORRAL, *args], env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
+def test_launch_follows_a_job_to_its_end_and_exits_with_its_exit_code(
+    system: System, tmp_path: Path
+) -> None:
+    """Issue 24: `corral launch` returned at RUNNING; SkyPilot's follows the job's output to the
+    end. A job that exits 3 prints its output and exits 3; one that succeeds exits 0;
+    --detach prints the id and returns at once."""
+    failing = tmp_path / "fails.yaml"
+    failing.write_text(
+        "name: exits-3\nresources: {cloud: local, instance_type: cpu-2}\n"
+        "run: 'echo first-line; sleep 2; echo last-line; exit 3'\n"
+    )
+    done = _cli(system, "launch", str(failing))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.index("first-line") < done.stdout.index("last-line")
+    assert done.stdout.count("last-line") == 1
+    assert "FAILED" in done.stdout
+
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("name: ok\nresources: {cloud: local, instance_type: cpu-2}\nrun: echo fine\n")
+    done = _cli(system, "launch", str(ok))
+    assert done.returncode == 0 and "fine" in done.stdout, done.stdout + done.stderr
+
+    detached = _cli(system, "launch", str(ok), "--detach")
+    assert detached.returncode == 0 and detached.stdout.strip().startswith("r-"), detached
+
+
+def test_terminate_takes_several_ids_and_down_all_takes_everything_down(
+    system: System, tmp_path: Path
+) -> None:
+    svc = tmp_path / "svc.yaml"
+    svc.write_text("resources: {cloud: local, instance_type: cpu-2}\n")  # no run: a service
+    ids = [_cli(system, "launch", str(svc), "-d").stdout.strip() for _ in range(3)]
+    with Client(system.api_url, system.token, timeout_s=30) as client:
+        for rid in ids:
+            assert client.wait(rid, timeout_s=60).state == "RUNNING"
+    two = _cli(system, "terminate", ids[0], ids[1], "--json")
+    assert two.returncode == 0, two.stderr
+    assert [v["id"] for v in json.loads(two.stdout)["requests"]] == ids[:2]
+    gone = _cli(system, "terminate", ids[0], "r-nope")
+    assert gone.returncode == 1 and "r-nope" in gone.stderr  # the known one still answered
+    down = _cli(system, "down", "--all", "--json")
+    assert down.returncode == 0, down.stderr
+    assert ids[2] in [v["id"] for v in json.loads(down.stdout)["requests"]]
+    with Client(system.api_url, system.token, timeout_s=30) as client:
+        wait_for(lambda: all(client.status(rid).ended for rid in ids), 60, "all three to end")
+    assert _cli(system, "down").returncode == 2  # neither ids nor --all
