@@ -26,6 +26,7 @@ from corral.shared.lifecycle import (
     check_move,
 )
 from corral.shared.planner import Candidate
+from corral.shared.ports import endpoints, parse_ports
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute, Route
 
 # How an attempt ended: "ok", one of the provider outcomes (corral.shared.errors), or
@@ -205,7 +206,19 @@ class LaunchRequest(_Record):
             "error": self.error,
             "attempts": [a.to_public() for a in self.attempts],
             "instances": [i.to_public() for i in instances],
+            "endpoints": self.endpoints(instances),
         }
+
+    def endpoints(self, instances: Sequence[Instance]) -> list[str]:
+        """``address:port`` for each of the task's ports on its running head node."""
+        resources = self.task.get("resources")
+        ports = resources.get("ports") if isinstance(resources, dict) else None
+        if not ports:
+            return []
+        head = next(
+            (i for i in instances if i.state is InstanceState.RUNNING and i.node_index == 0), None
+        )
+        return endpoints(head.address if head else None, parse_ports(ports))
 
 
 class Instance(_Record):
@@ -225,6 +238,7 @@ class Instance(_Record):
     state: InstanceState = InstanceState.REQUESTED
     version: int = 0  # bumped by the store on every write; compare-and-set checks it
     pid: int | None = None  # local cloud only: the agent's process id
+    address: str | None = None  # where it is reached (a public IP, else a private one)
     created_at: float
     updated_at: float
     last_heartbeat_at: float | None = None  # last sign of life from the node or its agent
@@ -282,6 +296,7 @@ class Instance(_Record):
             "id": self.id,
             "provider_id": self.provider_id,
             "pid": self.pid,
+            "address": self.address,
             "cloud": self.cloud,
             "region": self.region,
             "zone": self.zone,

@@ -29,6 +29,9 @@ class InstanceView(BaseModel):
     id: str
     provider_id: str | None = None
     pid: int | None = Field(None, description="local cloud only: the agent's process id")
+    address: str | None = Field(
+        None, description="where the machine is reached: a public IP, else a private one"
+    )
     cloud: str
     region: str
     zone: str
@@ -79,6 +82,11 @@ class RequestView(BaseModel):
     restarts: int | None = Field(None, description="restarts of its failed job (job_recovery)")
     runs: list[RunView] | None = None
     cost_usd: float | None = Field(None, description="every run's cost, summed; null if unknown")
+    endpoints: list[str] = Field(
+        default_factory=list,
+        description="address:port (or address:first-last) of each of the task's ports on its "
+        "running head node",
+    )
 
 
 class RequestList(BaseModel):

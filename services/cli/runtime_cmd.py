@@ -122,7 +122,9 @@ def launch(
             final, code = _follow_job(client, final)  # the job's own code from here
     if as_json:
         print_json(final.document())
-    elif final.state == "FAILED" and final.attempts and final.exit_code is None:
+    elif final.endpoints:
+        out.print(f"endpoints: {', '.join(final.endpoints)}", markup=False)
+    if not as_json and final.state == "FAILED" and final.attempts and final.exit_code is None:
         _print_attempts([a.document() for a in final.attempts], console=err)
     if timed_out:
         notice(f"still {final.state} after {timeout_s:g} s; `corral status {final.id}`")
@@ -131,7 +133,8 @@ def launch(
 
 def _is_job(task: dict[str, Any]) -> bool:
     """A task that ends by itself: it has a ``run`` and is no service or workspace."""
-    return bool(task.get("run")) and task.get("workload_type") in (None, "job")
+    service = task.get("service") or task.get("workload_type") in ("service", "workspace")
+    return bool(task.get("run")) and not service
 
 
 def _follow_job(client: Client, started: RequestView) -> tuple[RequestView, int]:
@@ -326,6 +329,8 @@ def _print_status(views: list[dict[str, Any]], request_id: str | None) -> None:
         return
     view = views[0]
     out.print(f"{view['id']}  {view['state']}", markup=False)
+    if view.get("endpoints"):
+        out.print(f"endpoints: {', '.join(view['endpoints'])}", markup=False)
     if view["attempts"]:
         _print_attempts(view["attempts"])
     if view["instances"]:

@@ -51,6 +51,7 @@ class InstanceView(View):
     id: str
     provider_id: str | None = None
     pid: int | None = None
+    address: str | None = None  # where the machine is reached, once known
     cloud: str
     region: str
     zone: str
@@ -100,6 +101,7 @@ class RequestView(View):
     restarts: int | None = None
     runs: list[RunView] | None = None
     cost_usd: float | None = None
+    endpoints: list[str] = Field(default_factory=list)  # address:port of a running service
 
     @property
     def ended(self) -> bool:

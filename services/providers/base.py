@@ -62,6 +62,8 @@ class LaunchSpec(BaseModel):
     # The machine image the task names for this region (resources.image_id); None: the
     # provider's documented default (a GPU image when accelerators are asked for).
     image_id: str | None = None
+    # TCP port ranges to open to the world (resources.ports), (first, last) each.
+    ports: list[tuple[int, int]] = Field(default_factory=list)
 
 
 class ProviderInstance(BaseModel):
@@ -75,6 +77,7 @@ class ProviderInstance(BaseModel):
     market: str = "on_demand"
     state: str  # pending | running | terminating | terminated | lost
     pid: int | None = None  # local cloud only
+    address: str | None = None  # where it is reached: a public IP, else a private one
     tags: dict[str, str] = Field(default_factory=dict)
     exit_code: int | None = None  # the task's run exit code once it ended (its agent's report)
     # The machine is about to go: the cloud's warning as its agent relayed it (an EC2 spot

@@ -38,6 +38,7 @@ from corral.shared.errors import ProviderError, Scope, ThrottledError
 from corral.shared.failover import Place, Within
 from corral.shared.images import image_for_region
 from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.ports import parse_ports
 from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 
@@ -259,6 +260,7 @@ def _instance_of(
         instance_type=pi.instance_type,
         market=pi.market,
         pid=pi.pid,
+        address=pi.address,
         price_usd_per_hour=cand.price_usd_per_hour or None,
     )
 
@@ -278,6 +280,7 @@ def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> L
         envs=dict(task.envs or {}),
         workdir=task.workdir,
         image_id=image_for_region(task.resources.image_id, cand.region).machine,
+        ports=parse_ports(task.resources.ports),
         accelerators=dict(cand.accelerators),
         advanced_instance_config=_advanced_config(task, cand),
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},
@@ -311,6 +314,7 @@ def _instance_up(
         if i.state != InstanceState.REQUESTED:
             return False  # already up, or let go meanwhile
         i.pid = pi.pid
+        i.address = pi.address or i.address
         i.move(InstanceState.RUNNING, now, "the provider reports it running")
         return True
 

@@ -20,6 +20,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 # Relative imports: `mypy shared` cannot follow `corral.*` through the editable install's finder.
 from ..accelerators import AcceleratorRequest, parse_accelerators
+from ..ports import parse_ports
 from . import one_of, word_list, words
 from .base import StrictModel
 from .compute_config import ComputeConfig
@@ -140,7 +141,7 @@ class Resources(StrictModel):
 
     IGNORED: ClassVar[frozenset[str]] = words(
         """accelerator_args spot_recovery disk_size disk_tier network_tier
-        local_disk max_hourly_cost ports labels autostop priority_class volumes
+        local_disk max_hourly_cost labels autostop priority_class volumes
         ephemeral_storage"""
     )
 
@@ -181,6 +182,12 @@ class Resources(StrictModel):
     resource_pool: str | None = None
     slots: int | None = Field(None, ge=0)
     priority: int | None = None  # Determined's: 1..99, lower wins
+
+    @field_validator("ports")
+    @classmethod
+    def _ports_parse(cls, value: Any) -> Any:
+        parse_ports(value)  # raises ValueError with the expected forms
+        return value
 
     @field_validator("accelerators")
     @classmethod

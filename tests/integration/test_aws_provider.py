@@ -372,6 +372,33 @@ def test_an_image_id_beside_the_configs_image_id_is_refused(
         provider().launch(both)
 
 
+def test_ports_open_in_a_security_group_of_corrals_shared_by_launches_of_those_ports(
+    proxy: FaultyMoto, provider: Callable[..., AwsProvider]
+) -> None:
+    """Issue 24: a service's ports were ignored. resources.ports become ingress rules of one
+    security group per set of ports (beside the VPC's default group), and the machine's
+    address is what describe reports."""
+    p = provider()
+    ports = [(8080, 8080), (9000, 9010)]
+    first = p.launch(spec(ports=ports))
+    p.launch(spec(ports=ports))
+    sent = [r.params for r in proxy.requests()]
+    groups = [
+        sorted(v for k, v in params.items() if k.startswith("SecurityGroupId")) for params in sent
+    ]
+    assert groups[0] == groups[1] and len(groups[0]) == 2
+    ec2 = SESSION.client("ec2", region_name="us-east-1", endpoint_url=proxy.url)
+    found = ec2.describe_security_groups(GroupIds=groups[0])["SecurityGroups"]
+    ours = [g for g in found if g["GroupName"].startswith("corral-ports-")]
+    assert [g["GroupName"] for g in found if g not in ours] == ["default"]
+    [group] = ours
+    rules = {(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in group["IpPermissions"]}
+    assert rules == {("tcp", 8080, 8080), ("tcp", 9000, 9010)}
+    assert all(ip["CidrIp"] == "0.0.0.0/0" for r in group["IpPermissions"] for ip in r["IpRanges"])
+    [seen] = [i for i in p.describe() if i.provider_id == first[0].provider_id]
+    assert seen.address and seen.address.count(".") == 3
+
+
 def test_the_defaults_are_public_ssm_parameters_a_gpu_launch_gets_the_deep_learning_ami(
     proxy: FaultyMoto, provider: Callable[..., AwsProvider]
 ) -> None:

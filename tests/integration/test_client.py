@@ -13,11 +13,13 @@ The installation is started once for the module (its start is most of the cost).
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from celery import Celery
 
@@ -262,3 +264,37 @@ def test_terminate_takes_several_ids_and_down_all_takes_everything_down(
     with Client(system.api_url, system.token, timeout_s=30) as client:
         wait_for(lambda: all(client.status(rid).ended for rid in ids), 60, "all three to end")
     assert _cli(system, "down").returncode == 2  # neither ids nor --all
+
+
+def test_a_services_port_answers_at_the_endpoint_status_prints(
+    system: System, tmp_path: Path
+) -> None:
+    """Issue 24: a service's ports were ignored and it had no endpoint. On the local cloud the
+    machine shares this host's network: the endpoint is 127.0.0.1:PORT, in `status --json`
+    and the table, and the service answers there."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    svc = tmp_path / "web.yaml"
+    svc.write_text(
+        "name: web\nworkload_type: service\n"
+        f"resources: {{cloud: local, instance_type: cpu-2, ports: {port}}}\n"
+        f"run: exec python3 -m http.server {port} --bind 127.0.0.1\n"
+    )
+    rid = _cli(system, "launch", str(svc)).stdout.split()[0]  # a service: back once RUNNING
+    try:
+        shown = json.loads(_cli(system, "status", rid, "--json").stdout)
+        assert shown["state"] == "RUNNING"
+        assert shown["endpoints"] == [f"127.0.0.1:{port}"]
+        assert shown["instances"][0]["address"] == "127.0.0.1"
+        assert f"127.0.0.1:{port}" in _cli(system, "status", rid).stdout
+
+        def answers() -> bool:
+            try:
+                return httpx.get(f"http://{shown['endpoints'][0]}/", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(answers, 30, "the service to answer at its endpoint")
+    finally:
+        _cli(system, "down", rid)

@@ -18,6 +18,7 @@ clients elsewhere (tests use moto's server on 127.0.0.1).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -52,6 +53,7 @@ from corral.shared.errors import (
     ProviderError,
     Scope,
 )
+from corral.shared.ports import port_text
 
 log = logging.getLogger("corral.providers.aws")
 
@@ -116,6 +118,7 @@ class AwsProvider:
         self.default_image_id = default_image_id or DEFAULT_IMAGE_ID
         self.default_gpu_image_id = default_gpu_image_id or default_image_id or DEFAULT_GPU_IMAGE_ID
         self._images: dict[tuple[str, str], tuple[float, str]] = {}  # (region, path) -> AMI
+        self._groups: dict[tuple[str, str, str], str] = {}  # (region, vpc, name) -> group id
         self.sdk_max_attempts = sdk_max_attempts
         self.terminate_attempts = max(1, terminate_attempts)
         self.terminate_backoff_s = terminate_backoff_s
@@ -192,6 +195,8 @@ class AwsProvider:
         check_spec(spec)
         boot = None if self.nodes is None else self.nodes.boot_script(spec)
         params = run_params(spec, self.image_for(spec), boot)
+        if spec.ports:
+            self._open_ports(spec, params)
         with self._lock:
             self._attempt_regions[spec.attempt_id] = spec.region
             if len(self._attempt_regions) > REMEMBERED_ATTEMPTS:
@@ -213,6 +218,93 @@ class AwsProvider:
     def _seen(self, instances: list[ProviderInstance]) -> list[ProviderInstance]:
         """Machines as the control plane must see them: up once their agent registered."""
         return instances if self.nodes is None else self.nodes.overlay(instances)
+
+    # --- ports ------------------------------------------------------------------------------
+    def _open_ports(self, spec: LaunchSpec, params: dict[str, Any]) -> None:
+        """Open the task's ports (resources.ports) to the world: a security group of Corral's
+        per set of ports and VPC (found again by name, so every launch of that set shares it),
+        added beside the machine's other groups (the VPC's default one when none is named)."""
+        ec2 = self.client(spec.region)
+        try:
+            vpc = self._vpc_of(ec2, params)
+            group = self._ports_group(ec2, spec.region, vpc, spec.ports)
+            if params.get("NetworkInterfaces"):
+                nic = params["NetworkInterfaces"][0]
+                nic["Groups"] = [*nic.get("Groups", []), group]
+            elif params.get("SecurityGroupIds"):
+                params["SecurityGroupIds"] = [*params["SecurityGroupIds"], group]
+            else:
+                default = _group_id(ec2, vpc, "default")
+                params["SecurityGroupIds"] = [g for g in (default, group) if g]
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise from_sdk_error(exc) from exc
+
+    def _vpc_of(self, ec2: Any, params: dict[str, Any]) -> str:
+        subnet = params.get("SubnetId") or next(
+            (n.get("SubnetId") for n in params.get("NetworkInterfaces") or [] if n.get("SubnetId")),
+            None,
+        )
+        if subnet:
+            [found] = ec2.describe_subnets(SubnetIds=[subnet])["Subnets"]
+            return str(found["VpcId"])
+        vpcs = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
+        if not vpcs:
+            raise InvalidRequestError(
+                "resources.ports needs a VPC: this region has no default VPC; name a subnet "
+                "in advanced_instance_config (SubnetId)",
+                code="VPCIdNotSpecified",
+            )
+        return str(vpcs[0]["VpcId"])
+
+    def _ports_group(
+        self, ec2: Any, region: str, vpc: str, ports: list[tuple[int, int]]
+    ) -> str:
+        text = ",".join(port_text(r) for r in ports)
+        name = "corral-ports-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+        with self._lock:
+            known = self._groups.get((region, vpc, name))
+        if known:
+            return known
+        group = _group_id(ec2, vpc, name)
+        if group is None:
+            try:
+                group = str(
+                    ec2.create_security_group(
+                        GroupName=name,
+                        Description=f"Corral: TCP {text} open (resources.ports)",
+                        VpcId=vpc,
+                        TagSpecifications=[
+                            {
+                                "ResourceType": "security-group",
+                                "Tags": [{"Key": TAG_MANAGED, "Value": "true"}],
+                            }
+                        ],
+                    )["GroupId"]
+                )
+            except Exception as exc:
+                if _error_code(exc) != "InvalidGroup.Duplicate":
+                    raise
+                group = _group_id(ec2, vpc, name)  # another launch made it meanwhile
+                assert group is not None
+        rules = [
+            {
+                "IpProtocol": "tcp",
+                "FromPort": lo,
+                "ToPort": hi,
+                "IpRanges": [{"CidrIp": "0.0.0.0/0", "Description": "resources.ports"}],
+            }
+            for lo, hi in ports
+        ]
+        try:
+            ec2.authorize_security_group_ingress(GroupId=group, IpPermissions=rules)
+        except Exception as exc:
+            if _error_code(exc) != "InvalidPermission.Duplicate":
+                raise
+        with self._lock:
+            self._groups[(region, vpc, name)] = group
+        return group
 
     # --- images -----------------------------------------------------------------------------
     def image_for(self, spec: LaunchSpec) -> str | None:
@@ -438,6 +530,21 @@ def _tag_filters(tags: dict[str, str]) -> list[dict[str, Any]]:
     return [{"Name": f"tag:{k}", "Values": [v]} for k, v in sorted(tags.items())]
 
 
+def _group_id(ec2: Any, vpc: str, name: str) -> str | None:
+    found = ec2.describe_security_groups(
+        Filters=[
+            {"Name": "group-name", "Values": [name]},
+            {"Name": "vpc-id", "Values": [vpc]},
+        ]
+    )["SecurityGroups"]
+    return str(found[0]["GroupId"]) if found else None
+
+
+def _error_code(exc: Exception) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str((response.get("Error") or {}).get("Code", ""))
+
+
 def _state(inst: dict[str, Any]) -> str:
     return STATES.get(str((inst.get("State") or {}).get("Name", "")), "lost")
 
@@ -457,5 +564,6 @@ def _to_instance(region: str, inst: dict[str, Any]) -> ProviderInstance:
         instance_type=str(inst.get("InstanceType", "")),
         market=tags.get(TAG_MARKET) or derived,
         state=_state(inst),
+        address=inst.get("PublicIpAddress") or inst.get("PrivateIpAddress") or None,
         tags=tags,
     )

@@ -30,7 +30,10 @@ from corral.shared.errors import InvalidRequestError
 # images (NVIDIA driver, CUDA, Docker with the NVIDIA toolkit; the driver installs at first
 # boot when the metadata asks for it).
 DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
-DEFAULT_GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
+DEFAULT_GPU_IMAGE = (
+    "projects/deeplearning-platform-release/global/images/family/"
+    "common-cu128-ubuntu-2204-nvidia-570"
+)
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 REQUEST_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "gcp.providers.corral")
 # N1 types get their GPUs attached (the catalog names the offering by the N1 type); A2, A3

@@ -352,6 +352,7 @@ class GcpProvider:
             instance_type=_last(inst.machine_type),
             market=market,
             state=STATES.get(inst.status, "pending"),
+            address=_address(inst),
             tags=dict(inst.labels),
         )
 
@@ -427,3 +428,14 @@ class GcpProvider:
                 left.append(target)
                 error = failed
         return left, error
+
+
+def _address(inst: compute_v1.Instance) -> str | None:
+    """The first interface's external (NAT) address, else its internal one."""
+    for nic in inst.network_interfaces:
+        for access in nic.access_configs:
+            if access.nat_i_p:
+                return str(access.nat_i_p)
+        if nic.network_i_p:
+            return str(nic.network_i_p)
+    return None

@@ -61,6 +61,10 @@ from corral.shared.errors import (
 
 AGENT_MODULE = "corral.services.providers.local.agent"
 
+# Local machines are processes on this host and share its network: a service's ports are
+# this host's (two services asking for one port collide, as two processes would).
+LOCAL_ADDRESS = "127.0.0.1"
+
 log = logging.getLogger(__name__)
 ATTEMPT_POLL_S = 0.05
 CLAIM_MARGIN_S = 3.0  # how long a launch may hold its claim (it starts agents; they boot later)
@@ -481,6 +485,7 @@ class LocalProvider:
             state=rec.state,
             silent=rec.state == LOST and not rec.ended,  # alive, quiet: never ended as lost
             pid=rec.pid,
+            address=LOCAL_ADDRESS,
             tags=rec.tags,
             exit_code=rec.exit_code,
         )
