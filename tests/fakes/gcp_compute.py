@@ -67,6 +67,7 @@ class FakeCompute:
     machine_types: set[str] | None = None  # None: any name is a machine type
     faults: list[Fault] = field(default_factory=list)
     inserts: list[dict[str, Any]] = field(default_factory=list)  # {zone, requestId, body}
+    firewalls: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> rule
     calls: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of each call
 
     def __post_init__(self) -> None:
@@ -137,6 +138,8 @@ class FakeCompute:
         rest = parts[1:]
         if rest == ["aggregated", "instances"] and method == "GET":
             return self.aggregated_list(query)
+        if rest[:2] == ["global", "firewalls"]:
+            return self._firewalls_call(method, rest[2:], body)
         if len(rest) >= 3 and rest[0] == "zones":
             zone, kind, tail = rest[1], rest[2], rest[3:]
             if kind == "instances":
@@ -144,6 +147,34 @@ class FakeCompute:
             if kind == "operations" and tail:
                 return self.operation(zone, tail[0])
         raise HttpError(400, error_body(400, "invalid", f"Unsupported call {method} {path}"))
+
+    def _firewalls_call(self, method: str, tail: list[str], body: Any) -> Any:
+        """Firewall rules: insert (answered with a finished global operation) and get."""
+        with self.lock:
+            if not tail and method == "POST":
+                name = str((body or {}).get("name", ""))
+                if name in self.firewalls:
+                    msg = f"The resource 'projects/{self.project}/global/firewalls/{name}' "
+                    raise HttpError(409, error_body(409, "alreadyExists", msg + "already exists"))
+                self.firewalls[name] = dict(body or {})
+                op = f"operation-fw-{next(self._ids):x}"
+                base = f"https://www.googleapis.com{API}{self.project}/global"
+                return {
+                    "kind": "compute#operation",
+                    "id": str(next(self._ids)),
+                    "name": op,
+                    "operationType": "insert",
+                    "targetLink": f"{base}/firewalls/{name}",
+                    "status": "DONE",
+                    "progress": 100,
+                    "selfLink": f"{base}/operations/{op}",
+                }
+            if len(tail) == 1 and method == "GET":
+                if tail[0] not in self.firewalls:
+                    msg = f"The resource 'projects/{self.project}/global/firewalls/{tail[0]}' "
+                    raise HttpError(404, error_body(404, "notFound", msg + "was not found"))
+                return {"kind": "compute#firewall", **self.firewalls[tail[0]]}
+        raise HttpError(400, error_body(400, "invalid", f"Unsupported call {method} {tail}"))
 
     def _instances_call(
         self, method: str, zone: str, tail: list[str], query: dict[str, str], body: Any

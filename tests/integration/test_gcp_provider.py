@@ -229,6 +229,25 @@ def test_a_tasks_image_id_reaches_instances_insert_as_written(
         assert body["disks"][0]["initializeParams"]["sourceImage"] == family
 
 
+def test_ports_open_in_a_firewall_rule_of_corrals_shared_by_launches_of_those_ports(
+    fake: FakeCompute, provider: GcpProvider
+) -> None:
+    """Issue 24: resources.ports become one firewall rule per set of ports and network, which
+    targets a network tag every machine of those launches carries; the machine's address is
+    its external (NAT) one."""
+    provider.launch(spec(ports=[(8080, 8080), (9000, 9010)]))
+    provider.launch(spec("r-2-0-0-0", ports=[(8080, 8080), (9000, 9010)]))
+    [(name, rule)] = fake.firewalls.items()
+    assert name.startswith("corral-ports-")
+    assert rule["allowed"] == [{"IPProtocol": "tcp", "ports": ["8080", "9000-9010"]}]
+    assert (rule["sourceRanges"], rule["targetTags"], rule["direction"]) == (
+        ["0.0.0.0/0"],
+        [name],
+        "INGRESS",
+    )
+    assert all(b["tags"]["items"] == [name] for b in bodies(fake))
+
+
 def test_a_gpu_machine_boots_a_deep_learning_image_with_its_driver(
     fake: FakeCompute, provider: GcpProvider
 ) -> None:

@@ -258,9 +258,7 @@ class AwsProvider:
             )
         return str(vpcs[0]["VpcId"])
 
-    def _ports_group(
-        self, ec2: Any, region: str, vpc: str, ports: list[tuple[int, int]]
-    ) -> str:
+    def _ports_group(self, ec2: Any, region: str, vpc: str, ports: list[tuple[int, int]]) -> str:
         text = ",".join(port_text(r) for r in ports)
         name = "corral-ports-" + hashlib.sha256(text.encode()).hexdigest()[:12]
         with self._lock:

@@ -12,6 +12,7 @@ the latter polls through a client of its own that ignores a custom ``api_endpoin
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -26,7 +27,7 @@ from google.auth import exceptions as auth_exceptions
 from google.cloud import compute_v1
 
 from corral.services.providers.base import TAG_ATTEMPT, TAG_MANAGED, LaunchSpec, ProviderInstance
-from corral.services.providers.gcp.errors import from_operation, translated
+from corral.services.providers.gcp.errors import from_exception, from_operation, translated
 from corral.services.providers.gcp.instance_body import (
     DEFAULT_GPU_IMAGE,
     DEFAULT_IMAGE,
@@ -46,6 +47,7 @@ from corral.shared.errors import (
     ProviderError,
     Scope,
 )
+from corral.shared.ports import port_text
 
 log = logging.getLogger("corral.providers.gcp")
 
@@ -78,6 +80,7 @@ class _Api:
     instances: compute_v1.InstancesClient
     operations: compute_v1.ZoneOperationsClient
     project: str
+    firewalls: compute_v1.FirewallsClient
 
 
 class GcpProvider:
@@ -179,7 +182,10 @@ class GcpProvider:
             "client_options": options,
         }
         return _Api(
-            compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs), project
+            compute_v1.InstancesClient(**kwargs),
+            compute_v1.ZoneOperationsClient(**kwargs),
+            project,
+            compute_v1.FirewallsClient(**kwargs),
         )
 
     # --- launch ----------------------------------------------------------------------------
@@ -198,6 +204,10 @@ class GcpProvider:
             )
             for node, name in zip(nodes, names, strict=True)
         ]
+        if spec.ports:
+            tag = self._open_ports(spec.ports, bodies[0])
+            for body in bodies:
+                body.tags.items = [*body.tags.items, tag]
         found = {i.name for i in self._list_zone(spec.zone, {TAG_ATTEMPT: spec.attempt_id})}
         todo = [(n, b, nd) for n, b, nd in zip(names, bodies, nodes, strict=True) if n not in found]
         if todo:
@@ -355,6 +365,43 @@ class GcpProvider:
             address=_address(inst),
             tags=dict(inst.labels),
         )
+
+    def _open_ports(self, ports: list[tuple[int, int]], body: compute_v1.Instance) -> str:
+        """Open the task's ports (resources.ports) to the world: one firewall rule of Corral's
+        per set of ports and network, naming a network tag; returns the tag the machines
+        carry. The rule is found again by name, so launches of those ports share it."""
+        text = [port_text(r) for r in ports]
+        network = body.network_interfaces[0].network if body.network_interfaces else ""
+        network = network or "global/networks/default"
+        digest = hashlib.sha256(f"{network} {','.join(text)}".encode()).hexdigest()[:12]
+        name = f"corral-ports-{digest}"
+        api = self._api()
+        try:
+            api.firewalls.get(project=api.project, firewall=name, timeout=self.call_timeout_s)
+            return name
+        except api_exceptions.NotFound:
+            pass
+        except Exception as exc:
+            raise from_exception(exc) from exc
+        rule = compute_v1.Firewall(
+            name=name,
+            network=network,
+            direction="INGRESS",
+            description=f"Corral: TCP {','.join(text)} open (resources.ports)",
+            allowed=[compute_v1.Allowed(I_p_protocol="tcp", ports=text)],
+            source_ranges=["0.0.0.0/0"],
+            target_tags=[name],
+        )
+        try:
+            op = api.firewalls.insert(
+                project=api.project, firewall_resource=rule, timeout=self.call_timeout_s
+            )
+            op.result(timeout=self.operation_timeout_s)
+        except api_exceptions.Conflict:
+            pass  # another launch made it meanwhile
+        except Exception as exc:
+            raise from_exception(exc) from exc
+        return name
 
     def _still_there(self, target: tuple[str, str]) -> bool:
         try:
