@@ -58,6 +58,7 @@ def _aws(settings: Settings, local_cloud: Any) -> Provider:
 
 
 def _gcp(settings: Settings, local_cloud: Any) -> Provider:
+    from corral.services.providers.gcp.instance_body import DEFAULT_GPU_IMAGE, DEFAULT_IMAGE
     from corral.services.providers.gcp.provider import GcpProvider
 
     credentials = None
@@ -70,14 +71,8 @@ def _gcp(settings: Settings, local_cloud: Any) -> Provider:
         api_endpoint=settings.gcp_api_endpoint,
         credentials=credentials,
         nodes=_node_agents(settings, "gcp"),
-        **{
-            key: value
-            for key, value in (
-                ("image", settings.gcp_default_image),
-                ("gpu_image", settings.gcp_default_gpu_image),
-            )
-            if value
-        },
+        image=settings.gcp_default_image or DEFAULT_IMAGE,
+        gpu_image=settings.gcp_default_gpu_image or DEFAULT_GPU_IMAGE,
     )
 
 

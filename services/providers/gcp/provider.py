@@ -396,7 +396,7 @@ class GcpProvider:
             op = api.firewalls.insert(
                 project=api.project, firewall_resource=rule, timeout=self.call_timeout_s
             )
-            op.result(timeout=self.operation_timeout_s)
+            op.result(timeout=self.operation_timeout_s)  # type: ignore[no-untyped-call]
         except api_exceptions.Conflict:
             pass  # another launch made it meanwhile
         except Exception as exc:
