@@ -100,6 +100,8 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=lambda: Path.home() / ".corral")
     redis_url: str | None = None  # None: `corral up` starts its own redis-server
     prefix: str = "corral"  # every Redis key Corral writes starts with "<prefix>:"
+    # A task's workdir and file mounts, packed by corral launch (gzip'd), at most this big.
+    bundle_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     api_url: str | None = None  # None: read from <home>/api-url written by `corral up`
     api_token: SecretStr | None = None  # None: read from <home>/api-token (mode 0600)
     api_host: str = "127.0.0.1"

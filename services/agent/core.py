@@ -35,6 +35,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from corral.services.agent.bundle import BundleError, clone, unpack
+
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
 
 
@@ -55,6 +57,9 @@ class Work:
     run: str | None = None
     envs: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
+    # Files to put in place first (shared/bundles.py): {"bundle": {...}, "git": {url, ref},
+    # and on the local cloud "home" (the machine's folder), "jail", "bundle_key"}.
+    files: dict[str, Any] = field(default_factory=dict)
 
 
 class Link(Protocol):
@@ -85,6 +90,9 @@ class Link(Protocol):
 
     def finish(self, exit_code: int | None, reason: str, now: float) -> None:
         """The final report: the run's exit code (None without a run) and why it ended."""
+
+    def fetch_bundle(self, files: dict[str, Any]) -> bytes:
+        """The bytes of the task's bundle (``files["bundle"]``), unchecked."""
 
 
 def say(message: str) -> None:
@@ -173,6 +181,14 @@ class Agent:
         rec = self.work
         if self.boot_delay_s > 0:
             self._boot()
+        if rec.files and not self.stopping:
+            self.activity = "setup"
+            self._beat(force=True)
+            try:
+                self._put_files(rec)
+            except (BundleError, LinkError, OSError, ValueError) as exc:
+                say(f"the task's files could not be put in place: {exc}")
+                return self._end(1, "setup_failed")
         if rec.setup and not self.stopping:
             code = self._run_phase("setup", rec.setup)
             if self.stopping:
@@ -186,6 +202,31 @@ class Agent:
         self.activity = "idle"
         self._serve_assignments()
         return self._end(None, "terminated")
+
+    def _put_files(self, rec: Work) -> None:
+        """The workdir (unpacked, or a repository cloned) and the file mounts, before setup:
+        setup and run then start in the workdir (SkyPilot's ~/sky_workdir)."""
+        files = rec.files
+        home = Path(files.get("home") or os.path.expanduser("~"))
+        workdir = home / "sky_workdir"
+        bundle = files.get("bundle")
+        if bundle:
+            say(f"unpacking the task's files ({int(bundle.get('size_bytes', 0)):,} bytes)")
+            unpack(
+                self.link.fetch_bundle(files),
+                bundle,
+                workdir,
+                home,
+                jail=bool(files.get("jail")),
+            )
+        git = files.get("git")
+        if git:
+            say(f"cloning {git.get('url')} at {git.get('ref') or 'its default branch'}")
+            clone(str(git["url"]), git.get("ref"), workdir)
+        if (bundle and bundle.get("workdir")) or git:
+            rec.workdir = str(workdir)
+        if files.get("home"):  # a local machine: its folder is its home
+            rec.envs = {**rec.envs, "HOME": str(home)}
 
     def _boot(self) -> None:
         """The machine boots: silent (no heartbeat, so it is "pending") for the zone's launch

@@ -96,6 +96,21 @@ class HttpLink:
     def finish(self, exit_code: int | None, reason: str, now: float) -> None:
         self.call("POST", "/v1/node/finish", {"exit_code": exit_code, "reason": reason})
 
+    def fetch_bundle(self, files: dict[str, Any]) -> bytes:
+        """The task's bundle, from the API with the node token (its own task's only)."""
+        req = urllib.request.Request(self.api + "/v1/node/bundle", method="GET")
+        req.add_header("Authorization", self._auth)
+        try:
+            with urllib.request.urlopen(req, timeout=max(60.0, self.timeout_s)) as resp:
+                data: bytes = resp.read()
+                return data
+        except urllib.error.HTTPError as exc:
+            if exc.code == 403:
+                raise Dismissed(f"GET /v1/node/bundle: HTTP 403 {exc.read()[:300]!r}") from None
+            raise LinkError(f"GET /v1/node/bundle: HTTP {exc.code}") from None
+        except (OSError, ValueError) as exc:
+            raise LinkError(f"GET /v1/node/bundle: {exc}") from None
+
 
 class LogShipper(threading.Thread):
     """Sends the log file's new bytes to the API every LOG_EVERY_S; :meth:`drain` sends the
@@ -299,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             run=work.get("run") or None,
             envs=envs,
             workdir=work.get("workdir") or None,
+            files=dict(work.get("files") or {}),
         ),
         str(answer.get("node")),
         heartbeat_s=heartbeat_s,

@@ -22,6 +22,8 @@ from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError
 
 from corral.services.api.auth import configured_token, require_token
+from corral.services.api.bundles import BUNDLES_PATH
+from corral.services.api.bundles import router as bundles_router
 from corral.services.api.clusters import router as clusters_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
@@ -67,12 +69,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(router, dependencies=admin)
     app.include_router(clusters_router, dependencies=admin)
     app.include_router(pools_router, dependencies=admin)
+    app.include_router(bundles_router, dependencies=admin)
     app.include_router(nodes_router)  # a node token, each route acting on its own node
     install_observability(app, settings, deps)  # GET /metrics; request ids in the logs
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)
     app.add_exception_handler(OperationalError, _store_unreachable)
-    app.add_middleware(BodyLimit, max_body_bytes=settings.api_max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_body_bytes=settings.api_max_body_bytes,
+        larger={BUNDLES_PATH: settings.bundle_max_bytes},
+    )
     return app
 
 

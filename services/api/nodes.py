@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from corral.services.api.routes import get_deps
 from corral.services.runtime.deps import Deps
+from corral.services.state.bundles import BundleStore
 from corral.services.state.nodes import LOG_CHUNK_MAX, NodeName, TokenError
 
 router = APIRouter(prefix="/v1/node", tags=["nodes"])
@@ -92,6 +93,16 @@ def register(
         "heartbeat_s": beat,
         "heartbeat_ttl_s": max(3 * beat, deps.settings.timers.heartbeat_timeout_s),
     }
+
+
+@router.get("/bundle", summary="The task's files (workdir and file mounts) for this node")
+def bundle(node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)) -> Response:
+    files = deps.nodes.work(node).get("files") or {}
+    sha = (files.get("bundle") or {}).get("sha256")
+    data = BundleStore(deps.redis, deps.settings.prefix).get(str(sha)) if sha else None
+    if data is None:
+        raise HTTPException(404, "this node's task has no bundle, or it is no longer kept")
+    return Response(data, media_type="application/gzip")
 
 
 @router.post("/heartbeat", summary="A node is alive")

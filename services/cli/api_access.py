@@ -26,10 +26,13 @@ if TYPE_CHECKING:
 def api_client(as_json: bool, source: str | None = None) -> Iterator[Client]:
     """A client of the configured API; its failures become one line and an exit code."""
     from corral.services.client import ApiError, ApiUnreachable, Client, NoApiAddress
+    from corral.shared.configio import ConfigError
 
     try:
         with Client.from_settings() as client:
             yield client
+    except ConfigError as exc:  # a file the client read or packed (a workdir, a mount)
+        fail_input(exc, as_json)
     except NoApiAddress as exc:
         fail(str(exc), EXIT_INPUT, as_json)
     except ApiUnreachable as exc:

@@ -110,6 +110,8 @@ def launch(
     job's exit code), a service until it runs. --detach returns at once, --wait at RUNNING."""
     task = _task_for_api(file, as_json)
     with api_client(as_json, source=str(file)) as client:
+        # The workdir and file mounts, packed and uploaded (once per content).
+        task = client.with_files(task, source=str(file), max_bytes=_bundle_max_bytes())
         view = client.launch(task, idempotency_key=idempotency_key)
         if detach or (as_json and not wait):
             print_json(view.document()) if as_json else out.print(view.id, markup=False)
@@ -129,6 +131,12 @@ def launch(
     if timed_out:
         notice(f"still {final.state} after {timeout_s:g} s; `corral status {final.id}`")
     raise typer.Exit(code)
+
+
+def _bundle_max_bytes() -> int:
+    from corral.services.settings import get_settings
+
+    return get_settings().bundle_max_bytes
 
 
 def _is_job(task: dict[str, Any]) -> bool:

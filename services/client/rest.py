@@ -44,6 +44,8 @@ from corral.services.client.views import (
     WhyView,
 )
 from corral.services.settings import Settings, get_settings
+from corral.shared.bundles import DEFAULT_MAX_BUNDLE_BYTES
+from corral.shared.configio import ConfigError
 
 log = logging.getLogger("corral.client")
 
@@ -182,16 +184,53 @@ class Client:
         path (read and checked here, a ``compute_config`` path sent inline). With an
         ``idempotency_key`` a request already created under the key is returned and nothing
         is created. Raises InvalidTask, Impossible, or ConfigError for a file read here."""
+        source = "<task>"
         if isinstance(task, os.PathLike):
             from corral.services.client.tasks import read_task_file
 
+            source = str(task)
             read = read_task_file(Path(task))
             for notice in read.notices:
                 log.info("%s: %s", task, notice)
             task = read.data
+        if not isinstance(task, str):
+            task = self.with_files(dict(task), source=source)
         body = {"task_yaml": task} if isinstance(task, str) else {"task": dict(task)}
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
         return self._send(RequestView, "POST", "/v1/requests", body, headers=headers)
+
+    def with_files(
+        self,
+        task: dict[str, Any],
+        *,
+        source: str = "<task>",
+        base: Path | None = None,
+        max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+    ) -> dict[str, Any]:
+        """The task with its local workdir and file mounts packed and uploaded (once per
+        content: the API is asked first), and ``bundle`` saying where they go. Paths are read
+        from ``base`` (the current folder). A task without local files is returned as is;
+        ConfigError names a source that cannot be packed."""
+        from corral.services.client.bundles import BundleError, needs_bundle, pack
+
+        if not needs_bundle(task) or task.get("bundle"):
+            return task
+        try:
+            data, bundle = pack(task, base or Path.cwd(), max_bytes)
+        except BundleError as exc:
+            raise ConfigError.single(source, exc.message, loc=exc.field) from None
+        try:
+            self._call("HEAD", f"/v1/bundles/{bundle.sha256}")
+        except ApiError as exc:
+            if exc.status_code != 404:
+                raise
+            self._call(
+                "PUT",
+                f"/v1/bundles/{bundle.sha256}",
+                content=data,
+                headers={"Content-Type": "application/gzip"},
+            )
+        return {**task, "bundle": bundle.model_dump()}
 
     def status(self, request_id: str) -> RequestView:
         """One request with its attempts and instances."""

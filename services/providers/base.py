@@ -64,6 +64,9 @@ class LaunchSpec(BaseModel):
     image_id: str | None = None
     # TCP port ranges to open to the world (resources.ports), (first, last) each.
     ports: list[tuple[int, int]] = Field(default_factory=list)
+    # The task's files for the node: {"bundle": Bundle as JSON} and/or {"git": {url, ref}}
+    # (workdir and file_mounts; shared/bundles.py). The agent puts them in place first.
+    files: dict[str, Any] = Field(default_factory=dict)
 
 
 class ProviderInstance(BaseModel):

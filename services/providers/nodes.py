@@ -126,7 +126,15 @@ class NodeAgents:
             **spec.envs,
         }
         check_env_names(envs)
-        return {"setup": spec.setup, "run": spec.run, "envs": envs, "workdir": spec.workdir}
+        work: dict[str, object] = {
+            "setup": spec.setup,
+            "run": spec.run,
+            "envs": envs,
+            "workdir": spec.workdir,
+        }
+        if spec.files:
+            work["files"] = spec.files
+        return work
 
     # --- what the control plane sees -------------------------------------------------------
     def overlay(self, instances: Iterable[ProviderInstance]) -> list[ProviderInstance]:

@@ -278,13 +278,25 @@ def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> L
         setup=task.setup,
         run=task.run,
         envs=dict(task.envs or {}),
-        workdir=task.workdir,
+        workdir=task.workdir if isinstance(task.workdir, str) else None,  # git: files["git"]
         image_id=image_for_region(task.resources.image_id, cand.region).machine,
         ports=parse_ports(task.resources.ports),
+        files=task_files(task),
         accelerators=dict(cand.accelerators),
         advanced_instance_config=_advanced_config(task, cand),
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},
     )
+
+
+def task_files(task: Task) -> dict[str, Any]:
+    """What the node must put in place before setup: the bundle corral launch uploaded
+    (workdir and file mounts), a git workdir to clone."""
+    files: dict[str, Any] = {}
+    if task.bundle is not None:
+        files["bundle"] = task.bundle.model_dump()
+    if task.workdir is not None and not isinstance(task.workdir, str):
+        files["git"] = {"url": task.workdir.url, "ref": task.workdir.ref}
+    return files
 
 
 def _advanced_config(task: Task, cand: ChainStep) -> dict[str, Any]:

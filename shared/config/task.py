@@ -20,6 +20,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 # Relative imports: `mypy shared` cannot follow `corral.*` through the editable install's finder.
 from ..accelerators import AcceleratorRequest, parse_accelerators
+from ..bundles import Bundle, check_target
 from ..ports import parse_ports
 from . import one_of, word_list, words
 from .base import StrictModel
@@ -300,7 +301,7 @@ class Task(StrictModel):
     """A unit of work: SkyPilot's task YAML plus Determined's and Corral's fields."""
 
     IGNORED: ClassVar[frozenset[str]] = words(
-        """file_mounts file_mounts_mapping secrets managed_secrets volumes volume_mounts
+        """file_mounts_mapping secrets managed_secrets volumes volume_mounts
         service pool config event_callback inputs outputs api_server_access"""
     )
 
@@ -323,8 +324,11 @@ class Task(StrictModel):
     # RunInstances mapping, a GCP instance body); used on the cloud the task pins.
     advanced_instance_config: dict[str, Any] | None = None
     scheduling: Scheduling | None = None
-    # SkyPilot fields accepted, not acted on (IGNORED).
+    # Local folders and files copied to the nodes (a remote path -> a local one); corral
+    # launch packs them with the workdir into ``bundle``.
     file_mounts: dict[str, Any] | None = None
+    bundle: Bundle | None = None  # written by corral launch: what it uploaded and where it goes
+    # SkyPilot fields accepted, not acted on (IGNORED).
     file_mounts_mapping: dict[str, Any] | None = None
     secrets: dict[str, str | None] | list[str] | None = None
     managed_secrets: list[Any] | None = None
@@ -337,6 +341,13 @@ class Task(StrictModel):
     inputs: dict[str, float] | None = None
     outputs: dict[str, float] | None = None
     api_server_access: bool | None = None
+
+    @field_validator("file_mounts")
+    @classmethod
+    def _mount_targets(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        for target in value or {}:
+            check_target(target)
+        return value
 
     @field_validator("envs")
     @classmethod

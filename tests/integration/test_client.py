@@ -13,6 +13,7 @@ The installation is started once for the module (its start is most of the cost).
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -298,3 +299,91 @@ def test_a_services_port_answers_at_the_endpoint_status_prints(
         wait_for(answers, 30, "the service to answer at its endpoint")
     finally:
         _cli(system, "down", rid)
+
+
+def test_workdir_and_file_mounts_reach_the_node_and_run_starts_in_the_workdir(
+    system: System, tmp_path: Path
+) -> None:
+    """Issue 24: `workdir: .` was not synced (run started where `corral up` did) and file
+    mounts were accepted and ignored. corral launch packs them (relative to where it runs),
+    the node unpacks them into its own folder, and run starts in the workdir."""
+    project = tmp_path / "project"
+    (project / "src" / "deep").mkdir(parents=True)
+    (project / "src" / "deep" / "data.txt").write_text("nested-content\n")
+    (project / ".git").mkdir()
+    (project / ".git" / "junk").write_text("never shipped\n")
+    weights = tmp_path / "weights.bin"
+    weights.write_text("weights-content\n")
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "a.yaml").write_text("lr: 0.1\n")
+    (project / "job.yaml").write_text(
+        "name: files\nworkdir: .\n"
+        "resources: {cloud: local, instance_type: cpu-2}\n"
+        f"file_mounts:\n  ~/weights.bin: {weights}\n  /etc/app/configs: {configs}\n"
+        "run: |\n"
+        "  cat src/deep/data.txt\n"
+        "  test ! -e .git && echo no-git\n"
+        "  basename $PWD\n"
+        "  cat ~/weights.bin\n"
+        "  cat /etc/app/configs/a.yaml 2>/dev/null || cat ~/etc/app/configs/a.yaml\n"
+    )
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    done = subprocess.run(
+        [CORRAL, "launch", "job.yaml"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "nested-content" in out and "no-git" in out and "sky_workdir" in out
+    assert "weights-content" in out and "lr: 0.1" in out
+    machines = list((system.home / "machines").iterdir())
+    assert any((m / "weights.bin").read_text() == "weights-content\n" for m in machines)
+    assert any((m / "etc/app/configs/a.yaml").exists() for m in machines)
+
+
+def test_a_git_workdir_is_cloned_at_its_ref(system: System, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "version.txt").write_text("first\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    subprocess.run([*git, "tag", "v1"], check=True)
+    (repo / "version.txt").write_text("second\n")
+    subprocess.run([*git, "commit", "-qam", "second"], check=True)
+    job = tmp_path / "git.yaml"
+    job.write_text(
+        f"workdir: {{url: 'file://{repo}', ref: v1}}\n"
+        "resources: {cloud: local, instance_type: cpu-2}\nrun: cat version.txt\n"
+    )
+    done = _cli(system, "launch", str(job))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "first" in done.stdout and "second" not in done.stdout
+
+
+def test_files_corral_cannot_ship_are_refused_naming_the_field(
+    system: System, tmp_path: Path
+) -> None:
+    job = tmp_path / "s3.yaml"
+    job.write_text(
+        "resources: {cloud: local, instance_type: cpu-2}\n"
+        "file_mounts: {/data: 's3://bucket/key'}\nrun: 'true'\n"
+    )
+    done = _cli(system, "launch", str(job))
+    assert done.returncode == 2
+    assert f"{job}: file_mounts./data: s3:// sources are not supported yet" in done.stderr
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "blob").write_bytes(os.urandom(300_000))
+    job.write_text(f"workdir: {big}\nresources: {{cloud: local, instance_type: cpu-2}}\n")
+    env = {**system.env, "CORRAL_API_URL": system.api_url, "CORRAL_BUNDLE_MAX_BYTES": "100000"}
+    done = subprocess.run(
+        [CORRAL, "launch", str(job)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "over the limit of 100,000" in done.stderr, done.stderr

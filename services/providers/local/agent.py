@@ -36,6 +36,7 @@ redis-py's import alone took most of a second) and state.py; never celery.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import random
@@ -102,6 +103,16 @@ class RedisLink:
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
+    def fetch_bundle(self, files: dict[str, Any]) -> bytes:
+        """The bundle from Redis, where the API keeps it (base64: this client reads text)."""
+        try:
+            raw = self.state.r.get(str(files["bundle_key"]))
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+        if raw is None:
+            raise LinkError(f"the bundle {files['bundle']['sha256']} is no longer kept")
+        return base64.b64decode(raw)
+
 
 RECORD_PATIENCE_S = 600.0  # an agent started while Redis is away waits this long for it
 
@@ -150,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"no record for {args.instance_id}; nothing to run")
         return 2
     rec.pid = os.getpid()
-    work = Work(setup=rec.setup, run=rec.run, envs=dict(rec.envs), workdir=rec.workdir)
+    work = Work(
+        setup=rec.setup, run=rec.run, envs=dict(rec.envs), workdir=rec.workdir, files=rec.files
+    )
     agent = Agent(
         RedisLink(state, rec),
         work,

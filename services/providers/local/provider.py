@@ -48,6 +48,7 @@ from corral.services.providers.local.state import (
 )
 from corral.services.state.outage import OutageBook
 from corral.services.state.redis_conn import connect
+from corral.shared.bundles import bundle_key
 from corral.shared.config.localcloud import LocalCloud
 from corral.shared.errors import (
     AuthError,
@@ -337,10 +338,22 @@ class LocalProvider:
                     setup=spec.setup,
                     run=spec.run,
                     workdir=spec.workdir,
+                    files=self._files(spec.files, iid),
                     reservation_id=reservation_id,
                 )
             )
         return records
+
+    def _files(self, files: dict[str, Any], iid: str) -> dict[str, Any]:
+        """A local machine's files go into a folder of its own (this host is every local
+        machine's: ``~`` and absolute targets land inside it); the bundle is read from Redis."""
+        if not files:
+            return {}
+        home = self.log_dir.parent / "machines" / iid
+        out = {**files, "home": str(home), "jail": True}
+        if "bundle" in files:
+            out["bundle_key"] = bundle_key(self.prefix, files["bundle"]["sha256"])
+        return out
 
     def _start_agent(self, rec: InstanceRecord, boot_delay_s: float = 0.0) -> None:
         """One detached agent process for the instance. It stays silent (booting) for

@@ -120,6 +120,7 @@ class InstanceRecord:
     setup: str | None = None
     run: str | None = None
     workdir: str | None = None
+    files: dict[str, Any] = field(default_factory=dict)  # a bundle to unpack, a repo to clone
     reservation_id: str | None = None
     state: str = PENDING
     pid: int | None = None  # the agent process
@@ -132,7 +133,7 @@ class InstanceRecord:
     ended_at: float | None = None
     end_reason: str | None = None
 
-    _JSON = ("accelerators", "tags", "envs", "child_pids")
+    _JSON = ("accelerators", "tags", "envs", "child_pids", "files")
     _FLOAT = (
         "created_at",
         "vcpus",

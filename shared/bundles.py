@@ -1,0 +1,64 @@
+"""Code and data a task takes to its nodes: SkyPilot's ``workdir`` and ``file_mounts``.
+
+``corral launch`` packs the local ``workdir`` folder and each local ``file_mounts`` source into
+one gzip'd tar, content-addressed by its sha256, and uploads it once (``PUT
+/v1/bundles/{sha256}``). The task then carries a :class:`Bundle`: which members go where. On
+the node, the agent fetches the bundle (a cloud machine with its node token; the local cloud
+from the machine's own folder), checks the sha256, and unpacks: the workdir to
+:data:`NODE_WORKDIR`, where ``setup`` and ``run`` start, each mount to its target. A git
+``workdir`` (``{url, ref}``) is cloned on the node instead. Pure: the model and its rules.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_MAX_BUNDLE_BYTES = 16 * 1024 * 1024  # gzip'd; CORRAL_BUNDLE_MAX_BYTES changes it
+NODE_WORKDIR = "~/sky_workdir"  # SkyPilot's place for the workdir on a node
+WORKDIR_MEMBER = "workdir"
+MAX_MOUNTS = 256
+_SHA256 = r"^[0-9a-f]{64}$"
+
+
+def bundle_key(prefix: str, sha256: str) -> str:
+    """The Redis key a bundle is kept under (base64 text)."""
+    return f"{prefix}:bundle:{sha256}"
+
+
+def check_target(target: str) -> str:
+    """A mount's target as written (``/data`` or ``~/data``); ValueError naming the rule."""
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError("a file_mounts target must be a path")
+    if len(target) > 4096:
+        raise ValueError("a file_mounts target is at most 4096 characters")
+    if not (target.startswith("/") or target == "~" or target.startswith("~/")):
+        raise ValueError(f"a file_mounts target is absolute or under ~/; got {target!r}")
+    if ".." in target.split("/"):
+        raise ValueError(f"a file_mounts target may not climb with '..'; got {target!r}")
+    return target
+
+
+class BundleMount(BaseModel):
+    """One file_mounts entry packed into the bundle: member ``member`` goes to ``target``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str
+    member: str = Field(pattern=r"^mounts/\d+$")
+    is_dir: bool
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return check_target(value)
+
+
+class Bundle(BaseModel):
+    """What a task's bundle holds, written by ``corral launch`` (not by hand)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str = Field(pattern=_SHA256)
+    size_bytes: int = Field(ge=0)
+    workdir: bool = False  # the member ``workdir/`` is the task's workdir
+    mounts: list[BundleMount] = Field(default_factory=list, max_length=MAX_MOUNTS)
