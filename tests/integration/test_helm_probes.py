@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import redis
+from helm_chart import BASE, FULL, merged, of_kind, render
 
 from harness import free_port, wait_for
-from helm_chart import BASE, FULL, merged, of_kind, render
 
 pytestmark = pytest.mark.integration
 

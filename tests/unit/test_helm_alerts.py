@@ -15,13 +15,13 @@ from typing import Any
 
 import promql_parser as promql
 import pytest
+from helm_chart import BASE, FULL, NAMESPACE, merged, of_kind, render
 from prometheus_client import Counter, Gauge, Histogram
 
 from corral.services.observability import events
 from corral.services.observability.state_metrics import GAUGES
 
 from dashboards import declared_sample_names
-from helm_chart import BASE, FULL, NAMESPACE, merged, of_kind, render
 
 MONITORED = merged(
     BASE, {"metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}}

@@ -19,11 +19,10 @@ import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import pytest
-
-from corral.services.queues import dispatch
-
 from helm_chart import BASE, CHART, FULL, KUBE_VERSION, RELEASE, SEED, merged, of_kind, render
 from helm_chart import validate as validate_manifest
+
+from corral.services.queues import dispatch
 
 EXTERNAL = {
     "redis": {"enabled": False},

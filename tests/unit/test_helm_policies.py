@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from helm_chart import BASE, FULL, merged, of_kind, render
 from pod_security import pod_specs, violations
 
