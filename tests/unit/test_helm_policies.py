@@ -58,6 +58,9 @@ def test_every_pod_passes_pod_security_restricted(variant: str) -> None:
         for spec in pod_specs(doc):
             pods += 1
             assert violations(spec) == [], name
+            # Not a Pod Security rule, but Corral never calls the Kubernetes API: no token,
+            # even on a service account of the user's that would mount one.
+            assert spec["automountServiceAccountToken"] is False, name
     assert pods >= 6  # api, three worker roles, beat, flower (and redis)
 
 

@@ -147,6 +147,8 @@ app.kubernetes.io/component: {{ .component }}
 {{/* The pod settings every Corral process shares. */}}
 {{- define "corral.podCommon" -}}
 serviceAccountName: {{ include "corral.serviceAccountName" . }}
+# Corral never calls the Kubernetes API: no token in its pods, whichever service account.
+automountServiceAccountToken: false
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
