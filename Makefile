@@ -27,8 +27,8 @@ typecheck:
 imports:
 	$(VENV)/bin/lint-imports
 
-chart:  ## the Helm chart: Helm's lint and template, then the Kubernetes and KEDA schemas
-	$(PY) -m pytest tests/unit/test_helm_chart.py -q
+chart:  ## the Helm chart (lint, template, schemas, Pod Security, alerts) and the image lock
+	$(PY) -m pytest tests/unit/test_helm_chart.py tests/unit/test_helm_policies.py tests/unit/test_helm_alerts.py tests/unit/test_image_lock.py -q
 
 unit:
 	$(PY) -m pytest tests -m "not integration and not bench" -q

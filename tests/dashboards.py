@@ -1,4 +1,5 @@
-"""The metric names a Grafana dashboard's PromQL expressions read (test helper)."""
+"""The metric names a Grafana dashboard's PromQL expressions read, and the names Corral
+serves (test helper)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from corral.services.observability import events
+from corral.services.observability.state_metrics import GAUGES
 
 _KEYWORDS = frozenset(
     {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "inf", "nan"}
@@ -49,3 +55,16 @@ def expressions(dashboard: Path) -> Iterator[str]:
 
 def dashboard_metric_names(dashboard: Path) -> set[str]:
     return {name for expr in expressions(dashboard) for name in metric_names(expr)}
+
+
+def declared_sample_names() -> set[str]:
+    """The sample names Corral's metrics are served under."""
+    names = {name for name, _doc, _labels in GAUGES}
+    for value in vars(events).values():
+        if isinstance(value, Counter):
+            names.add(f"{value._name}_total")
+        elif isinstance(value, Histogram):
+            names.update(f"{value._name}_{part}" for part in ("bucket", "sum", "count"))
+        elif isinstance(value, Gauge):
+            names.add(value._name)
+    return names

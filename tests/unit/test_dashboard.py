@@ -8,23 +8,10 @@ from prometheus_client import Counter, Gauge, Histogram
 from corral.services.observability import events
 from corral.services.observability.state_metrics import GAUGES
 
-from dashboards import dashboard_metric_names, expressions, metric_names
+from dashboards import dashboard_metric_names, declared_sample_names, expressions, metric_names
 from harness import REPO
 
 DASHBOARD = REPO / "ops" / "grafana" / "corral-dashboard.json"
-
-
-def declared_sample_names() -> set[str]:
-    """The sample names Corral's metrics are served under."""
-    names = {name for name, _doc, _labels in GAUGES}
-    for value in vars(events).values():
-        if isinstance(value, Counter):
-            names.add(f"{value._name}_total")
-        elif isinstance(value, Histogram):
-            names.update(f"{value._name}_{part}" for part in ("bucket", "sum", "count"))
-        elif isinstance(value, Gauge):
-            names.add(value._name)
-    return names
 
 
 def test_the_parser_finds_metrics_and_nothing_else() -> None:

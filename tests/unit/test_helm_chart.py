@@ -1,35 +1,29 @@
 """The Helm chart (ops/helm/corral) lints and renders with Helm's own engine, its manifests
-pass the Kubernetes and KEDA schemas, and the KEDA objects scale each worker role on exactly
-the queues it consumes.
+pass the Kubernetes, KEDA and Prometheus Operator schemas, the KEDA objects scale each worker
+role on exactly the queues it consumes, and its Secret is the same on every render of the same
+values (an offline `helm template`, as ArgoCD and Flux run it, rotates nothing).
 
-No registry this project reaches ships a `helm` binary for Linux, so the chart is linted and
-rendered by helm-python-sdk (PyPI): Helm 4's Go SDK, the code behind `helm lint` and
-`helm template`, called through its C library. The rendered manifests are then checked with
-kubernetes-validate's strict schemas (unknown fields refused) and, for KEDA's kinds, with the
-schema of the models cloudcoil-models-keda generates from KEDA's CRDs, made strict the same
-way. Where a `helm` binary is on PATH, `helm lint --strict` and `helm template` run too.
+How the chart is rendered and checked without a `helm` binary: tests/helm_chart.py. Where a
+`helm` binary is on PATH, `helm lint --strict` and `helm template` run too.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import shutil
 import subprocess
-from functools import cache
 from typing import Any
 
 import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
+from helm_chart import BASE, CHART, FULL, KUBE_VERSION, RELEASE, SEED, merged, of_kind, render
+from helm_chart import validate as validate_manifest
 
 from corral.services.queues import dispatch
 
-from harness import REPO
-
-CHART = REPO / "ops" / "helm" / "corral"
-KUBE_VERSION = "1.30"
-RELEASE = "demo"
 EXTERNAL = {
     "redis": {"enabled": False},
     "externalRedis": {
@@ -43,49 +37,24 @@ EXTERNAL = {
     "flower": {"enabled": False},
     "apiToken": {"existingSecret": "corral-token"},
 }
-VARIANTS: dict[str, dict[str, Any]] = {
-    "defaults": {},
-    "external-redis": EXTERNAL,
-    "no-keda-no-auth": {"keda": {"enabled": False}, "redis": {"auth": {"enabled": False}}},
-    "ephemeral-redis": {"redis": {"persistence": {"enabled": False}}, "nodeApiUrl": "http://x"},
+# Everything optional switched on: monitoring, the Ingress, two beats.
+EVERYTHING = {
+    "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+    "api": {"ingress": {"enabled": True, "host": "corral.example.com"}},
+    "beat": {"replicas": 2},
 }
-
-
-def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """The chart's manifests for ``values``, as `helm template` would print them."""
-    with helm.Chart.load(str(CHART)) as chart:
-        files = chart.render(values, name=RELEASE, namespace="corral", is_install=True)
-    docs = []
-    for name, text in sorted(files.items()):
-        if name.endswith(".yaml"):
-            docs.extend(d for d in yaml.safe_load_all(text) if d)
-    return docs
-
-
-def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
-
-
-@cache
-def keda_schema(kind: str) -> dict[str, Any]:
-    """KEDA's schema for ``kind`` (from its CRDs, as cloudcoil-models-keda carries them),
-    refusing fields the CRD does not define, as a strict API server does."""
-    from cloudcoil.models.keda import v1alpha1
-
-    schema: dict[str, Any] = getattr(v1alpha1, kind).model_json_schema(by_alias=True)
-
-    def strict(node: Any) -> None:
-        if isinstance(node, dict):
-            if "properties" in node:
-                node.setdefault("additionalProperties", False)
-            for value in node.values():
-                strict(value)
-        elif isinstance(node, list):
-            for value in node:
-                strict(value)
-
-    strict(schema)
-    return schema
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": BASE,
+    # Every secret is an existing one: no seed needed, no Secret of the chart's own.
+    "external-redis": EXTERNAL,
+    "no-keda-no-auth": merged(
+        BASE, {"keda": {"enabled": False}, "redis": {"auth": {"enabled": False}}}
+    ),
+    "ephemeral-redis": merged(
+        BASE, {"redis": {"persistence": {"enabled": False}}, "nodeApiUrl": "http://x"}
+    ),
+    "everything": merged(BASE, EVERYTHING),
+}
 
 
 def test_helm_lint_passes_strict() -> None:
@@ -99,31 +68,117 @@ def test_helm_lint_passes_strict() -> None:
 def test_every_manifest_passes_its_schema(variant: str) -> None:
     docs = render(VARIANTS[variant])
     kinds = {d["kind"] for d in docs}
-    assert {"Deployment", "Service", "Secret", "ServiceAccount"} <= kinds
+    assert {"Deployment", "Service", "ServiceAccount"} <= kinds
+    if variant == "everything":
+        assert {"ServiceMonitor", "PrometheusRule", "Ingress", "NetworkPolicy"} <= kinds
+        assert {"PodDisruptionBudget", "ScaledObject", "Secret", "StatefulSet"} <= kinds
     for doc in docs:
-        where = f"{variant}: {doc['kind']} {doc['metadata']['name']}"
-        if doc["apiVersion"].startswith("keda.sh/"):
-            try:
-                jsonschema.validate(doc, keda_schema(doc["kind"]))
-            except jsonschema.ValidationError as exc:
-                pytest.fail(f"{where}: {exc.message} at {list(exc.absolute_path)}")
-        else:
-            try:
-                kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
-            except kubernetes_validate.ValidationError as exc:
-                pytest.fail(f"{where}: {exc.message} at {list(exc.absolute_path)}")
+        try:
+            validate_manifest(doc)
+        except (jsonschema.ValidationError, kubernetes_validate.ValidationError) as exc:
+            where = f"{variant}: {doc['kind']} {doc['metadata']['name']}"
+            pytest.fail(f"{where}: {exc.message} at {list(exc.absolute_path)}")
 
 
-def test_the_schemas_refuse_a_wrong_field() -> None:
-    """The checks above can fail: a misspelt field is refused by both schemas."""
-    [deployment, *_] = of_kind(render({}), "Deployment").values()
-    deployment["spec"]["replica"] = 2
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(deployment, KUBE_VERSION, strict=True)
-    [scaled, *_] = of_kind(render({}), "ScaledObject").values()
-    scaled["spec"]["minReplicas"] = 1
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(scaled, keda_schema("ScaledObject"))
+@pytest.mark.parametrize(
+    ("kind", "path", "field"),
+    [
+        ("Deployment", ["spec"], "replica"),
+        ("ScaledObject", ["spec"], "minReplicas"),
+        ("ServiceMonitor", ["spec", "endpoints", 0], "scrape_interval"),
+        ("PrometheusRule", ["spec", "groups", 0, "rules", 0], "severity"),
+        ("PodDisruptionBudget", ["spec"], "maxUnavailble"),
+    ],
+)
+def test_the_schemas_refuse_a_wrong_field(kind: str, path: list[Any], field: str) -> None:
+    """The checks above can fail: a misspelt field is refused by every kind's schema."""
+    [doc, *_] = of_kind(render(VARIANTS["everything"]), kind).values()
+    node = doc
+    for step in path:
+        node = node[step]
+    node[field] = 1
+    with pytest.raises((jsonschema.ValidationError, kubernetes_validate.ValidationError)):
+        validate_manifest(doc)
+
+
+def secret_data(values: dict[str, Any], release: str = RELEASE) -> dict[str, str]:
+    docs = render(values, release, fresh=True)
+    return {
+        key: base64.b64decode(value).decode()
+        for secret in of_kind(docs, "Secret").values()
+        for key, value in secret["data"].items()
+    }
+
+
+def test_two_renders_give_the_same_secrets() -> None:
+    """The issue's "rendered twice gives the same secrets": an offline render (no cluster to
+    look in, as ArgoCD's and Flux's) is a pure function of the values."""
+    first, second = secret_data(BASE), secret_data(BASE)
+    assert set(first) == {"api-token", "flower-password", "basic-auth", "redis-password"}
+    assert first == second
+    # ... and every manifest, the pods' secret checksums with them: no needless rollout.
+    everything = VARIANTS["everything"]
+    assert render(everything, fresh=True) == render(everything, fresh=True)
+    # The values are the seed's, not a constant: derived per key and per release.
+    token, redis_pw = first["api-token"], first["redis-password"]
+    assert token == hashlib.sha256(f"corral/{SEED}/{RELEASE}/api-token".encode()).hexdigest()
+    assert len({token, redis_pw, first["flower-password"]}) == 3
+    assert secret_data(merged(BASE, {"secrets": {"seed": "f" * 32}}))["api-token"] != token
+    assert secret_data(BASE, release="other")["api-token"] != token
+    assert first["basic-auth"] == f"corral:{first['flower-password']}"
+    # Hex only: the Redis password sits inside CORRAL_REDIS_URL.
+    assert all(c in "0123456789abcdef" for c in redis_pw)
+
+
+def test_given_values_win_over_the_seed() -> None:
+    values = merged(BASE, {"apiToken": {"value": "tok"}, "redis": {"auth": {"password": "rpw"}}})
+    data = secret_data(values)
+    assert (data["api-token"], data["redis-password"]) == ("tok", "rpw")
+
+
+def test_without_seed_or_secrets_the_chart_refuses_by_name() -> None:
+    with pytest.raises(helm.HelmError, match=r"secrets\.seed is required to derive api-token"):
+        render({})
+    with pytest.raises(helm.HelmValuesError, match="seed"):
+        render({"secrets": {"seed": "too-short"}})
+
+
+def test_existing_secrets_need_no_seed_and_are_referenced() -> None:
+    values = {
+        "apiToken": {"existingSecret": "tok", "key": "t"},
+        "flower": {"existingSecret": "fl"},
+        "redis": {"auth": {"existingSecret": "rd", "existingSecretKey": "pw"}},
+    }
+    docs = render(values)
+    assert not of_kind(docs, "Secret")  # nothing of the chart's own to keep
+    refs = {
+        (e["name"], e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+        for kind in ("Deployment", "StatefulSet")
+        for d in of_kind(docs, kind).values()
+        for c in d["spec"]["template"]["spec"]["containers"]
+        for e in c.get("env", [])
+        if "valueFrom" in e
+    }
+    assert refs == {
+        ("CORRAL_API_TOKEN", "tok", "t"),
+        ("FLOWER_BASIC_AUTH", "fl", "basic-auth"),
+        ("REDIS_PASSWORD", "rd", "pw"),
+        ("REDISCLI_AUTH", "rd", "pw"),
+    }
+    [auth] = of_kind(docs, "TriggerAuthentication").values()
+    assert auth["spec"]["secretTargetRef"] == [{"parameter": "password", "name": "rd", "key": "pw"}]
+
+
+def test_only_the_api_gets_the_api_token() -> None:
+    docs = render(VARIANTS["everything"])
+    holders = {
+        name
+        for kind in ("Deployment", "StatefulSet")
+        for name, d in of_kind(docs, kind).items()
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if any(e["name"] == "CORRAL_API_TOKEN" for e in c.get("env", []))
+    }
+    assert holders == {f"{FULL}-api"}
 
 
 @pytest.mark.parametrize("variant", ["defaults", "external-redis"])
@@ -134,7 +189,7 @@ def test_each_worker_role_scales_on_exactly_its_queues(variant: str) -> None:
     roles = dispatch.role_queues()
     assert len(scaled) == len(roles)
     for role, queues in roles.items():
-        so = scaled[f"{RELEASE}-corral-worker-{role}"]
+        so = scaled[f"{FULL}-worker-{role}"]
         triggers = so["spec"]["triggers"]
         assert [t["metadata"]["listName"] for t in triggers] == list(queues)
         assert {t["type"] for t in triggers} == {"redis"}
@@ -145,8 +200,8 @@ def test_each_worker_role_scales_on_exactly_its_queues(variant: str) -> None:
         assert "replicas" not in target["spec"]  # KEDA owns the count
     address = {t["metadata"]["address"] for so in scaled.values() for t in so["spec"]["triggers"]}
     if variant == "defaults":
-        assert address == {f"{RELEASE}-corral-redis:6379"}
-        assert f"{RELEASE}-corral-redis" in of_kind(docs, "Service")
+        assert address == {f"{FULL}-redis:6379"}
+        assert f"{FULL}-redis" in of_kind(docs, "Service")
     else:
         assert address == {"redis.example.internal:6380"}
         metadata = triggers[0]["metadata"]
@@ -155,7 +210,7 @@ def test_each_worker_role_scales_on_exactly_its_queues(variant: str) -> None:
 
 def test_the_redis_password_comes_from_a_secret_everywhere() -> None:
     for variant, secret, key in (
-        ("defaults", f"{RELEASE}-corral-secrets", "redis-password"),
+        ("defaults", f"{FULL}-secrets", "redis-password"),
         ("external-redis", "redis-creds", "pw"),
     ):
         docs = render(VARIANTS[variant])
@@ -179,8 +234,18 @@ def test_the_redis_password_comes_from_a_secret_everywhere() -> None:
     assert url_external == url
 
 
+def test_the_bundled_redis_keeps_its_password_off_the_command_line() -> None:
+    [redis] = of_kind(render(BASE), "StatefulSet").values()
+    [container] = redis["spec"]["template"]["spec"]["containers"]
+    script = " ".join(container["args"])
+    assert "requirepass" in script and "$REDISCLI_AUTH" in script
+    assert "--requirepass" not in script  # a flag would show in the node's `ps`
+    [env] = container["env"]
+    assert env["valueFrom"]["secretKeyRef"] == {"name": f"{FULL}-secrets", "key": "redis-password"}
+
+
 def test_workers_serve_metrics_on_the_port_their_pods_announce() -> None:
-    docs = render({"workers": {"metricsPort": 9900}})
+    docs = render(merged(BASE, {"workers": {"metricsPort": 9900}}))
     for name, deployment in of_kind(docs, "Deployment").items():
         pod = deployment["spec"]["template"]
         if "-worker-" not in name:
@@ -203,26 +268,27 @@ def test_without_keda_workers_have_a_fixed_count() -> None:
             assert deployment["spec"]["replicas"] == 1
     url = next(
         e["value"]
-        for e in of_kind(docs, "Deployment")[f"{RELEASE}-corral-api"]["spec"]["template"]["spec"][
+        for e in of_kind(docs, "Deployment")[f"{FULL}-api"]["spec"]["template"]["spec"][
             "containers"
         ][0]["env"]
         if e["name"] == "CORRAL_REDIS_URL"
     )
-    assert url == f"redis://{RELEASE}-corral-redis:6379/0"
+    assert url == f"redis://{FULL}-redis:6379/0"
 
 
 def test_an_external_redis_without_a_host_is_refused_by_name() -> None:
     with pytest.raises(helm.HelmError, match=r"externalRedis\.host is required"):
-        render({"redis": {"enabled": False}})
+        render(merged(BASE, {"redis": {"enabled": False}}))
 
 
 def test_with_the_helm_binary_when_there_is_one() -> None:
     exe = shutil.which("helm")
     if exe is None:
         pytest.skip("no helm binary on PATH (none is packaged where this project installs from)")
-    subprocess.run([exe, "lint", "--strict", str(CHART)], check=True, capture_output=True)
+    seed = ["--set", f"secrets.seed={SEED}"]
+    subprocess.run([exe, "lint", "--strict", str(CHART), *seed], check=True, capture_output=True)
     done = subprocess.run(
-        [exe, "template", RELEASE, str(CHART)], check=True, capture_output=True, text=True
+        [exe, "template", RELEASE, str(CHART), *seed], check=True, capture_output=True, text=True
     )
     assert "kind: ScaledObject" in done.stdout
 
@@ -231,6 +297,6 @@ def test_values_are_checked_against_the_chart_schema() -> None:
     """values.schema.json: a misspelt role setting or a bad log format fails before anything
     is rendered, naming the value."""
     with pytest.raises(helm.HelmValuesError, match="logFormat"):
-        render({"logFormat": "yaml"})
+        render(merged(BASE, {"logFormat": "yaml"}))
     with pytest.raises(helm.HelmValuesError, match="minReplica"):
-        render({"workers": {"roles": {"schedule": {"minReplica": 0}}}})
+        render(merged(BASE, {"workers": {"roles": {"schedule": {"minReplica": 0}}}}))

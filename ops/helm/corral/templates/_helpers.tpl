@@ -48,16 +48,24 @@ app.kubernetes.io/component: {{ .component }}
 {{ include "corral.fullname" . }}-secrets
 {{- end -}}
 
-{{/* A value kept in the chart's Secret: given, else the one already there, else drawn. */}}
+{{/* A value of the chart's Secret, base64: the one given in the values, else one derived from
+     secrets.seed, the release's name and the key. The render is a pure function of the values:
+     `helm template` run by ArgoCD or Flux on every sync gives the same Secret each time (no
+     `lookup`, no random draw). Hex, so it is safe inside a Redis URL. */}}
 {{- define "corral.secretValue" -}}
-{{- $existing := lookup "v1" "Secret" .root.Release.Namespace (include "corral.secretName" .root) -}}
 {{- if .given -}}
 {{- .given | b64enc -}}
-{{- else if and $existing (hasKey $existing.data .key) -}}
-{{- index $existing.data .key -}}
 {{- else -}}
-{{- randAlphaNum 32 | b64enc -}}
+{{- $seed := required (printf "secrets.seed is required to derive %s: set it (e.g. `openssl rand -hex 32`, kept like any secret), or give the value, or an existingSecret (see the chart's README)" .key) .root.Values.secrets.seed -}}
+{{- printf "corral/%s/%s/%s" $seed .root.Release.Name .key | sha256sum | b64enc -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The keys the chart's own Secret holds (empty when every secret is an existing one). */}}
+{{- define "corral.ownSecretKeys" -}}
+{{- if not .Values.apiToken.existingSecret }} api-token{{ end -}}
+{{- if and .Values.flower.enabled (not .Values.flower.existingSecret) }} flower-password basic-auth{{ end -}}
+{{- if and .Values.redis.enabled .Values.redis.auth.enabled (not .Values.redis.auth.existingSecret) }} redis-password{{ end -}}
 {{- end -}}
 
 {{/* Redis: host, port, database, TLS, and where its password is (if it has one). */}}
@@ -79,14 +87,14 @@ app.kubernetes.io/component: {{ .component }}
 
 {{- define "corral.redisPasswordSecret" -}}
 {{- if .Values.redis.enabled -}}
-{{- if .Values.redis.auth.enabled -}}{{ include "corral.secretName" . }}{{- end -}}
+{{- if .Values.redis.auth.enabled -}}{{ .Values.redis.auth.existingSecret | default (include "corral.secretName" .) }}{{- end -}}
 {{- else -}}
 {{- .Values.externalRedis.passwordSecret.name -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "corral.redisPasswordKey" -}}
-{{- if .Values.redis.enabled -}}redis-password{{- else -}}{{ .Values.externalRedis.passwordSecret.key }}{{- end -}}
+{{- if .Values.redis.enabled -}}{{ ternary .Values.redis.auth.existingSecretKey "redis-password" (ne .Values.redis.auth.existingSecret "") }}{{- else -}}{{ .Values.externalRedis.passwordSecret.key }}{{- end -}}
 {{- end -}}
 
 {{/* The environment of every Corral container. CORRAL_REDIS_URL takes the password from
@@ -98,9 +106,9 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.clouds | toJson | quote }}
 - name: CORRAL_LOG_FORMAT
   value: {{ .Values.logFormat | quote }}
-{{- if .Values.nodeApiUrl }}
+{{- with include "corral.nodeApiUrl" . }}
 - name: CORRAL_NODE_API_URL
-  value: {{ .Values.nodeApiUrl | quote }}
+  value: {{ . | quote }}
 {{- end }}
 {{- $scheme := ternary "rediss" "redis" (eq (include "corral.redisTls" .) "true") }}
 {{- $where := printf "%s:%s/%s" (include "corral.redisHost" .) (include "corral.redisPort" .) (include "corral.redisDb" .) }}
@@ -139,10 +147,53 @@ app.kubernetes.io/component: {{ .component }}
 {{/* The pod settings every Corral process shares. */}}
 {{- define "corral.podCommon" -}}
 serviceAccountName: {{ include "corral.serviceAccountName" . }}
+# Corral never calls the Kubernetes API: no token in its pods, whichever service account.
+automountServiceAccountToken: false
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+
+{{/* The API's address as cloud machines reach it: nodeApiUrl, else the Ingress's host. */}}
+{{- define "corral.nodeApiUrl" -}}
+{{- if .Values.nodeApiUrl -}}
+{{- .Values.nodeApiUrl -}}
+{{- else if .Values.api.ingress.enabled -}}
+{{- printf "%s://%s" (ternary "https" "http" .Values.api.ingress.tls.enabled) .Values.api.ingress.host -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Spread a component's pods over zones and nodes (soft by default: a one-node cluster still
+     schedules them). Call with (dict "root" $ "component" "api"). */}}
+{{- define "corral.topologySpread" -}}
+{{- if .root.Values.topologySpread.enabled }}
+topologySpreadConstraints:
+{{- range .root.Values.topologySpread.topologyKeys }}
+  - maxSkew: {{ $.root.Values.topologySpread.maxSkew }}
+    topologyKey: {{ . }}
+    whenUnsatisfiable: {{ $.root.Values.topologySpread.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include "corral.selectorLabels" $ | nindent 8 }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* A PodDisruptionBudget for a component. Call with (dict "root" $ "component" "api"). */}}
+{{- define "corral.pdb" -}}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "corral.fullname" .root }}-{{ .component }}
+  labels:
+    {{- include "corral.labels" . | nindent 4 }}
+spec:
+  maxUnavailable: {{ .root.Values.podDisruptionBudget.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "corral.selectorLabels" . | nindent 6 }}
 {{- end -}}

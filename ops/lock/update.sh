@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Regenerate the image's lock files with pip-tools (pip-compile), for the image's Python
+# (ops/Dockerfile: 3.11 on Linux). Run from a Python 3.11 venv with pip-tools installed:
+#   pip install pip-tools && ops/lock/update.sh
+# Only the registry is read: local pip settings (extra indexes, wheel folders, constraints)
+# are left out so the lock is what a clean machine resolves.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+python -c 'import sys; assert sys.version_info[:2] == (3, 11), "run with Python 3.11, the image'"'"'s"'
+export PIP_CONFIG_FILE=/dev/null
+unset PIP_FIND_LINKS PIP_EXTRA_INDEX_URL PIP_CONSTRAINT
+common=(--quiet --generate-hashes --strip-extras --no-emit-index-url --resolver=backtracking)
+CUSTOM_COMPILE_COMMAND="ops/lock/update.sh" pip-compile "${common[@]}" \
+  -o ops/lock/requirements.lock pyproject.toml
+CUSTOM_COMPILE_COMMAND="ops/lock/update.sh" pip-compile "${common[@]}" --allow-unsafe \
+  -o ops/lock/build.lock ops/lock/build.in
