@@ -285,3 +285,38 @@ def test_gcp_a_preempted_machine_is_relaunched(
         [lost] = [i for i in system.request(rid)["instances"] if i["state"] == "LOST"]
         assert lost["market"] == "spot"
     metadata.close()
+
+
+def test_aws_a_jobs_workdir_and_file_mounts_come_through_the_api_with_its_node_token(
+    aws: tuple[System, FaultyMoto], vms: Callable[[str], Vm], tmp_path: Path
+) -> None:
+    """Issue 24: a cloud machine gets the task's files from the API (GET /v1/node/bundle with
+    its node token, sha256-checked), never with a cloud key or the admin token; run starts in
+    ~/sky_workdir."""
+    from corral.services.client import Client
+
+    system, moto = aws
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "train.py").write_text("print('training from the workdir')\n")
+    mounted = tmp_path / "cfg.txt"
+    mounted.write_text("mounted-config\n")
+    task = {
+        **AWS_TASK,
+        "name": "files",
+        "workdir": str(project),
+        "file_mounts": {"~/data/cfg.txt": str(mounted)},
+        "run": "python3 pkg/train.py; cat ~/data/cfg.txt; pwd",
+    }
+    with Client(system.api_url, system.token) as client:
+        rid = client.launch(task).id
+    script = aws_script(moto, rid)
+    _no_secrets(script, system)
+    vm = vms(script)
+    done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
+    assert done["state"] == "SUCCEEDED", vm.log()
+    out = system.cli("logs", rid).stdout
+    assert "training from the workdir" in out and "mounted-config" in out, out
+    assert "/sky_workdir" in out
+    # Another node's token (or none) gets no bundle.
+    assert httpx.get(f"{system.api_url}/v1/node/bundle").status_code == 401
