@@ -36,6 +36,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from corral.services.agent.bundle import BundleError, clone, unpack
+from corral.services.agent.execs import Execs
 
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
 
@@ -162,6 +163,7 @@ class Agent:
         self._written: dict[str, float] = {}  # results written, by id: when (to drop a day on)
         self._bad: dict[str, str] = {}  # unreadable assign fields already reported
         self._results_failing = False  # a failed result write was reported
+        self._execs = Execs()  # commands run beside the work (corral exec)
         # Self-pipe: signals (SIGTERM, and SIGCHLD when a child ends) wake the select() below.
         self._wake_r, wake_w = os.pipe()
         for fd in (self._wake_r, wake_w):
@@ -247,6 +249,13 @@ class Agent:
         _kill_group(child.pid, signal.SIGKILL)  # what the script left in the background
         return code
 
+    def _env(self, envs: dict[str, str]) -> dict[str, str]:
+        """The node's environment is the agent's, like a machine's, plus the task's envs; but
+        never Corral's settings and secrets, nor the cloud credentials the worker holds: a
+        task's output is readable through the API."""
+        inherited = {k: v for k, v in os.environ.items() if not _private(k)}
+        return {**inherited, **envs}
+
     def _spawn(
         self, script: str, workdir: str | None, envs: dict[str, str]
     ) -> subprocess.Popen[bytes]:
@@ -254,11 +263,7 @@ class Agent:
         cwd = workdir if workdir and Path(workdir).is_dir() else None
         if workdir and cwd is None:
             say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
-        # The node's environment is the agent's, like a machine's, plus the task's envs; but
-        # never Corral's settings and secrets, nor the cloud credentials the worker holds: a
-        # task's output is readable through the API.
-        inherited = {k: v for k, v in os.environ.items() if not _private(k)}
-        env = {**inherited, **envs}
+        env = self._env(envs)
         # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
         # provider recognises the task's processes when it must kill them itself.
         child = subprocess.Popen(
@@ -490,6 +495,7 @@ class Agent:
                 say("the control plane is reachable again")
             self._link_down = False
             self._link_failures = 0
+            self._execs.step(self.link, self.work.workdir, self._env(self.work.envs))
         except Dismissed as exc:
             self._dismiss(exc)
         except LinkError as exc:
@@ -552,6 +558,7 @@ class Agent:
     def _end(self, exit_code: int | None, reason: str) -> int:
         """The final record: exit code, capacity freed, the exit event published."""
         self.activity = "exited"
+        self._execs.stop_all()
         if exit_code is not None:
             say(f"run exited {exit_code}" if reason == "completed" else f"{reason} ({exit_code})")
         # The final record is what tells a finished job from a dead machine: keep trying

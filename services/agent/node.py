@@ -96,6 +96,16 @@ class HttpLink:
     def finish(self, exit_code: int | None, reason: str, now: float) -> None:
         self.call("POST", "/v1/node/finish", {"exit_code": exit_code, "reason": reason})
 
+    def take_execs(self) -> list[dict[str, Any]]:
+        got = self.call("GET", "/v1/node/execs")
+        return list(got.get("execs") or [])
+
+    def exec_output(self, exec_id: str, data: bytes) -> None:
+        self.call("POST", f"/v1/node/execs/{exec_id}/output", raw=data)
+
+    def exec_done(self, exec_id: str, exit_code: int) -> None:
+        self.call("POST", f"/v1/node/execs/{exec_id}/done", {"exit_code": exit_code})
+
     def fetch_bundle(self, files: dict[str, Any]) -> bytes:
         """The task's bundle, from the API with the node token (its own task's only)."""
         req = urllib.request.Request(self.api + "/v1/node/bundle", method="GET")

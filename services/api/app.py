@@ -25,6 +25,7 @@ from corral.services.api.auth import configured_token, require_token
 from corral.services.api.bundles import BUNDLES_PATH
 from corral.services.api.bundles import router as bundles_router
 from corral.services.api.clusters import router as clusters_router
+from corral.services.api.execs import router as execs_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pools import router as pools_router
@@ -70,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(clusters_router, dependencies=admin)
     app.include_router(pools_router, dependencies=admin)
     app.include_router(bundles_router, dependencies=admin)
+    app.include_router(execs_router, dependencies=admin)
     app.include_router(nodes_router)  # a node token, each route acting on its own node
     install_observability(app, settings, deps)  # GET /metrics; request ids in the logs
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from corral.services.api.routes import get_deps
 from corral.services.runtime.deps import Deps
 from corral.services.state.bundles import BundleStore
+from corral.services.state.execs import ExecBook
 from corral.services.state.nodes import LOG_CHUNK_MAX, NodeName, TokenError
 
 router = APIRouter(prefix="/v1/node", tags=["nodes"])
@@ -93,6 +94,41 @@ def register(
         "heartbeat_s": beat,
         "heartbeat_ttl_s": max(3 * beat, deps.settings.timers.heartbeat_timeout_s),
     }
+
+
+@router.get("/execs", summary="The commands queued for this node (corral exec), taken")
+def take_execs(node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    return {"execs": ExecBook(deps.redis, deps.settings.prefix).take(str(node))}
+
+
+@router.post("/execs/{exec_id}/output", summary="Output of one of this node's commands")
+async def exec_output(
+    exec_id: str,
+    request: Request,
+    node: NodeName = Depends(node_of),
+    deps: Deps = Depends(get_deps),
+) -> dict[str, Any]:
+    book = ExecBook(deps.redis, deps.settings.prefix)
+    if not book.belongs(exec_id, str(node)):
+        raise HTTPException(404, f"no command {exec_id!r} for this node")
+    data = await request.body()
+    book.output(exec_id, data[:LOG_CHUNK_MAX])
+    return {"ok": True}
+
+
+class ExecDone(BaseModel):
+    exit_code: int = Field(ge=-1024, le=1024)
+
+
+@router.post("/execs/{exec_id}/done", summary="One of this node's commands ended")
+def exec_done(
+    exec_id: str, body: ExecDone, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+) -> dict[str, Any]:
+    book = ExecBook(deps.redis, deps.settings.prefix)
+    if not book.belongs(exec_id, str(node)):
+        raise HTTPException(404, f"no command {exec_id!r} for this node")
+    book.done(exec_id, body.exit_code)
+    return {"ok": True}
 
 
 @router.get("/bundle", summary="The task's files (workdir and file mounts) for this node")

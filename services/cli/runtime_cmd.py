@@ -57,6 +57,9 @@ def register(app: typer.Typer) -> None:
     app.command("logs")(logs)
     app.command("terminate")(terminate)
     app.command("down")(down)
+    app.command(
+        "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+    )(exec_)
     app.add_typer(run_app, name="run")
 
 
@@ -433,6 +436,30 @@ def terminate(
     if instance_id and len(request_ids) > 1:
         fail("--instance names an instance of one request; give only that request's id", 2, as_json)
     _stop_requests(request_ids, instance_id, as_json, one=len(request_ids) == 1)
+
+
+def exec_(
+    ctx: typer.Context,
+    request_id: str = REQUEST_ID,
+    node: int = typer.Option(0, "--node", min=0, help="The node's index (0: the head)."),
+) -> None:
+    """Run a command on a running request's node through its agent, after `--`: its output
+    as it comes, and its exit code as this command's (`corral exec ID -- nvidia-smi`)."""
+    command = list(ctx.args)
+    if not command:
+        fail("expected a command after --: corral exec ID -- CMD", EXIT_INPUT, False)
+    import shlex
+
+    text = command[0] if len(command) == 1 else shlex.join(command)
+    code = 1
+    with api_client(False) as client:
+        for piece in client.exec(request_id, text, node=node):
+            if isinstance(piece, int):
+                code = piece
+            else:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+    raise typer.Exit(code)
 
 
 def down(

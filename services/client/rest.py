@@ -232,6 +232,25 @@ class Client:
             )
         return {**task, "bundle": bundle.model_dump()}
 
+    def exec(
+        self, request_id: str, command: str, *, node: int = 0, interval_s: float = 0.25
+    ) -> Iterator[str | int]:
+        """Run ``command`` on node ``node`` (the head) of a running request through its agent:
+        its output as it comes (strings), then its exit code (an int), last."""
+        started = self._json(
+            "POST", f"/v1/requests/{_seg(request_id)}/exec", json={"command": command, "node": node}
+        )
+        offset = 0
+        while True:
+            seen = self._json("GET", f"/v1/execs/{_seg(started['id'])}", params={"offset": offset})
+            if seen["output"]:
+                yield str(seen["output"])
+            offset = int(seen["offset"])
+            if seen["exit_code"] is not None:
+                yield int(seen["exit_code"])
+                return
+            time.sleep(interval_s)
+
     def status(self, request_id: str) -> RequestView:
         """One request with its attempts and instances."""
         return self._get(RequestView, f"/v1/requests/{_seg(request_id)}")

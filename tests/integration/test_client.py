@@ -40,6 +40,11 @@ pytestmark = pytest.mark.integration
 LOCAL_CLOUD = Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "runtime.yaml"
 SERVICE = {"name": "queued-svc", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
 INVALID_YAML = "name: typo\nresources:\n  cloud: local\n  instanse_type: cpu-2\n"
+WARM_UP = {
+    "name": "warm-up",
+    "resources": {"cloud": "local", "instance_type": "cpu-2"},
+    "run": "true",
+}
 IMPOSSIBLE = {"resources": {"cloud": "local", "accelerators": "H100:64"}, "run": "true"}
 
 
@@ -53,6 +58,10 @@ def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
         system.start_worker("schedule")
         system.start_worker("provision")
         system.start_beat()
+        with Client(system.api_url, system.token, timeout_s=120) as warm:
+            # The API's first submit (imports, the catalog) takes seconds on a busy machine:
+            # pay it here, not under the CLI's 10 s timeout in whichever test comes first.
+            warm.wait(warm.launch(WARM_UP).id, timeout_s=120)
         yield system
     finally:
         system.stop()
@@ -387,3 +396,29 @@ def test_files_corral_cannot_ship_are_refused_naming_the_field(
         [CORRAL, "launch", str(job)], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "over the limit of 100,000" in done.stderr, done.stderr
+
+
+def test_exec_runs_a_command_on_a_running_node_and_returns_its_exit_code(
+    system: System, tmp_path: Path
+) -> None:
+    """Issue 24: a way in. `corral exec ID -- CMD` goes through the machine's agent: the
+    command runs with the task's environment, its output (stdout and stderr) streams back and
+    its exit code is the command's."""
+    svc = tmp_path / "svc.yaml"
+    svc.write_text(
+        "resources: {cloud: local, instance_type: cpu-2}\nenvs: {GREETING: hello-from-task}\n"
+    )
+    launched = _cli(system, "launch", str(svc), "-d")
+    assert launched.returncode == 0, launched.stderr
+    rid = launched.stdout.strip()
+    try:
+        with Client(system.api_url, system.token, timeout_s=30) as client:
+            assert client.wait(rid, timeout_s=60).state == "RUNNING"
+        done = _cli(system, "exec", rid, "--", 'echo "$GREETING"; echo to-stderr >&2; exit 5')
+        assert done.returncode == 5, done.stdout + done.stderr
+        assert "hello-from-task" in done.stdout and "to-stderr" in done.stdout
+        two = _cli(system, "exec", rid, "--", "echo", "two words")
+        assert two.returncode == 0 and "two words" in two.stdout
+        assert _cli(system, "exec", rid, "--node", "3", "--", "true").returncode == 2
+    finally:
+        _cli(system, "down", rid)

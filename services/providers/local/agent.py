@@ -47,14 +47,22 @@ from typing import Any
 from corral.services.agent.core import Agent, LinkError, Work, say
 from corral.services.providers.local.resp import MiniRedis, RedisError
 from corral.services.providers.local.state import TERMINATED, CloudState, InstanceRecord
+from corral.shared.execs import (
+    EXEC_TTL_S,
+    MAX_OUTPUT_BYTES,
+    exec_key,
+    exec_output_key,
+    exec_queue_key,
+)
 
 
 class RedisLink:
     """The local cloud's link: the agent writes its reports into the cloud's records."""
 
-    def __init__(self, state: CloudState, rec: InstanceRecord) -> None:
+    def __init__(self, state: CloudState, rec: InstanceRecord, prefix: str = "corral") -> None:
         self.state = state
         self.rec = rec
+        self.prefix = prefix
 
     def heartbeat(
         self,
@@ -100,6 +108,41 @@ class RedisLink:
             self.state.finish(
                 self.rec, state=TERMINATED, exit_code=exit_code, reason=reason, now=now
             )
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+
+    # --- corral exec: commands queued for this machine (key names in shared/execs.py) -------
+    def take_execs(self) -> list[dict[str, Any]]:
+        taken = []
+        try:
+            for _ in range(8):
+                raw = self.state.r.execute("LPOP", exec_queue_key(self.prefix, self.rec.id))
+                if raw is None:
+                    break
+                item = json.loads(raw)
+                self.state.r.execute("HSET", exec_key(self.prefix, item["id"]), "state", "running")
+                taken.append(item)
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+        return taken
+
+    def exec_output(self, exec_id: str, data: bytes) -> None:
+        key = exec_key(self.prefix, exec_id)
+        try:
+            held = int(self.state.r.execute("HGET", key, "bytes") or 0)
+            if held >= MAX_OUTPUT_BYTES:
+                return
+            piece = data[: MAX_OUTPUT_BYTES - held].decode("utf-8", errors="replace")
+            self.state.r.execute("RPUSH", exec_output_key(self.prefix, exec_id), piece)
+            self.state.r.execute("HINCRBY", key, "bytes", len(piece.encode()))
+            self.state.r.execute("EXPIRE", exec_output_key(self.prefix, exec_id), EXEC_TTL_S)
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+
+    def exec_done(self, exec_id: str, exit_code: int) -> None:
+        key = exec_key(self.prefix, exec_id)
+        try:
+            self.state.r.execute("HSET", key, "state", "done", "exit_code", str(exit_code))
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
@@ -165,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         setup=rec.setup, run=rec.run, envs=dict(rec.envs), workdir=rec.workdir, files=rec.files
     )
     agent = Agent(
-        RedisLink(state, rec),
+        RedisLink(state, rec, args.prefix),
         work,
         rec.id,
         heartbeat_s=args.heartbeat_s,

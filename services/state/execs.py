@@ -1,0 +1,102 @@
+"""``corral exec`` in Redis: commands queued for a node, their output and exit code
+(key names in shared/execs.py)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+import redis
+
+from corral.shared.execs import (
+    EXEC_TTL_S,
+    MAX_OUTPUT_BYTES,
+    exec_key,
+    exec_output_key,
+    exec_queue_key,
+)
+
+
+class ExecBook:
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.r = client
+        self.prefix = prefix
+
+    def create(self, request_id: str, instance_id: str, node: str, command: str, now: float) -> str:
+        """Queue ``command`` for ``node``; its id."""
+        xid = "x-" + secrets.token_hex(8)
+        key = exec_key(self.prefix, xid)
+        queue = exec_queue_key(self.prefix, node)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(
+            key,
+            mapping={
+                "request_id": request_id,
+                "instance_id": instance_id,
+                "node": node,
+                "state": "queued",
+                "created_at": repr(now),
+                "bytes": 0,
+            },
+        )
+        pipe.expire(key, EXEC_TTL_S)
+        pipe.rpush(queue, json.dumps({"id": xid, "command": command}))
+        pipe.expire(queue, EXEC_TTL_S)
+        pipe.execute()
+        return xid
+
+    def take(self, node: str, limit: int = 8) -> list[dict[str, Any]]:
+        """The commands waiting for ``node`` (taken off its queue), marked running."""
+        taken = []
+        for _ in range(limit):
+            raw = self.r.lpop(exec_queue_key(self.prefix, node))
+            if raw is None:
+                break
+            item = json.loads(raw)
+            self.r.hset(exec_key(self.prefix, item["id"]), "state", "running")
+            taken.append(item)
+        return taken
+
+    def belongs(self, exec_id: str, node: str) -> bool:
+        return self.r.hget(exec_key(self.prefix, exec_id), "node") in (node, node.encode())
+
+    def output(self, exec_id: str, data: bytes) -> None:
+        """Append output, up to the cap (past it, the rest is dropped and the cut said)."""
+        key = exec_key(self.prefix, exec_id)
+        held = int(self.r.hget(key, "bytes") or 0)
+        room = MAX_OUTPUT_BYTES - held
+        if room <= 0:
+            return
+        piece = data[:room]
+        if len(data) > room:
+            piece += b"\n[corral] output cut at the 8 MiB kept per command\n"
+        pipe = self.r.pipeline(transaction=True)
+        pipe.rpush(exec_output_key(self.prefix, exec_id), piece)
+        pipe.hincrby(key, "bytes", len(piece))
+        pipe.expire(exec_output_key(self.prefix, exec_id), EXEC_TTL_S)
+        pipe.execute()
+
+    def done(self, exec_id: str, exit_code: int) -> None:
+        self.r.hset(
+            exec_key(self.prefix, exec_id), mapping={"state": "done", "exit_code": exit_code}
+        )
+
+    def read(self, exec_id: str, offset: int) -> dict[str, Any] | None:
+        """What the command said from byte ``offset`` on, and whether it ended (its code)."""
+        rec = self.r.hgetall(exec_key(self.prefix, exec_id))
+        if not rec:
+            return None
+        rec = {(k.decode() if isinstance(k, bytes) else k): v for k, v in rec.items()}
+        chunks = self.r.lrange(exec_output_key(self.prefix, exec_id), 0, -1)
+        data = b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
+        state = rec.get("state")
+        state = state.decode() if isinstance(state, bytes) else state
+        code = rec.get("exit_code")
+        return {
+            "id": exec_id,
+            "state": state,
+            "output": data[offset:].decode("utf-8", errors="replace"),
+            "offset": len(data),
+            "exit_code": int(code) if code is not None and state == "done" else None,
+        }
