@@ -153,6 +153,14 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
             == 401
         )
 
+    # corral exec reaches the played VM through its agent (issue 24): output and exit code.
+    ran = system.cli("exec", svc, "--", "echo on-the-vm $CORRAL_REQUEST_ID; exit 6")
+    assert ran.returncode == 6 and f"on-the-vm {svc}" in ran.stdout, ran.stdout + ran.stderr
+    theirs_exec = httpx.get(
+        f"{system.api_url}/v1/node/execs", headers={"Authorization": f"Bearer {vm_other.token}"}
+    )
+    assert theirs_exec.json() == {"execs": []}  # another node's queue is its own
+
     # Terminated: the VM goes, its agent is stopped as the shutdown would, its token expires.
     assert system.cli("terminate", svc).returncode == 0
     wait_for(lambda: system.request(svc)["state"] == "TERMINATED", 60, "the service terminated")
