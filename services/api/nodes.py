@@ -1,7 +1,8 @@
 """The API's node routes: what a cloud machine's agent calls, with its node token.
 
 A node token (see :mod:`corral.services.state.nodes`) names one node; every route here acts on
-that node only (no route takes a node id), and no other route accepts it. The agent's wheel is
+that node only (no route takes a node id), and no other route accepts it. Registration alone
+takes the boot script's one-time enrollment ticket instead, and answers with the token. The agent's wheel is
 served here too, so a machine needs nothing but Python and pip to boot an agent.
 """
 
@@ -15,7 +16,7 @@ import zipfile
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.responses import Response
@@ -24,7 +25,15 @@ from pydantic import BaseModel, Field
 
 from corral.services.api.routes import get_deps
 from corral.services.runtime.deps import Deps
-from corral.services.state.nodes import LOG_CHUNK_MAX, NodeName, TokenError
+from corral.services.state.nodes import (
+    LOG_CHUNK_MAX,
+    RESULTS_KEPT,
+    NODE,
+    TICKET,
+    NodeName,
+    ResultsRefused,
+    TokenError,
+)
 
 router = APIRouter(prefix="/v1/node", tags=["nodes"])
 
@@ -33,24 +42,37 @@ _bearer = HTTPBearer(auto_error=False, description="the node's own token (from i
 AGENT_DIST = "corral_node_agent"
 
 
-def node_of(
-    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
-) -> NodeName:
-    """The node the bearer token names: 401 without a node token, 403 once its node ended."""
+def _verified(request: Request, credentials: HTTPAuthorizationCredentials | None, kind: str) -> NodeName:
+    """The node the bearer names: 401 without one of ``kind``, 403 once its node ended."""
     deps: Deps = request.app.state.deps
+    what = "an enrollment ticket" if kind == TICKET else "a node token"
     if credentials is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
-            "a node token is required (Authorization: Bearer <token>)",
+            f"{what} is required (Authorization: Bearer <token>)",
             headers={"WWW-Authenticate": "Bearer"},
         )
     try:
-        return deps.nodes.verify(credentials.credentials)
+        return deps.nodes.verify(credentials.credentials, kind)
     except TokenError as exc:
         ended = "ended" in str(exc)
         raise HTTPException(
             status.HTTP_403_FORBIDDEN if ended else status.HTTP_401_UNAUTHORIZED, str(exc)
         ) from None
+
+
+def node_of(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+) -> NodeName:
+    """The node a node token names (every route but registration)."""
+    return _verified(request, credentials, NODE)
+
+
+def ticket_of(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+) -> NodeName:
+    """The node an enrollment ticket names (registration only)."""
+    return _verified(request, credentials, TICKET)
 
 
 class Registration(BaseModel):
@@ -67,8 +89,10 @@ class Beat(BaseModel):
 
 
 class Results(BaseModel):
-    results: list[dict[str, Any]]
-    drop: list[str] = Field(default_factory=list)
+    results: list[dict[str, Any]] = Field(max_length=100)
+    drop: list[Annotated[str, Field(max_length=200)]] = Field(
+        default_factory=list, max_length=RESULTS_KEPT
+    )
 
 
 class Finish(BaseModel):
@@ -80,25 +104,60 @@ class Notice(BaseModel):
     what: str = Field(max_length=64)  # spot-interruption | preempted
 
 
-@router.post("/register", summary="A node's agent is up")
+@router.post("/register", summary="A node's agent is up: its ticket for its token and work")
 def register(
-    body: Registration, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+    body: Registration, node: NodeName = Depends(ticket_of), deps: Deps = Depends(get_deps)
 ) -> dict[str, Any]:
-    deps.nodes.register(node, body.provider_id, time.time())
+    """Spend the node's one-time enrollment ticket: the answer carries the node's token and
+    its work, once. A node whose ticket other machines could read (one EC2 launch of many)
+    must name the machine it runs on, and it must be the one launched as this node."""
+    _check_machine(deps, node, body.provider_id)
+    if not deps.nodes.register(node, body.provider_id, time.time()):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"node {node} has registered already: its ticket is spent (the work is handed "
+            "out once)",
+        )
     beat = deps.settings.node_heartbeat_s
     return {
         "node": str(node),
+        "token": deps.nodes.token(node),
         "work": deps.nodes.work(node),
         "heartbeat_s": beat,
         "heartbeat_ttl_s": max(3 * beat, deps.settings.timers.heartbeat_timeout_s),
     }
 
 
+def _check_machine(deps: Deps, node: NodeName, provider_id: str | None) -> None:
+    bound = None if provider_id is None else deps.nodes.node_of(node.cloud, provider_id)
+    if bound is not None and bound != node:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"machine {provider_id} was not launched as node {node}"
+        )
+    if deps.nodes.shared_boot(node):
+        if provider_id is None:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"node {node} was launched with others: register with this machine's id",
+            )
+        if bound is None:  # the launch has not been described yet: the agent tries again
+            raise HTTPException(
+                status.HTTP_409_CONFLICT, f"machine {provider_id} is not known yet; try again"
+            )
+
+
 @router.post("/heartbeat", summary="A node is alive")
 def heartbeat(
-    body: Beat, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+    body: Beat,
+    node: NodeName = Depends(node_of),
+    deps: Deps = Depends(get_deps),
+    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
 ) -> dict[str, Any]:
-    deps.nodes.heartbeat(node, body.model_dump(exclude={"ttl_s"}), body.ttl_s, time.time())
+    now = time.time()
+    deps.nodes.heartbeat(node, body.model_dump(exclude={"ttl_s"}), body.ttl_s, now)
+    assert credentials is not None  # node_of refused a request without one
+    if deps.nodes.expires_at(credentials.credentials) - now < deps.nodes.token_ttl_s / 2:
+        return {"ok": True, "token": deps.nodes.token(node, now)}  # renewed past half life
     return {"ok": True}
 
 
@@ -115,10 +174,14 @@ def results(
     body: Results, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
 ) -> dict[str, Any]:
     for result in body.results:
-        if not isinstance(result.get("id"), str):
-            raise HTTPException(422, "every result needs a string id")
-    deps.nodes.put_results(node, body.results, body.drop)
-    return {"ok": True}
+        if not isinstance(result.get("id"), str) or not 0 < len(result["id"]) <= 200:
+            raise HTTPException(422, "every result needs a string id (1-200 characters)")
+    try:
+        refused = deps.nodes.put_results(node, body.results, body.drop)
+    except ResultsRefused as exc:
+        raise HTTPException(413, str(exc)) from None
+    # Ids never assigned to this node are not kept (nor an error: a withdrawn one races).
+    return {"ok": True, "refused": refused}
 
 
 @router.post("/finish", summary="A node's run ended")

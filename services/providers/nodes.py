@@ -46,6 +46,8 @@ _LAUNCH_INDEX = (
     "headers={'X-aws-ec2-metadata-token':t}),timeout=5).read().decode())"
 )
 
+_INSTANCE_ID = _LAUNCH_INDEX.replace("meta-data/ami-launch-index", "meta-data/instance-id")
+
 
 class NodeAgents:
     """Boot scripts and the agents' view of machines, for one cloud."""
@@ -79,13 +81,13 @@ class NodeAgents:
         tokens = {}
         for r in ranks:
             node = NodeName(self.cloud, spec.attempt_id, r)
-            self.book.put_work(node, self._work(spec, r))
-            tokens[r] = self.book.token(node)
+            self.book.put_work(node, self._work(spec, r), shared_boot=len(ranks) > 1)
+            tokens[r] = self.book.ticket(node)
         q = shlex.quote
         lines = [
             "#!/bin/bash",
-            "# Corral: install and start the node agent; it registers, then runs this",
-            "# machine's work and reports it. The token names this node only.",
+            "# Corral: install and start the node agent; it registers (spending this node's",
+            "# one-time ticket for its token and work), then runs the work and reports it.",
             "set -euo pipefail",
             f'root="${{CORRAL_NODE_ROOT:-{ROOT}}}"',
             'mkdir -p "$root" && chmod 700 "$root" && cd "$root"',
@@ -96,7 +98,10 @@ class NodeAgents:
             [token] = tokens.values()
             lines.append(f"token={q(token)}")
         else:
+            # Each node's ticket is readable by all of them (one UserData): registration
+            # also names this machine, and only the machine launched as that rank is taken.
             lines.append(f'rank="$("$py" -c {q(_LAUNCH_INDEX)})"')
+            lines.append(f'machine="$("$py" -c {q(_INSTANCE_ID)})"')
             lines.append('case "$rank" in')
             lines += [f"  {r}) token={q(t)} ;;" for r, t in tokens.items()]
             lines.append('  *) echo "corral: no token for launch index $rank" >&2; exit 1 ;;')
@@ -112,6 +117,7 @@ class NodeAgents:
         lines.append(
             f'PYTHONPATH="$root/agent" nohup "$py" -m {AGENT_MODULE} --api {q(self.api_url)} '
             f'--token-file "$root/node-token" --log "$root/node.log" --cloud {q(self.cloud)} '
+            '${machine:+--provider-id "$machine"} '
             '--metadata-url "${CORRAL_NODE_METADATA_URL:-}" '
             f"--kill-grace-s {self.kill_grace_s:g} >> node.log 2>&1 < /dev/null &"
         )

@@ -3,6 +3,7 @@ the providers read a machine's state from its agent's reports."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -10,7 +11,15 @@ import redis
 
 from corral.services.providers.base import LaunchSpec, ProviderInstance
 from corral.services.providers.nodes import NodeAgents
-from corral.services.state.nodes import NodeBook, NodeName, TokenError
+from corral.services.state.nodes import (
+    RESULT_MAX_BYTES,
+    RESULTS_KEPT,
+    TICKET,
+    NodeBook,
+    NodeName,
+    ResultsRefused,
+    TokenError,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -24,28 +33,89 @@ def test_a_token_names_one_node_and_dies_with_it(book: NodeBook) -> None:
     node = NodeName("aws", "att-1", 0)
     token = book.token(node)
     assert book.verify(token) == node
-    assert token.startswith("cn1.aws.att-1.0.")
+    assert token.startswith("cn2.n.aws.att-1.0.")
     sibling = book.token(NodeName("aws", "att-1", 1))
     assert book.verify(sibling) == NodeName("aws", "att-1", 1)
-    # Another node's name with this node's signature, a changed signature, other shapes.
+    mac = token.rsplit(".", 1)[1]
+    expiry = token.split(".")[5]
+    # Another node's name with this node's signature, a changed signature, other shapes
+    # (issue #27: a rank of non-ASCII digits or 5,000 digits was a 500).
     forged = [
-        sibling.rsplit(".", 1)[0] + "." + token.rsplit(".", 1)[1],
+        sibling.rsplit(".", 1)[0] + "." + mac,
         token[:-2] + ("AA" if not token.endswith("AA") else "BB"),
-        "cn1.aws.att-1.x." + token.rsplit(".", 1)[1],
+        f"cn2.n.aws.att-1.x.{expiry}.{mac}",
+        f"cn2.n.aws.att-1.\u0663.{expiry}.{mac}",  # ARABIC-INDIC DIGIT THREE: isdigit()
+        f"cn2.n.aws.att-1.\u00b2.{expiry}.{mac}",  # SUPERSCRIPT TWO: isdigit(), int() fails
+        f"cn2.n.aws.att-1.{'9' * 5000}.{expiry}.{mac}",
+        f"cn2.n.aws.att-1.0.{'9' * 5000}.{mac}",
+        f"cn2.n.aws.att-1.0.{int(expiry) + 3600}.{mac}",  # a longer life is not signed
+        "cn2.n.aws.att-1.0",
         "test-token-not-secret",
         "",
     ]
     for bad in forged:
         with pytest.raises(TokenError):
             book.verify(bad)
-    # Another book (another secret) does not accept it.
+    # Another book (another secret) does not accept it; a ticket is not a token.
     other = NodeBook(book.r, book.prefix, secret="another-secret")
     with pytest.raises(TokenError):
         other.verify(token)
+    with pytest.raises(TokenError, match="not a node token"):
+        book.verify(book.ticket(node))
+    with pytest.raises(TokenError, match="not an enrollment ticket"):
+        book.verify(token, TICKET)
     book.finish(node, 0, "completed", 1.0)
     with pytest.raises(TokenError, match="ended"):
         book.verify(token)
     assert book.verify(sibling) == NodeName("aws", "att-1", 1)  # its sibling lives on
+
+
+def test_a_token_expires_by_its_own_mac(book: NodeBook) -> None:
+    node = NodeName("aws", "att-exp", 0)
+    token = book.token(node, now=1_000.0)
+    assert book.verify(token, now=1_000.0 + book.token_ttl_s - 1) == node
+    with pytest.raises(TokenError, match="expired"):
+        book.verify(token, now=1_000.0 + book.token_ttl_s + 1)
+
+
+def test_a_revocation_outlives_the_node_record_and_the_token(book: NodeBook) -> None:
+    # Issue #27: a node's revocation lived in a record with a 7-day TTL, after which the
+    # token worked again. Now the record may go; the revocation mark stays past the token.
+    node = NodeName("aws", "att-rev", 0)
+    token = book.token(node)
+    book.register(node, "i-rev", 1.0)
+    book.end(node, "terminated by Corral")
+    book.r.delete(book._k(node, "rec"))  # the 7-day record expired
+    with pytest.raises(TokenError, match="ended"):
+        book.verify(token)
+    mark_ttl_s = book.r.ttl(book._revoked(node))
+    assert mark_ttl_s > book.token_ttl_s  # outlives any token issued before the end
+    assert book.expires_at(token) - time.time() < mark_ttl_s
+
+
+def test_results_only_for_assigned_ids_and_capped(book: NodeBook) -> None:
+    # Issue #27: 60,000 results for ids never assigned added 77 MiB to Redis.
+    node = NodeName("aws", "att-res", 0)
+    book.put_assignment(node, {"id": "a1", "run": "true"})
+    result = {"id": "a1", "exit_code": 0, "reason": "exited", "at": 1.0}
+    fakes = [{"id": f"fake-{i}", "exit_code": 0} for i in range(50)]
+    refused = book.put_results(node, [result, *fakes], [])
+    assert refused == [f"fake-{i}" for i in range(50)]
+    assert book.r.hlen(book._k(node, "assign-result")) == 1
+    _, _, results = book.assignment_view(node)
+    assert set(results) == {"a1"}
+    # A withdrawn assignment's result is still taken (the agent reports it after).
+    book.put_assignment(node, {"id": "a2", "run": "true"})
+    book.drop_assignment(node, "a2")
+    assert book.put_results(node, [{**result, "id": "a2"}], []) == []
+    with pytest.raises(ResultsRefused, match="bytes"):
+        book.put_results(node, [{**result, "pad": "x" * RESULT_MAX_BYTES}], [])
+    for i in range(RESULTS_KEPT):
+        book.r.sadd(book._k(node, "assigned"), f"b{i}")
+    with pytest.raises(ResultsRefused, match="at most"):
+        book.put_results(node, [{**result, "id": f"b{i}"} for i in range(RESULTS_KEPT)], [])
+    # Dropping old ones makes room.
+    assert book.put_results(node, [{**result, "id": "b0"}], ["a1"]) == []
 
 
 def test_log_chunks_are_kept_once_whatever_is_resent(book: NodeBook) -> None:
@@ -82,7 +152,8 @@ def test_a_machine_is_up_when_its_agent_says_so(book: NodeBook) -> None:
     )
     script = agents.boot_script(spec)
     node = NodeName("aws", "att-3", 0)
-    assert book.token(node) in script and "http://api.example:8080/v1/node/agent.whl" in script
+    assert book.verify(_ticket(script), TICKET) == node
+    assert "http://api.example:8080/v1/node/agent.whl" in script
     assert book.work(node)["run"] == "echo hi"
 
     def seen() -> ProviderInstance:
@@ -119,6 +190,13 @@ def test_a_multi_node_script_picks_its_token_by_launch_index(book: NodeBook) -> 
     )
     script = agents.boot_script(spec)
     for rank in range(3):
-        assert f"{rank}) token={book.token(NodeName('aws', 'att-5', rank))}" in script
+        ticket = script.split(f"  {rank}) token=", 1)[1].split(" ", 1)[0]
+        assert book.verify(ticket, TICKET) == NodeName("aws", "att-5", rank)
+        assert book.shared_boot(NodeName("aws", "att-5", rank))  # registering names the machine
         assert book.work(NodeName("aws", "att-5", rank))["envs"]["CORRAL_NODE_RANK"] == str(rank)
     assert "ami-launch-index" in script
+    assert "meta-data/instance-id" in script and '--provider-id "$machine"' in script
+
+
+def _ticket(script: str) -> str:
+    return script.split("token=", 1)[1].split(None, 1)[0].strip("'")
