@@ -127,6 +127,16 @@ class Settings(BaseSettings):
     node_heartbeat_s: float = 5.0  # how often a cloud node's agent reports
     worker_concurrency: int = 2
     api_max_body_bytes: int = 2 * 1024 * 1024  # a larger request body is refused (413)
+    # The API server's guards against slow or many clients (services/api/server.py): a
+    # request's headers must arrive within header_timeout_s of its first byte, its body
+    # within body_timeout_s after; past max_concurrency connections and requests, 503.
+    api_header_timeout_s: float = Field(default=10.0, gt=0)
+    api_body_timeout_s: float = Field(default=30.0, gt=0)
+    api_max_concurrency: int = Field(default=200, ge=1)
+    api_keep_alive_s: int = Field(default=5, ge=1)
+    # Finished requests, their events and keyed submissions are exported, then deleted, this
+    # long after they finished (services/state/retention.py).
+    retention_days: float = Field(default=30.0, gt=0)
     # Logs and metrics (services/observability). "json": one JSON object per line, with the
     # ids (request, task, pool...) of the work at hand.
     log_format: Literal["text", "json"] = "text"
