@@ -123,6 +123,9 @@ class Settings(BaseSettings):
     # Where a node's boot script installs the agent from: a pip requirement or wheel URL.
     # None: the wheel the API serves at <node_api_url>/v1/node/agent.whl.
     node_agent_source: str | None = None
+    # The sha256 (hex) of a wheel given as node_agent_source, checked by the boot script before
+    # it unpacks it; the served wheel's hash is known without it. None with a source: a warning.
+    node_agent_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     node_secret: SecretStr | None = None  # signs node tokens; None: drawn once, kept in Redis
     node_heartbeat_s: float = 5.0  # how often a cloud node's agent reports
     worker_concurrency: int = 2

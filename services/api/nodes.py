@@ -8,14 +8,7 @@ served here too, so a machine needs nothing but Python and pip to boot an agent.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import time
-import zipfile
-from functools import lru_cache
-from importlib import metadata
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
@@ -24,6 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from corral.services.api.routes import get_deps
+from corral.services.providers.agent_wheel import AGENT_DIST, build_agent_wheel
 from corral.services.runtime.deps import Deps
 from corral.services.state.nodes import (
     LOG_CHUNK_MAX,
@@ -39,7 +33,7 @@ router = APIRouter(prefix="/v1/node", tags=["nodes"])
 
 _bearer = HTTPBearer(auto_error=False, description="the node's own token (from its boot script)")
 
-AGENT_DIST = "corral_node_agent"
+__all__ = ["AGENT_DIST", "build_agent_wheel", "router"]
 
 
 def _verified(request: Request, credentials: HTTPAuthorizationCredentials | None, kind: str) -> NodeName:
@@ -221,40 +215,3 @@ def agent_wheel() -> Response:
         media_type="application/octet-stream",
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
-
-
-def _record_line(path: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
-    return f"{path},sha256={digest},{len(data)}"
-
-
-@lru_cache(maxsize=1)
-def build_agent_wheel() -> tuple[str, bytes]:
-    """(file name, bytes) of a wheel holding only the agent (standard library only, so
-    ``pip install --no-deps`` of it is all a machine needs)."""
-    try:
-        version = metadata.version("corral")
-    except metadata.PackageNotFoundError:
-        version = "0"
-    from corral.services import agent
-
-    root = Path(agent.__file__).parent
-    files = {"corral/services/__init__.py": b'"""Corral\'s services (the node agent only)."""\n'}
-    for src in sorted(root.glob("*.py")):
-        files[f"corral/services/agent/{src.name}"] = src.read_bytes()
-    info = f"{AGENT_DIST}-{version}.dist-info"
-    files[f"{info}/METADATA"] = (
-        f"Metadata-Version: 2.1\nName: {AGENT_DIST.replace('_', '-')}\nVersion: {version}\n"
-        "Summary: Corral's node agent\nRequires-Python: >=3.8\n"
-    ).encode()
-    files[f"{info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: corral\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    record = [_record_line(path, data) for path, data in files.items()]
-    record.append(f"{info}/RECORD,,")
-    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as whl:
-        for path, data in files.items():
-            whl.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), data)
-    return f"{AGENT_DIST}-{version}-py3-none-any.whl", buf.getvalue()

@@ -10,6 +10,7 @@ run's exit code.
 
 from __future__ import annotations
 
+import logging
 import shlex
 import time
 from collections import OrderedDict
@@ -25,17 +26,24 @@ from corral.services.providers.base import (
     checked_assignment,
     status_view,
 )
+from corral.services.providers.agent_wheel import agent_wheel_sha256
 from corral.services.state.nodes import NodeBook, NodeName, NodeView
 from corral.shared.errors import InvalidRequestError
+
+log = logging.getLogger(__name__)
 
 AGENT_MODULE = "corral.services.agent.node"
 ROOT = "/var/lib/corral"  # where the agent lives on the machine (CORRAL_NODE_ROOT overrides)
 
-# Fetch a wheel and unpack it, with nothing but Python: a pure wheel is a zip of the package.
+# Fetch a wheel, check its sha256 and unpack it, with nothing but Python: a pure wheel is a
+# zip of the package. A wheel whose hash differs (tampered on the way) is never unpacked.
 _UNPACK = (
-    "import io,sys,urllib.request,zipfile;"
-    "zipfile.ZipFile(io.BytesIO(urllib.request.urlopen(sys.argv[1],timeout=60).read()))"
-    ".extractall(sys.argv[2])"
+    "import hashlib,io,sys,urllib.request,zipfile;"
+    "d=urllib.request.urlopen(sys.argv[1],timeout=60).read();"
+    "h=hashlib.sha256(d).hexdigest();"
+    "h==sys.argv[3] or sys.exit('corral: the agent wheel has sha256 '+h+', expected '+sys.argv[3]"
+    "+'; not installing it');"
+    "zipfile.ZipFile(io.BytesIO(d)).extractall(sys.argv[2])"
 )
 # The launch index of this machine among those one RunInstances call started (IMDSv2).
 _LAUNCH_INDEX = (
@@ -49,6 +57,19 @@ _LAUNCH_INDEX = (
 _INSTANCE_ID = _LAUNCH_INDEX.replace("meta-data/ami-launch-index", "meta-data/instance-id")
 
 
+def warn_if_plain_http(api_url: str) -> bool:
+    """Warn, naming the risk, when machines reach the API over plain HTTP; True if so."""
+    if api_url.lower().startswith("https://"):
+        return False
+    log.warning(
+        "CORRAL_NODE_API_URL %s is not https: each node's enrollment ticket, token, work "
+        "(with its envs) and output cross the network in clear text, readable and "
+        "replaceable by anyone on the path; put the API behind TLS",
+        api_url,
+    )
+    return True
+
+
 class NodeAgents:
     """Boot scripts and the agents' view of machines, for one cloud."""
 
@@ -59,13 +80,23 @@ class NodeAgents:
         api_url: str,
         *,
         source: str | None = None,
+        source_sha256: str | None = None,
         kill_grace_s: float = 10.0,
     ) -> None:
         self.cloud = cloud
         self.book = book
         self.api_url = api_url.rstrip("/")
         self.source = source or f"{self.api_url}/v1/node/agent.whl"
+        # The hash the boot script checks: the served wheel's, or the one given with a source.
+        self.source_sha256 = source_sha256 or (None if source else agent_wheel_sha256())
         self.kill_grace_s = kill_grace_s
+        warn_if_plain_http(self.api_url)
+        if self.source_sha256 is None:
+            log.warning(
+                "node agent source %r has no sha256 (CORRAL_NODE_AGENT_SHA256): machines will "
+                "run as root whatever they download from it",
+                self.source,
+            )
         self._bound: OrderedDict[str, NodeName] = OrderedDict()
 
     # --- launch ----------------------------------------------------------------------------
@@ -107,8 +138,11 @@ class NodeAgents:
             lines.append('  *) echo "corral: no token for launch index $rank" >&2; exit 1 ;;')
             lines.append("esac")
         lines.append('printf "%s" "$token" > node-token')
-        if self.source.endswith(".whl") and "://" in self.source:
-            lines.append(f'"$py" -c {q(_UNPACK)} {q(self.source)} "$root/agent" >> node.log 2>&1')
+        if self.source.endswith(".whl") and "://" in self.source and self.source_sha256:
+            lines.append(
+                f'"$py" -c {q(_UNPACK)} {q(self.source)} "$root/agent" {q(self.source_sha256)} '
+                ">> node.log 2>&1"
+            )
         else:
             lines.append(
                 '"$py" -m pip install --quiet --disable-pip-version-check --no-deps '

@@ -3,14 +3,22 @@ the providers read a machine's state from its agent's reports."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import subprocess
+import sys
+import threading
 import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import redis
 
 from corral.services.providers.base import LaunchSpec, ProviderInstance
-from corral.services.providers.nodes import NodeAgents
+from corral.services.providers.agent_wheel import build_agent_wheel
+from corral.services.providers.nodes import NodeAgents, warn_if_plain_http
 from corral.services.state.nodes import (
     RESULT_MAX_BYTES,
     RESULTS_KEPT,
@@ -200,3 +208,65 @@ def test_a_multi_node_script_picks_its_token_by_launch_index(book: NodeBook) -> 
 
 def _ticket(script: str) -> str:
     return script.split("token=", 1)[1].split(None, 1)[0].strip("'")
+
+
+def _serve(data: bytes) -> tuple[ThreadingHTTPServer, str]:
+    class One(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), One)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1/node/agent.whl"
+
+
+@pytest.mark.parametrize("tampered", [False, True])
+def test_the_boot_script_checks_the_agent_wheels_sha256(
+    book: NodeBook, tmp_path: Path, tampered: bool
+) -> None:
+    # Issue #27: the agent wheel was fetched over plain HTTP and run as root unchecked.
+    _, wheel = build_agent_wheel()
+    served = wheel + b"\0" if tampered else wheel
+    server, url = _serve(served)
+    try:
+        agents = NodeAgents("aws", book, url.rsplit("/v1/", 1)[0])
+        assert agents.source_sha256 == hashlib.sha256(wheel).hexdigest()
+        spec = LaunchSpec(
+            request_id="r-1", attempt_id="att-h", cloud="aws", region="us-east-1",
+            zone="us-east-1a", instance_type="m5.large", run="true",
+        )  # fmt: skip
+        script = agents.boot_script(spec)
+        assert agents.source_sha256 in script
+        # Run only the install line, as the machine would.
+        [line] = [ln for ln in script.splitlines() if "hashlib" in ln]
+        line = line.replace('"$py"', sys.executable).replace('"$root/agent"', str(tmp_path / "a"))
+        done = subprocess.run(
+            ["bash", "-c", line.split(" >> ")[0]], capture_output=True, text=True, timeout=60
+        )
+    finally:
+        server.shutdown()
+    if tampered:
+        assert done.returncode != 0 and "not installing" in done.stderr
+        assert not (tmp_path / "a").exists()
+    else:
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "a" / "corral" / "services" / "agent" / "node.py").exists()
+
+
+def test_a_plain_http_api_for_nodes_is_a_loud_warning(
+    book: NodeBook, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    assert warn_if_plain_http("http://10.0.0.1:8080")
+    assert "not https" in caplog.text and "clear text" in caplog.text
+    caplog.clear()
+    assert not warn_if_plain_http("https://corral.example")
+    assert caplog.text == ""
+    NodeAgents("aws", book, "https://corral.example", source="corral-node-agent==1.0")
+    assert "has no sha256" in caplog.text  # a source of unknown content is named too
