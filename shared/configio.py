@@ -131,14 +131,14 @@ class _LineLoader(yaml.SafeLoader):
         else:
             self.aliases += 1
             if self.aliases > self.limits.max_aliases:
-                line = self.peek_event().start_mark.line + 1
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
                 raise _LimitExceeded(
                     f"more than {self.limits.max_aliases} aliases (*name); expand them", line
                 )
         self.depth += 1
         try:
             if self.depth > self.limits.max_depth:
-                line = self.peek_event().start_mark.line + 1
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
                 raise _LimitExceeded(f"nested deeper than {self.limits.max_depth} levels", line)
             return super().compose_node(parent, index)
         finally:
@@ -166,9 +166,7 @@ def _count(loader: _LineLoader, node: yaml.Node, depth: int) -> None:
         )
 
 
-def _compose_to_python(
-    node: yaml.Node, path: PathKey, doc: Document, loader: _LineLoader
-) -> Any:
+def _compose_to_python(node: yaml.Node, path: PathKey, doc: Document, loader: _LineLoader) -> Any:
     _count(loader, node, len(path))
     # A key's own line was recorded by its parent; a block value starts a line lower.
     doc.lines.setdefault(path, node.start_mark.line + 1)

@@ -2,8 +2,8 @@
 
 A node token (see :mod:`corral.services.state.nodes`) names one node; every route here acts on
 that node only (no route takes a node id), and no other route accepts it. Registration alone
-takes the boot script's one-time enrollment ticket instead, and answers with the token. The agent's wheel is
-served here too, so a machine needs nothing but Python and pip to boot an agent.
+takes the boot script's one-time enrollment ticket instead, and answers with the token. The
+agent's wheel is served here too, so a machine needs nothing but Python to boot an agent.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from corral.services.providers.agent_wheel import AGENT_DIST, build_agent_wheel
 from corral.services.runtime.deps import Deps
 from corral.services.state.nodes import (
     LOG_CHUNK_MAX,
-    RESULTS_KEPT,
     NODE,
+    RESULTS_KEPT,
     TICKET,
     NodeName,
     ResultsRefused,
@@ -36,7 +36,9 @@ _bearer = HTTPBearer(auto_error=False, description="the node's own token (from i
 __all__ = ["AGENT_DIST", "build_agent_wheel", "router"]
 
 
-def _verified(request: Request, credentials: HTTPAuthorizationCredentials | None, kind: str) -> NodeName:
+def _verified(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, kind: str
+) -> NodeName:
     """The node the bearer names: 401 without one of ``kind``, 403 once its node ended."""
     deps: Deps = request.app.state.deps
     what = "an enrollment ticket" if kind == TICKET else "a node token"

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+from corral.services.providers.agent_wheel import agent_wheel_sha256
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_NODE,
@@ -26,7 +27,6 @@ from corral.services.providers.base import (
     checked_assignment,
     status_view,
 )
-from corral.services.providers.agent_wheel import agent_wheel_sha256
 from corral.services.state.nodes import NodeBook, NodeName, NodeView
 from corral.shared.errors import InvalidRequestError
 

@@ -78,7 +78,9 @@ def test_deep_nesting_and_collection_keys_are_422(
 
 def test_deep_json_is_422(client: TestClient) -> None:
     body = '{"task": {"name": "x", "labels": ' + "[" * 5000 + "]" * 5000 + "}}"
-    resp = client.post("/v1/requests", content=body, headers={**AUTH, "Content-Type": "application/json"})
+    resp = client.post(
+        "/v1/requests", content=body, headers={**AUTH, "Content-Type": "application/json"}
+    )
     assert 400 <= resp.status_code < 500, resp.text
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from corral.services.providers.base import LaunchSpec, ProviderInstance
 from corral.services.providers.agent_wheel import build_agent_wheel
+from corral.services.providers.base import LaunchSpec, ProviderInstance
 from corral.services.providers.nodes import NodeAgents, warn_if_plain_http
 from corral.services.state.nodes import (
     RESULT_MAX_BYTES,

@@ -7,6 +7,7 @@ shapes (many aliases, deep flow nesting), translated here, not copied."""
 
 from __future__ import annotations
 
+import itertools
 import resource
 from pathlib import Path
 
@@ -14,12 +15,10 @@ import pytest
 
 from corral.shared.configio import ConfigError, YamlLimits, load_file, parse_text
 
+LETTERS = "abcdefghi"
 BOMB = "\n".join(
     ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
-    + [
-        f"{chr(ord('a') + i)}: &{chr(ord('a') + i)} [{', '.join(['*' + chr(ord('a') + i - 1)] * 9)}]"
-        for i in range(1, 9)
-    ]
+    + [f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in itertools.pairwise(LETTERS)]
 )
 
 
