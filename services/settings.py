@@ -140,6 +140,7 @@ class Settings(BaseSettings):
     # Finished requests, their events and keyed submissions are exported, then deleted, this
     # long after they finished (services/state/retention.py).
     retention_days: float = Field(default=30.0, gt=0)
+    retention_export_dir: Path | None = None  # None: <home>/exports
     # Logs and metrics (services/observability). "json": one JSON object per line, with the
     # ids (request, task, pool...) of the work at hand.
     log_format: Literal["text", "json"] = "text"
