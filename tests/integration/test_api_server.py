@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from corral.services.api import create_app
-from corral.services.api.server import server_config
+from corral.services.api.server import GuardedH11Protocol, server_config
 from corral.services.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -160,3 +160,41 @@ def test_past_the_concurrency_limit_a_request_gets_503(api: Any) -> None:
     assert b" 503 " in status, status
     for h in held:
         h.close()
+
+
+def test_corral_run_api_serves_with_these_guards(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The process `corral run api` starts takes its uvicorn config from server_config, so the
+    # guards tested above are the ones it runs with.
+    from typer.testing import CliRunner
+
+    from corral.services.cli.main import app
+    from corral.services.settings import reset_settings
+
+    seen: dict[str, Any] = {}
+
+    def run(self: uvicorn.Server, sockets: Any = None) -> None:
+        seen["config"] = self.config
+        for s in sockets or ():
+            s.close()
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    for name, value in {
+        "CORRAL_REDIS_URL": redis_url,
+        "CORRAL_HOME": str(tmp_path),
+        "CORRAL_API_TOKEN": "t",
+        "CORRAL_API_HEADER_TIMEOUT_S": "3.5",
+        "CORRAL_API_MAX_CONCURRENCY": "17",
+    }.items():
+        monkeypatch.setenv(name, value)
+    reset_settings()
+    try:
+        done = CliRunner().invoke(app, ["run", "api", "--port", "0"])
+    finally:
+        reset_settings()
+    assert done.exit_code == 0, done.output
+    config = seen["config"]
+    assert issubclass(config.http, GuardedH11Protocol)
+    assert config.http.header_timeout_s == 3.5
+    assert config.limit_concurrency == 17
