@@ -94,3 +94,21 @@ def test_the_cli_reader_uses_the_limits(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_file(f)
     assert str(f) in str(err.value)
+
+
+def test_corral_validate_refuses_the_bomb_with_exit_2(tmp_path: Path) -> None:
+    # The finding: `corral validate` on 468 bytes took 2.46 GB and 48 s.
+    import subprocess
+    import sys
+
+    f = tmp_path / "bomb.yaml"
+    f.write_text(BOMB)
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.services.cli.main", "validate", str(f)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{f}:" in done.stdout + done.stderr and "alias bomb" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
