@@ -132,10 +132,24 @@ class Settings(BaseSettings):
     # Where a node's boot script installs the agent from: a pip requirement or wheel URL.
     # None: the wheel the API serves at <node_api_url>/v1/node/agent.whl.
     node_agent_source: str | None = None
+    # The sha256 (hex) of a wheel given as node_agent_source, checked by the boot script before
+    # it unpacks it; the served wheel's hash is known without it. None with a source: a warning.
+    node_agent_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     node_secret: SecretStr | None = None  # signs node tokens; None: drawn once, kept in Redis
     node_heartbeat_s: float = 5.0  # how often a cloud node's agent reports
     worker_concurrency: int = 2
     api_max_body_bytes: int = 2 * 1024 * 1024  # a larger request body is refused (413)
+    # The API server's guards against slow or many clients (services/api/server.py): a
+    # request's headers must arrive within header_timeout_s of its first byte, its body
+    # within body_timeout_s after; past max_concurrency connections and requests, 503.
+    api_header_timeout_s: float = Field(default=10.0, gt=0)
+    api_body_timeout_s: float = Field(default=30.0, gt=0)
+    api_max_concurrency: int = Field(default=200, ge=1)
+    api_keep_alive_s: int = Field(default=5, ge=1)
+    # Finished requests, their events and keyed submissions are exported, then deleted, this
+    # long after they finished (services/state/retention.py).
+    retention_days: float = Field(default=30.0, gt=0)
+    retention_export_dir: Path | None = None  # None: <home>/exports
     # Logs and metrics (services/observability). "json": one JSON object per line, with the
     # ids (request, task, pool...) of the work at hand.
     log_format: Literal["text", "json"] = "text"

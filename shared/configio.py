@@ -86,20 +86,102 @@ def format_loc(path: Iterable[str | int]) -> str:
     return out
 
 
+@dataclass(frozen=True)
+class YamlLimits:
+    """What one document may cost to read. An alias is a pointer, so 400 bytes of anchors
+    can stand for gigabytes once expanded (the "billion laughs"); deep nesting exhausts the
+    parser's recursion. Every path that reads user YAML (CLI, API, queue) passes here."""
+
+    max_bytes: int = 16 * 1024 * 1024  # the text itself
+    max_aliases: int = 1_000  # ``*name`` references in the text
+    max_depth: int = 100  # nested collections
+    max_nodes: int = 1_000_000  # values once every alias is expanded
+    # Past 10,000 values, aliases may at most multiply the values the text spells out by
+    # this much (go-yaml's alias ratio, in spirit): a bomb is refused after a few ms.
+    max_alias_ratio: int = 10
+
+
+DEFAULT_LIMITS = YamlLimits()
+
+
+class _LimitExceeded(Exception):
+    """Raised inside the loader; :func:`parse_text` turns it into a ConfigError."""
+
+    def __init__(self, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
 class _LineLoader(yaml.SafeLoader):
-    """A safe loader that refuses duplicate keys (a silent overwrite hides a typo)."""
+    """A safe loader that refuses duplicate keys (a silent overwrite hides a typo) and counts
+    aliases and nesting as it composes (before anything is expanded)."""
+
+    def __init__(self, stream: str, limits: YamlLimits = DEFAULT_LIMITS) -> None:
+        super().__init__(stream)
+        self.limits = limits
+        self.aliases = 0
+        self.depth = 0
+        self.expanded = 0
+        self.composed = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if not self.check_event(yaml.AliasEvent):
+            self.composed += 1
+        else:
+            self.aliases += 1
+            if self.aliases > self.limits.max_aliases:
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+                raise _LimitExceeded(
+                    f"more than {self.limits.max_aliases} aliases (*name); expand them", line
+                )
+        self.depth += 1
+        try:
+            if self.depth > self.limits.max_depth:
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+                raise _LimitExceeded(f"nested deeper than {self.limits.max_depth} levels", line)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _count(loader: _LineLoader, node: yaml.Node, depth: int) -> None:
+    loader.expanded += 1
+    limits = loader.limits
+    if loader.expanded > 10_000 and loader.expanded > limits.max_alias_ratio * loader.composed:
+        raise _LimitExceeded(
+            f"aliases expand {loader.composed} written values past "
+            f"{limits.max_alias_ratio} times as many (an alias bomb?)",
+            node.start_mark.line + 1,
+        )
+    if loader.expanded > limits.max_nodes:
+        raise _LimitExceeded(
+            f"more than {limits.max_nodes} values once aliases are expanded",
+            node.start_mark.line + 1,
+        )
+    if depth > loader.limits.max_depth:  # aliases can nest what the text did not
+        raise _LimitExceeded(
+            f"nested deeper than {loader.limits.max_depth} levels once aliases are expanded",
+            node.start_mark.line + 1,
+        )
 
 
 def _compose_to_python(node: yaml.Node, path: PathKey, doc: Document, loader: _LineLoader) -> Any:
+    _count(loader, node, len(path))
     # A key's own line was recorded by its parent; a block value starts a line lower.
     doc.lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ConfigError.single(
+                    doc.name,
+                    "a key must be a plain value (a name or a number), not a list or mapping",
+                    format_loc(path),
+                    key_node.start_mark.line + 1,
+                )
             key = loader.construct_object(key_node, deep=True)
-            if isinstance(key, list):
-                key = tuple(key)
             if key in out:
                 raise ConfigError.single(
                     doc.name,
@@ -116,22 +198,38 @@ def _compose_to_python(node: yaml.Node, path: PathKey, doc: Document, loader: _L
     return loader.construct_object(node, deep=True)
 
 
-def parse_text(text: str, name: str = "<input>", base_dir: Path | None = None) -> Document:
+def parse_text(
+    text: str,
+    name: str = "<input>",
+    base_dir: Path | None = None,
+    limits: YamlLimits = DEFAULT_LIMITS,
+) -> Document:
     """Parse YAML or JSON text (JSON is read as YAML so lines are known; a pure JSON
-    fallback covers the few JSON texts YAML 1.1 reads differently)."""
+    fallback covers the few JSON texts YAML 1.1 reads differently). A text past ``limits``
+    (size, aliases, depth, expanded values) is a ConfigError, found before it costs much."""
     doc = Document(name=name, data=None, base_dir=base_dir)
+    if len(text) > limits.max_bytes:
+        raise ConfigError.single(
+            name, f"{len(text)} characters, more than the {limits.max_bytes} a file may hold"
+        )
     try:
-        loader = _LineLoader(text)  # its reader refuses control characters at once
+        loader = _LineLoader(text, limits)  # its reader refuses control characters at once
     except yaml.YAMLError as exc:
         raise ConfigError.single(name, f"not valid YAML or JSON: {exc}") from None
     try:
         node = loader.get_single_node()
         doc.data = None if node is None else _compose_to_python(node, (), doc, loader)
+    except _LimitExceeded as exc:
+        raise ConfigError.single(name, f"refused: {exc.message}", "", exc.line) from None
+    except RecursionError:
+        raise ConfigError.single(name, "refused: nested too deeply") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         try:
             doc.data = json.loads(text)
             doc.lines = {}
+        except RecursionError:
+            raise ConfigError.single(name, "refused: nested too deeply") from None
         except ValueError:
             line = mark.line + 1 if mark else None
             problem = exc.problem or str(exc)

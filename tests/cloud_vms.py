@@ -91,12 +91,19 @@ class Vm:
 
     @property
     def token(self) -> str:
+        """The node token once the agent registered (the boot script's ticket before)."""
         return (self.root / "node-token").read_text()
+
+    @property
+    def ticket(self) -> str:
+        """The one-time enrollment ticket the boot script carried."""
+        script = (self.root / "boot.sh").read_text()
+        return script.split("token=", 1)[1].split(None, 1)[0].strip("'")
 
     @property
     def node(self) -> str:
         """``cloud/attempt/rank``: the node its token names."""
-        _, cloud, attempt, rank, _ = self.token.split(".")
+        cloud, attempt, rank = self.token.split(".")[2:5]
         return f"{cloud}/{attempt}/{rank}"
 
     def log(self) -> str:

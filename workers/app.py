@@ -75,6 +75,7 @@ def make_app(settings: Settings) -> Celery:
             "autoscale-tick": _every(
                 dispatch.AUTOSCALE_TICK, timers.reconcile_interval_s, dispatch.AUTOSCALE_QUEUE
             ),
+            "retention": _every(dispatch.RETENTION, 3600.0, dispatch.SCHEDULE_QUEUE),
         },
         include=[
             "corral.workers.schedule",

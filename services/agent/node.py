@@ -38,10 +38,24 @@ LOG_EVERY_S = 0.5
 class HttpLink:
     """The agent's reports as calls to ``<api>/v1/node/...`` with the node token."""
 
-    def __init__(self, api: str, token: str, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, api: str, token: str, timeout_s: float = 10.0, token_file: Path | None = None
+    ) -> None:
         self.api = api.rstrip("/")
         self._auth = f"Bearer {token}"
         self.timeout_s = timeout_s
+        self.token_file = token_file
+
+    def use_token(self, token: str) -> None:
+        """From now on, call with ``token`` (registration's, or a renewed one), and keep it in
+        the token file (the boot script's one-time ticket is spent)."""
+        self._auth = f"Bearer {token}"
+        if self.token_file is not None:
+            tmp = self.token_file.with_suffix(".new")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(token)
+            os.replace(tmp, self.token_file)
 
     def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None) -> Any:
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
@@ -79,7 +93,9 @@ class HttpLink:
             "assignment": assignment,
             "assignments": assignments,
         }
-        self.call("POST", "/v1/node/heartbeat", beat)
+        got = self.call("POST", "/v1/node/heartbeat", beat)
+        if isinstance(got, dict) and isinstance(got.get("token"), str):
+            self.use_token(got["token"])  # renewed before it expires
 
     def assignments(self) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         got = self.call("GET", "/v1/node/assignments")
@@ -299,12 +315,14 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         say(f"cannot read the node token: {exc}")
         return 2
-    link = NodeLink(args.api, token)
+    link = NodeLink(args.api, token, token_file=args.token_file)
     try:
         answer = register(link, args.provider_id, args.register_wait_s)
     except LinkError as exc:
         say(f"could not register with {args.api}: {exc}")
         return 3
+    if isinstance(answer.get("token"), str):
+        link.use_token(answer["token"])
     work = answer.get("work") or {}
     envs = {str(k): str(v) for k, v in (work.get("envs") or {}).items()}
     # Where the node's workload writes the demand it queued (a Ray head's pending tasks); the

@@ -1,21 +1,15 @@
 """The API's node routes: what a cloud machine's agent calls, with its node token.
 
 A node token (see :mod:`corral.services.state.nodes`) names one node; every route here acts on
-that node only (no route takes a node id), and no other route accepts it. The agent's wheel is
-served here too, so a machine needs nothing but Python and pip to boot an agent.
+that node only (no route takes a node id), and no other route accepts it. Registration alone
+takes the boot script's one-time enrollment ticket instead, and answers with the token. The
+agent's wheel is served here too, so a machine needs nothing but Python to boot an agent.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import time
-import zipfile
-from functools import lru_cache
-from importlib import metadata
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.responses import Response
@@ -23,36 +17,60 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from corral.services.api.routes import get_deps
+from corral.services.providers.agent_wheel import AGENT_DIST, build_agent_wheel
 from corral.services.runtime.deps import Deps
 from corral.services.state.bundles import BundleStore
 from corral.services.state.execs import ExecBook
-from corral.services.state.nodes import LOG_CHUNK_MAX, NodeName, TokenError
+from corral.services.state.nodes import (
+    LOG_CHUNK_MAX,
+    NODE,
+    RESULTS_KEPT,
+    TICKET,
+    NodeName,
+    ResultsRefused,
+    TokenError,
+)
 
 router = APIRouter(prefix="/v1/node", tags=["nodes"])
 
 _bearer = HTTPBearer(auto_error=False, description="the node's own token (from its boot script)")
 
-AGENT_DIST = "corral_node_agent"
+__all__ = ["AGENT_DIST", "build_agent_wheel", "router"]
 
 
-def node_of(
-    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+def _verified(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, kind: str
 ) -> NodeName:
-    """The node the bearer token names: 401 without a node token, 403 once its node ended."""
+    """The node the bearer names: 401 without one of ``kind``, 403 once its node ended."""
     deps: Deps = request.app.state.deps
+    what = "an enrollment ticket" if kind == TICKET else "a node token"
     if credentials is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
-            "a node token is required (Authorization: Bearer <token>)",
+            f"{what} is required (Authorization: Bearer <token>)",
             headers={"WWW-Authenticate": "Bearer"},
         )
     try:
-        return deps.nodes.verify(credentials.credentials)
+        return deps.nodes.verify(credentials.credentials, kind)
     except TokenError as exc:
         ended = "ended" in str(exc)
         raise HTTPException(
             status.HTTP_403_FORBIDDEN if ended else status.HTTP_401_UNAUTHORIZED, str(exc)
         ) from None
+
+
+def node_of(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+) -> NodeName:
+    """The node a node token names (every route but registration)."""
+    return _verified(request, credentials, NODE)
+
+
+def ticket_of(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+) -> NodeName:
+    """The node an enrollment ticket names (registration only)."""
+    return _verified(request, credentials, TICKET)
 
 
 class Registration(BaseModel):
@@ -69,8 +87,10 @@ class Beat(BaseModel):
 
 
 class Results(BaseModel):
-    results: list[dict[str, Any]]
-    drop: list[str] = Field(default_factory=list)
+    results: list[dict[str, Any]] = Field(max_length=100)
+    drop: list[Annotated[str, Field(max_length=200)]] = Field(
+        default_factory=list, max_length=RESULTS_KEPT
+    )
 
 
 class Finish(BaseModel):
@@ -82,18 +102,46 @@ class Notice(BaseModel):
     what: str = Field(max_length=64)  # spot-interruption | preempted
 
 
-@router.post("/register", summary="A node's agent is up")
+@router.post("/register", summary="A node's agent is up: its ticket for its token and work")
 def register(
-    body: Registration, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+    body: Registration, node: NodeName = Depends(ticket_of), deps: Deps = Depends(get_deps)
 ) -> dict[str, Any]:
-    deps.nodes.register(node, body.provider_id, time.time())
+    """Spend the node's one-time enrollment ticket: the answer carries the node's token and
+    its work, once. A node whose ticket other machines could read (one EC2 launch of many)
+    must name the machine it runs on, and it must be the one launched as this node."""
+    _check_machine(deps, node, body.provider_id)
+    if not deps.nodes.register(node, body.provider_id, time.time()):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"node {node} has registered already: its ticket is spent (the work is handed "
+            "out once)",
+        )
     beat = deps.settings.node_heartbeat_s
     return {
         "node": str(node),
+        "token": deps.nodes.token(node),
         "work": deps.nodes.work(node),
         "heartbeat_s": beat,
         "heartbeat_ttl_s": max(3 * beat, deps.settings.timers.heartbeat_timeout_s),
     }
+
+
+def _check_machine(deps: Deps, node: NodeName, provider_id: str | None) -> None:
+    bound = None if provider_id is None else deps.nodes.node_of(node.cloud, provider_id)
+    if bound is not None and bound != node:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"machine {provider_id} was not launched as node {node}"
+        )
+    if deps.nodes.shared_boot(node):
+        if provider_id is None:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"node {node} was launched with others: register with this machine's id",
+            )
+        if bound is None:  # the launch has not been described yet: the agent tries again
+            raise HTTPException(
+                status.HTTP_409_CONFLICT, f"machine {provider_id} is not known yet; try again"
+            )
 
 
 @router.get("/execs", summary="The commands queued for this node (corral exec), taken")
@@ -143,9 +191,16 @@ def bundle(node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)) ->
 
 @router.post("/heartbeat", summary="A node is alive")
 def heartbeat(
-    body: Beat, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+    body: Beat,
+    node: NodeName = Depends(node_of),
+    deps: Deps = Depends(get_deps),
+    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
 ) -> dict[str, Any]:
-    deps.nodes.heartbeat(node, body.model_dump(exclude={"ttl_s"}), body.ttl_s, time.time())
+    now = time.time()
+    deps.nodes.heartbeat(node, body.model_dump(exclude={"ttl_s"}), body.ttl_s, now)
+    assert credentials is not None  # node_of refused a request without one
+    if deps.nodes.expires_at(credentials.credentials) - now < deps.nodes.token_ttl_s / 2:
+        return {"ok": True, "token": deps.nodes.token(node, now)}  # renewed past half life
     return {"ok": True}
 
 
@@ -162,10 +217,14 @@ def results(
     body: Results, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
 ) -> dict[str, Any]:
     for result in body.results:
-        if not isinstance(result.get("id"), str):
-            raise HTTPException(422, "every result needs a string id")
-    deps.nodes.put_results(node, body.results, body.drop)
-    return {"ok": True}
+        if not isinstance(result.get("id"), str) or not 0 < len(result["id"]) <= 200:
+            raise HTTPException(422, "every result needs a string id (1-200 characters)")
+    try:
+        refused = deps.nodes.put_results(node, body.results, body.drop)
+    except ResultsRefused as exc:
+        raise HTTPException(413, str(exc)) from None
+    # Ids never assigned to this node are not kept (nor an error: a withdrawn one races).
+    return {"ok": True, "refused": refused}
 
 
 @router.post("/finish", summary="A node's run ended")
@@ -205,40 +264,3 @@ def agent_wheel() -> Response:
         media_type="application/octet-stream",
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
-
-
-def _record_line(path: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
-    return f"{path},sha256={digest},{len(data)}"
-
-
-@lru_cache(maxsize=1)
-def build_agent_wheel() -> tuple[str, bytes]:
-    """(file name, bytes) of a wheel holding only the agent (standard library only, so
-    ``pip install --no-deps`` of it is all a machine needs)."""
-    try:
-        version = metadata.version("corral")
-    except metadata.PackageNotFoundError:
-        version = "0"
-    from corral.services import agent
-
-    root = Path(agent.__file__).parent
-    files = {"corral/services/__init__.py": b'"""Corral\'s services (the node agent only)."""\n'}
-    for src in sorted(root.glob("*.py")):
-        files[f"corral/services/agent/{src.name}"] = src.read_bytes()
-    info = f"{AGENT_DIST}-{version}.dist-info"
-    files[f"{info}/METADATA"] = (
-        f"Metadata-Version: 2.1\nName: {AGENT_DIST.replace('_', '-')}\nVersion: {version}\n"
-        "Summary: Corral's node agent\nRequires-Python: >=3.8\n"
-    ).encode()
-    files[f"{info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: corral\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    record = [_record_line(path, data) for path, data in files.items()]
-    record.append(f"{info}/RECORD,,")
-    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as whl:
-        for path, data in files.items():
-            whl.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), data)
-    return f"{AGENT_DIST}-{version}-py3-none-any.whl", buf.getvalue()

@@ -1,8 +1,10 @@
 """The API's routes: launch requests, their events and logs, instances, health.
 
-Reads are open; every write depends on :func:`corral.services.api.auth.require_token`. The
-work itself is done by :mod:`corral.services.runtime.requests`; these functions only translate
-HTTP to calls and errors to status codes.
+Every route here, reads included, needs the admin token: :func:`corral.services.api.app.
+create_app` mounts this router behind :func:`corral.services.api.auth.require_token` (a
+request's view holds its task's envs, and machines reach this API too). The work itself is
+done by :mod:`corral.services.runtime.requests`; these functions only translate HTTP to calls
+and errors to status codes.
 """
 
 from __future__ import annotations

@@ -557,10 +557,11 @@ def run_api(
         out.print(f"api listening on {url}", markup=False)
     sys.stdout.flush()
     # Logs go to stderr, as text or JSON lines (CORRAL_LOG_FORMAT): see uvicorn_log_config.
+    from corral.services.api.server import server_config
     from corral.services.observability.logs import uvicorn_log_config
 
     log_config = uvicorn_log_config(settings)
-    config = uvicorn.Config(app, log_level="info", lifespan="on", log_config=log_config)
+    config = server_config(app, settings, log_level="info", lifespan="on", log_config=log_config)
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -10,12 +10,14 @@ run's exit code.
 
 from __future__ import annotations
 
+import logging
 import shlex
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+from corral.services.providers.agent_wheel import agent_wheel_sha256
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_NODE,
@@ -28,14 +30,20 @@ from corral.services.providers.base import (
 from corral.services.state.nodes import NodeBook, NodeName, NodeView
 from corral.shared.errors import InvalidRequestError
 
+log = logging.getLogger(__name__)
+
 AGENT_MODULE = "corral.services.agent.node"
 ROOT = "/var/lib/corral"  # where the agent lives on the machine (CORRAL_NODE_ROOT overrides)
 
-# Fetch a wheel and unpack it, with nothing but Python: a pure wheel is a zip of the package.
+# Fetch a wheel, check its sha256 and unpack it, with nothing but Python: a pure wheel is a
+# zip of the package. A wheel whose hash differs (tampered on the way) is never unpacked.
 _UNPACK = (
-    "import io,sys,urllib.request,zipfile;"
-    "zipfile.ZipFile(io.BytesIO(urllib.request.urlopen(sys.argv[1],timeout=60).read()))"
-    ".extractall(sys.argv[2])"
+    "import hashlib,io,sys,urllib.request,zipfile;"
+    "d=urllib.request.urlopen(sys.argv[1],timeout=60).read();"
+    "h=hashlib.sha256(d).hexdigest();"
+    "h==sys.argv[3] or sys.exit('corral: the agent wheel has sha256 '+h+', expected '+sys.argv[3]"
+    "+'; not installing it');"
+    "zipfile.ZipFile(io.BytesIO(d)).extractall(sys.argv[2])"
 )
 # The launch index of this machine among those one RunInstances call started (IMDSv2).
 _LAUNCH_INDEX = (
@@ -45,6 +53,21 @@ _LAUNCH_INDEX = (
     "print(u.urlopen(u.Request(b+'meta-data/ami-launch-index',"
     "headers={'X-aws-ec2-metadata-token':t}),timeout=5).read().decode())"
 )
+
+_INSTANCE_ID = _LAUNCH_INDEX.replace("meta-data/ami-launch-index", "meta-data/instance-id")
+
+
+def warn_if_plain_http(api_url: str) -> bool:
+    """Warn, naming the risk, when machines reach the API over plain HTTP; True if so."""
+    if api_url.lower().startswith("https://"):
+        return False
+    log.warning(
+        "CORRAL_NODE_API_URL %s is not https: each node's enrollment ticket, token, work "
+        "(with its envs) and output cross the network in clear text, readable and "
+        "replaceable by anyone on the path; put the API behind TLS",
+        api_url,
+    )
+    return True
 
 
 class NodeAgents:
@@ -57,13 +80,23 @@ class NodeAgents:
         api_url: str,
         *,
         source: str | None = None,
+        source_sha256: str | None = None,
         kill_grace_s: float = 10.0,
     ) -> None:
         self.cloud = cloud
         self.book = book
         self.api_url = api_url.rstrip("/")
         self.source = source or f"{self.api_url}/v1/node/agent.whl"
+        # The hash the boot script checks: the served wheel's, or the one given with a source.
+        self.source_sha256 = source_sha256 or (None if source else agent_wheel_sha256())
         self.kill_grace_s = kill_grace_s
+        warn_if_plain_http(self.api_url)
+        if self.source_sha256 is None:
+            log.warning(
+                "node agent source %r has no sha256 (CORRAL_NODE_AGENT_SHA256): machines will "
+                "run as root whatever they download from it",
+                self.source,
+            )
         self._bound: OrderedDict[str, NodeName] = OrderedDict()
 
     # --- launch ----------------------------------------------------------------------------
@@ -79,13 +112,13 @@ class NodeAgents:
         tokens = {}
         for r in ranks:
             node = NodeName(self.cloud, spec.attempt_id, r)
-            self.book.put_work(node, self._work(spec, r))
-            tokens[r] = self.book.token(node)
+            self.book.put_work(node, self._work(spec, r), shared_boot=len(ranks) > 1)
+            tokens[r] = self.book.ticket(node)
         q = shlex.quote
         lines = [
             "#!/bin/bash",
-            "# Corral: install and start the node agent; it registers, then runs this",
-            "# machine's work and reports it. The token names this node only.",
+            "# Corral: install and start the node agent; it registers (spending this node's",
+            "# one-time ticket for its token and work), then runs the work and reports it.",
             "set -euo pipefail",
             f'root="${{CORRAL_NODE_ROOT:-{ROOT}}}"',
             'mkdir -p "$root" && chmod 700 "$root" && cd "$root"',
@@ -96,14 +129,20 @@ class NodeAgents:
             [token] = tokens.values()
             lines.append(f"token={q(token)}")
         else:
+            # Each node's ticket is readable by all of them (one UserData): registration
+            # also names this machine, and only the machine launched as that rank is taken.
             lines.append(f'rank="$("$py" -c {q(_LAUNCH_INDEX)})"')
+            lines.append(f'machine="$("$py" -c {q(_INSTANCE_ID)})"')
             lines.append('case "$rank" in')
             lines += [f"  {r}) token={q(t)} ;;" for r, t in tokens.items()]
             lines.append('  *) echo "corral: no token for launch index $rank" >&2; exit 1 ;;')
             lines.append("esac")
         lines.append('printf "%s" "$token" > node-token')
-        if self.source.endswith(".whl") and "://" in self.source:
-            lines.append(f'"$py" -c {q(_UNPACK)} {q(self.source)} "$root/agent" >> node.log 2>&1')
+        if self.source.endswith(".whl") and "://" in self.source and self.source_sha256:
+            lines.append(
+                f'"$py" -c {q(_UNPACK)} {q(self.source)} "$root/agent" {q(self.source_sha256)} '
+                ">> node.log 2>&1"
+            )
         else:
             lines.append(
                 '"$py" -m pip install --quiet --disable-pip-version-check --no-deps '
@@ -112,6 +151,7 @@ class NodeAgents:
         lines.append(
             f'PYTHONPATH="$root/agent" nohup "$py" -m {AGENT_MODULE} --api {q(self.api_url)} '
             f'--token-file "$root/node-token" --log "$root/node.log" --cloud {q(self.cloud)} '
+            '${machine:+--provider-id "$machine"} '
             '--metadata-url "${CORRAL_NODE_METADATA_URL:-}" '
             f"--kill-grace-s {self.kill_grace_s:g} >> node.log 2>&1 < /dev/null &"
         )

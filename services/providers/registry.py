@@ -43,7 +43,13 @@ def _node_agents(settings: Settings, cloud: str) -> Any:
 
     client = connect(settings.redis_url, patience_s=settings.timers.redis_patience_s)
     book = NodeBook.for_settings(client, settings)
-    return NodeAgents(cloud, book, settings.node_api_url, source=settings.node_agent_source)
+    return NodeAgents(
+        cloud,
+        book,
+        settings.node_api_url,
+        source=settings.node_agent_source,
+        source_sha256=settings.node_agent_sha256,
+    )
 
 
 def _aws(settings: Settings, local_cloud: Any) -> Provider:

@@ -35,6 +35,7 @@ POOL_SYNC = "corral.schedule.pool_sync"  # carry a pool's state out (assign, sto
 POOL_REBALANCE = "corral.schedule.pool_rebalance"  # beat: every pool's pass with replacement
 POOL_MACHINE = "corral.provision.pool_machine"  # launch one pool machine (queue per cloud)
 WATCH_BOOTS = "corral.provision.watch_boots"  # one look at a cloud's machines on their way up
+RETENTION = "corral.schedule.retention"  # beat: export, then delete, what finished long ago
 PING = "corral.schedule.ping"  # does nothing: liveness checks and the queue benchmark's baseline
 
 SCHEDULE_QUEUE = "schedule"

@@ -7,6 +7,7 @@ checked the same way whichever door it came in by. Work is handed to the workers
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 
 TASK_NAME = "task"  # the file name issues carry for a task that came as data, not a file
 MAX_KEY_LENGTH = 255
+# A task is kilobytes; its stored form is capped so aliases that survive the YAML reader's
+# limits cannot turn a small body into megabytes in Redis (which runs noeviction).
+MAX_STORED_TASK_BYTES = 512 * 1024
 
 
 class RequestNotFound(LookupError):
@@ -206,9 +210,17 @@ def _new_request(deps: Deps, task: Task, request_id: str | None = None) -> Launc
     if isinstance(decided, Refusal):
         raise Impossible(list(decided.reasons))
     now = deps.now()
+    stored_task = task.model_dump(mode="json", exclude_none=True, by_alias=True)
+    size = len(json.dumps(stored_task, separators=(",", ":")))
+    if size > MAX_STORED_TASK_BYTES:
+        raise ConfigError.single(
+            TASK_NAME,
+            f"the task is {size} bytes once read (aliases expanded); "
+            f"at most {MAX_STORED_TASK_BYTES} are kept",
+        )
     req = LaunchRequest(
         id=request_id or new_id("r"),
-        task=task.model_dump(mode="json", exclude_none=True, by_alias=True),
+        task=stored_task,
         state=RequestState.PENDING,
         created_at=now,
         updated_at=now,

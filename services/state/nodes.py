@@ -11,17 +11,24 @@ before the cloud returns an instance id (the boot script must carry its token). 
 ``:beat``           JSON heartbeat ``{ts, activity, assignment, assignments, queued}``, with a
                     TTL: gone means silent
 ``:assign``         hash: assignment id -> JSON ``{id, setup, run, envs, workdir}``
-``:assign-result``  hash: assignment id -> JSON ``{id, exit_code, reason, at}``
+``:assign-result``  hash: assignment id -> JSON ``{id, exit_code, reason, at}``, only for
+                    ids assigned to this node (``:assigned``), at most ``RESULTS_KEPT``
+``:assigned``       set of every assignment id handed to this node (withdrawn ones too)
 ``:log``            list of the node's output in chunks, oldest first (the last
                     ``LOG_KEPT_BYTES`` or so kept); ``:rec`` ``log_bytes`` counts all received
 ==================  ==========================================================================
 
 Every key expires ``NODE_TTL_S`` after the last write.
 
-A node token is ``cn1.<cloud>.<attempt>.<rank>.<mac>``: an HMAC-SHA256 over the name with a
-secret only the control plane holds (``CORRAL_NODE_SECRET``, else one drawn once and kept in
-Redis). It names one node and nothing else; :meth:`NodeBook.verify` refuses it once the node
-has ended. It never grants the admin token's rights.
+A node token is ``cn2.n.<cloud>.<attempt>.<rank>.<expires>.<mac>``: an HMAC-SHA256 over the
+rest with a secret only the control plane holds (``CORRAL_NODE_SECRET``, else one drawn once
+and kept in Redis). It names one node and nothing else, and stops working at ``expires`` (unix
+seconds, inside the MAC) or once the node is revoked (``<prefix>:node-revoked:...``, kept
+longer than any token lives). It never grants the admin token's rights.
+
+The boot script carries no node token, only an enrollment ticket (``cn2.e....``): the first
+registration spends it and gets the node token and the work, once (docs/security.md argues
+why: a multi-node EC2 launch puts every node's ticket in one UserData).
 """
 
 from __future__ import annotations
@@ -47,8 +54,19 @@ if TYPE_CHECKING:
 NODE_TTL_S = 7 * 24 * 3600
 LOG_KEPT_BYTES = 8 * 1024 * 1024
 LOG_CHUNK_MAX = 256 * 1024  # one report's output, at most
-TOKEN_VERSION = "cn1"
+TOKEN_VERSION = "cn2"
+TICKET, NODE = "e", "n"  # an enrollment ticket (boot script) or a node token (registration)
+NODE_TOKEN_TTL_S = 30 * 24 * 3600  # a token's life; the heartbeat renews it past half
+_RANK_DIGITS = 6
+_DIGITS = re.compile(r"[0-9]{1,6}")  # ASCII only: str.isdigit() takes "²" and "٣"
+_EXPIRY = re.compile(r"[0-9]{1,12}")
+RESULTS_KEPT = 1_000  # results one node may hold at once
+RESULT_MAX_BYTES = 4 * 1024  # one result, as JSON
 _PART = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+class ResultsRefused(ValueError):
+    """Results a node may not store (too large, or too many held)."""
 
 
 class TokenError(Exception):
@@ -99,7 +117,9 @@ class NodeBook:
         prefix: str,
         secret: str | None = None,
         outage: OutageBook | None = None,
+        token_ttl_s: float = NODE_TOKEN_TTL_S,
     ) -> None:
+        self.token_ttl_s = token_ttl_s
         self.r = client
         self.prefix = prefix
         self._secret = secret.encode() if secret else None
@@ -123,33 +143,86 @@ class NodeBook:
             self._secret = value if isinstance(value, bytes) else str(value).encode()
         return self._secret
 
-    def token(self, node: NodeName) -> str:
+    def ticket(self, node: NodeName, now: float | None = None) -> str:
+        """The one-time enrollment ticket the boot script carries: good for one registration,
+        which exchanges it for the node's token (:meth:`token`)."""
+        return self._sign(TICKET, node, now)
+
+    def token(self, node: NodeName, now: float | None = None) -> str:
+        """The node's own token, as registration hands it out; it expires ``token_ttl_s``
+        from ``now`` (the expiry is inside the MAC, so no record is needed to end it)."""
+        return self._sign(NODE, node, now)
+
+    def _sign(self, kind: str, node: NodeName, now: float | None) -> str:
         for part in (node.cloud, node.attempt_id):
             if not _PART.fullmatch(part):
                 raise ValueError(f"not a token-safe name part: {part!r}")
-        body = f"{TOKEN_VERSION}.{node.cloud}.{node.attempt_id}.{node.rank}"
-        mac = hmac.new(self.secret(), body.encode(), hashlib.sha256).digest()
-        return f"{body}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
+        if not 0 <= node.rank < 10**_RANK_DIGITS:
+            raise ValueError(f"not a node rank: {node.rank}")
+        expires = int((time.time() if now is None else now) + self.token_ttl_s)
+        body = f"{TOKEN_VERSION}.{kind}.{node.cloud}.{node.attempt_id}.{node.rank}.{expires}"
+        return f"{body}.{self._mac(body)}"
 
-    def verify(self, token: str) -> NodeName:
-        """The node a token names; TokenError if it is not one of ours or its node ended."""
-        parts = token.split(".")
-        if len(parts) != 5 or parts[0] != TOKEN_VERSION or not parts[3].isdigit():
-            raise TokenError("not a node token")
-        node = NodeName(parts[1], parts[2], int(parts[3]))
-        try:
-            expected = self.token(node)
-        except ValueError:
-            raise TokenError("not a node token") from None
-        if not hmac.compare_digest(expected.encode(), token.encode()):
-            raise TokenError("not a node token")
-        if self.r.hget(self._k(node, "rec"), "ended_at"):
+    def _mac(self, body: str) -> str:
+        mac = hmac.new(self.secret(), body.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+    def verify(self, token: str, kind: str = NODE, now: float | None = None) -> NodeName:
+        """The node a token (or, ``kind=TICKET``, a ticket) names; TokenError if it is not one
+        of ours, has expired, or its node was revoked (ended)."""
+        node, expires = self._parse(token, kind)
+        if expires < (time.time() if now is None else now):
+            raise TokenError("the node token has expired")
+        pipe = self.r.pipeline(transaction=False)
+        pipe.exists(self._revoked(node))
+        pipe.hget(self._k(node, "rec"), "ended_at")
+        revoked, ended = pipe.execute()
+        if revoked or ended:
             raise TokenError(f"node {node} has ended; its token is no longer valid")
         return node
 
+    def expires_at(self, token: str) -> float:
+        """When a token (already verified) stops working."""
+        return float(self._parse(token, NODE)[1])
+
+    def _parse(self, token: str, kind: str) -> tuple[NodeName, int]:
+        parts = token.split(".")
+        if (
+            len(parts) != 7
+            or parts[0] != TOKEN_VERSION
+            or parts[1] != kind
+            or not _DIGITS.fullmatch(parts[4])
+            or not _EXPIRY.fullmatch(parts[5])
+            or not all(_PART.fullmatch(p) for p in parts[2:4])
+        ):
+            what = "an enrollment ticket" if kind == TICKET else "a node token"
+            raise TokenError(f"not {what}")
+        body = token.rsplit(".", 1)[0]
+        if not hmac.compare_digest(self._mac(body).encode(), parts[6].encode()):
+            raise TokenError("not a node token")
+        return NodeName(parts[2], parts[3], int(parts[4])), int(parts[5])
+
+    def _revoked(self, node: NodeName) -> str:
+        return f"{self.prefix}:node-revoked:{node.cloud}:{node.attempt_id}:{node.rank}"
+
+    def revoke(self, node: NodeName) -> None:
+        """End every ticket and token of the node. The mark outlives any of them: each
+        expires within ``token_ttl_s`` of being issued, and none is issued after this."""
+        self.r.set(self._revoked(node), "1", ex=int(self.token_ttl_s) + 86_400)
+
     # --- launch ----------------------------------------------------------------------------
-    def put_work(self, node: NodeName, work: dict[str, Any]) -> None:
-        self.r.set(self._k(node, "work"), json.dumps(work), ex=NODE_TTL_S)
+    def put_work(self, node: NodeName, work: dict[str, Any], *, shared_boot: bool = False) -> None:
+        """What the node runs. ``shared_boot``: its ticket sits in a boot script other nodes
+        read too (one EC2 launch of many), so registering requires the cloud's id of the
+        machine this node was launched as (:meth:`bind`)."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.set(self._k(node, "work"), json.dumps(work), ex=NODE_TTL_S)
+        if shared_boot:
+            pipe.set(self._k(node, "shared-boot"), "1", ex=NODE_TTL_S)
+        pipe.execute()
+
+    def shared_boot(self, node: NodeName) -> bool:
+        return bool(self.r.exists(self._k(node, "shared-boot")))
 
     def work(self, node: NodeName) -> dict[str, Any]:
         raw = self.r.get(self._k(node, "work"))
@@ -157,15 +230,16 @@ class NodeBook:
 
     # --- what the agent reports ------------------------------------------------------------
     def register(self, node: NodeName, provider_id: str | None, now: float) -> bool:
-        """The agent is up; False if it had registered before (a restarted agent)."""
+        """The agent is up; False if the node had registered before (its ticket is spent:
+        nothing is written)."""
         key = self._k(node, "rec")
+        first = bool(self.r.hsetnx(key, "registered_at", repr(now)))
         pipe = self.r.pipeline(transaction=True)
-        pipe.hsetnx(key, "registered_at", repr(now))
-        if provider_id:
+        if first and provider_id:
             pipe.hset(key, "provider_id", provider_id)
         pipe.expire(key, NODE_TTL_S)
-        first = pipe.execute()[0]
-        return bool(first)
+        pipe.execute()
+        return first
 
     def heartbeat(self, node: NodeName, beat: dict[str, Any], ttl_s: float, now: float) -> None:
         beat = {**beat, "ts": now}
@@ -191,6 +265,7 @@ class NodeBook:
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(self._k(node, "rec"), mapping=fields)
         pipe.delete(self._k(node, "beat"))
+        pipe.set(self._revoked(node), "1", ex=int(self.token_ttl_s) + 86_400)
         pipe.execute()
 
     def notice(self, node: NodeName, what: str, now: float) -> None:
@@ -290,9 +365,13 @@ class NodeBook:
         return good, bad
 
     def put_assignment(self, node: NodeName, assignment: dict[str, Any]) -> None:
-        key = self._k(node, "assign")
-        self.r.hset(key, str(assignment["id"]), json.dumps(assignment))
-        self.r.expire(key, NODE_TTL_S)
+        key, ever = self._k(node, "assign"), self._k(node, "assigned")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(key, str(assignment["id"]), json.dumps(assignment))
+        pipe.sadd(ever, str(assignment["id"]))
+        pipe.expire(key, NODE_TTL_S)
+        pipe.expire(ever, NODE_TTL_S)
+        pipe.execute()
 
     def drop_assignment(self, node: NodeName, assignment_id: str | None = None) -> None:
         key = self._k(node, "assign")
@@ -301,15 +380,41 @@ class NodeBook:
         else:
             self.r.hdel(key, assignment_id)
 
-    def put_results(self, node: NodeName, results: list[dict[str, Any]], drop: list[str]) -> None:
+    def put_results(
+        self, node: NodeName, results: list[dict[str, Any]], drop: list[str]
+    ) -> list[str]:
+        """Keep how assignments ended, for ids handed to this node only (a node cannot fill
+        Redis with results for work it never had); the ids refused are returned. Raises
+        ResultsRefused when a result is too large or the node would hold too many."""
         key = self._k(node, "assign-result")
-        pipe = self.r.pipeline(transaction=True)
+        texts = {}
         for result in results:
-            pipe.hset(key, str(result["id"]), json.dumps(result))
+            text = json.dumps(result)
+            if len(text) > RESULT_MAX_BYTES:
+                raise ResultsRefused(
+                    f"result {str(result['id'])[:64]!r} is {len(text)} bytes; "
+                    f"at most {RESULT_MAX_BYTES}"
+                )
+            texts[str(result["id"])] = text
+        ids = list(texts)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hlen(key)
+        if ids:
+            pipe.smismember(self._k(node, "assigned"), ids)
+        held, *assigned = pipe.execute()
+        flags = assigned[0] if assigned else []
+        known = {i for i, ok in zip(ids, flags, strict=True) if ok}
+        refused = [i for i in ids if i not in known]
+        if held - len(set(drop)) + len(known) > RESULTS_KEPT:
+            raise ResultsRefused(f"a node holds at most {RESULTS_KEPT} results; drop old ones")
+        pipe = self.r.pipeline(transaction=True)
+        for aid in known:
+            pipe.hset(key, aid, texts[aid])
         if drop:
             pipe.hdel(key, *drop)
         pipe.expire(key, NODE_TTL_S)
         pipe.execute()
+        return refused
 
     # --- what the control plane reads ------------------------------------------------------
     def views(self, nodes: list[NodeName]) -> dict[NodeName, NodeView]:
@@ -347,6 +452,7 @@ class NodeBook:
     def end(self, node: NodeName, reason: str, now: float | None = None) -> None:
         """The control plane ended the node (terminated it): its token stops working."""
         key = self._k(node, "rec")
+        self.revoke(node)
         self.r.hsetnx(key, "ended_at", repr(time.time() if now is None else now))
         self.r.hsetnx(key, "reason", reason)
         self.r.expire(key, NODE_TTL_S)

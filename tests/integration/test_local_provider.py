@@ -380,3 +380,32 @@ def test_an_agent_whose_heartbeats_stop_is_lost(redis_url: str, tmp_path: Path) 
         quick.terminate([inst.provider_id])
     assert processes_of(inst.provider_id) == []
     assert state_of(quick, inst.provider_id).state == "terminated"
+
+
+@pytest.mark.parametrize("through_launcher", [True, False])
+def test_a_task_sees_no_secret_in_its_or_its_agents_environment(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, through_launcher: bool
+) -> None:
+    # Issue #27: a local task could read its parent's environment (CORRAL_REDIS_URL) and the
+    # API token. Its own env, its agent's and the launcher's (/proc/<pid>/environ: what each
+    # was started with) must hold neither.
+    monkeypatch.setenv("CORRAL_API_TOKEN", "api-token-must-not-leak")
+    monkeypatch.setenv("CORRAL_REDIS_URL", redis_url)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-key-must-not-leak")
+    script = (
+        "env; p=$PPID; for i in 1 2; do echo \"== $p\"; tr '\\0' '\\n' < /proc/$p/environ; "
+        "p=$(awk '{print $4}' /proc/$p/stat); done"
+    )
+    with local_provider(CLOUD, redis_url, tmp_path / "logs") as p:
+        if not through_launcher:
+            p._launcher = None
+        [inst] = p.launch(spec(run=script))
+        done = wait_for(
+            lambda: (i := state_of(p, inst.provider_id)).state == "terminated" and i,
+            what="the task to end",
+        )
+        log = Path(p.log_dir / f"{inst.provider_id}.log").read_text()
+    assert done.exit_code == 0, log
+    assert log.count("== ") == 2, log  # the agent's and its parent's environments were read
+    for secret in ("CORRAL_REDIS_URL", redis_url, "api-token-must-not-leak", "aws-key-must"):
+        assert secret not in log, log

@@ -138,14 +138,20 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
         assert c.get("/v1/requests").status_code == 401
         assert c.get(f"/v1/requests/{other}/logs").status_code == 401
         assert c.post("/v1/pools", json={}).status_code in (401, 422)
-        mine = c.post("/v1/node/register", json={}).json()
-        assert mine["work"]["envs"]["CORRAL_REQUEST_ID"] == svc
-        assert other not in json.dumps(mine)
+        # Registration takes the boot script's ticket, once: the work is not handed out again,
+        # neither for the ticket (spent) nor for the token (not a ticket).
+        again = c.post("/v1/node/register", json={})
+        assert again.status_code == 401 and "work" not in again.text, again.text
+        spent = c.post(
+            "/v1/node/register", json={}, headers={"Authorization": f"Bearer {vm.ticket}"}
+        )
+        assert spent.status_code == 403 and "spent" in spent.text, spent.text
+        assert "CORRAL_REQUEST_ID" not in spent.text and other not in spent.text
         forged = vm.token.rsplit(".", 1)[0] + ".AAAA"
         bad = c.get("/v1/node/assignments", headers={"Authorization": f"Bearer {forged}"})
         assert bad.status_code == 401
         theirs = vm_other.token.split(".")
-        swapped = ".".join([*theirs[:3], vm.token.split(".")[3], vm.token.split(".")[4]])
+        swapped = ".".join([*theirs[:4], *vm.token.split(".")[4:]])
         assert (
             c.get(
                 "/v1/node/assignments", headers={"Authorization": f"Bearer {swapped}"}

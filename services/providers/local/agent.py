@@ -193,8 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat-ttl-s", type=float, default=None)
     parser.add_argument("--kill-grace-s", type=float, default=5.0)
     parser.add_argument("--boot-delay-s", type=float, default=0.0)
+    parser.add_argument(
+        "--redis-url-stdin",
+        action="store_true",
+        help="read the Redis URL from the first line of stdin (kept out of the environment, "
+        "which the tasks can read)",
+    )
     args = parser.parse_args(argv)
-    url = args.redis_url or os.environ.get("CORRAL_REDIS_URL")
+    url = args.redis_url or os.environ.pop("CORRAL_REDIS_URL", None)
+    if args.redis_url_stdin:
+        url = sys.stdin.readline().strip() or url
     if not url:
         say("no Redis URL: pass --redis-url or set CORRAL_REDIS_URL")
         return 2

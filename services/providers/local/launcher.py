@@ -37,6 +37,7 @@ import threading
 import time
 from typing import Any
 
+from corral.services.agent.core import PRIVATE_PREFIXES
 from corral.services.providers.local import agent
 
 COMM_LEN = 15  # the kernel keeps this many bytes of a process's name
@@ -92,6 +93,12 @@ def _check_server(conn: socket.socket, name: str) -> None:
         )
 
 
+def public_env() -> dict[str, str]:
+    """This process's environment without Corral's settings and secrets or cloud credentials
+    (what an agent, and the tasks that can read its environment, may see)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_PREFIXES)}
+
+
 def start_agent(
     name: str, python: str, request: dict[str, Any], *, idle_exit_s: float = 60.0
 ) -> int:
@@ -104,6 +111,9 @@ def start_agent(
     argv = [python, "-m", __name__, "--name", name, "--idle-exit-s", str(idle_exit_s)]
     proc = subprocess.Popen(
         argv,
+        # Not the worker's settings and secrets: a task can read /proc/<ancestor>/environ,
+        # and its agent is this launcher's fork. The Redis URL comes with each request.
+        env=public_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -390,17 +390,27 @@ class LocalProvider:
         self.state.set_fields(rec.id, pid=pid)
 
     def _spawn_agent(self, rec: InstanceRecord, args: list[str], env: dict[str, str]) -> int:
+        # The Redis URL goes through a pipe, not the agent's environment: a task can read its
+        # agent's /proc/<pid>/environ (the same user), and the URL may hold a password.
+        secret_env = {k: v for k, v in env.items() if k == "CORRAL_REDIS_URL"}
         fd = os.open(rec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with open(fd, "ab") as out:
             proc = subprocess.Popen(
-                [self.python, "-m", AGENT_MODULE, *args],
-                stdin=subprocess.DEVNULL,
+                [self.python, "-m", AGENT_MODULE, *args, "--redis-url-stdin"],
+                stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own session: it outlives the launching worker
                 close_fds=True,
-                env={**os.environ, **env},
+                env={
+                    **launcher.public_env(),
+                    **{k: v for k, v in env.items() if k not in secret_env},
+                },
             )
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write((secret_env.get("CORRAL_REDIS_URL", "") + "\n").encode())
+        proc.stdin.close()
         # Reap it when it exits, so no zombie lingers while this process lives.
         threading.Thread(target=proc.wait, name=f"reap-{rec.id}", daemon=True).start()
         return proc.pid
