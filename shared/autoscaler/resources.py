@@ -214,8 +214,8 @@ def _resolve_type(
             return declared, itype, None
         local_type, how = found
         out.notices.append(f"{name}: {itype or 'node'} runs as local {local_type.name} ({how})")
-        price = local_type.price_usd_per_hour
-        return {**_local_resources(local_type), **declared}, local_type.name, price
+        local_price = local_type.price_usd_per_hour
+        return {**_local_resources(local_type), **declared}, local_type.name, local_price
     if offering is None and nt.resources is None:
         catalog_name = f"the {source} catalog" if source in CATALOG_CLOUDS else "any catalog"
         out.problems.append(
@@ -223,7 +223,7 @@ def _resolve_type(
         )
     elif offering is None and itype is not None:
         out.notices.append(f"{name}: {itype} is not in the {source} catalog; resources as written")
-    price = None
+    price: float | None = None
     if offering is not None:
         price = offering.price_usd_per_hour
         if _asks_spot(nt.node_config) and offering.spot_price_usd_per_hour is not None:
