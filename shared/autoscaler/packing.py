@@ -198,7 +198,7 @@ class Room:
     total: int
 
 
-Score = tuple[float, ...]
+Score = tuple[float | str, ...]
 Scorer = Callable[["TypeOption", Sequence["ShapeCount"], Sequence[int]], "Score | None"]
 
 
@@ -278,7 +278,21 @@ def ray_score(opt: TypeOption, shapes: Sequence[ShapeCount], taken: Sequence[int
     if not weighted:
         return None
     gpu_ok = any_gpu_work or not opt.has_gpu
-    return (gpu_ok, matching, min(weighted), sum(weighted) / len(weighted), -opt.order)
+    # Ray sorts (score, node type name) from the top: at equal scores the larger name wins.
+    return (gpu_ok, matching, min(weighted), sum(weighted) / len(weighted), opt.name)
+
+
+def value_score(
+    opt: TypeOption, shapes: Sequence[ShapeCount], taken: Sequence[int]
+) -> Score | None:
+    """The most demand absorbed per dollar (only for a type with a price; no GPU node for
+    work without GPUs first)."""
+    if opt.price_usd_per_hour is None or not any(taken):
+        return None
+    absorbed = sum(n * sc.weight for sc, n in zip(shapes, taken, strict=True))
+    any_gpu_work = any(sc.needs_gpu for sc, n in zip(shapes, taken, strict=True) if n)
+    per_usd = absorbed / opt.price_usd_per_hour if opt.price_usd_per_hour else float("inf")
+    return (any_gpu_work or not opt.has_gpu, round(per_usd, 9), -opt.order)
 
 
 def best_option(
@@ -346,17 +360,21 @@ def _plan_cost(choices: Sequence[Choice], prices: Mapping[str, float | None]) ->
 def choose_new_nodes(
     shapes: Iterable[ShapeCount], options: Sequence[TypeOption], room: Room, phase: str
 ) -> list[Choice]:
-    """Add nodes for the demand left until it is all held or no type may be launched. Two
-    plans are made on copies: Ray's (the tightest-fitting type each step, :func:`ray_score`)
-    and Corral's (the type that absorbs the most demand, :func:`score`). The one that holds
-    more of the demand wins; then, when every chosen type has a price, the cheaper, then the
-    one with fewer nodes; without prices, Ray's. So a plan never costs more than Ray's for the
+    """Add nodes for the demand left until it is all held or no type may be launched. Plans
+    are made on copies: Ray's (the tightest-fitting type each step, :func:`ray_score`),
+    Corral's (the type that absorbs the most demand, :func:`score`) and, over the types with
+    a price, the most demand per dollar (:func:`value_score`). The one that holds more of
+    the demand wins; then, when every chosen type has a price, the cheaper, then the one
+    with fewer nodes; without prices, Ray's. So a plan never costs more than Ray's for the
     same demand. Each step plans ``k`` identical nodes: as many as the step's fill can be
     repeated before a shape runs out. Lowers the shapes' counts and the rooms."""
     real = by_packing_order(shapes)
     prices = {o.name: o.price_usd_per_hour for o in options}
     trials = []
-    for rank, scorer in enumerate((ray_score, score)):
+    scorers: list[Scorer] = [ray_score, score]
+    if any(o.price_usd_per_hour is not None for o in options):
+        scorers.append(value_score)  # over the types with a price
+    for rank, scorer in enumerate(scorers):
         copies = [ShapeCount(sc.shape, sc.count, sc.needs_gpu, sc.weight) for sc in real]
         opts = [o.copy() for o in options]
         trial_room = Room(room.total)
