@@ -214,7 +214,7 @@ def test_the_table_shows_completed_never_served_and_cost_per_completed(tmp_path:
     assert "done" in ran.stdout and "never" in ran.stdout and "USD/done" in ran.stdout
     assert "mean +- sd" in ran.stdout
     data = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
-    assert [r["seeds"] if "seeds" in r else None for r in [data]] == [[7, 8]]
+    assert data["seeds"] == [7, 8]
     corral = data["spread"]["corral"]
     assert corral["completed"]["mean"] is not None and corral["completed"]["sd"] is not None
     by_template = data["runs"][0]["policies"][0]["figures"]["by_template"]
