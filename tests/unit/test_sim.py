@@ -193,8 +193,18 @@ def test_ray_work_finding_idle_nodes_starts_at_once() -> None:
     workload = load_workload(EXAMPLES / "day-workload.yaml")
     run = run_policy(scenario, workload, "corral")
     ray = run.figures["by_template"]["ray:ray-l4"]
-    assert ray["requests"] == 66
-    assert ray["never_served"] == 0 and ray["completed"] >= 60
+    assert ray["requests"] > 60
+    assert ray["never_served"] == 0 and ray["completed"] >= ray["requests"] - 3
+
+
+def test_both_reservations_are_drawn_on_including_gcps_in_snake_case() -> None:
+    """The GCP pool's template writes its reservation as ``reservation_affinity`` with a full
+    resource path; the simulator reads it with the runtime's function and uses it."""
+    scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
+    workload = load_workload(EXAMPLES / "day-workload.yaml")
+    run = run_policy(scenario, workload, "corral")
+    assert run.figures["by_template"]["train-gcp"]["completed"] > 0
+    assert run.figures["reservation_utilization"] >= 0.8
 
 
 def test_the_table_shows_completed_never_served_and_cost_per_completed(tmp_path: Path) -> None:
