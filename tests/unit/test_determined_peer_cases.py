@@ -682,3 +682,75 @@ def test_blocked_agents_are_avoided() -> None:
     t = pool.tasks[0].model_copy(update={"blocked_agents": ("agent1",)})
     plan = schedule_pool(pool.model_copy(update={"tasks": (t,)}), 0)
     assert plan.starts[0].allocations[0].agent_id == "agent2"
+
+
+# --------------------------------------------------------------------------- fair_share_test.go
+def fair_pool(
+    agents: list[tuple[str, int]], tasks: list[tuple[str, str, int, str | None]], **weights: float
+) -> DetPoolSnapshot:
+    """tasks: (id, group, slots, agent it runs on or None), in submission order."""
+    out = []
+    for i, (tid, group, slots, on) in enumerate(tasks):
+        allocations = () if on is None else (SlotAllocation(agent_id=on, slots=slots),)
+        out.append(
+            DetTask(
+                task_id=tid,
+                group_id=group,
+                slots=slots,
+                weight=weights.get(group, 1.0),
+                submitted_at=float(i),
+                started_at=float(i) if on else None,
+                allocations=allocations,
+            )
+        )
+    return DetPoolSnapshot(
+        pool="p",
+        scheduler=DetScheduler(type="fair_share"),
+        agents=tuple(Agent(agent_id=a, slots=s) for a, s in agents),
+        tasks=tuple(out),
+    )
+
+
+def test_fair_share_weights() -> None:
+    """fair_share_test.go: TestFairShareWeights (8 slots, weights 10 and 30: 2 and 6)"""
+    tasks = [(f"task{i}", "group1", 1, None) for i in (1, 2, 3)]
+    tasks += [(f"task{i}", "group2", 1, None) for i in range(4, 11)]
+    plan = schedule_pool(fair_pool([("agent", 8)], tasks, group1=10, group2=30), 0)
+    assert started(plan) == {"task1", "task2", "task4", "task5", "task6", "task7", "task8", "task9"}
+    assert released(plan) == set()
+
+
+def test_fair_share_multi_slot() -> None:
+    """fair_share_test.go: TestFairShareMultiSlot"""
+    tasks = [("task1", "group1", 4, None), ("task2", "group2", 4, None)]
+    plan = schedule_pool(fair_pool([("agent1", 4), ("agent2", 4)], tasks), 0)
+    assert started(plan) == {"task1", "task2"} and released(plan) == set()
+
+
+def test_fair_share_multi_slot_deadlock() -> None:
+    """fair_share_test.go: TestFairShareMultiSlotDeadlock"""
+    tasks = [("task1", "group1", 2, None), ("task2", "group2", 2, None)]
+    plan = schedule_pool(fair_pool([("agent", 2)], tasks), 0)
+    assert started(plan) == {"task1"} and released(plan) == set()
+
+
+def test_fair_share_big_task() -> None:
+    """fair_share_test.go: TestFairShareBigTask: a task larger than the pool does not hold
+    the others back (Corral also says it can never fit)."""
+    tasks = [("task1", "group1", 5, None), ("task2", "group2", 4, None)]
+    plan = schedule_pool(fair_pool([("agent", 4)], tasks), 0)
+    assert started(plan) == {"task2"} and released(plan) == set()
+    assert {p.task_id: p.code for p in plan.pending} == {"task1": "can_never_fit"}
+
+
+def test_fair_share_active_tasks() -> None:
+    """fair_share_test.go: TestFairShareActiveTasks"""
+    tasks = [
+        ("task1", "group1", 3, None),
+        ("task2", "group2", 1, None),
+        ("task3", "group2", 1, "agent2"),
+        ("task4", "group3", 4, None),
+        ("task5", "group4", 1, None),
+    ]
+    plan = schedule_pool(fair_pool([("agent1", 4), ("agent2", 3)], tasks), 0)
+    assert started(plan) == {"task1", "task2", "task5"} and released(plan) == set()
