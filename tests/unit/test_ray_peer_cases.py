@@ -146,8 +146,9 @@ def cost(cluster: ClusterSpec, launch: dict[str, int]) -> float:
     ],
 )
 def test_never_costs_more_than_ray(shapes: list[tuple[dict[str, float], int]]) -> None:
-    """The issue's cases (4 x {GPU: 1}: Ray takes four p2.xlarge, not one p2.8xlarge; 100 x
-    {CPU: 1}: 100 CPUs, not 128) and Ray's packing cases, priced: never dearer than Ray."""
+    """Cases that cost more than Ray's before (4 x {GPU: 1}: Ray takes four p2.xlarge, not
+    one p2.8xlarge; 100 x {CPU: 1}: 100 CPUs, not 128) and Ray's packing cases, priced: never
+    dearer than Ray."""
     priced = spec(prices=CATALOG_PRICES)
     ray = nodes_for(spec(), demand(*shapes))  # without prices: exactly Ray's choice
     ours = nodes_for(priced, demand(*shapes))
