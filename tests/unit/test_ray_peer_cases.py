@@ -253,3 +253,46 @@ def test_explain_takes_request_resources(tmp_path: Path) -> None:
     bad.write_text("bundles: [{resources: {CPU: -1}}]\n")
     wrong = CliRunner().invoke(app, [*args, "--request-resources", str(bad)])
     assert wrong.exit_code == 2 and "Traceback" not in wrong.stdout
+
+
+# --------------------------------------------------------------------------- v2 test_scheduler.py
+V2_TYPES = {"type_1": ({"CPU": 1}, 10), "type_2": ({"CPU": 1}, 10), "type_3": ({"CPU": 1}, 10)}
+
+
+def v2_spec(**bounds: tuple[int, int]) -> ClusterSpec:
+    """Ray's v2 test types (CPU 1 each), with (min_workers, max_workers) per type."""
+    base = spec(V2_TYPES)
+    types = dict(base.node_types)
+    for name, (low, high) in bounds.items():
+        types[name] = types[name].model_copy(update={"min_workers": low, "max_workers": high})
+    return base.model_copy(update={"node_types": types})
+
+
+def test_v2_min_worker_nodes() -> None:
+    """python/ray/autoscaler/v2/tests/test_scheduler.py: test_min_worker_nodes"""
+    cluster = v2_spec(type_1=(1, 10), type_2=(0, 10), type_3=(2, 10))
+    assert decide(cluster, head(), Demand(), now=0.0).launch == {"type_1": 1, "type_3": 2}
+    running = [Node(id=f"r{i}", node_type="type_1", state=InstanceState.RUNNING) for i in range(2)]
+    assert decide(cluster, head() + running, Demand(), now=0.0).launch == {"type_3": 2}
+    pending = [
+        Node(id="p1", node_type="type_1", state=InstanceState.REQUESTED),
+        Node(id="p2", node_type="type_1", state=InstanceState.REQUESTED),
+        Node(id="gone", node_type="type_no_longer_exists", state=InstanceState.REQUESTED),
+    ]
+    plan = decide(cluster, head() + pending, Demand(), now=0.0)
+    assert plan.launch == {"type_3": 2} and plan.terminate == ["gone"]
+
+
+def test_v2_max_workers_per_type() -> None:
+    """python/ray/autoscaler/v2/tests/test_scheduler.py: test_max_workers_per_type: above a
+    type's max, the pending node goes first, then the less used of the running ones."""
+    nodes = [
+        *head(),
+        Node(id="0", node_type="type_1", state=InstanceState.REQUESTED),
+        Node(id="1", node_type="type_1", state=InstanceState.RUNNING, idle_s=0.01),
+        Node(id="2", node_type="type_1", state=InstanceState.RUNNING, used={"CPU": 0.5}),
+    ]
+    two = decide(v2_spec(type_1=(2, 2)), nodes, Demand(), now=0.0)
+    assert two.terminate == ["0"]
+    one = decide(v2_spec(type_1=(0, 1)), nodes, Demand(), now=0.0)
+    assert sorted(one.terminate) == ["0", "1"]
