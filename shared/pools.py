@@ -67,7 +67,7 @@ class ResolvedPool:
     description: str | None
     scheduler: SchedulerSettings
     provider: dict[str, Any] | None  # the provider fields the file set (durations in seconds)
-    max_aux_containers_per_agent: int | None = None  # zero-slot tasks per agent; None: no cap
+    max_aux_containers_per_agent: int | None = None  # zero-slot tasks per agent; None: 100
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -1,11 +1,13 @@
-"""``corral autoscale explain FILE --demand DEMAND [--nodes NODES]``: what the cluster
-autoscaler would launch and terminate now, and why, without touching anything.
+"""``corral autoscale explain FILE --demand DEMAND [--nodes NODES] [--request-resources REQ]``:
+what the cluster autoscaler would launch and terminate now, and why, without touching anything.
 
 FILE is a Ray cluster file; node types that leave ``resources`` out get them from the catalog
 of ``--cloud`` (default: the file's provider; ``local`` plays the file on the local cloud of
 ``--local-cloud``, else the configured one). DEMAND lists pending bundles and placement
 groups; NODES lists the cluster's nodes now (without it, the cluster is its head alone,
-running and idle). ``--cooled-down TYPE`` treats TYPE as having just failed to launch.
+running and idle). REQ is a standing request, as Ray's ``request_resources`` states it (in the
+DEMAND file's format): packed against the nodes' whole capacity, busy or not, and exempt from
+the upscaling cap. ``--cooled-down TYPE`` treats TYPE as having just failed to launch.
 
 Exit codes: 0 a plan (even an empty one, and even when some demand can never be placed: the
 reasons say which); 1 when nothing at all can be done: every pending bundle is one no node
@@ -160,6 +162,14 @@ def explain(
             "--cooled-down", metavar="TYPE", help="treat TYPE as having just failed to launch"
         ),
     ] = None,
+    request_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--request-resources",
+            metavar="REQ",
+            help="a standing request (Ray's request_resources), in the DEMAND file's format",
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help='print {"launch", "terminate", "reasons"}')
     ] = False,
@@ -179,6 +189,7 @@ def explain(
     try:
         resolved = _resolve(cluster_file, cloud.lower() if cloud else None, local_cloud)
         demand = demand_from_doc(load_file(demand_file))
+        requested = demand_from_doc(load_file(request_file)) if request_file else None
         nodes = _nodes(nodes_file, resolved.spec.head_node_type)
     except ConfigError as exc:
         fail_input(exc, as_json)
@@ -186,7 +197,9 @@ def explain(
         notice(text)
     now = time.time()
     cooldowns = _cooldowns(cooled_down or [], list(resolved.spec.node_types), now)
-    decision = decide_detailed(resolved.spec, nodes, demand, now=now, cooldowns=cooldowns)
+    decision = decide_detailed(
+        resolved.spec, nodes, demand, now=now, cooldowns=cooldowns, requested=requested
+    )
     if as_json:
         print_json(decision.plan.summary())
     else:

@@ -24,6 +24,14 @@ def simulate(
         typer.Option("--generate", min=1, help="draw this many arrivals from the templates"),
     ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="override both files' seeds")] = None,
+    seeds: Annotated[
+        int | None,
+        typer.Option(
+            "--seeds",
+            min=1,
+            help="play N seeds (from --seed, else the scenario's): mean and spread",
+        ),
+    ] = None,
     budgets: Annotated[
         Path | None, typer.Option("--budgets", help="a budgets file (replaces the workload's)")
     ] = None,
@@ -37,7 +45,7 @@ def simulate(
 ) -> None:
     """Replay a day under each policy; print cost, time to capacity, preemptions, ..."""
     from corral.services.settings import get_settings
-    from corral.services.sim.runner import load
+    from corral.services.sim.runner import load, simulate_seeds
     from corral.services.sim.runner import simulate as run
     from corral.shared.configio import ConfigError
 
@@ -51,6 +59,21 @@ def simulate(
     except ConfigError as exc:
         print_issues(exc.issues)
         raise typer.Exit(EXIT_INPUT) from None
+    if seeds is not None:
+        first = loaded.seed if seed is None else seed
+        many = simulate_seeds(
+            loaded, day, chosen, get_settings(), list(range(first, first + seeds))
+        )
+        if as_json:
+            for one in many["runs"]:
+                for run_ in one["policies"]:
+                    run_.pop("series", None)
+            print_json(many)
+        else:
+            for one in many["runs"]:
+                _table(one)
+            _spread_table(many)
+        return
     result = run(loaded, day, chosen, get_settings())
     paths: list[Path] = []
     if plots is not None:
@@ -71,8 +94,9 @@ def simulate(
 
 COLUMNS = (
     ("policy", 8), ("total USD", 10), ("USD/GPU-h", 9), ("resv used", 9), ("TTC p50 s", 9),
-    ("TTC p95 s", 9), ("spot pre", 8), ("sched pre", 9), ("failed", 6), ("no cap", 6),
-    ("replaced", 8), ("USD/req p50", 11), ("p95", 8), ("wall s", 6),
+    ("TTC p95 s", 9), ("spot pre", 8), ("sched pre", 9), ("done", 5), ("failed", 6),
+    ("never", 5), ("USD/done", 8), ("replaced", 8), ("USD/req p50", 11), ("p95", 8),
+    ("wall s", 6),
 )  # fmt: skip
 
 
@@ -97,8 +121,10 @@ def _table(result: dict[str, Any]) -> None:
             _num(f["time_to_capacity_s"]["p95"], 0),
             str(f["preemptions"]["spot"]),
             str(f["preemptions"]["scheduler"]),
+            str(f["completed"]),
             str(f["requests_failed"]),
             str(f["never_got_capacity"]),
+            _num(f["cost_per_completed_usd"]),
             str(f["replacements"]),
             _num(f["cost_per_request_usd"]["p50"]),
             _num(f["cost_per_request_usd"]["p95"]),
@@ -107,6 +133,34 @@ def _table(result: dict[str, Any]) -> None:
         out.print(
             "  ".join(c.rjust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)), markup=False
         )
+
+
+SPREAD_COLUMNS = (
+    ("total_cost_usd", "total USD", 0),
+    ("cost_per_gpu_hour_usd", "USD/GPU-h", 3),
+    ("reservation_utilization", "resv used", 2),
+    ("completed", "done", 1),
+    ("failed", "failed", 1),
+    ("never_got_capacity", "never", 1),
+    ("cost_per_completed_usd", "USD/done", 2),
+)
+
+
+def _spread_table(many: dict[str, Any]) -> None:
+    """Per policy, each figure's mean +- standard deviation over the seeds."""
+    seeds = many["seeds"]
+    out.print(f"over seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}): mean +- sd", markup=False)
+    out.print(
+        "  ".join(["policy".rjust(8), *(h.rjust(16) for _, h, _ in SPREAD_COLUMNS)]),
+        markup=False,
+    )
+    for name, figures in many["spread"].items():
+        cells = [name.rjust(8)]
+        for key, _, digits in SPREAD_COLUMNS:
+            m, sd = figures[key]["mean"], figures[key]["sd"]
+            text = "-" if m is None else f"{m:.{digits}f} +- {sd:.{digits}f}"
+            cells.append(text.rjust(16))
+        out.print("  ".join(cells), markup=False)
 
 
 def _num(value: float | None, digits: int = 2) -> str:

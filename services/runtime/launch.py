@@ -17,7 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from corral.services.providers.base import TAG_NODE, LaunchSpec, ProviderInstance
@@ -27,6 +27,7 @@ from corral.services.state.boots import Boot
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import LaunchTimeoutError, ProviderError, Scope
 from corral.shared.merge import merge_advanced_instance_config
+from corral.shared.reservations import reservation_of  # one reading, shared with the simulator
 
 log = logging.getLogger("corral.launch")
 
@@ -208,14 +209,6 @@ def zones_for(deps: Deps, cloud: str, template: LaunchTemplate) -> list[tuple[st
     if template.zones:
         pairs = [p for p in pairs if p[0] in template.zones]
     return pairs
-
-
-def reservation_of(config: Mapping[str, Any]) -> str | None:
-    """The capacity reservation an AWS-style advanced_instance_config targets, if any."""
-    spec = config.get("CapacityReservationSpecification")
-    target = spec.get("CapacityReservationTarget") if isinstance(spec, Mapping) else None
-    rid = target.get("CapacityReservationId") if isinstance(target, Mapping) else None
-    return str(rid) if rid else None
 
 
 def market_of(spec: LaunchSpec, got: ProviderInstance) -> str:

@@ -4,6 +4,7 @@ time it, and gather what to print, write and draw."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from corral.shared.budgets import load_budgets
 from corral.shared.sim.engine import SimTimers
 from corral.shared.sim.run import run_policy
 from corral.shared.sim.scenario import load_scenario
-from corral.shared.sim.workload import Workload, generate, load_workload
+from corral.shared.sim.workload import Workload, load_workload
 
 
 def load(
@@ -29,11 +30,10 @@ def load(
     workload = load_workload(workload_file)
     if seed is not None:
         scenario = scenario.model_copy(update={"seed": seed})
-        workload.seed = seed
+        workload = workload.with_seed(seed)  # its drawn arrivals drawn again
     if generate_n is not None:
-        workload.arrivals = generate(
-            workload.templates, workload.weights, generate_n, workload.seed, scenario.duration_s
-        )
+        drawn = (generate_n, 14.0, 3.0, scenario.duration_s)  # generate()'s default curve
+        workload = replace(workload, fixed=[], drawn=drawn).with_seed(workload.seed)
     if budgets_file is not None:
         workload.budgets = load_budgets(budgets_file)
     return scenario, workload
@@ -66,3 +66,40 @@ def simulate(
         "budgets": [b.name for b in workload.budgets],
         "policies": out,
     }
+
+
+# Figures whose mean and spread over seeds the table and --json give.
+SPREAD_KEYS = (
+    "total_cost_usd",
+    "cost_per_gpu_hour_usd",
+    "reservation_utilization",
+    "completed",
+    "failed",
+    "never_got_capacity",
+    "cost_per_completed_usd",
+)
+
+
+def simulate_seeds(
+    scenario: Any, workload: Workload, policies: list[str], settings: Settings, seeds: list[int]
+) -> dict[str, Any]:
+    """:func:`simulate` once per seed (scenario and drawn arrivals both reseeded), and per
+    policy the mean and the (population) standard deviation of :data:`SPREAD_KEYS`."""
+    runs = []
+    for seed in seeds:
+        day = workload.with_seed(seed)
+        runs.append(simulate(scenario.model_copy(update={"seed": seed}), day, policies, settings))
+    spread: dict[str, dict[str, dict[str, float | None]]] = {}
+    for name in policies:
+        rows = [p["figures"] for r in runs for p in r["policies"] if p["policy"] == name]
+        spread[name] = {key: _mean_sd([row.get(key) for row in rows]) for key in SPREAD_KEYS}
+    return {"scenario": scenario.name, "seeds": seeds, "runs": runs, "spread": spread}
+
+
+def _mean_sd(values: list[Any]) -> dict[str, float | None]:
+    known = [float(v) for v in values if v is not None]
+    if not known:
+        return {"mean": None, "sd": None}
+    mean = sum(known) / len(known)
+    sd = (sum((v - mean) ** 2 for v in known) / len(known)) ** 0.5
+    return {"mean": round(mean, 4), "sd": round(sd, 4)}

@@ -13,10 +13,13 @@ Pure: no clock (``now`` comes in), no I/O. The steps, in order:
    the nodes' whole capacity, as if they were idle.
 5. **STRICT_SPREAD placement groups**: each bundle on its own node, all or nothing.
 6. **Pending demand** (bundles, PACK/SPREAD groups flattened, STRICT_PACK groups summed into
-   one bundle): packed onto the free capacity, the rest onto new nodes of the best type
-   (:func:`corral.shared.autoscaler.packing.score`). Cooled-down types are not launched.
-7. **Upscaling cap.** Pending nodes plus launches stay within max(5, upscaling_speed x running
-   nodes); launches for ``min_workers`` are exempt (the user asked for them).
+   one bundle): packed onto the free capacity, the rest onto new nodes: Ray's choice of
+   types or Corral's, whichever holds more, then costs less, then has fewer nodes
+   (:func:`corral.shared.autoscaler.packing.choose_new_nodes`). Placement groups first.
+   Cooled-down types are not launched.
+7. **Upscaling cap** (Ray's, per node type): a type's pending nodes plus launches stay within
+   max(5, upscaling_speed x max(running nodes of the type, 1)); launches for ``min_workers``,
+   requested resources and placement groups count but are never clipped (the user asked).
 8. **Idle nodes.** Running workers idle past their type's timeout are terminated, never below
    ``min_workers``, never one that pending demand was just packed onto, never the head. Room
    they free under the global ``max_workers`` goes to types still short of their minimum.
@@ -56,7 +59,9 @@ from .packing import (
 INITIAL_IN_FLIGHT = 5  # launches allowed in flight however few nodes run
 MIN_WORKERS = "min_workers"
 PENDING = "pending demand"
+PLACEMENT_GROUPS = "placement groups"
 REQUESTED = "requested resources"
+STRICT_SPREAD = "(STRICT_SPREAD)"  # in the phase of a strict-spread group's nodes
 
 
 @dataclass
@@ -270,7 +275,11 @@ class _Run:
                     f"{left_s:.0f} s more; the next best type is used instead"
                 )
                 room = 0
-            self.options.append(TypeOption(name, self.totals[name], spec.has_gpu(), order, room))
+            self.options.append(
+                TypeOption(
+                    name, self.totals[name], spec.has_gpu(), order, room, spec.price_usd_per_hour
+                )
+            )
 
     # ------------------------------------------------------------------ launches
     def _min_launches(self) -> Counter[str]:
@@ -400,46 +409,74 @@ class _Run:
             into[sc.shape] = into.get(sc.shape, 0) + times
 
     def pending(self, demand: Demand) -> None:
-        items = demand.as_bundles(strict_spread=False)
-        items.extend((work, 1) for work in self.moved_work)
-        shapes = self._feasible(self._aggregate(items))
-        pack(shapes, self.bins)
-        self._launch_for(shapes, PENDING)
-        self._wait(shapes)
+        """Placement groups' bundles first (Ray puts them at the front of the demand, and
+        their nodes pass the upscaling cap), then the other pending work."""
+        groups = Demand(placement_groups=demand.placement_groups)
+        rest = Demand(bundles=demand.bundles)
+        for part, phase, extra in (
+            (groups, PLACEMENT_GROUPS, []),
+            (rest, PENDING, self.moved_work),
+        ):
+            items = part.as_bundles(strict_spread=False)
+            items.extend((work, 1) for work in extra)
+            shapes = self._feasible(self._aggregate(items))
+            pack(shapes, self.bins)
+            self._launch_for(shapes, phase)
+            self._wait(shapes)
+
+    def _exempt(self, phase: str) -> bool:
+        """Launches Ray lets past the cap: min_workers, request_resources, placement groups."""
+        return phase in (MIN_WORKERS, REQUESTED, PLACEMENT_GROUPS) or phase.endswith(STRICT_SPREAD)
 
     def cap(self) -> None:
-        """Clip launches to the upscaling cap; min_workers launches are exempt."""
-        running = sum(1 for n in self.nodes if n.state is InstanceState.RUNNING)
+        """Ray's upscaling cap, per node type: launches in flight of a type stay within
+        max(5, upscaling_speed x max(running nodes of the type, 1)), less its pending nodes;
+        launches for min_workers, requested resources and placement groups count against the
+        cap but are never clipped by it."""
         speed = self.spec.upscaling_speed
-        self.in_flight_cap = max(INITIAL_IN_FLIGHT, math.floor(speed * running))
-        pending = [
-            n
+        running: Counter[str] = Counter(
+            n.node_type
+            for n in self.kept
+            if n.state is InstanceState.RUNNING and n.id not in self.terminate
+        )
+        pending: Counter[str] = Counter(
+            n.node_type
             for n in self.kept
             if n.state is InstanceState.REQUESTED and n.id not in self.terminate
-        ]
+        )
         new = [b for b in self.bins if b.node_id is None]
-        exempt = sum(b.count for b in new if b.phase == MIN_WORKERS)
-        room = max(self.in_flight_cap - len(pending) - exempt, 0)
-        wanted = sum(b.count for b in new) - exempt
-        for b in new:
-            if b.phase == MIN_WORKERS:
+        clipped: list[str] = []
+        self.in_flight_cap = INITIAL_IN_FLIGHT
+        for name in self.spec.node_types:
+            of_type = [b for b in new if b.node_type == name]
+            if not of_type:
                 continue
-            keep = min(b.count, room)
-            room -= keep
-            for shape, per_node in b.placed.items():
-                dropped = per_node * (b.count - keep)
-                if dropped:
-                    self.waiting[shape] = self.waiting.get(shape, 0) + dropped
-                    self.waiting_why[shape] = "the upscaling cap"
-            b.count = keep
+            cap = max(INITIAL_IN_FLIGHT, math.floor(speed * max(running[name], 1)))
+            self.in_flight_cap = max(self.in_flight_cap, cap)
+            exempt = sum(b.count for b in of_type if self._exempt(b.phase))
+            room = max(cap - pending[name] - exempt, 0)
+            wanted = sum(b.count for b in of_type) - exempt
+            for b in of_type:
+                if self._exempt(b.phase):
+                    continue
+                keep = min(b.count, room)
+                room -= keep
+                for shape, per_node in b.placed.items():
+                    dropped = per_node * (b.count - keep)
+                    if dropped:
+                        self.waiting[shape] = self.waiting.get(shape, 0) + dropped
+                        self.waiting_why[shape] = "the upscaling cap"
+                b.count = keep
+            launched = sum(b.count for b in of_type) - exempt
+            if launched < wanted:
+                clipped.append(
+                    f"{name}: at most {cap} in flight (max({INITIAL_IN_FLIGHT}, {speed:g} x "
+                    f"{max(running[name], 1)} running)), {pending[name]} pending, "
+                    f"{exempt} exempt; launching {launched} of the {wanted} wanted now"
+                )
         self.bins = [b for b in self.bins if b.count > 0]
-        launched = sum(b.count for b in self.bins if b.node_id is None) - exempt
-        if launched < wanted:
-            self.cap_note = (
-                f"upscaling cap: at most {self.in_flight_cap} launches in flight (max("
-                f"{INITIAL_IN_FLIGHT}, {speed:g} x {running} running)), {len(pending)} "
-                f"pending; launching {launched} of the {wanted} wanted now, the rest later"
-            )
+        if clipped:
+            self.cap_note = "upscaling cap: " + "; ".join(clipped) + "; the rest later"
 
     # ------------------------------------------------------------------ idle
     def idle(self) -> None:

@@ -177,6 +177,7 @@ class NodeTypeSpec(BaseModel):
     idle_timeout_s: float | None = Field(default=None, ge=0)  # None: the cluster's timeout
     launch_hash: str = ""  # hash of the type's launch config; nodes with another are outdated
     instance_type: str | None = None  # what the provider launches, for the reader
+    price_usd_per_hour: float | None = Field(default=None, ge=0)  # catalog's; None: unknown
 
     def has_gpu(self) -> bool:
         return self.resources.get("GPU", 0.0) > 0
@@ -201,7 +202,7 @@ class Plan(BaseModel):
     # Bundles no node type can ever hold, and bundles that must wait (limits, cool-down, cap).
     unsatisfiable: list[BundleDemand] = Field(default_factory=list)
     waiting: list[BundleDemand] = Field(default_factory=list)
-    in_flight_cap: int = 0  # launches in flight allowed: max(5, upscaling_speed x running)
+    in_flight_cap: int = 0  # the largest per-type cap: max(5, upscaling_speed x running of it)
 
     def summary(self) -> dict[str, Any]:
         """``{"launch", "terminate", "reasons"}``: what ``explain --json`` prints."""

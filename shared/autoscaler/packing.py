@@ -15,7 +15,7 @@ a run splits it into the nodes that took some and those that did not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .model import RESOURCE_UNIT, format_resources
@@ -183,6 +183,12 @@ class TypeOption:
     has_gpu: bool
     order: int  # position in the cluster file: the last tie-break
     room: int
+    price_usd_per_hour: float | None = None  # from the catalog; None: unknown
+
+    def copy(self) -> TypeOption:
+        return TypeOption(
+            self.name, self.total, self.has_gpu, self.order, self.room, self.price_usd_per_hour
+        )
 
 
 @dataclass
@@ -192,7 +198,8 @@ class Room:
     total: int
 
 
-Score = tuple[bool, float, float, int, int]
+Score = tuple[float | str, ...]
+Scorer = Callable[["TypeOption", Sequence["ShapeCount"], Sequence[int]], "Score | None"]
 
 
 def fill_one(total: Sequence[int], shapes: Sequence[ShapeCount]) -> tuple[list[int], list[int]]:
@@ -247,8 +254,49 @@ class Choice:
     kept_off_gpu: list[str]
 
 
+def ray_score(opt: TypeOption, shapes: Sequence[ShapeCount], taken: Sequence[int]) -> Score | None:
+    """Ray's node type score (``_resource_based_utilization_scorer``): the tightest fit. In
+    order: no GPU node for work without GPUs; the most resource kinds of the demand the type
+    offers; the highest of the lowest, then of the mean, per-resource use, each weighted as
+    Ray weighs it (amount x use cubed, over the resources of which the type has one or more)."""
+    if not any(taken):
+        return None
+    kinds = {pos for sc in shapes for pos, _ in sc.shape}
+    used = [0] * len(opt.total)
+    any_gpu_work = False
+    for sc, n in zip(shapes, taken, strict=True):
+        any_gpu_work = any_gpu_work or sc.needs_gpu
+        for pos, amount in sc.shape:
+            used[pos] += amount * n
+    weighted = []
+    matching = 0
+    for pos, total in enumerate(opt.total):
+        if total < UNITS_PER_ONE:
+            continue
+        matching += pos in kinds
+        weighted.append(from_units(total) * (used[pos] / total) ** 3)
+    if not weighted:
+        return None
+    gpu_ok = any_gpu_work or not opt.has_gpu
+    # Ray sorts (score, node type name) from the top: at equal scores the larger name wins.
+    return (gpu_ok, matching, min(weighted), sum(weighted) / len(weighted), opt.name)
+
+
+def value_score(
+    opt: TypeOption, shapes: Sequence[ShapeCount], taken: Sequence[int]
+) -> Score | None:
+    """The most demand absorbed per dollar (only for a type with a price; no GPU node for
+    work without GPUs first)."""
+    if opt.price_usd_per_hour is None or not any(taken):
+        return None
+    absorbed = sum(n * sc.weight for sc, n in zip(shapes, taken, strict=True))
+    any_gpu_work = any(sc.needs_gpu for sc, n in zip(shapes, taken, strict=True) if n)
+    per_usd = absorbed / opt.price_usd_per_hour if opt.price_usd_per_hour else float("inf")
+    return (any_gpu_work or not opt.has_gpu, round(per_usd, 9), -opt.order)
+
+
 def best_option(
-    options: Sequence[TypeOption], shapes: Sequence[ShapeCount], room: Room
+    options: Sequence[TypeOption], shapes: Sequence[ShapeCount], room: Room, scorer: Scorer = score
 ) -> tuple[TypeOption, list[int], list[int], list[str]] | None:
     """The best type for one new node: (option, taken per shape, free left, GPU types that
     could have held the work but were passed over), or None when no type may hold any."""
@@ -260,7 +308,7 @@ def best_option(
         if opt.room <= 0:
             continue
         taken, free = fill_one(opt.total, shapes)
-        s = score(opt, shapes, taken)
+        s = scorer(opt, shapes, taken)
         if s is None:
             continue
         if not s[0]:
@@ -273,16 +321,16 @@ def best_option(
     return best[1], best[2], best[3], kept_off
 
 
-def choose_new_nodes(
-    shapes: Iterable[ShapeCount], options: Sequence[TypeOption], room: Room, phase: str
+def _greedy(
+    active: list[ShapeCount],
+    options: Sequence[TypeOption],
+    room: Room,
+    phase: str,
+    scorer: Scorer,
 ) -> list[Choice]:
-    """Add nodes for the demand left, best type first, until it is all held or no type may be
-    launched. Each step plans ``k`` identical nodes: as many as the step's fill can be repeated
-    before a shape runs out. Lowers the shapes' counts and the rooms."""
-    active = by_packing_order(shapes)
     choices: list[Choice] = []
     while active:
-        found = best_option(options, active, room)
+        found = best_option(options, active, room, scorer)
         if found is None:
             break
         opt, taken, free, kept_off = found
@@ -296,6 +344,52 @@ def choose_new_nodes(
         new = Bin(opt.name, free, repeat, opt.has_gpu, None, phase, placed)
         choices.append(Choice(new, kept_off))
         active = [sc for sc in active if sc.count > 0]
+    return choices
+
+
+def _plan_cost(choices: Sequence[Choice], prices: Mapping[str, float | None]) -> float | None:
+    total = 0.0
+    for c in choices:
+        price = prices.get(c.bin.node_type)
+        if price is None:
+            return None
+        total += price * c.bin.count
+    return total
+
+
+def choose_new_nodes(
+    shapes: Iterable[ShapeCount], options: Sequence[TypeOption], room: Room, phase: str
+) -> list[Choice]:
+    """Add nodes for the demand left until it is all held or no type may be launched. Plans
+    are made on copies: Ray's (the tightest-fitting type each step, :func:`ray_score`),
+    Corral's (the type that absorbs the most demand, :func:`score`) and, over the types with
+    a price, the most demand per dollar (:func:`value_score`). The one that holds more of
+    the demand wins; then, when every chosen type has a price, the cheaper, then the one
+    with fewer nodes; without prices, Ray's. So a plan never costs more than Ray's for the
+    same demand. Each step plans ``k`` identical nodes: as many as the step's fill can be
+    repeated before a shape runs out. Lowers the shapes' counts and the rooms."""
+    real = by_packing_order(shapes)
+    prices = {o.name: o.price_usd_per_hour for o in options}
+    trials = []
+    scorers: list[Scorer] = [ray_score, score]
+    if any(o.price_usd_per_hour is not None for o in options):
+        scorers.append(value_score)  # over the types with a price
+    for rank, scorer in enumerate(scorers):
+        copies = [ShapeCount(sc.shape, sc.count, sc.needs_gpu, sc.weight) for sc in real]
+        opts = [o.copy() for o in options]
+        trial_room = Room(room.total)
+        choices = _greedy(list(copies), opts, trial_room, phase, scorer)
+        left = sum(sc.count for sc in copies)
+        cost = _plan_cost(choices, prices)
+        nodes = sum(c.bin.count for c in choices)
+        priced = (cost, nodes) if cost is not None else (0.0, rank)
+        trials.append(((left, *priced, rank), choices, copies, opts, trial_room))
+    _, choices, copies, opts, trial_room = min(trials, key=lambda t: t[0])
+    for sc, copy in zip(real, copies, strict=True):
+        sc.count = copy.count
+    for opt, copy_opt in zip(options, opts, strict=True):
+        opt.room = copy_opt.room
+    room.total = trial_room.total
     return choices
 
 

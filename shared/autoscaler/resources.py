@@ -194,8 +194,9 @@ def _resolve_type(
     catalog: Catalog | None,
     local: LocalCloud | None,
     out: Resolved,
-) -> tuple[dict[str, float], str | None]:
-    """One type's resources (catalog, then the file's keys on top) and its instance type."""
+) -> tuple[dict[str, float], str | None, float | None]:
+    """One type's resources (catalog, then the file's keys on top), its instance type and its
+    on-demand price (the catalog's; None when the catalog does not list it)."""
     declared = dict(nt.resources or {})
     itype = instance_type_name(source, nt.node_config)
     # Problems point at the instance type's line when the node config names one.
@@ -210,10 +211,11 @@ def _resolve_type(
         if found is None:
             what = itype or "its resources"
             out.problems.append((where, f"no local instance type plays {what}; add an alias"))
-            return declared, itype
+            return declared, itype, None
         local_type, how = found
         out.notices.append(f"{name}: {itype or 'node'} runs as local {local_type.name} ({how})")
-        return {**_local_resources(local_type), **declared}, local_type.name
+        local_price = local_type.price_usd_per_hour
+        return {**_local_resources(local_type), **declared}, local_type.name, local_price
     if offering is None and nt.resources is None:
         catalog_name = f"the {source} catalog" if source in CATALOG_CLOUDS else "any catalog"
         out.problems.append(
@@ -221,7 +223,25 @@ def _resolve_type(
         )
     elif offering is None and itype is not None:
         out.notices.append(f"{name}: {itype} is not in the {source} catalog; resources as written")
-    return {**detected, **declared}, itype
+    price: float | None = None
+    if offering is not None:
+        price = offering.price_usd_per_hour
+        if _asks_spot(nt.node_config) and offering.spot_price_usd_per_hour is not None:
+            price = offering.spot_price_usd_per_hour
+    return {**detected, **declared}, itype, price
+
+
+def _asks_spot(node_config: Mapping[str, Any]) -> bool:
+    """Whether a node config launches spot (AWS ``InstanceMarketOptions``) or preemptible
+    (GCP ``scheduling``) capacity."""
+    market = node_config.get("InstanceMarketOptions")
+    if isinstance(market, Mapping) and str(market.get("MarketType", "")).lower() == "spot":
+        return True
+    sched = node_config.get("scheduling")
+    if isinstance(sched, Mapping):
+        model = str(sched.get("provisioningModel", sched.get("provisioning_model", "")))
+        return bool(sched.get("preemptible")) or model.upper() == "SPOT"
+    return False
 
 
 def resolve_cluster(
@@ -244,7 +264,7 @@ def resolve_cluster(
     types: dict[str, NodeTypeSpec] = {}
     global_max = _global_max(cluster)
     for name, nt, path in entries:
-        resources, itype = _resolve_type(name, nt, path, source, cloud, catalog, local, out)
+        resources, itype, price = _resolve_type(name, nt, path, source, cloud, catalog, local, out)
         low = nt.min_workers or 0
         high = nt.max_workers if nt.max_workers is not None else global_max
         types[name] = NodeTypeSpec(
@@ -254,6 +274,7 @@ def resolve_cluster(
             idle_timeout_s=nt.idle_timeout_s,
             launch_hash=launch_hash(nt.node_config, _auth(cluster)),
             instance_type=itype,
+            price_usd_per_hour=price,
         )
     minutes = cluster.idle_timeout_minutes
     out.spec = ClusterSpec(

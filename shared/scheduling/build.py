@@ -142,6 +142,7 @@ def det_scheduler(settings: SchedulerSettings) -> DetScheduler:
         type=settings.type,  # checked by the master config model
         fitting_policy=settings.fitting_policy,
         preemption=bool(settings.preemption),
+        allow_heterogeneous_fits=bool(settings.allow_heterogeneous_fits),
         default_priority=settings.default_priority or DETERMINED_DEFAULT_PRIORITY,
     )
 

@@ -1,21 +1,24 @@
 """Determined resource pools: each pool schedules with its own algorithm, a pure pass from a
 :class:`DetPoolSnapshot` to a :class:`DetPlan`.
 
-- ``priority``: Determined's numbers, lower wins (1-99, default 42), then submission order.
-  When a task does not fit, tasks after it only backfill: they start only if they fit (and,
-  with preemption on, only if preemptible, so they can be taken back). With ``preemption``
-  on, a task that does not fit first counts the slots releases already planned will free
-  (and not yet promised), then releases preemptible running tasks from the lowest priority
+- ``priority``: Determined's numbers, lower wins (1-99, default 42), then submission order,
+  slot and zero-slot tasks apart (see :func:`_priority`). When a task of a level does not
+  fit, lower levels start nothing (preemption off) or only preemptible tasks (preemption on);
+  once a release is planned nothing lower starts in that pass. With ``preemption`` on, a task
+  that does not fit first counts the room releases already planned will free (and not yet
+  promised), then releases preemptible running tasks of its class from the lowest priority
   (99) up, newest first (at its own priority only tasks submitted after it), until it fits;
-  a last pass keeps any it turns out not to need. Released slots are promised to it.
+  a last pass keeps any it turns out not to need (Determined keeps them all: we stop no
+  more work than the preemptor needs). Released room is promised to it.
 - ``fair_share``: see :mod:`.fair_share`.
 - ``round_robin``: groups (jobs) in order of their oldest task take turns, one task per group
   per round, each group's tasks in submission order, until no group can start another.
 
-Every pool places with its ``fitting_policy`` (:mod:`.fitting`). Zero-slot tasks are placed
-first and apart (they hold no slot). A task the pool can never fit is refused
-(``can_never_fit``), never left pending. :func:`schedule_pools` adds the fallback pools: a task
-its pool leaves waiting may start in the first pool of its ``fallback_pools`` with room left.
+Every pool places with its ``fitting_policy`` (:mod:`.fitting`). Under fair share and round
+robin, zero-slot tasks are placed first and apart (they hold no slot). A task the pool can
+never fit is refused (``can_never_fit``), never left pending. :func:`schedule_pools` adds
+the fallback pools: a task its pool leaves waiting may start in the first pool of its
+``fallback_pools`` with room left.
 """
 
 from __future__ import annotations
@@ -45,18 +48,23 @@ def run_pass(pool: DetPoolSnapshot) -> PoolPass:
         (t for t in pool.tasks if not t.is_running() and not t.stopping),
         key=lambda t: (t.submitted_at, t.task_id),
     )
-    slot_tasks = []
+    slot_tasks: list[DetTask] = []
+    aux_tasks: list[DetTask] = []
     for task in waiting:
         verdict = state.ever_fits(task.slots)
         if not verdict.ok:
             state.wait(task, "can_never_fit", verdict.reason)
-        elif task.slots == 0:
-            _place_aux(state, task)
         else:
-            slot_tasks.append(task)
+            (slot_tasks if task.slots else aux_tasks).append(task)
     if pool.scheduler.type == "priority":
+        # Determined schedules slot and zero-slot tasks apart, each by priority: a blocked
+        # slot task holds back no zero-slot task, and the other way round.
         _priority(state, slot_tasks)
-    elif pool.scheduler.type == "round_robin":
+        _priority(state, aux_tasks)
+        return state
+    for task in aux_tasks:
+        _place_aux(state, task)
+    if pool.scheduler.type == "round_robin":
         _round_robin(state, slot_tasks)
     else:
         run_fair_share(state, slot_tasks)
@@ -66,12 +74,11 @@ def run_pass(pool: DetPoolSnapshot) -> PoolPass:
 def _place_aux(state: PoolPass, task: DetTask) -> None:
     fit = state.fit_now(task)
     if fit is None:
-        cap = state.pool.max_aux_containers_per_agent
         state.wait(
             task,
             "pool_full",
-            f"every agent of {state.pool.pool} runs {cap} auxiliary "
-            "containers (max_aux_containers_per_agent), or the pool has no agent",
+            f"every agent of {state.pool.pool} runs as many auxiliary containers as it may "
+            "(max_aux_containers_per_agent), or the pool has no agent",
         )
     else:
         state.start(task, fit, f"zero-slot task on {fit[0].agent_id}")
@@ -79,40 +86,78 @@ def _place_aux(state: PoolPass, task: DetTask) -> None:
 
 # --------------------------------------------------------------------------- priority
 def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
-    order = sorted(tasks, key=lambda t: (state.priority(t), t.submitted_at, t.task_id))
+    """Determined's priority pass over one class of tasks (slot or zero-slot), level by level
+    (``agentrm/priority.go``):
+
+    - At each priority level, from the highest (lowest number), every waiting task that fits
+      is booked, in submission order; the ones that do not fit do not stop the rest of their
+      level.
+    - Booked tasks start unless a release was planned at a higher level (then nothing more
+      starts this pass), or a higher level left a task waiting: then, with preemption off,
+      nothing below it starts (it would starve); with preemption on, only preemptible tasks
+      start (they can be taken back). A task held back keeps its booked room, so lower work
+      cannot take it.
+    - With preemption on, a task that does not fit first counts what planned releases free,
+      then releases victims of its class (:func:`_make_room`).
+    """
     preemption = state.pool.scheduler.preemption
-    blocker: DetTask | None = None
-    for task in order:
-        if blocker is not None and preemption and not task.preemptible:
-            state.wait(
-                task,
-                "behind_higher_priority",
-                f"{blocker.task_id} (priority "
-                f"{state.priority(blocker)}) waits; only preemptible tasks backfill",
-            )
-            continue
-        fit = state.fit_now(task)
-        if fit is not None:
-            note = f", backfilling behind {blocker.task_id}" if blocker else ""
-            state.start(task, fit, f"priority {state.priority(task)}{note}")
-            continue
-        if preemption and _make_room(state, task):
-            blocker = blocker or task
-            continue
-        if blocker is not None:
-            state.wait(
-                task,
-                "behind_higher_priority",
-                f"{blocker.task_id} (priority "
-                f"{state.priority(blocker)}) waits, and {state.full_reason(task)}",
-            )
-        else:
-            state.wait(task, "pool_full", state.full_reason(task))
-        blocker = blocker or task
+    levels: dict[int, list[DetTask]] = {}
+    for task in sorted(tasks, key=lambda t: (state.priority(t), t.submitted_at, t.task_id)):
+        levels.setdefault(state.priority(task), []).append(task)
+    blocker: DetTask | None = None  # the first task a higher level left waiting
+    releasing: DetTask | None = None  # the first task slots are being freed for
+    for level in sorted(levels):
+        unfit: list[DetTask] = []
+        for task in levels[level]:
+            fit = state.fit_now(task)
+            if fit is None:
+                unfit.append(task)
+                continue
+            held = _held_back(state, task, blocker, releasing, preemption)
+            if held is None:
+                note = f", backfilling behind {blocker.task_id}" if blocker else ""
+                state.start(task, fit, f"priority {level}{note}")
+            else:
+                state.book_future(task.task_id, fit)
+                state.wait(task, "behind_higher_priority", held)
+        for task in unfit:
+            if preemption and _make_room(state, task):
+                releasing = releasing or task
+            elif blocker is not None:
+                state.wait(
+                    task,
+                    "behind_higher_priority",
+                    f"{blocker.task_id} (priority "
+                    f"{state.priority(blocker)}) waits, and {state.full_reason(task)}",
+                )
+            else:
+                state.wait(task, "pool_full", state.full_reason(task))
+        if unfit:
+            blocker = blocker or unfit[0]
+
+
+def _held_back(
+    state: PoolPass,
+    task: DetTask,
+    blocker: DetTask | None,
+    releasing: DetTask | None,
+    preemption: bool,
+) -> str | None:
+    """Why a task that fits must not start now (None: it may)."""
+    if releasing is not None:
+        return (
+            f"slots are being freed for {releasing.task_id} (priority "
+            f"{state.priority(releasing)}); nothing lower starts until they are"
+        )
+    if blocker is None or (preemption and task.preemptible):
+        return None
+    why = "only preemptible tasks backfill" if preemption else "lower priorities wait for it"
+    return f"{blocker.task_id} (priority {state.priority(blocker)}) waits; {why}"
 
 
 def _victims_for(state: PoolPass, task: DetTask) -> list[DetTask]:
-    """Running preemptible tasks below this one, lowest priority (99) first, newest first."""
+    """Running preemptible tasks of its class (slot or zero-slot) below this one, lowest
+    priority (99) first, newest first."""
     mine = state.priority(task)
     lowest = state.lowest_victim()
     if lowest is None or lowest <= (mine, task.submitted_at):
@@ -121,6 +166,7 @@ def _victims_for(state: PoolPass, task: DetTask) -> list[DetTask]:
         v
         for v in state.running()
         if v.preemptible
+        and (v.slots == 0) == (task.slots == 0)
         and (
             state.priority(v) > mine
             or (state.priority(v) == mine and v.submitted_at > task.submitted_at)
@@ -137,14 +183,14 @@ def _victims_for(state: PoolPass, task: DetTask) -> list[DetTask]:
 
 
 def _make_room(state: PoolPass, task: DetTask) -> bool:
-    """Promise the task slots in ``future``, releasing victims as needed; False if it cannot."""
+    """Promise the task room in ``future``, releasing victims as needed; False if it cannot."""
     chosen: list[DetTask] = []
-    claim = state.fit_future(task.slots)
+    claim = state.fit_future(task)
     if claim is None:
         for victim in _victims_for(state, task):
             state.book_future(victim.task_id, victim.allocations, -1)
             chosen.append(victim)
-            if state.fit_future(task.slots) is not None:
+            if state.fit_future(task) is not None:
                 break
         else:
             for victim in chosen:  # even all of them would not do: undo
@@ -152,11 +198,11 @@ def _make_room(state: PoolPass, task: DetTask) -> bool:
             return False
         for victim in reversed(chosen[:-1]):  # keep the ones it turns out not to need
             state.book_future(victim.task_id, victim.allocations)
-            if state.fit_future(task.slots) is None:
+            if state.fit_future(task) is None:
                 state.book_future(victim.task_id, victim.allocations, -1)
             else:
                 chosen.remove(victim)
-        claim = state.fit_future(task.slots)
+        claim = state.fit_future(task)
     assert claim is not None
     state.book_future(task.task_id, claim)
     for victim in chosen:

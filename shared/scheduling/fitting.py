@@ -1,12 +1,22 @@
 """Putting a Determined task on agents: best or worst fit, and whether a pool can ever fit it.
 
-- A task of ``slots`` no larger than an agent goes on one agent with that many free slots:
-  ``best`` picks the agent it leaves with the fewest free slots (packing), ``worst`` the one it
-  leaves with the most (spreading). Ties go to the lower agent id, so a pass is repeatable.
-- A task larger than any one agent takes whole idle agents of one size, its slots a multiple
-  of that size (as Determined places distributed training).
-- A zero-slot (auxiliary) task takes no slot: it goes to the agent with the fewest auxiliary
-  containers, up to ``max_aux_containers_per_agent``.
+Determined's fitting, case for case (``agentrm/fitting.go``, ``fitting_methods.go``):
+
+- **One agent first.** The agents with enough free slots (and, for a zero-slot task, an
+  auxiliary-container place left), not among the task's ``blocked_agents``, are scored and the
+  best score wins; ties go to the lower agent id (Determined hashes task and agent ids first:
+  a pass of ours is repeatable and readable instead).
+- **Scores.** ``best`` packs: the agent with the fewest free slots. ``worst`` spreads: the
+  agent with the largest *fraction* of its slots free (so a half-free 2-slot agent beats a
+  40 %-free 5-slot one). A zero-slot task on an agent that runs no slot task is scored by its
+  auxiliary places instead: ``best`` picks the agent with the fewest places left (packing
+  auxiliary work together), ``worst`` the largest fraction left.
+- **Then whole agents.** A task of more than one slot that no single agent can take now goes
+  on idle agents (no slot in use), all of one size, largest size first, its slots a multiple
+  of that size (distributed training). With ``allow_heterogeneous_fits`` it may then mix
+  sizes, taking idle agents from the largest size down until its slots are covered exactly.
+- Auxiliary places per agent: the agent's own limit, else the pool's
+  ``max_aux_containers_per_agent``, else Determined's default of 100.
 """
 
 from __future__ import annotations
@@ -14,8 +24,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from .model import Agent, DetPoolSnapshot, SlotAllocation
+
+DEFAULT_AUX_PER_AGENT = 100  # Determined's max_aux_containers_per_agent default
 
 
 @dataclass(slots=True)
@@ -27,10 +40,21 @@ class AgentBook:
     free: int
     aux: int = 0
     tasks: list[str] = field(default_factory=list)
+    max_aux: int = DEFAULT_AUX_PER_AGENT
+
+    @property
+    def used(self) -> int:
+        return self.slots - self.free
 
 
-def agent_books(agents: Iterable[Agent]) -> dict[str, AgentBook]:
-    return {a.agent_id: AgentBook(a.agent_id, a.slots, a.slots) for a in agents}
+def agent_books(agents: Iterable[Agent], pool_max_aux: int | None = None) -> dict[str, AgentBook]:
+    books = {}
+    for a in agents:
+        cap = a.max_aux_containers
+        if cap is None:
+            cap = pool_max_aux if pool_max_aux is not None else DEFAULT_AUX_PER_AGENT
+        books[a.agent_id] = AgentBook(a.agent_id, a.slots, a.slots, max_aux=cap)
+    return books
 
 
 def book_allocations(
@@ -50,36 +74,68 @@ def book_allocations(
             book.tasks.remove(task_id)
 
 
+def score(book: AgentBook, slots: int, policy: str) -> Fraction:
+    """How good an agent is for a task of ``slots`` (higher is better); see the docstring."""
+    if book.used or slots:
+        if policy == "best":
+            return Fraction(1, 1 + book.free)
+        return Fraction(book.free, book.slots) if book.slots else Fraction(0)
+    if book.max_aux <= 0:
+        return Fraction(0)
+    left = book.max_aux - book.aux
+    return Fraction(1, 1 + left) if policy == "best" else Fraction(left, book.max_aux)
+
+
 def find_fit(
-    books: dict[str, AgentBook], slots: int, policy: str, max_aux: int | None = None
+    books: dict[str, AgentBook],
+    slots: int,
+    policy: str,
+    blocked: frozenset[str] | tuple[str, ...] = (),
+    heterogeneous: bool = False,
 ) -> tuple[SlotAllocation, ...] | None:
     """Where a task of ``slots`` would go now, or None (see the module docstring)."""
-    agents = sorted(books.values(), key=lambda b: b.agent_id)
-    if slots == 0:
-        room = [b for b in agents if max_aux is None or b.aux < max_aux]
-        if not room:
-            return None
-        chosen = min(room, key=lambda b: (b.aux, b.agent_id))
-        return (SlotAllocation(agent_id=chosen.agent_id, slots=0),)
-    if any(b.slots >= slots for b in agents):
-        fits = [b for b in agents if b.free >= slots]
-        if not fits:
-            return None
-        sign = 1 if policy == "best" else -1
-        chosen = min(fits, key=lambda b: (sign * (b.free - slots), b.agent_id))
+    viable = [
+        b
+        for b in books.values()
+        if b.free >= slots and b.agent_id not in blocked and (slots > 0 or b.aux < b.max_aux)
+    ]
+    if viable:
+        chosen = min(viable, key=lambda b: (-score(b, slots, policy), b.agent_id))
         return (SlotAllocation(agent_id=chosen.agent_id, slots=slots),)
-    return _whole_agents(agents, slots)
+    if slots <= 1:
+        return None
+    idle = [b for b in books.values() if b.used == 0 and b.free > 0 and b.agent_id not in blocked]
+    return _whole_agents(idle, slots, policy, heterogeneous)
 
 
-def _whole_agents(agents: Sequence[AgentBook], slots: int) -> tuple[SlotAllocation, ...] | None:
-    for size in sorted({b.slots for b in agents if b.slots > 0}, reverse=True):
-        if slots % size:
+def _whole_agents(
+    idle: Sequence[AgentBook], slots: int, policy: str, heterogeneous: bool
+) -> tuple[SlotAllocation, ...] | None:
+    by_size: dict[int, list[AgentBook]] = {}
+    for b in idle:
+        by_size.setdefault(b.free, []).append(b)
+    sizes = sorted(by_size, reverse=True)
+    for size in sizes:
+        group = by_size[size]
+        if slots % size or len(group) * size < slots:
             continue
-        idle = [b for b in agents if b.slots == size and b.free == size]
-        if len(idle) >= slots // size:
-            return tuple(
-                SlotAllocation(agent_id=b.agent_id, slots=size) for b in idle[: slots // size]
-            )
+        ranked = sorted(group, key=lambda b: (-score(b, size, policy), b.agent_id))
+        return tuple(
+            SlotAllocation(agent_id=b.agent_id, slots=size) for b in ranked[: slots // size]
+        )
+    if not heterogeneous:
+        return None
+    needed = slots
+    out: list[SlotAllocation] = []
+    for size in sizes:
+        take = min(needed // size, len(by_size[size]))
+        if take == 0:
+            continue
+        ranked = sorted(by_size[size], key=lambda b: (-score(b, size, policy), b.agent_id))
+        out += [SlotAllocation(agent_id=b.agent_id, slots=size) for b in ranked[:take]]
+        needed -= take * size
+        if needed == 0:
+            return tuple(out)
     return None
 
 
@@ -107,7 +163,8 @@ def _agent_sizes(pool: DetPoolSnapshot) -> Counter[int] | None:
 def can_ever_fit(pool: DetPoolSnapshot, slots: int) -> FitVerdict:
     """Whether any state of the pool could run a task of ``slots``: zero-slot tasks always;
     otherwise one agent with that many slots, or whole agents of one size whose slots add up
-    to exactly that. A clear reason either way (refuse at submit, never pend forever)."""
+    to exactly that (with ``allow_heterogeneous_fits``, of sizes from the largest down). A
+    clear reason either way (refuse at submit, never pend forever)."""
     name = pool.pool
     if slots == 0:
         return FitVerdict(True, f"a zero-slot task runs on any agent of {name}")
@@ -127,6 +184,12 @@ def can_ever_fit(pool: DetPoolSnapshot, slots: int) -> FitVerdict:
     for size, count in usable.items():
         if slots % size == 0 and slots // size <= count:
             return FitVerdict(True, f"{slots // size} whole agents of {size} slots in {name}")
+    if pool.scheduler.allow_heterogeneous_fits:
+        needed = slots
+        for size in sorted(usable, reverse=True):
+            needed -= min(needed // size, usable[size]) * size
+        if needed == 0:
+            return FitVerdict(True, f"whole agents of mixed sizes in {name}")
     shape = ", ".join(f"up to {count} agent(s) of {size} slots" for size, count in usable.items())
     return FitVerdict(
         False,

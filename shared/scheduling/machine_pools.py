@@ -36,6 +36,7 @@ def schedule(
     replacement_budget: int = 1,
     replacement_guard_s: float = 0.0,
     min_machines: int = 0,
+    reuse_verdicts: bool = True,
 ) -> Plan:
     """One scheduling pass over a machine pool.
 
@@ -43,13 +44,19 @@ def schedule(
     ``replacement_budget``: replacements in flight at most (the snapshot's in-flight count
     included); ``replacement_guard_s``: a workload is not replaced twice within this.
     ``min_machines``: idle reaping never leaves the pool with fewer machines.
+    ``reuse_verdicts``: tell a waiting workload what one alike was told this pass (see
+    :func:`_decide`); off only to check that it changes nothing.
     """
     state = PoolState(snapshot)
     placements: list[Placement] = []
     preemptions: list[Preemption] = []
     pending: list[Pending] = []
+    verdicts: dict[VerdictKey, Pending] | None = {} if reuse_verdicts else None
     for workload in queue(state):
-        _decide(state, workload, now, min_runtime_s, placements, preemptions, pending)
+        moves = len(placements) + len(preemptions)
+        _decide(state, workload, now, min_runtime_s, placements, preemptions, pending, verdicts)
+        if verdicts and len(placements) + len(preemptions) != moves:
+            verdicts.clear()  # the room changed: what alike workloads were told may not hold
     pending.extend(
         Pending(
             workload_id=wid,
@@ -89,6 +96,23 @@ def queue(state: PoolState) -> list[Workload]:
     return sorted((w for w in state.workloads.values() if w.phase == "pending"), key=key)
 
 
+# What decides whether a workload without held room can be placed or can preempt, and what
+# it is told: its labels (rules), group order, nodes, mode, own priority, its preemptor.
+VerdictKey = tuple[tuple[tuple[str, str], ...], tuple[str, ...], int, str, int, str | None]
+
+
+def _verdict_key(workload: Workload) -> VerdictKey:
+    labels = tuple(sorted(workload.selector_labels().items()))
+    return (
+        labels,
+        workload.group_order,
+        workload.num_nodes,
+        workload.on_full,
+        workload.priority,
+        workload.preempted_by,  # a preempted workload is told who preempted it
+    )
+
+
 def _decide(
     state: PoolState,
     workload: Workload,
@@ -97,10 +121,23 @@ def _decide(
     placements: list[Placement],
     preemptions: list[Preemption],
     pending: list[Pending],
+    verdicts: dict[VerdictKey, Pending] | None = None,
 ) -> None:
+    """Place, preempt for, or explain one workload. ``verdicts``: kinds of workload found
+    unplaceable, with no victim to take, since the pass last placed or preempted. Nothing
+    changed since, so another of the same kind waits for the very same reason, and is told
+    so without walking the partitions again: a pass over a long queue that cannot move costs
+    the kinds waiting, not the queue. Any placement or preemption forgets them all."""
     books = state.books_for(workload)
     wid = workload.workload_id
     held = [b for b in books if b.reserved.get(wid)]
+    key = None
+    if not held and verdicts is not None:
+        key = _verdict_key(workload)
+        known = verdicts.get(key)
+        if known is not None:
+            pending.append(known.model_copy(update={"workload_id": wid}))
+            return
     if held:
         takes, short = walk(state, workload, books)
         if not short:
@@ -110,6 +147,8 @@ def _decide(
             pending.append(_waiting(state, workload, held))
             return
         state.drop_reservations(wid)  # the hold no longer covers it: decide afresh
+        if verdicts:
+            verdicts.clear()  # the room it held is free again
     if workload.on_full == "fallback":
         takes, short = walk(state, workload, books)
         if not short:
@@ -117,7 +156,10 @@ def _decide(
             return
     choice = choose_victims(state, workload, now, min_runtime_s)
     if choice is None:
-        pending.append(explain_pending(state, workload, now, min_runtime_s))
+        why = explain_pending(state, workload, now, min_runtime_s)
+        pending.append(why)
+        if key is not None and verdicts is not None:
+            verdicts[key] = why
     elif not choice.victims:
         placements.append(_place(state, workload, list(choice.takes)))
     else:

@@ -242,6 +242,7 @@ class Agent(_Frozen):
     slots: int = Field(ge=0)
     market: Market = "on_demand"
     idle_since: float | None = None  # when its last task ended; None while it runs one
+    max_aux_containers: int | None = Field(None, ge=0)  # its own zero-slot limit; None: pool's
 
 
 class DetTask(_Frozen):
@@ -259,6 +260,7 @@ class DetTask(_Frozen):
     stopping: bool = False  # released by a preemption, still giving slots back
     fallback_pools: tuple[str, ...] = ()  # where it may go, in order, when its pool is full
     labels: dict[str, str] = Field(default_factory=dict)  # what label budgets select on
+    blocked_agents: tuple[str, ...] = ()  # agents it must avoid (Determined's blocked nodes)
 
     def is_running(self) -> bool:
         """Whether it holds slots (or, zero-slot, an agent)."""
@@ -271,6 +273,7 @@ class DetScheduler(_Frozen):
     type: Literal["fair_share", "priority", "round_robin"] = "fair_share"
     fitting_policy: Literal["best", "worst"] = "best"
     preemption: bool = False  # the priority scheduler's; fair share always may release
+    allow_heterogeneous_fits: bool = False  # a multi-agent task may mix agent sizes
     default_priority: int = Field(DETERMINED_DEFAULT_PRIORITY, ge=1, le=99)
 
 
@@ -284,7 +287,7 @@ class DetPoolSnapshot(_Frozen):
     tasks: tuple[DetTask, ...] = ()
     slots_per_agent: int | None = None  # the provider's instance_slots; None: from the agents
     max_agents: int | None = None  # the provider's max_instances; None: a static pool
-    max_aux_containers_per_agent: int | None = None  # zero-slot tasks per agent; None: no cap
+    max_aux_containers_per_agent: int | None = None  # zero-slot tasks per agent; None: 100
     min_agents: int = 0  # the provider's min_instances (idle reaping keeps this many)
     max_idle_agent_s: float | None = None  # the provider's max_idle_agent_period
 

@@ -31,6 +31,8 @@ from .model import (
     TaskStart,
 )
 
+FitKey = tuple[int, tuple[str, ...]]  # a task's slots and the agents it must avoid
+
 
 @dataclass
 class PoolPass:
@@ -47,8 +49,8 @@ class PoolPass:
     # Tasks holding slots as of the snapshot (neither stopping nor pending); and where a task
     # of so many slots would fit now / in ``future``, kept until the next booking.
     holding: list[DetTask] = field(default_factory=list)
-    _fits_now: dict[int, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
-    _fits_future: dict[int, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
+    _fits_now: dict[FitKey, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
+    _fits_future: dict[FitKey, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
     _most_free: list[int] | None = None
     _ever: dict[int, FitVerdict] = field(default_factory=dict)
     _lowest_victim: tuple[int, float] | None = None
@@ -83,23 +85,37 @@ class PoolPass:
         return self._ever[slots]
 
     def fit_now(self, task: DetTask) -> tuple[SlotAllocation, ...] | None:
-        """Where the task could start now without taking slots promised to a preemptor."""
-        if task.slots in self._fits_now:
-            return self._fits_now[task.slots]
+        """Where the task could start now without taking slots (or auxiliary places)
+        promised to a preemptor."""
+        key = (task.slots, task.blocked_agents)
+        if key in self._fits_now:
+            return self._fits_now[key]
         view = {
-            k: AgentBook(b.agent_id, b.slots, min(b.free, self.future[k].free), b.aux)
+            k: AgentBook(
+                b.agent_id,
+                b.slots,
+                min(b.free, self.future[k].free),
+                max(b.aux, self.future[k].aux),
+                max_aux=b.max_aux,
+            )
             for k, b in self.books.items()
         }
-        fit = find_fit(view, task.slots, self.policy, self.pool.max_aux_containers_per_agent)
-        self._fits_now[task.slots] = fit
+        fit = find_fit(view, task.slots, self.policy, task.blocked_agents, self.heterogeneous)
+        self._fits_now[key] = fit
         return fit
 
-    def fit_future(self, slots: int) -> tuple[SlotAllocation, ...] | None:
-        """Where a task of ``slots`` would fit once planned releases are done and promised
-        slots taken (no auxiliary-container limit: a preemptor claims slots)."""
-        if slots not in self._fits_future:
-            self._fits_future[slots] = find_fit(self.future, slots, self.policy)
-        return self._fits_future[slots]
+    def fit_future(self, task: DetTask) -> tuple[SlotAllocation, ...] | None:
+        """Where the task would fit once planned releases are done and promised slots taken."""
+        key = (task.slots, task.blocked_agents)
+        if key not in self._fits_future:
+            self._fits_future[key] = find_fit(
+                self.future, task.slots, self.policy, task.blocked_agents, self.heterogeneous
+            )
+        return self._fits_future[key]
+
+    @property
+    def heterogeneous(self) -> bool:
+        return self.pool.scheduler.allow_heterogeneous_fits
 
     def book_future(
         self, task_id: str, allocations: Iterable[SlotAllocation], sign: int = 1
@@ -144,11 +160,12 @@ class PoolPass:
 def new_pass(pool: DetPoolSnapshot) -> PoolPass:
     """Agents with every running task's slots taken; in ``future``, the slots of tasks already
     stopping (released by an earlier pass) are free."""
-    books = agent_books(pool.agents)
+    books = agent_books(pool.agents, pool.max_aux_containers_per_agent)
     for task in pool.tasks:
         book_allocations(books, task.task_id, task.allocations)
     future = {
-        k: AgentBook(b.agent_id, b.slots, b.free, b.aux, list(b.tasks)) for k, b in books.items()
+        k: AgentBook(b.agent_id, b.slots, b.free, b.aux, list(b.tasks), b.max_aux)
+        for k, b in books.items()
     }
     for task in pool.tasks:
         if task.stopping:

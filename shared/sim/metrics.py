@@ -4,7 +4,7 @@ policies (:func:`summary`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +75,30 @@ def time_to_capacity_s(rec: Recorder) -> list[float]:
     return [s.first_up_s - s.arrival_s for s in rec.requests.values() if s.first_up_s is not None]
 
 
-def summary(policy: str, rec: Recorder) -> dict[str, Any]:
+def by_template(rec: Recorder, template_of: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Per template (a task's name, or ``ray:<cluster>``): requests, completed, failed, never
+    served, the USD of their machines and per completed request."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in rec.requests.values():
+        row = out.setdefault(
+            template_of.get(s.rid, "?"),
+            {"requests": 0, "completed": 0, "failed": 0, "never_served": 0, "cost_usd": 0.0},
+        )
+        row["requests"] += 1
+        row["completed"] += s.done_s is not None
+        row["failed"] += s.failed is not None
+        row["never_served"] += s.first_up_s is None and s.failed is None
+        row["cost_usd"] += rec.cost.by_owner.get(s.rid, 0.0)
+    for row in out.values():
+        done = row["completed"]
+        row["cost_per_completed_usd"] = _r(row["cost_usd"] / done if done else None)
+        row["cost_usd"] = _r(row["cost_usd"])
+    return dict(sorted(out.items()))
+
+
+def summary(
+    policy: str, rec: Recorder, template_of: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The figures of one policy's day (JSON-ready; money in USD, times in seconds)."""
     stats = list(rec.requests.values())
     ttc = time_to_capacity_s(rec)
@@ -115,6 +138,10 @@ def summary(policy: str, rec: Recorder) -> dict[str, Any]:
             "max": _r(max(per_request) if per_request else None),
         },
         "launch_calls": rec.launch_calls,
+        "cost_per_completed_usd": _r(
+            total / completed if (completed := sum(s.done_s is not None for s in stats)) else None
+        ),
+        "by_template": by_template(rec, template_of or {}),
     }
 
 

@@ -28,13 +28,13 @@ from ..config.task import Task
 from ..errors import ProviderError
 from ..planner import Candidate, plan
 from ..pools import resolve_pools, route_task
+from ..reservations import reservation_of
 from ..routing import machine_pool_of
 from ..scheduling import Agent, DetPoolSnapshot, DetScheduler, DetTask, schedule_pool
 from ..scheduling.build import group_order
 from .cloud import Place, SimInstance
 from .direct import Launcher
 from .engine import Sim
-from .pools import reservation_id
 from .workload import Arrival, StaticPoolSpec, Workload
 
 
@@ -70,7 +70,7 @@ def _pool_need(task: Task, workload: Workload, sim: Sim) -> Need | None:
     for machine_type in group_order(compute, name or ""):
         found = pool.machine(machine_type)
         for template in found.launch_templates if found else []:
-            rid = reservation_id(template.advanced_instance_config)
+            rid = reservation_of(template.advanced_instance_config)
             res = sim.cloud.reservations.get(rid or "")
             if res is not None:
                 region = sim.cloud.regions[(res.cloud, res.zone)]

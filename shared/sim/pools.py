@@ -29,6 +29,7 @@ from ..config.task import Task
 from ..errors import ProviderError
 from ..lifecycle import AgentStatus
 from ..pools import resolve_pools
+from ..reservations import reservation_of
 from ..routing import pool_limits
 from ..scheduling.build import machine_types_of, workload_of
 from ..scheduling.det_ledger import DetLedger, add_task, agent_lost, release_task
@@ -57,20 +58,6 @@ from ..scheduling.quiet import (
 )
 from .cloud import Place, SimInstance
 from .engine import Sim
-
-
-def reservation_id(config: dict[str, Any]) -> str | None:
-    """The reservation an AWS-style (or GCP specific) advanced_instance_config targets."""
-    spec = config.get("CapacityReservationSpecification")
-    target = spec.get("CapacityReservationTarget") if isinstance(spec, dict) else None
-    found = target.get("CapacityReservationId") if isinstance(target, dict) else None
-    if found:
-        return str(found)
-    props = config.get("instanceProperties") or config.get("instance_properties") or {}
-    affinity = props.get("reservationAffinity") if isinstance(props, dict) else None
-    values = affinity.get("values") if isinstance(affinity, dict) else None
-    return str(values[0]) if values else None
-
 
 LedgerT = TypeVar("LedgerT", PoolLedger, DetLedger)
 
@@ -152,7 +139,7 @@ class _Pooled(Generic[LedgerT]):
     ) -> SimInstance | None:
         """One machine in the first (template, zone) that takes it, as ``launch_on_zones``."""
         for template in templates:
-            reservation = reservation_id(template.advanced_instance_config)
+            reservation = reservation_of(template.advanced_instance_config)
             market = "spot" if template.market_type == "SPOT" else "on_demand"
             for zone, region in self.zones(template, reservation):
                 place = Place(self.cloud, region, zone, template.instance_type, market, reservation)

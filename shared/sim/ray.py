@@ -54,6 +54,10 @@ class RaySim:
     def add(self, rid: str, demand: RayDemandSpec) -> None:
         bundles = [dict(b.resources) for b in demand.bundles for _ in range(b.count)]
         self.waiting.append((rid, bundles))
+        # Ray places work on free room at once. (Only a node coming up or work ending used to
+        # place: an arrival finding idle nodes waited for either, which might never come;
+        # that left 60 of the seeded day's 66 Ray requests unserved.)
+        self.place()
         self._soon()
 
     def waiting_count(self) -> int:

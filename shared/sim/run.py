@@ -49,7 +49,18 @@ def run_policy(
     """Play the day once under one policy (``check_skips``: see :class:`Sim`)."""
     sim = Sim(scenario, workload.arrivals, timers or SimTimers(), check_skips=check_skips)
     recorder = sim.run(make_policy(name, workload))
-    return PolicyRun(name, summary(name, recorder), series(recorder), sim.events_run)
+    figures = summary(name, recorder, template_names(workload))
+    return PolicyRun(name, figures, series(recorder), sim.events_run)
+
+
+def template_names(workload: Workload) -> dict[str, str]:
+    """Each arrival's template: its task's name, or ``ray:<cluster>``."""
+    return {
+        a.id: f"ray:{a.ray.cluster}"
+        if a.ray is not None
+        else (a.task.name if a.task else None) or "unnamed"
+        for a in workload.arrivals
+    }
 
 
 def run_all(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +134,20 @@ class Workload:
     static_pools: list[StaticPoolSpec] | None
     templates: list[Arrival]  # what ``--generate`` draws from, with these weights
     weights: list[float]
+    fixed: list[Arrival] = field(default_factory=list)  # the file's own arrivals
+    # generate's requests, peak hour, peak ratio and day length (None: nothing drawn)
+    drawn: tuple[int, float, float, float] | None = None
+
+    def with_seed(self, seed: int) -> Workload:
+        """The same workload drawn again with another seed (its listed arrivals kept)."""
+        arrivals = list(self.fixed)
+        if self.drawn is not None:
+            requests, peak_hour, peak_ratio, day_s = self.drawn
+            arrivals += generate(
+                self.templates, self.weights, requests, seed, day_s, peak_hour, peak_ratio
+            )
+        arrivals.sort(key=lambda a: (a.at_s, a.id))
+        return replace(self, seed=seed, arrivals=arrivals)
 
 
 def _resolve(doc: Document, ref: str | dict[str, Any], path: PathKey, model: type[Any]) -> Any:
@@ -214,10 +228,13 @@ def workload_from_doc(doc: Document) -> Workload:
         )
     templates = _templates(doc, spec.arrivals, ("arrivals",))
     weights = [a.weight for a in spec.arrivals]
+    fixed = list(arrivals)
+    drawn = None
     if spec.generate is not None:
         gen = spec.generate
         templates = _templates(doc, gen.templates, ("generate", "templates"))
         weights = [t.weight for t in gen.templates]
+        drawn = (gen.requests, gen.peak_hour, gen.peak_ratio, DAY_S)
         arrivals.extend(
             generate(
                 templates, weights, gen.requests, spec.seed, DAY_S, gen.peak_hour, gen.peak_ratio
@@ -225,7 +242,17 @@ def workload_from_doc(doc: Document) -> Workload:
         )
     arrivals.sort(key=lambda a: (a.at_s, a.id))
     return Workload(
-        spec.seed, arrivals, pools, master, clusters, budgets, spec.static_pools, templates, weights
+        spec.seed,
+        arrivals,
+        pools,
+        master,
+        clusters,
+        budgets,
+        spec.static_pools,
+        templates,
+        weights,
+        fixed,
+        drawn,
     )
 
 

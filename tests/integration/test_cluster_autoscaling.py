@@ -164,8 +164,10 @@ def test_demand_steers_node_types_caps_launches_and_reaps_idle_nodes(
     )
     assert _launched(view)[-1] == {"cpu_16_spot": 1, "gpu_1_ondemand": 2, "gpu_8_ondemand": 1}
 
-    # The upscaling cap: 10 Custom1 nodes wanted, 8 to launch; at most max(5, 0.5 x running)
-    # = 5 in flight. The GPU nodes, no longer asked for, go idle meanwhile and are reaped.
+    # 10 Custom1 nodes wanted, 8 to launch. The demand is a standing request (Ray's
+    # request_resources), which Ray lets past its upscaling cap (max(5, 0.5 x 2 running of the
+    # type) = 5): all 8 are launched at once. The GPU nodes, no longer asked for, go idle
+    # meanwhile and are reaped. (The cap on pending work: tests/unit/test_ray_peer_cases.py.)
     _demand(system, tmp_path, "bundles: [{resources: {Custom1: 1}, count: 10}]\n")
     most_in_flight = 0
     deadline = time.monotonic() + 60
@@ -177,9 +179,9 @@ def test_demand_steers_node_types_caps_launches_and_reaps_idle_nodes(
             break
         time.sleep(0.1)
     assert _running(view)["cpu_16_spot"] == 10
-    assert most_in_flight == 5
-    capped = next(d for d in view["decisions"] if d["launch"].get("cpu_16_spot") == 5)
-    assert any("upscaling cap" in r for r in capped["reasons"])
+    assert most_in_flight > 5  # past the cap (8 when polled in time)
+    burst = next(d for d in view["decisions"] if d["launch"].get("cpu_16_spot") == 8)
+    assert not any("upscaling cap" in r for r in burst["reasons"])
     assert _running(view)["gpu_8_ondemand"] == 0
 
     # No demand: every idle worker goes after 3 s, but never below min_workers (the first

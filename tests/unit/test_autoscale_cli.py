@@ -85,7 +85,7 @@ def test_human_output_lists_launches_terminations_and_reasons() -> None:
     assert "cpu_16_spot (m4.4xlarge): {CPU: 16, memory: 44.8GiB, Custom1: 1, is_spot: 1}" in text
     assert "Nodes: 6 running, 1 pending" in text
     assert text.index("Launch:") < text.index("Terminate:") < text.index("Why:")
-    assert "  - work that needs no GPU kept off GPU node types: gpu_1_ondemand" in text
+    assert "  - work that needs no GPU kept off GPU node types: gpu_8_ondemand" in text
 
 
 def test_without_nodes_the_cluster_is_its_idle_head(tmp_path: Path) -> None:

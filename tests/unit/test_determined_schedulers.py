@@ -223,10 +223,11 @@ def test_priority_counts_slots_already_being_released() -> None:
     assert plan.why("urgent") == "slots promised to it while tasks already being released stop(s)"
 
 
-def test_priority_backfill_only_if_it_fits() -> None:
+def test_priority_without_preemption_lower_levels_wait_for_a_blocked_task() -> None:
     # Two agents of 4; r1 (42) holds ag1. big (10, 8 slots) needs both agents whole: it does
-    # not fit. Without preemption, lower tasks backfill if they fit: small (2 slots) on ag2.
-    # wide (6 slots) is more than an agent and not a multiple of 4: refused, never pending.
+    # not fit. Without preemption nothing lower starts (it would starve big), though small
+    # (2 slots) would fit on ag2. wide (6 slots) is more than an agent and not a multiple of
+    # 4: refused, never pending (and so it blocks nothing).
     tasks = [
         running("r1", "R", {"ag1": 4}, 1.0),
         task("big", "B", 8, 2.0, priority=10),
@@ -234,8 +235,12 @@ def test_priority_backfill_only_if_it_fits() -> None:
         task("wide", "W", 6, 4.0, priority=70),
     ]
     plan = schedule_pool(pool("priority", agents(4, 4), tasks), 10.0)
-    assert starts(plan) == {"small": [("ag2", 2)]}
-    assert codes(plan) == {"big": "pool_full", "wide": "can_never_fit"}
+    assert starts(plan) == {}
+    assert codes(plan) == {
+        "big": "pool_full",
+        "small": "behind_higher_priority",
+        "wide": "can_never_fit",
+    }
 
 
 # --------------------------------------------------------------------------- round robin
@@ -270,7 +275,7 @@ def test_multi_agent_task_takes_whole_idle_agents() -> None:
     assert starts(plan) == {"dist": [("ag2", 4), ("ag3", 4)]}
 
 
-def test_zero_slot_tasks_go_to_the_agent_with_fewest_aux_containers() -> None:
+def test_zero_slot_tasks_pack_under_best_fit() -> None:
     tasks = [
         running("tb0", "T", {"ag1": 0}, 1.0),
         task("tb1", "T", 0, 2.0),
@@ -280,8 +285,9 @@ def test_zero_slot_tasks_go_to_the_agent_with_fewest_aux_containers() -> None:
     plan = schedule_pool(
         pool("priority", agents(0, 0), tasks, max_aux_containers_per_agent=2), 10.0
     )
-    # ag1 has 1, ag2 0: tb1 -> ag2; then 1 and 1 -> ag1 (id); then ag1 2, ag2 1 -> ag2.
-    assert starts(plan) == {"tb1": [("ag2", 0)], "tb2": [("ag1", 0)], "tb3": [("ag2", 0)]}
+    # Best fit packs auxiliary work (Determined's BestFit scores the places left): ag1 has 1
+    # place left, ag2 2: tb1 -> ag1 (now full); tb2 and tb3 -> ag2.
+    assert starts(plan) == {"tb1": [("ag1", 0)], "tb2": [("ag2", 0)], "tb3": [("ag2", 0)]}
 
 
 @pytest.mark.parametrize(

@@ -474,3 +474,40 @@ def test_workload_from_task_defaults() -> None:
     assert (w.enable_replacement, w.replacement_threshold_s) == (True, 60.0)
     plain = workload_of(Task(), seed_compute(), workload_id="j", pool_name=POOL, submitted_at=0)
     assert plain.is_preemptible() is True
+
+
+def test_alike_waiting_workloads_are_explained_once_while_nothing_moves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass over a queue that cannot move explains each kind of waiting workload once, and
+    tells the others the very same (the property tests check it changes no decision)."""
+    from corral.shared.scheduling import machine_pools
+
+    calls: list[str] = []
+    real = machine_pools.explain_pending
+
+    def counting(state: Any, workload: Workload, *args: Any) -> Any:
+        calls.append(workload.workload_id)
+        return real(state, workload, *args)
+
+    monkeypatch.setattr(machine_pools, "explain_pending", counting)
+    busy = PoolSnapshot(
+        pool="p",
+        machine_types=(
+            MachineTypeState(machine_type="a", partitions=(PartitionState(name="x", size=1),)),
+        ),
+        machines=(Machine(machine_id="m", machine_type="a", partition="x", workload_id="svc"),),
+        workloads=(
+            Workload(
+                workload_id="svc",
+                workload_type="service",
+                group_order=("a",),
+                submitted_at=0.0,
+                phase="running",
+            ),
+            *(Workload(workload_id=f"w{i}", group_order=("a",), submitted_at=i) for i in range(50)),
+        ),
+    )
+    plan = schedule(busy, 10.0)
+    assert len(plan.pending) == 50 and len(calls) == 1
+    assert len({p.reason for p in plan.pending}) == 1

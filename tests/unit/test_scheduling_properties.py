@@ -268,13 +268,17 @@ def run(
                 + tuple(w.model_copy(update={"submitted_at": now + w.submitted_at}) for w in wave)
             }
         )
-        plan = schedule(
-            snap,
-            now,
-            min_runtime_s=rng.choice((0.0, 0.0, 30.0)),
-            replacement_budget=rng.choice((0, 1, 2)),
-            replacement_guard_s=rng.choice((0.0, 50.0)),
-        )
+        knobs: dict[str, Any] = {
+            "min_runtime_s": rng.choice((0.0, 0.0, 30.0)),
+            "replacement_budget": rng.choice((0, 1, 2)),
+            "replacement_guard_s": rng.choice((0.0, 50.0)),
+        }
+        plan = schedule(snap, now, **knobs)
+        # Telling alike waiting workloads the same verdict changes no decision.
+        fresh = schedule(snap, now, reuse_verdicts=False, **knobs)
+        assert plan.placements == fresh.placements and plan.preemptions == fresh.preemptions
+        assert plan.reservations == fresh.reservations
+        assert plan.pending == fresh.pending  # the very words too
         check_plan(snap, plan)
         after = apply_plan(snap, plan, now, lambda n, w: f"m{next(ids)}")
         check_state(after)

@@ -183,3 +183,61 @@ def test_the_command_exits_2_on_a_wrong_file_and_draws_its_plots(tmp_path: Path)
     assert [p["policy"] for p in result["policies"]] == ["corral", "oracle"]
     for path in result["plots"]:
         assert Path(path).stat().st_size > 10_000  # a real picture, not an empty file
+
+
+def test_ray_work_finding_idle_nodes_starts_at_once() -> None:
+    """A Ray arrival that finds idle workers is placed at once. It used to wait for a node to
+    come up or other work to end, which on the seeded day left 60 of its 66 Ray requests
+    unserved under Corral (and none under greedy)."""
+    scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
+    workload = load_workload(EXAMPLES / "day-workload.yaml")
+    run = run_policy(scenario, workload, "corral")
+    ray = run.figures["by_template"]["ray:ray-l4"]
+    assert ray["requests"] > 60
+    assert ray["never_served"] == 0 and ray["completed"] >= ray["requests"] - 3
+
+
+def test_both_reservations_are_drawn_on_including_gcps_in_snake_case() -> None:
+    """The GCP pool's template writes its reservation as ``reservation_affinity`` with a full
+    resource path; the simulator reads it with the runtime's function and uses it."""
+    scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
+    workload = load_workload(EXAMPLES / "day-workload.yaml")
+    run = run_policy(scenario, workload, "corral")
+    assert run.figures["by_template"]["train-gcp"]["completed"] > 0
+    assert run.figures["reservation_utilization"] >= 0.8
+
+
+def test_the_table_shows_completed_never_served_and_cost_per_completed(tmp_path: Path) -> None:
+    args = [
+        "simulate",
+        str(EXAMPLES / "day-scenario.yaml"),
+        str(EXAMPLES / "day-workload.yaml"),
+        "--policies",
+        "corral,greedy",
+        "--generate",
+        "40",
+        "--seeds",
+        "2",
+    ]
+    ran = CliRunner().invoke(app, args)
+    assert ran.exit_code == 0, ran.stdout
+    assert "done" in ran.stdout and "never" in ran.stdout and "USD/done" in ran.stdout
+    assert "mean +- sd" in ran.stdout
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert data["seeds"] == [7, 8]
+    corral = data["spread"]["corral"]
+    assert corral["completed"]["mean"] is not None and corral["completed"]["sd"] is not None
+    by_template = data["runs"][0]["policies"][0]["figures"]["by_template"]
+    assert sum(row["requests"] for row in by_template.values()) == 40
+
+
+def test_on_the_seeded_day_corral_costs_less_than_greedy_and_serves_as_many() -> None:
+    """The repo's seeded day: Corral's cost per useful GPU-hour below greedy's, and no more
+    requests failed or never served. (Within 5 % of the oracle is NOT met yet: about 6 %.)"""
+    scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
+    workload = load_workload(EXAMPLES / "day-workload.yaml")
+    corral = run_policy(scenario, workload, "corral").figures
+    greedy = run_policy(scenario, workload, "greedy").figures
+    assert corral["cost_per_gpu_hour_usd"] < greedy["cost_per_gpu_hour_usd"]
+    assert corral["never_got_capacity"] <= greedy["never_got_capacity"]
+    assert corral["failed"] <= greedy["failed"]

@@ -22,7 +22,7 @@ from runtime_driver import SMALL_POOL, SMALL_POOL_WORKLOAD, Driver
 
 from corral.services.runtime import requests
 from corral.services.runtime.pooled.registry import apply_pool
-from corral.shared import blocking, budgets, failover, planner, routing
+from corral.shared import blocking, budgets, failover, planner, reservations, routing
 from corral.shared.config.task import Task
 from corral.shared.scheduling import det_ledger, determined, ledger, machine_pools, pool_passes
 from corral.shared.sim.run import run_policy
@@ -47,6 +47,7 @@ DECIDERS: dict[str, Callable[..., Any]] = {
     "det_ledger.commit_det": det_ledger.commit_det,
     "det_ledger.grow": det_ledger.grow,
     "budgets.Gate.admit": budgets.Gate.admit,
+    "reservations.reservation_of": reservations.reservation_of,
 }
 
 

@@ -1,0 +1,85 @@
+"""One reading of the reservation a launch template targets, for the runtime and the simulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from corral.shared.reservations import reservation_of
+
+PATH = "projects/sim/zones/us-central1-a/reservations/l4-resv"
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            {
+                "CapacityReservationSpecification": {
+                    "CapacityReservationTarget": {"CapacityReservationId": "cr-1"}
+                }
+            },
+            "cr-1",
+        ),
+        (
+            {
+                "instanceProperties": {
+                    "reservationAffinity": {
+                        "consumeReservationType": "SPECIFIC_RESERVATION",
+                        "key": "compute.googleapis.com/reservation-name",
+                        "values": ["l4-resv"],
+                    }
+                }
+            },
+            "l4-resv",
+        ),
+        (
+            {
+                "instance_properties": {
+                    "reservation_affinity": {
+                        "consume_reservation_type": "SPECIFIC_RESERVATION",
+                        "values": ["l4-resv"],
+                    }
+                }
+            },
+            "l4-resv",
+        ),
+        (
+            {"instanceProperties": {"reservation_affinity": {"values": [PATH]}}},
+            "l4-resv",
+        ),
+        (
+            {
+                "instanceProperties": {
+                    "reservationAffinity": {"consumeReservationType": "ANY_RESERVATION"}
+                }
+            },
+            None,
+        ),
+        (
+            {
+                "instanceProperties": {
+                    "reservationAffinity": {
+                        "consumeReservationType": "NO_RESERVATION",
+                        "values": ["x"],
+                    }
+                }
+            },
+            None,
+        ),
+        ({}, None),
+    ],
+)
+def test_both_spellings_and_full_resource_paths(
+    config: dict[str, Any], expected: str | None
+) -> None:
+    assert reservation_of(config) == expected
+
+
+def test_the_simulator_and_the_runtime_read_reservations_with_one_function() -> None:
+    from corral.services.runtime import launch
+    from corral.shared.sim import peers, pools
+
+    assert launch.reservation_of is reservation_of
+    assert pools.reservation_of is reservation_of and peers.reservation_of is reservation_of
