@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
-from corral.services.cli.output import EXIT_INPUT, EXIT_NEGATIVE, err, print_json
+from corral.services.cli.output import EXIT_INPUT, EXIT_NEGATIVE, err, print_json, print_list
 from corral.services.cli.plan_cmd import print_table
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def show_gpus(
                 }
                 for s in rows
             ]
-            print_json({"accelerators": listing})
+            print_list("accelerators", listing)
         else:
             print_table(_summary_table(rows))
         return
@@ -143,6 +143,6 @@ def show_gpus(
         what = f"{canonical}:{count}" if count else canonical
         _negative(f"no instance type carries {what}{where}", as_json, known)
     if as_json:
-        print_json({"accelerator": canonical, "offerings": [a.to_dict() for a in found]})
+        print_list("offerings", [a.to_dict() for a in found], accelerator=canonical)
     else:
         print_table(_offer_table(found))

@@ -2,7 +2,7 @@
 
 The table is the "Considered resources" view: by default one row per cloud, instance type,
 accelerators and market (the first of its candidates in chain order); ``--all`` prints every
-zone of the chain. ``--json`` prints ``{"candidates": [...]}`` in failover order.
+zone of the chain. ``--json`` prints ``{"candidates": [...], "count": N}`` in failover order.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from corral.services.cli.output import (
     fail_input,
     notice,
     out,
-    print_json,
+    print_list,
 )
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def plan_command(
         notice(f"{cloud}: no credentials found; shown here, but a launch leaves it out")
     if not result.candidates:
         if as_json:
-            print_json({"candidates": [], "reasons": result.reasons})
+            print_list("candidates", [], reasons=result.reasons)
         err.print("nothing can be planned:", markup=False)
         for reason in result.reasons:
             err.print(f"  {reason}", markup=False)
@@ -162,7 +162,7 @@ def plan_command(
             {**c.to_dict(), "chosen": n == 0, "credentials": c.cloud not in missing}
             for n, c in enumerate(result.candidates)
         ]
-        print_json({"candidates": chain})
+        print_list("candidates", chain)
         return
     print_table(render_table(result, task.num_nodes, every_zone, set(missing)))
     if not every_zone:

@@ -26,6 +26,7 @@ from corral.services.cli.output import (
     notice,
     out,
     print_json,
+    print_list,
 )
 from corral.services.cli.pools_cmd import pools_app
 
@@ -170,7 +171,7 @@ def list_(as_json: JsonOpt = False) -> None:
     with api_client(as_json) as client:
         views = [v.document() for v in client.pools()]
     if as_json:
-        print_json({"pools": views})
+        print_list("pools", views)
     elif not views:
         say("no pools (register one with `corral pools apply FILE`)")
     else:

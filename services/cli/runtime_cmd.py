@@ -24,9 +24,11 @@ from corral.services.cli.output import (
     EXIT_TIMEOUT,
     err,
     fail_input,
+    list_envelope,
     notice,
     out,
     print_json,
+    print_list,
 )
 
 if TYPE_CHECKING:
@@ -223,7 +225,7 @@ def status(
             return
         views = _status_views(client, request_id, state, limit)
     if as_json:
-        print_json(views[0] if request_id else views)
+        print_json(views[0] if request_id else list_envelope("requests", views))
         return
     _print_status(views, request_id)
 
@@ -270,7 +272,8 @@ def _snapshot(
     import json
 
     if as_json:
-        sys.stdout.write(json.dumps(views[0] if request_id else views, default=str) + "\n")
+        doc = views[0] if request_id else list_envelope("requests", views)
+        sys.stdout.write(json.dumps(doc, default=str) + "\n")
         sys.stdout.flush()
         return
     stamp = datetime.now().strftime("%H:%M:%S")
@@ -334,7 +337,7 @@ def instances(
         found = client.instances(request_id=request_id, state=state)
     rows = [i.document() for i in found]
     if as_json:
-        print_json(rows)
+        print_list("instances", rows)
     else:
         _show(_instance_table(rows, with_request=True))
 
