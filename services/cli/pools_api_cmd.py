@@ -210,6 +210,13 @@ def why(
     say(f"{found['id']} {found['state']}: {found['reason']} ({found['code']})")
     if found.get("budget"):
         say(f"  held back by budget {found['budget']}")
+    for n, a in enumerate(found.get("tried") or [], 1):  # a direct request's attempts
+        failed = (
+            f"{a['outcome']}: {a['error']}" if a.get("error") else a.get("outcome") or "running"
+        )
+        say(f"  tried {n}: {a['cloud']}/{a['zone']} {a['instance_type']} {a['market']}: {failed}")
+    for b in found.get("blocked") or []:
+        say(f"  blocked ahead: {b['scope']} ({b['reason']})")
     for m in found.get("machines") or []:
         where = m.get("zone") or "-"
         say(f"  {m['id']}  {m['machine_type']}/{m['partition']}  {m['status']}  {where}")
