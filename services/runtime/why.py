@@ -62,7 +62,8 @@ def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> di
     elif state == RequestState.FAILED:
         code, reason = "failed", req.error or "it failed"
     else:
-        code, reason = state.value.lower(), f"it is {state.value}"
+        code = state.value.lower()
+        reason = f"it ended {state.value}" if req.is_terminal else f"it is {state.value}"
     return {
         "id": req.id,
         "state": state.value,
