@@ -114,8 +114,10 @@ def launch(
         final, code = _follow(client, view.id, timeout_s, as_json)
     if as_json:
         print_json(final.document())
-    elif final.state == "FAILED" and final.attempts:
-        _print_attempts([a.document() for a in final.attempts], console=err)
+    elif final.state == "FAILED":
+        if final.attempts:
+            _print_attempts([a.document() for a in final.attempts], console=err)
+        err.print(f"error: {final.error or 'the request failed'}", markup=False)
     if code == EXIT_TIMEOUT:
         notice(f"still {final.state} after {timeout_s:g} s; `corral status {final.id}`")
     raise typer.Exit(code)
