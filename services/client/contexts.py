@@ -138,6 +138,7 @@ class UserConfig:
 
     def _split(self, key: str) -> tuple[str, str | None]:
         parts = key.split(".")
+        ctx_key: str | None
         if len(parts) == 1:  # a bare key: the current context's (or "default")
             name, ctx_key = self.current or "default", parts[0]
         elif parts[0] == "contexts" and len(parts) in (2, 3):
