@@ -1,12 +1,15 @@
-"""A demo-like run shared by the console's browser tests and the CLI-habit tests: one real
+"""A demo-like run for the console's browser tests and the CLI-habit tests: one real
 installation (API, the three worker roles, beat) on the packaged local cloud, as `corral up`
 runs it, with what ops/demo.sh launches (a job, a service, a GPU job that fails over twice),
-plus a machine pool, a Determined master and a Ray cluster. Started once per session, the
-first time a test asks for it."""
+plus a machine pool, a Determined master and a Ray cluster. One per test module that asks for
+it, on a redis-server of its own: other tests flush the session's Redis."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +18,7 @@ import pytest
 
 from corral.services.settings import PACKAGED_LOCAL_CLOUD
 
-from harness import System, kill_agents, wait_for
+from harness import System, free_port, kill_agents, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOAD = REPO / "examples" / "workload"
@@ -38,11 +41,34 @@ def _launch(system: System, path: Path) -> str:
     return str(json.loads(done.stdout)["id"])
 
 
-@pytest.fixture(scope="session")
-def demo(redis_server: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    redis_server.flush()  # type: ignore[attr-defined]
+def _redis_server(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed; run `make setup` (ops/setup.sh)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(data_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_for(lambda: _pings(port), 10, "the demo's redis-server")
+    return proc, f"redis://127.0.0.1:{port}/0"
+
+
+def _pings(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as c:
+            c.sendall(b"PING\r\n")
+            return c.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     home = tmp_path_factory.mktemp("demo-home")
-    system = System(home, redis_server.url, PACKAGED_LOCAL_CLOUD)  # type: ignore[attr-defined]
+    redis_proc, redis_url = _redis_server(tmp_path_factory.mktemp("demo-redis"))
+    system = System(home, redis_url, PACKAGED_LOCAL_CLOUD)
     try:
         system.start_api()
         for role in ("schedule", "provision", "autoscale"):
@@ -75,3 +101,5 @@ def demo(redis_server: object, tmp_path_factory: pytest.TempPathFactory) -> Iter
         system.cli("cluster", "down", "local-lab")
         system.stop()
         kill_agents(system)
+        redis_proc.terminate()
+        redis_proc.wait(10)
