@@ -26,12 +26,15 @@ quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '
 .venv/bin/python -c 'import corral.shared, corral.services' >/dev/null
 
 # System packages the tests use: redis-server (tests start their own on a free port),
-# redis-sentinel (the Sentinel failover test starts its own sentinels) and Debian's
-# docker-compose (v1, validates docker-compose.yml offline, without an engine).
+# redis-sentinel (the Sentinel failover test starts its own sentinels), Debian's
+# docker-compose (v1, validates docker-compose.yml offline, without an engine) and chromium.
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+# Debian's Chromium and its driver: the web console's browser tests (tests/integration/test_console_browser.py)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

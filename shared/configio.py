@@ -7,7 +7,9 @@ naming the file, the line, the field path and what was expected. The CLI prints 
 
 from __future__ import annotations
 
+import difflib
 import json
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,15 +302,63 @@ def _message(err: Mapping[str, Any]) -> str:
     return msg
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through Optional, unions, lists, dicts)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        found += _models_in(arg)
+    return found
+
+
+def known_fields(model: type[BaseModel], path: Sequence[str | int]) -> set[str]:
+    """The field names (and aliases) that are valid where ``path`` points inside ``model``:
+    the keys a typo at ``path[-1]`` should have been. Empty when the path leaves the models."""
+    models = [model]
+    for part in path[:-1]:
+        if isinstance(part, int):
+            continue  # an index into a list (or a dict's values): same models
+        nxt: list[type[BaseModel]] = []
+        for m in models:
+            field = m.model_fields.get(part) or next(
+                (f for f in m.model_fields.values() if f.alias == part), None
+            )
+            if field is not None:
+                nxt += _models_in(field.annotation)
+        models = nxt
+    names: set[str] = set()
+    for m in models:
+        for name, field in m.model_fields.items():
+            names.add(field.alias or name)
+    return names
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` when one of ``choices`` is close to ``word``, else ``""``."""
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def issues_from_validation(
-    doc: Document, exc: ValidationError, prefix: PathKey = ()
+    doc: Document,
+    exc: ValidationError,
+    prefix: PathKey = (),
+    model: type[BaseModel] | None = None,
 ) -> list[Issue]:
-    """Turn a pydantic error into issues that name file, line and field."""
+    """Turn a pydantic error into issues that name file, line and field. Given the ``model``
+    validated (at ``prefix``), an unknown field's issue suggests the field it is close to."""
     seen: set[tuple[str, str]] = set()
     issues: list[Issue] = []
     for err in exc.errors():
-        path = [*prefix, *_data_path(_walk(doc.data, prefix), err["loc"])]
-        issue = doc.issue(path, _message(err))
+        rel = _data_path(_walk(doc.data, prefix), err["loc"])
+        path = [*prefix, *rel]
+        message = _message(err)
+        if err.get("type") == "extra_forbidden" and model is not None and rel:
+            hint = did_you_mean(str(rel[-1]), known_fields(model, rel))
+            if hint:  # "check the spelling" becomes the spelling it probably is
+                message = message.replace("check the spelling)", hint.strip()[1:])
+        issue = doc.issue(path, message)
         if (issue.loc, issue.message) in seen:
             continue
         seen.add((issue.loc, issue.message))
@@ -328,4 +378,4 @@ def validate_doc(model: type[M], doc: Document, path: PathKey = (), context: Any
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
-        raise ConfigError(issues_from_validation(doc, exc, path)) from None
+        raise ConfigError(issues_from_validation(doc, exc, path, model)) from None

@@ -10,7 +10,7 @@ from corral.services.runtime.deps import deps
 from corral.workers.app import app
 
 
-@app.task(name=dispatch.AUTOSCALE_TICK, acks_late=True)
+@app.task(name=dispatch.AUTOSCALE_TICK, acks_late=True, send_events=False)  # beat's
 def tick() -> dict[str, Any]:
     """Beat's step: every cluster's tick, and the runtime's demand snapshot."""
     return autoscaling.tick(deps())

@@ -24,6 +24,6 @@ def pool_machine(pool: str, machine_id: str) -> str:
     return launching.launch_machine(deps(), pool, machine_id)
 
 
-@app.task(name=dispatch.POOL_REBALANCE, acks_late=True)
+@app.task(name=dispatch.POOL_REBALANCE, acks_late=True, send_events=False)  # beat's
 def pool_rebalance() -> dict[str, str]:
     return passes.rebalance_all(deps())

@@ -48,6 +48,6 @@ def terminate(request_id: str, instance_id: str | None = None, reason: str = "us
     return termination.terminate(deps(), request_id, instance_id, reason, by_user=True)
 
 
-@app.task(name=dispatch.RECONCILE, acks_late=True)
+@app.task(name=dispatch.RECONCILE, acks_late=True, send_events=False)  # beat's: not in Flower
 def reconcile() -> dict[str, int]:
     return reconciling.reconcile(deps())

@@ -123,6 +123,10 @@ class BeatScheduler(RedBeatScheduler):  # type: ignore[misc]
             setattr(app, REDBEAT_REDIS_KEY, client)
         self._outage: OutageBook = outage_book(getattr(app, REDBEAT_REDIS_KEY), settings)
         self._failures = 0
+        # Beat publishes only the periodic ticks: no "task-sent" events for them, so Flower's
+        # task list is the work users caused (the workers send none for these tasks either:
+        # send_events=False on each; the README, "Flower").
+        app.conf.task_send_sent_event = False
         super().__init__(app, *args, **kwargs)
 
     def setup_schedule(self) -> None:

@@ -30,6 +30,8 @@ from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pools import router as pools_router
 from corral.services.api.routes import health_router, router
+from corral.services.console.routes import pages as console_pages
+from corral.services.console.routes import router as console_router
 from corral.services.observability.api_metrics import install as install_observability
 from corral.services.runtime.deps import Deps
 from corral.services.settings import Settings, get_settings
@@ -73,6 +75,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(bundles_router, dependencies=admin)
     app.include_router(execs_router, dependencies=admin)
     app.include_router(nodes_router)  # a node token, each route acting on its own node
+    # The web console: the same token, as a header or a session cookie from /console/login.
+    app.include_router(console_router)
+    app.include_router(console_pages)
     install_observability(app, settings, deps)  # GET /metrics; request ids in the logs
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)

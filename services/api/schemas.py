@@ -204,7 +204,12 @@ class WhyView(BaseModel):
     id: str
     state: str
     pool: str | None = None
-    code: str = Field(description="placed, queued, not_pooled, not_queued, or the reason's code")
+    code: str = Field(
+        description=(
+            "placed, queued, not_queued, or the reason's code; a request on its own machines"
+            " (no pool): planning, provisioning, running, failed or its ended state"
+        )
+    )
     reason: str
     budget: str | None = Field(None, description="the dollar budget holding it back, if one")
 

@@ -23,6 +23,7 @@ from corral.services.cli.output import (
     fail_input,
     out,
     print_json,
+    print_list,
 )
 from corral.shared.clouds import PROVIDER_CLOUDS
 
@@ -108,7 +109,7 @@ def list_(as_json: JsonOpt = False) -> None:
     with api_client(as_json) as client:
         found = [c.document() for c in client.clusters()]
     if as_json:
-        print_json({"clusters": found})
+        print_list("clusters", found)
         return
     if not found:
         say("no clusters")

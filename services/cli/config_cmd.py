@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 config_app = typer.Typer(
     name="config",
-    help="Work with config files: merge a workload's instance config over a machine pool's.",
+    help="Config files: contexts in <home>/config.yaml (get, set, use-context), and merge.",
     no_args_is_help=True,
 )
 
@@ -96,3 +96,80 @@ def _print_config(merged: dict[str, Any], as_json: bool) -> None:
     # Plain stdout, not the rich console: YAML holds brackets and colons rich would reinterpret.
     sys.stdout.write(yaml.safe_dump(merged, sort_keys=False, allow_unicode=True))
     sys.stdout.flush()
+
+
+# ---- contexts: <home>/config.yaml (corral.services.client.contexts) ---------------------------
+
+
+def _user_config() -> Any:
+    from corral.services.client.contexts import ContextError, UserConfig
+    from corral.services.settings import get_settings
+
+    try:
+        return UserConfig.load(get_settings().home)
+    except ContextError as exc:
+        _refuse(exc)
+
+
+def _refuse(exc: Exception) -> NoReturn:
+    from corral.services.cli.output import EXIT_INPUT, err
+
+    err.print(f"error: {exc}", markup=False)
+    raise typer.Exit(EXIT_INPUT)
+
+
+@config_app.command("get")
+def get(
+    key: str | None = typer.Argument(
+        None, help="current-context, contexts.NAME[.KEY], or api_url / token_file of the current."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Print a value of <home>/config.yaml (all of it without KEY)."""
+    from corral.services.client.contexts import ContextError
+
+    config = _user_config()
+    try:
+        value = config.as_dict() if key is None else config.get(key)
+    except ContextError as exc:
+        _refuse(exc)
+    if as_json:
+        print_json(value)
+    elif isinstance(value, dict):
+        _print_config(value, False)
+    else:
+        sys.stdout.write(("" if value is None else str(value)) + "\n")
+
+
+@config_app.command("set")
+def set_(
+    key: str = typer.Argument(
+        ...,
+        help="api_url or token_file (of the current context), contexts.NAME.KEY, or "
+        "current-context.",
+    ),
+    value: str = typer.Argument(..., help="The value."),
+) -> None:
+    """Set a value in <home>/config.yaml (a new context is made; the first becomes current)."""
+    from corral.services.client.contexts import ContextError
+
+    config = _user_config()
+    try:
+        config.set(key, value)
+    except ContextError as exc:
+        _refuse(exc)
+    config.save()
+
+
+@config_app.command("use-context")
+def use_context(name: str = typer.Argument(..., help="A context of <home>/config.yaml.")) -> None:
+    """Make NAME the current context: later commands talk to its API with its token."""
+    from corral.services.client.contexts import ContextError
+
+    config = _user_config()
+    try:
+        config.use(name)
+    except ContextError as exc:
+        _refuse(exc)
+    config.save()
+    sys.stdout.write(f"current context: {name}\n")

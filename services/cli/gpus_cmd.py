@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
-from corral.services.cli.output import EXIT_INPUT, EXIT_NEGATIVE, err, print_json
+from corral.services.cli.output import (
+    EXIT_INPUT,
+    EXIT_NEGATIVE,
+    err,
+    fail_input,
+    print_json,
+    print_list,
+)
 from corral.services.cli.plan_cmd import print_table
 
 if TYPE_CHECKING:
@@ -104,14 +111,18 @@ def show_gpus(
     name: str | None = typer.Argument(
         None, metavar="[NAME]", help="An accelerator (any case), optionally NAME:COUNT."
     ),
-    cloud: str | None = typer.Option(None, "--cloud", help="Only this cloud (aws, gcp)."),
+    cloud: str | None = typer.Option(None, "--cloud", help="Only this cloud (local, aws, gcp)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List accelerators, or the instance types and prices of one."""
-    from corral.shared.catalog import load_catalog
+    from corral.services.cli.plan_cmd import _catalog
     from corral.shared.catalog.gpus import offers, summaries
+    from corral.shared.configio import ConfigError
 
-    catalog = load_catalog()
+    try:
+        catalog = _catalog(None)  # the shipped catalog and the local cloud `corral up` uses
+    except ConfigError as exc:
+        fail_input(exc, as_json)
     cloud = cloud.strip().lower() if cloud else None
     known = list(catalog.accelerators())
     if cloud is not None and cloud not in catalog.clouds:
@@ -130,7 +141,7 @@ def show_gpus(
                 }
                 for s in rows
             ]
-            print_json({"accelerators": listing})
+            print_list("accelerators", listing)
         else:
             print_table(_summary_table(rows))
         return
@@ -143,6 +154,6 @@ def show_gpus(
         what = f"{canonical}:{count}" if count else canonical
         _negative(f"no instance type carries {what}{where}", as_json, known)
     if as_json:
-        print_json({"accelerator": canonical, "offerings": [a.to_dict() for a in found]})
+        print_list("offerings", [a.to_dict() for a in found], accelerator=canonical)
     else:
         print_table(_offer_table(found))

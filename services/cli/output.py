@@ -29,6 +29,18 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def list_envelope(kind: str, items: list[Any], **extra: Any) -> dict[str, Any]:
+    """The one shape of every list a command prints with ``--json``, the API's own:
+    ``{"<kind>": [...], "count": N}`` (``kind`` plural: requests, instances, pools, ...), plus
+    whatever the list is about (``extra``: the accelerator asked for, the planner's reasons)."""
+    return {kind: items, "count": len(items), **extra}
+
+
+def print_list(kind: str, items: list[Any], **extra: Any) -> None:
+    """Print a list in its envelope (:func:`list_envelope`)."""
+    print_json(list_envelope(kind, items, **extra))
+
+
 def notice(message: str) -> None:
     """A one-line notice on stderr (never on stdout, so --json output stays parseable)."""
     err.print(f"[yellow]notice[/yellow]: {message}", markup=True, highlight=False)

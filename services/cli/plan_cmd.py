@@ -2,7 +2,7 @@
 
 The table is the "Considered resources" view: by default one row per cloud, instance type,
 accelerators and market (the first of its candidates in chain order); ``--all`` prints every
-zone of the chain. ``--json`` prints ``{"candidates": [...]}`` in failover order.
+zone of the chain. ``--json`` prints ``{"candidates": [...], "count": N}`` in failover order.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from corral.services.cli.output import (
     fail_input,
     notice,
     out,
-    print_json,
+    print_list,
 )
 
 if TYPE_CHECKING:
@@ -45,18 +45,19 @@ def _load_task(path: Path) -> Task:
 
 
 def _catalog(local_cloud: Path | None) -> Catalog:
-    """The shipped catalog, plus the local cloud's offerings when a file is given."""
+    """The shipped catalog plus the local cloud's offerings: the file given, else the one
+    ``corral up`` uses (CORRAL_LOCAL_CLOUD_FILE, by default the packaged local cloud) when
+    launches may use the local cloud (it is in CORRAL_CLOUDS, as by default)."""
+    from corral.services.settings import get_settings
     from corral.shared.catalog import load_catalog
+    from corral.shared.config.localcloud import load_local_cloud
 
     catalog = load_catalog()
-    if local_cloud is None:
+    settings = get_settings()
+    if local_cloud is None and "local" not in settings.clouds:
         return catalog
-    try:
-        from corral.shared.config.localcloud import load_local_cloud
-    except ImportError:
-        notice("the local cloud is not part of this build; --local-cloud ignored")
-        return catalog
-    return catalog.with_offerings(load_local_cloud(local_cloud).offerings())
+    path = local_cloud if local_cloud is not None else settings.local_cloud_file
+    return catalog.with_offerings(load_local_cloud(path).offerings())
 
 
 def print_table(table: Table) -> None:
@@ -127,7 +128,10 @@ def plan_command(
     task_file: Path = typer.Argument(..., metavar="TASK", help="A task file (YAML or JSON)."),
     as_json: bool = typer.Option(False, "--json", help="Print the chain as JSON."),
     local_cloud: Path | None = typer.Option(
-        None, "--local-cloud", metavar="FILE", help="Also plan on this local cloud file."
+        None,
+        "--local-cloud",
+        metavar="FILE",
+        help="The local cloud file (default: the one `corral up` uses).",
     ),
     every_zone: bool = typer.Option(
         False, "--all", help="One row per candidate (every zone), not per instance type."
@@ -152,7 +156,7 @@ def plan_command(
         notice(f"{cloud}: no credentials found; shown here, but a launch leaves it out")
     if not result.candidates:
         if as_json:
-            print_json({"candidates": [], "reasons": result.reasons})
+            print_list("candidates", [], reasons=result.reasons)
         err.print("nothing can be planned:", markup=False)
         for reason in result.reasons:
             err.print(f"  {reason}", markup=False)
@@ -162,7 +166,7 @@ def plan_command(
             {**c.to_dict(), "chosen": n == 0, "credentials": c.cloud not in missing}
             for n, c in enumerate(result.candidates)
         ]
-        print_json({"candidates": chain})
+        print_list("candidates", chain)
         return
     print_table(render_table(result, task.num_nodes, every_zone, set(missing)))
     if not every_zone:

@@ -26,6 +26,7 @@ from corral.services.cli.output import (
     notice,
     out,
     print_json,
+    print_list,
 )
 from corral.services.cli.pools_cmd import pools_app
 
@@ -170,7 +171,7 @@ def list_(as_json: JsonOpt = False) -> None:
     with api_client(as_json) as client:
         views = [v.document() for v in client.pools()]
     if as_json:
-        print_json({"pools": views})
+        print_list("pools", views)
     elif not views:
         say("no pools (register one with `corral pools apply FILE`)")
     else:
@@ -209,6 +210,13 @@ def why(
     say(f"{found['id']} {found['state']}: {found['reason']} ({found['code']})")
     if found.get("budget"):
         say(f"  held back by budget {found['budget']}")
+    for n, a in enumerate(found.get("tried") or [], 1):  # a direct request's attempts
+        failed = (
+            f"{a['outcome']}: {a['error']}" if a.get("error") else a.get("outcome") or "running"
+        )
+        say(f"  tried {n}: {a['cloud']}/{a['zone']} {a['instance_type']} {a['market']}: {failed}")
+    for b in found.get("blocked") or []:
+        say(f"  blocked ahead: {b['scope']} ({b['reason']})")
     for m in found.get("machines") or []:
         where = m.get("zone") or "-"
         say(f"  {m['id']}  {m['machine_type']}/{m['partition']}  {m['status']}  {where}")

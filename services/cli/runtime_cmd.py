@@ -24,9 +24,11 @@ from corral.services.cli.output import (
     EXIT_TIMEOUT,
     err,
     fail_input,
+    list_envelope,
     notice,
     out,
     print_json,
+    print_list,
 )
 
 if TYPE_CHECKING:
@@ -129,8 +131,10 @@ def launch(
         print_json(final.document())
     elif final.endpoints:
         out.print(f"endpoints: {', '.join(final.endpoints)}", markup=False)
-    if not as_json and final.state == "FAILED" and final.attempts and final.exit_code is None:
-        _print_attempts([a.document() for a in final.attempts], console=err)
+    elif final.state == "FAILED" and final.exit_code is None:
+        if final.attempts:
+            _print_attempts([a.document() for a in final.attempts], console=err)
+        err.print(f"error: {final.error or 'the request failed'}", markup=False)
     if timed_out:
         notice(f"still {final.state} after {timeout_s:g} s; `corral status {final.id}`")
     raise typer.Exit(code)
@@ -270,7 +274,7 @@ def status(
             return
         views = _status_views(client, request_id, state, limit)
     if as_json:
-        print_json(views[0] if request_id else views)
+        print_json(views[0] if request_id else list_envelope("requests", views))
         return
     _print_status(views, request_id)
 
@@ -317,7 +321,8 @@ def _snapshot(
     import json
 
     if as_json:
-        sys.stdout.write(json.dumps(views[0] if request_id else views, default=str) + "\n")
+        doc = views[0] if request_id else list_envelope("requests", views)
+        sys.stdout.write(json.dumps(doc, default=str) + "\n")
         sys.stdout.flush()
         return
     stamp = datetime.now().strftime("%H:%M:%S")
@@ -383,7 +388,7 @@ def instances(
         found = client.instances(request_id=request_id, state=state)
     rows = [i.document() for i in found]
     if as_json:
-        print_json(rows)
+        print_list("instances", rows)
     else:
         _show(_instance_table(rows, with_request=True))
 

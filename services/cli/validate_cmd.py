@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.services.cli.output import EXIT_INPUT, notice, out, print_issues, print_json
+from corral.services.cli.output import EXIT_INPUT, notice, out, print_issues, print_list
 
 # The kinds of corral.shared.config.detect.KINDS, in its order. Written out here because importing
 # detect loads every config model, which `corral --help` must not pay for;
@@ -59,7 +59,7 @@ def validate(
     if as_json:
         for result in results:
             result["issues"] = [issue.as_dict() for issue in result["issues"]]
-        print_json({"files": results})
+        print_list("files", results)
     for result in results:
         if not as_json:
             if result["ok"]:

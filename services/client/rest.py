@@ -1,7 +1,9 @@
 """The client of Corral's HTTP API: one :class:`Client` per API and token.
 
-Where the API is: ``CORRAL_API_URL`` (``settings.api_url``), else the file ``<home>/api-url``
-that ``corral up`` writes. The write token: ``CORRAL_API_TOKEN``, else ``<home>/api-token``.
+Where the API is: ``CORRAL_API_URL`` (``settings.api_url``), else the current context of
+``<home>/config.yaml`` (:mod:`corral.services.client.contexts`), else the file ``<home>/api-url``
+that ``corral up`` writes. The write token: ``CORRAL_API_TOKEN``, else the context's token file,
+else ``<home>/api-token``.
 Every method returns a typed view (``corral.services.client.views``) or raises one of the
 exceptions of ``corral.services.client.errors``.
 """
@@ -20,6 +22,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from corral.services.client.contexts import ContextError, context_token_file, context_url
 from corral.services.client.errors import (
     ApiError,
     ApiUnreachable,
@@ -72,14 +75,21 @@ def _read_home_file(path: Path) -> str | None:
 
 
 def api_url(settings: Settings) -> str | None:
-    """The API's base URL, or None when nothing says where it is."""
-    return settings.api_url or _read_home_file(settings.file(URL_FILE))
+    """The API's base URL (CORRAL_API_URL, the current context's, ``<home>/api-url``), or
+    None when nothing says where it is. Raises ContextError for a broken config file."""
+    return (
+        settings.api_url or context_url(settings.home) or _read_home_file(settings.file(URL_FILE))
+    )
 
 
 def api_token(settings: Settings) -> str | None:
-    """The write token, or None when none is configured."""
+    """The write token (CORRAL_API_TOKEN, the current context's token file,
+    ``<home>/api-token``), or None when none is configured."""
     if settings.api_token is not None and settings.api_token.get_secret_value():
         return str(settings.api_token.get_secret_value())
+    token_file = context_token_file(settings.home)
+    if token_file is not None:
+        return _read_home_file(token_file)
     return _read_home_file(settings.file(TOKEN_FILE))
 
 
@@ -108,10 +118,16 @@ class Client:
         """The API and token the settings name (``CORRAL_API_URL``, ``CORRAL_API_TOKEN``, or
         the files ``corral up`` writes under ``CORRAL_HOME``)."""
         settings = settings or get_settings()
-        url = api_url(settings)
+        try:
+            url, token = api_url(settings), api_token(settings)
+        except ContextError as exc:
+            raise NoApiAddress(str(exc)) from None
         if url is None:
-            raise NoApiAddress("no Corral API address: run `corral up` or set CORRAL_API_URL")
-        return cls(url, api_token(settings), **kwargs)
+            raise NoApiAddress(
+                "no Corral API address: run `corral up` or set CORRAL_API_URL (or name one in "
+                "a context: `corral config set api_url URL`)"
+            )
+        return cls(url, token, **kwargs)
 
     def close(self) -> None:
         self._http.close()

@@ -33,6 +33,31 @@ def plan_launch(deps: Deps, task: Task) -> Plan:
     return plan(task, catalog_for(deps), clouds=deps.launchable_clouds())
 
 
+def clouds_left_out(deps: Deps, task: Task) -> dict[str, str]:
+    """The clouds that could serve ``task`` by the catalog but that launches here leave out,
+    each with why: ``{"aws": "no credentials found"}``. Clouds that could not serve it are
+    not named: a ``cloud: local`` task hears nothing about AWS credentials."""
+    catalog = catalog_for(deps)
+    launchable = set(deps.launchable_clouds())
+    left: dict[str, str] = {}
+    for cloud in catalog.clouds:
+        if cloud in launchable:
+            continue
+        if not plan(task, catalog, clouds=(cloud,)).candidates:
+            continue
+        enabled = cloud in deps.settings.clouds
+        left[cloud] = "no credentials found" if enabled else "not in CORRAL_CLOUDS"
+    return left
+
+
+def left_out_text(left: dict[str, str]) -> str:
+    """``aws, gcp left out: no credentials found`` (one clause per reason)."""
+    by_reason: dict[str, list[str]] = {}
+    for cloud, why in left.items():
+        by_reason.setdefault(why, []).append(cloud)
+    return "; ".join(f"{', '.join(clouds)} left out: {why}" for why, clouds in by_reason.items())
+
+
 def price_of(
     deps: Deps, cloud: str, instance_type: str, zone: str | None, market: str | None
 ) -> float | None:

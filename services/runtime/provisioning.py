@@ -28,7 +28,7 @@ from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.failover import advance, after_failure, resume
 from corral.services.runtime.launch import LaunchDeferred, boot_error, by_node, finish, start
-from corral.services.runtime.planning import plan_launch
+from corral.services.runtime.planning import clouds_left_out, left_out_text, plan_launch
 from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
 from corral.services.state.boots import Boot
@@ -77,9 +77,13 @@ def admit(deps: Deps, request_id: str) -> str:
         return f"nothing to do ({req.state})"
     task = Task.model_validate(req.task)
     planned = plan_launch(deps, task)
+    left_out = clouds_left_out(deps, task)
     now = deps.now()
     if not planned.candidates:
         reason = "; ".join(planned.reasons) or "no launchable candidate"
+        # Name the clouds that were not tried and why, so "no offering on local" is not read
+        # as "no offering anywhere".
+        reason += f" ({left_out_text(left_out)})" if left_out else ""
         fail_request(
             deps,
             request_id,
@@ -99,10 +103,8 @@ def admit(deps: Deps, request_id: str) -> str:
     updated = deps.store.update_request(request_id, start)
     if updated is None or updated.state != RequestState.PROVISIONING:
         return "raced"
-    for cloud in deps.clouds_without_credentials():
-        deps.store.append_event(
-            request_id, f"notice: {cloud} is left out of the chain: no credentials found", now
-        )
+    for cloud, why in left_out.items():  # only clouds the task could have used
+        deps.store.append_event(request_id, f"notice: {cloud} is left out of the chain: {why}", now)
     deps.store.append_event(request_id, f"state: PROVISIONING ({len(chain)} candidates)", now)
     return advance(deps, request_id, -1, Within.ANY)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps, new_id
+from corral.services.runtime.planning import clouds_left_out, left_out_text
 from corral.services.runtime.pooled.registry import registry_view
 from corral.services.state.nodes import NodeName
 from corral.shared.config.detect import check_problems
@@ -208,7 +209,12 @@ def _new_request(deps: Deps, task: Task, request_id: str | None = None) -> Launc
     """A PENDING request for ``task`` with its route; raises Impossible (nothing stored)."""
     decided = route(task, registry_view(deps))
     if isinstance(decided, Refusal):
-        raise Impossible(list(decided.reasons))
+        reasons = list(decided.reasons)
+        planned = any("no offering on" in r for r in reasons)  # the planner's, not a pool's
+        left_out = clouds_left_out(deps, task) if planned else {}
+        if left_out:  # "no offering on local" is not "no offering anywhere": say who was not asked
+            reasons.append(left_out_text(left_out))
+        raise Impossible(reasons)
     now = deps.now()
     stored_task = task.model_dump(mode="json", exclude_none=True, by_alias=True)
     size = len(json.dumps(stored_task, separators=(",", ":")))

@@ -7,6 +7,7 @@ from typing import Any
 
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled.kinds import kind_of_route
+from corral.shared.blocking import Block
 from corral.shared.lifecycle import RequestState
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute, pool_of
@@ -22,18 +23,55 @@ def why(deps: Deps, request_id: str) -> dict[str, Any]:
             kind = kind_of_route(pooled)
             return kind.why(deps, req, kind.ledgers(deps).get(pool_of(pooled) or ""))
         case Direct():
-            return {
-                "id": req.id,
-                "state": req.state.value,
-                "pool": None,
-                "code": "not_pooled",
-                "reason": "it does not run on a pool: " + _plain(req),
-            }
+            blocks = deps.blocks.active(deps.now())
+            return direct_why(req, [(b.block, b.until, b.reason) for b in blocks])
 
 
-def _plain(req: LaunchRequest) -> str:
-    if req.state == RequestState.PENDING:
-        return "it waits for the scheduling worker to plan its failover chain"
-    if req.error:
-        return req.error
-    return f"it is {req.state.value}"
+def _place(step: Any) -> str:
+    return f"{step.cloud}/{step.zone} {step.instance_type} {step.market}"
+
+
+def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> dict[str, Any]:
+    """A request on its own machines (no pool): what was tried down its failover chain, why
+    each try failed, and what it waits for now. ``blocks``: the remembered blocked scopes
+    (block, until, reason); those covering the candidates still ahead are named."""
+    tried = [a.to_public() for a in req.attempts]
+    failed = [a for a in req.attempts if a.outcome not in (None, "ok")]
+    ahead = req.chain[max(req.next_step, 0) :] if req.chain else []
+    blocked = [
+        {"scope": str(b), "until": until, "reason": why}
+        for b, until, why in blocks
+        if any(b.covers(c.cloud, c.region, c.zone, c.instance_type, c.market) for c in ahead)
+    ]
+    state = req.state
+    if state == RequestState.PENDING:
+        code, reason = "planning", "it waits for the scheduling worker to plan its failover chain"
+    elif state == RequestState.PROVISIONING:
+        code = "provisioning"
+        step = req.chain[req.next_step] if 0 <= req.next_step < len(req.chain) else None
+        where = f"candidate {req.next_step + 1} of {len(req.chain)}"
+        reason = f"it is trying {where}" + (f" ({_place(step)})" if step else "")
+        if failed:
+            reason += f" after {len(failed)} failed attempt{'s' * (len(failed) != 1)}"
+        if blocked:
+            reason += f"; {len(blocked)} blocked scope{'s' * (len(blocked) != 1)} ahead"
+    elif state == RequestState.RUNNING:
+        code = "running"
+        last = req.attempts[-1] if req.attempts else None
+        reason = "it runs" + (f" on {_place(last)}" if last else "")
+    elif state == RequestState.FAILED:
+        code, reason = "failed", req.error or "it failed"
+    else:
+        code = state.value.lower()
+        reason = f"it ended {state.value}" if req.is_terminal else f"it is {state.value}"
+    return {
+        "id": req.id,
+        "state": state.value,
+        "pool": None,
+        "code": code,
+        "reason": reason,
+        "chain_length": len(req.chain),
+        "next_step": req.next_step,
+        "tried": tried,
+        "blocked": blocked,
+    }

@@ -165,7 +165,8 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
         "cost_usd": 0,
     }
     listing = json.loads(corral(api, "status", "--json").stdout)
-    assert request_id in [v["id"] for v in listing]
+    assert request_id in [v["id"] for v in listing["requests"]]
+    assert listing["count"] == len(listing["requests"])
 
 
 def test_launch_with_an_idempotency_key_launches_once(api: Api, task_file: Path) -> None:
@@ -260,7 +261,7 @@ def test_unknown_id_is_exit_2(api: Api) -> None:
 def test_instances_and_logs_of_a_pending_request(api: Api, task_file: Path) -> None:
     request_id = _launch(api, task_file)
     rows = json.loads(corral(api, "instances", "--request", request_id, "--json").stdout)
-    assert rows == []
+    assert rows == {"instances": [], "count": 0}
     logs = corral(api, "logs", request_id, "--json")
     assert json.loads(logs.stdout) == {"request_id": request_id, "instance": None, "logs": ""}
 

@@ -5,13 +5,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from corral.services.cli.main import app
+from corral.services.settings import reset_settings
 
 CORRAL = Path(sys.executable).parent / "corral"
+
+
+@pytest.fixture(autouse=True)
+def catalog_clouds_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """These cases are about the shipped catalog: launches may use AWS and GCP only, so the
+    local cloud `corral up` uses by default (tests/unit/test_cli_new_user.py) is left out."""
+    monkeypatch.setenv("CORRAL_CLOUDS", '["aws", "gcp"]')
+    reset_settings()
+    yield
+    monkeypatch.undo()
+    reset_settings()
 
 
 def show(*args: str) -> tuple[int, str, str]:

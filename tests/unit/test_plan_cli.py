@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from corral.services.cli.main import app
+from corral.services.settings import reset_settings
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
@@ -34,6 +36,17 @@ regions:
       - name: lab-east-a
         capacity: {gpu-a100-8: 0}
 """
+
+
+@pytest.fixture(autouse=True)
+def catalog_clouds_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """These cases are about the shipped catalog: launches may use AWS and GCP only, so the
+    local cloud `corral up` uses by default (tests/unit/test_cli_new_user.py) is left out."""
+    monkeypatch.setenv("CORRAL_CLOUDS", '["aws", "gcp"]')
+    reset_settings()
+    yield
+    monkeypatch.undo()
+    reset_settings()
 
 
 @dataclass
@@ -171,6 +184,7 @@ def test_nothing_plannable_exits_1_with_reasons(tmp_path: Path) -> None:
     assert as_json.returncode == 1
     assert json.loads(as_json.stdout) == {
         "candidates": [],
+        "count": 0,
         "reasons": ["A10:1: no offering on aws, gcp"],
     }
 

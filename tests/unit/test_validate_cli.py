@@ -168,7 +168,8 @@ def test_json_report_shape(tmp_path: Path) -> None:
                 ],
                 "notices": [],
             },
-        ]
+        ],
+        "count": 2,
     }
 
 

@@ -1,0 +1,129 @@
+"""Issue #28's CLI habits against a running system (the ``demo`` fixture of
+tests/integration/conftest.py: the real API, workers and beat on the packaged local cloud):
+one JSON envelope for every list, contexts in <home>/config.yaml, `why` of a direct request,
+credential notices only for clouds a task could use, an impossible request naming the clouds
+left out. The paths that need no system are in tests/unit/test_cli_new_user.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from corral.services.cli.main import app
+from corral.services.settings import credentials_hint
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CORRAL = str(Path(sys.executable).parent / "corral")
+
+# Every command with --json that prints a list, with the list's kind and the arguments that
+# make it list something. The envelope: {"<kind>": [...], "count": N} (plus what the list is
+# about, e.g. the accelerator asked for).
+LISTS: dict[str, tuple[str, list[str]]] = {
+    "status": ("requests", []),
+    "instances": ("instances", []),
+    "pools list": ("pools", []),
+    "cluster list": ("clusters", []),
+    "show-gpus": ("accelerators", []),
+    "plan": ("candidates", [str(REPO / "examples" / "workload" / "train-a100.yaml")]),
+    "validate": ("files", [str(REPO / "examples" / "workload" / "hello-job.yaml")]),
+}
+# The other commands with --json print one document, not a list (or stream lines); a new
+# command with --json must be put in one of the two tables.
+NOT_LISTS = {
+    "launch", "logs", "terminate", "why", "version", "simulate", "run api",
+    "pools apply", "pools delete", "pools resolve", "pools route", "config merge", "config get",
+    "cluster up", "cluster down", "cluster status", "cluster demand", "autoscale explain",
+}  # fmt: skip
+
+
+def _json_commands(group: Any, prefix: str = "") -> set[str]:
+    found: set[str] = set()
+    for name, cmd in group.commands.items():
+        path = f"{prefix}{name}"
+        if hasattr(cmd, "commands"):  # a group (typer may carry its own click)
+            found |= _json_commands(cmd, path + " ")
+        elif any("--json" in getattr(p, "opts", ()) for p in cmd.params):
+            found.add(path)
+    return found
+
+
+def test_every_json_command_is_known_as_a_list_or_not() -> None:
+    commands = _json_commands(typer.main.get_group(app))
+    unknown = commands - set(LISTS) - NOT_LISTS
+    assert not unknown, f"classify these --json commands in LISTS or NOT_LISTS: {unknown}"
+    assert set(LISTS) <= commands
+
+
+def test_every_json_list_prints_one_envelope(demo: Any) -> None:
+    for command, (kind, args) in LISTS.items():
+        done = demo.system.cli(*command.split(), *args, "--json")
+        assert done.returncode == 0, (command, done.stderr)
+        doc = json.loads(done.stdout)
+        lists = [k for k, v in doc.items() if isinstance(v, list) and k != "reasons"]
+        assert lists == [kind], (command, sorted(doc))
+        assert doc["count"] == len(doc[kind]) > 0, command
+
+
+def test_a_context_names_the_api_and_its_token_file(demo: Any, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    token = tmp_path / "token"
+    token.write_text(demo.system.token + "\n")
+    env = {k: v for k, v in demo.system.env.items() if not k.startswith("CORRAL_") or k == "PATH"}
+    env["CORRAL_HOME"] = str(home)
+
+    def corral(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([CORRAL, *args], capture_output=True, text=True, env=env, timeout=60)
+
+    assert corral("status", "--json").returncode == 2  # no address anywhere yet
+    assert corral("config", "set", "contexts.demo.api_url", demo.system.api_url).returncode == 0
+    assert corral("config", "set", "contexts.demo.token_file", str(token)).returncode == 0
+    assert corral("config", "set", "contexts.other.api_url", "http://127.0.0.1:9").returncode == 0
+    assert corral("config", "use-context", "demo").returncode == 0
+    shown = corral("status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert demo.ids["hello-job"] in {r["id"] for r in json.loads(shown.stdout)["requests"]}
+    assert corral("config", "use-context", "other").returncode == 0
+    assert corral("status").returncode == 1  # nothing answers there
+
+
+def test_why_of_a_direct_request_names_each_try_and_its_reason(demo: Any) -> None:
+    rid = demo.ids["train-a100"]
+    found = json.loads(demo.system.cli("why", rid, "--json").stdout)
+    assert [t["outcome"] for t in found["tried"]][:2] == ["capacity", "quota"]
+    text = demo.system.cli("why", rid).stdout
+    assert "tried 1: local/lab-east-a gpu-a100-8 on_demand: capacity: " in text
+    assert "tried 2: local/lab-east-b gpu-a100-8 on_demand: quota: " in text
+
+
+def test_a_local_task_hears_nothing_of_aws_or_gcp_credentials(demo: Any) -> None:
+    done = demo.system.cli(
+        "launch", str(REPO / "examples" / "workload" / "hello-job.yaml"), "--wait"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "left out" not in done.stdout + done.stderr
+    assert "credentials" not in done.stdout + done.stderr
+
+
+def test_an_impossible_request_names_the_clouds_left_out_and_why(demo: Any, tmp_path: Path) -> None:
+    if credentials_hint("aws") or credentials_hint("gcp"):
+        pytest.fail("this machine has cloud credentials; the case needs a machine without")
+    task = tmp_path / "h100.yaml"
+    task.write_text("name: h100\nresources: {accelerators: H100:8}\nrun: echo\n")
+    done = demo.system.cli("launch", str(task), "--wait")
+    assert done.returncode == 2  # refused at submit: nothing here could ever run it
+    assert "impossible: H100:8: no offering on local" in done.stderr
+    assert "impossible: aws, gcp left out: no credentials found" in done.stderr
+    # The same launch on a cloud left out is told so as it starts.
+    gpu = tmp_path / "a100.yaml"
+    gpu.write_text("name: a100\nresources: {accelerators: A100:8}\nrun: echo ok\n")
+    done = demo.system.cli("launch", str(gpu), "--wait", "--timeout", "60")
+    assert "aws is left out of the chain: no credentials found" in done.stdout
+    assert "gcp is left out of the chain: no credentials found" in done.stdout

@@ -1,0 +1,68 @@
+"""`corral why` of a request on its own machines (no pool): what was tried down its chain, why
+each try failed, and what it waits for (issue #28: it used to say only "not_pooled")."""
+
+from __future__ import annotations
+
+from corral.services.runtime.why import direct_why
+from corral.shared.blocking import Block
+from corral.shared.lifecycle import RequestState
+from corral.shared.records import Attempt, ChainStep, LaunchRequest
+
+
+def _step(zone: str) -> ChainStep:
+    return ChainStep(
+        cloud="local", region=zone[:-2], zone=zone, instance_type="gpu-a100-8", market="on_demand"
+    )
+
+
+def _request(state: RequestState, next_step: int) -> LaunchRequest:
+    chain = [_step("lab-east-a"), _step("lab-east-b"), _step("lab-west-a")]
+    req = LaunchRequest(id="r-1", task={}, state=state, created_at=0, updated_at=0, chain=chain)
+    req.next_step = next_step
+    req.attempts = [
+        Attempt(
+            attempt_id="a0", cloud="local", region="lab-east", zone="lab-east-a",
+            instance_type="gpu-a100-8", market="on_demand", outcome="capacity",
+            error="InsufficientCapacity: no gpu-a100-8 in lab-east-a", started_at=1, ended_at=2,
+        ),
+        Attempt(
+            attempt_id="a1", cloud="local", region="lab-east", zone="lab-east-b",
+            instance_type="gpu-a100-8", market="on_demand", outcome="quota",
+            error="QuotaExceeded: lab-east", started_at=2, ended_at=3,
+        ),
+    ]  # fmt: skip
+    return req
+
+
+def test_provisioning_names_each_failed_try_and_the_candidate_it_tries_now() -> None:
+    found = direct_why(_request(RequestState.PROVISIONING, 2), [])
+    assert found["code"] == "provisioning"
+    assert found["reason"] == (
+        "it is trying candidate 3 of 3 (local/lab-west-a gpu-a100-8 on_demand) "
+        "after 2 failed attempts"
+    )
+    assert [(t["zone"], t["outcome"]) for t in found["tried"]] == [
+        ("lab-east-a", "capacity"),
+        ("lab-east-b", "quota"),
+    ]
+    assert "QuotaExceeded" in found["tried"][1]["error"]
+
+
+def test_a_blocked_scope_ahead_is_named_and_one_behind_is_not() -> None:
+    ahead = Block(cloud="local", region="lab-west")
+    behind = Block(cloud="local", zone="lab-east-a")
+    found = direct_why(
+        _request(RequestState.PROVISIONING, 2),
+        [(ahead, 500.0, "capacity"), (behind, 400.0, "capacity")],
+    )
+    assert [b["scope"] for b in found["blocked"]] == [str(ahead)]
+    assert found["blocked"][0]["until"] == 500.0
+    assert found["reason"].endswith("; 1 blocked scope ahead")
+
+
+def test_failed_and_pending_say_why_in_a_line() -> None:
+    failed = _request(RequestState.FAILED, 3)
+    failed.error = "every candidate failed"
+    assert direct_why(failed, [])["reason"] == "every candidate failed"
+    pending = direct_why(_request(RequestState.PENDING, 0), [])
+    assert pending["code"] == "planning" and "scheduling worker" in pending["reason"]
