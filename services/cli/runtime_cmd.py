@@ -485,7 +485,7 @@ def down(
                 if v["state"] not in TERMINAL_STATES
             ]
         if not request_ids:
-            print_json({"requests": []}) if as_json else out.print("nothing to take down")
+            print_list("requests", []) if as_json else out.print("nothing to take down")
             return
     _stop_requests(request_ids or [], None, as_json, one=False)
 
@@ -521,7 +521,10 @@ def _stop_requests(
                 markup=False,
             )
     if as_json:
-        print_json(views[0] if one and views else {"requests": views})
+        if one and views:
+            print_json(views[0])
+        else:
+            print_list("requests", views)
     if failed:
         raise typer.Exit(1)
 

@@ -38,7 +38,8 @@ LISTS: dict[str, tuple[str, list[str]]] = {
 # The other commands with --json print one document, not a list (or stream lines); a new
 # command with --json must be put in one of the two tables.
 NOT_LISTS = {
-    "launch", "logs", "terminate", "why", "version", "simulate", "run api",
+    # down prints {"requests": [...], "count": N} too, but taking things down is not run here.
+    "launch", "logs", "terminate", "down", "why", "version", "simulate", "run api",
     "pools apply", "pools delete", "pools resolve", "pools route", "config merge", "config get",
     "cluster up", "cluster down", "cluster status", "cluster demand", "autoscale explain",
 }  # fmt: skip
