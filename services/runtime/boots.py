@@ -60,8 +60,11 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
             by_attempt[attempt].append(pi)
     now = deps.now()
     # A boot is late only once its machines had a heartbeat timeout to report after the
-    # control plane's last outage (they could not report while Redis was away).
+    # control plane's last outage (they could not report while Redis or the API was away).
     outage_end = deps.outage.pulse()
+    if getattr(deps.provider(cloud), "nodes", None) is not None:
+        # Its machines register through the API: an API outage holds their boots too.
+        outage_end = max(outage_end, deps.outage.api_heard_since())
     grace_s = deps.settings.timers.heartbeat_timeout_s
     for boot in boots:
         found = by_attempt.get(boot.key, [])

@@ -23,7 +23,13 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
 )
-from corral.services.runtime.account import fail_request, finish_attempt, record_attempt, remember
+from corral.services.runtime.account import (
+    end_attempt,
+    fail_request,
+    finish_attempt,
+    record_attempt,
+    remember,
+)
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.failover import advance, after_failure, resume
@@ -86,23 +92,12 @@ def admit(deps: Deps, request_id: str) -> str:
         )
         return "failed"
     chain = [ChainStep.of(c) for c in planned.candidates]
-
-    def start(r: LaunchRequest) -> bool:
-        if r.state != RequestState.PENDING:
-            return False
-        r.chain, r.next_step = chain, -1
-        r.move(RequestState.PROVISIONING, now, f"planned {len(chain)} candidates")
-        return True
-
-    updated = deps.store.update_request(request_id, start)
-    if updated is None or updated.state != RequestState.PROVISIONING:
-        return "raced"
     for cloud in deps.clouds_without_credentials():
         deps.store.append_event(
             request_id, f"notice: {cloud} is left out of the chain: no credentials found", now
         )
-    deps.store.append_event(request_id, f"state: PROVISIONING ({len(chain)} candidates)", now)
-    return advance(deps, request_id, -1, Within.ANY)
+    # The chain, PROVISIONING and the first step, in one write.
+    return advance(deps, request_id, -1, Within.ANY, chain=chain)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,11 +323,11 @@ def _on_launched(
     ids: list[str] = []
     for node, pi in enumerate(launched):
         ids.append(_instance_up(deps, request_id, attempt_id, cand, node, pi, now))
-    finish_attempt(deps, request_id, attempt_id, "ok", None)
 
     def run(r: LaunchRequest) -> bool:
+        ended = end_attempt(r, attempt_id, "ok", now)  # the attempt's outcome, in one write
         if r.state != RequestState.PROVISIONING or r.next_step != step:
-            return False
+            return ended
         r.instance_ids = [*r.instance_ids, *ids]
         r.move(RequestState.RUNNING, now, f"{len(ids)} instance(s) up in {cand.zone}")
         return True

@@ -190,7 +190,9 @@ def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRe
     req = _new_request(deps, task, request_id)
     if deps.store.create_request(req):
         deps.store.append_event(req.id, f"accepted: {_name(task)}", req.created_at)
-    stored = deps.store.get_request(req.id)
+        stored: LaunchRequest | None = req  # as written: no need to read it back
+    else:
+        stored = deps.store.get_request(req.id)  # the id was taken: what it holds
     assert stored is not None
     dispatch.admit(stored.id, settings=deps.settings)
     return stored
