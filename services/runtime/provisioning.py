@@ -79,11 +79,14 @@ def admit(deps: Deps, request_id: str) -> str:
         return "redispatched"
     if req.state != RequestState.PENDING:
         return f"nothing to do ({req.state})"
-    task = Task.model_validate(req.task)
-    planned = plan_launch(deps, task)
     now = deps.now()
-    if not planned.candidates:
-        reason = "; ".join(planned.reasons) or "no launchable candidate"
+    # The chain planned at submit; planned here only for a request stored without one.
+    chain = list(req.chain)
+    planned = None if chain else plan_launch(deps, Task.model_validate(req.task))
+    if planned is not None:
+        chain = [ChainStep.of(c) for c in planned.candidates]
+    if not chain:
+        reason = "; ".join(planned.reasons if planned else ()) or "no launchable candidate"
         fail_request(
             deps,
             request_id,
@@ -91,7 +94,6 @@ def admit(deps: Deps, request_id: str) -> str:
             expected={RequestState.PENDING},
         )
         return "failed"
-    chain = [ChainStep.of(c) for c in planned.candidates]
     for cloud in deps.clouds_without_credentials():
         deps.store.append_event(
             request_id, f"notice: {cloud} is left out of the chain: no credentials found", now

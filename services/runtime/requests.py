@@ -20,9 +20,9 @@ from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
-from corral.shared.records import LaunchRequest
+from corral.shared.records import ChainStep, LaunchRequest
 from corral.shared.recovery import runs_of, total_cost
-from corral.shared.routing import Refusal, route
+from corral.shared.routing import Refusal, route_with_plan
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +204,11 @@ def _name(task: Task) -> str:
 
 def _new_request(deps: Deps, task: Task, request_id: str | None = None) -> LaunchRequest:
     """A PENDING request for ``task`` with its route; raises Impossible (nothing stored)."""
-    decided = route(task, registry_view(deps))
+    decided, planned = route_with_plan(task, registry_view(deps))
     if isinstance(decided, Refusal):
         raise Impossible(list(decided.reasons))
+    # A direct route carries the chain planned here: admission takes it as it is.
+    chain = [ChainStep.of(c) for c in planned.candidates] if planned is not None else []
     now = deps.now()
     req = LaunchRequest(
         id=request_id or new_id("r"),
@@ -217,6 +219,8 @@ def _new_request(deps: Deps, task: Task, request_id: str | None = None) -> Launc
         labels=dict(task.labels),
         priority=task.priority,
         route=decided,
+        chain=chain,
+        next_step=-1,
     )
     req.history.append(_first_transition(now))
     return req
