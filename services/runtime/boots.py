@@ -23,11 +23,12 @@ from corral.services.queues import dispatch
 from corral.services.runtime import provisioning
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.launch import boot_verdict, finish, watch_interval, watch_soon
+from corral.services.runtime.launch import finish, watch_interval, watch_soon
 from corral.services.runtime.pooled import launching
 from corral.services.state.boots import Boot
 from corral.shared.errors import ProviderError
 from corral.shared.liveness import deadline_passed
+from corral.shared.observe import boot_verdict
 
 log = logging.getLogger("corral.boots")
 
