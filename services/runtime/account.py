@@ -86,8 +86,8 @@ def remember(
     """Block the scope ``exc`` calls for, for ``blocked_ttl_s``. Only the cloud's answers
     block: an attempt that ran out of time while the control plane had an outage (it ended
     after the attempt began) was slowed by the control plane, so it blocks nothing."""
-    slowed_by_us = started_at is not None and deps.outage.last_end() >= started_at
-    if exc.outcome == "timeout" and slowed_by_us:
+    # Slowed by us (the outage is read only for a timeout: the other outcomes never ask).
+    if exc.outcome == "timeout" and started_at is not None and deps.outage.last_end() >= started_at:
         return
     block = Block.from_scope(exc.scope, Place.of(cand))
     if block is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services.queues import dispatch
-from corral.services.runtime.account import add_attempt, fail_request
+from corral.services.runtime.account import add_attempt, end_attempt, fail_request, finish_attempt
 from corral.services.runtime.deps import Deps
 from corral.shared.errors import Scope
 from corral.shared.failover import WIDER, Within, next_step
@@ -57,10 +57,27 @@ def resume(deps: Deps, req: LaunchRequest) -> None:
         send_attempt(deps, req, req.next_step)
 
 
-def after_failure(deps: Deps, req: LaunchRequest, step: int, scope: Scope) -> str:
+NEXT = "next "  # advance's answer when the caller runs the next attempt itself: NEXT + step
+
+
+Ended = tuple[str, str, str | None]  # (attempt id, outcome, error) of an attempt that failed
+
+
+def after_failure(
+    deps: Deps,
+    req: LaunchRequest,
+    step: int,
+    scope: Scope,
+    inline: str | None = None,
+    *,
+    ended: Ended | None = None,
+) -> str:
     """A zone attempt failed: walk on to the next candidate now, in this task (an invalid
-    request fails now)."""
+    request fails now). ``inline``: the cloud whose next attempt the caller runs itself.
+    ``ended``: the failed attempt's outcome, written in the same compare-and-set."""
     if scope == Scope.REQUEST:
+        if ended is not None:
+            finish_attempt(deps, req.id, *ended)
         fail_request(
             deps,
             req.id,
@@ -69,7 +86,7 @@ def after_failure(deps: Deps, req: LaunchRequest, step: int, scope: Scope) -> st
             step=step,
         )
         return "failed"
-    outcome = advance(deps, req.id, step, Within.REGION)
+    outcome = advance(deps, req.id, step, Within.REGION, inline=inline, ended=ended)
     return "failed over" if outcome.startswith("attempt") else outcome
 
 
@@ -81,6 +98,8 @@ def advance(
     *,
     chain: list[ChainStep] | None = None,
     why: str | None = None,
+    inline: str | None = None,
+    ended: Ended | None = None,
 ) -> str:
     """Walk the failover steps from ``within`` outwards (the rest of the region, then the
     cloud's other regions, then the rest of the chain) in one go, and publish the one attempt
@@ -89,7 +108,9 @@ def advance(
     arrive here, from a system upgraded mid-chain, and walk on from their own scope).
 
     With ``chain`` (admission: ``after`` is -1 and the request PENDING), the request takes the
-    chain and moves to PROVISIONING (``why``) in the same write that picks its first step."""
+    chain and moves to PROVISIONING (``why``) in the same write that picks its first step.
+    With ``inline`` (a cloud), a next attempt on that cloud is not published: the answer is
+    ``NEXT`` and its step, for the caller (an attempt task of that cloud) to run."""
     scope = Within(within)
     now = deps.now()
     remembered = deps.blocks.active(now)
@@ -103,7 +124,10 @@ def advance(
             r.chain, r.next_step = list(chain), -1
             r.move(RequestState.PROVISIONING, now, why or f"planned {len(chain)} candidates")
         elif r.state != RequestState.PROVISIONING or r.next_step != after:
-            return False
+            # Moved on meanwhile: only the failed attempt's outcome is left to write.
+            return ended is not None and end_attempt(r, ended[0], ended[1], now, ended[2])
+        if ended is not None:
+            end_attempt(r, ended[0], ended[1], now, ended[2])
         decision = next_step(r.chain, after, blocks, scope)
         level = scope
         while decision.action == "escalate":
@@ -139,5 +163,7 @@ def advance(
         return "failed"
     if updated.state != RequestState.PROVISIONING or updated.next_step != decision.index:
         return "stale"
+    if inline is not None and updated.chain[decision.index].cloud == inline:
+        return f"{NEXT}{decision.index}"
     send_attempt(deps, updated, decision.index)
     return f"attempt {decision.index}"

@@ -32,7 +32,7 @@ from corral.services.runtime.account import (
 )
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.failover import advance, after_failure, resume
+from corral.services.runtime.failover import NEXT, advance, after_failure, resume, send_attempt
 from corral.services.runtime.launch import LaunchDeferred, boot_error, by_node, finish, start
 from corral.services.runtime.planning import plan_launch
 from corral.services.runtime.pooled import passes
@@ -117,7 +117,25 @@ def instance_id_for(attempt_id: str, node: int) -> str:
 
 
 def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
-    """Try candidate ``step`` of the request's chain; on failure, hand over to the next one."""
+    """Try candidate ``step`` of the request's chain; on failure, walk on to the next one. A
+    next candidate on the same cloud is tried in this task (a refused call costs no broker
+    message), up to ``INLINE_ATTEMPTS`` zones; one on another cloud is published on its
+    cloud's queue."""
+    for _ in range(INLINE_ATTEMPTS):
+        outcome = _attempt_once(deps, request_id, step, try_no)
+        if not outcome.startswith(NEXT):
+            return outcome
+        step, try_no = int(outcome.removeprefix(NEXT)), 0
+    req = deps.store.get_request(request_id)
+    if req is not None:  # a long run of refusals: the rest waits its turn on the queue
+        send_attempt(deps, req, step)
+    return "failed over"
+
+
+INLINE_ATTEMPTS = 16  # zones one attempt task tries before it hands the rest to the queue
+
+
+def _attempt_once(deps: Deps, request_id: str, step: int, try_no: int) -> str:
     req = deps.store.get_request(request_id)
     if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
         return "stale"  # already moved on: a duplicate delivery
@@ -132,23 +150,25 @@ def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
         req = deps.store.get_request(request_id)  # as it is now that no one else runs it
         if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
             return "stale"
-        return _attempt(deps, req, step, try_no, attempt_id)
+        return _attempt(deps, req, step, try_no, attempt_id, inline=req.chain[step].cloud)
 
 
-def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id: str) -> str:
+def _attempt(
+    deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id: str, inline: str
+) -> str:
     cand = req.chain[step]
     now = deps.now()
     existing = next((a for a in req.attempts if a.attempt_id == attempt_id), None)
     if existing is not None and existing.outcome not in (None, "ok"):
         # This attempt failed before a crash; only the hand-over is left to do.
-        return after_failure(deps, req, step, Scope.NONE)
+        return after_failure(deps, req, step, Scope.NONE, inline)
     remembered = deps.blocks.active(now)
     hit = None if existing else is_blocked(Place.of(cand), [b.block for b in remembered])
     if hit is not None:
         why = next((b for b in remembered if b.block == hit), None)
         reason = f"remembered as {why.outcome}: {why.reason}" if why else "blocked"
         record_attempt(deps, req.id, attempt_id, cand, now, outcome="blocked", error=reason)
-        return after_failure(deps, req, step, Scope.NONE)
+        return after_failure(deps, req, step, Scope.NONE, inline)
     if existing is None:
         record_attempt(deps, req.id, attempt_id, cand, now)
         deps.store.append_event(
@@ -173,9 +193,9 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
         if try_no < timers.throttle_retries:
             deps.store.append_event(req.id, f"  throttled ({exc}); retrying in place", deps.now())
             raise RetryLater(timers.throttle_backoff_s * (2**try_no), try_no + 1) from None
-        return after_failure(deps, req, step, Scope.NONE)
+        return after_failure(deps, req, step, Scope.NONE, inline)
     except ProviderError as exc:
-        return _failed(deps, req, step, attempt_id, cand, exc)
+        return _failed(deps, req, step, attempt_id, cand, exc, inline, started_at=now)
     _record_booting(deps, req.id, attempt_id, cand, launched)
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
@@ -184,14 +204,22 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
 
 
 def _failed(
-    deps: Deps, req: LaunchRequest, step: int, attempt_id: str, cand: ChainStep, exc: ProviderError
+    deps: Deps,
+    req: LaunchRequest,
+    step: int,
+    attempt_id: str,
+    cand: ChainStep,
+    exc: ProviderError,
+    inline: str | None = None,
+    started_at: float | None = None,
 ) -> str:
-    finish_attempt(deps, req.id, attempt_id, exc.outcome, str(exc))
+    """A failed attempt: its scope remembered, its outcome written with the hand-over to the
+    next candidate (one compare-and-set)."""
     deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
-    attempts = (deps.store.get_request(req.id) or req).attempts  # as recorded since req was read
-    started = next((a.started_at for a in attempts if a.attempt_id == attempt_id), None)
+    started = next((a.started_at for a in req.attempts if a.attempt_id == attempt_id), started_at)
     remember(deps, cand, exc, started_at=started)
-    return after_failure(deps, req, step, exc.scope)
+    ended = (attempt_id, exc.outcome, str(exc))
+    return after_failure(deps, req, step, exc.scope, inline, ended=ended)
 
 
 def booted(deps: Deps, boot: Boot, found: list[ProviderInstance]) -> str:

@@ -79,9 +79,10 @@ def test_a_capacity_error_blocks_the_zone_and_the_next_candidate_is_tried(
         ("lab-east-a", "capacity"),
         ("lab-east-b", "ok"),
     ]
-    # The next zone was chosen inside the failed attempt's task: no step task per scope.
+    # The next zone (same cloud) was chosen and tried inside the failed attempt's task: no
+    # step task per scope, no second attempt message.
     steps = {dispatch.RETRY_REGION, dispatch.RETRY_CLOUD, dispatch.NEXT_CLOUD}
-    assert driver.ran.count(dispatch.ATTEMPT) == 2 and not steps & set(driver.ran)
+    assert driver.ran.count(dispatch.ATTEMPT) == 1 and not steps & set(driver.ran)
     blocked = [b.block.zone for b in driver.deps.blocks.active(driver.deps.now())]
     assert blocked == ["lab-east-a"]
 
