@@ -50,12 +50,15 @@ log = logging.getLogger("corral.provisioning")
 
 
 class RetryLater(Exception):
-    """Run this step again after ``countdown_s`` with ``try_no`` (the Celery task retries)."""
+    """Run this step again after ``countdown_s`` with ``try_no`` (the Celery task retries);
+    ``step``: the chain position to retry (an attempt task may have walked on to another
+    zone of its cloud before it had to wait)."""
 
-    def __init__(self, countdown_s: float, try_no: int) -> None:
+    def __init__(self, countdown_s: float, try_no: int, step: int | None = None) -> None:
         super().__init__(f"retry in {countdown_s:.1f}s")
         self.countdown_s = countdown_s
         self.try_no = try_no
+        self.step = step
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,7 +125,11 @@ def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
     message), up to ``INLINE_ATTEMPTS`` zones; one on another cloud is published on its
     cloud's queue."""
     for _ in range(INLINE_ATTEMPTS):
-        outcome = _attempt_once(deps, request_id, step, try_no)
+        try:
+            outcome = _attempt_once(deps, request_id, step, try_no)
+        except RetryLater as later:
+            later.step = step  # the zone this task had reached
+            raise
         if not outcome.startswith(NEXT):
             return outcome
         step, try_no = int(outcome.removeprefix(NEXT)), 0
