@@ -29,7 +29,7 @@ from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.machine_pool import MachinePool
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task
-from corral.shared.planner import plan
+from corral.shared.planner import Plan, plan
 from corral.shared.pools import ResolvedPools, UnknownPoolError, resolve_pools, route_task
 from corral.shared.scheduling.build import det_limits, workload_of
 from corral.shared.scheduling.fitting import can_ever_fit
@@ -103,16 +103,23 @@ def pool_of(route: Route | None) -> str | None:
 
 def route(task: Task, view: RegistryView) -> Route | Refusal:
     """Where ``task`` goes (see the module docstring), or why it can never run."""
+    return route_with_plan(task, view)[0]
+
+
+def route_with_plan(task: Task, view: RegistryView) -> tuple[Route | Refusal, Plan | None]:
+    """:func:`route`, with the failover chain it planned for a direct route (None for the
+    others): the request carries it, so admission does not plan it again."""
     if task.compute_config is not None and _names_a_machine_pool(task):
-        return _to_machine_pool(task, view)
+        return _to_machine_pool(task, view), None
     if task.resources.resource_pool is not None or (
         task.resources.slots is not None and view.master is not None
     ):
-        return _to_determined(task, view)
+        return _to_determined(task, view), None
     planned = plan(task, view.catalog, clouds=view.clouds)
     if not planned.candidates:
-        return Refusal(tuple(planned.reasons) or ("no launchable candidate for these resources",))
-    return Direct()
+        reasons = tuple(planned.reasons) or ("no launchable candidate for these resources",)
+        return Refusal(reasons), planned
+    return Direct(), planned
 
 
 # ----------------------------------------------------------------------------------------------

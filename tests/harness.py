@@ -89,12 +89,20 @@ class System:
         self.procs[name] = proc
         return proc
 
-    def start_api(self) -> str:
-        port = free_port()
+    def start_api(self, port: int | None = None) -> str:
+        """The API on ``port`` (a free one by default; the same one to restart it)."""
+        port = port or free_port()
         self._spawn("api", "run", "api", "--port", str(port))
         self.api_url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _ok(f"{self.api_url}/healthz"), 30, "the API to answer")
         return self.api_url
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Stop one of the processes (a crash by default) and wait for it to be gone."""
+        proc = self.procs.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        proc.wait(10)
 
     def start_worker(
         self,

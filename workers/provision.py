@@ -18,7 +18,8 @@ def attempt(self: Any, request_id: str, step: int, try_no: int = 0) -> str:
         return provisioning.attempt(deps(), request_id, step, try_no)
     except provisioning.RetryLater as later:
         raise self.retry(
-            args=[request_id, step, later.try_no], countdown=later.countdown_s
+            args=[request_id, step if later.step is None else later.step, later.try_no],
+            countdown=later.countdown_s,
         ) from None
 
 

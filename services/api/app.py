@@ -35,6 +35,7 @@ from corral.services.console.routes import router as console_router
 from corral.services.observability.api_metrics import install as install_observability
 from corral.services.runtime.deps import Deps
 from corral.services.settings import Settings, get_settings
+from corral.services.state.outage import api_pulse_interval_s
 
 API_VERSION = "1"
 
@@ -51,7 +52,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Load the clouds' SDKs and credentials while the API starts, not in its first submit
         # (seconds on a busy machine; every submit routes over the launchable clouds).
         threading.Thread(target=_warm_up, args=(deps,), name="warm-up", daemon=True).start()
+        stop = threading.Event()
+        pulse = threading.Thread(target=_pulse, args=(deps, stop), name="pulse", daemon=True)
+        pulse.start()
         yield
+        stop.set()
+        pulse.join(timeout=5)
         if "redis" in deps.__dict__:  # only close a client that was opened
             deps.redis.close()
 
@@ -95,6 +101,19 @@ def _warm_up(deps: Deps) -> None:
         deps.launchable_clouds()
     except Exception:  # only a warm-up: the first request builds whatever is missing
         logging.getLogger("corral.api").exception("warm-up failed")
+
+
+def _pulse(deps: Deps, stop: threading.Event) -> None:
+    """The API's pulse: cloud machines report through it, so while it is away their silence
+    is not theirs (:meth:`corral.services.state.outage.OutageBook.api_heard_since`)."""
+    book = deps.outage
+    interval = api_pulse_interval_s(book)
+    while not stop.is_set():
+        try:
+            book.pulse_api()
+        except redis.exceptions.RedisError as exc:  # Redis away: its own outage rule holds
+            logging.getLogger("corral.api").debug("no pulse: %s", exc)
+        stop.wait(interval)
 
 
 async def _store_unreachable(request: Request, exc: Exception) -> JSONResponse:

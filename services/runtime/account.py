@@ -27,28 +27,48 @@ def record_attempt(
     error: str | None = None,
 ) -> None:
     """Add an attempt to the request's account (once: the id makes it idempotent)."""
+    deps.store.update_request(
+        request_id, lambda r: add_attempt(r, attempt_id, cand, now, outcome, error)
+    )
 
-    def add(r: LaunchRequest) -> bool:
-        if any(a.attempt_id == attempt_id for a in r.attempts):
-            return False
-        r.attempts.append(
-            Attempt(
-                attempt_id=attempt_id,
-                cloud=cand.cloud,
-                region=cand.region,
-                zone=cand.zone,
-                instance_type=cand.instance_type,
-                market=cand.market,
-                outcome=cast(AttemptOutcome | None, outcome),
-                error=error,
-                started_at=now,
-                ended_at=now if outcome else None,
-            )
+
+def add_attempt(
+    r: LaunchRequest,
+    attempt_id: str,
+    cand: ChainStep,
+    now: float,
+    outcome: str | None = None,
+    error: str | None = None,
+) -> bool:
+    """Add an attempt to ``r``'s account, inside a compare-and-set; False if it has it."""
+    if any(a.attempt_id == attempt_id for a in r.attempts):
+        return False
+    r.attempts.append(
+        Attempt(
+            attempt_id=attempt_id,
+            cloud=cand.cloud,
+            region=cand.region,
+            zone=cand.zone,
+            instance_type=cand.instance_type,
+            market=cand.market,
+            outcome=cast(AttemptOutcome | None, outcome),
+            error=error,
+            started_at=now,
+            ended_at=now if outcome else None,
         )
-        r.updated_at = now
-        return True
+    )
+    r.updated_at = now
+    return True
 
-    deps.store.update_request(request_id, add)
+
+def end_attempt(r: LaunchRequest, attempt_id: str, outcome: str, now: float,
+                error: str | None = None) -> bool:  # fmt: skip
+    """Set a running attempt's outcome in ``r``, inside a compare-and-set."""
+    for a in r.attempts:
+        if a.attempt_id == attempt_id and a.outcome is None:
+            a.finish(cast(AttemptOutcome, outcome), now, error)
+            return True
+    return False
 
 
 def finish_attempt(
@@ -57,14 +77,7 @@ def finish_attempt(
     """Set a running attempt's outcome."""
     now = deps.now()
 
-    def finish(r: LaunchRequest) -> bool:
-        for a in r.attempts:
-            if a.attempt_id == attempt_id and a.outcome is None:
-                a.finish(cast(AttemptOutcome, outcome), now, error)
-                return True
-        return False
-
-    deps.store.update_request(request_id, finish)
+    deps.store.update_request(request_id, lambda r: end_attempt(r, attempt_id, outcome, now, error))
 
 
 def remember(
@@ -73,8 +86,8 @@ def remember(
     """Block the scope ``exc`` calls for, for ``blocked_ttl_s``. Only the cloud's answers
     block: an attempt that ran out of time while the control plane had an outage (it ended
     after the attempt began) was slowed by the control plane, so it blocks nothing."""
-    slowed_by_us = started_at is not None and deps.outage.last_end() >= started_at
-    if exc.outcome == "timeout" and slowed_by_us:
+    # Slowed by us (the outage is read only for a timeout: the other outcomes never ask).
+    if exc.outcome == "timeout" and started_at is not None and deps.outage.last_end() >= started_at:
         return
     block = Block.from_scope(exc.scope, Place.of(cand))
     if block is not None:

@@ -23,11 +23,12 @@ from corral.services.queues import dispatch
 from corral.services.runtime import provisioning
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.launch import boot_verdict, finish, watch_interval, watch_soon
+from corral.services.runtime.launch import finish, watch_interval, watch_soon
 from corral.services.runtime.pooled import launching
 from corral.services.state.boots import Boot
 from corral.shared.errors import ProviderError
 from corral.shared.liveness import deadline_passed
+from corral.shared.observe import boot_verdict
 
 log = logging.getLogger("corral.boots")
 
@@ -60,8 +61,11 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
             by_attempt[attempt].append(pi)
     now = deps.now()
     # A boot is late only once its machines had a heartbeat timeout to report after the
-    # control plane's last outage (they could not report while Redis was away).
+    # control plane's last outage (they could not report while Redis or the API was away).
     outage_end = deps.outage.pulse()
+    if getattr(deps.provider(cloud), "nodes", None) is not None:
+        # Its machines register through the API: an API outage holds their boots too.
+        outage_end = max(outage_end, deps.outage.api_heard_since())
     grace_s = deps.settings.timers.heartbeat_timeout_s
     for boot in boots:
         found = by_attempt.get(boot.key, [])

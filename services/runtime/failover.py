@@ -1,19 +1,21 @@
-"""Failover steps as tasks: after a zone fails, the *region* step tries the rest of its
-region; an exhausted region hands over to the *cloud* step (its other regions), an exhausted
-cloud to the *next-cloud* step (the rest of the chain). Each step is its own task, so a chain
-never blocks a worker; each is idempotent by a compare-and-set on the request's position.
-The choice itself is :func:`corral.shared.failover.next_step`.
+"""Failover: after a zone fails, the next candidate is chosen in the same task, walking the
+scopes outwards (the rest of its region, the cloud's other regions, the rest of the chain)
+without a broker message per level, and one attempt is published on its cloud's queue. Every
+step is idempotent by a compare-and-set on the request's position. The choice itself is
+:func:`corral.shared.failover.next_step`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from corral.services.queues import dispatch
-from corral.services.runtime.account import fail_request, record_attempt
+from corral.services.runtime.account import add_attempt, end_attempt, fail_request, finish_attempt
 from corral.services.runtime.deps import Deps
 from corral.shared.errors import Scope
 from corral.shared.failover import WIDER, Within, next_step
 from corral.shared.lifecycle import RequestState
-from corral.shared.records import LaunchRequest
+from corral.shared.records import ChainStep, LaunchRequest
 
 STEP_TASKS = {
     Within.REGION: dispatch.RETRY_REGION,
@@ -55,9 +57,27 @@ def resume(deps: Deps, req: LaunchRequest) -> None:
         send_attempt(deps, req, req.next_step)
 
 
-def after_failure(deps: Deps, req: LaunchRequest, step: int, scope: Scope) -> str:
-    """A zone attempt failed: hand over to the region step (an invalid request fails now)."""
+NEXT = "next "  # advance's answer when the caller runs the next attempt itself: NEXT + step
+
+
+Ended = tuple[str, str, str | None]  # (attempt id, outcome, error) of an attempt that failed
+
+
+def after_failure(
+    deps: Deps,
+    req: LaunchRequest,
+    step: int,
+    scope: Scope,
+    inline: str | None = None,
+    *,
+    ended: Ended | None = None,
+) -> str:
+    """A zone attempt failed: walk on to the next candidate now, in this task (an invalid
+    request fails now). ``inline``: the cloud whose next attempt the caller runs itself.
+    ``ended``: the failed attempt's outcome, written in the same compare-and-set."""
     if scope == Scope.REQUEST:
+        if ended is not None:
+            finish_attempt(deps, req.id, *ended)
         fail_request(
             deps,
             req.id,
@@ -66,43 +86,84 @@ def after_failure(deps: Deps, req: LaunchRequest, step: int, scope: Scope) -> st
             step=step,
         )
         return "failed"
-    send_step(deps, req, step, Within.REGION)
-    return "failed over"
+    outcome = advance(deps, req.id, step, Within.REGION, inline=inline, ended=ended)
+    return "failed over" if outcome.startswith("attempt") else outcome
 
 
-def advance(deps: Deps, request_id: str, after: int, within: Within | str) -> str:
-    """One failover step: choose the next candidate inside ``within``, hand over to the wider
-    step, or fail the request when nothing is left."""
-    within = Within(within)
-    req = deps.store.get_request(request_id)
-    if req is None or req.state != RequestState.PROVISIONING or req.next_step != after:
-        return "stale"
+def advance(
+    deps: Deps,
+    request_id: str,
+    after: int,
+    within: Within | str,
+    *,
+    chain: list[ChainStep] | None = None,
+    why: str | None = None,
+    inline: str | None = None,
+    ended: Ended | None = None,
+) -> str:
+    """Walk the failover steps from ``within`` outwards (the rest of the region, then the
+    cloud's other regions, then the rest of the chain) in one go, and publish the one attempt
+    chosen, or fail the request when nothing is left. One task whatever the scope: no broker
+    message and no re-read of the request per level (the step tasks of each scope still
+    arrive here, from a system upgraded mid-chain, and walk on from their own scope).
+
+    With ``chain`` (admission: ``after`` is -1 and the request PENDING), the request takes the
+    chain and moves to PROVISIONING (``why``) in the same write that picks its first step.
+    With ``inline`` (a cloud), a next attempt on that cloud is not published: the answer is
+    ``NEXT`` and its step, for the caller (an attempt task of that cloud) to run."""
+    scope = Within(within)
     now = deps.now()
     remembered = deps.blocks.active(now)
-    decision = next_step(req.chain, after, [b.block for b in remembered], within)
-    for index, block in decision.passed_over:
-        why = next((b for b in remembered if b.block == block), None)
-        reason = f"remembered as {why.outcome}: {why.reason}" if why else str(block)
-        attempt_id = f"{req.id}-{req.relaunches}-{index}-blocked"
-        record_attempt(deps, req.id, attempt_id, req.chain[index], now, "blocked", reason)
-    if decision.action == "escalate":
-        send_step(deps, req, after, WIDER[within])
-        return f"handed to the {WIDER[within]} step"
-    if decision.index is None:
-        tried = sum(a.outcome not in (None, "blocked") for a in req.attempts)
-        verdict = f"all {len(req.chain)} candidates failed or are blocked ({tried} tried)"
-        fail_request(deps, request_id, verdict, expected={RequestState.PROVISIONING}, step=after)
-        return "failed"
-    chosen = decision.index
+    blocks = [b.block for b in remembered]
+    found: dict[str, Any] = {}
 
     def move_on(r: LaunchRequest) -> bool:
-        if r.state != RequestState.PROVISIONING or r.next_step != after:
-            return False
-        r.next_step = chosen
+        if chain is not None:
+            if r.state != RequestState.PENDING:
+                return False
+            r.chain, r.next_step = list(chain), -1
+            r.move(RequestState.PROVISIONING, now, why or f"planned {len(chain)} candidates")
+        elif r.state != RequestState.PROVISIONING or r.next_step != after:
+            # Moved on meanwhile: only the failed attempt's outcome is left to write.
+            return ended is not None and end_attempt(r, ended[0], ended[1], now, ended[2])
+        if ended is not None:
+            end_attempt(r, ended[0], ended[1], now, ended[2])
+        decision = next_step(r.chain, after, blocks, scope)
+        level = scope
+        while decision.action == "escalate":
+            level = WIDER[level]
+            decision = next_step(r.chain, after, blocks, level)
+        found["decision"] = decision
+        # The widest look passed over every block the narrower ones saw: each told once.
+        for index, block in decision.passed_over:
+            reason = next(
+                (f"remembered as {b.outcome}: {b.reason}" for b in remembered if b.block == block),
+                str(block),
+            )
+            add_attempt(r, f"{r.id}-{r.relaunches}-{index}-blocked", r.chain[index], now,
+                        "blocked", reason)  # fmt: skip
+        if decision.index is None:
+            tried = sum(a.outcome not in (None, "blocked") for a in r.attempts)
+            verdict = f"all {len(r.chain)} candidates failed or are blocked ({tried} tried)"
+            r.error = verdict
+            r.move(RequestState.FAILED, now, verdict)
+            return True
+        r.next_step = decision.index
         return True
 
     updated = deps.store.update_request(request_id, move_on)
-    if updated is None or updated.next_step != chosen:
+    decision = found.get("decision")
+    if updated is None or decision is None:
+        return "stale" if chain is None else "raced"
+    if chain is not None:
+        deps.store.append_event(request_id, f"state: PROVISIONING ({len(chain)} candidates)", now)
+    if decision.index is None:
+        if updated.state == RequestState.FAILED:
+            deps.store.append_event(request_id, f"state: FAILED ({updated.error})", now)
+        return "failed"
+    if updated.state != RequestState.PROVISIONING or updated.next_step != decision.index:
         return "stale"
-    send_attempt(deps, updated, chosen)
-    return f"attempt {chosen}"
+    if inline is not None and updated.chain[decision.index].cloud == inline:
+        return f"{NEXT}{decision.index}"
+    send_attempt(deps, updated, decision.index)
+    return f"attempt {decision.index}"

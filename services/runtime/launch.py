@@ -6,7 +6,8 @@ Launch, record, return: :func:`start` takes a place under the cloud's launch lim
 cloud call (idempotent by the attempt id), hands the machines to the boot watch
 (:class:`~corral.services.state.boots.Boot`) and returns; no worker waits for a boot. The watch
 (:mod:`corral.services.runtime.boots`) looks at each cloud's booting machines with one
-describe per cloud and region, and finishes each launch as :func:`boot_verdict` says.
+describe per cloud and region, and finishes each launch as
+:func:`corral.shared.observe.boot_verdict` says.
 
 - :func:`launch_on_zones`: one machine of a launch template, in the first zone that takes it
   (the reservation's zone for a reserved template), for pooled machines.
@@ -18,7 +19,7 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from corral.services.providers.base import TAG_NODE, LaunchSpec, ProviderInstance
 from corral.services.queues import dispatch
@@ -30,8 +31,6 @@ from corral.shared.merge import merge_advanced_instance_config
 from corral.shared.reservations import reservation_of  # one reading, shared with the simulator
 
 log = logging.getLogger("corral.launch")
-
-Verdict = Literal["up", "booting", "lost", "silent", "timeout"]
 
 
 class LaunchDeferred(Exception):
@@ -94,19 +93,6 @@ def rewatch(deps: Deps) -> int:
     for cloud in clouds:
         watch_soon(deps, cloud)
     return len(clouds)
-
-
-def boot_verdict(found: Sequence[ProviderInstance], count: int, late: bool) -> Verdict:
-    """Where one launch of ``count`` machines is, from what the cloud reports of it: ``up``
-    when every node reported in (running, or already finished for a quick job), ``lost`` when
-    the cloud says one died on the way, ``silent`` when one never reported while the control
-    plane listened, ``timeout`` when it is ``late`` (past its deadline), else ``booting``."""
-    if len(found) >= count and all(p.state in ("running", "terminated") for p in found):
-        return "up"
-    lost = [p for p in found if p.state == "lost"]
-    if lost:
-        return "silent" if all(p.silent for p in lost) else "lost"
-    return "timeout" if late else "booting"
 
 
 def boot_error(verdict: str) -> ProviderError:

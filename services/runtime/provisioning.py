@@ -23,10 +23,16 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
 )
-from corral.services.runtime.account import fail_request, finish_attempt, record_attempt, remember
+from corral.services.runtime.account import (
+    end_attempt,
+    fail_request,
+    finish_attempt,
+    record_attempt,
+    remember,
+)
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.failover import advance, after_failure, resume
+from corral.services.runtime.failover import NEXT, advance, after_failure, resume, send_attempt
 from corral.services.runtime.launch import LaunchDeferred, boot_error, by_node, finish, start
 from corral.services.runtime.planning import clouds_left_out, left_out_text, plan_launch
 from corral.services.runtime.pooled import passes
@@ -46,12 +52,15 @@ log = logging.getLogger("corral.provisioning")
 
 
 class RetryLater(Exception):
-    """Run this step again after ``countdown_s`` with ``try_no`` (the Celery task retries)."""
+    """Run this step again after ``countdown_s`` with ``try_no`` (the Celery task retries);
+    ``step``: the chain position to retry (an attempt task may have walked on to another
+    zone of its cloud before it had to wait)."""
 
-    def __init__(self, countdown_s: float, try_no: int) -> None:
+    def __init__(self, countdown_s: float, try_no: int, step: int | None = None) -> None:
         super().__init__(f"retry in {countdown_s:.1f}s")
         self.countdown_s = countdown_s
         self.try_no = try_no
+        self.step = step
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,12 +84,16 @@ def admit(deps: Deps, request_id: str) -> str:
         return "redispatched"
     if req.state != RequestState.PENDING:
         return f"nothing to do ({req.state})"
-    task = Task.model_validate(req.task)
-    planned = plan_launch(deps, task)
-    left_out = clouds_left_out(deps, task)
     now = deps.now()
-    if not planned.candidates:
-        reason = "; ".join(planned.reasons) or "no launchable candidate"
+    task = Task.model_validate(req.task)
+    left_out = clouds_left_out(deps, task)
+    # The chain planned at submit; planned here only for a request stored without one.
+    chain = list(req.chain)
+    planned = None if chain else plan_launch(deps, task)
+    if planned is not None:
+        chain = [ChainStep.of(c) for c in planned.candidates]
+    if not chain:
+        reason = "; ".join(planned.reasons if planned else ()) or "no launchable candidate"
         # Name the clouds that were not tried and why, so "no offering on local" is not read
         # as "no offering anywhere".
         reason += f" ({left_out_text(left_out)})" if left_out else ""
@@ -91,22 +104,10 @@ def admit(deps: Deps, request_id: str) -> str:
             expected={RequestState.PENDING},
         )
         return "failed"
-    chain = [ChainStep.of(c) for c in planned.candidates]
-
-    def start(r: LaunchRequest) -> bool:
-        if r.state != RequestState.PENDING:
-            return False
-        r.chain, r.next_step = chain, -1
-        r.move(RequestState.PROVISIONING, now, f"planned {len(chain)} candidates")
-        return True
-
-    updated = deps.store.update_request(request_id, start)
-    if updated is None or updated.state != RequestState.PROVISIONING:
-        return "raced"
     for cloud, why in left_out.items():  # only clouds the task could have used
         deps.store.append_event(request_id, f"notice: {cloud} is left out of the chain: {why}", now)
-    deps.store.append_event(request_id, f"state: PROVISIONING ({len(chain)} candidates)", now)
-    return advance(deps, request_id, -1, Within.ANY)
+    # The chain, PROVISIONING and the first step, in one write.
+    return advance(deps, request_id, -1, Within.ANY, chain=chain)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -124,7 +125,29 @@ def instance_id_for(attempt_id: str, node: int) -> str:
 
 
 def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
-    """Try candidate ``step`` of the request's chain; on failure, hand over to the next one."""
+    """Try candidate ``step`` of the request's chain; on failure, walk on to the next one. A
+    next candidate on the same cloud is tried in this task (a refused call costs no broker
+    message), up to ``INLINE_ATTEMPTS`` zones; one on another cloud is published on its
+    cloud's queue."""
+    for _ in range(INLINE_ATTEMPTS):
+        try:
+            outcome = _attempt_once(deps, request_id, step, try_no)
+        except RetryLater as later:
+            later.step = step  # the zone this task had reached
+            raise
+        if not outcome.startswith(NEXT):
+            return outcome
+        step, try_no = int(outcome.removeprefix(NEXT)), 0
+    req = deps.store.get_request(request_id)
+    if req is not None:  # a long run of refusals: the rest waits its turn on the queue
+        send_attempt(deps, req, step)
+    return "failed over"
+
+
+INLINE_ATTEMPTS = 16  # zones one attempt task tries before it hands the rest to the queue
+
+
+def _attempt_once(deps: Deps, request_id: str, step: int, try_no: int) -> str:
     req = deps.store.get_request(request_id)
     if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
         return "stale"  # already moved on: a duplicate delivery
@@ -139,23 +162,25 @@ def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
         req = deps.store.get_request(request_id)  # as it is now that no one else runs it
         if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
             return "stale"
-        return _attempt(deps, req, step, try_no, attempt_id)
+        return _attempt(deps, req, step, try_no, attempt_id, inline=req.chain[step].cloud)
 
 
-def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id: str) -> str:
+def _attempt(
+    deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id: str, inline: str
+) -> str:
     cand = req.chain[step]
     now = deps.now()
     existing = next((a for a in req.attempts if a.attempt_id == attempt_id), None)
     if existing is not None and existing.outcome not in (None, "ok"):
         # This attempt failed before a crash; only the hand-over is left to do.
-        return after_failure(deps, req, step, Scope.NONE)
+        return after_failure(deps, req, step, Scope.NONE, inline)
     remembered = deps.blocks.active(now)
     hit = None if existing else is_blocked(Place.of(cand), [b.block for b in remembered])
     if hit is not None:
         why = next((b for b in remembered if b.block == hit), None)
         reason = f"remembered as {why.outcome}: {why.reason}" if why else "blocked"
         record_attempt(deps, req.id, attempt_id, cand, now, outcome="blocked", error=reason)
-        return after_failure(deps, req, step, Scope.NONE)
+        return after_failure(deps, req, step, Scope.NONE, inline)
     if existing is None:
         record_attempt(deps, req.id, attempt_id, cand, now)
         deps.store.append_event(
@@ -180,9 +205,9 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
         if try_no < timers.throttle_retries:
             deps.store.append_event(req.id, f"  throttled ({exc}); retrying in place", deps.now())
             raise RetryLater(timers.throttle_backoff_s * (2**try_no), try_no + 1) from None
-        return after_failure(deps, req, step, Scope.NONE)
+        return after_failure(deps, req, step, Scope.NONE, inline)
     except ProviderError as exc:
-        return _failed(deps, req, step, attempt_id, cand, exc)
+        return _failed(deps, req, step, attempt_id, cand, exc, inline, started_at=now)
     _record_booting(deps, req.id, attempt_id, cand, launched)
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
@@ -191,14 +216,22 @@ def _attempt(deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id:
 
 
 def _failed(
-    deps: Deps, req: LaunchRequest, step: int, attempt_id: str, cand: ChainStep, exc: ProviderError
+    deps: Deps,
+    req: LaunchRequest,
+    step: int,
+    attempt_id: str,
+    cand: ChainStep,
+    exc: ProviderError,
+    inline: str | None = None,
+    started_at: float | None = None,
 ) -> str:
-    finish_attempt(deps, req.id, attempt_id, exc.outcome, str(exc))
+    """A failed attempt: its scope remembered, its outcome written with the hand-over to the
+    next candidate (one compare-and-set)."""
     deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
-    attempts = (deps.store.get_request(req.id) or req).attempts  # as recorded since req was read
-    started = next((a.started_at for a in attempts if a.attempt_id == attempt_id), None)
+    started = next((a.started_at for a in req.attempts if a.attempt_id == attempt_id), started_at)
     remember(deps, cand, exc, started_at=started)
-    return after_failure(deps, req, step, exc.scope)
+    ended = (attempt_id, exc.outcome, str(exc))
+    return after_failure(deps, req, step, exc.scope, inline, ended=ended)
 
 
 def booted(deps: Deps, boot: Boot, found: list[ProviderInstance]) -> str:
@@ -348,11 +381,11 @@ def _on_launched(
     ids: list[str] = []
     for node, pi in enumerate(launched):
         ids.append(_instance_up(deps, request_id, attempt_id, cand, node, pi, now))
-    finish_attempt(deps, request_id, attempt_id, "ok", None)
 
     def run(r: LaunchRequest) -> bool:
+        ended = end_attempt(r, attempt_id, "ok", now)  # the attempt's outcome, in one write
         if r.state != RequestState.PROVISIONING or r.next_step != step:
-            return False
+            return ended
         r.instance_ids = [*r.instance_ids, *ids]
         r.move(RequestState.RUNNING, now, f"{len(ids)} instance(s) up in {cand.zone}")
         return True

@@ -45,6 +45,7 @@ from corral.shared.lifecycle import (
     RequestState,
     is_transition,
 )
+from corral.shared.observe import Seen, Stored, observe
 from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.recovery import Restart, recovery_chain, restart_after
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
@@ -95,34 +96,27 @@ def _check_instances(
         if seen is None:
             continue  # no provider to ask in this process
         pi = seen.get(inst.provider_id or "")
-        if inst.state == InstanceState.TERMINATING:
-            if pi is None or pi.state in ("terminated", "lost"):
-                _move(deps, inst, InstanceState.TERMINATED, "the provider no longer runs it")
-            elif inst.provider_id:
+        stored: Stored = "terminating" if inst.state == InstanceState.TERMINATING else "running"
+        look = observe(stored, pi)  # the one observer (corral.shared.observe)
+        match look.seen:
+            case Seen.ENDED:
+                _move(deps, inst, InstanceState.TERMINATED, look.why)
+            case Seen.STILL_UP if inst.provider_id:
                 # A terminate that failed (throttled, a 5xx) is sent again, never forgotten.
                 counts["terminate_retried"] += 1
                 _try(deps.provider(inst.cloud).terminate, [inst.provider_id], zone=inst.zone)
-            continue
-        if pi is None or pi.state == "lost":
-            counts["lost"] += 1
-            if pi is None:
-                _lost(deps, inst, "its process is gone")
-            elif pi.silent:  # the control plane's inference, not the cloud's word: no block
-                _lost(deps, inst, "its heartbeats stopped", block=False)
-            else:
-                _lost(deps, inst, "the cloud says it is gone")
-        elif pi.state == "terminated" and pi.exit_code is None:
-            # Gone without an exit code and without us asking: reclaimed (spot) or failed.
-            counts["lost"] += 1
-            _lost(deps, inst, "the cloud terminated it (a spot reclaim or a failure)")
-        elif pi.state == "terminated":
-            counts["exited"] += 1
-            _exited(deps, inst, pi.exit_code)
-        elif pi.notice:
-            # The cloud warned (a spot interruption notice, a preemption): recover now, while
-            # the machine still runs, rather than once it is gone.
-            counts["reclaimed"] += 1
-            _lost(deps, inst, f"the cloud is reclaiming it ({pi.notice})")
+            case Seen.EXITED:
+                counts["exited"] += 1
+                _exited(deps, inst, look.exit_code)
+            case Seen.RECLAIMING:
+                # The cloud warned (a spot interruption notice, a preemption): recover now,
+                # while the machine still runs, rather than once it is gone.
+                counts["reclaimed"] += 1
+                _lost(deps, inst, look.why)
+            case Seen.GONE | Seen.DIED | Seen.SILENT:
+                counts["lost"] += 1
+                # A silence is the control plane's inference, not the cloud's word: no block.
+                _lost(deps, inst, look.why, block=look.clouds_word)
 
 
 def _move(

@@ -22,9 +22,9 @@ from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
-from corral.shared.records import LaunchRequest
+from corral.shared.records import ChainStep, LaunchRequest
 from corral.shared.recovery import runs_of, total_cost
-from corral.shared.routing import Refusal, route
+from corral.shared.routing import Refusal, route_with_plan
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,9 @@ def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRe
     req = _new_request(deps, task, request_id)
     if deps.store.create_request(req):
         deps.store.append_event(req.id, f"accepted: {_name(task)}", req.created_at)
-    stored = deps.store.get_request(req.id)
+        stored: LaunchRequest | None = req  # as written: no need to read it back
+    else:
+        stored = deps.store.get_request(req.id)  # the id was taken: what it holds
     assert stored is not None
     dispatch.admit(stored.id, settings=deps.settings)
     return stored
@@ -207,14 +209,16 @@ def _name(task: Task) -> str:
 
 def _new_request(deps: Deps, task: Task, request_id: str | None = None) -> LaunchRequest:
     """A PENDING request for ``task`` with its route; raises Impossible (nothing stored)."""
-    decided = route(task, registry_view(deps))
+    decided, planned = route_with_plan(task, registry_view(deps))
     if isinstance(decided, Refusal):
         reasons = list(decided.reasons)
-        planned = any("no offering on" in r for r in reasons)  # the planner's, not a pool's
-        left_out = clouds_left_out(deps, task) if planned else {}
+        planned_out = any("no offering on" in r for r in reasons)  # the planner's, not a pool's
+        left_out = clouds_left_out(deps, task) if planned_out else {}
         if left_out:  # "no offering on local" is not "no offering anywhere": say who was not asked
             reasons.append(left_out_text(left_out))
         raise Impossible(reasons)
+    # A direct route carries the chain planned here: admission takes it as it is.
+    chain = [ChainStep.of(c) for c in planned.candidates] if planned is not None else []
     now = deps.now()
     stored_task = task.model_dump(mode="json", exclude_none=True, by_alias=True)
     size = len(json.dumps(stored_task, separators=(",", ":")))
@@ -233,6 +237,8 @@ def _new_request(deps: Deps, task: Task, request_id: str | None = None) -> Launc
         labels=dict(task.labels),
         priority=task.priority,
         route=decided,
+        chain=chain,
+        next_step=-1,
     )
     req.history.append(_first_transition(now))
     return req

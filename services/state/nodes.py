@@ -432,7 +432,7 @@ class NodeBook:
             held = False
             if not beat and rec.get("registered_at") and not rec.get("ended_at"):
                 if outage_end is None:  # pulse once, before judging anyone's silence
-                    outage_end = self.outage.pulse() if self.outage is not None else 0.0
+                    outage_end = self.listening_since()
                 held = _held(rec, time.time(), outage_end)
             out[node] = NodeView(
                 registered_at=_float(rec.get("registered_at")),
@@ -445,6 +445,13 @@ class NodeBook:
                 held=held,
             )
         return out
+
+    def listening_since(self) -> float:
+        """Since when the control plane could hear the nodes: after the last outage of Redis
+        and of the API they report through (now, while the API is away)."""
+        if self.outage is None:
+            return 0.0
+        return max(self.outage.pulse(), self.outage.api_heard_since())
 
     def view(self, node: NodeName) -> NodeView:
         return self.views([node])[node]

@@ -334,3 +334,37 @@ def test_aws_a_jobs_workdir_and_file_mounts_come_through_the_api_with_its_node_t
     assert "/sky_workdir" in out
     # Another node's token (or none) gets no bundle.
     assert httpx.get(f"{system.api_url}/v1/node/bundle").status_code == 401
+
+
+def test_aws_an_api_outage_loses_no_machine_and_jobs_end_by_their_exit_codes(
+    aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
+) -> None:
+    """Issue #23 item 8: the agents report through the API; with the API down for twice the
+    heartbeat timeout, their silence is the control plane's, not theirs. No machine is LOST,
+    nothing is relaunched, and a job that ended meanwhile ends by its exit code once its
+    agent's last report gets through."""
+    system, moto = aws
+    timeout_s = 6.0  # the fixture's HEARTBEAT_TIMEOUT_S
+    svc = system.submit({**AWS_TASK, "name": "svc", "setup": "echo serving"})
+    ok = system.submit({**AWS_TASK, "name": "ok", "run": "sleep 4; echo done"})
+    bad = system.submit({**AWS_TASK, "name": "bad", "run": "sleep 4; exit 3"})
+    for rid in (svc, ok, bad):
+        vms(aws_script(moto, rid))
+    for rid in (svc, ok, bad):
+        system.wait_state(rid, {"RUNNING"}, 60)
+    port = int(system.api_url.rsplit(":", 1)[1])
+    system.kill("api")  # a crash: no clean shutdown
+    time.sleep(2 * timeout_s)  # the jobs end meanwhile; nobody can hear them say so
+    # The workers and beat kept looking all along (the boot watch, reconcile): nothing moved.
+    system.start_api(port)
+    done = system.wait_state(ok, {"SUCCEEDED", "FAILED"}, 60)
+    assert done["state"] == "SUCCEEDED" and done["exit_code"] == 0, done
+    done = system.wait_state(bad, {"SUCCEEDED", "FAILED"}, 60)
+    assert done["state"] == "FAILED" and done["exit_code"] == 3, done
+    time.sleep(timeout_s)  # a whole timeout after the API is back: still nothing lost
+    for rid in (svc, ok, bad):
+        seen = system.request(rid)
+        assert seen["relaunches"] == 0, seen
+        assert "LOST" not in _instances_of(system, rid).values(), seen
+        assert len(aws_scripts(moto, **{"corral-request": rid})) == 1  # nothing launched again
+    assert system.request(svc)["state"] == "RUNNING"

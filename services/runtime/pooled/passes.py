@@ -26,6 +26,7 @@ from corral.services.runtime.pooled.kind import PassResult, PoolKind
 from corral.services.runtime.pooled.kinds import kind_named, kind_of_route
 from corral.services.state.pools import PoolRecord
 from corral.shared.errors import ProviderError
+from corral.shared.observe import Seen, observe
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import PooledRoute, pool_of
 from corral.shared.scheduling.pooled import PooledMachine
@@ -183,13 +184,16 @@ def _drop(
 
 
 def _gone(seen: ProviderInstance | None) -> str | None:
-    """Why a pool's machine no longer serves, from what its cloud reports (None: it serves)."""
-    if seen is None or seen.state == "terminated":
-        return "was lost (the cloud no longer runs it)"
-    if seen.state == "lost":
-        return "was lost (its agent fell silent)"
-    if seen.notice:
-        return f"is being reclaimed by the cloud ({seen.notice})"
+    """Why a pool's machine no longer serves, from what its cloud reports (None: it serves):
+    the one observer's word (:func:`corral.shared.observe.observe`)."""
+    look = observe("running", seen)
+    match look.seen:
+        case Seen.GONE | Seen.EXITED:  # a pool machine's end is never a run's end
+            return "was lost (the cloud no longer runs it)"
+        case Seen.DIED | Seen.SILENT:
+            return "was lost (its agent fell silent)"
+        case Seen.RECLAIMING:
+            return f"is being reclaimed by the cloud ({seen.notice if seen else ''})"
     return None
 
 

@@ -79,7 +79,10 @@ def test_a_capacity_error_blocks_the_zone_and_the_next_candidate_is_tried(
         ("lab-east-a", "capacity"),
         ("lab-east-b", "ok"),
     ]
-    assert dispatch.RETRY_REGION in driver.ran
+    # The next zone (same cloud) was chosen and tried inside the failed attempt's task: no
+    # step task per scope, no second attempt message.
+    steps = {dispatch.RETRY_REGION, dispatch.RETRY_CLOUD, dispatch.NEXT_CLOUD}
+    assert driver.ran.count(dispatch.ATTEMPT) == 1 and not steps & set(driver.ran)
     blocked = [b.block.zone for b in driver.deps.blocks.active(driver.deps.now())]
     assert blocked == ["lab-east-a"]
 
@@ -207,3 +210,19 @@ def test_a_job_end_is_not_read_before_its_machines_are_linked_nor_from_an_old_at
     driver.deps.store.update_request(rid, newer_attempt)
     reconcile._finish_job(driver.deps, stale, inst.attempt_id)
     assert driver.deps.store.get_request(rid).state == RequestState.RUNNING  # type: ignore[union-attr]
+
+
+def test_a_wait_after_walking_on_in_the_same_task_retries_the_zone_it_reached(
+    driver: Driver,
+) -> None:
+    driver.fake.fail_next(CapacityError("sold out", code="InsufficientCapacity"), "lab-east-a")
+    driver.fake.fail_next(ThrottledError("slow down", code="RequestLimitExceeded"), "lab-east-b")
+    rid = _submit(driver)
+    driver.step()  # admit
+    with pytest.raises(provisioning.RetryLater) as later:
+        driver.step()  # lab-east-a refused, lab-east-b throttled: in one attempt task
+    assert (later.value.step, later.value.try_no) == (1, 1)
+    assert provisioning.attempt(driver.deps, rid, later.value.step, later.value.try_no) in (
+        "booting",
+        "running",
+    )

@@ -38,7 +38,7 @@ DECIDERS: dict[str, Callable[..., Any]] = {
     "planner.plan": planner.plan,
     "failover.next_step": failover.next_step,
     "blocking.is_blocked": blocking.is_blocked,
-    "routing.route": routing.route,
+    "routing.route_with_plan": routing.route_with_plan,  # routing.route wraps it
     "pool_passes.machine_pool_pass": pool_passes.machine_pool_pass,
     "machine_pools.schedule": machine_pools.schedule,
     "ledger.commit": ledger.commit,

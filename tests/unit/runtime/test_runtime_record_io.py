@@ -1,0 +1,92 @@
+"""How often one launch reads and writes its request record (issue #23, item 4: compute once).
+
+The store is the real one, on the test's redis-server; the test only counts what the runtime
+asks of it, from the submit to RUNNING, for a direct launch whose machine is up at once and
+for one whose first zone is sold out (a failover walks on in the same task)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from runtime_driver import Driver
+
+from corral.services.runtime import requests
+from corral.services.state.store import Store
+from corral.shared.config.task import Task
+from corral.shared.errors import CapacityError
+from corral.shared.lifecycle import RequestState
+from corral.shared.records import LaunchRequest
+
+SERVICE = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+
+
+@pytest.fixture
+def io(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """Counts of request-record reads (a get, or the read of a compare-and-set) and writes
+    (a compare-and-set that changed it, or its creation)."""
+    seen: Counter[str] = Counter()
+    get, update, create = Store.get_request, Store._update, Store.create_request
+
+    def counted_get(self: Store, request_id: str) -> LaunchRequest | None:
+        seen["reads"] += 1
+        return get(self, request_id)
+
+    def counted_update(
+        self: Store, model: type, key: str, fn: Callable[[Any], bool], *args: Any
+    ) -> Any:
+        if model is not LaunchRequest:
+            return update(self, model, key, fn, *args)
+
+        def counted(r: Any) -> bool:
+            seen["reads"] += 1
+            wrote = fn(r)
+            seen["writes"] += int(wrote)
+            return wrote
+
+        return update(self, model, key, counted, *args)
+
+    def counted_create(self: Store, req: LaunchRequest) -> bool:
+        seen["writes"] += 1
+        return create(self, req)
+
+    monkeypatch.setattr(Store, "get_request", counted_get)
+    monkeypatch.setattr(Store, "_update", counted_update)
+    monkeypatch.setattr(Store, "create_request", counted_create)
+    yield seen
+
+
+def _launch(driver: Driver, io: Counter[str]) -> dict[str, int]:
+    """Submit one task and run it to RUNNING; the reads and writes it took."""
+    rid = requests.submit(driver.deps, Task.model_validate(SERVICE)).id
+    driver.run()
+    took = dict(io)
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    return took
+
+
+def test_one_direct_launch_reads_and_writes_its_record_a_few_times(
+    driver: Driver, io: Counter[str]
+) -> None:
+    took = _launch(driver, io)
+    print(f"\none launch: {took}")
+    # Written: created; chain, PROVISIONING and first step; its attempt; RUNNING with the
+    # attempt's outcome. Read: admission (1 + its write), the attempt (before and after its
+    # claim, then its write), RUNNING's write. (Before issue #23: 6 writes, 10 reads.)
+    assert took == {"writes": 4, "reads": 6}
+
+
+def test_a_failed_zone_costs_a_few_record_reads_and_writes_more(
+    driver: Driver, io: Counter[str]
+) -> None:
+    driver.fake.fail_next(CapacityError("sold out", code="InsufficientCapacity"), "lab-east-a")
+    took = _launch(driver, io)
+    print(f"\none launch, one failed zone: {took}")
+    # The failed zone adds one write (its outcome and the next step together) and the next
+    # attempt's record; reads: that write, and the next attempt's two (before and after its
+    # claim), tried in the same task.
+    # (Before issue #23: 9 writes, 17 reads, and a broker message for the region step.)
+    assert took == {"writes": 6, "reads": 10}
