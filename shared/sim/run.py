@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,12 +50,3 @@ def run_policy(
     recorder = sim.run(make_policy(name, workload))
     return PolicyRun(name, summary(name, recorder), series(recorder), sim.events_run)
 
-
-def run_all(
-    scenario: Scenario,
-    workload: Workload,
-    policies: Sequence[str] = POLICIES,
-    timers: SimTimers | None = None,
-) -> list[PolicyRun]:
-    """Every policy over the same day, in order."""
-    return [run_policy(scenario, workload, name, timers) for name in policies]
