@@ -49,4 +49,3 @@ def run_policy(
     sim = Sim(scenario, workload.arrivals, timers or SimTimers(), check_skips=check_skips)
     recorder = sim.run(make_policy(name, workload))
     return PolicyRun(name, summary(name, recorder), series(recorder), sim.events_run)
-
