@@ -32,7 +32,7 @@ from redis.exceptions import LockError
 
 from corral.services.settings import get_settings
 from corral.services.state.outage import OutageBook, outage_book
-from corral.services.state.redis_conn import connect
+from corral.services.queues.redis_conn import connect
 
 log = logging.getLogger("corral.resilience")
 

@@ -39,7 +39,7 @@ def _node_agents(settings: Settings, cloud: str) -> Any:
         return None
     from corral.services.providers.nodes import NodeAgents
     from corral.services.state.nodes import NodeBook
-    from corral.services.state.redis_conn import connect
+    from corral.services.queues.redis_conn import connect
 
     client = connect(settings.redis_url, patience_s=settings.timers.redis_patience_s)
     book = NodeBook.for_settings(client, settings)

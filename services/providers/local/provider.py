@@ -47,7 +47,7 @@ from corral.services.providers.local.state import (
     derive_state,
 )
 from corral.services.state.outage import OutageBook
-from corral.services.state.redis_conn import connect
+from corral.services.queues.redis_conn import connect
 from corral.shared.config.localcloud import LocalCloud
 from corral.shared.errors import (
     AuthError,
