@@ -142,7 +142,7 @@ def plan_command(
         catalog = _catalog(local_cloud)
     except ConfigError as exc:
         fail_input(exc, as_json)
-    from corral.services.settings import credentials_hint
+    from corral.services.providers.registry import credentials_hint
 
     result = plan(task, catalog)
     for text in result.notices:

@@ -13,9 +13,10 @@ Guarantees every provider keeps:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from corral.shared.catalog.offering import Offering
 from corral.shared.errors import InvalidRequestError
 from corral.shared.launches import (  # the records the port speaks, re-exported here
     TAG_ATTEMPT,
@@ -36,6 +37,7 @@ __all__ = [
     "TAG_NODE",
     "TAG_POOL",
     "TAG_REQUEST",
+    "CatalogOfferings",
     "LaunchSpec",
     "NodeWork",
     "Provider",
@@ -44,15 +46,32 @@ __all__ = [
     "checked_assignment",
     "node_work_of",
     "status_view",
+    "zones_from",
 ]
 
 
 class Provider(Protocol):
-    """What every cloud implements. Errors are ``corral.shared.errors.ProviderError``s."""
+    """What every cloud implements. Errors are ``corral.shared.errors.ProviderError``s.
+
+    Besides launching, a provider owns what Corral knows of its cloud, so nothing outside
+    ``providers/`` names a cloud: its offerings (``offerings``: from a shipped catalog, or
+    listed live, so a cloud without a price list plans too), where an instance type can go
+    (``zones_of``: the zones offering it, a reservation's own zone), whether its credentials
+    are there (``has_credentials``; ``registry.Cloud.credentials_hint`` before
+    its SDK loads)."""
 
     name: str
     # How often a caller may poll ``describe`` while waiting for instances to come up.
     poll_interval_s: float
+
+    def offerings(self) -> Sequence[Offering]:
+        """Every (instance type, zone) the cloud sells, with its prices."""
+        ...
+
+    def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        """(zone, region) pairs where ``instance_type`` can be launched, best first; with a
+        reservation the cloud knows, only the reservation's zone."""
+        ...
 
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]: ...
 
@@ -61,6 +80,31 @@ class Provider(Protocol):
     def terminate(self, provider_ids: list[str], zone: str | None = None) -> None: ...
 
     def has_credentials(self) -> bool: ...
+
+
+class CatalogOfferings:
+    """The port's offerings and zones for a cloud whose prices ship as a catalog CSV
+    (``shared/catalog/data/<name>.csv``): a provider class inherits these."""
+
+    name: str
+
+    def offerings(self) -> Sequence[Offering]:
+        from corral.shared.catalog import load_catalog
+
+        return tuple(o for o in load_catalog().offerings if o.cloud == self.name)
+
+    def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        # A reservation's zone is the cloud's to enforce (it refuses a launch elsewhere), so
+        # every zone offering the type is tried.
+        from corral.shared.catalog import load_catalog
+
+        return [(o.zone, o.region) for o in load_catalog().instance_type(self.name, instance_type)]
+
+
+def zones_from(offerings: Iterable[Offering], instance_type: str) -> list[tuple[str, str]]:
+    """(zone, region) pairs of the offerings of ``instance_type``, each once, in order."""
+    pairs = [(o.zone, o.region) for o in offerings if o.instance_type == instance_type]
+    return list(dict.fromkeys(pairs))
 
 
 class NodeWork(Protocol):

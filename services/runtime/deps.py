@@ -14,6 +14,7 @@ import redis
 
 from corral.services.providers.base import Provider
 from corral.services.providers.registry import ProviderUnavailable, build_provider
+from corral.services.queues.redis_conn import connect
 from corral.services.settings import Settings, get_settings
 from corral.services.state.blocks import BlockStore
 from corral.services.state.boots import BootBook
@@ -22,7 +23,6 @@ from corral.services.state.limits import LaunchLimits
 from corral.services.state.nodes import NodeBook
 from corral.services.state.outage import OutageBook, outage_book
 from corral.services.state.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
-from corral.services.queues.redis_conn import connect
 from corral.services.state.store import Store, WriteListener
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger

@@ -30,6 +30,8 @@ class FakeProvider:
     _booted_at: dict[str, float] = field(default_factory=dict)
     _errors: list[tuple[str | None, ProviderError]] = field(default_factory=list)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    # The local cloud file it stands in for (its offerings and zones); set by the test's Deps.
+    local_cloud: Any = None
 
     # --- what a test does ----------------------------------------------------------------
     def fail_next(self, error: ProviderError, zone: str | None = None) -> None:
@@ -63,6 +65,15 @@ class FakeProvider:
     # --- the provider port -----------------------------------------------------------------
     def has_credentials(self) -> bool:
         return True
+
+    def offerings(self) -> list[Any]:
+        return self.local_cloud.offerings() if self.local_cloud is not None else []
+
+    def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        if self.local_cloud is None:
+            return []
+        pairs: list[tuple[str, str]] = self.local_cloud.placements(instance_type, reservation_id)
+        return pairs
 
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
         self.calls.append(("launch", spec))

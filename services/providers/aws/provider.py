@@ -35,6 +35,7 @@ from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
     TAG_NODE,
+    CatalogOfferings,
     LaunchSpec,
     ProviderInstance,
 )
@@ -67,7 +68,7 @@ ENDED = ("terminating", "terminated")
 REMEMBERED_ATTEMPTS = 10_000  # attempts whose region this process remembers
 
 
-class AwsProvider:
+class AwsProvider(CatalogOfferings):
     """The ``aws`` cloud. Thread-safe: launches run in a worker thread next to describes."""
 
     name = "aws"

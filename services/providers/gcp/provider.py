@@ -25,7 +25,13 @@ from google.api_core.client_options import ClientOptions
 from google.auth import exceptions as auth_exceptions
 from google.cloud import compute_v1
 
-from corral.services.providers.base import TAG_ATTEMPT, TAG_MANAGED, LaunchSpec, ProviderInstance
+from corral.services.providers.base import (
+    TAG_ATTEMPT,
+    TAG_MANAGED,
+    CatalogOfferings,
+    LaunchSpec,
+    ProviderInstance,
+)
 from corral.services.providers.gcp.errors import from_operation, translated
 from corral.services.providers.gcp.instance_body import (
     DEFAULT_IMAGE,
@@ -79,7 +85,7 @@ class _Api:
     project: str
 
 
-class GcpProvider:
+class GcpProvider(CatalogOfferings):
     """Google Compute Engine. Thread-safe; clients are built on first use."""
 
     name = "gcp"

@@ -46,8 +46,9 @@ from corral.services.providers.local.state import (
     InstanceRecord,
     derive_state,
 )
-from corral.services.state.outage import OutageBook
 from corral.services.queues.redis_conn import connect
+from corral.services.state.outage import OutageBook
+from corral.shared.catalog.offering import Offering
 from corral.shared.config.localcloud import LocalCloud
 from corral.shared.errors import (
     AuthError,
@@ -118,6 +119,13 @@ class LocalProvider:
 
     def has_credentials(self) -> bool:
         return True
+
+    def offerings(self) -> list[Offering]:
+        """The local cloud file's offerings (every zone's types, sold-out ones too)."""
+        return self.cloud.offerings()
+
+    def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        return self.cloud.placements(instance_type, reservation_id)
 
     # --- launch ----------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:

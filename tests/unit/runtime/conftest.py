@@ -39,6 +39,7 @@ def make_deps(redis_url: str, tmp_path: Path, fake: FakeProvider) -> Callable[..
         )
         deps = Deps(settings, clock=lambda: EPOCH + fake.now, store_listeners=(EventMetrics(),))
         deps._providers["local"] = fake  # type: ignore[assignment]
+        fake.local_cloud = deps.local_cloud
         return deps
 
     return make
