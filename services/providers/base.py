@@ -58,7 +58,7 @@ class Provider(Protocol):
     listed live, so a cloud without a price list plans too), where an instance type can go
     (``zones_of``: the zones offering it, a reservation's own zone), whether its credentials
     are there (``has_credentials``; ``registry.Cloud.credentials_hint`` before
-    its SDK loads)."""
+    its SDK loads) and its machines' output (``read_log``)."""
 
     name: str
     # How often a caller may poll ``describe`` while waiting for instances to come up.
@@ -71,6 +71,12 @@ class Provider(Protocol):
     def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
         """(zone, region) pairs where ``instance_type`` can be launched, best first; with a
         reservation the cloud knows, only the reservation's zone."""
+        ...
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """The last ``tail_bytes`` of what the machine's run printed (empty: nothing yet)."""
         ...
 
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]: ...

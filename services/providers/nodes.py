@@ -47,6 +47,22 @@ _LAUNCH_INDEX = (
 )
 
 
+def read_node_log(
+    book: NodeBook,
+    cloud: str,
+    provider_id: str,
+    attempt_id: str | None,
+    node_index: int,
+    tail_bytes: int,
+) -> bytes:
+    """The last ``tail_bytes`` a cloud machine's agent shipped to the node book (a pooled
+    machine's node is known by the cloud's id, its log holding what it ran)."""
+    node = book.node_of(cloud, provider_id)
+    if node is None and attempt_id:
+        node = NodeName(cloud, attempt_id, node_index)
+    return book.log(node)[-tail_bytes:] if node is not None else b""
+
+
 class NodeAgents:
     """Boot scripts and the agents' view of machines, for one cloud."""
 
@@ -65,6 +81,13 @@ class NodeAgents:
         self.source = source or f"{self.api_url}/v1/node/agent.whl"
         self.kill_grace_s = kill_grace_s
         self._bound: OrderedDict[str, NodeName] = OrderedDict()
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """What the machine's agent shipped of its output (a pooled machine's node is known by
+        the cloud's id, its log holding what it ran), the last ``tail_bytes``."""
+        return read_node_log(self.book, self.cloud, provider_id, attempt_id, node_index, tail_bytes)
 
     # --- launch ----------------------------------------------------------------------------
     def boot_script(self, spec: LaunchSpec, rank: int | None = None) -> str:

@@ -54,16 +54,24 @@ def _local(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
     )
 
 
-def _node_agents(settings: Settings, cloud: str) -> Any:
-    """The node agents cloud machines boot, when the settings say where they report."""
-    if not settings.node_api_url or not settings.redis_url:
+def _node_book(settings: Settings) -> Any:
+    """What cloud machines' agents report (their output among it), when there is a Redis."""
+    if not settings.redis_url:
         return None
-    from corral.services.providers.nodes import NodeAgents
     from corral.services.queues.redis_conn import connect
     from corral.services.state.nodes import NodeBook
 
     client = connect(settings.redis_url, patience_s=settings.timers.redis_patience_s)
-    book = NodeBook.for_settings(client, settings)
+    return NodeBook.for_settings(client, settings)
+
+
+def _node_agents(settings: Settings, cloud: str) -> Any:
+    """The node agents cloud machines boot, when the settings say where they report."""
+    book = _node_book(settings)
+    if not settings.node_api_url or book is None:
+        return None
+    from corral.services.providers.nodes import NodeAgents
+
     return NodeAgents(cloud, book, settings.node_api_url, source=settings.node_agent_source)
 
 
@@ -74,6 +82,7 @@ def _aws(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         endpoint_url=settings.aws_endpoint_url,
         default_image_id=settings.aws_default_image_id,
         nodes=_node_agents(settings, "aws"),
+        log_book=_node_book(settings),
     )
 
 
@@ -90,6 +99,7 @@ def _gcp(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         api_endpoint=settings.gcp_api_endpoint,
         credentials=credentials,
         nodes=_node_agents(settings, "gcp"),
+        log_book=_node_book(settings),
     )
 
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from corral.services.providers.registry import ProviderUnavailable
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.pooled.registry import registry_view
-from corral.services.state.nodes import NodeName
 from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
@@ -277,8 +277,8 @@ def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
 def read_logs(
     deps: Deps, request_id: str, *, instance_id: str | None = None, tail_bytes: int = 256_000
 ) -> str:
-    """The output of the request's instances: the local cloud's agents' log files, or what
-    cloud machines' agents shipped to the node book."""
+    """The output of the request's instances, as each one's cloud keeps it (the local cloud's
+    agents' log files, what cloud machines' agents shipped to the node book)."""
     if deps.store.get_request(request_id) is None:
         raise RequestNotFound(request_id)
     parts: list[str] = []
@@ -287,22 +287,12 @@ def read_logs(
             continue
         if not inst.provider_id:
             continue
-        if inst.cloud != "local" and inst.attempt_id:
-            # A pooled machine's node is known by the cloud's id (its log holds what it ran).
-            node = deps.nodes.node_of(inst.cloud, inst.provider_id) or NodeName(
-                inst.cloud, inst.attempt_id, inst.node_index
-            )
-            data = deps.nodes.log(node)[-tail_bytes:]
-            if data:
-                text = data.decode("utf-8", errors="replace")
-                parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
+        try:
+            provider = deps.provider(inst.cloud)
+        except ProviderUnavailable:
             continue
-        path = deps.settings.logs / f"{inst.provider_id}.log"
-        if not path.exists():
-            continue
-        with path.open("rb") as fh:
-            size = path.stat().st_size
-            fh.seek(max(0, size - tail_bytes))
-            text = fh.read().decode("utf-8", errors="replace")
-        parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
+        data = provider.read_log(inst.provider_id, inst.attempt_id, inst.node_index, tail_bytes)
+        if data:
+            text = data.decode("utf-8", errors="replace")
+            parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
     return "\n".join(parts)

@@ -32,6 +32,7 @@ class FakeProvider:
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     # The local cloud file it stands in for (its offerings and zones); set by the test's Deps.
     local_cloud: Any = None
+    logs: dict[str, bytes] = field(default_factory=dict)  # what a machine printed, by its id
 
     # --- what a test does ----------------------------------------------------------------
     def fail_next(self, error: ProviderError, zone: str | None = None) -> None:
@@ -74,6 +75,11 @@ class FakeProvider:
             return []
         pairs: list[tuple[str, str]] = self.local_cloud.placements(instance_type, reservation_id)
         return pairs
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        return self.logs.get(provider_id, b"")[-tail_bytes:]
 
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
         self.calls.append(("launch", spec))

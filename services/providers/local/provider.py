@@ -492,6 +492,18 @@ class LocalProvider:
             exit_code=rec.exit_code,
         )
 
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """The tail of the agent's log file (its own lines and its task's output)."""
+        path = self.log_dir / f"{provider_id}.log"
+        try:
+            with path.open("rb") as fh:
+                fh.seek(max(0, path.stat().st_size - tail_bytes))
+                return fh.read()
+        except FileNotFoundError:
+            return b""
+
     def log_path(self, instance_id: str) -> Path | None:
         """Where the instance's output goes (the agent's and its task's), if known."""
         rec = self.state.record(instance_id)

@@ -98,3 +98,12 @@ def test_an_exhausted_new_cloud_fails_over_to_the_next_cloud(lambda_driver: Driv
     ]
     assert req.attempts[-1].cloud == "local" and req.attempts[-1].outcome == "ok"
     assert [s.instance_type for s in cloud.launched()] == ["cpu_8x"]
+
+
+def test_its_machines_logs_are_read_through_its_provider(lambda_driver: Driver) -> None:
+    rid = _submit(lambda_driver, {"cloud": "lambda", "instance_type": "cpu_8x"})
+    lambda_driver.run()
+    (inst,) = lambda_driver.deps.store.list_instances(request_id=rid)
+    _lambda(lambda_driver).logs[inst.provider_id] = b"hello from the moon of lambda\n"
+    text = requests.read_logs(lambda_driver.deps, rid)
+    assert text == f"==> {inst.id} ({inst.provider_id}) <==\nhello from the moon of lambda\n"
