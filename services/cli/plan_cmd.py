@@ -37,8 +37,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _load_task(path: Path) -> Task:
-    from corral.shared.config.detect import load_as
     from corral.shared.config.task import Task
+    from corral.shared.configio import load_as
 
     task, _doc = load_as(path, Task)
     return task
