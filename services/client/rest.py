@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-import httpx
 from pydantic import BaseModel, ValidationError
 
 from corral.services.client.errors import (
@@ -27,6 +26,7 @@ from corral.services.client.errors import (
     WaitTimeout,
     api_error,
 )
+from corral.services.client.http import httpx
 from corral.services.client.views import (
     ENDED_STATES,
     RUNNING,

@@ -1,9 +1,10 @@
 """CLI start-up benchmark: what `corral` costs before it does anything, against a bare
 interpreter (`python -c pass`) run side by side, interleaved, in the same test.
 
-Cases: `corral --version`, `corral status --help`, and `corral status` against an API address
-nothing listens on (start-up, settings, the API client and one refused connection: everything a
-real `corral status` does but the answer). Reported per case: the median wall and CPU seconds
+Cases: `corral --version`, `corral status --help`, and `corral status` and `corral launch
+TASK` against an API address nothing listens on (start-up, settings, the task file read and
+checked, the API client and one refused connection: everything the real commands do but the
+answer). Reported per case: the median wall and CPU seconds
 (user + system, from the child's rusage, which a loaded machine disturbs less than wall), and
 the CPU as a multiple of the bare interpreter's. The ceiling guards against a regression; the
 issue's target (0.3 s of wall) is not met yet, see docs/ARCHITECTURE.md.
@@ -30,6 +31,7 @@ CASES = {
     "corral --version": [CORRAL, "--version"],
     "corral status --help": [CORRAL, "status", "--help"],
     "corral status (no API)": [CORRAL, "status"],
+    "corral launch (no API)": [CORRAL, "launch", "TASK"],
 }
 # CPU of `corral status` as a multiple of a bare interpreter's, at most (measured: about 14x,
 # see the report in docs/ARCHITECTURE.md).
@@ -53,10 +55,12 @@ def test_cli_start_against_a_bare_interpreter(tmp_path: Path) -> None:
         "CORRAL_HOME": str(tmp_path / "home"),
         "CORRAL_API_URL": "http://127.0.0.1:9",  # the discard port: nothing answers
     }
+    task = tmp_path / "task.yaml"
+    task.write_text("name: t\nresources: {cloud: local, instance_type: cpu-2}\nrun: echo hi\n")
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in CASES}
     for _ in range(runs):
         for name, argv in CASES.items():  # interleaved: the machine's load hits all alike
-            samples[name].append(_once(argv, env))
+            samples[name].append(_once([str(task) if a == "TASK" else a for a in argv], env))
     medians = {
         name: (statistics.median(w for w, _ in s), statistics.median(c for _, c in s))
         for name, s in samples.items()
