@@ -48,11 +48,14 @@ bench:
 # Control-plane faults at full size (the default test run has a short version of each): three
 # rounds of 40 launches with redis-server SIGKILLed 1 s in, the Sentinel failover, and 300
 # launches while workers, beat, the API and Redis are killed or paused at random. It prints
-# the counts: requests lost, failed for a control-plane reason, launched twice, leaked.
+# the counts: requests lost, failed for a control-plane reason, launched twice, leaked. And
+# 20 SIGKILLs of the provisioning worker mid-attempt (the default test run does 6).
 chaos:
-	CORRAL_REDIS_KILL_ROUNDS=3 CORRAL_CHAOS_LAUNCHES=300 CORRAL_CHAOS_STRIKES=15 \
+	CORRAL_REDIS_KILL_ROUNDS=3 CORRAL_REDIS_KILL_LAUNCHES=40 CORRAL_CHAOS_LAUNCHES=300 \
+		CORRAL_CHAOS_STRIKES=15 CORRAL_CRASH_TRIALS=20 \
 		$(PY) -m pytest tests/integration/test_redis_restart.py tests/integration/test_sentinel.py \
-		tests/integration/test_chaos.py -m integration -q -s -p no:randomly --timeout 3600
+		tests/integration/test_chaos.py tests/integration/test_crash_trials.py \
+		-m integration -q -s -p no:randomly --timeout 3600
 
 # The API fuzzed from its OpenAPI document with many more examples than the default run.
 fuzz:

@@ -177,29 +177,31 @@ class Settings(BaseSettings):
         return self.home / name
 
 
-def credentials_hint(cloud: str) -> bool:
-    """A quick look, without loading the cloud's SDK, at whether its usual credential chain has
+def aws_credentials_hint() -> bool:
+    """A quick look, without loading boto3, at whether AWS's usual credential chain has
     something to find (environment variables or the SDK's credential files). Launches ask the
-    SDK itself; `corral plan` uses this to mark clouds that a launch would leave out."""
+    SDK itself; `corral plan` uses this (through the providers' registry) to mark clouds that a
+    launch would leave out."""
     home = Path.home()
-    if cloud == "aws":
-        keys = (
-            "AWS_ACCESS_KEY_ID",
-            "AWS_PROFILE",
-            "AWS_WEB_IDENTITY_TOKEN_FILE",
-            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        )
-        files = (
-            os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials",
-            os.environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config",
-        )
-        return any(os.environ.get(k) for k in keys) or any(Path(f).is_file() for f in files)
-    if cloud == "gcp":
-        adc = home / ".config" / "gcloud" / "application_default_credentials.json"
-        explicit = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
-        return bool(explicit and Path(explicit).is_file()) or adc.is_file()
-    return True  # the local cloud needs none
+    keys = (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    )
+    files = (
+        os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials",
+        os.environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config",
+    )
+    return any(os.environ.get(k) for k in keys) or any(Path(f).is_file() for f in files)
+
+
+def gcp_credentials_hint() -> bool:
+    """The same look for Google Cloud: an explicit key file, or gcloud's default credentials."""
+    adc = Path.home() / ".config" / "gcloud" / "application_default_credentials.json"
+    explicit = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    return bool(explicit and Path(explicit).is_file()) or adc.is_file()
 
 
 @lru_cache(maxsize=1)

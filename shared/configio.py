@@ -379,3 +379,21 @@ def validate_doc(model: type[M], doc: Document, path: PathKey = (), context: Any
         return model.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(issues_from_validation(doc, exc, path, model)) from None
+
+
+def check_problems(model: BaseModel, doc: Document) -> None:
+    """Raise the model's cross-field problems (if it has a ``problems()``) as one error."""
+    problems = getattr(model, "problems", None)
+    found = problems() if callable(problems) else []
+    if found:
+        raise ConfigError([doc.issue(path, message) for path, message in found])
+
+
+def load_as(path: str | Path, model_cls: type[M]) -> tuple[M, Document]:
+    """Read a file as one model class (cross-field problems included); raises ConfigError."""
+    doc = load_file(path)
+    if not isinstance(doc.data, Mapping):
+        raise ConfigError.single(doc.name, "expected a mapping of fields", "", 1)
+    model = validate_doc(model_cls, doc)
+    check_problems(model, doc)
+    return model, doc

@@ -271,13 +271,16 @@ def spec_runs(catalog: Catalog, spec: Spec, cloud: str) -> list[tuple[GroupKey, 
 def _clouds_for(
     spec: Spec, catalog: Catalog, allowed: frozenset[str] | None, notes: _Notes
 ) -> tuple[str, ...]:
-    """The clouds a spec may use: its pinned one, or every planned cloud of the catalog."""
-    planned = tuple(c for c in catalog.clouds if c in PROVIDER_CLOUDS)
+    """The clouds a spec may use: its pinned one, or every planned cloud of the catalog. The
+    ``allowed`` clouds are ones that can launch, so each has a provider (a registered cloud
+    beyond the shipped ones too)."""
     if allowed is not None:
-        planned = tuple(c for c in planned if c in allowed)
+        planned = tuple(c for c in catalog.clouds if c in allowed)
+    else:
+        planned = tuple(c for c in catalog.clouds if c in PROVIDER_CLOUDS)
     if spec.cloud is None:
         return planned
-    if spec.cloud not in PROVIDER_CLOUDS:
+    if spec.cloud not in PROVIDER_CLOUDS and spec.cloud not in (allowed or ()):
         notes.notice(f"{spec.cloud}: Corral has no provider for this cloud; left out of the plan")
     elif spec.cloud not in catalog.clouds:
         hint = " (pass --local-cloud FILE)" if spec.cloud == "local" else ""

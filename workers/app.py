@@ -24,10 +24,15 @@ from celery import Celery
 from celery.signals import worker_process_init
 
 from corral.services.observability import worker_hooks
+from corral.services.observability.events import EventMetrics
 from corral.services.queues import dispatch
+from corral.services.runtime.deps import wire_store_listener
 from corral.services.settings import Settings, get_settings
 
 ROLE_QUEUES = dispatch.role_queues()
+# The store's writes counted as event metrics in every worker process (the runtime, below
+# observability, does not import them).
+wire_store_listener(EventMetrics())
 
 
 def _every(task: str, interval_s: float, queue: str) -> dict[str, Any]:

@@ -30,9 +30,9 @@ from kombu.exceptions import OperationalError
 from redbeat.schedulers import LUA_EXTEND_TO_SCRIPT, REDBEAT_REDIS_KEY, RedBeatScheduler
 from redis.exceptions import LockError
 
+from corral.services.queues.redis_conn import connect
 from corral.services.settings import get_settings
 from corral.services.state.outage import OutageBook, outage_book
-from corral.services.state.redis_conn import connect
 
 log = logging.getLogger("corral.resilience")
 

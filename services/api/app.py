@@ -4,7 +4,7 @@ Everything it needs comes from the settings it is given (tests pass their own; t
 started by ``corral run api`` uses ``get_settings()``): the Redis URL, the key prefix and the
 admin token, which every route but ``/healthz`` and the node routes requires. Redis being
 down is a 503 (with ``Retry-After``), never a traceback in a 500; every Redis call first
-retries for ``redis_patience_s`` (:mod:`corral.services.state.redis_conn`), so a Redis restart
+retries for ``redis_patience_s`` (:mod:`corral.services.queues.redis_conn`), so a Redis restart
 or failover shorter than that fails no request. Bodies over ``api_max_body_bytes`` are refused
 with 413 (:mod:`corral.services.api.limits`).
 """
@@ -33,6 +33,7 @@ from corral.services.api.routes import health_router, router
 from corral.services.console.routes import pages as console_pages
 from corral.services.console.routes import router as console_router
 from corral.services.observability.api_metrics import install as install_observability
+from corral.services.observability.events import EventMetrics
 from corral.services.runtime.deps import Deps
 from corral.services.settings import Settings, get_settings
 from corral.services.state.outage import api_pulse_interval_s
@@ -45,7 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     if not settings.redis_url:
         raise RuntimeError("CORRAL_REDIS_URL is not set (start the system with `corral up`)")
-    deps = Deps(settings)
+    deps = Deps(settings, store_listeners=(EventMetrics(),))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

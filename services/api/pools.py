@@ -24,6 +24,7 @@ from corral.services.api.schemas import (
     PoolView,
     WhyView,
 )
+from corral.services.providers.registry import ProviderUnavailable
 from corral.services.runtime import why as whys
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled import registry as pools
@@ -50,18 +51,13 @@ def _refused(message: str) -> HTTPException:
     return HTTPException(422, {"error": message})
 
 
-def _local_types(deps: Deps) -> set[str]:
-    """The local cloud's instance type names and the other names it aliases."""
-    local = deps.local_cloud
-    return {t.name for t in local.instance_types} | set(local.aliases)
-
-
 def _sold(deps: Deps, cloud: str, instance_type: str) -> bool:
-    if cloud == "local":
-        return instance_type in _local_types(deps)
-    from corral.shared.catalog import load_catalog
-
-    return bool(load_catalog().instance_type(cloud, instance_type))
+    """Whether ``cloud`` offers ``instance_type`` somewhere (its provider knows: a catalog,
+    the local cloud's file and its aliases, or what it lists)."""
+    try:
+        return bool(deps.provider(cloud).zones_of(instance_type, None))
+    except ProviderUnavailable:
+        return False
 
 
 def _machine_pool_cloud(deps: Deps, pool: MachinePool, doc: Document, asked: str | None) -> str:

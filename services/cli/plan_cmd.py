@@ -37,8 +37,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _load_task(path: Path) -> Task:
-    from corral.shared.config.detect import load_as
     from corral.shared.config.task import Task
+    from corral.shared.configio import load_as
 
     task, _doc = load_as(path, Task)
     return task
@@ -146,7 +146,7 @@ def plan_command(
         catalog = _catalog(local_cloud)
     except ConfigError as exc:
         fail_input(exc, as_json)
-    from corral.services.settings import credentials_hint
+    from corral.services.providers.registry import credentials_hint
 
     result = plan(task, catalog)
     for text in result.notices:

@@ -67,7 +67,7 @@ def redis_server() -> dict[str, Any]:
         return {"url": None, "version": None, "error": "no Redis configured"}
     import redis
 
-    from corral.services.state.redis_conn import connect
+    from corral.services.queues.redis_conn import connect
 
     try:
         client = connect(url, patience_s=REDIS_TIMEOUT_S)  # a Sentinel URL too

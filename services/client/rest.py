@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-import httpx
 from pydantic import BaseModel, ValidationError
 
 from corral.services.client.contexts import ContextError, context_token_file, context_url
@@ -30,6 +29,7 @@ from corral.services.client.errors import (
     WaitTimeout,
     api_error,
 )
+from corral.services.client.http import httpx
 from corral.services.client.views import (
     ENDED_STATES,
     RUNNING,

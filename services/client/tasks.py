@@ -26,9 +26,8 @@ def read_task_file(path: Path) -> TaskFile:
     one); raises ``corral.shared.configio.ConfigError`` naming file, line and field."""
     from corral.shared.config.base import ignored_notices
     from corral.shared.config.compute_config import ComputeConfig
-    from corral.shared.config.detect import load_as
     from corral.shared.config.task import Task
-    from corral.shared.configio import ConfigError
+    from corral.shared.configio import ConfigError, load_as
 
     task, doc = load_as(path, Task)
     data: dict[str, Any] = dict(doc.data)

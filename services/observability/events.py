@@ -168,3 +168,20 @@ def _was_running(req: LaunchRequest) -> bool:
 def _moved_at(record: LaunchRequest | Instance) -> float:
     """When the record's last move happened (its history's time, not this process's clock)."""
     return record.history[-1].at if record.history else record.updated_at
+
+
+class EventMetrics:
+    """The store's write listener (``state.store.WriteListener``) that counts these metrics;
+    the runtime's Deps hands it to the store, so the store imports no metrics."""
+
+    def created(self, record: LaunchRequest | Instance) -> None:
+        if isinstance(record, LaunchRequest):
+            request_created(record)
+        else:
+            instance_created(record)
+
+    def written(self, before: LaunchRequest | Instance, after: LaunchRequest | Instance) -> None:
+        if isinstance(before, LaunchRequest) and isinstance(after, LaunchRequest):
+            request_written(before, after)
+        elif isinstance(before, Instance) and isinstance(after, Instance):
+            instance_written(before, after)

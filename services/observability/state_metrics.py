@@ -22,10 +22,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from corral.services.queues import dispatch
+from corral.services.queues.redis_conn import connect
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import catalog_for
 from corral.services.runtime.pooled.registry import pool_view
-from corral.services.state.redis_conn import connect
 from corral.shared.blocking import Block
 from corral.shared.catalog import Catalog, load_catalog
 from corral.shared.configio import ConfigError

@@ -13,90 +13,78 @@ Guarantees every provider keeps:
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
-
+from corral.shared.catalog.offering import Offering
 from corral.shared.errors import InvalidRequestError
+from corral.shared.launches import (  # the records the port speaks, re-exported here
+    TAG_ATTEMPT,
+    TAG_MACHINE,
+    TAG_MANAGED,
+    TAG_NODE,
+    TAG_POOL,
+    TAG_REQUEST,
+    LaunchSpec,
+    ProviderInstance,
+    check_env_names,
+)
 
-# Tags (AWS) / labels (GCP) / agent fields (local) that mark what Corral created.
-TAG_MANAGED = "corral-managed"
-TAG_REQUEST = "corral-request"
-TAG_ATTEMPT = "corral-attempt"
-TAG_NODE = "corral-node"  # index of the node inside the request, "0".."n-1"
-TAG_POOL = "corral-pool"  # a machine pool's machine: the pool's name
-TAG_MACHINE = "corral-machine"  # ... and its machine id in the pool's ledger
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def check_env_names(names: Iterable[str]) -> None:
-    """Refuse environment variable names a boot script could not export."""
-    bad = sorted(k for k in names if not _ENV_NAME.fullmatch(k))
-    if bad:
-        raise InvalidRequestError(f"not valid environment variable names: {', '.join(bad)}")
-
-
-class LaunchSpec(BaseModel):
-    """One attempt: ``count`` instances of one type and market in one zone."""
-
-    request_id: str
-    attempt_id: str
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str = "on_demand"  # on_demand | spot | reserved
-    count: int = 1
-    reservation_id: str | None = None
-    accelerators: dict[str, int] = Field(default_factory=dict)  # e.g. GCP N1 guest GPUs
-    advanced_instance_config: dict[str, object] = Field(default_factory=dict)
-    tags: dict[str, str] = Field(default_factory=dict)
-    # What the node runs (the local cloud's agent runs it; real clouds get it as user data).
-    setup: str | None = None
-    run: str | None = None
-    envs: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = None
-    # The machine image the task names for this region (resources.image_id); None: the
-    # provider's documented default (a GPU image when accelerators are asked for).
-    image_id: str | None = None
-    # TCP port ranges to open to the world (resources.ports), (first, last) each.
-    ports: list[tuple[int, int]] = Field(default_factory=list)
-    # The task's files for the node: {"bundle": Bundle as JSON} and/or {"git": {url, ref}}
-    # (workdir and file_mounts; shared/bundles.py). The agent puts them in place first.
-    files: dict[str, Any] = Field(default_factory=dict)
-
-
-class ProviderInstance(BaseModel):
-    """An instance as the provider reports it."""
-
-    provider_id: str
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str = "on_demand"
-    state: str  # pending | running | terminating | terminated | lost
-    pid: int | None = None  # local cloud only
-    address: str | None = None  # where it is reached: a public IP, else a private one
-    tags: dict[str, str] = Field(default_factory=dict)
-    exit_code: int | None = None  # the task's run exit code once it ended (its agent's report)
-    # The machine is about to go: the cloud's warning as its agent relayed it (an EC2 spot
-    # interruption notice, a Compute Engine preemption). Recovery starts on it.
-    notice: str | None = None
-    # Lost only because its agent stopped reporting while the control plane listened: the
-    # control plane's inference, not the cloud's word, so it blocks no scope (reconcile).
-    silent: bool = False
+__all__ = [
+    "TAG_ATTEMPT",
+    "TAG_MACHINE",
+    "TAG_MANAGED",
+    "TAG_NODE",
+    "TAG_POOL",
+    "TAG_REQUEST",
+    "CatalogOfferings",
+    "LaunchSpec",
+    "NodeWork",
+    "Provider",
+    "ProviderInstance",
+    "check_env_names",
+    "checked_assignment",
+    "node_work_of",
+    "status_view",
+    "zones_from",
+]
 
 
 class Provider(Protocol):
-    """What every cloud implements. Errors are ``corral.shared.errors.ProviderError``s."""
+    """What every cloud implements. Errors are ``corral.shared.errors.ProviderError``s.
+
+    Besides launching, a provider owns what Corral knows of its cloud, so nothing outside
+    ``providers/`` names a cloud: its offerings (``offerings``: from a shipped catalog, or
+    listed live, so a cloud without a price list plans too), where an instance type can go
+    (``zones_of``: the zones offering it, a reservation's own zone), whether its credentials
+    are there (``has_credentials``; ``registry.Cloud.credentials_hint`` before
+    its SDK loads) and its machines' output (``read_log``)."""
 
     name: str
     # How often a caller may poll ``describe`` while waiting for instances to come up.
     poll_interval_s: float
+
+    def offerings(self) -> Sequence[Offering]:
+        """Every (instance type, zone) the cloud sells, with its prices."""
+        ...
+
+    def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        """(zone, region) pairs where ``instance_type`` can be launched, best first; with a
+        reservation the cloud knows, only the reservation's zone."""
+        ...
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """The last ``tail_bytes`` of what the machine's run printed (empty: nothing yet)."""
+        ...
+
+    def read_log_since(
+        self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
+    ) -> tuple[int, bytes]:
+        """What the machine's run printed from byte ``offset`` on: (where the bytes start, at
+        ``offset`` or later when that part is no longer kept; the bytes). A follower's read."""
+        ...
 
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]: ...
 
@@ -105,6 +93,31 @@ class Provider(Protocol):
     def terminate(self, provider_ids: list[str], zone: str | None = None) -> None: ...
 
     def has_credentials(self) -> bool: ...
+
+
+class CatalogOfferings:
+    """The port's offerings and zones for a cloud whose prices ship as a catalog CSV
+    (``shared/catalog/data/<name>.csv``): a provider class inherits these."""
+
+    name: str
+
+    def offerings(self) -> Sequence[Offering]:
+        from corral.shared.catalog import load_catalog
+
+        return tuple(o for o in load_catalog().offerings if o.cloud == self.name)
+
+    def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        # A reservation's zone is the cloud's to enforce (it refuses a launch elsewhere), so
+        # every zone offering the type is tried.
+        from corral.shared.catalog import load_catalog
+
+        return [(o.zone, o.region) for o in load_catalog().instance_type(self.name, instance_type)]
+
+
+def zones_from(offerings: Iterable[Offering], instance_type: str) -> list[tuple[str, str]]:
+    """(zone, region) pairs of the offerings of ``instance_type``, each once, in order."""
+    pairs = [(o.zone, o.region) for o in offerings if o.instance_type == instance_type]
+    return list(dict.fromkeys(pairs))
 
 
 class NodeWork(Protocol):

@@ -70,6 +70,38 @@ def warn_if_plain_http(api_url: str) -> bool:
     return True
 
 
+def read_node_log(
+    book: NodeBook,
+    cloud: str,
+    provider_id: str,
+    attempt_id: str | None,
+    node_index: int,
+    tail_bytes: int,
+) -> bytes:
+    """The last ``tail_bytes`` a cloud machine's agent shipped to the node book (a pooled
+    machine's node is known by the cloud's id, its log holding what it ran)."""
+    node = book.node_of(cloud, provider_id)
+    if node is None and attempt_id:
+        node = NodeName(cloud, attempt_id, node_index)
+    return book.log(node)[-tail_bytes:] if node is not None else b""
+
+
+def read_node_log_since(
+    book: NodeBook,
+    cloud: str,
+    provider_id: str,
+    attempt_id: str | None,
+    node_index: int,
+    offset: int,
+) -> tuple[int, bytes]:
+    """What a cloud machine's agent shipped from byte ``offset`` of its output: (the offset the
+    bytes start at, later than ``offset`` when that part is no longer kept; the bytes)."""
+    node = book.node_of(cloud, provider_id)
+    if node is None and attempt_id:
+        node = NodeName(cloud, attempt_id, node_index)
+    return book.log_since(node, offset) if node is not None else (offset, b"")
+
+
 class NodeAgents:
     """Boot scripts and the agents' view of machines, for one cloud."""
 
@@ -98,6 +130,13 @@ class NodeAgents:
                 self.source,
             )
         self._bound: OrderedDict[str, NodeName] = OrderedDict()
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """What the machine's agent shipped of its output (a pooled machine's node is known by
+        the cloud's id, its log holding what it ran), the last ``tail_bytes``."""
+        return read_node_log(self.book, self.cloud, provider_id, attempt_id, node_index, tail_bytes)
 
     # --- launch ----------------------------------------------------------------------------
     def boot_script(self, spec: LaunchSpec, rank: int | None = None) -> str:

@@ -1,14 +1,17 @@
 """The one registry of clouds and their providers: how each cloud's provider is built from the
-settings. Which clouds exist is :data:`corral.shared.clouds.PROVIDER_CLOUDS`; this maps each
-to its package, imported on first use (cloud SDKs load lazily)."""
+settings, and whether its credentials look present before its SDK loads. The shipped clouds are
+:data:`corral.shared.clouds.PROVIDER_CLOUDS`; each maps to its package, imported on first use
+(cloud SDKs load lazily). A new cloud is one package and one line: ``register_cloud(name,
+Cloud(build))`` (its settings beside it), as ``tests/fakes/moon`` shows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from corral.services.providers.base import Provider
-from corral.services.settings import Settings
+from corral.services.settings import Settings, aws_credentials_hint, gcp_credentials_hint
 from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.liveness import outage_gap_s
 
@@ -17,11 +20,29 @@ class ProviderUnavailable(LookupError):
     """Corral has no provider for this cloud in this installation."""
 
 
-def _local(settings: Settings, local_cloud: Any) -> Provider:
+# builder(settings, a loader of the local cloud's file): the cloud's provider
+Builder = Callable[[Settings, Callable[[], Any]], Provider]
+
+
+def _present() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Cloud:
+    """One cloud Corral launches on: how its provider is built, and a quick look (no SDK
+    loaded) at whether its usual credentials are there (``corral plan`` marks the clouds a
+    launch would leave out)."""
+
+    build: Builder
+    credentials_hint: Callable[[], bool] = _present
+
+
+def _local(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
     from corral.services.providers.local.provider import LocalProvider
 
     return LocalProvider(
-        local_cloud,
+        local_cloud(),
         settings.redis_url or "",
         prefix=settings.prefix,
         log_dir=settings.logs,
@@ -33,16 +54,24 @@ def _local(settings: Settings, local_cloud: Any) -> Provider:
     )
 
 
-def _node_agents(settings: Settings, cloud: str) -> Any:
-    """The node agents cloud machines boot, when the settings say where they report."""
-    if not settings.node_api_url or not settings.redis_url:
+def _node_book(settings: Settings) -> Any:
+    """What cloud machines' agents report (their output among it), when there is a Redis."""
+    if not settings.redis_url:
         return None
-    from corral.services.providers.nodes import NodeAgents
+    from corral.services.queues.redis_conn import connect
     from corral.services.state.nodes import NodeBook
-    from corral.services.state.redis_conn import connect
 
     client = connect(settings.redis_url, patience_s=settings.timers.redis_patience_s)
-    book = NodeBook.for_settings(client, settings)
+    return NodeBook.for_settings(client, settings)
+
+
+def _node_agents(settings: Settings, cloud: str) -> Any:
+    """The node agents cloud machines boot, when the settings say where they report."""
+    book = _node_book(settings)
+    if not settings.node_api_url or book is None:
+        return None
+    from corral.services.providers.nodes import NodeAgents
+
     return NodeAgents(
         cloud,
         book,
@@ -52,7 +81,7 @@ def _node_agents(settings: Settings, cloud: str) -> Any:
     )
 
 
-def _aws(settings: Settings, local_cloud: Any) -> Provider:
+def _aws(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
     from corral.services.providers.aws.provider import AwsProvider
 
     return AwsProvider(
@@ -60,10 +89,11 @@ def _aws(settings: Settings, local_cloud: Any) -> Provider:
         default_image_id=settings.aws_default_image_id,
         default_gpu_image_id=settings.aws_default_gpu_image_id,
         nodes=_node_agents(settings, "aws"),
+        log_book=_node_book(settings),
     )
 
 
-def _gcp(settings: Settings, local_cloud: Any) -> Provider:
+def _gcp(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
     from corral.services.providers.gcp.instance_body import DEFAULT_GPU_IMAGE, DEFAULT_IMAGE
     from corral.services.providers.gcp.provider import GcpProvider
 
@@ -79,21 +109,38 @@ def _gcp(settings: Settings, local_cloud: Any) -> Provider:
         nodes=_node_agents(settings, "gcp"),
         image=settings.gcp_default_image or DEFAULT_IMAGE,
         gpu_image=settings.gcp_default_gpu_image or DEFAULT_GPU_IMAGE,
+        log_book=_node_book(settings),
     )
 
 
-# cloud -> builder(settings, the local cloud's file as loaded)
-BUILDERS: dict[str, Callable[[Settings, Any], Provider]] = {
-    "local": _local,
-    "aws": _aws,
-    "gcp": _gcp,
+CLOUDS: dict[str, Cloud] = {
+    "local": Cloud(_local),
+    "aws": Cloud(_aws, aws_credentials_hint),
+    "gcp": Cloud(_gcp, gcp_credentials_hint),
 }
-assert set(BUILDERS) == set(PROVIDER_CLOUDS), "every provider cloud needs a builder"
+assert set(CLOUDS) == set(PROVIDER_CLOUDS), "every shipped provider cloud needs an entry"
+
+
+def register_cloud(name: str, cloud: Cloud) -> None:
+    """Make ``name`` a cloud Corral launches on (a cloud's package calls this once)."""
+    CLOUDS[name] = cloud
+
+
+def registered_clouds() -> tuple[str, ...]:
+    """Every cloud with a provider here: the shipped ones, then those registered."""
+    return tuple(CLOUDS)
+
+
+def credentials_hint(cloud: str) -> bool:
+    """Whether ``cloud``'s credentials look present, without loading its SDK (False for a
+    cloud Corral has no provider for)."""
+    entry = CLOUDS.get(cloud)
+    return entry is not None and entry.credentials_hint()
 
 
 def build_provider(cloud: str, settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
     """The provider for ``cloud``; ``local_cloud`` loads the local cloud's file when needed."""
-    builder = BUILDERS.get(cloud)
-    if builder is None:
+    entry = CLOUDS.get(cloud)
+    if entry is None:
         raise ProviderUnavailable(f"Corral has no provider for cloud {cloud!r}")
-    return builder(settings, local_cloud() if cloud == "local" else None)
+    return entry.build(settings, local_cloud)

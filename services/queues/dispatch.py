@@ -12,9 +12,9 @@ from typing import Any
 
 from celery import Celery
 
+from corral.services.queues.redis_conn import broker_options, broker_url, parse_redis_url
 from corral.services.queues.transport import transport_for
 from corral.services.settings import Settings, get_settings
-from corral.services.state.redis_conn import broker_options, broker_url, parse_redis_url
 from corral.shared.clouds import PROVIDER_CLOUDS
 
 # Task names (the workers register these) -> the queue each one goes to.

@@ -14,6 +14,7 @@ import redis
 
 from corral.services.providers.base import Provider
 from corral.services.providers.registry import ProviderUnavailable, build_provider
+from corral.services.queues.redis_conn import connect
 from corral.services.settings import Settings, get_settings
 from corral.services.state.blocks import BlockStore
 from corral.services.state.boots import BootBook
@@ -22,8 +23,7 @@ from corral.services.state.limits import LaunchLimits
 from corral.services.state.nodes import NodeBook
 from corral.services.state.outage import OutageBook, outage_book
 from corral.services.state.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
-from corral.services.state.redis_conn import connect
-from corral.services.state.store import Store
+from corral.services.state.store import Store, WriteListener
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
 
@@ -33,6 +33,9 @@ class Deps:
     settings: Settings
     clock: Callable[[], float] = time.time
     _providers: dict[str, Provider] = field(default_factory=dict)
+    # Told of each store write that won (the event metrics): wired by the process that builds
+    # the Deps (the API, a worker), since the runtime sits below observability.
+    store_listeners: tuple[WriteListener, ...] = ()
 
     @cached_property
     def redis(self) -> redis.Redis:
@@ -46,7 +49,7 @@ class Deps:
 
     @cached_property
     def store(self) -> Store:
-        return Store(self.redis, prefix=self.settings.prefix)
+        return Store(self.redis, prefix=self.settings.prefix, listeners=self.store_listeners)
 
     @cached_property
     def blocks(self) -> BlockStore:
@@ -124,6 +127,18 @@ def new_id(kind: str) -> str:
 
 _DEPS: Deps | None = None
 _DEPS_LOCK = threading.Lock()
+_STORE_LISTENERS: list[WriteListener] = []
+
+
+def wire_store_listener(listener: WriteListener) -> None:
+    """Have this process's :func:`deps` store tell ``listener`` of its writes (a worker wires
+    the event metrics when its app is built, before the first task)."""
+    with _DEPS_LOCK:
+        _STORE_LISTENERS.append(listener)
+        if _DEPS is not None and "store" in _DEPS.__dict__:
+            _DEPS.store.listeners = (*_DEPS.store.listeners, listener)
+        if _DEPS is not None:
+            _DEPS.store_listeners = (*_DEPS.store_listeners, listener)
 
 
 def deps() -> Deps:
@@ -131,7 +146,7 @@ def deps() -> Deps:
     global _DEPS
     with _DEPS_LOCK:
         if _DEPS is None:
-            _DEPS = Deps(get_settings())
+            _DEPS = Deps(get_settings(), store_listeners=tuple(_STORE_LISTENERS))
         return _DEPS
 
 

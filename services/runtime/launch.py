@@ -175,23 +175,9 @@ def launch_on_zones(
 
 def zones_for(deps: Deps, cloud: str, template: LaunchTemplate) -> list[tuple[str, str]]:
     """(zone, region) pairs to try for a template: its own zones, else where the cloud
-    offers the type (the reservation's zone first)."""
-    if cloud != "local":
-        from corral.shared.catalog import load_catalog
-
-        offerings = load_catalog().instance_type(cloud, template.instance_type)
-        pairs = [(o.zone, o.region) for o in offerings]
-    else:
-        local = deps.local_cloud
-        itype = local.aliases.get(template.instance_type, template.instance_type)
-        pairs = [(z.name, r.name) for r in local.regions for z in r.zones if z.offers(itype)]
-        rid = reservation_of(template.advanced_instance_config)
-        reservation = next((x for x in local.reservations if x.id == rid), None)
-        if reservation is not None:
-            region = next(
-                r.name for r in local.regions for z in r.zones if z.name == reservation.zone
-            )
-            pairs = [(reservation.zone, region)]
+    offers the type (a reservation's zone alone, where the cloud knows it)."""
+    rid = reservation_of(template.advanced_instance_config)
+    pairs = deps.provider(cloud).zones_of(template.instance_type, rid)
     if template.zones:
         pairs = [p for p in pairs if p[0] in template.zones]
     return pairs

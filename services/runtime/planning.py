@@ -6,9 +6,11 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from corral.services.providers.registry import ProviderUnavailable
 from corral.services.runtime.deps import Deps
 from corral.shared.budgets import Budget, load_budgets
 from corral.shared.catalog import Catalog, load_catalog
+from corral.shared.catalog.offering import Offering
 from corral.shared.config.task import Task
 from corral.shared.planner import Plan, plan
 
@@ -22,9 +24,26 @@ def catalog_with_local(local_cloud_file: str, mtime_ns: int) -> Catalog:
     return load_catalog().with_offerings(local.offerings())
 
 
+@lru_cache(maxsize=4)
+def _with_listed(local_cloud_file: str, mtime_ns: int, listed: tuple[Offering, ...]) -> Catalog:
+    return catalog_with_local(local_cloud_file, mtime_ns).with_offerings(listed)
+
+
 def catalog_for(deps: Deps) -> Catalog:
+    """Every offering Corral may plan on: the shipped price lists, the local cloud's file, and
+    what the providers of the other enabled clouds list (a cloud without a CSV plans too)."""
     path = Path(deps.settings.local_cloud_file)
-    return catalog_with_local(str(path), path.stat().st_mtime_ns)
+    mtime_ns = path.stat().st_mtime_ns
+    base = catalog_with_local(str(path), mtime_ns)
+    listed: list[Offering] = []
+    for cloud in deps.settings.clouds:
+        if cloud in base.clouds:
+            continue  # priced by a shipped catalog or the local cloud's file
+        try:
+            listed.extend(deps.provider(cloud).offerings())
+        except ProviderUnavailable:
+            continue
+    return _with_listed(str(path), mtime_ns, tuple(listed)) if listed else base
 
 
 def plan_launch(deps: Deps, task: Task) -> Plan:

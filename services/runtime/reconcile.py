@@ -461,9 +461,3 @@ def _end_terminated(deps: Deps, request_id: str, now: float) -> None:
     updated = deps.store.update_request(request_id, end)
     if updated is not None and updated.state == RequestState.TERMINATED:
         deps.store.append_event(request_id, f"state: TERMINATED ({why})", now)
-
-
-def handle_events(deps: Deps, events: list[dict[str, Any]]) -> None:
-    """Agent exit events arrive faster than the next pass; they are only a prompt to look."""
-    if events:
-        reconcile(deps)

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from corral.services.providers.registry import ProviderUnavailable
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.planning import clouds_left_out, left_out_text
 from corral.services.runtime.pooled.registry import registry_view
-from corral.services.state.nodes import NodeName
 from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
@@ -330,20 +330,14 @@ def read_log_pieces(
         if (instance_id and inst.id != instance_id) or not inst.provider_id:
             continue
         offset = max(0, offsets.get(inst.id, 0))
-        if inst.cloud != "local" and inst.attempt_id:
-            node = deps.nodes.node_of(inst.cloud, inst.provider_id) or NodeName(
-                inst.cloud, inst.attempt_id, inst.node_index
-            )
-            start, data = deps.nodes.log_since(node, offset)
-            data = data[:max_bytes]
-        else:
-            path = deps.settings.logs / f"{inst.provider_id}.log"
-            if not path.exists():
-                continue
-            with path.open("rb") as fh:
-                start = min(offset, path.stat().st_size)
-                fh.seek(start)
-                data = fh.read(max_bytes)
+        try:
+            provider = deps.provider(inst.cloud)
+        except ProviderUnavailable:
+            continue
+        start, data = provider.read_log_since(
+            inst.provider_id, inst.attempt_id, inst.node_index, offset
+        )
+        data = data[:max_bytes]
         if not (inst.is_terminal or record.is_terminal):
             if b"\n" in data:
                 data = data[: data.rindex(b"\n") + 1]  # a running instance's last line may grow
@@ -364,8 +358,8 @@ def read_log_pieces(
 def read_logs(
     deps: Deps, request_id: str, *, instance_id: str | None = None, tail_bytes: int = 256_000
 ) -> str:
-    """The output of the request's instances: the local cloud's agents' log files, or what
-    cloud machines' agents shipped to the node book."""
+    """The output of the request's instances, as each one's cloud keeps it (the local cloud's
+    agents' log files, what cloud machines' agents shipped to the node book)."""
     if deps.store.get_request(request_id) is None:
         raise RequestNotFound(request_id)
     parts: list[str] = []
@@ -374,22 +368,12 @@ def read_logs(
             continue
         if not inst.provider_id:
             continue
-        if inst.cloud != "local" and inst.attempt_id:
-            # A pooled machine's node is known by the cloud's id (its log holds what it ran).
-            node = deps.nodes.node_of(inst.cloud, inst.provider_id) or NodeName(
-                inst.cloud, inst.attempt_id, inst.node_index
-            )
-            data = deps.nodes.log(node)[-tail_bytes:]
-            if data:
-                text = data.decode("utf-8", errors="replace")
-                parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
+        try:
+            provider = deps.provider(inst.cloud)
+        except ProviderUnavailable:
             continue
-        path = deps.settings.logs / f"{inst.provider_id}.log"
-        if not path.exists():
-            continue
-        with path.open("rb") as fh:
-            size = path.stat().st_size
-            fh.seek(max(0, size - tail_bytes))
-            text = fh.read().decode("utf-8", errors="replace")
-        parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
+        data = provider.read_log(inst.provider_id, inst.attempt_id, inst.node_index, tail_bytes)
+        if data:
+            text = data.decode("utf-8", errors="replace")
+            parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
     return "\n".join(parts)

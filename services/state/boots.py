@@ -9,27 +9,11 @@ so a burst of launches schedules one watch, not one each.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import redis
-from pydantic import BaseModel
 
-from corral.services.providers.base import LaunchSpec
+from corral.shared.launches import Boot
 
-
-class Boot(BaseModel):
-    """One launch the cloud accepted, waited for by the boot watch, not by a worker."""
-
-    kind: Literal["attempt", "pool_machine"]  # whose launch: a request's attempt, a pool's
-    spec: LaunchSpec  # what was launched (its attempt id, cloud, zone, count, tags)
-    deadline: float  # seconds since the epoch: not all up by then, the attempt timed out
-    step: int = -1  # an attempt's position in its request's chain
-    pool: str | None = None  # a pool machine's pool ...
-    machine_id: str | None = None  # ... and its id in the pool's ledger
-
-    @property
-    def key(self) -> str:
-        return self.spec.attempt_id
+__all__ = ["Boot", "BootBook"]
 
 
 class BootBook:

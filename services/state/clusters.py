@@ -70,10 +70,6 @@ class ClusterRecord(BaseModel):
         return [n for n in self.nodes.values() if n.ended is None]
 
 
-class ClusterExists(ValueError):
-    """A cluster of that name is already registered."""
-
-
 class ClusterStore:
     """Cluster records in one Redis (versioned documents, :mod:`corral.services.state.docstore`).
     Safe to share between threads."""

@@ -31,12 +31,11 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from redis import Redis
 
-from corral.services.observability import events
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Event, Instance, LaunchRequest, Submission
 
@@ -108,16 +107,32 @@ class WriteConflict(RuntimeError):
     """A compare-and-set kept losing to other writers, ``retries`` times in a row."""
 
 
+class WriteListener(Protocol):
+    """Told of every write that won, once per write (only the winner of a compare-and-set is
+    told): what observes the state (the event metrics) without the store knowing it. Deps
+    wires the listeners; the store imports none of them."""
+
+    def created(self, record: LaunchRequest | Instance) -> None: ...
+
+    def written(
+        self, before: LaunchRequest | Instance, after: LaunchRequest | Instance
+    ) -> None: ...
+
+
 class Store:
     """Launch requests, instances, progress logs and idempotency keys in one Redis.
 
     ``redis`` may decode responses or not; the store handles both. Safe to share between
-    threads (redis-py clients are; every method keeps its state in locals).
+    threads (redis-py clients are; every method keeps its state in locals). ``listeners`` are
+    told of each write that won (:class:`WriteListener`).
     """
 
-    def __init__(self, redis: Redis, prefix: str = "corral") -> None:
+    def __init__(
+        self, redis: Redis, prefix: str = "corral", listeners: Sequence[WriteListener] = ()
+    ) -> None:
         self._r = redis
         self.prefix = prefix
+        self.listeners: tuple[WriteListener, ...] = tuple(listeners)
         self._create = redis.register_script(_CREATE)
         self._cas = redis.register_script(_CAS)
         self._release = redis.register_script(_RELEASE)
@@ -155,7 +170,8 @@ class Store:
         args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
         created = int(self._create(keys=keys, args=args)) == 1
         if created:
-            events.request_created(req)
+            for listener in self.listeners:
+                listener.created(req)
         return created
 
     def create_keyed_request(self, req: LaunchRequest, key: str) -> str:
@@ -211,7 +227,8 @@ class Store:
         ]
         created = int(self._create(keys=keys, args=args)) == 1
         if created:
-            events.instance_created(inst)
+            for listener in self.listeners:
+                listener.created(inst)
         return created
 
     # ---- read -----------------------------------------------------------------------------
@@ -331,7 +348,8 @@ class Store:
             ]
             written = int(self._cas(keys=keys, args=args))
             if written == 1:
-                _observe(current, work)  # counted once: only the writer that won gets here
+                for listener in self.listeners:  # once: only the writer that won gets here
+                    listener.written(current, work)
                 return work
             if written == -1:
                 return None
@@ -377,14 +395,6 @@ class Store:
         """Free ``key`` if ``owner`` still holds it (never someone else's claim that followed
         an expiry). True if it was released."""
         return int(self._release(keys=[self._key("claim", key)], args=[owner])) == 1
-
-
-def _observe(before: RecordT, after: RecordT) -> None:
-    """Event metrics of a write that won (corral.services.observability.events)."""
-    if isinstance(before, LaunchRequest) and isinstance(after, LaunchRequest):
-        events.request_written(before, after)
-    elif isinstance(before, Instance) and isinstance(after, Instance):
-        events.instance_written(before, after)
 
 
 def _text(value: Any) -> str:

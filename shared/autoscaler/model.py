@@ -225,11 +225,6 @@ def format_resources(resources: Mapping[str, float]) -> str:
     return "{" + inner + "}"
 
 
-def format_bundles(count: int, resources: Mapping[str, float]) -> str:
-    """``8 x {GPU: 1}`` / ``1 bundle {CPU: 4}``."""
-    return f"{count} x {format_resources(resources)}"
-
-
 # --------------------------------------------------------------------------- reading files
 def demand_from_doc(doc: Document) -> Demand:
     """A DEMAND file (YAML or JSON); an empty file is no demand. Raises ConfigError."""

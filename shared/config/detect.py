@@ -10,11 +10,30 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel
 
-from ..configio import ConfigError, Document, load_file, validate_doc
+from ..configio import (  # check_problems and load_as are read from here too
+    ConfigError,
+    Document,
+    check_problems,
+    load_as,
+    load_file,
+    validate_doc,
+)
+
+__all__ = [
+    "KINDS",
+    "MODELS",
+    "Loaded",
+    "check_problems",
+    "detect_kind",
+    "load_as",
+    "load_config",
+    "unknown_kind",
+    "validate_as",
+]
 from . import words
 from .base import ignored_notices
 from .cluster import Cluster
@@ -115,14 +134,6 @@ def unknown_kind(doc: Document) -> ConfigError:
     )
 
 
-def check_problems(model: BaseModel, doc: Document) -> None:
-    """Raise the model's cross-field problems (if it has a ``problems()``) as one error."""
-    problems = getattr(model, "problems", None)
-    found = problems() if callable(problems) else []
-    if found:
-        raise ConfigError([doc.issue(path, message) for path, message in found])
-
-
 def validate_as(doc: Document, kind: str) -> Loaded:
     """Validate an already parsed document as ``kind``; raises ConfigError."""
     if kind not in MODELS:
@@ -155,16 +166,3 @@ def load_config(path: str | Path, kind: str | None = None) -> Loaded:
     if chosen is None:
         raise unknown_kind(doc)
     return validate_as(doc, chosen)
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def load_as(path: str | Path, model_cls: type[M]) -> tuple[M, Document]:
-    """Read a file as one model class (cross-field problems included); raises ConfigError."""
-    doc = load_file(path)
-    if not isinstance(doc.data, Mapping):
-        raise ConfigError.single(doc.name, "expected a mapping of fields", "", 1)
-    model = validate_doc(model_cls, doc)
-    check_problems(model, doc)
-    return model, doc

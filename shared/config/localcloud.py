@@ -181,6 +181,15 @@ class LocalCloud(StrictModel):
         """The reservation with this id; KeyError if none."""
         return self._reservations[reservation_id]
 
+    def placements(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        """(zone, region) pairs that offer ``instance_type`` (or what it aliases); the
+        reservation's zone alone when ``reservation_id`` names one of this cloud's."""
+        reservation = self._reservations.get(reservation_id) if reservation_id else None
+        if reservation is not None:
+            return [(reservation.zone, self.region_of(reservation.zone))]
+        itype = self.aliases.get(instance_type, instance_type)
+        return [(z.name, r.name) for r in self.regions for z in r.zones if z.offers(itype)]
+
     def offerings(self) -> list[Offering]:
         """One offering per (zone, type) the zone offers (sold-out ones too), in file order."""
         out: list[Offering] = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,13 +60,3 @@ def template_names(workload: Workload) -> dict[str, str]:
         else (a.task.name if a.task else None) or "unnamed"
         for a in workload.arrivals
     }
-
-
-def run_all(
-    scenario: Scenario,
-    workload: Workload,
-    policies: Sequence[str] = POLICIES,
-    timers: SimTimers | None = None,
-) -> list[PolicyRun]:
-    """Every policy over the same day, in order."""
-    return [run_policy(scenario, workload, name, timers) for name in policies]

@@ -30,6 +30,9 @@ class FakeProvider:
     _booted_at: dict[str, float] = field(default_factory=dict)
     _errors: list[tuple[str | None, ProviderError]] = field(default_factory=list)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    # The local cloud file it stands in for (its offerings and zones); set by the test's Deps.
+    local_cloud: Any = None
+    logs: dict[str, bytes] = field(default_factory=dict)  # what a machine printed, by its id
 
     # --- what a test does ----------------------------------------------------------------
     def fail_next(self, error: ProviderError, zone: str | None = None) -> None:
@@ -63,6 +66,20 @@ class FakeProvider:
     # --- the provider port -----------------------------------------------------------------
     def has_credentials(self) -> bool:
         return True
+
+    def offerings(self) -> list[Any]:
+        return self.local_cloud.offerings() if self.local_cloud is not None else []
+
+    def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        if self.local_cloud is None:
+            return []
+        pairs: list[tuple[str, str]] = self.local_cloud.placements(instance_type, reservation_id)
+        return pairs
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        return self.logs.get(provider_id, b"")[-tail_bytes:]
 
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
         self.calls.append(("launch", spec))

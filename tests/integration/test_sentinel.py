@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from corral.services.state.redis_conn import connect
+from corral.services.queues.redis_conn import connect
 
 from faults import SERVICE, SentinelGroup, account, cancel_all, submit_patiently, wait_settled
 from harness import REPO, System, agent_pids, kill_agents, wait_for

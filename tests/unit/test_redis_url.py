@@ -6,7 +6,7 @@ import pytest
 
 from corral.services.cli.supervisor import masked_url
 from corral.services.providers.local.resp import MiniRedis
-from corral.services.state.redis_conn import (
+from corral.services.queues.redis_conn import (
     RedisUrlError,
     broker_options,
     broker_url,

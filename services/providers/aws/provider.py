@@ -42,10 +42,12 @@ from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
     TAG_NODE,
+    CatalogOfferings,
     LaunchSpec,
     ProviderInstance,
 )
-from corral.services.providers.nodes import NodeAgents
+from corral.services.providers.nodes import NodeAgents, read_node_log, read_node_log_since
+from corral.services.state.nodes import NodeBook
 from corral.shared.errors import (
     AuthError,
     CapacityError,
@@ -83,7 +85,7 @@ ENDED = ("terminating", "terminated")
 REMEMBERED_ATTEMPTS = 10_000  # attempts whose region this process remembers
 
 
-class AwsProvider:
+class AwsProvider(CatalogOfferings):
     """The ``aws`` cloud. Thread-safe: launches run in a worker thread next to describes."""
 
     name = "aws"
@@ -105,6 +107,7 @@ class AwsProvider:
         read_timeout_s: float = 60.0,
         credentials_ttl_s: float = 60.0,
         nodes: NodeAgents | None = None,
+        log_book: NodeBook | None = None,
     ) -> None:
         """``regions``: where ``describe`` looks (None: the catalog's AWS regions).
         ``sdk_max_attempts``: botocore's tries for describe and terminate (launches get one).
@@ -112,6 +115,9 @@ class AwsProvider:
         ``launch_resends``: resends of a RunInstances that got no answer (same ClientToken).
         ``nodes``: boot the node agent on every machine (None: a blind boot script)."""
         self.nodes = nodes
+        # Where its machines' agents ship their output (the API reads it with no agents of
+        # its own to boot): the node agents' book, else the one given.
+        self.log_book = nodes.book if nodes is not None else log_book
         self.node_work = nodes  # pooled machines take their work through their agents
         self.endpoint_url = endpoint_url
         # None: Corral's defaults above; one image given for CPU launches serves GPU ones too.
@@ -173,6 +179,26 @@ class AwsProvider:
         with self._lock:
             touched = tuple(self._attempt_regions.values())
         return tuple(dict.fromkeys((*base, *touched)))
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """What the machine's node agent shipped to the node book."""
+        if self.log_book is None:
+            return b""
+        return read_node_log(
+            self.log_book, self.name, provider_id, attempt_id, node_index, tail_bytes
+        )
+
+    def read_log_since(
+        self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
+    ) -> tuple[int, bytes]:
+        """What the machine's node agent shipped from byte ``offset`` on."""
+        if self.log_book is None:
+            return offset, b""
+        return read_node_log_since(
+            self.log_book, self.name, provider_id, attempt_id, node_index, offset
+        )
 
     def has_credentials(self) -> bool:
         """Whether boto3's chain finds credentials (remembered for ``credentials_ttl_s``: the

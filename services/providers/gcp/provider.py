@@ -26,7 +26,13 @@ from google.api_core.client_options import ClientOptions
 from google.auth import exceptions as auth_exceptions
 from google.cloud import compute_v1
 
-from corral.services.providers.base import TAG_ATTEMPT, TAG_MANAGED, LaunchSpec, ProviderInstance
+from corral.services.providers.base import (
+    TAG_ATTEMPT,
+    TAG_MANAGED,
+    CatalogOfferings,
+    LaunchSpec,
+    ProviderInstance,
+)
 from corral.services.providers.gcp.errors import from_exception, from_operation, translated
 from corral.services.providers.gcp.instance_body import (
     DEFAULT_GPU_IMAGE,
@@ -39,7 +45,8 @@ from corral.services.providers.gcp.instance_body import (
     label_filter,
     nodes_of,
 )
-from corral.services.providers.nodes import NodeAgents
+from corral.services.providers.nodes import NodeAgents, read_node_log, read_node_log_since
+from corral.services.state.nodes import NodeBook
 from corral.shared.errors import (
     AuthError,
     InvalidRequestError,
@@ -83,7 +90,7 @@ class _Api:
     firewalls: compute_v1.FirewallsClient
 
 
-class GcpProvider:
+class GcpProvider(CatalogOfferings):
     """Google Compute Engine. Thread-safe; clients are built on first use."""
 
     name = "gcp"
@@ -104,10 +111,14 @@ class GcpProvider:
         teardown_backoff_s: float = 1.0,
         credentials_recheck_s: float = 300.0,
         nodes: NodeAgents | None = None,
+        log_book: NodeBook | None = None,
     ) -> None:
         """``nodes``: boot the node agent on every machine (None: a blind startup-script)."""
         self.project = project
         self.nodes = nodes
+        # Where its machines' agents ship their output (the API reads it with no agents of
+        # its own to boot): the node agents' book, else the one given.
+        self.log_book = nodes.book if nodes is not None else log_book
         self.node_work = nodes  # pooled machines take their work through their agents
         self.api_endpoint = api_endpoint
         self.image = image
@@ -136,6 +147,26 @@ class GcpProvider:
         )
 
     # --- credentials -----------------------------------------------------------------------
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """What the machine's node agent shipped to the node book."""
+        if self.log_book is None:
+            return b""
+        return read_node_log(
+            self.log_book, self.name, provider_id, attempt_id, node_index, tail_bytes
+        )
+
+    def read_log_since(
+        self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
+    ) -> tuple[int, bytes]:
+        """What the machine's node agent shipped from byte ``offset`` on."""
+        if self.log_book is None:
+            return offset, b""
+        return read_node_log_since(
+            self.log_book, self.name, provider_id, attempt_id, node_index, offset
+        )
+
     def has_credentials(self) -> bool:
         """Whether credentials and a project were found (the SDK's usual chain)."""
         try:

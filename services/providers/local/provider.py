@@ -46,9 +46,10 @@ from corral.services.providers.local.state import (
     InstanceRecord,
     derive_state,
 )
+from corral.services.queues.redis_conn import connect
 from corral.services.state.outage import OutageBook
-from corral.services.state.redis_conn import connect
 from corral.shared.bundles import bundle_key
+from corral.shared.catalog.offering import Offering
 from corral.shared.config.localcloud import LocalCloud
 from corral.shared.errors import (
     AuthError,
@@ -65,6 +66,7 @@ AGENT_MODULE = "corral.services.providers.local.agent"
 # Local machines are processes on this host and share its network: a service's ports are
 # this host's (two services asking for one port collide, as two processes would).
 LOCAL_ADDRESS = "127.0.0.1"
+LOG_READ_MAX_BYTES = 1024 * 1024  # one follower's read of a log
 
 log = logging.getLogger(__name__)
 ATTEMPT_POLL_S = 0.05
@@ -123,6 +125,13 @@ class LocalProvider:
 
     def has_credentials(self) -> bool:
         return True
+
+    def offerings(self) -> list[Offering]:
+        """The local cloud file's offerings (every zone's types, sold-out ones too)."""
+        return self.cloud.offerings()
+
+    def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        return self.cloud.placements(instance_type, reservation_id)
 
     # --- launch ----------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
@@ -512,6 +521,31 @@ class LocalProvider:
             tags=rec.tags,
             exit_code=rec.exit_code,
         )
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """The tail of the agent's log file (its own lines and its task's output)."""
+        path = self.log_dir / f"{provider_id}.log"
+        try:
+            with path.open("rb") as fh:
+                fh.seek(max(0, path.stat().st_size - tail_bytes))
+                return fh.read()
+        except FileNotFoundError:
+            return b""
+
+    def read_log_since(
+        self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
+    ) -> tuple[int, bytes]:
+        """The agent's log file from byte ``offset`` on (a file only grows)."""
+        path = self.log_dir / f"{provider_id}.log"
+        try:
+            with path.open("rb") as fh:
+                start = min(offset, path.stat().st_size)
+                fh.seek(start)
+                return start, fh.read(LOG_READ_MAX_BYTES)
+        except FileNotFoundError:
+            return offset, b""
 
     def log_path(self, instance_id: str) -> Path | None:
         """Where the instance's output goes (the agent's and its task's), if known."""

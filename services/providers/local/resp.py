@@ -6,7 +6,7 @@ local launch. The agent needs a dozen commands over one connection, so it speaks
 Replies are decoded as text, like redis-py's ``decode_responses=True``; only the methods
 :class:`~corral.services.providers.local.state.CloudState` calls are provided.
 
-A ``sentinel://`` URL (the form of :mod:`corral.services.state.redis_conn`) is followed too:
+A ``sentinel://`` URL (the form of :mod:`corral.services.queues.redis_conn`) is followed too:
 every new connection asks the sentinels, in turn, where the master is now, and checks that the
 server it reached still is a master (a demoted one would refuse writes).
 """

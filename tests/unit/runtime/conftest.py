@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from runtime_driver import Driver
 
+from corral.services.observability.events import EventMetrics
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.settings import Settings
@@ -36,8 +37,9 @@ def make_deps(redis_url: str, tmp_path: Path, fake: FakeProvider) -> Callable[..
             local_cloud_file=FIXTURES / "localcloud" / local_cloud,
             timers={"attempt_deadline_s": 30.0, **timers},
         )
-        deps = Deps(settings, clock=lambda: EPOCH + fake.now)
+        deps = Deps(settings, clock=lambda: EPOCH + fake.now, store_listeners=(EventMetrics(),))
         deps._providers["local"] = fake  # type: ignore[assignment]
+        fake.local_cloud = deps.local_cloud
         return deps
 
     return make
