@@ -16,7 +16,7 @@ import pytest
 import typer
 
 from corral.services.cli.main import app
-from corral.services.settings import credentials_hint
+from corral.services.providers.registry import credentials_hint
 
 pytestmark = pytest.mark.integration
 

@@ -158,6 +158,7 @@ def test_request_to_public_shape() -> None:
                 "id": "inst-0",
                 "provider_id": "i-0abc",
                 "pid": None,
+                "address": None,
                 "state": "REQUESTED",
                 "machine_type": None,
                 "exit_code": None,
@@ -165,6 +166,7 @@ def test_request_to_public_shape() -> None:
                 **WHERE,
             }
         ],
+        "endpoints": [],
     }
     assert req.to_public()["instances"] == []
 
@@ -177,6 +179,7 @@ def test_instance_to_public_keys_in_cli_order() -> None:
         "id",
         "provider_id",
         "pid",
+        "address",
         "cloud",
         "region",
         "zone",
