@@ -27,7 +27,7 @@ from corral.shared.configio import ConfigError
 
 def _entries(cluster: Cluster) -> list[tuple[str, str, tuple[str, ...]]]:
     """(target on the node, local path, the field naming it)."""
-    out = [
+    out: list[tuple[str, str, tuple[str, ...]]] = [
         (remote, local, ("file_mounts", remote))
         for remote, local in (cluster.file_mounts or {}).items()
     ]

@@ -40,6 +40,7 @@ from corral.services.state.clusters import (
     NodeKind,
 )
 from corral.shared.autoscaler import ClusterSpec, Demand, Node, launch_config, resolve_cluster
+from corral.shared.autoscaler.launcher import CLUSTER_LABEL
 from corral.shared.autoscaler.ray_report import RayNode
 from corral.shared.config.cluster import Cluster
 from corral.shared.config.task import Task
@@ -48,7 +49,7 @@ from corral.shared.records import LaunchRequest
 
 log = logging.getLogger("corral.autoscaling")
 
-LABEL_CLUSTER = "corral-cluster"
+LABEL_CLUSTER = CLUSTER_LABEL
 LABEL_NODE_TYPE = "corral-node-type"
 LABEL_NODE_KIND = "corral-node-kind"
 LABEL_LAUNCH_HASH = "corral-launch-hash"

@@ -36,6 +36,8 @@ from pydantic import BaseModel, Field
 from ..config.cluster import Cluster
 from .resources import docker_settings, initialization_commands, node_type_entries, setup_commands
 
+# The label every cluster node's launch request carries (its value: the cluster's name).
+CLUSTER_LABEL = "corral-cluster"
 MARK = "[corral-launcher]"
 FAILED_MARK = f"{MARK} FAILED"
 CONTAINER_DEFAULT = "ray_container"  # Ray's default container_name

@@ -77,7 +77,7 @@ class RayReport(BaseModel):
             if shapes:
                 groups.append(
                     PlacementGroupDemand(
-                        strategy=strategy if strategy in STRATEGIES else "PACK",  # type: ignore[arg-type]
+                        strategy=strategy if strategy in STRATEGIES else "PACK",
                         bundles=shapes,
                         name=str(gang.get("details") or "") or None,
                     )
