@@ -121,7 +121,8 @@ def launcher_script(plan: NodeLaunch, mounts: Mounts | None = None) -> str | Non
         '  exit "$3"',
         "}",
         "_corral_step() {",
-        f'  echo "{MARK} $1 $2: $3" >&2',
+        # The time (epoch s) goes in the line too: what the node's steps took is read back.
+        f'  echo "{MARK} $1 $2 at $(date +%s.%N): $3" >&2',
         '  if [ -n "$_corral_container" ] && [ "$1" != initialization ]; then',
         "    docker exec "
         + " ".join(f"-e {k}" for k in sorted(plan.env))
@@ -141,7 +142,7 @@ def launcher_script(plan: NodeLaunch, mounts: Mounts | None = None) -> str | Non
         lines += _mount_lines(mounts, bool(plan.docker))
     lines += _steps("setup", plan.setup)
     lines += _steps("start_ray", plan.start_ray)
-    lines.append(f'echo "{MARK} node up" >&2')
+    lines.append(f'echo "{MARK} node up at $(date +%s.%N)" >&2')
     return "\n".join(lines) + "\n"
 
 
@@ -209,3 +210,18 @@ def failed_step(log_tail: str) -> str | None:
     """The launcher's failure line in a node's log (the last one), without its mark."""
     found = [line for line in log_tail.splitlines() if line.startswith(FAILED_MARK)]
     return found[-1][len(FAILED_MARK) :].strip() if found else None
+
+
+_STEP = re.compile(r"^\[corral-launcher\] (\S+) (\S+) at ([0-9.]+)")
+
+
+def step_times(log: str) -> list[tuple[str, float]]:
+    """``(phase, epoch s)`` of every step the node's log announces, in order (``node up``
+    last when the node came up)."""
+    out = []
+    for line in log.splitlines():
+        found = _STEP.match(line)
+        if found:
+            phase = "node up" if found.group(1) == "node" else found.group(1)
+            out.append((phase, float(found.group(3))))
+    return out

@@ -78,8 +78,8 @@ def task(i):
 started = time.time()
 refs = [task.remote(i) for i in range(8)]
 pg = placement_group([{"B": 1}, {"B": 1}], strategy="STRICT_SPREAD")
-results = ray.get(refs, timeout=120)
-ray.get(pg.ready(), timeout=60)
+results = ray.get(refs, timeout=240)
+ray.get(pg.ready(), timeout=240)
 table = ray.util.placement_group_table(pg)
 nodes = sorted(set(table["bundles_to_node_id"].values()))
 remove_placement_group(pg)
@@ -211,6 +211,7 @@ def _marked_processes(system: System) -> list[int]:
     return pids
 
 
+@pytest.mark.timeout(600)  # Ray starts four raylets on this (shared, 2-core) host
 def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
     make_system: Callable[..., System], tmp_path: Path, ray_bin: Path, no_leftovers: Any
 ) -> None:
@@ -240,9 +241,9 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
         [str(ray_bin / "python"), str(driver), view["ray"]["gcs_address"], str(mounted)],
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=290,
     )
-    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.returncode == 0, (ran.stderr[-2000:], json.dumps(_view(system))[-4000:])
     out = json.loads(ran.stdout.strip().splitlines()[-1])
     assert sorted(r["i"] for r in out["results"]) == list(range(8))
     assert {r["data"] for r in out["results"]} == {"mounted-by-corral\n"}  # the file mount

@@ -29,6 +29,7 @@ from corral.shared.autoscaler.launcher import (
     launcher_script,
     node_launch,
     runs_ray,
+    step_times,
 )
 from corral.shared.autoscaler.ray_report import RayReport
 from corral.shared.config.cluster import Cluster
@@ -60,7 +61,7 @@ def _cluster(**extra: object) -> Cluster:
     return Cluster.model_validate(data)
 
 
-TOOLS = ("bash", "base64", "sha256sum", "cut", "tar", "gzip", "mkdir", "rm", "cp", "dirname")
+TOOLS = ("bash", "date", "base64", "sha256sum", "cut", "tar", "gzip", "mkdir", "rm", "cp", "dirname")
 
 
 def _bin(tmp: Path) -> Path:
@@ -106,7 +107,9 @@ def test_steps_run_in_rays_order_with_the_launcher_variables(tmp_path: Path) -> 
     assert ran.returncode == 0, ran.stderr
     # The type's own worker_setup_commands replace the top-level ones.
     assert ran.stdout.splitlines() == ["init", "common", "wa-own-setup", "join 10.0.0.5:6379"]
-    assert "[corral-launcher] start_ray 1: echo" in ran.stderr  # each command announced
+    assert "start_ray 1 at " in ran.stderr  # each command announced, with its time
+    phases = [phase for phase, _at in step_times(ran.stderr)]
+    assert phases == ["initialization", "setup", "setup", "start_ray", "node up"]
     other = node_launch(cluster, "wb", head=False, node_id="n-2", head_ip="10.0.0.5")
     assert "worker-setup" in _run(launcher_script(other), tmp_path).stdout
 
