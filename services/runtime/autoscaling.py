@@ -135,7 +135,7 @@ def is_ray(rec: ClusterRecord) -> bool:
     return runs_ray(Cluster.model_validate(rec.cluster))
 
 
-RayView = dict[str, "RayNode"]  # Ray's nodes by the Corral node id they were started with
+RayView = dict[str, RayNode]  # Ray's nodes by the Corral node id they were started with
 
 
 # ---------------------------------------------------------------------------------- observing

@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from corral.shared.autoscaler.launcher import step_times
+
 from harness import System, free_port, wait_for
 
 pytestmark = pytest.mark.bench
@@ -98,9 +99,7 @@ def _view(system: System) -> dict[str, Any]:
     return view
 
 
-def run_corral(
-    make_system: Callable[..., System], tmp: Path, ray_python: Path
-) -> dict[str, float]:
+def run_corral(make_system: Callable[..., System], tmp: Path, ray_python: Path) -> dict[str, float]:
     cloud = tmp / "cloud.yaml"
     cloud.write_text(LOCAL_CLOUD)
     system = make_system(

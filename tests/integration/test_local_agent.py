@@ -254,11 +254,7 @@ def test_a_services_setup_background_lives_on_and_is_stopped_with_the_machine(
     # sessions of their own (setsid). Both live while the machine runs; at its end the agent
     # stops the group and every process carrying the machine's instance id.
     pids = tmp_path / "pids"
-    setup = (
-        f"sleep 300 & echo $! >> {pids}; "
-        f"setsid sleep 301 & echo $! >> {pids}; "
-        "echo setup-done"
-    )
+    setup = f"sleep 300 & echo $! >> {pids}; setsid sleep 301 & echo $! >> {pids}; echo setup-done"
     node = start_agent(setup=setup, kill_grace_s=0.5)
     wait_for(lambda: (b := node.heartbeat()) and b["activity"] == "idle", what="idle")
     wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="the pids")

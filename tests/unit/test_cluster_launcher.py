@@ -61,7 +61,19 @@ def _cluster(**extra: object) -> Cluster:
     return Cluster.model_validate(data)
 
 
-TOOLS = ("bash", "date", "base64", "sha256sum", "cut", "tar", "gzip", "mkdir", "rm", "cp", "dirname")
+TOOLS = (
+    "bash",
+    "date",
+    "base64",
+    "sha256sum",
+    "cut",
+    "tar",
+    "gzip",
+    "mkdir",
+    "rm",
+    "cp",
+    "dirname",
+)
 
 
 def _bin(tmp: Path) -> Path:
