@@ -113,3 +113,23 @@ def test_the_shipped_example_runs_as_written_without_cloud(redis_url: str, tmp_p
     kinds = Counter((n.kind, n.node_type) for n in launched)
     assert kinds[("head", "head")] == 1 and kinds[("worker", "cpu")] >= 2, kinds
     assert not any("unsatisfiable" in r for r in _new.last_decision["reasons"])  # type: ignore[index]
+
+
+def test_file_mounts_are_checked_by_the_api(client: TestClient) -> None:
+    import base64
+    import hashlib
+
+    raw = b"not really a tarball, but bytes"
+    good = {
+        "archive_b64": base64.b64encode(raw).decode(),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "targets": ["/tmp/x"],
+        "size_bytes": len(raw),
+    }
+    wrong_sum = {**good, "sha256": "0" * 64}
+    resp = _up(client, mounts=wrong_sum)
+    assert resp.status_code == 422 and "sha256" in resp.text  # type: ignore[attr-defined]
+    too_big = {**good, "size_bytes": 2 * 1024 * 1024}
+    assert _up(client, mounts=too_big).status_code == 422  # type: ignore[attr-defined]
+    resp = _up(client, mounts=good)
+    assert resp.status_code == 201, resp.text  # type: ignore[attr-defined]
