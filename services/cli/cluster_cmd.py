@@ -1,9 +1,12 @@
-"""``corral cluster up|down|list|status|demand``: autoscaled clusters through the HTTP API.
+"""``corral cluster up|down|list|status|demand|exec``: autoscaled clusters through the HTTP API.
 
 ``up FILE`` registers a Ray cluster file (``--cloud local`` plays an AWS or GCP file on the
 local cloud); the autoscaling worker then starts its head and ``min_workers`` and follows the
 cluster's standing demand, set with ``demand NAME FILE`` (it replaces the last one; an empty
-file clears it). ``down NAME`` terminates every node and forgets the cluster.
+file clears it), and, on a Ray cluster, the demand its head's GCS reports. ``down NAME``
+terminates every node (Ray stopped first) and forgets the cluster. ``up`` packs the file's
+``file_mounts`` here; ``status`` shows failed launcher steps and the head's Ray addresses;
+``exec NAME -- CMD`` runs a command against the head (local-cloud clusters).
 
 Files are checked here first, so a mistake is ``FILE:LINE: field: message`` and exit 2 even
 without a running API. Like every command group, this module imports only typer and output.py
