@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -137,6 +138,7 @@ def run_corral(make_system: Callable[..., System], tmp: Path, ray_python: Path) 
         60,
         "the cluster to go",
     )
+    shutil.rmtree(f"/tmp/cb-{port}", ignore_errors=True)  # Ray's session folder
     return {
         "decision": decided - times["submitted"],
         "launch": first - decided,
@@ -167,6 +169,7 @@ def run_ray(tmp: Path, ray_python: Path) -> dict[str, float]:
         text=True,
         timeout=400,
     )
+    shutil.rmtree(f"/tmp/rb-{port}", ignore_errors=True)
     assert ran.returncode == 0, ran.stderr[-2000:]
     got = json.loads(out.read_text())
     logged = got["launch_logged"] or got["started"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 from collections import Counter
@@ -37,6 +38,8 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 NAME = "ray-lab"
 OBJECT_STORE = 80 * 1024 * 1024
+RAY_TMP_PREFIX = "cr-"
+PORTS_USED: set[str] = set()  # the heads' GCS ports: their session folders are removed after
 
 LOCAL_CLOUD = """\
 instance_types:
@@ -108,7 +111,7 @@ def _cluster_file(tmp: Path, port: int, dash_port: int, **extra: Any) -> Path:
         "cluster_name": NAME,
         "max_workers": 4,
         "upscaling_speed": 10,
-        "idle_timeout_minutes": 0.2,  # 12 s
+        "idle_timeout_minutes": 0.3,  # 18 s
         "provider": {"type": "local"},
         "head_node_type": "head",
         "available_node_types": {
@@ -158,6 +161,9 @@ def no_leftovers() -> Any:
         for pid in _marked_processes(system):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    for folder in Path("/tmp").glob(f"{RAY_TMP_PREFIX}*"):
+        if folder.name.removeprefix(RAY_TMP_PREFIX) in PORTS_USED:
+            shutil.rmtree(folder, ignore_errors=True)  # Ray's session folder (its logs)
 
 
 def _system(make_system: Callable[..., System], tmp: Path, ray_bin: Path) -> System:
@@ -261,18 +267,20 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
     failed = Counter(f["node_type"] for f in view["failed_nodes"])
     assert launched - failed == Counter({"wa": 1, "wb": 2}), (workers, view["failed_nodes"])
     assert all("start_ray command 1 exited" in f["failure"] for f in view["failed_nodes"])
-    wa_nodes = {n["id"] for n in view["nodes"] if n["node_type"] == "wa"}
-    assert {r["node"] for r in out["results"]} == wa_nodes  # the tasks ran on Corral's wa node
-    assert _ray_nodes(view) == Counter({"head": 1, "wa": 1, "wb": 2})
+    # The tasks ran on one Ray node, started by Corral as its wa node (RAY_CLOUD_INSTANCE_ID
+    # is the Corral node id; the node's own log says so). It may be gone already: idle since
+    # its tasks ended, while the placement group waited for the wb nodes.
+    [wa_node] = {r["node"] for r in out["results"]}
+    assert "setup on wa (" + wa_node + ")" in system.cli("logs", wa_node).stdout
+    ray_nodes = _ray_nodes(view)
+    assert ray_nodes["head"] == 1 and ray_nodes["wb"] == 2 and ray_nodes["wa"] <= 1, ray_nodes
 
-    # `ray status` on the head (cluster exec) lists the workers.
+    # `ray status` on the head (cluster exec) lists the workers (two wb, the head, maybe wa).
     status = system.cli("cluster", "exec", NAME, "--", "ray", "status")
     assert status.returncode == 0, status.stderr
-    assert status.stdout.count("node_") >= 4 or all(t in status.stdout for t in ("wa", "wb")), (
-        status.stdout
-    )
+    assert status.stdout.count("node_") >= 3, status.stdout
 
-    # Idle: after the idle timeout (12 s) every worker's machine is terminated, and Ray sees
+    # Idle: after the idle timeout (18 s) every worker's machine is terminated, and Ray sees
     # them gone; the head stays.
     def workers_gone() -> bool:
         v = _view(system)
