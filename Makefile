@@ -1,5 +1,5 @@
 # Corral: one command for each job. `make check` is what CI runs (via .ci/run).
-.PHONY: setup run demo test unit integration lint typecheck imports chart bench bench-small chaos fuzz check clean
+.PHONY: ray-venv setup run demo test unit integration lint typecheck imports chart bench bench-small chaos fuzz check clean
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -26,6 +26,9 @@ typecheck:
 
 imports:
 	$(VENV)/bin/lint-imports
+
+ray-venv:  ## Ray for the real-Ray tests, in build/ray-venv (the tests make it when missing)
+	$(PY) tests/ray_venv.py
 
 chart:  ## the Helm chart (lint, template, schemas, Pod Security, alerts) and the image lock
 	$(PY) -m pytest tests/unit/test_helm_chart.py tests/unit/test_helm_policies.py tests/unit/test_helm_alerts.py tests/unit/test_image_lock.py -q

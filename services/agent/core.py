@@ -26,6 +26,7 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -158,6 +159,7 @@ class Agent:
         self._link_down = False
         self._link_failures = 0  # heartbeats failed in a row: the next try backs off
         self.jobs: dict[str, Assignment] = {}  # the assignments being worked on, by id
+        self._kept: list[int] = []  # a service's process groups (setup's, the Ray reporter)
         self._ended: set[str] = set()  # ids that ended here: never run twice
         self._unsent: dict[str, dict[str, Any]] = {}  # results the link did not take yet
         self._written: dict[str, float] = {}  # results written, by id: when (to drop a day on)
@@ -192,17 +194,24 @@ class Agent:
                 say(f"the task's files could not be put in place: {exc}")
                 return self._end(1, "setup_failed")
         if rec.setup and not self.stopping:
-            code = self._run_phase("setup", rec.setup)
+            # A machine without a run is a service: what its setup started in the background
+            # (a Ray node's daemons) is the service, kept until the machine is terminated.
+            code = self._run_phase("setup", rec.setup, keep=not rec.run)
             if self.stopping:
+                self._stop_kept()
                 return self._end(code, "terminated")
             if code != 0:
                 say(f"setup exited {code}")
+                if not rec.run:
+                    kill_marked(self.instance_id)  # a service's daemons started before the failure
                 return self._end(code, "setup_failed")
         if rec.run and not self.stopping:
             code = self._run_phase("running", rec.run)
             return self._end(code, "terminated" if self.stopping else "completed")
+        self._start_ray_reporter()
         self.activity = "idle"
         self._serve_assignments()
+        self._stop_kept()
         return self._end(None, "terminated")
 
     def _put_files(self, rec: Work) -> None:
@@ -238,15 +247,19 @@ class Agent:
         while not self.stopping and time.monotonic() < until:
             time.sleep(min(0.1, max(0.0, until - time.monotonic())))
 
-    def _run_phase(self, activity: str, script: str) -> int:
-        """Run one bash script in its own process group until it ends or we are stopped."""
+    def _run_phase(self, activity: str, script: str, keep: bool = False) -> int:
+        """Run one bash script in its own process group until it ends or we are stopped;
+        with ``keep``, what it left running in the background stays (see :meth:`_stop_kept`)."""
         self.activity = activity
         self._beat(force=True)
         child = self._spawn(script, self.work.workdir, self.work.envs)
         while child.poll() is None and not self.stopping:
             self._wait(child)
         code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
-        _kill_group(child.pid, signal.SIGKILL)  # what the script left in the background
+        if keep and code == 0 and not self.stopping:
+            self._kept.append(child.pid)
+        else:
+            _kill_group(child.pid, signal.SIGKILL)  # what the script left in the background
         return code
 
     def _env(self, envs: dict[str, str]) -> dict[str, str]:
@@ -255,6 +268,46 @@ class Agent:
         task's output is readable through the API."""
         inherited = {k: v for k, v in os.environ.items() if not _private(k)}
         return {**inherited, **envs}
+
+    # --- a service's background processes (a Ray node's daemons) ----------------------------
+    def _start_ray_reporter(self) -> None:
+        """On a Ray head (``CORRAL_RAY_GCS`` set by the cluster's node task): run
+        ``ray_demand.py`` with Ray's own Python in the background; it writes what the GCS
+        reports to ``CORRAL_DEMAND_FILE``, which every heartbeat carries."""
+        envs = self.work.envs
+        gcs, out = envs.get("CORRAL_RAY_GCS"), envs.get("CORRAL_DEMAND_FILE")
+        if not gcs or not out:
+            return
+        python = ray_python(envs)
+        if python is None:
+            say("this Ray head has no `ray` on its PATH: Ray's demand is not reported")
+            return
+        script = str(Path(__file__).with_name("ray_demand.py"))
+        argv = [python, script, "--gcs", gcs, "--out", out, "--interval-s", "1"]
+        inherited = {k: v for k, v in os.environ.items() if not _private(k)}
+        child = subprocess.Popen(
+            argv, env={**inherited, **envs}, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        say(f"reporting Ray's demand from the GCS at {gcs} (pid {child.pid})")
+        self._kept.append(child.pid)
+        self._record_groups()
+
+    def _stop_kept(self) -> None:
+        """Stop the service: SIGTERM its process groups (Ray shuts down cleanly on it),
+        SIGKILL what is left after the grace period, and then every process still carrying
+        this machine's instance id (daemons that left the group, as Ray's workers do)."""
+        if not self._kept:
+            return
+        say("stopping the node's services")
+        for pgid in self._kept:
+            _kill_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.kill_grace_s
+        while time.monotonic() < deadline and any(_group_alive(g) for g in self._kept):
+            time.sleep(GROUP_POLL_S)
+        for pgid in self._kept:
+            _kill_group(pgid, signal.SIGKILL)
+        self._kept = []
+        kill_marked(self.instance_id)
 
     def _spawn(
         self, script: str, workdir: str | None, envs: dict[str, str]
@@ -425,6 +478,7 @@ class Agent:
         """Every assignment's process group in the record, so terminate() can kill them if
         the agent cannot."""
         groups = sorted(job.child.pid for job in self.jobs.values() if job.child is not None)
+        groups += self._kept
         try:
             self.link.record_children(groups=groups)
         except LinkError as exc:
@@ -611,3 +665,46 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def ray_python(envs: dict[str, str]) -> str | None:
+    """The Python that runs Ray on this machine: ``CORRAL_RAY_PYTHON`` if set, else the
+    interpreter named by the ``ray`` command's first line (on the node's PATH)."""
+    if envs.get("CORRAL_RAY_PYTHON"):
+        return envs["CORRAL_RAY_PYTHON"]
+    ray = shutil.which("ray", path=envs.get("PATH") or os.environ.get("PATH"))
+    if ray is None:
+        return None
+    try:
+        with open(ray, "rb") as fh:
+            first = fh.readline(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("#!"):
+        return None
+    words = first[2:].split()
+    if words and Path(words[0]).name == "env" and len(words) > 1:
+        return shutil.which(words[1])
+    return words[0] if words else None
+
+
+def kill_marked(instance_id: str) -> int:
+    """SIGKILL every process (but this one) whose environment names this instance: what a
+    service left behind outside its process groups. Linux (/proc); elsewhere nothing."""
+    marker = f"CORRAL_INSTANCE_ID={instance_id}".encode()
+    killed = 0
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return 0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed

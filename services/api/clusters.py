@@ -35,6 +35,11 @@ class ClusterBody(BaseModel):
     file_name: str = Field("cluster.yaml", description="the file's name, used in issues")
     cloud: str | None = Field(None, description="play the file on this cloud (local, aws, gcp)")
     name: str | None = Field(None, description="the cluster's name; default: cluster_name")
+    mounts: dict[str, Any] | None = Field(
+        None,
+        description="file_mounts and cluster_synced_files packed where `cluster up` ran: "
+        "{archive_b64, sha256, targets, size_bytes} (a gzip'd tar, members m0, m1, ...)",
+    )
 
 
 class DemandBody(BaseModel):
@@ -109,9 +114,20 @@ def summary(rec: ClusterRecord) -> dict[str, Any]:
 
 def view(deps: Deps, rec: ClusterRecord) -> dict[str, Any]:
     """``cluster status``: the nodes now, the standing demand, the last decision."""
+    from corral.services.runtime import cluster_nodes
+
+    failed = [n for n in rec.nodes.values() if n.failure]
     return {
         **summary(rec),
         "nodes": autoscaling.node_rows(deps, rec),
+        # The nodes whose launcher steps failed (newest last): the command and its exit code.
+        "failed_nodes": [
+            {"id": n.request_id, "node_type": n.node_type, "kind": n.kind, "failure": n.failure}
+            for n in sorted(failed, key=lambda n: n.committed_at)[-10:]
+        ],
+        "ray": cluster_nodes.summary(cluster_nodes.head_report(deps, rec))
+        if autoscaling.is_ray(rec)
+        else None,
         "cooldowns": rec.cooldowns,
         "last_decision": rec.last_decision,
         "decisions": rec.decisions,
@@ -141,20 +157,68 @@ def create_cluster(body: ClusterBody, deps: Deps = Depends(get_deps)) -> dict[st
                 "(at most 63, starting with a letter or digit)"
             },
         )
+    mounts = _mounts(body)
     now = deps.now()
     rec = ClusterRecord(
         name=name,
         uid=new_id("u").removeprefix("u-")[:6],
         file_name=body.file_name,
         cluster=cluster,
-        cloud=body.cloud.lower() if body.cloud else None,
+        # The cloud it runs on, stored always: without --cloud, the file's provider's.
+        cloud=(body.cloud or str(cluster["provider"]["type"])).lower(),
+        mounts=mounts,
         created_at=now,
         updated_at=now,
     )
     if not autoscaling.clusters(deps).create(rec):
         raise HTTPException(409, f"a cluster named {rec.name!r} exists; take it down first")
     dispatch.tick_cluster(rec.name, settings=deps.settings)
-    return summary(rec)
+    return {**summary(rec), "warnings": _warnings(rec)}
+
+
+def _mounts(body: ClusterBody) -> dict[str, Any] | None:
+    """The packed file mounts, checked: their size under the cap and their sha256 right."""
+    import base64
+    import binascii
+    import hashlib
+
+    from pydantic import ValidationError
+
+    from corral.shared.autoscaler.launcher import MAX_MOUNTS_BYTES, Mounts
+
+    if body.mounts is None:
+        return None
+    try:
+        mounts = Mounts.model_validate(body.mounts)
+        raw = base64.b64decode(mounts.archive_b64, validate=True)
+    except (ValidationError, binascii.Error, ValueError) as exc:
+        raise HTTPException(422, {"error": f"mounts: {exc}"}) from None
+    if len(raw) > MAX_MOUNTS_BYTES or len(raw) != mounts.size_bytes:
+        raise HTTPException(
+            422, {"error": f"mounts: {len(raw)} bytes; expected at most {MAX_MOUNTS_BYTES}"}
+        )
+    if hashlib.sha256(raw).hexdigest() != mounts.sha256:
+        raise HTTPException(422, {"error": "mounts: the archive's sha256 does not match"})
+    return mounts.model_dump()
+
+
+def _warnings(rec: ClusterRecord) -> list[str]:
+    """What ``cluster up`` says before any node starts: a docker section on a cloud whose
+    machines have no docker fails every node at its docker step."""
+    import shutil
+
+    from corral.shared.config.cluster import Cluster
+
+    cluster = Cluster.model_validate(rec.cluster)
+    if cluster.docker is None or autoscaling.record_cloud(rec) != "local":
+        return []
+    if shutil.which("docker") is not None:
+        return []
+    image = cluster.docker.image or cluster.docker.head_image or cluster.docker.worker_image
+    return [
+        f"docker: the file runs its commands in a container ({image}), but the local cloud's "
+        "host has no docker: every node will fail at its docker step"
+    ]
 
 
 @router.get("/v1/clusters", summary="List clusters")

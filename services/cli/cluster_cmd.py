@@ -1,9 +1,12 @@
-"""``corral cluster up|down|list|status|demand``: autoscaled clusters through the HTTP API.
+"""``corral cluster up|down|list|status|demand|exec``: autoscaled clusters through the HTTP API.
 
 ``up FILE`` registers a Ray cluster file (``--cloud local`` plays an AWS or GCP file on the
 local cloud); the autoscaling worker then starts its head and ``min_workers`` and follows the
 cluster's standing demand, set with ``demand NAME FILE`` (it replaces the last one; an empty
-file clears it). ``down NAME`` terminates every node and forgets the cluster.
+file clears it), and, on a Ray cluster, the demand its head's GCS reports. ``down NAME``
+terminates every node (Ray stopped first) and forgets the cluster. ``up`` packs the file's
+``file_mounts`` here; ``status`` shows failed launcher steps and the head's Ray addresses;
+``exec NAME -- CMD`` runs a command against the head (local-cloud clusters).
 
 Files are checked here first, so a mistake is ``FILE:LINE: field: message`` and exit 2 even
 without a running API. Like every command group, this module imports only typer and output.py
@@ -20,6 +23,7 @@ import typer
 from corral.services.cli.api_access import api_client, fail
 from corral.services.cli.output import (
     EXIT_INPUT,
+    err,
     fail_input,
     out,
     print_json,
@@ -34,7 +38,7 @@ CLOUDS = PROVIDER_CLOUDS
 
 cluster_app = typer.Typer(
     name="cluster",
-    help="Autoscaled clusters from Ray cluster files: up, down, list, status, demand.",
+    help="Autoscaled clusters from Ray cluster files: up, down, list, status, demand, exec.",
     no_args_is_help=True,
 )
 
@@ -77,19 +81,26 @@ def up(
 
     if cloud is not None and cloud.lower() not in CLOUDS:
         fail(f"--cloud {cloud}: expected one of {', '.join(CLOUDS)}", EXIT_INPUT, as_json)
+    from corral.services.client.mounts import pack
+
     try:
-        load_as(cluster_file, Cluster)
+        cluster, _doc = load_as(cluster_file, Cluster)
+        mounts = pack(cluster, str(cluster_file))
     except ConfigError as exc:
         fail_input(exc, as_json)
     text = _read(cluster_file, as_json)
     with api_client(as_json) as client:
         made = client.create_cluster(
-            text, str(cluster_file), cloud and cloud.lower(), name
+            text, str(cluster_file), cloud and cloud.lower(), name, mounts
         ).document()
     if as_json:
         print_json(made)
-    else:
-        say(f"cluster {made['name']} registered: its head and min_workers are starting")
+        return
+    say(f"cluster {made['name']} registered: its head and min_workers are starting")
+    if mounts:
+        say(f"file mounts: {len(mounts['targets'])} paths, {mounts['size_bytes']} bytes packed")
+    for warning in made.get("warnings") or []:
+        err.print(f"warning: {warning}", markup=False)
 
 
 @cluster_app.command("down")
@@ -145,6 +156,13 @@ def _print_status(view: dict[str, Any]) -> None:
             n["id"], n["node_type"], str(n.get("kind")), n["state"], f"{n['idle_s']:g}", used
         )
     out.print(table)
+    for failed in view.get("failed_nodes") or []:
+        say(f"Failed: {failed['id']} ({failed['node_type']}): {failed['failure']}")
+    ray = view.get("ray")
+    if ray:
+        say(f"Ray: GCS {ray['gcs_address']}, dashboard {ray.get('dashboard') or 'none'}")
+        for n in ray.get("nodes", []):
+            say(f"  {n['ray_node_id'][:12]} {n['node'] or '-'} {n['node_type']} {n['status']}")
     demand = view.get("demand") or {}
     say("Demand:" + ("" if demand else " none"))
     for b in demand.get("bundles", []):
@@ -184,3 +202,46 @@ def demand(
         print_json(result)
     else:
         say(f"cluster {name}: demand {'set' if result.get('demand') else 'cleared'}")
+
+
+@cluster_app.command(
+    "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def exec_(
+    ctx: typer.Context,
+    name: NameArg,
+    node: Annotated[
+        str | None, typer.Option("--node", help="a node's id (default: the head)")
+    ] = None,
+) -> None:
+    """Run a command on the cluster's head (or --node), as `ray exec` does: after `--`.
+
+    On the local cloud the node is this host: the command runs here with the node's Ray
+    variables (RAY_ADDRESS: the head's GCS, RAY_HEAD_IP). Its exit code is the command's."""
+    import shlex
+    import subprocess
+
+    command = list(ctx.args)
+    if not command:
+        fail("expected a command after --: corral cluster exec NAME -- CMD", EXIT_INPUT, False)
+    with api_client(False) as client:
+        view = client.cluster(name).document()
+    if str(view.get("cloud")) != "local":
+        fail(
+            f"cluster {name} runs on {view.get('cloud')}: exec reaches local-cloud nodes only "
+            "for now",
+            EXIT_INPUT,
+            False,
+        )
+    nodes = [n for n in view["nodes"] if n["state"] == "RUNNING"]
+    chosen = [n for n in nodes if (n["id"] == node if node else n.get("kind") == "head")]
+    if not chosen:
+        fail(f"cluster {name}: no running node {node or 'head'}", 1, False)
+    env = {"CORRAL_CLUSTER": name, "CORRAL_NODE": chosen[0]["id"]}
+    ray = view.get("ray") or {}
+    if ray.get("gcs_address"):
+        env["RAY_ADDRESS"] = ray["gcs_address"]
+        env["RAY_HEAD_IP"] = ray["gcs_address"].rsplit(":", 1)[0]
+    exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items()))
+    shell = " ".join(command) if len(command) > 1 else command[0]
+    raise typer.Exit(subprocess.run(["bash", "-c", exports + shell], check=False).returncode)

@@ -419,10 +419,18 @@ class Client:
         file_name: str = "cluster.yaml",
         cloud: str | None = None,
         name: str | None = None,
+        mounts: dict[str, Any] | None = None,
     ) -> ClusterSummary:
         """Register a Ray cluster file (its text); the autoscaler starts its head and
-        min_workers. ``cloud="local"`` plays an AWS or GCP file on the local cloud."""
-        body = {"cluster_yaml": cluster_yaml, "file_name": file_name, "cloud": cloud, "name": name}
+        min_workers. ``cloud="local"`` plays an AWS or GCP file on the local cloud. ``mounts``
+        are its file mounts packed (:func:`corral.services.client.mounts.pack`)."""
+        body = {
+            "cluster_yaml": cluster_yaml,
+            "file_name": file_name,
+            "cloud": cloud,
+            "name": name,
+            "mounts": mounts,
+        }
         return self._send(ClusterSummary, "POST", "/v1/clusters", body)
 
     def clusters(self) -> list[ClusterSummary]:

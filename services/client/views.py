@@ -203,6 +203,7 @@ class ClusterSummary(View):
     by_type: dict[str, int] = Field(default_factory=dict)
     demand: dict[str, Any] | None = None
     created_at: float
+    warnings: list[str] = Field(default_factory=list)  # what `cluster up` says (docker, ...)
 
 
 class ClusterDown(ClusterSummary):
@@ -234,3 +235,5 @@ class ClusterView(View):
     cooldowns: dict[str, float] = Field(default_factory=dict)
     last_decision: dict[str, Any] | None = None
     decisions: list[dict[str, Any]] = Field(default_factory=list)
+    failed_nodes: list[dict[str, Any]] = Field(default_factory=list)  # launcher step, exit code
+    ray: dict[str, Any] | None = None  # the head's Ray: GCS and dashboard addresses, Ray's nodes

@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import Any
 
 from corral.services.providers.base import node_work_of
-from corral.services.runtime import requests
+from corral.services.runtime import cluster_nodes, requests
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.state.clusters import (
     DECISIONS_KEPT,
@@ -40,6 +40,8 @@ from corral.services.state.clusters import (
     NodeKind,
 )
 from corral.shared.autoscaler import ClusterSpec, Demand, Node, launch_config, resolve_cluster
+from corral.shared.autoscaler.launcher import CLUSTER_LABEL
+from corral.shared.autoscaler.ray_report import RayNode
 from corral.shared.config.cluster import Cluster
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
@@ -47,7 +49,7 @@ from corral.shared.records import LaunchRequest
 
 log = logging.getLogger("corral.autoscaling")
 
-LABEL_CLUSTER = "corral-cluster"
+LABEL_CLUSTER = CLUSTER_LABEL
 LABEL_NODE_TYPE = "corral-node-type"
 LABEL_NODE_KIND = "corral-node-kind"
 LABEL_LAUNCH_HASH = "corral-launch-hash"
@@ -81,29 +83,41 @@ def _resolved(uid: str, cluster_json: str, cloud: str | None, local_file: str) -
 def cluster_spec(deps: Deps, rec: ClusterRecord) -> ClusterSpec:
     """The autoscaler's view of the cluster's file (resolved once per cluster and process)."""
     text = json.dumps(rec.cluster, sort_keys=True)
-    return _resolved(rec.uid, text, rec.cloud, str(deps.settings.local_cloud_file))
+    return _resolved(rec.uid, text, record_cloud(rec), str(deps.settings.local_cloud_file))
 
 
-def node_task(deps: Deps, rec: ClusterRecord, node: ClusterNode) -> Task:
+def record_cloud(rec: ClusterRecord) -> str:
+    """The cloud the cluster runs on: ``--cloud``'s, else its file's provider's (a record
+    stored before the cloud was always written holds None for the latter)."""
+    return (rec.cloud or str(rec.cluster.get("provider", {}).get("type", ""))).lower()
+
+
+def node_task(
+    deps: Deps, rec: ClusterRecord, node: ClusterNode, head_ip: str | None = None
+) -> Task:
     """The launch request's task of one node: a service (no ``run``) pinned to the node type's
-    cloud and instance type, running the type's merged setup commands."""
+    cloud and instance type, running Ray's launcher steps (:mod:`.cluster_nodes`)."""
     cluster = Cluster.model_validate(rec.cluster)
     spec = cluster_spec(deps, rec).node_types[node.node_type]
     config = launch_config(cluster, node.node_type, head=node.kind == "head")
-    cloud = rec.cloud or cluster.provider.type.lower()
+    setup, launcher_envs = cluster_nodes.launch_script(rec, node, head_ip)
+    cloud = record_cloud(rec)
     resources: dict[str, Any] = {"cloud": cloud, "instance_type": spec.instance_type}
     region = cluster.provider.model_dump().get("region")
     if cloud != "local" and isinstance(region, str):
         resources["region"] = region
-    commands = [*config.initialization_commands, *config.setup_commands]
     return Task.model_validate(
         {
             "name": f"{rec.name}-{node.node_type}",
             "resources": resources,
             # The node type's node_config goes to AWS or Google Cloud as written.
             "advanced_instance_config": config.node_config if cloud != "local" else None,
-            "setup": "\n".join(commands) or None,
-            "envs": {"CORRAL_CLUSTER": rec.name, "CORRAL_NODE_TYPE": node.node_type},
+            "setup": setup,
+            "envs": {
+                "CORRAL_CLUSTER": rec.name,
+                "CORRAL_NODE_TYPE": node.node_type,
+                **launcher_envs,
+            },
             "labels": {
                 LABEL_CLUSTER: rec.name,
                 LABEL_NODE_TYPE: node.node_type,
@@ -112,6 +126,16 @@ def node_task(deps: Deps, rec: ClusterRecord, node: ClusterNode) -> Task:
             },
         }
     )
+
+
+def is_ray(rec: ClusterRecord) -> bool:
+    """Whether the cluster's nodes start Ray (its file has start commands)."""
+    from corral.shared.autoscaler.launcher import runs_ray
+
+    return runs_ray(Cluster.model_validate(rec.cluster))
+
+
+RayView = dict[str, RayNode]  # Ray's nodes by the Corral node id they were started with
 
 
 # ---------------------------------------------------------------------------------- observing
@@ -125,17 +149,25 @@ class Observed:
     activity: str | None = None  # the local agent's: setup | running | idle | exited
     running_since: float | None = None
 
-    def as_node(self, spec: ClusterSpec, now: float) -> Node:
-        """The decision core's row for this node."""
+    def as_node(self, spec: ClusterSpec, now: float, ray: RayView | None = None) -> Node:
+        """The decision core's row for this node. On a Ray cluster whose head reports
+        (``ray``), Ray says what runs on the node and how long it has been idle; a node Ray
+        does not list (yet) is neither idle nor using anything."""
         assert self.state is not None
         busy = self.activity == "running"
         type_spec = spec.node_types.get(self.node.node_type)
         used = dict(type_spec.resources) if busy and type_spec else {}
+        idle_s = self.idle_s(now)
+        if ray is not None:
+            ray_node = ray.get(self.node.request_id)
+            used = ray_node.used() if ray_node is not None else {}
+            idle = ray_node is not None and ray_node.is_idle() and self.activity == "idle"
+            idle_s = ray_node.idle_s if idle and ray_node is not None else 0.0
         return Node(
             id=self.node.request_id,
             node_type=self.node.node_type,
             state=self.state,
-            idle_s=self.idle_s(now),
+            idle_s=idle_s,
             used=used,
             kind=self.node.kind,
             launch_hash=self.node.launch_hash,
@@ -196,6 +228,9 @@ def queued_work(deps: Deps, rec: ClusterRecord) -> Demand:
             queued = beat.get("queued") if beat else None
             if not queued:
                 continue
+            queued = {k: v for k, v in queued.items() if k != "ray"}  # the head's Ray report
+            if not queued:
+                continue
             try:
                 part = Demand.model_validate(queued)
             except ValueError as exc:
@@ -232,11 +267,13 @@ def sold_out(req: LaunchRequest) -> bool:
 def node_rows(deps: Deps, rec: ClusterRecord) -> list[dict[str, Any]]:
     """``cluster status``'s NODES rows: ``{id, node_type, kind, state, idle_s, used}``."""
     spec, now = cluster_spec(deps, rec), deps.now()
+    report = cluster_nodes.head_report(deps, rec) if is_ray(rec) else None
+    ray = report.by_instance() if report is not None else ({} if is_ray(rec) else None)
     rows = []
     for seen in observe(deps, rec):
         if seen.state is None:
             continue
-        node = seen.as_node(spec, now)
+        node = seen.as_node(spec, now, ray)
         row = node.model_dump(mode="json", exclude={"launch_hash"})
         if seen.node.terminate_sent_at is not None:
             row["state"] = InstanceState.TERMINATING.value
@@ -318,11 +355,15 @@ def decide_once(
     new.updated_at = now
     new.cooldowns = {t: until for t, until in new.cooldowns.items() if until > now}
     nodes: list[Node] = []
+    report = cluster_nodes.head_report(deps, rec) if is_ray(rec) else None
+    ray = report.by_instance() if report is not None else ({} if is_ray(rec) else None)
     for seen in observe(deps, rec):
         mine = new.nodes[seen.node.request_id]
         if seen.state is None:
             assert seen.request is not None
             mine.ended = f"request {seen.request.state.value}"
+            if seen.request.state == RequestState.FAILED:
+                mine.failure = cluster_nodes.failure_of(deps, mine.request_id)
             if sold_out(seen.request):
                 until = seen.request.updated_at + cooldown_s
                 if until > now:
@@ -332,9 +373,21 @@ def decide_once(
             mine.last_busy_at = now
         if mine.terminate_sent_at is not None:
             continue  # leaving: neither capacity nor a node to decide on
-        nodes.append(seen.as_node(spec, now))
+        nodes.append(seen.as_node(spec, now, ray))
     demand = Demand.model_validate(rec.demand) if rec.demand else None
     queued = queued_work(deps, rec)
+    if report is not None:
+        # Ray's own demand: pending tasks and actors, placement groups, request_resources.
+        from_ray = report.queued()
+        queued = Demand(
+            bundles=[*queued.bundles, *from_ray.bundles],
+            placement_groups=[*queued.placement_groups, *from_ray.placement_groups],
+        )
+        asked = report.requested()
+        if asked.bundles:
+            base = demand.bundles if demand is not None else []
+            placement = demand.placement_groups if demand is not None else []
+            demand = Demand(bundles=[*base, *asked.bundles], placement_groups=placement)
     plan = decide(spec, nodes, queued, now=now, cooldowns=new.cooldowns, requested=demand)
     launches = list(plan.launch.items())
     reasons = list(plan.reasons)
@@ -414,8 +467,16 @@ def submit_node(deps: Deps, rec: ClusterRecord, node: ClusterNode) -> None:
     planned here ends at once and cools its type down."""
     if deps.store.get_request(node.request_id) is not None:
         return
+    head_ip = None
+    if node.kind == "worker" and is_ray(rec):
+        # A Ray worker joins the head at RAY_HEAD_IP: it waits (committed, counted as
+        # pending) until the head's Ray reports; a later tick's catch-up submits it.
+        report = cluster_nodes.head_report(deps, rec)
+        if report is None or not report.head_ip:
+            return
+        head_ip = report.head_ip
     try:
-        requests.submit(deps, node_task(deps, rec, node), request_id=node.request_id)
+        requests.submit(deps, node_task(deps, rec, node, head_ip), request_id=node.request_id)
     except requests.Impossible as exc:
         _end_unlaunchable(deps, rec.name, node, "; ".join(exc.reasons))
         return

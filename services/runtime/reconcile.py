@@ -35,6 +35,7 @@ from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
 from corral.services.runtime.pooled import passes
+from corral.shared.autoscaler.launcher import CLUSTER_LABEL
 from corral.shared.blocking import Block
 from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError
@@ -153,14 +154,20 @@ def _try(fn: Any, *args: Any, **kwargs: Any) -> bool:
 def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
     req = deps.store.get_request(inst.request_id)
     is_job = bool(req and req.task.get("run"))
-    if not is_job:
+    # A cluster node whose launcher steps failed (a setup or `ray start` command exited
+    # non-zero) fails, as Ray's launcher fails the node: the user's command, not the cloud,
+    # is at fault, so no zone is blocked and the autoscaler decides whether to launch again.
+    labels = (req.task.get("labels") or {}) if req else {}
+    setup_failed = CLUSTER_LABEL in labels and exit_code not in (None, 0)
+    if not is_job and not setup_failed:
         _lost(deps, inst, f"its service exited (code {exit_code})")
         return
+    what = "its launcher steps" if setup_failed else "its job"
     moved = _move(
         deps,
         inst,
         InstanceState.TERMINATED,
-        f"its job exited with code {exit_code}",
+        f"{what} exited with code {exit_code}",
         exit_code=exit_code,
     )
     if moved and inst.provider_id:

@@ -40,6 +40,7 @@ class ClusterNode(BaseModel):
     last_busy_at: float | None = None  # last tick its agent reported work (setup or run)
     terminate_sent_at: float | None = None  # when the autoscaler decided to terminate it
     ended: str | None = None  # why it no longer counts (its request ended, or never could start)
+    failure: str | None = None  # the launcher step that failed: its command and exit code
 
 
 class ClusterRecord(BaseModel):
@@ -54,6 +55,8 @@ class ClusterRecord(BaseModel):
     cloud: str | None = None  # the --cloud override ("local"), None: the file's provider
     state: Literal["active", "down"] = "active"
     demand: dict[str, Any] | None = None  # the standing demand (a Demand as JSON); None: none
+    # file_mounts and cluster_synced_files as packed where `cluster up` ran (a launcher Mounts)
+    mounts: dict[str, Any] | None = None
     cooldowns: dict[str, float] = Field(default_factory=dict)  # node type -> until (epoch s)
     nodes: dict[str, ClusterNode] = Field(default_factory=dict)  # by request id
     last_decision: dict[str, Any] | None = None  # {launch, terminate, reasons, at, version}

@@ -110,9 +110,9 @@ class Cluster(StrictModel):
     """A Ray cluster launcher file."""
 
     IGNORED: ClassVar[frozenset[str]] = words(
-        """auth file_mounts cluster_synced_files file_mounts_sync_continuously
+        """auth file_mounts_sync_continuously
         rsync_exclude rsync_filter metadata no_restart initial_workers autoscaling_mode
-        target_utilization_fraction head_start_ray_commands worker_start_ray_commands"""
+        target_utilization_fraction"""
     )
 
     cluster_name: str

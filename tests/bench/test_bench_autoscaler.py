@@ -19,7 +19,6 @@ import math
 import os
 import random
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -37,8 +36,6 @@ pytestmark = pytest.mark.bench
 
 SEED = 20240611
 REPO = Path(__file__).resolve().parents[2]
-RAY_VENV = REPO / "build" / "ray-venv"
-RAY_REQUIREMENT = "ray==2.60.0"  # the version this benchmark was written against
 RAY_SCRIPT = Path(__file__).resolve().parent / "ray_baseline.py"
 FLOOR_VS_NAIVE = 5.0
 FLOOR_VS_RAY = 20.0
@@ -222,31 +219,10 @@ def naive_plan(s: Scenario) -> tuple[Counter[str], int]:
 
 # --------------------------------------------------------------------------- Ray
 def _ray_python() -> tuple[Path | None, str]:
-    """The Ray venv's interpreter, installing Ray when it is missing; (None, why) when that is
-    impossible (no network, no wheel for this Python, ...)."""
-    python = RAY_VENV / "bin" / "python"
-    check = [str(python), "-c", "import ray"]
-    if python.exists() and subprocess.run(check, capture_output=True, timeout=300).returncode == 0:
-        return python, "present"
-    try:
-        if not python.exists():
-            subprocess.run(
-                [sys.executable, "-m", "venv", str(RAY_VENV)],
-                check=True,
-                capture_output=True,
-                timeout=300,
-            )
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", RAY_REQUIREMENT],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=1200,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", "") or str(exc)
-        return None, f"could not install {RAY_REQUIREMENT}: {str(detail).strip()[-400:]}"
-    return python, "installed"
+    """The Ray venv's interpreter (tests/ray_venv.py installs Ray when it is missing)."""
+    from ray_venv import ray_python
+
+    return ray_python()
 
 
 def run_ray(s: Scenario, tmp_path: Path) -> dict[str, Any] | str:

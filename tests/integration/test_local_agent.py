@@ -237,3 +237,31 @@ def test_the_agent_loads_neither_celery_nor_pydantic() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_services_setup_background_lives_on_and_is_stopped_with_the_machine(
+    start_agent: Callable[..., Node], tmp_path: Path
+) -> None:
+    # A Ray node: `ray start` leaves daemons in setup's process group, and Ray's workers start
+    # sessions of their own (setsid). Both live while the machine runs; at its end the agent
+    # stops the group and every process carrying the machine's instance id.
+    pids = tmp_path / "pids"
+    setup = f"sleep 300 & echo $! >> {pids}; setsid sleep 301 & echo $! >> {pids}; echo setup-done"
+    node = start_agent(setup=setup, kill_grace_s=0.5)
+    wait_for(lambda: (b := node.heartbeat()) and b["activity"] == "idle", what="idle")
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="the pids")
+    in_group, own_session = (int(p) for p in pids.read_text().split())
+    time.sleep(0.3)
+    assert _alive(in_group) and _alive(own_session)  # kept after setup
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.wait(10) == 0
+    wait_for(lambda: not _alive(in_group) and not _alive(own_session), 5, "both to be gone")
+    assert "stopping the node's services" in node.log

@@ -3,6 +3,7 @@ ticks they dispatch wait in the queue)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +88,48 @@ def test_a_file_for_another_cloud_or_a_bad_name_is_refused(client: TestClient) -
     assert resp.status_code == 422  # type: ignore[attr-defined]
     assert "cluster name" in resp.text  # type: ignore[attr-defined]
     assert client.get("/v1/clusters").json()["clusters"] == []
+
+
+def test_the_shipped_example_runs_as_written_without_cloud(redis_url: str, tmp_path: Path) -> None:
+    # Issue #22: examples/clusters/local-lab.yaml without --cloud was stored with no cloud, so
+    # no node type resolved and 12 x {CPU: 2} was "unsatisfiable". The file's provider is
+    # the cloud now, and the same demand launches cpu workers.
+    from corral.services.runtime import autoscaling
+    from corral.services.runtime.deps import Deps
+
+    example = REPO / "examples" / "clusters" / "local-lab.yaml"
+    settings = Settings(redis_url=redis_url, api_token=TOKEN, home=tmp_path)  # packaged cloud
+    body = {"cluster_yaml": example.read_text(), "file_name": "local-lab.yaml"}
+    with TestClient(create_app(settings), headers=AUTH) as client:
+        resp = client.post("/v1/clusters", json=body)
+        assert resp.status_code == 201, resp.text
+        assert resp.json()["cloud"] == "local"
+        demand = {"demand_yaml": "bundles: [{resources: {CPU: 2}, count: 12}]\n"}
+        assert client.put("/v1/clusters/local-lab/demand", json=demand).status_code == 200
+    deps = Deps(settings)
+    rec = autoscaling.clusters(deps).get("local-lab")
+    assert rec is not None and rec.cloud == "local"
+    _new, launched, _ = autoscaling.decide_once(deps, rec)
+    kinds = Counter((n.kind, n.node_type) for n in launched)
+    assert kinds[("head", "head")] == 1 and kinds[("worker", "cpu")] >= 2, kinds
+    assert not any("unsatisfiable" in r for r in _new.last_decision["reasons"])  # type: ignore[index]
+
+
+def test_file_mounts_are_checked_by_the_api(client: TestClient) -> None:
+    import base64
+    import hashlib
+
+    raw = b"not really a tarball, but bytes"
+    good = {
+        "archive_b64": base64.b64encode(raw).decode(),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "targets": ["/tmp/x"],
+        "size_bytes": len(raw),
+    }
+    wrong_sum = {**good, "sha256": "0" * 64}
+    resp = _up(client, mounts=wrong_sum)
+    assert resp.status_code == 422 and "sha256" in resp.text  # type: ignore[attr-defined]
+    too_big = {**good, "size_bytes": 2 * 1024 * 1024}
+    assert _up(client, mounts=too_big).status_code == 422  # type: ignore[attr-defined]
+    resp = _up(client, mounts=good)
+    assert resp.status_code == 201, resp.text  # type: ignore[attr-defined]

@@ -1,0 +1,362 @@
+"""A Ray cluster on the local cloud, with real Ray: Corral runs Ray's launcher steps on every
+node, scales on the demand Ray's GCS reports, and ends idle Ray nodes' machines.
+
+Ray comes from build/ray-venv (tests/ray_venv.py installs it when missing); its ``bin`` is on
+the nodes' PATH, as on a machine image with Ray installed. Every node is a local-cloud machine
+on this host: Ray runs several raylets on one host, as its own multi-node tests do. Ray is kept
+small: a head that takes no tasks (``CPU: 0``), one CPU per worker, 80 MB object stores.
+
+Translated from Ray's own cases:
+- python/ray/autoscaler/v2/tests/test_e2e.py::test_autoscaler_all_gangs_scheduled (a STRICT_SPREAD
+  placement group's bundles bring up one node each) and
+  ::test_scheduled_task_no_pending_demand (tasks needing a custom resource bring up the type
+  that has it, then leave no pending demand);
+- ::test_idle_termination (an idle worker is terminated after idle_timeout, the head never).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness import System, free_port, wait_for
+from local_processes import is_agent
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "ray-lab"
+OBJECT_STORE = 80 * 1024 * 1024
+RAY_TMP_PREFIX = "cr-"
+PORTS_USED: set[str] = set()  # the heads' GCS ports: their session folders are removed after
+
+LOCAL_CLOUD = """\
+instance_types:
+  - {name: cpu-2, vcpus: 2, memory_gib: 4, price_usd_per_hour: 0.1}
+regions:
+  - name: lab
+    zones:
+      - name: lab-a
+        capacity: {cpu-2: 12}
+        launch_delay_s: 0.2
+"""
+
+WORKER_PORTS = (
+    "node-manager-port",
+    "object-manager-port",
+    "metrics-export-port",
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "runtime-env-agent-port",
+)
+FREE_PORT = """#!/bin/sh
+exec python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+"""
+
+DRIVER = """\
+import json, sys, time
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+
+ray.init(address=sys.argv[1], log_to_driver=False)
+mount = sys.argv[2]
+
+@ray.remote(num_cpus=0, resources={"A": 1})
+def task(i):
+    import os
+    with open(mount) as fh:
+        return {"i": i, "node": os.environ.get("RAY_CLOUD_INSTANCE_ID"), "data": fh.read()}
+
+started = time.time()
+refs = [task.remote(i) for i in range(8)]
+pg = placement_group([{"B": 1}, {"B": 1}], strategy="STRICT_SPREAD")
+results = ray.get(refs, timeout=240)
+ray.get(pg.ready(), timeout=240)
+table = ray.util.placement_group_table(pg)
+nodes = sorted(set(table["bundles_to_node_id"].values()))
+remove_placement_group(pg)
+print(json.dumps({"results": results, "pg_nodes": nodes, "seconds": time.time() - started}))
+"""
+
+
+@pytest.fixture(scope="session")
+def ray_bin() -> Path:
+    """build/ray-venv's bin folder, Ray installed there by the tests themselves."""
+    from ray_venv import ray_python
+
+    python, how = ray_python()
+    if python is None:
+        pytest.skip(f"Ray cannot be installed here: {how}")
+    return python.parent
+
+
+def _cluster_file(tmp: Path, port: int, dash_port: int, **extra: Any) -> Path:
+    temp_dir = Path("/tmp") / f"cr-{port}"
+    free = tmp / "free_port.sh"
+    free.write_text(FREE_PORT)
+    free.chmod(0o755)  # short: Ray's socket paths must fit 107 bytes
+    (tmp / "data.txt").write_text("mounted-by-corral\n")
+    data: dict[str, Any] = {
+        "cluster_name": NAME,
+        "max_workers": 4,
+        "upscaling_speed": 10,
+        "idle_timeout_minutes": 0.3,  # 18 s
+        "provider": {"type": "local"},
+        "head_node_type": "head",
+        "available_node_types": {
+            "head": {"node_config": {"InstanceType": "cpu-2"}, "resources": {"CPU": 0}},
+            "wa": {
+                "node_config": {"InstanceType": "cpu-2"},
+                "resources": {"CPU": 1, "A": 8},
+                "max_workers": 2,
+            },
+            "wb": {
+                "node_config": {"InstanceType": "cpu-2"},
+                "resources": {"CPU": 1, "B": 1},
+                "max_workers": 2,
+            },
+        },
+        "file_mounts": {str(tmp / "mounted" / "data.txt"): str(tmp / "data.txt")},
+        "setup_commands": ['echo "setup on $RAY_NODE_TYPE_NAME ($RAY_CLOUD_INSTANCE_ID)"'],
+        "head_start_ray_commands": [
+            f"ray start --head --port={port} --num-cpus=0 --include-dashboard=false "
+            f"--dashboard-port={dash_port} --object-store-memory={OBJECT_STORE} "
+            f"--temp-dir={temp_dir} --disable-usage-stats"
+        ],
+        # Several raylets on one host: each worker's ports are its own (Ray's defaults for the
+        # agents' ports are fixed numbers, which the second raylet on a host cannot bind).
+        # ...and one `ray start` at a time on this host: Ray numbers a node's sockets and logs
+        # by what it finds in the session folder, which two raylets starting at once both find
+        # free (on separate machines, as in production, neither applies).
+        "worker_start_ray_commands": [
+            f"flock {tmp}/ray-start.lock ray start --address=$RAY_HEAD_IP:{port} "
+            f"--object-store-memory={OBJECT_STORE} --disable-usage-stats "
+            + " ".join(f"--{p}=$({free})" for p in WORKER_PORTS)
+        ],
+        **extra,
+    }
+    path = tmp / "ray-lab.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def no_leftovers() -> Any:
+    """Whatever happens, no Ray process of the test's machines outlives it (the harness kills
+    the agents; Ray's daemons and workers carry their instance ids)."""
+    systems: list[System] = []
+    yield systems
+    for system in systems:
+        for pid in _marked_processes(system):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    for folder in Path("/tmp").glob(f"{RAY_TMP_PREFIX}*"):
+        if folder.name.removeprefix(RAY_TMP_PREFIX) in PORTS_USED:
+            shutil.rmtree(folder, ignore_errors=True)  # Ray's session folder (its logs)
+
+
+def _system(make_system: Callable[..., System], tmp: Path, ray_bin: Path) -> System:
+    cloud = tmp / "cloud.yaml"
+    cloud.write_text(LOCAL_CLOUD)
+    path = f"{ray_bin}:{os.environ.get('PATH', '')}"
+    system = make_system(
+        cloud,
+        env={"PATH": path},
+        HEARTBEAT_TIMEOUT_S="15",
+        TERMINATE_GRACE_S="8",
+        ATTEMPT_DEADLINE_S="60",
+    )
+    system.start_api()
+    for role in ("schedule", "provision"):
+        system.start_worker(role)
+    system.start_worker("autoscale")
+    system.start_beat()
+    return system
+
+
+def _view(system: System) -> dict[str, Any]:
+    done = system.cli("cluster", "status", NAME, "--json")
+    assert done.returncode == 0, done.stderr
+    view: dict[str, Any] = json.loads(done.stdout)
+    return view
+
+
+def _ray_nodes(view: dict[str, Any]) -> Counter[str]:
+    ray = view.get("ray") or {}
+    return Counter(n["node_type"] for n in ray.get("nodes", []) if n["status"] != "DEAD")
+
+
+def _marked_processes(system: System) -> list[int]:
+    """Processes of this installation's machines: agents, and anything (Ray's daemons and
+    workers) carrying one of its instance ids."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes()
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            continue
+        ours = str(system.home).encode() in env
+        if ours and (is_agent(proc) or b"CORRAL_INSTANCE_ID=" in env):
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.timeout(600)  # Ray starts four raylets on this (shared, 2-core) host
+def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
+    make_system: Callable[..., System], tmp_path: Path, ray_bin: Path, no_leftovers: Any
+) -> None:
+    port, dash_port = free_port(), free_port()
+    system = _system(make_system, tmp_path, ray_bin)
+    no_leftovers.append(system)
+    up = system.cli("cluster", "up", str(_cluster_file(tmp_path, port, dash_port)))
+    assert up.returncode == 0, up.stderr
+    assert "file mounts: 1 paths" in up.stdout
+
+    # The head's Ray comes up and reports: only the head, no worker (no demand yet).
+    def head_reports() -> bool:
+        view = _view(system)
+        return _ray_nodes(view) == Counter({"head": 1})
+
+    wait_for(head_reports, 120, "the head's Ray to report", system.home / "logs")
+    view = _view(system)
+    assert view["ray"]["gcs_address"].endswith(f":{port}")
+    assert [n["node_type"] for n in view["nodes"]] == ["head"]
+
+    # A driver on the head: 8 tasks needing A (only wa has it), a STRICT_SPREAD group of two
+    # {B: 1} bundles (one wb node each). Corral reads it from Ray's GCS and launches them.
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    mounted = tmp_path / "mounted" / "data.txt"
+    ran = subprocess.run(
+        [str(ray_bin / "python"), str(driver), view["ray"]["gcs_address"], str(mounted)],
+        capture_output=True,
+        text=True,
+        timeout=290,
+    )
+    assert ran.returncode == 0, (ran.stderr[-2000:], json.dumps(_view(system))[-4000:])
+    out = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert sorted(r["i"] for r in out["results"]) == list(range(8))
+    assert {r["data"] for r in out["results"]} == {"mounted-by-corral\n"}  # the file mount
+    assert len(out["pg_nodes"]) == 2  # STRICT_SPREAD: two nodes
+
+    # Exactly the workers Ray's demand needs: one wa (8 x {A: 1} fit its A: 8) and two wb
+    # (one per STRICT_SPREAD bundle; the tasks and the group may reach the GCS's report in
+    # different ticks). A worker whose `ray start` failed on this loaded host (Ray's own
+    # start-up timeout) failed its node and was launched again.
+    view = _view(system)
+    workers = [d["launch"] for d in view["decisions"] if d["launch"] and "head" not in d["launch"]]
+    launched: Counter[str] = Counter()
+    for launch in workers:
+        launched.update(launch)
+    failed = Counter(f["node_type"] for f in view["failed_nodes"])
+    assert launched - failed == Counter({"wa": 1, "wb": 2}), (workers, view["failed_nodes"])
+    assert all("start_ray command 1 exited" in f["failure"] for f in view["failed_nodes"])
+    # The tasks ran on one Ray node, started by Corral as its wa node (RAY_CLOUD_INSTANCE_ID
+    # is the Corral node id; the node's own log says so). It may be gone already: idle since
+    # its tasks ended, while the placement group waited for the wb nodes.
+    [wa_node] = {r["node"] for r in out["results"]}
+    assert "setup on wa (" + wa_node + ")" in system.cli("logs", wa_node).stdout
+    ray_nodes = _ray_nodes(view)
+    assert ray_nodes["head"] == 1 and ray_nodes["wb"] == 2 and ray_nodes["wa"] <= 1, ray_nodes
+
+    # `ray status` on the head (cluster exec) lists the workers (two wb, the head, maybe wa).
+    status = system.cli("cluster", "exec", NAME, "--", "ray", "status")
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.count("node_") >= 3, status.stdout
+
+    # Idle: after the idle timeout (18 s) every worker's machine is terminated, and Ray sees
+    # them gone; the head stays.
+    def workers_gone() -> bool:
+        v = _view(system)
+        return [n["node_type"] for n in v["nodes"]] == ["head"] and _ray_nodes(v) == Counter(
+            {"head": 1}
+        )
+
+    wait_for(workers_gone, 90, "the idle workers to go", system.home / "logs")
+    view = _view(system)
+    terminated = [d for d in view["decisions"] if d["terminate"]]
+    assert sum(len(d["terminate"]) for d in terminated) == 3
+    assert any("idle" in r for d in terminated for r in d["reasons"])
+
+    # Down: Ray is stopped on the head, the machine goes, nothing is left running.
+    down = system.cli("cluster", "down", NAME)
+    assert down.returncode == 0, down.stderr
+
+    def all_gone() -> bool:
+        listed = json.loads(system.cli("cluster", "list", "--json").stdout)["clusters"]
+        return not listed and not _marked_processes(system)
+
+    wait_for(all_gone, 60, "the cluster and every process of it to be gone", system.home / "logs")
+
+
+def test_a_failing_setup_command_fails_its_node_with_the_exit_code_and_is_retried(
+    make_system: Callable[..., System], tmp_path: Path
+) -> None:
+    # No Ray needed: the launcher's steps alone. Ray's launcher marks a node whose setup
+    # command fails "update-failed" and terminates it; the autoscaler launches again (here for
+    # min_workers). Ray: python/ray/tests/test_autoscaler.py, the cases run with
+    # MockProcessRunner(fail_cmds=...) (testScaleUpFailure-style update failures).
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text(LOCAL_CLOUD)
+    system = make_system(cloud)
+    system.start_api()
+    for role in ("schedule", "provision"):
+        system.start_worker(role)
+    system.start_worker("autoscale")
+    system.start_beat()
+    cluster = {
+        "cluster_name": NAME,
+        "provider": {"type": "local"},
+        "head_node_type": "head",
+        "available_node_types": {
+            "head": {"node_config": {"InstanceType": "cpu-2"}, "resources": {"CPU": 0}},
+            "bad": {
+                "node_config": {"InstanceType": "cpu-2"},
+                "resources": {"CPU": 1},
+                "min_workers": 1,
+                "max_workers": 1,
+                "worker_setup_commands": ["echo before-the-failure", "exit 3"],
+            },
+        },
+    }
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    up = system.cli("cluster", "up", str(path))
+    assert up.returncode == 0, up.stderr
+
+    def failed_twice() -> bool:
+        return len(_view(system)["failed_nodes"]) >= 2  # failed, launched again, failed again
+
+    wait_for(failed_twice, 90, "the bad node to fail twice", system.home / "logs")
+    view = _view(system)
+    failed_ids = {f["id"] for f in view["failed_nodes"]}
+    for f in view["failed_nodes"]:
+        assert f["node_type"] == "bad"
+        assert f["failure"] == "setup command 2 exited 3: exit 3"
+    # A failed node is no capacity: not among the cluster's nodes, not in its count.
+    assert not failed_ids & {n["id"] for n in view["nodes"]}
+    assert view["by_type"].get("bad", 0) <= 1
+    shown = system.cli("cluster", "status", NAME)
+    assert "setup command 2 exited 3: exit 3" in shown.stdout, shown.stdout
+    # The node's own log, through `corral logs`, has each command's output and the failure.
+    logs = system.cli("logs", sorted(failed_ids)[0])
+    assert "before-the-failure" in logs.stdout
+    assert "[corral-launcher] FAILED setup command 2 exited 3" in logs.stdout
+    down = system.cli("cluster", "down", NAME)
+    assert down.returncode == 0, down.stderr
