@@ -53,7 +53,7 @@ class ExecBook:
             raw = self.r.lpop(exec_queue_key(self.prefix, node))
             if raw is None:
                 break
-            item = json.loads(raw)
+            item = json.loads(str(raw if not isinstance(raw, bytes) else raw.decode()))
             self.r.hset(exec_key(self.prefix, item["id"]), "state", "running")
             taken.append(item)
         return taken

@@ -63,6 +63,9 @@ class RedisLink:
         self.state = state
         self.rec = rec
         self.prefix = prefix
+        # The agent's own client (resp.MiniRedis, typed as redis-py's for CloudState): its
+        # generic command call for the few commands CloudState does not wrap.
+        self._r: Any = state.r
 
     def heartbeat(
         self,
@@ -116,11 +119,11 @@ class RedisLink:
         taken = []
         try:
             for _ in range(8):
-                raw = self.state.r.execute("LPOP", exec_queue_key(self.prefix, self.rec.id))
+                raw = self._r.execute("LPOP", exec_queue_key(self.prefix, self.rec.id))
                 if raw is None:
                     break
                 item = json.loads(raw)
-                self.state.r.execute("HSET", exec_key(self.prefix, item["id"]), "state", "running")
+                self._r.execute("HSET", exec_key(self.prefix, item["id"]), "state", "running")
                 taken.append(item)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
@@ -129,20 +132,20 @@ class RedisLink:
     def exec_output(self, exec_id: str, data: bytes) -> None:
         key = exec_key(self.prefix, exec_id)
         try:
-            held = int(self.state.r.execute("HGET", key, "bytes") or 0)
+            held = int(self._r.execute("HGET", key, "bytes") or 0)
             if held >= MAX_OUTPUT_BYTES:
                 return
             piece = data[: MAX_OUTPUT_BYTES - held].decode("utf-8", errors="replace")
-            self.state.r.execute("RPUSH", exec_output_key(self.prefix, exec_id), piece)
-            self.state.r.execute("HINCRBY", key, "bytes", len(piece.encode()))
-            self.state.r.execute("EXPIRE", exec_output_key(self.prefix, exec_id), EXEC_TTL_S)
+            self._r.execute("RPUSH", exec_output_key(self.prefix, exec_id), piece)
+            self._r.execute("HINCRBY", key, "bytes", len(piece.encode()))
+            self._r.execute("EXPIRE", exec_output_key(self.prefix, exec_id), EXEC_TTL_S)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
     def exec_done(self, exec_id: str, exit_code: int) -> None:
         key = exec_key(self.prefix, exec_id)
         try:
-            self.state.r.execute("HSET", key, "state", "done", "exit_code", str(exit_code))
+            self._r.execute("HSET", key, "state", "done", "exit_code", str(exit_code))
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
