@@ -113,6 +113,14 @@ class Settings(BaseSettings):
     # Clouds launches may use (each also needs its credentials from the SDK's usual chain).
     clouds: list[str] = Field(default_factory=lambda: ["local", *CATALOG_CLOUDS])
     aws_endpoint_url: str | None = None  # None: real AWS; tests point it at moto's server
+    # Kubernetes (docs/kubernetes.md): the kubeconfig contexts Corral launches pods in (its
+    # regions; none: the current context, or in-cluster inside a pod), their namespaces (its
+    # zones), the kubeconfig file (None: KUBECONFIG or ~/.kube/config), and how long a launch
+    # waits for the scheduler before an Unschedulable pod counts as no capacity.
+    kubernetes_contexts: list[str] = Field(default_factory=list)
+    kubernetes_namespaces: list[str] = Field(default_factory=lambda: ["default"])
+    kubeconfig: str | None = None
+    kubernetes_schedule_wait_s: float = Field(10.0, gt=0, le=600)
     # The image a launch naming none boots: an AMI id or an SSM parameter (ssm:/path). None:
     # Canonical's Ubuntu 22.04, and AWS's Deep Learning Base GPU AMI for GPU launches.
     aws_default_image_id: str | None = None
@@ -202,6 +210,14 @@ def gcp_credentials_hint() -> bool:
     adc = Path.home() / ".config" / "gcloud" / "application_default_credentials.json"
     explicit = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
     return bool(explicit and Path(explicit).is_file()) or adc.is_file()
+
+
+def kubernetes_credentials_hint() -> bool:
+    """A kubeconfig file where the client looks for one, or a service account in a pod."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    paths = (os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")).split(":")
+    return any(p and Path(p).is_file() for p in paths)
 
 
 @lru_cache(maxsize=1)

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.services.providers.base import Provider
-from corral.services.settings import Settings, aws_credentials_hint, gcp_credentials_hint
+from corral.services.settings import (
+    Settings,
+    aws_credentials_hint,
+    gcp_credentials_hint,
+    kubernetes_credentials_hint,
+)
 from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.liveness import outage_gap_s
 
@@ -121,9 +126,27 @@ CLOUDS: dict[str, Cloud] = {
 assert set(CLOUDS) == set(PROVIDER_CLOUDS), "every shipped provider cloud needs an entry"
 
 
+def _kubernetes(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
+    from corral.services.providers.kubernetes.provider import KubernetesProvider
+
+    return KubernetesProvider(
+        contexts=settings.kubernetes_contexts or None,
+        namespaces=settings.kubernetes_namespaces,
+        kubeconfig=settings.kubeconfig,
+        schedule_wait_s=settings.kubernetes_schedule_wait_s,
+        nodes=_node_agents(settings, "kubernetes"),
+        log_book=_node_book(settings),
+    )
+
+
 def register_cloud(name: str, cloud: Cloud) -> None:
     """Make ``name`` a cloud Corral launches on (a cloud's package calls this once)."""
     CLOUDS[name] = cloud
+
+
+# Kubernetes ships as a registered cloud (no catalog: its offerings are its nodes, listed live;
+# its launches go to the plain provision queue). CORRAL_CLOUDS turns it on.
+register_cloud("kubernetes", Cloud(_kubernetes, kubernetes_credentials_hint))
 
 
 def registered_clouds() -> tuple[str, ...]:

@@ -150,7 +150,7 @@ def test_throttling_is_retried_in_place(kube: FakeKube, provider: KubernetesProv
 
 
 def test_offerings_are_listed_live_from_the_nodes(provider: KubernetesProvider) -> None:
-    shapes = {(o.instance_type, o.accelerator, o.nodes) for o in provider.offerings(CONTEXT)}
+    shapes = {(o.instance_type, o.accelerator, o.nodes) for o in provider.offerings_of(CONTEXT)}
     assert shapes == {("8CPU--32GB", None, 1), ("16CPU--64GB--T4:1", "T4", 1)}
     assert provider.regions() == (CONTEXT,) and provider.zones(CONTEXT) == ("default",)
     assert provider.has_credentials()

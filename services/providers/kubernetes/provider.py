@@ -37,6 +37,7 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
     check_env_names,
+    zones_from,
 )
 from corral.services.providers.kubernetes.pods import (
     ACCELERATOR_LABELS,
@@ -53,7 +54,8 @@ from corral.services.providers.kubernetes.pods import (
     quantity,
     shape_name,
 )
-from corral.services.providers.nodes import NodeAgents
+from corral.services.providers.nodes import NodeAgents, read_node_log, read_node_log_since
+from corral.shared.catalog.offering import Offering as CatalogOffering
 from corral.shared.errors import (
     AuthError,
     CapacityError,
@@ -101,6 +103,7 @@ class KubernetesProvider:
         schedule_wait_s: float = 10.0,
         throttle_retries: int = 3,
         nodes: NodeAgents | None = None,
+        log_book: Any = None,
     ) -> None:
         """``contexts``: the kubeconfig contexts Corral launches in (None: the current one, or
         ``in-cluster`` inside a pod). ``schedule_wait_s``: how long a launch waits for the
@@ -113,6 +116,7 @@ class KubernetesProvider:
         self.throttle_retries = throttle_retries
         self.nodes = nodes
         self.node_work = nodes
+        self.log_book = log_book  # what the pods' agents shipped of their output
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}
 
@@ -183,7 +187,7 @@ class KubernetesProvider:
         raise AssertionError("unreachable")
 
     # --- what it has --------------------------------------------------------------------------
-    def offerings(self, context: str) -> list[Offering]:
+    def offerings_of(self, context: str) -> list[Offering]:
         """The node shapes of a context, read from its nodes' allocatable resources and labels."""
         nodes = self._call(context, "list_node").get("items", [])
         shapes: dict[str, Offering] = {}
@@ -207,6 +211,60 @@ class KubernetesProvider:
                 context, itype, cpus, memory, accelerator if count else None, count, n, selector
             )
         return sorted(shapes.values(), key=lambda o: (o.accelerator_count, o.cpus, o.memory_gib))
+
+    # --- the port: what the planner and the logs read ---------------------------------------
+    def offerings(self) -> Sequence[CatalogOffering]:
+        return self.catalog_offerings()
+
+    def catalog_offerings(self) -> Sequence[CatalogOffering]:
+        """Every node shape of every context, once per namespace (Corral's zones), priced 0:
+        the cluster is already paid for, so the planner tries it first."""
+        out: list[CatalogOffering] = []
+        for context in self.contexts():
+            try:
+                shapes = self.offerings_of(context)
+            except ProviderError as exc:
+                log.warning("kubernetes context %s: nodes not listed: %s", context, exc)
+                continue
+            for shape in shapes:
+                for namespace in self.namespaces:
+                    out.append(
+                        CatalogOffering(
+                            cloud=self.name,
+                            instance_type=shape.instance_type,
+                            accelerator=shape.accelerator,
+                            accelerator_count=shape.accelerator_count,
+                            vcpus=shape.cpus,
+                            memory_gib=shape.memory_gib,
+                            price_usd_per_hour=0.0,
+                            spot_price_usd_per_hour=None,
+                            region=context,
+                            zone=namespace,
+                        )
+                    )
+        return out
+
+    def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
+        return zones_from(self.catalog_offerings(), instance_type)
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """What the pod's node agent shipped to the node book."""
+        if self.log_book is None:
+            return b""
+        return read_node_log(
+            self.log_book, self.name, provider_id, attempt_id, node_index, tail_bytes
+        )
+
+    def read_log_since(
+        self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
+    ) -> tuple[int, bytes]:
+        if self.log_book is None:
+            return offset, b""
+        return read_node_log_since(
+            self.log_book, self.name, provider_id, attempt_id, node_index, offset
+        )
 
     # --- launch -------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
@@ -262,7 +320,7 @@ class KubernetesProvider:
     def _selector(self, context: str, spec: LaunchSpec) -> dict[str, str] | None:
         """The node label of the accelerator the launch asks for, as the nodes spell it."""
         wanted = next(iter(spec.accelerators))
-        for offer in self.offerings(context):
+        for offer in self.offerings_of(context):
             if offer.accelerator == wanted and offer.selector:
                 return offer.selector
         return None
