@@ -102,6 +102,35 @@ def read_node_log_since(
     return book.log_since(node, offset) if node is not None else (offset, b"")
 
 
+class NodeBookLogs:
+    """The port's log reads for a cloud whose machines' agents ship their output to the node
+    book (AWS, Google Cloud, Kubernetes): a provider class inherits these; it sets ``name``
+    and ``log_book`` (None: no Redis here, so no output)."""
+
+    name: str
+    log_book: NodeBook | None
+
+    def read_log(
+        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
+    ) -> bytes:
+        """What the machine's node agent shipped, the last ``tail_bytes``."""
+        if self.log_book is None:
+            return b""
+        return read_node_log(
+            self.log_book, self.name, provider_id, attempt_id, node_index, tail_bytes
+        )
+
+    def read_log_since(
+        self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
+    ) -> tuple[int, bytes]:
+        """What the machine's node agent shipped from byte ``offset`` on."""
+        if self.log_book is None:
+            return offset, b""
+        return read_node_log_since(
+            self.log_book, self.name, provider_id, attempt_id, node_index, offset
+        )
+
+
 class NodeAgents:
     """Boot scripts and the agents' view of machines, for one cloud."""
 

@@ -46,7 +46,7 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
 )
-from corral.services.providers.nodes import NodeAgents, read_node_log, read_node_log_since
+from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.services.state.nodes import NodeBook
 from corral.shared.errors import (
     AuthError,
@@ -85,7 +85,7 @@ ENDED = ("terminating", "terminated")
 REMEMBERED_ATTEMPTS = 10_000  # attempts whose region this process remembers
 
 
-class AwsProvider(CatalogOfferings):
+class AwsProvider(CatalogOfferings, NodeBookLogs):
     """The ``aws`` cloud. Thread-safe: launches run in a worker thread next to describes."""
 
     name = "aws"
@@ -179,26 +179,6 @@ class AwsProvider(CatalogOfferings):
         with self._lock:
             touched = tuple(self._attempt_regions.values())
         return tuple(dict.fromkeys((*base, *touched)))
-
-    def read_log(
-        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
-    ) -> bytes:
-        """What the machine's node agent shipped to the node book."""
-        if self.log_book is None:
-            return b""
-        return read_node_log(
-            self.log_book, self.name, provider_id, attempt_id, node_index, tail_bytes
-        )
-
-    def read_log_since(
-        self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
-    ) -> tuple[int, bytes]:
-        """What the machine's node agent shipped from byte ``offset`` on."""
-        if self.log_book is None:
-            return offset, b""
-        return read_node_log_since(
-            self.log_book, self.name, provider_id, attempt_id, node_index, offset
-        )
 
     def has_credentials(self) -> bool:
         """Whether boto3's chain finds credentials (remembered for ``credentials_ttl_s``: the

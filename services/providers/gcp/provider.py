@@ -45,7 +45,7 @@ from corral.services.providers.gcp.instance_body import (
     label_filter,
     nodes_of,
 )
-from corral.services.providers.nodes import NodeAgents, read_node_log, read_node_log_since
+from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.services.state.nodes import NodeBook
 from corral.shared.errors import (
     AuthError,
@@ -90,7 +90,7 @@ class _Api:
     firewalls: compute_v1.FirewallsClient
 
 
-class GcpProvider(CatalogOfferings):
+class GcpProvider(CatalogOfferings, NodeBookLogs):
     """Google Compute Engine. Thread-safe; clients are built on first use."""
 
     name = "gcp"
@@ -147,25 +147,6 @@ class GcpProvider(CatalogOfferings):
         )
 
     # --- credentials -----------------------------------------------------------------------
-    def read_log(
-        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
-    ) -> bytes:
-        """What the machine's node agent shipped to the node book."""
-        if self.log_book is None:
-            return b""
-        return read_node_log(
-            self.log_book, self.name, provider_id, attempt_id, node_index, tail_bytes
-        )
-
-    def read_log_since(
-        self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
-    ) -> tuple[int, bytes]:
-        """What the machine's node agent shipped from byte ``offset`` on."""
-        if self.log_book is None:
-            return offset, b""
-        return read_node_log_since(
-            self.log_book, self.name, provider_id, attempt_id, node_index, offset
-        )
 
     def has_credentials(self) -> bool:
         """Whether credentials and a project were found (the SDK's usual chain)."""

@@ -54,7 +54,7 @@ from corral.services.providers.kubernetes.pods import (
     quantity,
     shape_name,
 )
-from corral.services.providers.nodes import NodeAgents, read_node_log, read_node_log_since
+from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.shared.catalog.offering import Offering as CatalogOffering
 from corral.shared.errors import (
     AuthError,
@@ -86,7 +86,7 @@ class Offering:
     selector: dict[str, str] | None  # the node label that names its GPU kind
 
 
-class KubernetesProvider:
+class KubernetesProvider(NodeBookLogs):
     """Pods on one or more kubeconfig contexts. Thread-safe; clients built on first use."""
 
     name = "kubernetes"
@@ -246,25 +246,6 @@ class KubernetesProvider:
 
     def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
         return zones_from(self.catalog_offerings(), instance_type)
-
-    def read_log(
-        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
-    ) -> bytes:
-        """What the pod's node agent shipped to the node book."""
-        if self.log_book is None:
-            return b""
-        return read_node_log(
-            self.log_book, self.name, provider_id, attempt_id, node_index, tail_bytes
-        )
-
-    def read_log_since(
-        self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
-    ) -> tuple[int, bytes]:
-        if self.log_book is None:
-            return offset, b""
-        return read_node_log_since(
-            self.log_book, self.name, provider_id, attempt_id, node_index, offset
-        )
 
     # --- launch -------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
