@@ -380,6 +380,10 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/requests/{request_id}": {"get"},
         "/v1/requests/{request_id}/events": {"get"},
         "/v1/requests/{request_id}/logs": {"get"},
+        "/v1/requests/{request_id}/logs/since": {"get"},
+        "/v1/requests/{request_id}/exec": {"post"},
+        "/v1/execs/{exec_id}": {"get"},
+        "/v1/bundles/{sha256}": {"head", "put"},
         "/v1/requests/{request_id}/cancel": {"post"},
         "/v1/requests/{request_id}/terminate": {"post"},
         "/v1/instances": {"get"},
@@ -400,6 +404,10 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/node/notice": {"post"},
         "/v1/node/logs": {"post"},
         "/v1/node/agent.whl": {"get"},
+        "/v1/node/bundle": {"get"},
+        "/v1/node/execs": {"get"},
+        "/v1/node/execs/{exec_id}/output": {"post"},
+        "/v1/node/execs/{exec_id}/done": {"post"},
     }
     assert {path: set(ops) for path, ops in spec["paths"].items()} == expected
     assert "RequestView" in spec["components"]["schemas"]

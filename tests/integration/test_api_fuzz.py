@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 
 from corral.services.api import create_app
+from corral.services.api.bundles import BUNDLES_PATH
 from corral.services.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -87,6 +88,8 @@ def _write_routes() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(("method", "path"), _write_routes())
 def test_oversize_bodies_are_refused(client: TestClient, method: str, path: str) -> None:
+    if path.startswith(BUNDLES_PATH):
+        pytest.skip("a bundle's ceiling is CORRAL_BUNDLE_MAX_BYTES: test_a_bundle_over_its_cap")
     big = b"x" * (MAX_BODY + 1)
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     announced = client.request(method, path, content=big, headers=headers)
@@ -98,6 +101,27 @@ def test_oversize_bodies_are_refused(client: TestClient, method: str, path: str)
 
     streamed = client.request(method, path, content=chunks(), headers=headers)
     assert streamed.status_code == 413, streamed.text
+
+
+def test_a_bundle_over_its_cap_is_refused_and_one_under_the_api_limit_is_kept(
+    client: TestClient,
+) -> None:
+    """Bundles have a ceiling of their own (CORRAL_BUNDLE_MAX_BYTES, 16 MiB), above the 2 MiB
+    of every other body: a workdir is larger than a task file."""
+    import gzip
+    import hashlib
+
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/gzip"}
+    over = b"x" * (16 * 1024 * 1024 + 1)
+    sha = hashlib.sha256(over).hexdigest()
+    assert client.put(f"/v1/bundles/{sha}", content=over, headers=headers).status_code == 413
+    data = gzip.compress(b"y" * (3 * 1024 * 1024), mtime=0)  # over 2 MiB uncompressed only
+    data += b"\0" * (MAX_BODY + 10 - len(data))  # past the general ceiling, under the bundle's
+    sha = hashlib.sha256(data).hexdigest()
+    kept = client.put(f"/v1/bundles/{sha}", content=data, headers=headers)
+    assert kept.status_code == 201, kept.text
+    wrong = client.put(f"/v1/bundles/{'0' * 64}", content=data, headers=headers)
+    assert wrong.status_code == 422  # the path names another sha256
 
 
 def test_zz_fuzz_summary() -> None:
