@@ -493,8 +493,8 @@ def down(
 def _stop_requests(
     request_ids: list[str], instance_id: str | None, as_json: bool, *, one: bool
 ) -> None:
-    """Terminate each request (or one instance of one), saying what became of each; exit 1
-    when any could not be stopped (the rest are stopped all the same). ``one``: the JSON is
+    """Terminate each request (or one instance of one), saying what became of each; exit 2
+    (2) when any id was unknown (the rest are stopped all the same). ``one``: the JSON is
     that request's view (``terminate ID``), else ``{"requests": [...]}``."""
     from corral.services.client import Conflict, NotFound
 
@@ -525,8 +525,8 @@ def _stop_requests(
             print_json(views[0])
         else:
             print_list("requests", views)
-    if failed:
-        raise typer.Exit(1)
+    if failed:  # an id the API does not know is the input's fault, as for one id
+        raise typer.Exit(EXIT_INPUT)
 
 
 # ---- corral run api ---------------------------------------------------------------------------
