@@ -54,7 +54,7 @@ log = logging.getLogger("corral.client")
 
 URL_FILE = "api-url"
 TOKEN_FILE = "api-token"
-DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_TIMEOUT_S = 30.0  # a fresh API's first submit loads the planner and the catalog
 WAIT_POLL_S = 0.25  # `wait` reads the events endpoint about 4 times a second
 FOLLOW_INTERVAL_S = 1.0  # `follow_logs` reads the output once a second
 

@@ -56,7 +56,9 @@ def test_forty_launches_with_an_8s_boot_run_within_three_boots(tmp_path: Path) -
 
         def submit(i: int) -> str:
             task = {**SERVICE, "name": f"svc-{i}"}
-            resp = httpx.post(f"{url}/v1/requests", json={"task": task}, headers=headers)
+            resp = httpx.post(  # a fresh install's first submits compile and load modules
+                f"{url}/v1/requests", json={"task": task}, headers=headers, timeout=60
+            )
             assert resp.status_code == 201, resp.text
             return str(resp.json()["id"])
 
