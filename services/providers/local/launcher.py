@@ -41,6 +41,7 @@ from corral.services.agent.core import PRIVATE_PREFIXES
 from corral.services.providers.local import agent
 
 COMM_LEN = 15  # the kernel keeps this many bytes of a process's name
+PUBLIC_SETTINGS = frozenset({"CORRAL_HOME"})
 
 
 def address(name: str) -> str:
@@ -96,7 +97,13 @@ def _check_server(conn: socket.socket, name: str) -> None:
 def public_env() -> dict[str, str]:
     """This process's environment without Corral's settings and secrets or cloud credentials
     (what an agent, and the tasks that can read its environment, may see)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_PREFIXES)}
+    # CORRAL_HOME stays: a path, no secret (the folder is 0700), and what names which Corral
+    # installation an agent belongs to (its processes are found and stopped by it).
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(PRIVATE_PREFIXES) or k in PUBLIC_SETTINGS
+    }
 
 
 def start_agent(
