@@ -91,7 +91,9 @@ def test_metrics_move_with_launches(make_system: Callable[..., System]) -> None:
     def settled() -> bool:
         _, now = scrape(worker_url)
         tasks = total(now, "corral_celery_tasks_total", task=dispatch.ATTEMPT, outcome="success")
-        return tasks >= 6 and total(now, "corral_instances_ended_total", state="TERMINATED") >= 1
+        # One attempt task per launch: the A100's failover walks its three zones of one cloud
+        # in the same task (no broker hop per refused zone).
+        return tasks >= 4 and total(now, "corral_instances_ended_total", state="TERMINATED") >= 1
 
     wait_for(settled, 30, "the worker's counts of the tasks and the job's machine")
     w_names, w = scrape(worker_url)
@@ -102,7 +104,7 @@ def test_metrics_move_with_launches(make_system: Callable[..., System]) -> None:
     assert total(w, "corral_failover_depth_count", result="running") == 4
     assert total(w, "corral_failover_depth_sum", result="running") == 2  # the A100's two zones
     assert total(w, "corral_failover_depth_bucket", result="running", le="0.0") == 3
-    assert total(w, "corral_celery_tasks_total", task=dispatch.ATTEMPT, outcome="success") >= 6
+    assert total(w, "corral_celery_tasks_total", task=dispatch.ATTEMPT, outcome="success") >= 4
 
     # The API: state from Redis, as the API itself reports it.
     a_names, a = scrape(f"{api}/metrics")
