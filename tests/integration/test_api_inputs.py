@@ -45,7 +45,10 @@ def client(settings: Settings) -> Iterator[TestClient]:
 
 
 def _stored_keys(settings: Settings) -> int:
-    return int(Deps(settings).redis.dbsize())
+    """Keys in Redis, less the control plane's pulses (the API's own is written by a thread of
+    its own at any moment, nothing a request stored)."""
+    keys = Deps(settings).redis.keys("*")
+    return sum(1 for k in keys if b":outage" not in (k if isinstance(k, bytes) else k.encode()))
 
 
 def test_a_yaml_alias_bomb_is_refused_and_nothing_is_stored(
