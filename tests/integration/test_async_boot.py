@@ -46,7 +46,8 @@ def _one_live_instance_each(rows: list[dict[str, Any]], local: dict[str, dict[st
 
 def test_forty_launches_with_an_8s_boot_run_within_three_boots(tmp_path: Path) -> None:
     """`corral up` as shipped (default timers and worker concurrency): 40 services submitted
-    together on a cloud whose machines take 8 s to boot are all RUNNING within 3 x 8 s."""
+    together on a cloud whose machines take 8 s to boot are all RUNNING well before they could
+    be one after another (the speed target itself is the boots benchmark's)."""
     up = Up(tmp_path / "home", CLOUDS / "boot8.yaml", timers={})
     try:
         url = up.wait_line(r"\[up\] api\s+(http://127\.0\.0\.1:\d+)").group(1)
