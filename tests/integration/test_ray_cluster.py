@@ -86,11 +86,18 @@ ray.get(pg.ready(), timeout=240)
 table = ray.util.placement_group_table(pg)
 nodes = sorted(set(table["bundles_to_node_id"].values()))
 # `ray status` while the group holds the wb nodes (busy, so not reaped as idle meanwhile).
+# The head's monitor refreshes what `ray status` reads every few seconds: a first read may
+# predate the wb nodes, so read again (for up to a minute) until it lists three nodes.
 import os, subprocess
 ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-status = subprocess.run(
-    [ray_cli, "status", "--address", sys.argv[1]], capture_output=True, text=True, timeout=120
-).stdout
+deadline = time.time() + 60
+while True:
+    status = subprocess.run(
+        [ray_cli, "status", "--address", sys.argv[1]], capture_output=True, text=True, timeout=120
+    ).stdout
+    if status.count("node_") >= 3 or time.time() > deadline:
+        break
+    time.sleep(2)
 remove_placement_group(pg)
 print(json.dumps({"results": results, "pg_nodes": nodes, "status": status,
                   "seconds": time.time() - started}))
