@@ -15,7 +15,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RAY_VENV = REPO / "build" / "ray-venv"
-RAY_REQUIREMENT = "ray==2.60.0"  # the version these tests were written against
+# The version these tests were written against, with the dashboard (job submission) packages.
+RAY_REQUIREMENT = "ray[default]==2.60.0"
 
 
 def ray_python() -> tuple[Path | None, str]:
@@ -26,7 +27,7 @@ def ray_python() -> tuple[Path | None, str]:
     RAY_VENV.parent.mkdir(parents=True, exist_ok=True)
     with open(RAY_VENV.parent / "ray-venv.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        check = [str(python), "-c", "import ray"]
+        check = [str(python), "-c", "import ray, aiohttp, ray.dashboard"]  # Ray and its dashboard
         if (
             python.exists()
             and subprocess.run(check, capture_output=True, timeout=300).returncode == 0

@@ -6,7 +6,7 @@ cluster's standing demand, set with ``demand NAME FILE`` (it replaces the last o
 file clears it), and, on a Ray cluster, the demand its head's GCS reports. ``down NAME``
 terminates every node (Ray stopped first) and forgets the cluster. ``up`` packs the file's
 ``file_mounts`` here; ``status`` shows failed launcher steps and the head's Ray addresses;
-``exec NAME -- CMD`` runs a command against the head (local-cloud clusters).
+``exec NAME -- CMD`` runs a command on the head (or ``--node``) through its agent.
 
 Files are checked here first, so a mistake is ``FILE:LINE: field: message`` and exit 2 even
 without a running API. Like every command group, this module imports only typer and output.py
@@ -15,6 +15,7 @@ at start-up; the client and the config models load when a command runs.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -216,32 +217,33 @@ def exec_(
 ) -> None:
     """Run a command on the cluster's head (or --node), as `ray exec` does: after `--`.
 
-    On the local cloud the node is this host: the command runs here with the node's Ray
-    variables (RAY_ADDRESS: the head's GCS, RAY_HEAD_IP). Its exit code is the command's."""
+    The node's agent runs it (on any cloud) with the node's Ray variables set (RAY_ADDRESS:
+    the head's GCS, RAY_HEAD_IP); its output streams back and its exit code is this
+    command's."""
     import shlex
-    import subprocess
 
     command = list(ctx.args)
     if not command:
         fail("expected a command after --: corral cluster exec NAME -- CMD", EXIT_INPUT, False)
     with api_client(False) as client:
         view = client.cluster(name).document()
-    if str(view.get("cloud")) != "local":
-        fail(
-            f"cluster {name} runs on {view.get('cloud')}: exec reaches local-cloud nodes only "
-            "for now",
-            EXIT_INPUT,
-            False,
-        )
-    nodes = [n for n in view["nodes"] if n["state"] == "RUNNING"]
-    chosen = [n for n in nodes if (n["id"] == node if node else n.get("kind") == "head")]
-    if not chosen:
-        fail(f"cluster {name}: no running node {node or 'head'}", 1, False)
-    env = {"CORRAL_CLUSTER": name, "CORRAL_NODE": chosen[0]["id"]}
-    ray = view.get("ray") or {}
-    if ray.get("gcs_address"):
-        env["RAY_ADDRESS"] = ray["gcs_address"]
-        env["RAY_HEAD_IP"] = ray["gcs_address"].rsplit(":", 1)[0]
-    exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items()))
-    shell = " ".join(command) if len(command) > 1 else command[0]
-    raise typer.Exit(subprocess.run(["bash", "-c", exports + shell], check=False).returncode)
+        nodes = [n for n in view["nodes"] if n["state"] == "RUNNING"]
+        chosen = [n for n in nodes if (n["id"] == node if node else n.get("kind") == "head")]
+        if not chosen:
+            running = ", ".join(f"{n['id']} ({n.get('node_type')})" for n in nodes) or "none"
+            fail(f"cluster {name}: no running node {node or 'head'} (running: {running})", 1, False)
+        env = {"CORRAL_CLUSTER": name, "CORRAL_NODE": chosen[0]["id"]}
+        ray = view.get("ray") or {}
+        if ray.get("gcs_address"):
+            env["RAY_ADDRESS"] = ray["gcs_address"]
+            env["RAY_HEAD_IP"] = ray["gcs_address"].rsplit(":", 1)[0]
+        exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items()))
+        text = command[0] if len(command) == 1 else shlex.join(command)
+        code = 1
+        for piece in client.exec(chosen[0]["id"], exports + text):
+            if isinstance(piece, int):
+                code = piece
+            else:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+    raise typer.Exit(code)

@@ -103,7 +103,9 @@ def summary(report: RayReport | None) -> dict[str, Any] | None:
     if report is None:
         return None
     dashboard = report.dashboard
-    if dashboard.startswith(("127.0.0.1:", "localhost:", "0.0.0.0:")) and report.head_ip:
+    # Bound to every interface: reachable at the head's address. Bound to loopback (Ray's
+    # default) it answers on the head only, so it is shown as it is.
+    if dashboard.startswith(("0.0.0.0:", "[::]:")) and report.head_ip:
         dashboard = f"{report.head_ip}:{dashboard.rsplit(':', 1)[1]}"
     return {
         "gcs_address": f"{report.head_ip}:{report.gcs_address.rsplit(':', 1)[-1]}"

@@ -373,5 +373,57 @@ def test_a_failing_setup_command_fails_its_node_with_the_exit_code_and_is_retrie
     logs = system.cli("logs", sorted(failed_ids)[0])
     assert "before-the-failure" in logs.stdout
     assert "[corral-launcher] FAILED setup command 2 exited 3" in logs.stdout
+    # `cluster exec` runs through the head's agent (as on a cloud node): output and exit code.
+    ran = system.cli("cluster", "exec", NAME, "--", "echo on-$CORRAL_CLUSTER; exit 5")
+    assert ran.returncode == 5 and ran.stdout.strip() == f"on-{NAME}", (ran.stdout, ran.stderr)
+    missing = system.cli("cluster", "exec", NAME, "--node", "nope", "--", "true")
+    assert missing.returncode == 1 and "no running node nope" in missing.stderr, missing.stderr
     down = system.cli("cluster", "down", NAME)
     assert down.returncode == 0, down.stderr
+
+
+@pytest.mark.timeout(300)
+def test_ray_job_submit_reaches_the_heads_dashboard_that_cluster_status_names(
+    make_system: Callable[..., System], tmp_path: Path, ray_bin: Path, no_leftovers: Any
+) -> None:
+    """Issue: "the head's dashboard / job-submission address in `cluster status` so `ray job
+    submit` works". A head-only cluster with the dashboard on; `ray job submit` to the address
+    `cluster status --json` gives runs the entrypoint on the head and prints its output."""
+    port, dash_port = free_port(), free_port()
+    system = _system(make_system, tmp_path, ray_bin)
+    no_leftovers.append(system)
+    path = _cluster_file(tmp_path, port, dash_port, max_workers=0)
+    data = yaml.safe_load(path.read_text())
+    data["head_start_ray_commands"] = [
+        c.replace(
+            "--include-dashboard=false", "--include-dashboard=true --dashboard-host=127.0.0.1"
+        )
+        for c in data["head_start_ray_commands"]
+    ]
+    path.write_text(yaml.safe_dump(data))
+    assert system.cli("cluster", "up", str(path)).returncode == 0
+
+    def dashboard() -> str | None:
+        return (_view(system).get("ray") or {}).get("dashboard")
+
+    wait_for(dashboard, 150, "the head to report its dashboard", system.home / "logs")
+    address = dashboard()
+    assert address == f"http://127.0.0.1:{dash_port}", address
+    job = subprocess.run(
+        [
+            str(ray_bin / "ray"),
+            "job",
+            "submit",
+            "--address",
+            str(address),
+            "--",
+            "python",
+            "-c",
+            "print('job-ran-on-the-head')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert job.returncode == 0 and "job-ran-on-the-head" in job.stdout, (job.stdout, job.stderr)
+    assert system.cli("cluster", "down", NAME).returncode == 0
