@@ -368,3 +368,59 @@ def test_aws_an_api_outage_loses_no_machine_and_jobs_end_by_their_exit_codes(
         assert "LOST" not in _instances_of(system, rid).values(), seen
         assert len(aws_scripts(moto, **{"corral-request": rid})) == 1  # nothing launched again
     assert system.request(svc)["state"] == "RUNNING"
+
+
+def test_aws_a_ray_cluster_nodes_run_the_launcher_steps_and_cluster_exec_reaches_them(
+    aws: tuple[System, FaultyMoto], vms: Callable[[str], Vm], tmp_path: Path
+) -> None:
+    """Issue 22 on a cloud machine: a Ray cluster file with `provider: aws` (the launcher's
+    steps only, no Ray on the played VM): the head's agent gets the file mounts through the API,
+    runs setup and start commands in Ray's order with Ray's variables, and `cluster exec`
+    reaches it through the agent, with the command's exit code."""
+    import yaml
+
+    system, moto = aws
+    system.start_worker("autoscale")
+    data = tmp_path / "data.txt"
+    data.write_text("mounted-on-the-cloud-head\n")
+    cluster = {
+        "cluster_name": "aws-lab",
+        "provider": {"type": "aws", "region": "us-east-1"},
+        "head_node_type": "head",
+        "available_node_types": {
+            "head": {"node_config": {"InstanceType": "m5.large"}, "resources": {"CPU": 0}},
+        },
+        "file_mounts": {"~/mounted/data.txt": str(data)},
+        "initialization_commands": ["echo init-first"],
+        "setup_commands": ['echo "setup on $RAY_NODE_TYPE_NAME"'],
+        "head_start_ray_commands": ['echo "ray would start on the head ($RAY_CLOUD_INSTANCE_ID)"'],
+    }
+    path = tmp_path / "aws-lab.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    up = system.cli("cluster", "up", str(path))
+    assert up.returncode == 0, up.stderr
+
+    def head_id() -> str | None:
+        view = json.loads(system.cli("cluster", "status", "aws-lab", "--json").stdout)
+        return next((n["id"] for n in view["nodes"] if n["node_type"] == "head"), None)
+
+    wait_for(head_id, 60, "the head to be launched", system.home / "logs")
+    head = str(head_id())
+    script = aws_script(moto, head)
+    _no_secrets(script, system)
+    vm = vms(script)
+    system.wait_state(head, {"RUNNING"}, 90)
+    ran = system.cli("cluster", "exec", "aws-lab", "--", "cat ~/mounted/data.txt; exit 4")
+    assert ran.returncode == 4, (ran.stdout, ran.stderr, vm.log())
+    assert ran.stdout == "mounted-on-the-cloud-head\n"
+    log = system.cli("logs", head).stdout
+    order = ["init-first", "setup on head", f"ray would start on the head ({head})"]
+    assert all(step in log for step in order), log
+    assert [log.index(step) for step in order] == sorted(log.index(step) for step in order)
+    [vm_id] = [i["provider_id"] for i in system.request(head)["instances"] if i["provider_id"]]
+    assert system.cli("cluster", "down", "aws-lab").returncode == 0
+    wait_for(
+        lambda: ec2_state(moto.url, vm_id) in {"shutting-down", "terminated"},
+        60,
+        "the head's VM to be terminated",
+    )
