@@ -87,10 +87,16 @@ def schedule(
 def queue(state: PoolState) -> list[Workload]:
     """Pending workloads in the order they are considered (see the module docstring)."""
 
+    best_of: dict[tuple[int, tuple[str, ...]], int] = {}  # (labels, group order) -> best
+
     def key(workload: Workload) -> tuple[int, int, float, str]:
-        best = max(
-            (state.access(b, workload).priority for b in state.books_for(workload)), default=0
-        )
+        kind = (state.label_id(workload), workload.group_order)
+        best = best_of.get(kind)
+        if best is None:
+            best = best_of[kind] = max(
+                (state.access(b, workload).priority for b in state.books_for(workload)),
+                default=0,
+            )
         return (-best, -workload.priority, workload.submitted_at, workload.workload_id)
 
     return sorted((w for w in state.workloads.values() if w.phase == "pending"), key=key)

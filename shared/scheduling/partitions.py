@@ -72,10 +72,12 @@ class Book:
     reserved: dict[str, int] = field(default_factory=dict)  # workload id -> machines held for it
     reserved_total: int = 0
     reserved_rule: dict[str, int | None] = field(default_factory=dict)  # its owner's rule
+    key: BookKey = ("", "")  # (machine type, partition), set from the two at construction
+    # The rule decision per set of labels (see PoolState.label_id), filled as the pass asks.
+    access_by_labels: dict[int, Access] = field(default_factory=dict)
 
-    @property
-    def key(self) -> BookKey:
-        return (self.machine_type, self.name)
+    def __post_init__(self) -> None:
+        self.key = (self.machine_type, self.name)
 
     @property
     def label(self) -> str:
@@ -158,9 +160,13 @@ class PoolState:
         self.stopping: set[str] = {
             w.workload_id for w in snapshot.workloads if w.phase == "stopping"
         }
-        self._access_cache: dict[tuple[BookKey, LabelsKey], Access] = {}
         self._holds: dict[str, set[BookKey]] = defaultdict(set)  # workload id -> held partitions
-        self._labels: dict[str, LabelsKey] = {}
+        # Workloads' labels as small ids: rule decisions are cached per partition and label id
+        # (hashing an int, not a tuple of label pairs, on every look).
+        self._label_ids: dict[LabelsKey, int] = {}
+        self._label_keys: list[LabelsKey] = []
+        self._label_of: dict[str, int] = {}  # workload id -> label id
+        self._books_by_order: dict[tuple[str, ...], list[Book]] = {}
         # (partition, now, min_runtime_s) -> its running preemptible holders, run long enough
         # (in victim order) and too young: filled by :mod:`.preemption`, the same all pass.
         self.holders_by_age: dict[
@@ -203,14 +209,24 @@ class PoolState:
             self.reserve(book, owner, reservation.count)
 
     # ----------------------------------------------------------------- rules and room
+    def label_id(self, workload: Workload) -> int:
+        """A small id for the workload's labels: equal labels, equal ids (within the pass)."""
+        lid = self._label_of.get(workload.workload_id)
+        if lid is None:
+            key = labels_key(workload)
+            lid = self._label_ids.get(key)
+            if lid is None:
+                lid = self._label_ids[key] = len(self._label_keys)
+                self._label_keys.append(key)
+            self._label_of[workload.workload_id] = lid
+        return lid
+
     def access(self, book: Book, workload: Workload) -> Access:
         """The rule decision for this workload in this partition (cached by labels)."""
-        key = self._labels.get(workload.workload_id)
-        if key is None:
-            key = self._labels[workload.workload_id] = labels_key(workload)
-        cached = self._access_cache.get((book.key, key))
+        lid = self.label_id(workload)
+        cached = book.access_by_labels.get(lid)
         if cached is None:
-            cached = self._access_cache[(book.key, key)] = access_for(book, dict(key))
+            cached = book.access_by_labels[lid] = access_for(book, dict(self._label_keys[lid]))
         return cached
 
     def holders(self, book: Book) -> list[Workload]:
@@ -219,10 +235,15 @@ class PoolState:
         return [w for w in known if w is not None]
 
     def books_for(self, workload: Workload) -> list[Book]:
-        """The partitions of its machine types, in its group order (then file order)."""
-        out: list[Book] = []
-        for machine_type in dict.fromkeys(workload.group_order):
-            out.extend(self.books_of_type.get(machine_type, ()))
+        """The partitions of its machine types, in its group order (then file order); one
+        list per group order, shared: callers read it, never change it."""
+        out = self._books_by_order.get(workload.group_order)
+        if out is None:
+            out = self._books_by_order[workload.group_order] = [
+                book
+                for machine_type in dict.fromkeys(workload.group_order)
+                for book in self.books_of_type.get(machine_type, ())
+            ]
         return out
 
     def room(self, book: Book, workload: Workload, freed: Freed | None = None) -> int:
