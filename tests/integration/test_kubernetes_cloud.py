@@ -126,3 +126,31 @@ def test_a_gpu_job_no_node_can_hold_fails_over_to_the_next_cloud(
     assert done["state"] in ("RUNNING", "SUCCEEDED"), done
     assert done["instances"][-1]["cloud"] == "local"
     assert _live_pods(kube, rid) == []
+
+
+def test_a_quota_refusal_blocks_the_namespace_and_the_chain_moves_on(
+    kube: FakeKube, system: System
+) -> None:
+    """A ResourceQuota the pod would exceed: the API server's 403 "exceeded quota" is a quota
+    error, the namespace's scope is blocked (a second request does not try it while the block
+    lasts) and both requests run on the local cloud, the next candidate."""
+    kube.quotas[("default", "cpu")] = {"spec": {"hard": {"requests.cpu": "1"}}}
+    anywhere = {"resources": {"cpus": 2}}  # the cluster (priced 0) first, then the local cloud
+    first = system.submit({**anywhere, "name": "over-quota", "run": "sleep 30"})
+    done = system.wait_state(first, {"RUNNING", "SUCCEEDED", "FAILED"}, 120)
+    tried = done["attempts"][0]
+    assert tried["cloud"] == "kubernetes" and tried["outcome"] == "quota", done["attempts"]
+    assert "exceeded quota: cpu" in (tried["error"] or "")
+    assert done["state"] == "RUNNING" and done["instances"][-1]["cloud"] == "local", (
+        done["error"],
+        done["attempts"],
+    )
+    second = system.submit({**anywhere, "name": "after-the-block", "run": "sleep 30"})
+    done = system.wait_state(second, {"RUNNING", "SUCCEEDED", "FAILED"}, 120)
+    assert done["state"] == "RUNNING" and done["instances"][-1]["cloud"] == "local", done
+    assert [a["cloud"] for a in done["attempts"] if a["outcome"] not in (None, "ok")] == [] or all(
+        a["outcome"] == "blocked" for a in done["attempts"] if a["cloud"] == "kubernetes"
+    ), done["attempts"]
+    assert kube.pods == {}
+    for rid in (first, second):
+        assert system.cli("terminate", rid).returncode == 0
