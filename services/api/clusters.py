@@ -26,6 +26,7 @@ from corral.shared.configio import ConfigError, Document, parse_text
 router = APIRouter()
 
 CLOUDS = PROVIDER_CLOUDS
+KUBERNETES = "kubernetes"  # a registered cloud: a Ray file for it runs as pods
 
 
 class ClusterBody(BaseModel):
@@ -78,7 +79,9 @@ def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
     check_problems(cluster, doc)
     cloud = (body.cloud or cluster.provider.type).lower()
     written_for = cluster.provider.type.lower()
-    if cloud not in CLOUDS:
+    if cloud == KUBERNETES:
+        _check_kubernetes(deps, cluster, doc)
+    elif cloud not in CLOUDS:
         raise doc.error(
             ("provider", "type"),
             f"Corral has no provider for {written_for!r}; expected one of "
@@ -95,6 +98,24 @@ def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
         raise ConfigError([doc.issue(path, message) for path, message in resolved.problems])
     data: dict[str, Any] = cluster.model_dump(mode="json", exclude_none=True, by_alias=True)
     return data
+
+
+def _check_kubernetes(deps: Deps, cluster: Any, doc: Document) -> None:
+    """A file for Kubernetes runs where Corral launches pods: the cloud turned on, and the
+    file's ``provider.namespace`` one Corral watches (its pods are listed there only)."""
+    if KUBERNETES not in deps.settings.clouds:
+        raise doc.error(
+            ("provider", "type"),
+            "the kubernetes cloud is not turned on here; add it to CORRAL_CLOUDS",
+        )
+    namespace = cluster.provider.namespace
+    watched = deps.settings.kubernetes_namespaces
+    if namespace is not None and namespace not in watched:
+        raise doc.error(
+            ("provider", "namespace"),
+            f"namespace {namespace!r} is not one Corral launches in; expected one of "
+            f"{', '.join(watched)} (or add it to CORRAL_KUBERNETES_NAMESPACES)",
+        )
 
 
 def summary(rec: ClusterRecord) -> dict[str, Any]:
