@@ -231,6 +231,8 @@ def _warnings(rec: ClusterRecord) -> list[str]:
     from corral.shared.config.cluster import Cluster
 
     cluster = Cluster.model_validate(rec.cluster)
+    if autoscaling.record_cloud(rec) == KUBERNETES:
+        return _kubernetes_warnings(cluster)
     if cluster.docker is None or autoscaling.record_cloud(rec) != "local":
         return []
     if shutil.which("docker") is not None:
@@ -239,6 +241,31 @@ def _warnings(rec: ClusterRecord) -> list[str]:
     return [
         f"docker: the file runs its commands in a container ({image}), but the local cloud's "
         "host has no docker: every node will fail at its docker step"
+    ]
+
+
+# What Ray's Kubernetes provider creates for the autoscaler it runs in the head pod.
+RAY_AUTOSCALER_OBJECTS = (
+    "autoscaler_service_account",
+    "autoscaler_role",
+    "autoscaler_role_binding",
+    "services",
+)
+
+
+def _kubernetes_warnings(cluster: Any) -> list[str]:
+    """The provider objects Ray creates and Corral does not: Corral's autoscaler manages the
+    pods from outside the cluster, so the head needs no rights over pods."""
+    provider = cluster.provider.model_dump()
+    named = [key for key in RAY_AUTOSCALER_OBJECTS if provider.get(key)]
+    if not named:
+        return []
+    where = (
+        f"namespace {cluster.provider.namespace}" if cluster.provider.namespace else "its namespace"
+    )
+    return [
+        f"provider.{', provider.'.join(named)}: not created (Corral's autoscaler manages the "
+        f"pods, not one in the head); a pod's serviceAccountName must already exist in {where}"
     ]
 
 

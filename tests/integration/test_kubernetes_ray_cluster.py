@@ -171,6 +171,9 @@ def test_a_ray_kubernetes_file_runs_head_and_worker_pods_the_autoscaler_adds_and
     assert done.returncode == 0, done.stderr
     made = json.loads(done.stdout)
     assert (made["name"], made["cloud"]) == (NAME, "kubernetes")
+    # Ray's head-pod autoscaler objects are not made: Corral's autoscaler manages the pods.
+    [warning] = made["warnings"]
+    assert "provider.autoscaler_service_account" in warning and "namespace ray" in warning
 
     # Up: the head, as a pod in the file's namespace, named from its node's attempt.
     view = _wait_nodes(system, {"head_node": 1})
