@@ -189,3 +189,29 @@ def test_a_nodes_launch_request_carries_its_pod_into_the_files_namespace(tmp_pat
         "memory": "1Gi",
     }
     assert task.labels is not None and task.labels["corral-cluster"] == "ray-k8s"
+
+
+def test_a_gpu_pod_plans_on_the_gpu_kind_its_node_selector_names(tmp_path: Path) -> None:
+    data = _seed()
+    pod = data["available_node_types"]["worker_node"]["node_config"]
+    pod["spec"]["nodeSelector"] = {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 1
+    rec = ClusterRecord(
+        name="ray-k8s",
+        uid="u1",
+        file_name="k8s.yaml",
+        cluster=_cluster(data).model_dump(mode="json", exclude_none=True),
+        cloud="kubernetes",
+        created_at=0.0,
+        updated_at=0.0,
+    )
+    node = ClusterNode(
+        request_id="r-1", node_type="worker_node", kind="worker", launch_hash="h", committed_at=0.0
+    )
+    deps = Deps(Settings(home=tmp_path, local_cloud_file=LOCAL))
+    task = node_task(deps, rec, node, head_ip="10.0.0.5")
+    assert task.resources.accelerators == {"T4": 1}
+    # Without a label naming the kind, the pod's own limit and selector decide its node.
+    del pod["spec"]["nodeSelector"]
+    rec.cluster = _cluster(data).model_dump(mode="json", exclude_none=True)
+    assert node_task(deps, rec, node, head_ip="10.0.0.5").resources.accelerators is None
