@@ -213,10 +213,12 @@ def gcp_credentials_hint() -> bool:
 
 
 def kubernetes_credentials_hint() -> bool:
-    """A kubeconfig file where the client looks for one, or a service account in a pod."""
+    """A kubeconfig file where Corral (CORRAL_KUBECONFIG) or the client looks for one, or a
+    service account in a pod."""
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return True
-    paths = (os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")).split(":")
+    named = os.environ.get("CORRAL_KUBECONFIG") or os.environ.get("KUBECONFIG")
+    paths = (named or str(Path.home() / ".kube" / "config")).split(":")
     return any(p and Path(p).is_file() for p in paths)
 
 

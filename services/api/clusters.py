@@ -26,6 +26,7 @@ from corral.shared.configio import ConfigError, Document, parse_text
 router = APIRouter()
 
 CLOUDS = PROVIDER_CLOUDS
+KUBERNETES = "kubernetes"  # a registered cloud: a Ray file for it runs as pods
 
 
 class ClusterBody(BaseModel):
@@ -78,7 +79,9 @@ def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
     check_problems(cluster, doc)
     cloud = (body.cloud or cluster.provider.type).lower()
     written_for = cluster.provider.type.lower()
-    if cloud not in CLOUDS:
+    if cloud == KUBERNETES:
+        _check_kubernetes(deps, cluster, doc)
+    elif cloud not in CLOUDS:
         raise doc.error(
             ("provider", "type"),
             f"Corral has no provider for {written_for!r}; expected one of "
@@ -95,6 +98,24 @@ def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
         raise ConfigError([doc.issue(path, message) for path, message in resolved.problems])
     data: dict[str, Any] = cluster.model_dump(mode="json", exclude_none=True, by_alias=True)
     return data
+
+
+def _check_kubernetes(deps: Deps, cluster: Any, doc: Document) -> None:
+    """A file for Kubernetes runs where Corral launches pods: the cloud turned on, and the
+    file's ``provider.namespace`` one Corral watches (its pods are listed there only)."""
+    if KUBERNETES not in deps.settings.clouds:
+        raise doc.error(
+            ("provider", "type"),
+            "the kubernetes cloud is not turned on here; add it to CORRAL_CLOUDS",
+        )
+    namespace = cluster.provider.namespace
+    watched = deps.settings.kubernetes_namespaces
+    if namespace is not None and namespace not in watched:
+        raise doc.error(
+            ("provider", "namespace"),
+            f"namespace {namespace!r} is not one Corral launches in; expected one of "
+            f"{', '.join(watched)} (or add it to CORRAL_KUBERNETES_NAMESPACES)",
+        )
 
 
 def summary(rec: ClusterRecord) -> dict[str, Any]:
@@ -210,6 +231,8 @@ def _warnings(rec: ClusterRecord) -> list[str]:
     from corral.shared.config.cluster import Cluster
 
     cluster = Cluster.model_validate(rec.cluster)
+    if autoscaling.record_cloud(rec) == KUBERNETES:
+        return _kubernetes_warnings(cluster)
     if cluster.docker is None or autoscaling.record_cloud(rec) != "local":
         return []
     if shutil.which("docker") is not None:
@@ -218,6 +241,31 @@ def _warnings(rec: ClusterRecord) -> list[str]:
     return [
         f"docker: the file runs its commands in a container ({image}), but the local cloud's "
         "host has no docker: every node will fail at its docker step"
+    ]
+
+
+# What Ray's Kubernetes provider creates for the autoscaler it runs in the head pod.
+RAY_AUTOSCALER_OBJECTS = (
+    "autoscaler_service_account",
+    "autoscaler_role",
+    "autoscaler_role_binding",
+    "services",
+)
+
+
+def _kubernetes_warnings(cluster: Any) -> list[str]:
+    """The provider objects Ray creates and Corral does not: Corral's autoscaler manages the
+    pods from outside the cluster, so the head needs no rights over pods."""
+    provider = cluster.provider.model_dump()
+    named = [key for key in RAY_AUTOSCALER_OBJECTS if provider.get(key)]
+    if not named:
+        return []
+    where = (
+        f"namespace {cluster.provider.namespace}" if cluster.provider.namespace else "its namespace"
+    )
+    return [
+        f"provider.{', provider.'.join(named)}: not created (Corral's autoscaler manages the "
+        f"pods, not one in the head); a pod's serviceAccountName must already exist in {where}"
     ]
 
 

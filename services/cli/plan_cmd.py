@@ -24,11 +24,13 @@ from corral.services.cli.output import (
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from corral.services.settings import Settings
     from corral.shared.catalog import Catalog
+    from corral.shared.catalog.offering import Offering
     from corral.shared.config.task import Task
     from corral.shared.planner import Candidate, Plan
 
-_CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "local": "Local"}
+_CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "local": "Local", "kubernetes": "Kubernetes"}
 
 
 def register(app: typer.Typer) -> None:
@@ -54,10 +56,34 @@ def _catalog(local_cloud: Path | None) -> Catalog:
 
     catalog = load_catalog()
     settings = get_settings()
-    if local_cloud is None and "local" not in settings.clouds:
-        return catalog
-    path = local_cloud if local_cloud is not None else settings.local_cloud_file
-    return catalog.with_offerings(load_local_cloud(path).offerings())
+    if local_cloud is not None or "local" in settings.clouds:
+        path = local_cloud if local_cloud is not None else settings.local_cloud_file
+        catalog = catalog.with_offerings(load_local_cloud(path).offerings())
+    listed = _listed(settings, catalog.clouds)
+    return catalog.with_offerings(listed) if listed else catalog
+
+
+def _listed(settings: Settings, priced: tuple[str, ...]) -> list[Offering]:
+    """What the providers of the enabled clouds without a price list list live (a Kubernetes
+    cluster's node shapes), as the launches' planner sees them: a cloud that cannot be reached
+    lists nothing (its provider says why in a warning)."""
+    from corral.services.providers.registry import ProviderUnavailable, build_provider
+    from corral.shared.config.localcloud import load_local_cloud
+
+    # Listing offerings needs no Redis and no node agents.
+    quiet = settings.model_copy(update={"redis_url": None, "node_api_url": None})
+    found: list[Offering] = []
+    for cloud in settings.clouds:
+        if cloud in priced or cloud == "local":
+            continue
+        try:
+            provider = build_provider(
+                cloud, quiet, lambda: load_local_cloud(quiet.local_cloud_file)
+            )
+            found.extend(provider.offerings())
+        except ProviderUnavailable:
+            continue
+    return found
 
 
 def print_table(table: Table) -> None:
@@ -146,9 +172,11 @@ def plan_command(
         catalog = _catalog(local_cloud)
     except ConfigError as exc:
         fail_input(exc, as_json)
-    from corral.services.providers.registry import credentials_hint
+    from corral.services.providers.registry import credentials_hint, registered_clouds
 
-    result = plan(task, catalog)
+    # Every cloud of the catalog with a provider here: the shipped ones and those registered
+    # (Kubernetes), whose offerings were listed live.
+    result = plan(task, catalog, clouds=[c for c in catalog.clouds if c in registered_clouds()])
     for text in result.notices:
         notice(text)
     missing = sorted({c.cloud for c in result.candidates if not credentials_hint(c.cloud)})

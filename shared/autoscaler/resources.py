@@ -29,6 +29,7 @@ from ..clouds import CATALOG_CLOUDS
 from ..config.cluster import Cluster, NodeType
 from ..config.localcloud import InstanceType, LocalCloud
 from ..configio import PathKey
+from .kube_pods import pod_of, pod_resources
 from .model import GIB, ClusterSpec, NodeTypeSpec, format_resources
 
 # Ray schedules ``memory`` against what the object store leaves: 30% of a node's memory goes to
@@ -39,6 +40,7 @@ DEFAULT_UPSCALING_SPEED = 1.0
 DEFAULT_IDLE_TIMEOUT_MINUTES = 5.0
 LEGACY_HEAD = "ray.head.default"
 LEGACY_WORKER = "ray.worker.default"
+KUBERNETES = "kubernetes"  # node configs are pod manifests (see kube_pods)
 
 Problem = tuple[PathKey, str]
 
@@ -206,6 +208,13 @@ def _resolve_type(
         where = (*where, key)
     offering = _pick_offering(catalog, source, itype, nt.node_config)
     detected = _catalog_resources(source, offering, nt.node_config) if offering else {}
+    if source == KUBERNETES:
+        legacy = {LEGACY_HEAD: ("head_node",), LEGACY_WORKER: ("worker_nodes",)}
+        at: PathKey = (*path, "node_config") if path else legacy.get(name, ())
+        from_pod = _pod_resources(nt.node_config, at, out)
+        if from_pod is None:
+            return declared, None, None
+        detected = from_pod
     if cloud == "local" and local is not None:
         found = local_instance_type(itype, {**detected, **declared}, local)
         if found is None:
@@ -216,6 +225,8 @@ def _resolve_type(
         out.notices.append(f"{name}: {itype or 'node'} runs as local {local_type.name} ({how})")
         local_price = local_type.price_usd_per_hour
         return {**_local_resources(local_type), **declared}, local_type.name, local_price
+    if source == KUBERNETES:
+        return {**detected, **declared}, None, 0.0  # the cluster is already paid for
     if offering is None and nt.resources is None:
         catalog_name = f"the {source} catalog" if source in CATALOG_CLOUDS else "any catalog"
         out.problems.append(
@@ -229,6 +240,36 @@ def _resolve_type(
         if _asks_spot(nt.node_config) and offering.spot_price_usd_per_hour is not None:
             price = offering.spot_price_usd_per_hour
     return {**detected, **declared}, itype, price
+
+
+def _pod_resources(
+    node_config: Mapping[str, Any], where: PathKey, out: Resolved
+) -> dict[str, float] | None:
+    """A Kubernetes node type's resources, read from its pod as Ray's Kubernetes provider
+    reads them (None, with a problem, when the node config is no pod)."""
+    pod, problem = pod_of(node_config)
+    if problem is not None:
+        out.problems.append(((*where, *problem[0]), problem[1]))
+        return None
+    assert pod is not None
+    try:
+        cpus, memory_gib, gpus = pod_resources(pod)
+    except ValueError as exc:
+        out.problems.append((where, str(exc)))
+        return None
+    if not cpus or not memory_gib:
+        out.problems.append(
+            (
+                (*where, "spec", "containers", 0, "resources"),
+                "expected the container's cpu and memory (requests or limits): "
+                "they are the node's resources",
+            )
+        )
+        return None
+    found = offering_resources(cpus, memory_gib, 0, None)
+    if gpus:
+        found["GPU"] = float(gpus)
+    return found
 
 
 def _asks_spot(node_config: Mapping[str, Any]) -> bool:

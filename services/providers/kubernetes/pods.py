@@ -25,6 +25,7 @@ from corral.services.providers.base import (
     TAG_REQUEST,
     LaunchSpec,
 )
+from corral.shared.autoscaler.kube_pods import CONTAINER_ANNOTATION
 from corral.shared.errors import InvalidRequestError
 from corral.shared.merge import MergeError, merge_advanced_instance_config
 
@@ -133,7 +134,7 @@ def pod_manifest(
             "restartPolicy": "Never",
             "containers": [
                 {
-                    "name": CONTAINER,
+                    "name": container_name(spec.advanced_instance_config),
                     "image": image,
                     "command": ["/bin/sh", "-c", script],
                     "resources": resources,
@@ -160,6 +161,15 @@ def pod_manifest(
     }
     pod["spec"]["restartPolicy"] = "Never"
     return {"apiVersion": "v1", "kind": "Pod", **pod}
+
+
+def container_name(patch: Any) -> str:
+    """The machine's container: ``corral``, or the name a Pod given whole asks for in its
+    ``corral.dev/container`` annotation (a Ray cluster file's pod keeps its container's name;
+    the patch's container then merges into Corral's rather than beside it)."""
+    notes = ((patch or {}).get("metadata") or {}).get("annotations") or {}
+    name = notes.get(CONTAINER_ANNOTATION)
+    return str(name) if name else CONTAINER
 
 
 def pod_state(pod: dict[str, Any]) -> tuple[str, int | None, str | None]:
