@@ -228,19 +228,27 @@ def _warnings(rec: ClusterRecord) -> list[str]:
     machines have no docker fails every node at its docker step."""
     import shutil
 
+    from corral.shared.autoscaler.launcher import drops_ray_autoscaler
     from corral.shared.config.cluster import Cluster
 
     cluster = Cluster.model_validate(rec.cluster)
+    notes = []
+    if drops_ray_autoscaler(cluster):
+        notes.append(
+            "head_start_ray_commands: --autoscaling-config is dropped: Corral is this "
+            "cluster's autoscaler (the head runs Ray's monitor without a config, reporting only)"
+        )
     if autoscaling.record_cloud(rec) == KUBERNETES:
-        return _kubernetes_warnings(cluster)
+        return notes + _kubernetes_warnings(cluster)
     if cluster.docker is None or autoscaling.record_cloud(rec) != "local":
-        return []
+        return notes
     if shutil.which("docker") is not None:
-        return []
+        return notes
     image = cluster.docker.image or cluster.docker.head_image or cluster.docker.worker_image
     return [
+        *notes,
         f"docker: the file runs its commands in a container ({image}), but the local cloud's "
-        "host has no docker: every node will fail at its docker step"
+        "host has no docker: every node will fail at its docker step",
     ]
 
 

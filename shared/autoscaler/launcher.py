@@ -87,17 +87,34 @@ def launcher_env(
     return env
 
 
+# Ray's examples start the head with ``--autoscaling-config=~/ray_bootstrap_config.yaml``, a file
+# Ray's launcher writes so that the head runs Ray's own autoscaler. Corral is the cluster's
+# autoscaler: the flag is dropped (the head's monitor then only reports, as with no config).
+_AUTOSCALING_CONFIG = re.compile(r"\s+--autoscaling-config(?:=|\s+)\S+")
+
+
+def without_ray_autoscaler(command: str) -> str:
+    """A head start command without ``--autoscaling-config`` (unchanged when it has none)."""
+    return _AUTOSCALING_CONFIG.sub("", command)
+
+
+def drops_ray_autoscaler(cluster: Cluster) -> bool:
+    """Whether the head's start commands name Ray's autoscaling config (dropped at launch)."""
+    return any(without_ray_autoscaler(c) != c for c in cluster.head_start_ray_commands or [])
+
+
 def node_launch(
     cluster: Cluster, node_type: str, *, head: bool, node_id: str, head_ip: str | None
 ) -> NodeLaunch:
     """The plan of one node (KeyError for a node type the file lacks)."""
     start = cluster.head_start_ray_commands if head else cluster.worker_start_ray_commands
+    start_ray = [without_ray_autoscaler(c) for c in start or []] if head else list(start or [])
     return NodeLaunch(
         node_type=node_type,
         head=head,
         initialization=initialization_commands(cluster, node_type),
         setup=setup_commands(cluster, node_type, head=head),
-        start_ray=list(start or []),
+        start_ray=start_ray,
         docker=docker_settings(cluster, node_type, head=head),
         env=launcher_env(cluster, node_type, head=head, node_id=node_id, head_ip=head_ip),
     )

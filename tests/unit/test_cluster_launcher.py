@@ -25,6 +25,7 @@ import pytest
 from corral.shared.autoscaler.launcher import (
     FAILED_MARK,
     Mounts,
+    drops_ray_autoscaler,
     failed_step,
     launcher_script,
     node_launch,
@@ -241,3 +242,33 @@ def test_mount_paths_must_exist_where_cluster_up_runs(tmp_path: Path, field: str
     (tmp_path / "nope").write_text("x")
     packed = pack(_cluster(**{field: value}), "c.yaml", cwd=tmp_path)
     assert packed is not None and Mounts.model_validate(packed).size_bytes > 0
+
+
+def test_rays_autoscaling_config_is_dropped_from_the_heads_start_only() -> None:
+    """Ray's example files start the head with --autoscaling-config=~/ray_bootstrap_config.yaml
+    (a file Ray's launcher writes so Ray's own autoscaler runs there); Corral is the
+    autoscaler, so the head starts without it; workers' commands are untouched."""
+    start = [
+        "ray stop",
+        "ulimit -n 65536; ray start --head --port=6379 --object-manager-port=8076 "
+        "--autoscaling-config=~/ray_bootstrap_config.yaml --dashboard-host=0.0.0.0",
+        "ray start --head --autoscaling-config /x/y.yaml",
+    ]
+    cluster = _cluster(head_start_ray_commands=start)
+    plan = node_launch(cluster, "head", head=True, node_id="n-1", head_ip=None)
+    assert plan.start_ray == [
+        "ray stop",
+        "ulimit -n 65536; ray start --head --port=6379 --object-manager-port=8076 "
+        "--dashboard-host=0.0.0.0",
+        "ray start --head",
+    ]
+    assert drops_ray_autoscaler(cluster)
+    assert not drops_ray_autoscaler(_cluster())
+    worker = node_launch(
+        _cluster(worker_start_ray_commands=["ray start --autoscaling-config=x"]),
+        "wa",
+        head=False,
+        node_id="n-2",
+        head_ip="10.0.0.1",
+    )
+    assert worker.start_ray == ["ray start --autoscaling-config=x"]
