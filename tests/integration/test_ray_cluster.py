@@ -279,7 +279,10 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
     for launch in workers:
         launched.update(launch)
     failed = Counter(f["node_type"] for f in view["failed_nodes"])
-    assert launched - failed == Counter({"wa": 1, "wb": 2}), (workers, view["failed_nodes"])
+    assert launched - failed == Counter({"wa": 1, "wb": 2}), (
+        view["decisions"],
+        view["failed_nodes"],
+    )
     assert all("start_ray command 1 exited" in f["failure"] for f in view["failed_nodes"])
     # The tasks ran on one Ray node, started by Corral as its wa node (RAY_CLOUD_INSTANCE_ID
     # is the Corral node id; the node's own log says so). It may be gone already: idle since
