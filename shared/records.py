@@ -137,6 +137,14 @@ class LaunchRequest(_Record):
     # Where it goes, decided once at submit (corral.shared.routing): its own machines down the
     # chain, a machine pool, or a Determined resource pool. Later steps match on it.
     route: Route = Field(default_factory=Direct)
+    # Who submitted it and for which project (None: submitted with the first admin's token, or
+    # through the schedule queue, before users existed); members and viewers see only their
+    # projects' requests.
+    user: str | None = None
+    project: str | None = None
+    gpus: int = 0  # GPUs it holds at once (corral.shared.quotas.gpus_asked), set at submit
+    # The project quota that refused it at admission (QuotaRefusal.to_dict()), if one did.
+    quota_refusal: dict[str, Any] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -202,6 +210,8 @@ class LaunchRequest(_Record):
             "id": self.id,
             "name": self.task.get("name"),
             "state": self.state.value,
+            "user": self.user,
+            "project": self.project,
             "exit_code": self.exit_code,
             "error": self.error,
             "attempts": [a.to_public() for a in self.attempts],

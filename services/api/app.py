@@ -21,7 +21,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError
 
-from corral.services.api.auth import configured_token, require_token
+from corral.services.api.auth import caller, configured_token, require_admin
 from corral.services.api.bundles import BUNDLES_PATH
 from corral.services.api.bundles import router as bundles_router
 from corral.services.api.clusters import router as clusters_router
@@ -29,7 +29,9 @@ from corral.services.api.execs import router as execs_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pools import router as pools_router
+from corral.services.api.pools import why_router
 from corral.services.api.routes import health_router, router
+from corral.services.api.users import router as users_router
 from corral.services.console.routes import pages as console_pages
 from corral.services.console.routes import router as console_router
 from corral.services.observability.api_metrics import install as install_observability
@@ -71,18 +73,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.deps = deps
     app.state.api_token = configured_token(settings)
-    # Reads need the admin token as writes do: machines reach this API too (their agents'
-    # node routes), and a request's view holds its task's envs. Only /healthz and
-    # /metrics (counts and gauges, no secrets; what Prometheus scrapes) are open.
-    admin = [Depends(require_token)]
+    # Reads need a token as writes do: machines reach this API too (their agents' node
+    # routes), and a request's view holds its task's envs. Only /healthz and /metrics (counts
+    # and gauges, no secrets; what Prometheus scrapes) are open. A user's role and projects
+    # decide the rest (services/api/auth.py): requests are filtered per route; pools and
+    # clusters are the admins'.
+    signed = [Depends(caller)]
+    admins = [Depends(require_admin)]
     app.include_router(health_router)
-    app.include_router(router, dependencies=admin)
-    app.include_router(clusters_router, dependencies=admin)
-    app.include_router(pools_router, dependencies=admin)
-    app.include_router(bundles_router, dependencies=admin)
-    app.include_router(execs_router, dependencies=admin)
+    app.include_router(router, dependencies=signed)
+    app.include_router(why_router, dependencies=signed)
+    app.include_router(users_router, dependencies=signed)
+    app.include_router(clusters_router, dependencies=admins)
+    app.include_router(pools_router, dependencies=admins)
+    app.include_router(bundles_router, dependencies=signed)
+    app.include_router(execs_router, dependencies=signed)
     app.include_router(nodes_router)  # a node token, each route acting on its own node
-    # The web console: the same token, as a header or a session cookie from /console/login.
+    # The web console: the first admin's token only, as a header or a session cookie from
+    # /console/login (it shows every project; members and viewers use the API and CLI).
     app.include_router(console_router)
     app.include_router(console_pages)
     install_observability(app, settings, deps)  # GET /metrics; request ids in the logs

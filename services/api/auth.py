@@ -1,30 +1,66 @@
-"""Who may read and write: one shared bearer token (the admin token), compared in constant time.
+"""Who may read and write: the first admin's token, or a user's token with its role.
 
-The token comes from the settings (``CORRAL_API_TOKEN``) or else from ``<home>/api-token``,
-the file ``corral up`` writes. Every route needs it but ``/healthz``, ``/metrics`` and the node
-routes (which take a node's own token, :mod:`corral.services.api.nodes`). With no token
-configured they all answer 503: an API without a token is never open by accident. The token is
-never logged.
+The first admin's token comes from the settings (``CORRAL_API_TOKEN``) or else from
+``<home>/api-token``, the file ``corral up`` writes; it is compared in constant time and acts
+as the user ``admin``. Other users' tokens are made by an admin (``corral users add``) and kept
+hashed in Redis (:mod:`corral.services.state.users`). Each token resolves to a
+:class:`Principal`: a role and the projects it may act in.
+
+| role   | reads                      | writes                                              |
+|--------|----------------------------|-----------------------------------------------------|
+| admin  | everything                 | everything; users, projects, quotas, pools, clusters |
+| member | its projects' requests     | submits to, cancels and terminates in its projects   |
+| viewer | its projects' requests     | nothing (403)                                        |
+
+A request outside the caller's projects answers 404, as an unknown id does, so ids do not
+leak. Every route needs a token but ``/healthz``, ``/metrics`` and the node routes (which take
+a node's own token, :mod:`corral.services.api.nodes`). With no first-admin token configured
+they all answer 503: an API without a token is never open by accident. No token is logged.
 """
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from corral.services.settings import Settings
+from corral.services.state.users import BOOTSTRAP_ADMIN, Role
+from corral.shared.records import LaunchRequest
 
 TOKEN_FILE = "api-token"
 
 _bearer = HTTPBearer(
-    auto_error=False, description="the token in CORRAL_API_TOKEN or <home>/api-token"
+    auto_error=False,
+    description="the first admin's token (CORRAL_API_TOKEN or <home>/api-token) or a user's",
 )
 
 
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a user's name, role and projects (an admin acts in every project)."""
+
+    name: str
+    role: Role
+    projects: tuple[str, ...] = ()
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+    def sees(self, project: str | None) -> bool:
+        """Whether the caller may see a request of ``project`` (None: no project, admins
+        only)."""
+        return self.is_admin or (project is not None and project in self.projects)
+
+    def sees_request(self, req: LaunchRequest | None) -> bool:
+        return req is not None and self.sees(req.project)
+
+
 def configured_token(settings: Settings) -> str | None:
-    """The token writes must carry, or None when none is configured."""
+    """The first admin's token, or None when none is configured."""
     if settings.api_token is not None and settings.api_token.get_secret_value():
         return str(settings.api_token.get_secret_value())
     path = settings.file(TOKEN_FILE)
@@ -35,11 +71,8 @@ def configured_token(settings: Settings) -> str | None:
     return token or None
 
 
-def require_token(
-    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
-) -> None:
-    """A dependency of every admin route: 503 if no token is configured, 401 if it is not
-    sent (or another token is: a node's is refused here)."""
+def principal_of(request: Request, given: str) -> Principal | None:
+    """The principal a bearer token names, or None. 503 when no first admin is configured."""
     expected: str | None = request.app.state.api_token
     if expected is None:
         raise HTTPException(
@@ -47,10 +80,50 @@ def require_token(
             "the API has no token configured, so it answers nothing but /healthz "
             "(set CORRAL_API_TOKEN or start it with `corral up`)",
         )
+    if hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8")):
+        return Principal(BOOTSTRAP_ADMIN, "admin")
+    if not given:
+        return None
+    user = request.app.state.deps.access.verify(given)
+    if user is None:
+        return None
+    return Principal(user.name, user.role, tuple(user.projects))
+
+
+def caller(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+) -> Principal:
+    """A dependency of every user route: 503 if no token is configured, 401 if none or an
+    unknown (or revoked) one is sent (a node's token is refused here)."""
     given = credentials.credentials if credentials is not None else ""
-    if not hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8")):
+    found = principal_of(request, given)
+    if found is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
-            "missing or wrong API token (send Authorization: Bearer <token>)",
+            "missing, wrong or revoked API token (send Authorization: Bearer <token>)",
             headers={"WWW-Authenticate": "Bearer"},
         )
+    return found
+
+
+# The name routes used before roles: every user route needs a valid token.
+require_token = caller
+
+
+def require_admin(who: Principal = Depends(caller)) -> Principal:
+    """Admins only (users, projects, quotas, pools, clusters): 403 for the others."""
+    if not who.is_admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"user {who.name!r} is a {who.role}: this needs an admin"
+        )
+    return who
+
+
+def require_writer(who: Principal = Depends(caller)) -> Principal:
+    """Admins and members (submit, cancel, terminate, exec, upload): 403 for a viewer."""
+    if who.role == "viewer":
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"user {who.name!r} is a viewer: it reads its projects' requests, nothing more",
+        )
+    return who

@@ -1,11 +1,13 @@
 """The bundle routes: ``corral launch`` uploads a task's packed workdir and file mounts once,
-under the sha256 of its bytes (``PUT /v1/bundles/{sha256}``, the admin token), and asks first
-whether it is kept (``HEAD``). Nodes fetch theirs from ``GET /v1/node/bundle``."""
+under the sha256 of its bytes (``PUT /v1/bundles/{sha256}``, an admin's or a member's
+token), and asks first whether it is kept (``HEAD``). Nodes fetch theirs from
+``GET /v1/node/bundle``."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response
 
+from corral.services.api.auth import require_writer
 from corral.services.api.routes import get_deps
 from corral.services.runtime.deps import Deps
 from corral.services.state.bundles import BundleStore
@@ -22,7 +24,12 @@ def bundle_kept(sha256: str = SHA256, deps: Deps = Depends(get_deps)) -> Respons
     return Response(status_code=204)
 
 
-@router.put("/{sha256}", status_code=201, summary="Keep a bundle (a gzip'd tar) by its sha256")
+@router.put(
+    "/{sha256}",
+    status_code=201,
+    dependencies=[Depends(require_writer)],
+    summary="Keep a bundle (a gzip'd tar) by its sha256",
+)
 async def put_bundle(
     request: Request, sha256: str = SHA256, deps: Deps = Depends(get_deps)
 ) -> dict[str, object]:

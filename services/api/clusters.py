@@ -1,8 +1,9 @@
 """The API's cluster routes: register a cluster file, list and show clusters, set a cluster's
 standing demand, take a cluster down.
 
-Reads are open; writes depend on :func:`corral.services.api.auth.require_token`. The autoscaling
-worker does the launching: these routes write the cluster record and dispatch a tick.
+Admins only (create_app mounts the router behind
+:func:`corral.services.api.auth.require_admin`). The autoscaling worker does the launching:
+these routes write the cluster record and dispatch a tick.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``POST /v1/requests/{id}/exec`` queues the command for one node (the head by default); the
 node's agent takes it on its next beat and runs it in the task's workdir with the task's
 environment. ``GET /v1/execs/{exec_id}?offset=N`` gives its output from byte N on and, once it
-ended, its exit code. The admin token, as every user route.
+ended, its exit code. An admin's or a member's token, on its projects' requests (another
+project's request is a 404, as an unknown one).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 from pydantic import BaseModel, Field
 
-from corral.services.api.routes import get_deps
+from corral.services.api.auth import Principal, caller, require_writer
+from corral.services.api.routes import get_deps, visible_request
 from corral.services.runtime.deps import Deps
 from corral.services.state.execs import ExecBook
 from corral.services.state.nodes import NodeName
@@ -30,9 +32,13 @@ class ExecIn(BaseModel):
 
 
 @router.post("/v1/requests/{request_id}/exec", status_code=201, summary="Run a command on a node")
-def start_exec(request_id: str, body: ExecIn, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
-    if deps.store.get_request(request_id) is None:
-        raise HTTPException(404, f"no launch request {request_id!r}")
+def start_exec(
+    request_id: str,
+    body: ExecIn,
+    deps: Deps = Depends(get_deps),
+    who: Principal = Depends(require_writer),
+) -> dict[str, Any]:
+    visible_request(deps, who, request_id)
     running = [
         i
         for i in deps.store.list_instances(request_id=request_id)
@@ -58,8 +64,10 @@ def read_exec(
     exec_id: str,
     offset: int = Query(0, ge=0, le=1 << 40),
     deps: Deps = Depends(get_deps),
+    who: Principal = Depends(caller),
 ) -> dict[str, Any]:
     seen = ExecBook(deps.redis, deps.settings.prefix).read(exec_id, offset)
-    if seen is None:
+    owner = None if seen is None else deps.store.get_request(str(seen.get("request_id", "")))
+    if seen is None or not who.sees_request(owner):
         raise HTTPException(404, f"no command {exec_id!r}")
     return seen

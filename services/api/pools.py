@@ -1,7 +1,8 @@
 """The API's pool routes: register a machine pool file or a Determined master config, list
 and show pools, delete one; and ``why`` a request waits.
 
-Reads are open; writes depend on :func:`corral.services.api.auth.require_token`. The work is
+Admins only (create_app mounts the router behind :func:`corral.services.api.auth.require_admin`),
+but ``why``, which any user may ask of its projects' requests. The work is
 done by :mod:`corral.services.runtime.pooled.registry`; these routes check the file again
 (the CLI checks it first, but the API is open to any client), choose its cloud and map
 errors to statuses.
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, HTTPException, status
 
-from corral.services.api.auth import require_token
-from corral.services.api.routes import get_deps
+from corral.services.api.auth import Principal, caller, require_token
+from corral.services.api.routes import get_deps, visible_request
 from corral.services.api.schemas import (
     PoolApplied,
     PoolBody,
@@ -226,12 +227,19 @@ def delete_pool(name: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
         ) from None
 
 
-@router.get(
+# Any user's token: a member or viewer reads why of its projects' requests (404 otherwise).
+why_router = APIRouter(tags=["pools"])
+
+
+@why_router.get(
     "/v1/requests/{request_id}/why",
     response_model=WhyView,
     summary="Where a request runs, or why it waits (the scheduler's own decision)",
 )
-def why(request_id: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+def why(
+    request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(caller)
+) -> dict[str, Any]:
+    visible_request(deps, who, request_id)
     try:
         return whys.why(deps, request_id)
     except LookupError as exc:

@@ -1,8 +1,9 @@
 """The API's routes: launch requests, their events and logs, instances, health.
 
-Every route here, reads included, needs the admin token: :func:`corral.services.api.app.
-create_app` mounts this router behind :func:`corral.services.api.auth.require_token` (a
-request's view holds its task's envs, and machines reach this API too). The work itself is
+Every route here, reads included, needs a user's token (:mod:`corral.services.api.auth`):
+admins see every request; members and viewers only their projects' (another project's
+request is a 404, as an unknown id); viewers may not write (403). A request's view holds its
+task's envs, and machines reach this API too. The work itself is
 done by :mod:`corral.services.runtime.requests`; these functions only translate HTTP to calls
 and errors to status codes.
 """
@@ -16,7 +17,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, R
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import ValidationError
 
-from corral.services.api.auth import require_token
+from corral.services.api.auth import Principal, caller, require_writer
 from corral.services.api.schemas import (
     EventPage,
     Health,
@@ -31,6 +32,7 @@ from corral.services.runtime import requests
 from corral.services.runtime.deps import Deps
 from corral.shared.configio import ConfigError, Issue
 from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.records import LaunchRequest
 
 router = APIRouter()
 # /healthz answers without a token (load balancers and probes ask it); every route of
@@ -60,6 +62,38 @@ def get_deps(request: Request) -> Deps:
 
 def _not_found(what: str, ident: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no {what} with id {ident!r}")
+
+
+def visible_request(deps: Deps, who: Principal, request_id: str) -> LaunchRequest:
+    """The request if the caller may see it; else 404, as for an unknown id (ids of other
+    projects do not leak)."""
+    req = deps.store.get_request(request_id)
+    if req is None or not who.sees(req.project):
+        raise _not_found("launch request", request_id)
+    return req
+
+
+def project_for(deps: Deps, who: Principal, project: str | None) -> str | None:
+    """The project a submission goes to: the one named (the caller must belong to it), else
+    the caller's only project; an admin may name any existing project or none."""
+    if project is not None:
+        if not who.is_admin and project not in who.projects:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"user {who.name!r} is not a member of project {project!r}",
+            )
+        if deps.access.project(project) is None:
+            raise HTTPException(422, f"project: no project {project!r}")
+        return project
+    if len(who.projects) == 1:
+        return who.projects[0]
+    if who.is_admin:
+        return None
+    raise HTTPException(
+        422,
+        f"project: user {who.name!r} belongs to {len(who.projects)} projects "
+        f"({', '.join(who.projects)}); name one (?project=NAME, corral launch --project)",
+    )
 
 
 def _invalid(exc: ConfigError) -> HTTPException:
@@ -101,7 +135,6 @@ IDEMPOTENCY_KEY = Header(
     "/v1/requests",
     status_code=status.HTTP_201_CREATED,
     response_model=RequestView,
-    dependencies=[Depends(require_token)],
     openapi_extra=_SUBMIT_BODY,
     responses={
         200: {"model": RequestView, "description": "the request its Idempotency-Key holds"},
@@ -113,10 +146,15 @@ def submit_request(
     response: Response,
     task: dict[str, Any] | str = Depends(submitted_task),
     idempotency_key: str | None = IDEMPOTENCY_KEY,
+    project: str | None = Query(
+        None, max_length=63, description="the project to submit to (default: the caller's only one)"
+    ),
     deps: Deps = Depends(get_deps),
+    who: Principal = Depends(require_writer),
 ) -> dict[str, Any]:
+    owner = requests.Owner(who.name, project_for(deps, who, project))
     try:
-        done = requests.submit_task(deps, task, idempotency_key=idempotency_key)
+        done = requests.submit_task(deps, task, idempotency_key=idempotency_key, owner=owner)
     except requests.BadKey as exc:
         raise HTTPException(
             422, {"error": "invalid idempotency key", "reasons": [str(exc)]}
@@ -136,8 +174,23 @@ def submit_request(
     responses={404: {"description": "nothing recorded under the key (yet)"}},
     summary="What a task submitted under an idempotency key became: its request, or why not",
 )
-def get_submission(key: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
-    found = deps.store.submission(key)
+def get_submission(
+    key: str,
+    project: str | None = Query(None, max_length=63, description="the project it went to"),
+    deps: Deps = Depends(get_deps),
+    who: Principal = Depends(caller),
+) -> dict[str, Any]:
+    # Keys are kept per project (a member's key never reaches another project's request).
+    if project is not None and not who.sees(project):
+        raise HTTPException(404, f"nothing submitted under idempotency key {key!r}")
+    projects: list[str | None] = [project] if project is not None else [*who.projects]
+    if who.is_admin and project is None:
+        projects.insert(0, None)  # the first admin's project-less submissions
+    found = None
+    for scope in projects:
+        found = deps.store.submission(requests.scoped_key(key, scope))
+        if found is not None:
+            break
     if found is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
@@ -146,7 +199,7 @@ def get_submission(key: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
         )
     request = None if found.request_id is None else requests.public_view(deps, found.request_id)
     return {
-        "idempotency_key": found.key,
+        "idempotency_key": key,
         "state": "accepted" if found.accepted else "refused",
         "request_id": found.request_id,
         "request": request,
@@ -160,15 +213,25 @@ def get_submission(key: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
 def list_requests(
     state: RequestState | None = None,
     limit: int = Query(100, ge=1, le=MAX_LIST),
+    project: str | None = Query(None, max_length=63, description="only this project's"),
     deps: Deps = Depends(get_deps),
+    who: Principal = Depends(caller),
 ) -> dict[str, Any]:
-    records = deps.store.list_requests(state=state, limit=limit)
+    if project is not None and not who.sees(project):
+        return {"requests": []}
+    projects = [project] if project is not None else None
+    if projects is None and not who.is_admin:
+        projects = list(who.projects)
+    records = deps.store.list_requests(state=state, limit=limit, projects=projects)
     views = [r.to_public(deps.store.list_instances(request_id=r.id)) for r in records]
     return {"requests": views}
 
 
 @router.get("/v1/requests/{request_id}", response_model=RequestView, summary="One request")
-def get_request(request_id: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+def get_request(
+    request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(caller)
+) -> dict[str, Any]:
+    visible_request(deps, who, request_id)
     view = requests.public_view(deps, request_id)
     if view is None:
         raise _not_found("launch request", request_id)
@@ -181,11 +244,12 @@ def get_request(request_id: str, deps: Deps = Depends(get_deps)) -> dict[str, An
     summary="Progress lines after ?after=N, and the state now",
 )
 def request_events(
-    request_id: str, after: int = Query(0, ge=0), deps: Deps = Depends(get_deps)
+    request_id: str,
+    after: int = Query(0, ge=0),
+    deps: Deps = Depends(get_deps),
+    who: Principal = Depends(caller),
 ) -> dict[str, Any]:
-    record = deps.store.get_request(request_id)
-    if record is None:
-        raise _not_found("launch request", request_id)
+    record = visible_request(deps, who, request_id)
     events = deps.store.events(request_id, after=after)
     return {
         "request_id": request_id,
@@ -204,7 +268,9 @@ def request_logs(
     instance: str | None = None,
     tail_bytes: int = Query(256_000, ge=1, le=16_000_000),
     deps: Deps = Depends(get_deps),
+    who: Principal = Depends(caller),
 ) -> PlainTextResponse:
+    visible_request(deps, who, request_id)
     if instance is not None:
         _instance_of(deps, request_id, instance)
     try:
@@ -227,7 +293,9 @@ def request_log_pieces(
         description="instance:offset pairs separated by commas (the `end` of the last read)",
     ),
     deps: Deps = Depends(get_deps),
+    who: Principal = Depends(caller),
 ) -> dict[str, Any]:
+    visible_request(deps, who, request_id)
     if instance is not None:
         _instance_of(deps, request_id, instance)
     offsets: dict[str, int] = {}
@@ -270,22 +338,27 @@ def _stop(deps: Deps, request_id: str, instance_id: str | None) -> dict[str, Any
 @router.post(
     "/v1/requests/{request_id}/cancel",
     response_model=RequestView,
-    dependencies=[Depends(require_token)],
     summary="Cancel a request (a running one has its instances terminated)",
 )
-def cancel_request(request_id: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+def cancel_request(
+    request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(require_writer)
+) -> dict[str, Any]:
+    visible_request(deps, who, request_id)
     return _stop(deps, request_id, None)
 
 
 @router.post(
     "/v1/requests/{request_id}/terminate",
     response_model=RequestView,
-    dependencies=[Depends(require_token)],
     summary="Terminate a request's instances (or one, with ?instance=); finished ones stay",
 )
 def terminate_request(
-    request_id: str, instance: str | None = None, deps: Deps = Depends(get_deps)
+    request_id: str,
+    instance: str | None = None,
+    deps: Deps = Depends(get_deps),
+    who: Principal = Depends(require_writer),
 ) -> dict[str, Any]:
+    visible_request(deps, who, request_id)
     if instance is not None:
         _instance_of(deps, request_id, instance)
     return _stop(deps, request_id, instance)
@@ -294,12 +367,13 @@ def terminate_request(
 @router.post(
     "/v1/instances/{instance_id}/terminate",
     response_model=RequestView,
-    dependencies=[Depends(require_token)],
     summary="Terminate one instance; returns its request",
 )
-def terminate_instance(instance_id: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+def terminate_instance(
+    instance_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(require_writer)
+) -> dict[str, Any]:
     inst = deps.store.get_instance(instance_id)
-    if inst is None:
+    if inst is None or not who.sees_request(deps.store.get_request(inst.request_id)):
         raise _not_found("instance", instance_id)
     return _stop(deps, inst.request_id, instance_id)
 
@@ -309,9 +383,14 @@ def list_instances(
     request: str | None = Query(None, description="only this request's instances"),
     state: InstanceState | None = None,
     deps: Deps = Depends(get_deps),
+    who: Principal = Depends(caller),
 ) -> dict[str, Any]:
     states = [state] if state is not None else None
     found = deps.store.list_instances(request_id=request, states=states)
+    if not who.is_admin:
+        ids = {i.request_id for i in found}
+        seen = {i for i in ids if who.sees_request(deps.store.get_request(i))}
+        found = [i for i in found if i.request_id in seen]
     return {"instances": [{**i.to_public(), "request_id": i.request_id} for i in found]}
 
 

@@ -73,6 +73,8 @@ class RequestView(BaseModel):
     id: str
     name: str | None = None  # the task's name, when it has one
     state: str
+    user: str | None = Field(None, description="who submitted it (null: the first admin)")
+    project: str | None = Field(None, description="the project it belongs to")
     exit_code: int | None = None  # a finished job's: the first non-zero of its nodes, else 0
     error: str | None = None  # why it failed, when it did
     attempts: list[AttemptView]
@@ -212,6 +214,11 @@ class WhyView(BaseModel):
     )
     reason: str
     budget: str | None = Field(None, description="the dollar budget holding it back, if one")
+    quota: dict[str, Any] | None = Field(
+        None,
+        description="the project quota that refused it at admission: project, quota (gpus or "
+        "usd_per_period), limit, in_use, asked, reason",
+    )
 
 
 class SubmissionView(BaseModel):

@@ -59,6 +59,7 @@ COMMAND_MODULES = (
     "corral.services.cli.cluster_cmd",
     "corral.services.cli.version_cmd",
     "corral.services.cli.simulate_cmd",
+    "corral.services.cli.users_cmd",
 )
 
 for _name in COMMAND_MODULES:

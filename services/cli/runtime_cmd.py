@@ -109,6 +109,12 @@ def launch(
         metavar="KEY",
         help="Launch at most once: a request already created under KEY is shown instead.",
     ),
+    project: str | None = typer.Option(
+        None,
+        "--project",
+        metavar="NAME",
+        help="The project to launch in (default: your token's only project).",
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Submit a launch request and follow it: a job's output to its end (exiting with the
@@ -117,7 +123,7 @@ def launch(
     with api_client(as_json, source=str(file)) as client:
         # The workdir and file mounts, packed and uploaded (once per content).
         task = client.with_files(task, source=str(file), max_bytes=_bundle_max_bytes())
-        view = client.launch(task, idempotency_key=idempotency_key)
+        view = client.launch(task, idempotency_key=idempotency_key, project=project)
         if detach or (as_json and not wait):
             print_json(view.document()) if as_json else out.print(view.id, markup=False)
             return

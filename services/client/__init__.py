@@ -47,9 +47,11 @@ from corral.services.client.views import (
     InstanceView,
     PoolDeleted,
     PoolView,
+    ProjectView,
     RequestView,
     RunView,
     SubmissionView,
+    UserView,
     WhyView,
 )
 
@@ -76,10 +78,12 @@ __all__ = [
     "NotFound",
     "PoolDeleted",
     "PoolView",
+    "ProjectView",
     "RequestView",
     "RunView",
     "SubmissionView",
     "Unauthorized",
+    "UserView",
     "WaitTimeout",
     "WhyView",
 ]

@@ -42,8 +42,10 @@ from corral.services.client.views import (
     InstanceRow,
     PoolDeleted,
     PoolView,
+    ProjectView,
     RequestView,
     SubmissionView,
+    UserView,
     WhyView,
 )
 from corral.services.settings import Settings, get_settings
@@ -195,11 +197,13 @@ class Client:
         task: Mapping[str, Any] | str | os.PathLike[str],
         *,
         idempotency_key: str | None = None,
+        project: str | None = None,
     ) -> RequestView:
         """Submit a task: a mapping (a task file's content), its YAML text, or a task file's
         path (read and checked here, a ``compute_config`` path sent inline). With an
         ``idempotency_key`` a request already created under the key is returned and nothing
-        is created. Raises InvalidTask, Impossible, or ConfigError for a file read here."""
+        is created; ``project``: the project to submit to (default: the token's user's only
+        one). Raises InvalidTask, Impossible, or ConfigError for a file read here."""
         source = "<task>"
         if isinstance(task, os.PathLike):
             from corral.services.client.tasks import read_task_file
@@ -213,7 +217,8 @@ class Client:
             task = self.with_files(dict(task), source=source)
         body = {"task_yaml": task} if isinstance(task, str) else {"task": dict(task)}
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
-        return self._send(RequestView, "POST", "/v1/requests", body, headers=headers)
+        params = {"project": project} if project is not None else {}
+        return self._send(RequestView, "POST", "/v1/requests", body, headers=headers, params=params)
 
     def with_files(
         self,
@@ -271,9 +276,14 @@ class Client:
         """One request with its attempts and instances."""
         return self._get(RequestView, f"/v1/requests/{_seg(request_id)}")
 
-    def list_requests(self, state: str | None = None, limit: int = 100) -> list[RequestView]:
-        """Requests, newest first, at most ``limit``; only those in ``state`` if given."""
+    def list_requests(
+        self, state: str | None = None, limit: int = 100, project: str | None = None
+    ) -> list[RequestView]:
+        """Requests, newest first, at most ``limit``; only those in ``state`` (and of
+        ``project``) if given. A member or viewer sees its projects' requests only."""
         params: dict[str, Any] = {"limit": limit, **({"state": state.upper()} if state else {})}
+        if project is not None:
+            params["project"] = project
         return self._list(RequestView, "/v1/requests", "requests", params=params)
 
     def events(self, request_id: str, after: int = 0) -> EventPage:
@@ -410,6 +420,36 @@ class Client:
     def why(self, request_id: str) -> WhyView:
         """Where a request runs, or why it waits."""
         return self._get(WhyView, f"/v1/requests/{_seg(request_id)}/why")
+
+    # ---- users and projects (admins, but whoami and projects) ---------------------------------
+
+    def whoami(self) -> UserView:
+        """The token's user: its name, role and projects."""
+        return self._get(UserView, "/v1/whoami")
+
+    def add_user(self, name: str, role: str, projects: list[str]) -> UserView:
+        """Add a user; the view's ``token`` is its API token, shown this once."""
+        body = {"name": name, "role": role, "projects": projects}
+        return self._send(UserView, "POST", "/v1/users", body)
+
+    def users(self) -> list[UserView]:
+        return self._list(UserView, "/v1/users", "users")
+
+    def revoke_user(self, name: str) -> UserView:
+        """Revoke a user's token, at once."""
+        return self._send(UserView, "POST", f"/v1/users/{_seg(name)}/revoke")
+
+    def add_project(self, name: str, quota: Mapping[str, Any] | None = None) -> ProjectView:
+        body = {"name": name, "quota": dict(quota or {})}
+        return self._send(ProjectView, "POST", "/v1/projects", body)
+
+    def projects(self) -> list[ProjectView]:
+        """Projects with their quotas and usage (a member's or viewer's own)."""
+        return self._list(ProjectView, "/v1/projects", "projects")
+
+    def set_quota(self, name: str, quota: Mapping[str, Any]) -> ProjectView:
+        """Replace a project's quota (``gpus``, ``usd_per_period``, ``period_s``)."""
+        return self._send(ProjectView, "PUT", f"/v1/projects/{_seg(name)}/quota", dict(quota))
 
     # ---- clusters -----------------------------------------------------------------------------
 

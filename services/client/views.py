@@ -93,6 +93,8 @@ class RequestView(View):
     id: str
     name: str | None = None
     state: str
+    user: str | None = None
+    project: str | None = None
     exit_code: int | None = None
     error: str | None = None
     attempts: list[AttemptView] = Field(default_factory=list)
@@ -187,6 +189,7 @@ class WhyView(View):
     code: str
     reason: str
     budget: str | None = None  # the dollar budget holding it back, if one
+    quota: dict[str, Any] | None = None  # the project quota that refused it, if one
 
 
 # ---- clusters -------------------------------------------------------------------------------
@@ -237,3 +240,28 @@ class ClusterView(View):
     decisions: list[dict[str, Any]] = Field(default_factory=list)
     failed_nodes: list[dict[str, Any]] = Field(default_factory=list)  # launcher step, exit code
     ray: dict[str, Any] | None = None  # the head's Ray: GCS and dashboard addresses, Ray's nodes
+
+
+# ---- users and projects ---------------------------------------------------------------------
+
+
+class UserView(View):
+    """A user: its role and projects (``token`` only in the answer that created it)."""
+
+    name: str
+    role: str
+    projects: list[str] = Field(default_factory=list)
+    created_at: float | None = None
+    revoked_at: float | None = None
+    token: str | None = None
+
+
+class ProjectView(View):
+    """A project, its quota (limits null: none) and what it uses now."""
+
+    name: str
+    quota: dict[str, Any] = Field(default_factory=dict)
+    gpus_in_use: int = 0
+    spent_usd: float = 0.0
+    period_start: float | None = None
+    created_at: float | None = None

@@ -24,6 +24,7 @@ from corral.services.state.nodes import NodeBook
 from corral.services.state.outage import OutageBook, outage_book
 from corral.services.state.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
 from corral.services.state.store import Store, WriteListener
+from corral.services.state.users import AccessBook
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
 
@@ -62,6 +63,10 @@ class Deps:
     @cached_property
     def nodes(self) -> NodeBook:
         return NodeBook.for_settings(self.redis, self.settings)
+
+    @cached_property
+    def access(self) -> AccessBook:
+        return AccessBook(self.redis, self.settings.prefix)
 
     @cached_property
     def limits(self) -> LaunchLimits:

@@ -23,6 +23,7 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
 )
+from corral.services.runtime import quotas
 from corral.services.runtime.account import (
     end_attempt,
     fail_request,
@@ -72,6 +73,9 @@ def admit(deps: Deps, request_id: str) -> str:
     req = deps.store.get_request(request_id)
     if req is None:
         return "missing"
+    if req.state == RequestState.PENDING and (refused := quotas.refusal_for(deps, req)):
+        quotas.refuse(deps, request_id, refused)
+        return "over quota"
     match req.route:
         case MachinePoolRoute() | DeterminedRoute():
             if req.is_terminal:

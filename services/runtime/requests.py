@@ -22,6 +22,7 @@ from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
+from corral.shared.quotas import gpus_asked
 from corral.shared.records import ChainStep, LaunchRequest
 from corral.shared.recovery import runs_of, total_cost
 from corral.shared.routing import Refusal, route_with_plan
@@ -51,6 +52,24 @@ class Impossible(ValueError):
 
 class BadKey(ValueError):
     """An idempotency key Corral cannot keep (empty, too long, or with control characters)."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who submits and for which project (None, None: the first admin, or the schedule
+    queue's door, with no project)."""
+
+    user: str | None = None
+    project: str | None = None
+
+
+NO_OWNER = Owner()
+
+
+def scoped_key(key: str, project: str | None) -> str:
+    """An idempotency key as kept: per project, so a key never reaches another project's
+    request (the first admin's project-less submissions keep the key as given)."""
+    return key if project is None else f"project:{project}:{key}"
 
 
 @dataclass(frozen=True)
@@ -111,7 +130,11 @@ def refusal_of(exc: ConfigError | Impossible) -> dict[str, Any]:
 
 
 def submit_task(
-    deps: Deps, task: Mapping[str, Any] | str, *, idempotency_key: str | None = None
+    deps: Deps,
+    task: Mapping[str, Any] | str,
+    *,
+    idempotency_key: str | None = None,
+    owner: Owner = NO_OWNER,
 ) -> Submitted:
     """Check a submitted task (a mapping, or its YAML/JSON text) as ``POST /v1/requests``
     does, route it and store it PENDING: the one path of the API and of
@@ -121,11 +144,13 @@ def submit_task(
     False) and nothing is written; a refusal is recorded under the key, so whoever sent it
     can read it (``GET /v1/submissions/<key>``)."""
     key = None if idempotency_key is None else check_key(idempotency_key)
+    if key is not None:
+        key = scoped_key(key, owner.project)
     if key is not None and (held := _held(deps, key)) is not None:
         return held
     try:
         checked = validate_task(task_document(task))
-        return _accept(deps, checked, key)
+        return _accept(deps, checked, key, owner)
     except (ConfigError, Impossible) as exc:
         if key is not None:
             deps.store.refuse_keyed(key, refusal_of(exc), deps.now())
@@ -151,10 +176,10 @@ def _admit_if_pending(deps: Deps, req: LaunchRequest) -> None:
         dispatch.admit(req.id, settings=deps.settings)
 
 
-def _accept(deps: Deps, task: Task, key: str | None) -> Submitted:
+def _accept(deps: Deps, task: Task, key: str | None, owner: Owner) -> Submitted:
     if key is None:
-        return Submitted(submit(deps, task), created=True)
-    req = _new_request(deps, task)
+        return Submitted(submit(deps, task, owner=owner), created=True)
+    req = _new_request(deps, task, owner=owner)
     holder = deps.store.create_keyed_request(req, key)
     created = holder == req.id
     if created:
@@ -189,10 +214,12 @@ def submit_queued(deps: Deps, task: Any, idempotency_key: Any) -> dict[str, Any]
     }
 
 
-def submit(deps: Deps, task: Task, *, request_id: str | None = None) -> LaunchRequest:
+def submit(
+    deps: Deps, task: Task, *, request_id: str | None = None, owner: Owner = NO_OWNER
+) -> LaunchRequest:
     """Accept a launch request: route it (:func:`corral.shared.routing.route`), refuse the
     impossible, store it PENDING with its route, hand it to scheduling."""
-    req = _new_request(deps, task, request_id)
+    req = _new_request(deps, task, request_id, owner)
     if deps.store.create_request(req):
         deps.store.append_event(req.id, f"accepted: {_name(task)}", req.created_at)
         stored: LaunchRequest | None = req  # as written: no need to read it back
@@ -207,7 +234,9 @@ def _name(task: Task) -> str:
     return task.name or "unnamed task"
 
 
-def _new_request(deps: Deps, task: Task, request_id: str | None = None) -> LaunchRequest:
+def _new_request(
+    deps: Deps, task: Task, request_id: str | None = None, owner: Owner = NO_OWNER
+) -> LaunchRequest:
     """A PENDING request for ``task`` with its route; raises Impossible (nothing stored)."""
     decided, planned = route_with_plan(task, registry_view(deps))
     if isinstance(decided, Refusal):
@@ -239,6 +268,9 @@ def _new_request(deps: Deps, task: Task, request_id: str | None = None) -> Launc
         route=decided,
         chain=chain,
         next_step=-1,
+        user=owner.user,
+        project=owner.project,
+        gpus=gpus_asked(task),
     )
     req.history.append(_first_transition(now))
     return req

@@ -18,6 +18,8 @@ def why(deps: Deps, request_id: str) -> dict[str, Any]:
     req = deps.store.get_request(request_id)
     if req is None:
         raise LookupError(f"no launch request {request_id!r}")
+    if req.quota_refusal is not None:
+        return quota_why(req)
     match req.route:
         case MachinePoolRoute() | DeterminedRoute() as pooled:
             kind = kind_of_route(pooled)
@@ -25,6 +27,19 @@ def why(deps: Deps, request_id: str) -> dict[str, Any]:
         case Direct():
             blocks = deps.blocks.active(deps.now())
             return direct_why(req, [(b.block, b.until, b.reason) for b in blocks])
+
+
+def quota_why(req: LaunchRequest) -> dict[str, Any]:
+    """A request its project's quota refused at admission: the quota and its numbers."""
+    refusal = dict(req.quota_refusal or {})
+    return {
+        "id": req.id,
+        "state": req.state.value,
+        "pool": None,
+        "code": "over_quota",
+        "reason": str(refusal.get("reason") or req.error or "over its project's quota"),
+        "quota": refusal,
+    }
 
 
 def _place(step: Any) -> str:

@@ -93,8 +93,10 @@ class ExecBook:
         state = rec.get("state")
         state = state.decode() if isinstance(state, bytes) else state
         code = rec.get("exit_code")
+        owner = rec.get("request_id")
         return {
             "id": exec_id,
+            "request_id": owner.decode() if isinstance(owner, bytes) else owner,
             "state": state,
             "output": data[offset:].decode("utf-8", errors="replace"),
             "offset": len(data),

@@ -122,6 +122,8 @@ def _delete_request(
     pipe.zrem(store._key("requests", "created"), req.id)
     for state in RequestState:
         pipe.zrem(store._request_state_key(state), req.id)
+    if req.project is not None:
+        pipe.zrem(store._project_key(req.project), req.id)
     for inst in instances:
         pipe.delete(store._instance_key(inst.id))
         pipe.zrem(store._key("instances", "created"), inst.id)

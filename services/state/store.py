@@ -10,6 +10,7 @@ Key layout (``P`` is the prefix, "corral" by default; ids and states as stored):
     P:request:<id>                  hash {version, json}: one LaunchRequest
     P:requests:created              zset  id -> created_at (every request)
     P:requests:state:<STATE>        zset  id -> created_at (requests in that state)
+    P:requests:project:<project>    zset  id -> created_at (a project's requests)
     P:instance:<id>                 hash {version, json}: one Instance
     P:instances:created             zset  id -> created_at (every instance)
     P:instances:request:<req id>    zset  id -> created_at (a request's instances)
@@ -154,6 +155,13 @@ class Store:
     def _request_state_key(self, state: RequestState) -> str:
         return self._key("requests", "state", state.value)
 
+    def _project_key(self, project: str) -> str:
+        return self._key("requests", "project", project)
+
+    def _project_index(self, req: LaunchRequest) -> list[str]:
+        """The project index a new request joins (none for a request without a project)."""
+        return [] if req.project is None else [self._project_key(req.project)]
+
     def _instance_state_key(self, state: InstanceState) -> str:
         return self._key("instances", "state", state.value)
 
@@ -166,6 +174,7 @@ class Store:
             self._request_key(req.id),
             self._key("requests", "created"),
             self._request_state_key(req.state),
+            *self._project_index(req),
         ]
         args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
         created = int(self._create(keys=keys, args=args)) == 1
@@ -183,6 +192,7 @@ class Store:
             self._request_key(req.id),
             self._key("requests", "created"),
             self._request_state_key(req.state),
+            *self._project_index(req),
         ]
         args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
         return _text(self._create_keyed(keys=keys, args=args))
@@ -244,12 +254,19 @@ class Store:
         return None if raw is None else Instance.model_validate_json(raw)
 
     def list_requests(
-        self, state: RequestState | None = None, limit: int = 100, *, oldest_first: bool = False
+        self,
+        state: RequestState | None = None,
+        limit: int = 100,
+        *,
+        oldest_first: bool = False,
+        projects: Sequence[str] | None = None,
     ) -> list[LaunchRequest]:
         """Requests, newest first (or oldest first: the order a FIFO scheduler wants), at most
-        ``limit``; only those in ``state`` if given."""
+        ``limit``; only those in ``state`` if given; only those of ``projects`` if given."""
         if limit <= 0:
             return []
+        if projects is not None:
+            return self._project_requests(projects, state, limit, oldest_first)
         key = self._key("requests", "created") if state is None else self._request_state_key(state)
         if oldest_first:
             ids = self._r.zrange(key, 0, limit - 1)
@@ -258,6 +275,38 @@ class Store:
         found = self._load(LaunchRequest, (self._request_key(_text(i)) for i in ids))
         # A request may have moved on between reading the index and reading the records.
         return [r for r in found if state is None or r.state == state]
+
+    def _project_requests(
+        self,
+        projects: Sequence[str],
+        state: RequestState | None,
+        limit: int,
+        oldest_first: bool,
+    ) -> list[LaunchRequest]:
+        """The requests of ``projects`` in ``state`` (if given), newest (or oldest) first, read
+        from the project indexes in batches until ``limit`` are found."""
+        pipe = self._r.pipeline(transaction=False)
+        for project in dict.fromkeys(projects):
+            pipe.zrange(self._project_key(project), 0, -1, withscores=True)
+        scored = [(float(score), _text(i)) for batch in pipe.execute() for i, score in batch]
+        scored.sort(reverse=not oldest_first)
+        out: list[LaunchRequest] = []
+        batch_size = max(limit, 100)
+        for start in range(0, len(scored), batch_size):
+            chunk = scored[start : start + batch_size]
+            found = self._load(LaunchRequest, (self._request_key(i) for _, i in chunk))
+            out.extend(r for r in found if state is None or r.state == state)
+            if len(out) >= limit:
+                break
+        return out[:limit]
+
+    def project_request_ids(self, project: str) -> list[str]:
+        """Every request id of ``project``, oldest first."""
+        return [_text(i) for i in self._r.zrange(self._project_key(project), 0, -1)]
+
+    def load_requests(self, request_ids: Iterable[str]) -> list[LaunchRequest]:
+        """The requests of these ids that exist, in the order given."""
+        return self._load(LaunchRequest, (self._request_key(i) for i in request_ids))
 
     def count_requests(self, state: RequestState | None = None) -> int:
         """How many requests there are (in ``state`` if given), without reading them."""
