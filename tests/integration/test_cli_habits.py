@@ -34,6 +34,8 @@ LISTS: dict[str, tuple[str, list[str]]] = {
     "show-gpus": ("accelerators", []),
     "plan": ("candidates", [str(REPO / "examples" / "workload" / "train-a100.yaml")]),
     "validate": ("files", [str(REPO / "examples" / "workload" / "hello-job.yaml")]),
+    "users list": ("users", []),  # the envelope test adds a project and a user first
+    "projects list": ("projects", []),
 }
 # The other commands with --json print one document, not a list (or stream lines); a new
 # command with --json must be put in one of the two tables.
@@ -42,6 +44,7 @@ NOT_LISTS = {
     "launch", "logs", "terminate", "down", "why", "version", "simulate", "run api",
     "pools apply", "pools delete", "pools resolve", "pools route", "config merge", "config get",
     "cluster up", "cluster down", "cluster status", "cluster demand", "autoscale explain",
+    "users add", "users revoke", "projects add", "projects quota",
 }  # fmt: skip
 
 
@@ -64,6 +67,8 @@ def test_every_json_command_is_known_as_a_list_or_not() -> None:
 
 
 def test_every_json_list_prints_one_envelope(demo: Any) -> None:
+    if demo.system.cli("projects", "add", "habits").returncode == 0:  # once per module
+        assert demo.system.cli("users", "add", "habits", "--project", "habits").returncode == 0
     for command, (kind, args) in LISTS.items():
         done = demo.system.cli(*command.split(), *args, "--json")
         assert done.returncode == 0, (command, done.stderr)

@@ -96,7 +96,7 @@ def test_unknown_names_are_exit_2_with_a_clear_message(system: Any) -> None:
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr
     assert "no pool 'nope' is registered" in system.cli("pools", "delete", "nope").stderr
-    assert "no launch request 'r-nope'" in system.cli("why", "r-nope").stderr
+    assert "no launch request with id 'r-nope'" in system.cli("why", "r-nope").stderr
 
 
 def test_writes_without_the_token_are_401(system: Any) -> None:

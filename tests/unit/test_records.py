@@ -147,6 +147,8 @@ def test_request_to_public_shape() -> None:
         "id": "req-1",
         "name": req.task.get("name"),
         "state": "PENDING",
+        "user": None,
+        "project": None,
         "exit_code": None,
         "error": None,
         "attempts": [
