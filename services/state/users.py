@@ -94,6 +94,17 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+# KEYS[1] the user's document, KEYS[2] the set of user names, KEYS[3] its token hash's key.
+# ARGV: name, version, json. The user and its token's key in one step: 1 created, 0 taken.
+_CREATE_USER = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[3], ARGV[1])
+return 1
+"""
+
+
 class AccessBook:
     """Users, tokens and projects of one Corral installation."""
 
@@ -106,6 +117,7 @@ class AccessBook:
         self.projects: DocStore[ProjectRecord] = DocStore(
             redis, prefix, "project", ProjectRecord.model_validate_json
         )
+        self._create_user = redis.register_script(_CREATE_USER)
 
     def _token_key(self, digest: str) -> str:
         return f"{self._prefix}:token:{digest}"
@@ -168,9 +180,12 @@ class AccessBook:
         record = UserRecord(
             name=name, role=role, projects=wanted, token_sha256=digest, created_at=now
         )
-        if not self.users.create(name, record):
+        keys = [self.users.key(name), f"{self._prefix}:users", self._token_key(digest)]
+        created = self._create_user(
+            keys=keys, args=[name, record.version, record.model_dump_json()]
+        )
+        if int(created) != 1:
             raise AccessError(f"user {name!r} exists already (revoke it, then add another name)")
-        self._r.set(self._token_key(digest), name)
         return record, token
 
     def revoke(self, name: str, now: float) -> UserRecord:

@@ -299,3 +299,17 @@ def _task_file(corral: Installation, task: dict[str, Any]) -> Path:
     path = corral.system.home / f"{task['name']}.yaml"
     path.write_text(json.dumps(task))
     return path
+
+
+def test_the_console_takes_the_first_admins_token_only(corral: Installation) -> None:
+    """The console shows every project, so a member's or viewer's token does not open it."""
+    member = corral.tokens["alice"]
+    with httpx.Client(base_url=corral.system.api_url, timeout=60) as c:
+        as_member = c.get("/console/", headers={"Authorization": f"Bearer {member}"})
+        assert as_member.status_code == 303
+        assert as_member.headers["location"].startswith("/console/login")
+        signed = c.post("/console/login", data={"token": member, "next": "/console/"})
+        assert signed.status_code == 303 and "failed=1" in signed.headers["location"]
+        assert "corral_console" not in signed.cookies
+        admin = c.get("/console/", headers={"Authorization": f"Bearer {corral.system.token}"})
+        assert admin.status_code == 200
