@@ -137,9 +137,9 @@ class LaunchRequest(_Record):
     # Where it goes, decided once at submit (corral.shared.routing): its own machines down the
     # chain, a machine pool, or a Determined resource pool. Later steps match on it.
     route: Route = Field(default_factory=Direct)
-    # Who submitted it and for which project (None: submitted with the first admin's token, or
-    # through the schedule queue, before users existed); members and viewers see only their
-    # projects' requests.
+    # Who submitted it ("admin": the first admin's token) and for which project (None: no
+    # project named by an admin, the schedule queue's door, or stored before users existed);
+    # members and viewers see only their projects' requests.
     user: str | None = None
     project: str | None = None
     gpus: int = 0  # GPUs it holds at once (corral.shared.quotas.gpus_asked), set at submit

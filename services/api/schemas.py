@@ -73,7 +73,11 @@ class RequestView(BaseModel):
     id: str
     name: str | None = None  # the task's name, when it has one
     state: str
-    user: str | None = Field(None, description="who submitted it (null: the first admin)")
+    user: str | None = Field(
+        None,
+        description="who submitted it (admin: the first admin's token; null: through the "
+        "schedule queue, or before users existed)",
+    )
     project: str | None = Field(None, description="the project it belongs to")
     exit_code: int | None = None  # a finished job's: the first non-zero of its nodes, else 0
     error: str | None = None  # why it failed, when it did

@@ -313,3 +313,30 @@ def test_the_console_takes_the_first_admins_token_only(corral: Installation) -> 
         assert "corral_console" not in signed.cookies
         admin = c.get("/console/", headers={"Authorization": f"Bearer {corral.system.token}"})
         assert admin.status_code == 200
+
+
+def test_dollars_spent_by_a_projects_machines_refuse_its_next_request(
+    corral: Installation,
+) -> None:
+    """The spend is read from the store: a real machine of the local cloud (cpu-2 at 0.10
+    USD/h) runs a job, and its cost this period is over the project's tiny daily quota. Runs
+    last in this module: it starts a provisioning worker and beat (which ends a finished
+    job), so requests launch from here on."""
+    corral.system.start_worker("provision")
+    corral.system.start_beat()
+    assert corral.cli("projects", "add", "epsilon", "--dollars-per-day", "0.00001").returncode == 0
+    done = corral.cli("users", "add", "hank", "--project", "epsilon", "--json")
+    hank = json.loads(done.stdout)["token"]
+    job = {**CPU_TASK, "name": "short-job", "run": "sleep 1"}
+    first = corral.submit(hank, job)
+    corral.wait_state(first, {"SUCCEEDED"}, 120)
+    second = corral.submit(hank, job)
+    corral.wait_state(second, {"FAILED"})
+    with corral.http(hank) as c:
+        why = c.get(f"/v1/requests/{second}/why").json()
+        cost = c.get(f"/v1/requests/{first}").json()["cost_usd"]
+    assert why["code"] == "over_quota" and why["quota"]["quota"] == "usd_per_period"
+    assert why["quota"]["in_use"] == pytest.approx(cost, rel=0.05) and cost > 0.00001
+    projects = json.loads(corral.cli("projects", "list", "--json", token=hank).stdout)
+    assert [p["name"] for p in projects["projects"]] == ["epsilon"]
+    assert projects["projects"][0]["spent_usd"] == pytest.approx(cost, rel=0.05)
