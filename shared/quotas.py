@@ -32,6 +32,10 @@ from .config.base import StrictModel
 from .config.task import Task
 
 DEFAULT_PERIOD_S = 86400.0  # a day, as the budgets' default period
+MIN_PERIOD_S = 60.0  # shorter periods mean nothing for machines billed by the second
+MAX_PERIOD_S = 366 * 86400.0
+MAX_GPUS = 1_000_000
+MAX_USD = 1e12
 
 QuotaName = Literal["gpus", "usd_per_period"]
 
@@ -39,9 +43,9 @@ QuotaName = Literal["gpus", "usd_per_period"]
 class Quota(StrictModel):
     """A project's limits; a limit left None is no limit."""
 
-    gpus: int | None = Field(None, ge=0)  # GPUs (accelerators) held at once, every node counted
-    usd_per_period: float | None = Field(None, ge=0)  # machine cost in each period
-    period_s: float = Field(DEFAULT_PERIOD_S, gt=0)
+    gpus: int | None = Field(None, ge=0, le=MAX_GPUS)  # held at once, every node counted
+    usd_per_period: float | None = Field(None, ge=0, le=MAX_USD)  # machine cost each period
+    period_s: float = Field(DEFAULT_PERIOD_S, ge=MIN_PERIOD_S, le=MAX_PERIOD_S)
 
     def is_empty(self) -> bool:
         return self.gpus is None and self.usd_per_period is None

@@ -112,3 +112,7 @@ def test_a_quota_refuses_negative_limits_and_unknown_fields() -> None:
         Quota.model_validate({"gpu": 4})
     with pytest.raises(ValidationError):
         Quota(period_s=0)
+    with pytest.raises(ValidationError):  # found by the API's fuzz test: floor(now / 5e-324)
+        Quota(period_s=5e-324)
+    with pytest.raises(ValidationError):
+        Quota(usd_per_period=float("inf"))
