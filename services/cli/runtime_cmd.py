@@ -271,14 +271,18 @@ def status(
     interval_s: float = typer.Option(
         2.0, "--interval", min=0.1, help="With --watch: seconds between refreshes."
     ),
+    project: str | None = typer.Option(
+        None, "--project", metavar="NAME", help="List only this project's requests."
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """One launch request with its attempts and instances, or a table of all."""
+    """One launch request with its attempts and instances, or a table of all (a member or
+    viewer sees its projects' requests only)."""
     with api_client(as_json) as client:
         if watch:
-            _watch(client, request_id, state, limit, interval_s, as_json)
+            _watch(client, request_id, state, limit, interval_s, as_json, project)
             return
-        views = _status_views(client, request_id, state, limit)
+        views = _status_views(client, request_id, state, limit, project)
     if as_json:
         print_json(views[0] if request_id else list_envelope("requests", views))
         return
@@ -286,11 +290,15 @@ def status(
 
 
 def _status_views(
-    client: Client, request_id: str | None, state: str | None, limit: int
+    client: Client,
+    request_id: str | None,
+    state: str | None,
+    limit: int,
+    project: str | None = None,
 ) -> list[dict[str, Any]]:
     """The requests ``status`` shows, as the API's JSON documents (all their fields)."""
     if request_id is None:
-        found = client.list_requests(state=state, limit=limit)
+        found = client.list_requests(state=state, limit=limit, project=project)
     else:
         found = [client.status(request_id)]
     return [v.document() for v in found]
@@ -303,6 +311,7 @@ def _watch(
     limit: int,
     interval_s: float,
     as_json: bool,
+    project: str | None = None,
 ) -> None:
     """``status --watch``: the same view every ``interval_s`` until every request shown has
     ended, or Ctrl-C. A terminal is redrawn; a pipe or file gets the view again each time it
@@ -310,7 +319,7 @@ def _watch(
     last: list[dict[str, Any]] | None = None
     try:
         while True:
-            views = _status_views(client, request_id, state, limit)
+            views = _status_views(client, request_id, state, limit, project)
             if out.is_terminal or views != last:
                 _snapshot(views, request_id, interval_s, as_json)
                 last = views

@@ -169,6 +169,9 @@ def test_an_admin_sees_every_project_and_a_member_only_its_own(corral: Installat
         assert c.get(f"/v1/requests/{b}").status_code == 200
         only_beta = c.get("/v1/requests", params={"project": "beta"}).json()["requests"]
         assert {r["project"] for r in only_beta} == {"beta"}
+    shown = corral.cli("status", "--project", "beta", "--json")
+    assert {r["project"] for r in json.loads(shown.stdout)["requests"]} == {"beta"}
+    with corral.http() as c:
         projects = {p["name"] for p in c.get("/v1/projects").json()["projects"]}
         assert {"alpha", "beta"} <= projects
     with corral.http(corral.tokens["bob"]) as c:
