@@ -129,6 +129,41 @@ def _provider(provider: Provider | None) -> dict[str, Any] | None:
     return None if provider is None else provider.model_dump(exclude_unset=True)
 
 
+# A kubernetes manager's pool, played as Corral's pooled agents: each agent is one pod of
+# max_slots_per_pod slots, launched when tasks wait and deleted soon after its last task ends
+# (Determined deletes a task's pods when the task ends).
+KUBE_POD_IDLE_S = 5.0
+KUBE_MAX_PODS = 5  # pods per pool at once (Determined's max_instances default for agents)
+
+
+def kube_pods(master: MasterConfig, manager: ResourceManager, pool: ResourcePool) -> dict[str, Any]:
+    """The pod "provider" of a pool under ``resource_manager: type: kubernetes``.
+
+    ``slot_type`` gpu (or cuda): a pod's slots are ``nvidia.com/gpu``; cpu: a slot is
+    ``slot_resource_requests.cpu`` CPUs (1 when unset). A pool that is only the default aux
+    pool holds zero-slot tasks (0 slots, CPU pods). The pod template is
+    ``task_container_defaults.gpu_pod_spec`` (``cpu_pod_spec`` for CPU pods), the pool's
+    ``task_container_defaults`` over the master's; the namespace is the pool's
+    ``kubernetes_namespace``, else the manager's ``default_namespace`` (or ``namespace``).
+    """
+    aux_only = pool.pool_name == manager.aux_pool() != manager.compute_pool()
+    cpu_pods = manager.slot_type == "cpu" or aux_only
+    defaults = {**(master.task_container_defaults or {}), **(pool.task_container_defaults or {})}
+    template = defaults.get("cpu_pod_spec" if cpu_pods else "gpu_pod_spec")
+    requests = manager.slot_resource_requests
+    return {
+        "type": "kubernetes",
+        "instance_slots": 0 if aux_only else (manager.max_slots_per_pod or 0),
+        "slot_type": "cpu" if cpu_pods else "gpu",
+        "cpu_per_slot": (requests.cpu if requests and requests.cpu else 1.0),
+        "namespace": pool.kubernetes_namespace or manager.kube_namespace(),
+        "pod_spec": dict(template) if isinstance(template, dict) else {},
+        "max_instances": KUBE_MAX_PODS,
+        "min_instances": 0,
+        "max_idle_agent_period_s": KUBE_POD_IDLE_S,
+    }
+
+
 def _resolve_legacy(master: MasterConfig) -> ResolvedPools:
     pool = ResolvedPool(
         pool_name=DEFAULT_POOL_NAME,
@@ -154,12 +189,13 @@ def resolve_pools(master: MasterConfig) -> ResolvedPools:
         return _resolve_legacy(master)
     manager = master.resource_manager or ResourceManager()
     cluster = _settings(manager.scheduler, inherited=False)
+    kube = manager.type == "kubernetes"
     pools = tuple(
         ResolvedPool(
             p.pool_name,
             p.description,
             pool_scheduler(p.scheduler, cluster),
-            _provider(p.provider),
+            kube_pods(master, manager, p) if kube else _provider(p.provider),
             p.max_aux_containers_per_agent,
         )
         for p in _pools_of(master)

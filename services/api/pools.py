@@ -97,9 +97,20 @@ def _machine_pool_cloud(deps: Deps, pool: MachinePool, doc: Document, asked: str
     )
 
 
-def _master_config_cloud(config: MasterConfig, asked: str | None) -> str:
+def _master_config_cloud(deps: Deps, config: MasterConfig, asked: str | None) -> str:
     """Local when any pool's provider is the local cloud, else the first provider's type;
-    with no provider (static pools), ``asked`` or local."""
+    with no provider (static pools), ``asked`` or local. A kubernetes resource manager's
+    pools run on the kubernetes cloud, which must be turned on (CORRAL_CLOUDS)."""
+    manager = config.resource_manager
+    if manager is not None and manager.type == "kubernetes":
+        if "kubernetes" not in deps.settings.clouds:
+            raise _refused(
+                "resource_manager.type kubernetes: the kubernetes cloud is not turned on "
+                "(list it in CORRAL_CLOUDS)"
+            )
+        if asked not in (None, "kubernetes"):
+            raise _refused(f"cloud {asked!r}: a kubernetes resource manager's pools are pods")
+        return "kubernetes"
     providers = [p.provider.type for p in config.resource_pools or () if p.provider is not None]
     if config.provisioner is not None:
         providers.append(config.provisioner.type)
@@ -126,7 +137,7 @@ def _checked(deps: Deps, body: PoolBody) -> str:
     if isinstance(model, MachinePool):
         return _machine_pool_cloud(deps, model, doc, asked)
     assert isinstance(model, MasterConfig)
-    return _master_config_cloud(model, asked)
+    return _master_config_cloud(deps, model, asked)
 
 
 def _view(deps: Deps, name: str) -> dict[str, Any]:

@@ -23,7 +23,9 @@ SchedulerType = Literal["fair_share", "priority", "round_robin"]
 FittingPolicy = Literal["best", "worst"]
 ProviderType = Literal["aws", "gcp", "hpc", "local"]
 ManagerType = Literal["agent", "kubernetes", "slurm", "pbs"]
+SlotType = Literal["gpu", "cuda", "cpu", "rocm"]  # Determined: cuda is gpu's other name
 DEFAULT_POOL_NAME = "default"
+POD_SPEC_KEYS = ("cpu_pod_spec", "gpu_pod_spec")  # task_container_defaults' pod templates
 
 
 class SchedulerConfig(StrictModel):
@@ -189,8 +191,7 @@ class ResourcePool(StrictModel):
     """One pool of identical agents, with its own scheduler and provider."""
 
     IGNORED: ClassVar[frozenset[str]] = words(
-        """task_container_defaults agent_reattach_enabled agent_reconnect_wait
-        kubernetes_namespace max_cpu_containers_per_agent"""
+        """agent_reattach_enabled agent_reconnect_wait max_cpu_containers_per_agent"""
     )
 
     pool_name: str = Field(min_length=1)
@@ -205,15 +206,43 @@ class ResourcePool(StrictModel):
     kubernetes_namespace: str | None = None
 
 
+class SlotResourceRequests(StrictModel):
+    """What one slot requests on a kubernetes manager whose ``slot_type`` is cpu."""
+
+    cpu: float | None = Field(None, gt=0)
+
+
+# Which resource manager fields belong to which manager type (the common ones belong to all).
+_KUBE_ONLY = words(
+    """namespace default_namespace max_slots_per_pod slot_type slot_resource_requests
+    kubernetes_namespace master_service_name leave_kubernetes_resources default_scheduler
+    kubeconfig_path determined_master_host determined_master_port determined_master_scheme
+    fluent internal_task_gateway"""
+)
+_HPC_MANAGER_ONLY = words(
+    """master_host master_port host port protocol security container_run_type auth_file
+    rendezvous_network_interface proxy_network_interface user_name group_name sudo_authorized
+    apptainer_image_root singularity_image_root job_storage_root path ld_library_path
+    launcher_jvm_args tres_supported gres_supported partition_overrides job_project_source"""
+)
+_MANAGER_ONLY: dict[str, frozenset[str]] = {
+    "agent": _KUBE_ONLY | _HPC_MANAGER_ONLY,
+    "kubernetes": _HPC_MANAGER_ONLY,
+    "slurm": _KUBE_ONLY,
+    "pbs": _KUBE_ONLY,
+}
+
+
 class ResourceManager(StrictModel):
     """Cluster-level settings: scheduler defaults and the default pools."""
 
     # Everything but the agent manager's scheduling keys is accepted and not acted on.
     IGNORED: ClassVar[frozenset[str]] = words(
-        """require_authentication client_ca cluster_name name metadata namespace
-        default_namespace max_slots_per_pod slot_type slot_resource_requests
+        """require_authentication client_ca cluster_name name metadata
         master_service_name leave_kubernetes_resources default_scheduler
-        kubernetes_namespace master_host master_port host port protocol security
+        kubeconfig_path determined_master_host determined_master_port
+        determined_master_scheme fluent internal_task_gateway
+        master_host master_port host port protocol security
         container_run_type auth_file rendezvous_network_interface proxy_network_interface
         user_name group_name sudo_authorized apptainer_image_root singularity_image_root
         job_storage_root path ld_library_path launcher_jvm_args tres_supported
@@ -232,16 +261,22 @@ class ResourceManager(StrictModel):
     cluster_name: str | None = None
     name: str | None = None
     metadata: dict[str, Any] | None = None
-    # kubernetes
-    namespace: str | None = None
+    # kubernetes (acted on: the namespaces, max_slots_per_pod, slot_type, slot_resource_requests)
+    namespace: str | None = None  # Determined's older name of default_namespace
     default_namespace: str | None = None
-    max_slots_per_pod: int | None = None
-    slot_type: str | None = None
-    slot_resource_requests: dict[str, Any] | None = None
+    max_slots_per_pod: int | None = Field(None, ge=0)
+    slot_type: Annotated[SlotType | None, BeforeValidator(one_of(SlotType))] = None
+    slot_resource_requests: SlotResourceRequests | None = None
+    kubernetes_namespace: str | None = None
     master_service_name: str | None = None
     leave_kubernetes_resources: bool | None = None
     default_scheduler: str | None = None
-    kubernetes_namespace: str | None = None
+    kubeconfig_path: str | None = None
+    determined_master_host: str | None = None
+    determined_master_port: int | None = None
+    determined_master_scheme: str | None = None
+    fluent: dict[str, Any] | None = None
+    internal_task_gateway: dict[str, Any] | None = None
     # slurm / pbs
     master_host: str | None = None
     master_port: int | None = None
@@ -266,6 +301,18 @@ class ResourceManager(StrictModel):
     gres_supported: bool | None = None
     partition_overrides: dict[str, Any] | None = None
     job_project_source: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_fit_type(self) -> ResourceManager:
+        wrong = sorted(_MANAGER_ONLY.get(self.type, frozenset()) & self.model_fields_set)
+        if wrong:
+            keys = ", ".join(_key(self, name) for name in wrong)
+            raise ValueError(f"{keys}: not a field of a {self.type} resource manager")
+        return self
+
+    def kube_namespace(self) -> str:
+        """The namespace a kubernetes manager's pods go to (Determined's ``default``)."""
+        return self.default_namespace or self.namespace or "default"
 
     def aux_pool(self) -> str:
         """The default pool for zero-slot tasks (``default`` when unset)."""
@@ -362,6 +409,49 @@ class MasterConfig(StrictModel):
             if name in names[:i]:
                 out.append((("resource_pools", i, "pool_name"), f"pool {name!r} is defined twice"))
         out.extend(self._default_pool_problems())
+        if self.resource_manager is not None and self.resource_manager.type == "kubernetes":
+            out.extend(self._kubernetes_problems(self.resource_manager))
+        return out
+
+    def _kubernetes_problems(self, manager: ResourceManager) -> list[tuple[PathKey, str]]:
+        """A kubernetes manager runs each pool's tasks as pods: it needs max_slots_per_pod,
+        its pools have no provider, and pod specs are Pod mappings."""
+        out: list[tuple[PathKey, str]] = []
+        if manager.max_slots_per_pod is None:
+            out.append(
+                (
+                    ("resource_manager",),
+                    "a kubernetes resource manager needs max_slots_per_pod "
+                    "(the slots one pod holds, e.g. the GPUs of a node)",
+                )
+            )
+        if manager.slot_type == "rocm":
+            out.append(
+                (
+                    ("resource_manager", "slot_type"),
+                    "rocm: Corral's pods request nvidia.com/gpu only; expected gpu, cuda or cpu",
+                )
+            )
+        defaults: list[tuple[PathKey, dict[str, Any] | None]] = [
+            (("task_container_defaults",), self.task_container_defaults)
+        ]
+        for i, pool in enumerate(self.resource_pools or ()):
+            if pool.provider is not None:
+                out.append(
+                    (
+                        ("resource_pools", i, "provider"),
+                        "a kubernetes resource manager's pools run as pods on its cluster; "
+                        "expected no provider (providers belong to the agent manager)",
+                    )
+                )
+            defaults.append(
+                (("resource_pools", i, "task_container_defaults"), pool.task_container_defaults)
+            )
+        for path, tcd in defaults:
+            for key in POD_SPEC_KEYS:
+                spec = (tcd or {}).get(key)
+                if spec is not None and not isinstance(spec, dict):
+                    out.append(((*path, key), "expected a Pod (a mapping with metadata and spec)"))
         return out
 
     def _default_pool_problems(self) -> list[tuple[PathKey, str]]:

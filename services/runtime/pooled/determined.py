@@ -18,6 +18,7 @@ from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.kind import LaunchOrder, PassResult
+from corral.services.runtime.pooled.kube_pods import kube_template
 from corral.services.state.docstore import DocStore
 from corral.services.state.pools import PoolKind as KindName
 from corral.services.state.pools import PoolRecord
@@ -139,8 +140,11 @@ class DeterminedPools:
         provider = resolved(record).pool(machine.pool).provider or {}
         return str(provider.get("type") or record.cloud)
 
-    def launch_order(self, deps: Deps, record: PoolRecord, machine: DetAgent) -> LaunchOrder:
+    def launch_order(self, deps: Deps, record: PoolRecord, machine: DetAgent) -> LaunchOrder | str:
         provider = resolved(record).pool(machine.pool).provider or {}
+        if provider.get("type") == "kubernetes" and "pod_spec" in provider:
+            pod = kube_template(deps, provider)  # resource_manager: type: kubernetes
+            return pod if isinstance(pod, str) else LaunchOrder("kubernetes", [pod])
         instance = provider.get("instance_type")
         if isinstance(instance, dict):
             instance = instance.get("machine_type")
