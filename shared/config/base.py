@@ -23,6 +23,11 @@ class StrictModel(BaseModel):
     # Field names (as written in the file) that are accepted but not acted on.
     IGNORED: ClassVar[frozenset[str]] = frozenset()
 
+    def acts_on(self, key: str) -> bool:
+        """Whether an IGNORED field is acted on after all in this file (a field some
+        settings of the file give a use); False unless a model says otherwise."""
+        return False
+
 
 class PassThrough(BaseModel):
     """A provider blob (``advanced_instance_config``, ``node_config``): any keys allowed."""
@@ -41,7 +46,7 @@ def ignored_notices(model: Any, doc: Document | None = None, path: PathKey = ())
         for name in type(model).model_fields:
             key = _alias(model, name)
             value = getattr(model, name)
-            if key in model.IGNORED and name in model.model_fields_set:
+            if key in model.IGNORED and name in model.model_fields_set and not model.acts_on(key):
                 where = ""
                 if doc is not None:
                     line = doc.line_of((*path, key))

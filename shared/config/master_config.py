@@ -307,7 +307,7 @@ class ResourceManager(StrictModel):
         wrong = sorted(_MANAGER_ONLY.get(self.type, frozenset()) & self.model_fields_set)
         if wrong:
             keys = ", ".join(_key(self, name) for name in wrong)
-            raise ValueError(f"{keys}: not a field of a {self.type} resource manager")
+            raise ValueError(f"{keys}: not a field of the {self.type} resource manager")
         return self
 
     def kube_namespace(self) -> str:
@@ -377,6 +377,17 @@ class MasterConfig(StrictModel):
     integrations: dict[str, Any] | None = None
     det_cloud: dict[str, Any] | None = None
     internal: dict[str, Any] | None = Field(None, alias="__internal")
+
+    def acts_on(self, key: str) -> bool:
+        """A kubernetes manager's pods take task_container_defaults' pod specs."""
+        manager = self.resource_manager
+        defaults = self.task_container_defaults or {}
+        return (
+            key == "task_container_defaults"
+            and manager is not None
+            and manager.type == "kubernetes"
+            and any(k in defaults for k in POD_SPEC_KEYS)
+        )
 
     def is_legacy(self) -> bool:
         """True for the old format (top-level scheduler/provisioner, one pool ``default``)."""

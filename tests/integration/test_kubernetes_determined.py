@@ -122,7 +122,7 @@ def test_a_kubernetes_master_runs_its_pools_tasks_as_pods(
     ("change", "field", "expected"),
     [
         ({"max_slot_per_pod": 1}, "resource_manager.max_slot_per_pod", "max_slots_per_pod"),
-        ({"job_storage_root": "/x"}, "resource_manager", "not a field of a kubernetes"),
+        ({"job_storage_root": "/x"}, "resource_manager", "not a field of the kubernetes"),
         ({"slot_type": "tpu"}, "resource_manager.slot_type", "expected one of gpu, cuda"),
         ({"max_slots_per_pod": None}, "resource_manager", "needs max_slots_per_pod"),
     ],
