@@ -138,7 +138,8 @@ MACHINE_TRANSITIONS: dict[MachineStatus, frozenset[MachineStatus]] = {
     MachineStatus.UP: frozenset(
         {
             MachineStatus.RETIRING,  # its replacement came up (better capacity freed)
-            MachineStatus.REAPING,  # idle past the pool's limit, or a head whose workload ended
+            MachineStatus.REAPING,  # idle past the pool's limit, a head whose workload ended,
+            # or a machine launched with its ended workload's own config
         }
     ),
     MachineStatus.RETIRING: frozenset(

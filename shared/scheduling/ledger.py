@@ -310,10 +310,14 @@ def machine_lost(ledger: PoolLedger, machine_id: str, now: float) -> list[str]:
     return [found.workload_id]
 
 
-def release(ledger: PoolLedger, workload_id: str, now: float, *, finished: bool = False) -> None:
+def release(
+    ledger: PoolLedger, workload_id: str, now: float, *, finished: bool = False, reap: bool = False
+) -> None:
     """A workload gives its machines back at ``now`` (they turn idle; retiring ones keep
     going). A stopping or sent-back workload is queued again at its original place; a
-    ``finished`` one leaves the ledger."""
+    ``finished`` one leaves the ledger. ``reap``: its machines were launched with the
+    workload's own ``advanced_instance_config`` (a pod's spec cannot change), so they serve
+    no other workload and go instead of turning idle."""
     for machine in ledger.machines.values():
         if machine.workload_id != workload_id:
             continue
@@ -321,6 +325,10 @@ def release(ledger: PoolLedger, workload_id: str, now: float, *, finished: bool 
             machine.move(MachineStatus.REAPING)  # the head goes with its placement
             continue
         if machine.status in ("retiring", "reaping"):
+            continue
+        if reap:
+            machine.move(MachineStatus.REAPING)
+            machine.idle_since = now  # when its work ended (its last output is on its way)
             continue
         if machine.status == "launching" and machine.replaces:
             machine.replaces = None  # a replacement's machine, no longer needed by anyone

@@ -18,6 +18,7 @@ class PodPlayer:
     def __init__(self, kube: FakeKube, root: Path) -> None:
         self.kube, self.fleet = kube, Fleet(root)
         self.booted: dict[str, Vm] = {}
+        self.most_live = 0  # the most pods the cluster held at once, as sampled
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -27,6 +28,7 @@ class PodPlayer:
             with self.kube.lock:
                 new = [p for p in self.kube.created if p["metadata"]["name"] not in self.booted]
                 live = {name for _ns, name in self.kube.pods}
+            self.most_live = max(self.most_live, len(live))
             for pod in new:
                 script = str(pod["spec"]["containers"][0]["command"][2])
                 self.booted[pod["metadata"]["name"]] = self.fleet.boot(script)

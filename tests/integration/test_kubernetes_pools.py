@@ -29,6 +29,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SEED_POOL_K8S = FIXTURES / "pools" / "seed-pool-kubernetes.yaml"
 CONTEXT = "lab"
 POOL = "k8s-pool"
+POD_NS = "default"
 
 
 @pytest.fixture
@@ -40,7 +41,16 @@ def kube() -> Iterator[FakeKube]:
 
 
 @pytest.fixture
-def system(kube: FakeKube, make_system: Callable[..., System], tmp_path: Path) -> Iterator[System]:
+def player(kube: FakeKube, tmp_path: Path) -> Iterator[PodPlayer]:
+    played = PodPlayer(kube, tmp_path / "pods")
+    yield played
+    played.stop()
+
+
+@pytest.fixture
+def system(
+    kube: FakeKube, player: PodPlayer, make_system: Callable[..., System], tmp_path: Path
+) -> Iterator[System]:
     config = kubeconfig_for(kube.url, tmp_path / "kubeconfig", CONTEXT)
     env = {
         "CORRAL_CLOUDS": json.dumps(["kubernetes", "local"]),
@@ -56,9 +66,7 @@ def system(kube: FakeKube, make_system: Callable[..., System], tmp_path: Path) -
         MIN_RUNTIME_S="1",
         POOL_REBALANCE_INTERVAL_S="0.5",
     )
-    player = PodPlayer(kube, tmp_path / "pods")
     yield start_with_agents(system)
-    player.stop()
 
 
 def _workload(tmp: Path, name: str, run: str) -> Path:
@@ -112,7 +120,7 @@ def _why(system: System, rid: str) -> dict[str, Any]:
 
 
 def test_the_seed_pool_on_kubernetes_places_two_pods_queues_a_third_and_merges_the_patch(
-    kube: FakeKube, system: System, tmp_path: Path
+    kube: FakeKube, player: PodPlayer, system: System, tmp_path: Path
 ) -> None:
     done = system.cli("pools", "apply", str(SEED_POOL_K8S), "--name", POOL, "--cloud", "kubernetes")
     assert done.returncode == 0, done.stderr
@@ -152,13 +160,19 @@ def test_the_seed_pool_on_kubernetes_places_two_pods_queues_a_third_and_merges_t
     assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert spec["restartPolicy"] == "Never"
 
-    # The first ends; its pod is free again and the third is placed on it.
+    # The first ends: its pod, which carries the first's patch, is deleted, and the third is
+    # placed in the room it leaves, on a pod of its own with its own patch.
     gate.write_text("go")
     assert system.wait_state(first, {"SUCCEEDED", "FAILED"}, 60)["state"] == "SUCCEEDED"
     done3 = system.wait_state(third, {"SUCCEEDED", "FAILED"}, 90)
     assert done3["state"] == "SUCCEEDED", done3
     assert done3["instances"][0]["cloud"] == "kubernetes"
-    assert "third ran" in system.cli("logs", third).stdout
-    assert len(kube.created) == 2  # the pool never held more than its two pods
+    wait_for(lambda: "third ran" in system.cli("logs", third).stdout, 20, "the third's output")
+    [pod3] = _pods_of(kube, "w3")
+    env3 = {e["name"]: e["value"] for e in pod3["spec"]["containers"][0]["env"]}
+    assert env3 == {"POOL_ENV": "from-template", "SHARED": "workload", "WORKLOAD_ENV": "w3"}
+    assert len(kube.created) == 3
+    assert player.most_live <= 2  # the pool never held more than its two pods
+    wait_for(lambda: (POD_NS, pod["metadata"]["name"]) not in kube.pods, 30, "w1's pod deleted")
     for created in kube.created:
         kubernetes_validate.validate(created, "1.30", strict=True)

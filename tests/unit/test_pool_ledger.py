@@ -77,6 +77,24 @@ def test_placements_launch_machines_then_reuse_them_warm() -> None:
     assert all(m.status == "up" for m in ledger.machines_of("b"))
 
 
+def test_machines_launched_with_a_workloads_own_config_go_with_it() -> None:
+    """release(reap=True): a workload's machines carry its own advanced_instance_config (a
+    pod's spec cannot change), so they are reaped, not kept warm; they hold their room until
+    gone, then the next workload gets fresh machines."""
+    ledger = PoolLedger(pool="p")
+    new_id = ids()
+    add_workload(ledger, job("a", 1, num_nodes=2))
+    ledger = one_pass(ledger, 10, new_id)
+    for m in list(ledger.machines):
+        machine_up(ledger, m, provider_id=f"li-{m}", zone="z")
+    release(ledger, "a", 20, finished=True, reap=True)
+    assert all(m.status == "reaping" and m.idle_since == 20 for m in ledger.machines.values())
+    add_workload(ledger, job("b", 21, num_nodes=2))
+    ledger = one_pass(ledger, 22, new_id)
+    assert {m.status for m in ledger.machines_of("b")} == {"launching"}  # none reused
+    assert sum(1 for m in ledger.machines.values() if m.status == "reaping") == 2
+
+
 def test_a_failed_launch_sends_the_workload_back_keeping_its_place() -> None:
     ledger = PoolLedger(pool="p")
     add_workload(ledger, job("a", 1, num_nodes=2))

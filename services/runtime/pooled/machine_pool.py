@@ -285,7 +285,8 @@ def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str) -> bool:
         for machine in on:
             work.withdraw(deps, machine)
         reason = f"its request ended ({req.state.value})" if req else "its request is gone"
-        deps.ledgers.update(name, lambda led: _release(led, wid, now, finished=True))
+        own = _own_config(req)
+        deps.ledgers.update(name, lambda led: _release(led, wid, now, finished=True, reap=own))
         work.end_instances(deps, wid, reason)
         return True
     if workload.phase == "pending":
@@ -301,7 +302,9 @@ def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str) -> bool:
             req,
             by,
             [(m, None) for m in on],
-            lambda: deps.ledgers.update(name, lambda led: _release(led, wid, now)),
+            lambda: deps.ledgers.update(
+                name, lambda led: _release(led, wid, now, reap=_own_config(req))
+            ),
         )
     return _sync_running(deps, name, ledger, wid, req)
 
@@ -348,7 +351,7 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
         wid,
         results,
         lambda finished: deps.ledgers.update(
-            name, lambda led: _release(led, wid, now, finished=finished)
+            name, lambda led: _release(led, wid, now, finished=finished, reap=_own_config(req))
         ),
     )
 
@@ -385,11 +388,28 @@ def _head_ready(
     return True
 
 
-def _release(ledger: PoolLedger, wid: str, now: float, *, finished: bool = False) -> bool:
+def _release(
+    ledger: PoolLedger, wid: str, now: float, *, finished: bool = False, reap: bool = False
+) -> bool:
     if wid not in ledger.workloads:
         return False
-    release(ledger, wid, now, finished=finished)
+    release(ledger, wid, now, finished=finished, reap=reap)
     return True
+
+
+def _own_config(req: LaunchRequest | None) -> bool:
+    """Whether a workload sets its own advanced_instance_config (its task's, its compute
+    config's or a worker group's): machines launched for it carry it, so they go with it."""
+    if req is None:
+        return False
+    task = Task.model_validate(req.task)
+    compute = task.compute_config
+    groups = compute.worker_nodes if isinstance(compute, ComputeConfig) else []
+    return bool(
+        task.advanced_instance_config
+        or (isinstance(compute, ComputeConfig) and compute.advanced_instance_config)
+        or any(g.advanced_instance_config for g in groups)
+    )
 
 
 def placement_id(wid: str, started_at: float) -> str:

@@ -31,6 +31,10 @@ from corral.shared.records import LaunchRequest
 from corral.shared.routing import PooledRoute, pool_of
 from corral.shared.scheduling.pooled import PooledMachine
 
+# A machine reaped the moment its workload ended is terminated this long after: its agent
+# ships its log every 0.5 s, and a deleted pod's agent cannot ship the rest.
+REAP_GRACE_S = 3.0
+
 log = logging.getLogger("corral.pools")
 
 
@@ -115,6 +119,9 @@ def _sync_machine(
             dispatch.pool_machine(record.name, machine_id, cloud, settings=deps.settings)
         return False
     if machine.status == "reaping":
+        ended = getattr(machine, "idle_since", None)
+        if ended is not None and deps.now() - ended < REAP_GRACE_S:
+            return False  # its work just ended: let its agent ship the last of its output
         if machine.provider_id and machine.cloud:
             log.info("terminating pool machine %s (reaped: idle past its limit)", machine_id)
             deps.provider(machine.cloud).terminate([machine.provider_id], zone=machine.zone)
