@@ -32,7 +32,7 @@ from corral.shared.routing import PooledRoute, pool_of
 from corral.shared.scheduling.pooled import PooledMachine
 
 # A machine reaped the moment its workload ended is terminated this long after: its agent
-# ships its log every 0.5 s, and a deleted pod's agent cannot ship the rest.
+# ships its log every 0.5 s, and a terminated machine's (a deleted pod's) cannot ship the rest.
 REAP_GRACE_S = 3.0
 
 log = logging.getLogger("corral.pools")
@@ -119,9 +119,13 @@ def _sync_machine(
             dispatch.pool_machine(record.name, machine_id, cloud, settings=deps.settings)
         return False
     if machine.status == "reaping":
+        # Reaped with the workload it was launched for (it still names it): terminated a
+        # little later, so that its agent ships the last of the work's output. (Idle-reaped
+        # machines go at once: the reaper counts a machine until it is gone.)
         ended = getattr(machine, "idle_since", None)
-        if ended is not None and deps.now() - ended < REAP_GRACE_S:
-            return False  # its work just ended: let its agent ship the last of its output
+        with_work = getattr(machine, "workload_id", None) and not getattr(machine, "head", False)
+        if with_work and ended is not None and deps.now() - ended < REAP_GRACE_S:
+            return False
         if machine.provider_id and machine.cloud:
             log.info("terminating pool machine %s (reaped: idle past its limit)", machine_id)
             deps.provider(machine.cloud).terminate([machine.provider_id], zone=machine.zone)
