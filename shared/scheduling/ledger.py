@@ -72,10 +72,15 @@ class PoolLedger(BaseModel):
     budget_spend: dict[str, BudgetSpend] = Field(default_factory=dict)  # budget name -> spend
 
     def machines_of(self, workload_id: str) -> list[PoolMachine]:
-        """The machines serving a workload, in node order (best group first, then id)."""
+        """The machines serving a workload, in node order (best group first, then id); not
+        the ones reaped with it (they still name it until they are gone)."""
         workload = self.workloads.get(workload_id)
         order = {t: i for i, t in enumerate(workload.group_order)} if workload else {}
-        mine = [m for m in self.machines.values() if m.workload_id == workload_id and not m.head]
+        mine = [
+            m
+            for m in self.machines.values()
+            if m.workload_id == workload_id and not m.head and m.status != "reaping"
+        ]
         return sorted(mine, key=lambda m: (order.get(m.machine_type, 99), m.machine_id))
 
 

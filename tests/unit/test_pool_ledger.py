@@ -87,11 +87,13 @@ def test_machines_launched_with_a_workloads_own_config_go_with_it() -> None:
     ledger = one_pass(ledger, 10, new_id)
     for m in list(ledger.machines):
         machine_up(ledger, m, provider_id=f"li-{m}", zone="z")
-    release(ledger, "a", 20, finished=True, reap=True)
+    release(ledger, "a", 20, reap=True)  # preempted: back on the queue
     assert all(m.status == "reaping" and m.idle_since == 20 for m in ledger.machines.values())
+    assert ledger.workloads["a"].phase == "pending" and ledger.machines_of("a") == []
     add_workload(ledger, job("b", 21, num_nodes=2))
     ledger = one_pass(ledger, 22, new_id)
-    assert {m.status for m in ledger.machines_of("b")} == {"launching"}  # none reused
+    for wid in ("a", "b"):
+        assert {m.status for m in ledger.machines_of(wid)} == {"launching"}  # none reused
     assert sum(1 for m in ledger.machines.values() if m.status == "reaping") == 2
 
 
