@@ -146,7 +146,7 @@ def kube_pods(master: MasterConfig, manager: ResourceManager, pool: ResourcePool
     ``task_container_defaults`` over the master's; the namespace is the pool's
     ``kubernetes_namespace``, else the manager's ``default_namespace`` (or ``namespace``).
     """
-    aux_only = pool.pool_name == manager.aux_pool() != manager.compute_pool()
+    aux_only = pool.pool_name == manager.aux_pool() and pool.pool_name != manager.compute_pool()
     cpu_pods = manager.slot_type == "cpu" or aux_only
     defaults = {**(master.task_container_defaults or {}), **(pool.task_container_defaults or {})}
     template = defaults.get("cpu_pod_spec" if cpu_pods else "gpu_pod_spec")

@@ -127,7 +127,8 @@ def _sync_machine(
         if with_work and ended is not None and deps.now() - ended < REAP_GRACE_S:
             return False
         if machine.provider_id and machine.cloud:
-            log.info("terminating pool machine %s (reaped: idle past its limit)", machine_id)
+            why = "its workload's own config" if with_work else "idle past its limit"
+            log.info("terminating pool machine %s (reaped: %s)", machine_id, why)
             deps.provider(machine.cloud).terminate([machine.provider_id], zone=machine.zone)
         kind.ledgers(deps).update(record.name, lambda led: kind.drop_machine(led, machine_id))
         return True
