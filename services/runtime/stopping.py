@@ -30,23 +30,33 @@ from corral.shared.routing import Direct
 log = logging.getLogger("corral.stopping")
 
 
-def current_nodes(deps: Deps, req: LaunchRequest, state: InstanceState) -> list[Instance]:
-    """The machines of the request's current attempt that are in ``state``."""
+def _current(deps: Deps, req: LaunchRequest) -> list[Instance]:
+    """The machines of the request's current (last) attempt."""
     if not req.instance_ids:
         return []
     last = deps.store.get_instance(req.instance_ids[-1])
     if last is None:
         return []
     found = [deps.store.get_instance(i) for i in req.instance_ids]
-    return [
-        i for i in found if i is not None and i.attempt_id == last.attempt_id and i.state == state
-    ]
+    return [i for i in found if i is not None and i.attempt_id == last.attempt_id]
+
+
+def current_nodes(deps: Deps, req: LaunchRequest, state: InstanceState) -> list[Instance]:
+    """The machines of the request's current attempt that are in ``state``."""
+    return [i for i in _current(deps, req) if i.state == state]
 
 
 def refusal(deps: Deps, req: LaunchRequest, action: str) -> str | None:
     """Why ``action`` (stop | start) cannot be done to the request now; None if it can."""
     if not isinstance(req.route, Direct):
         return f"request {req.id} runs on a pool's machines: a pool's machines are not stopped"
+    clouds = {i.cloud for i in _current(deps, req)}
+    for cloud in sorted(clouds):
+        if not can_stop(deps.provider(cloud)):
+            return (
+                f"the {cloud} cloud cannot stop a machine and start it again; "
+                f"`corral terminate {req.id}` ends it"
+            )
     wanted = RequestState.RUNNING if action == "stop" else RequestState.STOPPED
     if req.state != wanted:
         return f"request {req.id} is {req.state.value}: only a {wanted.value} request can {action}"
@@ -55,12 +65,6 @@ def refusal(deps: Deps, req: LaunchRequest, action: str) -> str | None:
     )
     if not nodes:
         return f"request {req.id} has no machine to {action}"
-    for cloud in sorted({n.cloud for n in nodes}):
-        if not can_stop(deps.provider(cloud)):
-            return (
-                f"the {cloud} cloud cannot stop a machine and start it again; "
-                f"`corral terminate {req.id}` ends it"
-            )
     return None
 
 
