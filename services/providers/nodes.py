@@ -274,7 +274,7 @@ class NodeAgents:
             node = named.get(inst.provider_id)
             view = views.get(node) if node is not None else None
             if node is None or view is None or inst.state not in ("pending", "running"):
-                if inst.state == "stopped":
+                if view is not None and view.paused:
                     pass  # stopped on Corral's word (corral stop): its token is kept
                 elif node is not None and view is not None and not view.ended:
                     self.book.end(node, "the cloud ended the machine")  # its token with it

@@ -73,6 +73,7 @@ def reconcile(deps: Deps) -> dict[str, int]:
         _unstick(deps, counts)
         _recheck_running(deps, counts)
         stopping.watch_starting(deps, counts)  # started machines whose agents are back
+        stopping.stop_again(deps, lambda c, p: _runs(by_cloud, c, p), counts)
         stopping.autostop(deps, counts)  # idle services past their resources.autostop
         counts["boot_watches"] = launch.rewatch(deps)
         return dict(counts)
@@ -328,6 +329,12 @@ def relaunch(
     if updated.state == RequestState.FAILED:
         deps.store.append_event(request_id, f"state: FAILED ({updated.error})", now)
     return str(updated.state)
+
+
+def _runs(by_cloud: dict[str, dict[str, ProviderInstance]], cloud: str, provider_id: str) -> bool:
+    """Whether this pass saw the cloud run the machine (a stop that did not happen)."""
+    seen = by_cloud.get(cloud, {}).get(provider_id)
+    return seen is not None and seen.state == "running"
 
 
 def _clean_strays(

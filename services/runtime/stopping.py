@@ -15,6 +15,7 @@ autostop: a service idle past its ``resources.autostop`` is stopped, or torn dow
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from corral.services.providers.base import can_stop, node_work_of
@@ -133,12 +134,29 @@ def stop(deps: Deps, request_id: str, why: str = "stopped by the user") -> str:
         try:
             deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
         except ProviderError as exc:
-            # Recorded STOPPED already: the next reconcile pass asks again (stop_again).
+            # Recorded STOPPED already: reconcile asks again while the cloud runs it (stop_again).
             log.warning("stopping %s on %s failed (%s); reconcile asks again", ids, cloud, exc)
             deps.store.append_event(
                 request_id, f"stop of {', '.join(ids)} failed: {exc}", deps.now()
             )
     return "stopped"
+
+
+def stop_again(deps: Deps, running: Callable[[str, str], bool], counts: dict[str, int]) -> None:
+    """A STOPPED request's machine that its cloud still runs (a stop that failed: throttled,
+    a 5xx) is stopped again. ``running(cloud, provider_id)``: what this pass observed."""
+    for req in deps.store.list_requests(state=RequestState.STOPPED, limit=1000):
+        nodes = [
+            n
+            for n in current_nodes(deps, req, InstanceState.STOPPED)
+            if n.provider_id and running(n.cloud, n.provider_id)
+        ]
+        for (cloud, zone), ids in _by_cloud(nodes).items():
+            counts["stop_retried"] += len(ids)
+            try:
+                deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
+            except ProviderError as exc:
+                log.warning("stopping %s on %s failed again (%s)", ids, cloud, exc)
 
 
 def start(deps: Deps, request_id: str) -> str:

@@ -102,6 +102,9 @@ class NodeView:
     # Silent (no fresh heartbeat), but only since the control plane's last outage: the node
     # could not report, so it is not charged as lost yet (corral.shared.liveness).
     held: bool = False
+    # Its machine is being stopped, or is stopped, on Corral's word (corral stop, autostop):
+    # the cloud's "stopped" (EC2) or TERMINATED (Compute Engine) is no end of the node.
+    paused: bool = False
 
     @property
     def ended(self) -> bool:
@@ -452,6 +455,7 @@ class NodeBook:
                 reason=rec.get("reason") or None,
                 notice=rec.get("notice") or None,
                 held=held,
+                paused=bool(rec.get("paused_at")),
             )
         return out
 

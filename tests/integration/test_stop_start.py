@@ -1,4 +1,5 @@
-"""`corral stop` / `corral start` on AWS (moto's EC2 behind Corral's fault proxy), the VM's
+"""`corral stop` / `corral start` on AWS (moto's EC2 behind Corral's fault proxy) and Google
+Cloud (the Compute API fake), the VM's
 agent played on this machine (tests/cloud_vms.py): the service is stopped (StopInstances, the
 request and its machine STOPPED, the agent's last words as the machine shuts down keep its
 node token), then started (StartInstances, STARTING) and RUNNING again once the agent, booted
@@ -14,8 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from cloud_vms import AWS_ENV, Fleet, Vm, aws_script, ec2_state, start_with_agents
+from cloud_vms import (
+    AWS_ENV,
+    Fleet,
+    Vm,
+    aws_script,
+    ec2_state,
+    gcp_env,
+    gcp_script,
+    start_with_agents,
+)
 from fakes.aws_faults import FaultyMoto
+from fakes.gcp_compute import FakeCompute
 from harness import System, wait_for
 
 pytestmark = pytest.mark.integration
@@ -127,3 +138,35 @@ def test_aws_a_service_stops_and_starts_again_on_its_agents_report(
     assert system.cli("terminate", rid).returncode == 0
     system.wait_state(rid, {"TERMINATED"}, 60)
     wait_for(lambda: ec2_state(moto.url, pid) == "terminated", 30, "the VM terminated")
+
+
+def test_gcp_a_service_stops_and_starts_again_on_its_agents_report(
+    make_system: Callable[..., System], vms: Callable[[str], Vm]
+) -> None:
+    """The same on Google Cloud: instances.stop and instances.start on the Compute fake."""
+    task = {"resources": {"cloud": "gcp", "instance_type": "n2-standard-2"}}
+    with FakeCompute(project="corral-test") as fake:
+        system = start_with_agents(
+            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
+        )
+        rid = system.submit({**task, "name": "svc", "setup": "echo gce service up"})
+        vm = vms(gcp_script(fake, rid))
+        [inst] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
+        zone, name = inst["provider_id"].rsplit("/", 1)
+        assert system.cli("stop", rid).returncode == 0
+        system.wait_state(rid, {"STOPPED"}, 60)
+        wait_for(
+            lambda: ("stop", zone, name) in fake.power_calls, 30, f"instances.stop {fake.calls}"
+        )
+        vm.power_off()
+        time.sleep(3)  # reconcile passes: neither lost nor relaunched
+        assert system.request(rid)["state"] == "STOPPED"
+        assert len(fake.inserts) == 1
+        assert system.cli("start", rid).returncode == 0
+        wait_for(lambda: fake.power_calls[-1] == ("start", zone, name), 30, "instances.start")
+        _boot_again(vm)  # the startup script runs on every boot
+        back = system.wait_state(rid, {"RUNNING"}, 60)
+        assert back["instances"][0]["provider_id"] == inst["provider_id"]
+        assert _states(system, rid)[-3:] == ["STOPPED", "STARTING", "RUNNING"]
+        assert system.cli("terminate", rid).returncode == 0
+        system.wait_state(rid, {"TERMINATED"}, 60)
