@@ -223,8 +223,8 @@ def autostop(deps: Deps, counts: dict[str, int]) -> None:
     now = deps.now()
     for req in deps.store.list_requests(state=RequestState.RUNNING, limit=1000):
         resources = req.task.get("resources")
-        if not isinstance(resources, dict) or not resources.get("autostop"):
-            continue
+        if not isinstance(resources, dict) or resources.get("autostop") in (None, False):
+            continue  # no autostop: skip the task's validation
         if not isinstance(req.route, Direct):
             continue
         policy = Task.model_validate(req.task).autostop()
