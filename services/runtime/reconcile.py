@@ -72,7 +72,8 @@ def reconcile(deps: Deps) -> dict[str, int]:
         _clean_strays(deps, by_cloud, counts)
         _unstick(deps, counts)
         _recheck_running(deps, counts)
-        stopping.watch_starting(deps, counts)  # started machines whose agents are back
+        # Started machines whose agents are back, at the address their cloud gives them now.
+        stopping.watch_starting(deps, counts, lambda c, p: by_cloud.get(c, {}).get(p))
         stopping.stop_again(deps, lambda c, p: _runs(by_cloud, c, p), counts)
         stopping.autostop(deps, counts)  # idle services past their resources.autostop
         counts["boot_watches"] = launch.rewatch(deps)

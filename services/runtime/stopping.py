@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from corral.services.providers.base import can_stop, node_work_of
+from corral.services.providers.base import ProviderInstance, can_stop, node_work_of
 from corral.services.runtime import termination
 from corral.services.runtime.deps import Deps
 from corral.shared.autostop import Action, decide, idle_since_of
@@ -92,7 +92,12 @@ def _move_request(
 
 
 def _move_instance(
-    deps: Deps, inst: Instance, frm: InstanceState, to: InstanceState, why: str
+    deps: Deps,
+    inst: Instance,
+    frm: InstanceState,
+    to: InstanceState,
+    why: str,
+    address: str | None = None,
 ) -> bool:
     now = deps.now()
     moved = False
@@ -102,6 +107,8 @@ def _move_instance(
         if i.state != frm:
             return False
         i.move(to, now, why)
+        if address:
+            i.address = address
         moved = True
         return True
 
@@ -187,23 +194,31 @@ def start(deps: Deps, request_id: str) -> str:
     return "starting"
 
 
-def watch_starting(deps: Deps, counts: dict[str, int]) -> None:
+def watch_starting(
+    deps: Deps,
+    counts: dict[str, int],
+    seen: Callable[[str, str], ProviderInstance | None] = lambda _c, _p: None,
+) -> None:
     """Each STARTING request: a machine whose agent reported since the start is RUNNING
-    again; all of them, and the request is RUNNING."""
+    again, at the address its cloud reports now (``seen``: this pass's look; a started
+    machine may get a new public IP); all of them, and the request is RUNNING."""
     for req in deps.store.list_requests(state=RequestState.STARTING, limit=1000):
         started_at = req.history[-1].at if req.history else req.updated_at
-        nodes = current_nodes(deps, req, InstanceState.STOPPED)
-        for n in nodes:
+        for n in current_nodes(deps, req, InstanceState.STOPPED):
             beat = _beat(deps, n)
             ts = beat.get("ts") if beat else None
-            if isinstance(ts, int | float) and ts >= started_at:
-                _move_instance(
-                    deps,
-                    n,
-                    InstanceState.STOPPED,
-                    InstanceState.RUNNING,
-                    "its agent reported again",
-                )
+            if not isinstance(ts, int | float) or ts < started_at:
+                continue
+            now_at = seen(n.cloud, n.provider_id or "")
+            address = now_at.address if now_at is not None and now_at.address else None
+            _move_instance(
+                deps,
+                n,
+                InstanceState.STOPPED,
+                InstanceState.RUNNING,
+                "its agent reported again",
+                address=address,
+            )
         if not current_nodes(deps, req, InstanceState.STOPPED):
             why = "every machine's agent reported again"
             if _move_request(deps, req.id, RequestState.STARTING, RequestState.RUNNING, why):

@@ -81,6 +81,20 @@ def _boot_again(vm: Vm) -> None:
     assert vm.proc.returncode == 0, (vm.root / "boot-2.out").read_text()
 
 
+def _ec2_address(endpoint_url: str, provider_id: str) -> str | None:
+    import boto3
+
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url=endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    [inst] = ec2.describe_instances(InstanceIds=[provider_id])["Reservations"][0]["Instances"]
+    return inst.get("PublicIpAddress") or inst.get("PrivateIpAddress")
+
+
 def _ids(moto: FaultyMoto, action: str) -> list[str]:
     return [
         v
@@ -112,25 +126,27 @@ def test_aws_a_service_stops_and_starts_again_on_its_agents_report(
     assert got.returncode == 0, got.stderr
     stopped = system.wait_state(rid, {"STOPPED"}, 60)
     assert stopped["instances"][0]["state"] == "STOPPED"
-    wait_for(lambda: _ids(moto, "StopInstances") == [pid], 30, "StopInstances for the VM")
+    wait_for(lambda: pid in _ids(moto, "StopInstances"), 30, "StopInstances for the VM")
     wait_for(lambda: ec2_state(moto.url, pid) == "stopped", 30, "moto to say stopped")
     vm.power_off()  # the machine shuts down: its agent's last report, no end
     assert vm.token == token
     time.sleep(3)  # several reconcile passes: a stopped service is neither lost nor relaunched
     assert system.request(rid)["state"] == "STOPPED"
     assert len(moto.requests("RunInstances")) == 1
+    assert set(_ids(moto, "StopInstances")) == {pid}  # (asked again while it still ran: fine)
     again = system.cli("stop", rid)
     assert again.returncode == 2 and "only a RUNNING request can stop" in again.stderr
 
     got = system.cli("start", rid, "--json")
     assert got.returncode == 0, got.stderr
-    wait_for(lambda: _ids(moto, "StartInstances") == [pid], 30, "StartInstances for the VM")
+    wait_for(lambda: pid in _ids(moto, "StartInstances"), 30, "StartInstances for the VM")
     assert system.request(rid)["state"] == "STARTING"
     wait_for(lambda: ec2_state(moto.url, pid) == "running", 30, "moto to say running")
     _boot_again(vm)  # its agent resumes with the token it kept
     back = system.wait_state(rid, {"RUNNING"}, 60)
     assert back["instances"][0]["state"] == "RUNNING"
     assert back["instances"][0]["provider_id"] == pid  # the same machine, not a relaunch
+    assert back["instances"][0]["address"] == _ec2_address(moto.url, pid)  # as EC2 says now
     assert _states(system, rid)[-3:] == ["STOPPED", "STARTING", "RUNNING"]
     wait_for(lambda: vm.log().count("service set up") >= 2, 30, "setup to run again on boot")
 
