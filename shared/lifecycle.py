@@ -78,7 +78,8 @@ REQUEST_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
     RequestState.STARTING: frozenset(
         {
             RequestState.RUNNING,  # every node's agent reported again since the start
-            RequestState.STOPPED,  # the cloud refused the start (no capacity): still stopped
+            RequestState.STOPPED,  # the cloud refused the start (no capacity), or the agents
+            # did not report within the attempt deadline: stopped again
             RequestState.TERMINATED,  # the user terminated it while it was starting
         }
     ),

@@ -219,10 +219,35 @@ def watch_starting(
                 "its agent reported again",
                 address=address,
             )
-        if not current_nodes(deps, req, InstanceState.STOPPED):
+        silent = current_nodes(deps, req, InstanceState.STOPPED)
+        if not silent:
             why = "every machine's agent reported again"
             if _move_request(deps, req.id, RequestState.STARTING, RequestState.RUNNING, why):
                 counts["started"] += 1
+        elif deps.now() - started_at > deps.settings.timers.attempt_deadline_s:
+            _start_failed(deps, req.id, silent, counts)
+
+
+def _start_failed(
+    deps: Deps, request_id: str, silent: list[Instance], counts: dict[str, int]
+) -> None:
+    """Machines started but whose agents did not report within ``attempt_deadline_s``: the
+    request is STOPPED again and those machines stopped (not left billing unseen); a machine
+    that did report goes back to STOPPED with them (the request is stopped whole)."""
+    deadline_s = deps.settings.timers.attempt_deadline_s
+    why = f"its machines' agents did not report within {deadline_s:g} s of the start"
+    req = _move_request(deps, request_id, RequestState.STARTING, RequestState.STOPPED, why)
+    if req is None:
+        return
+    counts["start_timed_out"] += 1
+    back = current_nodes(deps, req, InstanceState.RUNNING)
+    for n in back:
+        _move_instance(deps, n, InstanceState.RUNNING, InstanceState.STOPPED, why)
+    for (cloud, zone), ids in _by_cloud([*silent, *back]).items():
+        try:
+            deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
+        except ProviderError as exc:
+            log.warning("stopping %s on %s failed (%s); reconcile asks again", ids, cloud, exc)
 
 
 def _beat(deps: Deps, inst: Instance) -> dict[str, Any] | None:

@@ -186,3 +186,40 @@ def test_gcp_a_service_stops_and_starts_again_on_its_agents_report(
         assert _states(system, rid)[-3:] == ["STOPPED", "STARTING", "RUNNING"]
         assert system.cli("terminate", rid).returncode == 0
         system.wait_state(rid, {"TERMINATED"}, 60)
+
+
+def test_aws_a_start_whose_agent_never_reports_is_stopped_again(
+    make_system: Callable[..., System], vms: Callable[[str], Vm]
+) -> None:
+    """Started, but the machine's agent never reports (a broken boot): past the attempt
+    deadline the request is STOPPED again, with the reason, and the machine stopped again
+    rather than left billing unseen."""
+    with FaultyMoto() as moto:
+        env = {
+            **AWS_ENV,
+            "CORRAL_CLOUDS": json.dumps(["aws"]),
+            "CORRAL_AWS_ENDPOINT_URL": moto.url,
+            "CORRAL_AWS_DEFAULT_IMAGE_ID": "ami-12c6146b",
+            "CORRAL_NODE_HEARTBEAT_S": "0.5",
+        }
+        system = start_with_agents(
+            make_system(env=env, ATTEMPT_DEADLINE_S="20", HEARTBEAT_TIMEOUT_S="6")
+        )
+        rid = system.submit({**AWS_TASK, "name": "svc", "setup": "true"})
+        vm = vms(aws_script(moto, rid))
+        [inst] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
+        pid = inst["provider_id"]
+        assert system.cli("stop", rid).returncode == 0
+        system.wait_state(rid, {"STOPPED"}, 60)
+        vm.power_off()
+        assert system.cli("start", rid).returncode == 0
+        wait_for(lambda: pid in _ids(moto, "StartInstances"), 30, "StartInstances")
+        stops = len(_ids(moto, "StopInstances"))
+        # Not booted again: nothing reports. STOPPED again after the 20 s deadline.
+        done = system.wait_state(rid, {"STOPPED", "RUNNING"}, 60)
+        assert done["state"] == "STOPPED", done
+        with system.client() as c:
+            texts = [e["text"] for e in c.get(f"/v1/requests/{rid}/events").json()["events"]]
+        assert any("did not report within 20 s of the start" in t for t in texts), texts
+        wait_for(lambda: len(_ids(moto, "StopInstances")) > stops, 30, "the machine stopped again")
+        wait_for(lambda: ec2_state(moto.url, pid) == "stopped", 30, "moto to say stopped")
