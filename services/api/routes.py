@@ -365,12 +365,11 @@ def terminate_request(
     return _stop(deps, request_id, instance)
 
 
-def _stop_or_start(deps: Deps, request_id: str, action: str) -> dict[str, Any]:
+def _stop_or_start(deps: Deps, who: Principal, request_id: str, action: str) -> dict[str, Any]:
     """Check the request can be stopped (or started) here, then publish the work; 409 with
-    the reason when it cannot (a cloud that cannot stop a machine names itself)."""
-    req = deps.store.get_request(request_id)
-    if req is None:
-        raise _not_found("launch request", request_id)
+    the reason when it cannot (a cloud that cannot stop a machine names itself); 404 for a
+    request the caller may not see."""
+    req = visible_request(deps, who, request_id)
     why = stopping.refusal(deps, req, action)
     if why is not None:
         raise HTTPException(409, why)
@@ -384,21 +383,23 @@ def _stop_or_start(deps: Deps, request_id: str, action: str) -> dict[str, Any]:
 @router.post(
     "/v1/requests/{request_id}/stop",
     response_model=RequestView,
-    dependencies=[Depends(require_token)],
     summary="Stop a running request's machines, keeping their disks (clouds that can stop)",
 )
-def stop_request(request_id: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
-    return _stop_or_start(deps, request_id, "stop")
+def stop_request(
+    request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(require_writer)
+) -> dict[str, Any]:
+    return _stop_or_start(deps, who, request_id, "stop")
 
 
 @router.post(
     "/v1/requests/{request_id}/start",
     response_model=RequestView,
-    dependencies=[Depends(require_token)],
     summary="Start a stopped request's machines again; RUNNING once their agents report",
 )
-def start_request(request_id: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
-    return _stop_or_start(deps, request_id, "start")
+def start_request(
+    request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(require_writer)
+) -> dict[str, Any]:
+    return _stop_or_start(deps, who, request_id, "start")
 
 
 @router.post(
