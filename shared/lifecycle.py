@@ -26,6 +26,8 @@ class RequestState(StrEnum):
     CANCELLED = "CANCELLED"  # the user cancelled it before it ran
     TERMINATED = "TERMINATED"  # the user terminated it while it ran
     PREEMPTED = "PREEMPTED"  # a scheduler took its machines for another request
+    STOPPED = "STOPPED"  # its machines are stopped (disks kept, not billed for compute)
+    STARTING = "STARTING"  # its stopped machines were started: waiting for their agents
 
 
 class InstanceState(StrEnum):
@@ -37,6 +39,7 @@ class InstanceState(StrEnum):
     TERMINATED = "TERMINATED"  # it is gone and no longer billed
     FAILED = "FAILED"  # it never came up, and nothing of it exists
     LOST = "LOST"  # we lost track of it: it may still exist (and bill) until cleaned up
+    STOPPED = "STOPPED"  # the cloud stopped it (corral stop, autostop): its disk is kept
 
 
 REQUEST_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
@@ -63,6 +66,21 @@ REQUEST_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
             RequestState.PROVISIONING,  # a node was LOST or reclaimed: relaunch via chain
             RequestState.PREEMPTED,  # a scheduler took its machines for a higher-priority request
             RequestState.PENDING,  # its pool job failed and restarts (job_recovery): queued again
+            RequestState.STOPPED,  # the user's stop, or autostop: the cloud stopped its machines
+        }
+    ),
+    RequestState.STOPPED: frozenset(
+        {
+            RequestState.STARTING,  # the user's start: the cloud was asked to start its machines
+            RequestState.TERMINATED,  # the user terminated it while it was stopped
+        }
+    ),
+    RequestState.STARTING: frozenset(
+        {
+            RequestState.RUNNING,  # every node's agent reported again since the start
+            RequestState.STOPPED,  # the cloud refused the start (no capacity), or the agents
+            # did not report within the attempt deadline: stopped again
+            RequestState.TERMINATED,  # the user terminated it while it was starting
         }
     ),
     RequestState.PREEMPTED: frozenset(
@@ -95,6 +113,15 @@ INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
             InstanceState.TERMINATING,  # asked to stop: the user terminated, or its job ended
             InstanceState.LOST,  # its process is gone or its heartbeats stopped
             InstanceState.TERMINATED,  # it ended by itself (exited, spot reclaim)
+            InstanceState.STOPPED,  # the cloud stopped it on Corral's word (stop, autostop)
+        }
+    ),
+    InstanceState.STOPPED: frozenset(
+        {
+            InstanceState.RUNNING,  # started again, and its agent reported since
+            InstanceState.TERMINATING,  # terminated while stopped
+            InstanceState.TERMINATED,  # the cloud says it is gone
+            InstanceState.LOST,  # the cloud no longer knows it, nobody asked
         }
     ),
     InstanceState.TERMINATING: frozenset(

@@ -27,7 +27,7 @@ class Reported(Protocol):
     """What a provider says of one machine (its ``ProviderInstance``)."""
 
     @property
-    def state(self) -> str: ...  # pending | running | terminated | lost
+    def state(self) -> str: ...  # pending | running | stopped | terminated | lost
 
     @property
     def silent(self) -> bool: ...
@@ -85,6 +85,10 @@ def observe(stored: Stored, seen: Reported | None) -> Observation:
         if stored == "booting":
             return Observation(Seen.BOOTING, "not reported yet")
         return Observation(Seen.GONE, "its process is gone")
+    if seen.state == "stopped" and stored == "running":
+        # Stopped by someone else (a spot interruption with behaviour "stop", the console):
+        # Corral's own stops move the machine to STOPPED first and are not observed as running.
+        return Observation(Seen.DIED, "the cloud stopped it")
     if seen.state == "lost":
         if seen.silent:
             return Observation(Seen.SILENT, "its heartbeats stopped", clouds_word=False)

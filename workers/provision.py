@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services.queues import dispatch
-from corral.services.runtime import boots, failover, provisioning, termination
+from corral.services.runtime import boots, failover, provisioning, stopping, termination
 from corral.services.runtime import reconcile as reconciling
 from corral.services.runtime.deps import deps
 from corral.shared.failover import Within
@@ -47,6 +47,16 @@ def next_cloud(request_id: str, after: int) -> str:
 def terminate(request_id: str, instance_id: str | None = None, reason: str = "user") -> str:
     # Published by the API and CLI only: the user asked for it.
     return termination.terminate(deps(), request_id, instance_id, reason, by_user=True)
+
+
+@app.task(name=dispatch.STOP, acks_late=True)
+def stop(request_id: str) -> str:
+    return stopping.stop(deps(), request_id)
+
+
+@app.task(name=dispatch.START, acks_late=True)
+def start(request_id: str) -> str:
+    return stopping.start(deps(), request_id)
 
 
 @app.task(name=dispatch.RECONCILE, acks_late=True, send_events=False)  # beat's: not in Flower

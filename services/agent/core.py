@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from corral.services.agent.bundle import BundleError, clone, unpack
 from corral.services.agent.execs import Execs
+from corral.services.agent.probe import ReadinessWatch
 
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
 
@@ -75,8 +76,12 @@ class Link(Protocol):
         queued: dict[str, Any] | None,
         assignment: str | None,
         assignments: dict[str, str],
+        status: dict[str, Any] | None = None,
     ) -> None:
-        """The node is alive, doing ``activity``; ``assignments`` maps id -> phase."""
+        """The node is alive, doing ``activity``; ``assignments`` maps id -> phase;
+        ``status``: ``idle_s`` (how long nothing ran: no setup, run, assignment or exec),
+        ``up_s`` (since the agent started) and ``ready`` (the readiness probe's verdict,
+        absent without a probe), carried in the heartbeat as they are."""
 
     def assignments(self) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         """The assignments the node should run, by id, and unreadable ones (id -> why)."""
@@ -166,6 +171,9 @@ class Agent:
         self._bad: dict[str, str] = {}  # unreadable assign fields already reported
         self._results_failing = False  # a failed result write was reported
         self._execs = Execs()  # commands run beside the work (corral exec)
+        self._started = time.monotonic()
+        self._idle_from: float | None = None  # monotonic: since when nothing has run
+        self.probe = ReadinessWatch.from_envs(work.envs)  # a service's readiness probe
         # Self-pipe: signals (SIGTERM, and SIGCHLD when a child ends) wake the select() below.
         self._wake_r, wake_w = os.pipe()
         for fd in (self._wake_r, wake_w):
@@ -183,6 +191,8 @@ class Agent:
     def run(self) -> int:
         """The agent's life; returns its process exit code."""
         rec = self.work
+        if self.probe is not None:
+            self.probe.start()
         if self.boot_delay_s > 0:
             self._boot()
         if rec.files and not self.stopping:
@@ -537,13 +547,15 @@ class Agent:
         self._next_beat = time.monotonic() + self._beat_delay()
         try:
             running = {aid: job.phase for aid, job in sorted(self.jobs.items())}
+            activity = self._activity()
             self.link.heartbeat(
-                self._activity(),
+                activity,
                 time.time(),
                 self.heartbeat_ttl_s,
                 self._queued(),
                 next(iter(running), None),
                 running,
+                self._status(activity),
             )
             if self._link_down:
                 say("the control plane is reachable again")
@@ -568,6 +580,24 @@ class Agent:
         cap = max(self.heartbeat_s, self.heartbeat_ttl_s / 3)
         backoff = min(cap, self.heartbeat_s * 2 ** min(self._link_failures - 1, 8))
         return float(backoff * random.uniform(0.5, 1.0))
+
+    def _status(self, activity: str) -> dict[str, Any]:
+        """What the heartbeat says besides the activity: how long the node has been idle
+        (autostop counts from it; an exec running is not idle), how long the agent has been
+        up, and whether the readiness probe passed (services with one)."""
+        now = time.monotonic()
+        if activity == "idle" and not self._execs.running:
+            if self._idle_from is None:
+                self._idle_from = now
+        else:
+            self._idle_from = None
+        status: dict[str, Any] = {
+            "idle_s": None if self._idle_from is None else round(now - self._idle_from, 3),
+            "up_s": round(now - self._started, 3),
+        }
+        if self.probe is not None:
+            status["ready"] = self.probe.ready
+        return status
 
     def _dismiss(self, exc: Dismissed) -> None:
         if not self.stopping:
@@ -613,6 +643,8 @@ class Agent:
         """The final record: exit code, capacity freed, the exit event published."""
         self.activity = "exited"
         self._execs.stop_all()
+        if self.probe is not None:
+            self.probe.stop()
         if exit_code is not None:
             say(f"run exited {exit_code}" if reason == "completed" else f"{reason} ({exit_code})")
         # The final record is what tells a finished job from a dead machine: keep trying

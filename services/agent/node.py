@@ -85,8 +85,10 @@ class HttpLink:
         queued: dict[str, Any] | None,
         assignment: str | None,
         assignments: dict[str, str],
+        status: dict[str, Any] | None = None,
     ) -> None:
         beat = {
+            **(status or {}),
             "activity": activity,
             "ttl_s": ttl_s,
             "queued": queued,
@@ -276,15 +278,18 @@ class NoticeWatch(threading.Thread):
         return True
 
 
-def register(link: HttpLink, provider_id: str | None, wait_s: float) -> dict[str, Any]:
-    """Register, retrying while the API cannot be reached (the machine may boot before its
-    network is up); the API's answer: the node's work and its heartbeat settings."""
+def register(
+    link: HttpLink, provider_id: str | None, wait_s: float, path: str = "/v1/node/register"
+) -> dict[str, Any]:
+    """Register (or, ``/v1/node/resume``, come back after a stop), retrying while the API
+    cannot be reached (the machine may boot before its network is up); the API's answer: the
+    node's work and its heartbeat settings."""
     deadline = time.monotonic() + wait_s
     delay = 0.5
     while True:
         try:
             answer: dict[str, Any] = link.call(
-                "POST", "/v1/node/register", {"provider_id": provider_id, "pid": os.getpid()}
+                "POST", path, {"provider_id": provider_id, "pid": os.getpid()}
             )
             return answer
         except LinkError as exc:
@@ -317,7 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     link = NodeLink(args.api, token, token_file=args.token_file)
     try:
-        answer = register(link, args.provider_id, args.register_wait_s)
+        # A node token (not the boot script's ticket): this machine was stopped and started
+        # again; its agent resumes, with the same token and work.
+        path = "/v1/node/resume" if token.startswith("cn2.n.") else "/v1/node/register"
+        answer = register(link, args.provider_id, args.register_wait_s, path)
     except LinkError as exc:
         say(f"could not register with {args.api}: {exc}")
         return 3

@@ -84,6 +84,10 @@ class Beat(BaseModel):
     queued: dict[str, Any] | None = None
     assignment: str | None = None
     assignments: dict[str, str] = Field(default_factory=dict)
+    # How long nothing ran (autostop), how long the agent is up, the readiness probe's verdict.
+    idle_s: float | None = Field(default=None, ge=0)
+    up_s: float | None = Field(default=None, ge=0)
+    ready: bool | None = None
 
 
 class Results(BaseModel):
@@ -116,6 +120,10 @@ def register(
             f"node {node} has registered already: its ticket is spent (the work is handed "
             "out once)",
         )
+    return _welcome(deps, node)
+
+
+def _welcome(deps: Deps, node: NodeName) -> dict[str, Any]:
     beat = deps.settings.node_heartbeat_s
     return {
         "node": str(node),
@@ -124,6 +132,22 @@ def register(
         "heartbeat_s": beat,
         "heartbeat_ttl_s": max(3 * beat, deps.settings.timers.heartbeat_timeout_s),
     }
+
+
+@router.post("/resume", summary="A stopped node's machine was started: its agent is back")
+def resume(
+    body: Registration, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+) -> dict[str, Any]:
+    """The agent of a machine Corral stopped and started again, with the node token it kept:
+    its work again (it runs setup and run anew, as a rebooted machine must) and a fresh token.
+    Only a node Corral paused may resume; any other already holds its work."""
+    _check_machine(deps, node, body.provider_id)
+    if not deps.nodes.paused(node):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"node {node} was not stopped by Corral: nothing to resume"
+        )
+    deps.nodes.resume(node)
+    return _welcome(deps, node)
 
 
 def _check_machine(deps: Deps, node: NodeName, provider_id: str | None) -> None:

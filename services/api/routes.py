@@ -28,7 +28,8 @@ from corral.services.api.schemas import (
     TaskBody,
 )
 from corral.services.observability import logs as log_ids
-from corral.services.runtime import requests
+from corral.services.queues import dispatch
+from corral.services.runtime import requests, stopping
 from corral.services.runtime.deps import Deps
 from corral.shared.configio import ConfigError, Issue
 from corral.shared.lifecycle import InstanceState, RequestState
@@ -362,6 +363,43 @@ def terminate_request(
     if instance is not None:
         _instance_of(deps, request_id, instance)
     return _stop(deps, request_id, instance)
+
+
+def _stop_or_start(deps: Deps, who: Principal, request_id: str, action: str) -> dict[str, Any]:
+    """Check the request can be stopped (or started) here, then publish the work; 409 with
+    the reason when it cannot (a cloud that cannot stop a machine names itself); 404 for a
+    request the caller may not see."""
+    req = visible_request(deps, who, request_id)
+    why = stopping.refusal(deps, req, action)
+    if why is not None:
+        raise HTTPException(409, why)
+    publish = dispatch.stop if action == "stop" else dispatch.start
+    publish(request_id, settings=deps.settings)
+    view = requests.public_view(deps, request_id)
+    assert view is not None
+    return view
+
+
+@router.post(
+    "/v1/requests/{request_id}/stop",
+    response_model=RequestView,
+    summary="Stop a running request's machines, keeping their disks (clouds that can stop)",
+)
+def stop_request(
+    request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(require_writer)
+) -> dict[str, Any]:
+    return _stop_or_start(deps, who, request_id, "stop")
+
+
+@router.post(
+    "/v1/requests/{request_id}/start",
+    response_model=RequestView,
+    summary="Start a stopped request's machines again; RUNNING once their agents report",
+)
+def start_request(
+    request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(require_writer)
+) -> dict[str, Any]:
+    return _stop_or_start(deps, who, request_id, "start")
 
 
 @router.post(

@@ -93,6 +93,11 @@ class RequestView(BaseModel):
         description="address:port (or address:first-last) of each of the task's ports on its "
         "running head node",
     )
+    ready: bool | None = Field(
+        None,
+        description="a service with a readiness probe (service.readiness_probe): true once its "
+        "head node's agent saw the probe pass; null without a probe",
+    )
 
 
 class RequestList(BaseModel):

@@ -59,6 +59,8 @@ def register(app: typer.Typer) -> None:
     app.command("logs")(logs)
     app.command("terminate")(terminate)
     app.command("down")(down)
+    app.command("stop")(stop)
+    app.command("start")(start)
     app.command(
         "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
     )(exec_)
@@ -115,11 +117,23 @@ def launch(
         metavar="NAME",
         help="The project to launch in (default: your token's only project).",
     ),
+    idle_minutes: float | None = typer.Option(
+        None,
+        "--idle-minutes-to-autostop",
+        "-i",
+        min=0,
+        help="Stop the machines after this many idle minutes (resources.autostop).",
+    ),
+    down: bool = typer.Option(
+        False, "--down", help="With autostop: terminate instead of stop (autodown)."
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Submit a launch request and follow it: a job's output to its end (exiting with the
     job's exit code), a service until it runs. --detach returns at once, --wait at RUNNING."""
     task = _task_for_api(file, as_json)
+    if idle_minutes is not None or down:
+        task = _with_autostop(task, idle_minutes, down)
     with api_client(as_json, source=str(file)) as client:
         # The workdir and file mounts, packed and uploaded (once per content).
         task = client.with_files(task, source=str(file), max_bytes=_bundle_max_bytes())
@@ -136,7 +150,7 @@ def launch(
     if as_json:
         print_json(final.document())
     elif final.endpoints:
-        out.print(f"endpoints: {', '.join(final.endpoints)}", markup=False)
+        out.print(_endpoints_line(final.endpoints, final.ready), markup=False)
     elif final.state == "FAILED" and final.exit_code is None:
         if final.attempts:
             _print_attempts([a.document() for a in final.attempts], console=err)
@@ -144,6 +158,29 @@ def launch(
     if timed_out:
         notice(f"still {final.state} after {timeout_s:g} s; `corral status {final.id}`")
     raise typer.Exit(code)
+
+
+def _with_autostop(task: dict[str, Any], idle_minutes: float | None, down: bool) -> dict[str, Any]:
+    """The task with the command line's autostop over its own (SkyPilot's `-i N --down`):
+    ``--down`` alone keeps the task's idle minutes (else the default, 5)."""
+    from corral.shared.autostop import parse_autostop
+
+    resources = dict(task.get("resources") or {})
+    own = parse_autostop(resources.get("autostop"))
+    minutes = idle_minutes if idle_minutes is not None else (own.idle_minutes if own else None)
+    autostop: dict[str, Any] = {"down": down or bool(own and own.down)}
+    if minutes is not None:
+        autostop["idle_minutes"] = minutes
+    resources["autostop"] = autostop
+    return {**task, "resources": resources}
+
+
+def _endpoints_line(endpoints: list[str], ready: bool | None) -> str:
+    """``endpoints: A, B``, and with a readiness probe whether it has passed yet."""
+    line = f"endpoints: {', '.join(endpoints)}"
+    if ready is None:
+        return line
+    return line + ("  (ready)" if ready else "  (not ready: its readiness probe has not passed)")
 
 
 def _bundle_max_bytes() -> int:
@@ -361,7 +398,7 @@ def _print_status(views: list[dict[str, Any]], request_id: str | None) -> None:
     view = views[0]
     out.print(f"{view['id']}  {view['state']}", markup=False)
     if view.get("endpoints"):
-        out.print(f"endpoints: {', '.join(view['endpoints'])}", markup=False)
+        out.print(_endpoints_line(view["endpoints"], view.get("ready")), markup=False)
     if view["attempts"]:
         _print_attempts(view["attempts"])
     if view["instances"]:
@@ -456,6 +493,27 @@ def terminate(
     if instance_id and len(request_ids) > 1:
         fail("--instance names an instance of one request; give only that request's id", 2, as_json)
     _stop_requests(request_ids, instance_id, as_json, one=len(request_ids) == 1)
+
+
+def stop(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:
+    """Stop a running service's machines, keeping their disks (AWS, Google Cloud); `corral
+    start` brings them back. Refused (exit 2) on a cloud that cannot stop a machine."""
+    with api_client(as_json) as client:
+        view = client.stop(request_id)
+    if as_json:
+        print_json(view.document())
+    else:
+        out.print(f"request {view.id}: stopping", markup=False)
+
+
+def start(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:
+    """Start a stopped service's machines again; it is RUNNING once their agents report."""
+    with api_client(as_json) as client:
+        view = client.start(request_id)
+    if as_json:
+        print_json(view.document())
+    else:
+        out.print(f"request {view.id}: starting", markup=False)
 
 
 def exec_(

@@ -365,6 +365,15 @@ class Client:
         path = f"/v1/requests/{_seg(request_id)}/terminate"
         return self._send(RequestView, "POST", path, params=params)
 
+    def stop(self, request_id: str) -> RequestView:
+        """Stop a running request's machines (their disks kept); Conflict where its cloud
+        cannot stop a machine."""
+        return self._send(RequestView, "POST", f"/v1/requests/{_seg(request_id)}/stop")
+
+    def start(self, request_id: str) -> RequestView:
+        """Start a stopped request's machines again (STARTING, then RUNNING)."""
+        return self._send(RequestView, "POST", f"/v1/requests/{_seg(request_id)}/start")
+
     def terminate_instance(self, instance_id: str) -> RequestView:
         """Terminate one instance; returns its request."""
         path = f"/v1/instances/{_seg(instance_id)}/terminate"

@@ -104,6 +104,7 @@ class RequestView(View):
     runs: list[RunView] | None = None
     cost_usd: float | None = None
     endpoints: list[str] = Field(default_factory=list)  # address:port of a running service
+    ready: bool | None = None  # its readiness probe passed (None: no probe)
 
     @property
     def ended(self) -> bool:

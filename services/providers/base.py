@@ -42,6 +42,7 @@ __all__ = [
     "NodeWork",
     "Provider",
     "ProviderInstance",
+    "can_stop",
     "check_env_names",
     "checked_assignment",
     "node_work_of",
@@ -140,6 +141,13 @@ class NodeWork(Protocol):
     def report(self, provider_id: str) -> dict[str, Any] | None:
         """The agent's last heartbeat (``activity``, ``queued`` demand, ...), None when it is
         silent."""
+
+
+def can_stop(provider: object) -> bool:
+    """Whether the provider's machines can be stopped and started again (its ``can_stop``;
+    such a provider has ``stop(ids, zone)`` and ``start(ids, zone)``, each raising a
+    ``ProviderError``). A cloud without it: ``corral stop`` is refused, autostop tears down."""
+    return bool(getattr(provider, "can_stop", False))
 
 
 def node_work_of(provider: object) -> NodeWork | None:

@@ -205,7 +205,18 @@ class NodeAgents:
             lines += [f"  {r}) token={q(t)} ;;" for r, t in tokens.items()]
             lines.append('  *) echo "corral: no token for launch index $rank" >&2; exit 1 ;;')
             lines.append("esac")
-        lines.append('printf "%s" "$token" > node-token')
+        # A machine started again after a stop runs this again (Compute Engine's startup
+        # script runs on every boot; on EC2 cloud-init's per-boot folder holds a copy): the
+        # node token its agent kept is used (the agent resumes), not the spent ticket.
+        lines.append('case "$(cat node-token 2>/dev/null)" in')
+        lines.append("  cn2.n.*) ;;")
+        lines.append('  *) printf "%s" "$token" > node-token ;;')
+        lines.append("esac")
+        lines.append(
+            "if [ -d /var/lib/cloud/scripts/per-boot ] && [ -w /var/lib/cloud/scripts/per-boot ]; "
+            'then cp "$0" /var/lib/cloud/scripts/per-boot/corral-agent.sh 2>/dev/null '
+            "&& chmod 700 /var/lib/cloud/scripts/per-boot/corral-agent.sh || true; fi"
+        )
         if self.source.endswith(".whl") and "://" in self.source and self.source_sha256:
             lines.append(
                 f'"$py" -c {q(_UNPACK)} {q(self.source)} "$root/agent" {q(self.source_sha256)} '
@@ -263,7 +274,9 @@ class NodeAgents:
             node = named.get(inst.provider_id)
             view = views.get(node) if node is not None else None
             if node is None or view is None or inst.state not in ("pending", "running"):
-                if node is not None and view is not None and not view.ended:
+                if view is not None and view.paused:
+                    pass  # stopped on Corral's word (corral stop): its token is kept
+                elif node is not None and view is not None and not view.ended:
                     self.book.end(node, "the cloud ended the machine")  # its token with it
                 elif view is not None and view.exit_code is not None:
                     inst = inst.model_copy(update={"exit_code": view.exit_code})
@@ -289,6 +302,15 @@ class NodeAgents:
             node = self._bound.get(provider_id) or self.book.node_of(self.cloud, provider_id)
             if node is not None:
                 self.book.end(node, reason, now)
+
+    def pause(self, provider_ids: Iterable[str]) -> None:
+        """These machines are being stopped (not terminated): their agents' last reports as
+        they shut down keep their tokens, for when they are started again."""
+        now = time.time()
+        for provider_id in provider_ids:
+            node = self._bound.get(provider_id) or self.book.node_of(self.cloud, provider_id)
+            if node is not None:
+                self.book.pause(node, now)
 
     # --- work for pooled machines (NodeWork) -----------------------------------------------
     def _node(self, provider_id: str) -> NodeName:

@@ -27,6 +27,8 @@ RETRY_REGION = "corral.provision.retry_region"  # a zone failed: the rest of its
 RETRY_CLOUD = "corral.provision.retry_cloud"  # a region is exhausted: the cloud's other regions
 NEXT_CLOUD = "corral.provision.next_cloud"  # a cloud is exhausted: the rest of the chain
 TERMINATE = "corral.provision.terminate"  # terminate a request's or one instance's machines
+STOP = "corral.provision.stop"  # stop a request's machines (corral stop): disks kept
+START = "corral.provision.start"  # start a stopped request's machines again (corral start)
 RECONCILE = "corral.provision.reconcile"  # beat: store vs providers, lost and stray instances
 AUTOSCALE_TICK = "corral.autoscale.tick"  # beat: the autoscaler's periodic decision
 AUTOSCALE_TICK_CLUSTER = "corral.autoscale.tick_cluster"  # one cluster now (new demand, up)
@@ -162,6 +164,16 @@ def terminate(
     return send(
         TERMINATE, [request_id, instance_id, reason], queue=PROVISION_QUEUE, settings=settings
     )
+
+
+def stop(request_id: str, settings: Settings | None = None) -> str:
+    """Stop a running request's machines (the cloud keeps their disks)."""
+    return send(STOP, [request_id], queue=PROVISION_QUEUE, settings=settings)
+
+
+def start(request_id: str, settings: Settings | None = None) -> str:
+    """Start a stopped request's machines again."""
+    return send(START, [request_id], queue=PROVISION_QUEUE, settings=settings)
 
 
 def pool_pass(pool: str, settings: Settings | None = None) -> str:

@@ -46,6 +46,7 @@ from corral.shared.failover import Place, Within
 from corral.shared.images import image_for_region
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.ports import parse_ports
+from corral.shared.readiness import PROBE_ENV
 from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 
@@ -316,7 +317,7 @@ def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> L
         count=task.num_nodes,
         setup=task.setup,
         run=task.run,
-        envs=dict(task.envs or {}),
+        envs=_envs(task),
         workdir=task.workdir if isinstance(task.workdir, str) else None,  # git: files["git"]
         image_id=image_for_region(task.resources.image_id, cand.region).machine,
         ports=parse_ports(task.resources.ports),
@@ -325,6 +326,17 @@ def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> L
         advanced_instance_config=_advanced_config(task, cand),
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},
     )
+
+
+def _envs(task: Task) -> dict[str, str]:
+    """The task's envs, and a service's readiness probe for its node agent (on the first of
+    its ports, on the node itself)."""
+    envs = dict(task.envs or {})
+    probe = task.readiness_probe()
+    ports = parse_ports(task.resources.ports)
+    if probe is not None and ports:
+        envs[PROBE_ENV] = probe.for_agent(ports[0][0])
+    return envs
 
 
 def task_files(task: Task) -> dict[str, Any]:

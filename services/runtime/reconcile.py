@@ -9,7 +9,9 @@
 - a machine tagged by Corral that no live request owns is terminated (a stray);
 - a request stuck PENDING or PROVISIONING with no progress is handed to its step again, and a
   RUNNING request whose machines are all gone (a pass that died half way) is finished or
-  relaunched.
+  relaunched;
+- a STARTING request whose machines' agents reported again is RUNNING, and a service idle
+  past its ``resources.autostop`` is stopped or torn down (runtime/stopping.py).
 
 One cloud's failure to answer leaves that cloud's instances alone for this pass; it never
 stops the pass for the others.
@@ -30,7 +32,7 @@ from corral.services.providers.base import (
     ProviderInstance,
 )
 from corral.services.queues import dispatch
-from corral.services.runtime import failover, launch, termination
+from corral.services.runtime import failover, launch, stopping, termination
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
@@ -70,6 +72,10 @@ def reconcile(deps: Deps) -> dict[str, int]:
         _clean_strays(deps, by_cloud, counts)
         _unstick(deps, counts)
         _recheck_running(deps, counts)
+        # Started machines whose agents are back, at the address their cloud gives them now.
+        stopping.watch_starting(deps, counts, lambda c, p: by_cloud.get(c, {}).get(p))
+        stopping.stop_again(deps, lambda c, p: _runs(by_cloud, c, p), counts)
+        stopping.autostop(deps, counts)  # idle services past their resources.autostop
         counts["boot_watches"] = launch.rewatch(deps)
         return dict(counts)
 
@@ -324,6 +330,12 @@ def relaunch(
     if updated.state == RequestState.FAILED:
         deps.store.append_event(request_id, f"state: FAILED ({updated.error})", now)
     return str(updated.state)
+
+
+def _runs(by_cloud: dict[str, dict[str, ProviderInstance]], cloud: str, provider_id: str) -> bool:
+    """Whether this pass saw the cloud run the machine (a stop that did not happen)."""
+    seen = by_cloud.get(cloud, {}).get(provider_id)
+    return seen is not None and seen.state == "running"
 
 
 def _clean_strays(

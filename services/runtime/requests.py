@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from corral.services.providers.base import node_work_of
 from corral.services.providers.registry import ProviderUnavailable
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps, new_id
@@ -21,9 +22,9 @@ from corral.services.runtime.pooled.registry import registry_view
 from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
-from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, RequestState
+from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
 from corral.shared.quotas import gpus_asked
-from corral.shared.records import ChainStep, LaunchRequest
+from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.recovery import runs_of, total_cost
 from corral.shared.routing import Refusal, route_with_plan
 
@@ -327,7 +328,29 @@ def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
         "restarts": req.restarts,
         "runs": [r.to_public() for r in runs],
         "cost_usd": None if cost is None else round(cost, 6),
+        "ready": readiness(deps, req, instances),
     }
+
+
+def readiness(deps: Deps, req: LaunchRequest, instances: Sequence[Instance]) -> bool | None:
+    """Whether a service with a readiness probe (``service.readiness_probe``) answers it: its
+    head node's agent probes it and says so with each heartbeat. None without a probe (or
+    without ports); False until the probe passes, and while the request is not RUNNING."""
+    service = req.task.get("service")
+    resources = req.task.get("resources")
+    probe = service.get("readiness_probe") if isinstance(service, dict) else None
+    if not probe or not isinstance(resources, dict) or not resources.get("ports"):
+        return None
+    if req.state != RequestState.RUNNING:
+        return False
+    head = next(
+        (i for i in instances if i.state is InstanceState.RUNNING and i.node_index == 0), None
+    )
+    if head is None or not head.provider_id:
+        return False
+    work = node_work_of(deps.provider(head.cloud))
+    beat = work.report(head.provider_id) if work is not None else None
+    return bool(beat and beat.get("ready") is True)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def terminate(
     ]
 
     def done(r: LaunchRequest) -> bool:
-        if r.state == RequestState.RUNNING and not remaining:
+        if r.state in _ENDABLE and not remaining:
             r.move(RequestState.TERMINATED, now, reason)
             return True
         return False
@@ -82,6 +82,10 @@ def terminate(
     ):
         deps.store.append_event(request_id, f"state: TERMINATED ({reason})", now)
     return "terminated"
+
+
+# A request whose machines are all gone ends TERMINATED from these (a stopped one too).
+_ENDABLE = (RequestState.RUNNING, RequestState.STOPPED, RequestState.STARTING)
 
 
 def _terminate_workload(deps: Deps, req: LaunchRequest, reason: str, now: float) -> str:
@@ -124,7 +128,7 @@ def _terminate_instance(deps: Deps, inst: Instance, reason: str) -> None:
     now = deps.now()
 
     def to_terminating(i: Instance) -> bool:
-        if i.state in (InstanceState.REQUESTED, InstanceState.RUNNING):
+        if i.state in (InstanceState.REQUESTED, InstanceState.RUNNING, InstanceState.STOPPED):
             i.move(InstanceState.TERMINATING, now, reason)
             return True
         return False

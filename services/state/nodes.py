@@ -102,6 +102,9 @@ class NodeView:
     # Silent (no fresh heartbeat), but only since the control plane's last outage: the node
     # could not report, so it is not charged as lost yet (corral.shared.liveness).
     held: bool = False
+    # Its machine is being stopped, or is stopped, on Corral's word (corral stop, autostop):
+    # the cloud's "stopped" (EC2) or TERMINATED (Compute Engine) is no end of the node.
+    paused: bool = False
 
     @property
     def ended(self) -> bool:
@@ -258,7 +261,16 @@ class NodeBook:
         pipe.execute()
 
     def finish(self, node: NodeName, exit_code: int | None, reason: str, now: float) -> None:
-        """The node's last report; its token stops working."""
+        """The node's last report; its token stops working. A paused node (its machine being
+        stopped, :meth:`pause`) keeps its token: the agent's last words as the machine shuts
+        down are no end, and it reports again once the machine is started."""
+        rec_key = self._k(node, "rec")
+        if self.r.hget(rec_key, "paused_at"):
+            pipe = self.r.pipeline(transaction=True)
+            pipe.delete(self._k(node, "beat"))
+            pipe.hset(rec_key, mapping={"stopped_reason": reason})
+            pipe.execute()
+            return
         fields: dict[Any, Any] = {"ended_at": now, "reason": reason}
         if exit_code is not None:
             fields["exit_code"] = exit_code
@@ -443,6 +455,7 @@ class NodeBook:
                 reason=rec.get("reason") or None,
                 notice=rec.get("notice") or None,
                 held=held,
+                paused=bool(rec.get("paused_at")),
             )
         return out
 
@@ -455,6 +468,21 @@ class NodeBook:
 
     def view(self, node: NodeName) -> NodeView:
         return self.views([node])[node]
+
+    def pause(self, node: NodeName, now: float) -> None:
+        """The control plane stops the node's machine (corral stop, autostop): its agent's
+        final report as the machine shuts down does not end it (:meth:`finish`)."""
+        key = self._k(node, "rec")
+        self.r.hset(key, "paused_at", repr(now))
+        self.r.expire(key, NODE_TTL_S)
+
+    def resume(self, node: NodeName) -> None:
+        """The node's machine was started again and its agent is back: a later final report
+        ends it as usual."""
+        self.r.hdel(self._k(node, "rec"), "paused_at", "stopped_reason")
+
+    def paused(self, node: NodeName) -> bool:
+        return bool(self.r.hget(self._k(node, "rec"), "paused_at"))
 
     def end(self, node: NodeName, reason: str, now: float | None = None) -> None:
         """The control plane ended the node (terminated it): its token stops working."""

@@ -20,8 +20,10 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 # Relative imports: `mypy shared` cannot follow `corral.*` through the editable install's finder.
 from ..accelerators import AcceleratorRequest, parse_accelerators
+from ..autostop import Autostop, parse_autostop
 from ..bundles import Bundle, check_target
 from ..ports import parse_ports
+from ..readiness import ReadinessProbe, parse_probe
 from . import one_of, word_list, words
 from .base import StrictModel
 from .compute_config import ComputeConfig
@@ -142,7 +144,7 @@ class Resources(StrictModel):
 
     IGNORED: ClassVar[frozenset[str]] = words(
         """accelerator_args spot_recovery disk_size disk_tier network_tier
-        local_disk max_hourly_cost labels autostop priority_class volumes
+        local_disk max_hourly_cost labels priority_class volumes
         ephemeral_storage"""
     )
 
@@ -172,7 +174,7 @@ class Resources(StrictModel):
     ports: int | str | list[int | str] | None = None
     labels: dict[str, str] | None = None
     image_id: str | dict[str, str] | None = None
-    autostop: bool | int | str | dict[str, Any] | None = None
+    autostop: bool | int | float | str | dict[str, Any] | None = None
     priority_class: str | None = None
     volumes: list[dict[str, Any]] | None = None
     ephemeral_storage: int | str | None = None
@@ -189,6 +191,16 @@ class Resources(StrictModel):
     def _ports_parse(cls, value: Any) -> Any:
         parse_ports(value)  # raises ValueError with the expected forms
         return value
+
+    @field_validator("autostop")
+    @classmethod
+    def _autostop_parse(cls, value: Any) -> Any:
+        parse_autostop(value)  # raises ValueError with the expected forms
+        return value
+
+    def autostop_policy(self) -> Autostop | None:
+        """``autostop`` parsed (None: off)."""
+        return parse_autostop(self.autostop)
 
     @field_validator("accelerators")
     @classmethod
@@ -302,7 +314,7 @@ class Task(StrictModel):
 
     IGNORED: ClassVar[frozenset[str]] = words(
         """file_mounts_mapping secrets managed_secrets volumes volume_mounts
-        service pool config event_callback inputs outputs api_server_access"""
+        pool config event_callback inputs outputs api_server_access"""
     )
 
     name: str | None = None
@@ -348,6 +360,23 @@ class Task(StrictModel):
         for target in value or {}:
             check_target(target)
         return value
+
+    @field_validator("service")
+    @classmethod
+    def _service_probe(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Only readiness_probe is acted on (docs/services.md); the rest of SkyPilot's service
+        # section (replicas, load balancing) is read as written.
+        if value is not None:
+            parse_probe(value.get("readiness_probe"))
+        return value
+
+    def readiness_probe(self) -> ReadinessProbe | None:
+        """``service.readiness_probe`` parsed (None without one)."""
+        return parse_probe((self.service or {}).get("readiness_probe"))
+
+    def autostop(self) -> Autostop | None:
+        """``resources.autostop`` parsed (None: the machine never stops for idleness)."""
+        return self.resources.autostop_policy()
 
     @field_validator("envs")
     @classmethod

@@ -48,7 +48,7 @@ STATUS_BY_CODE = {
     "AuthFailure": 401,
     "UnauthorizedOperation": 403,
 }
-RECORDED_ACTIONS = ("RunInstances", "TerminateInstances")
+RECORDED_ACTIONS = ("RunInstances", "TerminateInstances", "StopInstances", "StartInstances")
 
 StartResponse = Callable[..., Any]
 

@@ -73,6 +73,7 @@ class FakeCompute:
     def __post_init__(self) -> None:
         self.instances: dict[tuple[str, str], dict[str, Any]] = {}  # (zone, name) -> resource
         self.boot_left: dict[tuple[str, str], list[str]] = {}
+        self.power_calls: list[tuple[str, str, str]] = []  # (stop | start, zone, name)
         self.operations: dict[str, Operation] = {}
         self.by_request_id: dict[str, str] = {}
         self.lock = threading.RLock()
@@ -187,6 +188,8 @@ class FakeCompute:
             return self.get(zone, tail[0])
         if len(tail) == 1 and method == "DELETE":
             return self.delete(zone, tail[0], query.get("requestId"))
+        if len(tail) == 2 and method == "POST" and tail[1] in ("stop", "start"):
+            return self.power(zone, tail[0], tail[1])
         raise HttpError(400, error_body(400, "invalid", f"Unsupported call {method} {tail}"))
 
     def insert(self, zone: str, body: dict[str, Any], request_id: str | None) -> dict[str, Any]:
@@ -232,6 +235,17 @@ class FakeCompute:
             if request_id:
                 self.by_request_id[request_id] = op
             return self._op_view(op)
+
+    def power(self, zone: str, name: str, action: str) -> dict[str, Any]:
+        """instances.stop (status TERMINATED, as Compute Engine names a stopped VM) and
+        instances.start (RUNNING again); each recorded in ``power_calls``."""
+        with self.lock:
+            inst = self._existing(zone, name)
+            self.power_calls.append((action, zone, name))
+            inst["status"] = "TERMINATED" if action == "stop" else "RUNNING"
+            self.boot_left.pop((zone, name), None)
+            names = self._names(zone, name, last_segment(inst["machineType"]))
+            return self._op_view(self._new_op(zone, action, name, None, names))
 
     def list_zone(self, zone: str, query: dict[str, str]) -> dict[str, Any]:
         with self.lock:

@@ -37,6 +37,7 @@ from corral.shared.errors import (
     Scope,
     ThrottledError,
 )
+from corral.shared.observe import observe
 
 from fakes.aws_faults import FaultyMoto, post_fault, recorded_requests
 
@@ -510,7 +511,9 @@ def test_describe_filters_by_tag_and_maps_states(
     assert everything[ib.provider_id].region == "us-west-2"
     assert everything[ia.provider_id].state == "running"
     foreign.stop_instances(InstanceIds=[ia.provider_id])
-    assert fresh.describe({TAG_REQUEST: a.request_id})[0].state == "lost"
+    stopped = fresh.describe({TAG_REQUEST: a.request_id})[0]
+    assert stopped.state == "stopped"
+    assert observe("running", stopped).lost  # not stopped by Corral: lost, as before
     fresh.terminate([ia.provider_id])
     assert fresh.describe({TAG_REQUEST: a.request_id})[0].state == "terminated"
 
@@ -522,7 +525,8 @@ def test_describe_filters_by_tag_and_maps_states(
         ("running", "running"),
         ("shutting-down", "terminating"),
         ("terminated", "terminated"),
-        ("stopped", "lost"),
+        ("stopping", "stopped"),
+        ("stopped", "stopped"),
         ("something-new", "lost"),
     ],
 )

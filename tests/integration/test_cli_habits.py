@@ -41,7 +41,7 @@ LISTS: dict[str, tuple[str, list[str]]] = {
 # command with --json must be put in one of the two tables.
 NOT_LISTS = {
     # down prints {"requests": [...], "count": N} too, but taking things down is not run here.
-    "launch", "logs", "terminate", "down", "why", "version", "simulate", "run api",
+    "launch", "logs", "terminate", "down", "stop", "start", "why", "version", "simulate", "run api",
     "pools apply", "pools delete", "pools resolve", "pools route", "config merge", "config get",
     "cluster up", "cluster down", "cluster status", "cluster demand", "autoscale explain",
     "users add", "users revoke", "projects add", "projects quota",

@@ -164,6 +164,7 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
         "runs": [],
         "cost_usd": 0,
         "endpoints": [],
+        "ready": None,
     }
     listing = json.loads(corral(api, "status", "--json").stdout)
     assert request_id in [v["id"] for v in listing["requests"]]

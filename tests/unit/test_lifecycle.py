@@ -86,9 +86,9 @@ def test_every_non_edge_is_refused(kind: str, src: StrEnum, dst: StrEnum) -> Non
 
 
 def test_the_generated_cases_are_not_empty() -> None:
-    # 8 request, 6 instance, 4 machine and 3 agent states: their ordered pairs of distinct states.
-    assert len(EDGES) + len(NON_EDGES) == 8 * 7 + 6 * 5 + 4 * 3 + 3 * 2
-    assert len(EDGES) == 17 + 11 + 6 + 2
+    # 10 request, 7 instance, 4 machine and 3 agent states: their ordered pairs of distinct states.
+    assert len(EDGES) + len(NON_EDGES) == 10 * 9 + 7 * 6 + 4 * 3 + 3 * 2
+    assert len(EDGES) == 23 + 16 + 6 + 2
 
 
 @pytest.mark.parametrize("kind", TABLES)

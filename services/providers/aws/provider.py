@@ -71,15 +71,16 @@ DEFAULT_GPU_IMAGE_ID = (
 )
 IMAGE_CACHE_S = 600.0  # an SSM parameter's AMI is read again after this long
 
-# EC2 states as the port's. Corral never stops an instance: a stopped one (a spot interruption
-# with behaviour "stop", someone in the console) no longer runs its work, so it is lost.
+# EC2 states as the port's. A stopped machine is "stopped": one Corral stopped (corral stop,
+# autostop) waits to be started; any other (a spot interruption with behaviour "stop", someone
+# in the console) no longer runs its work, so the observer takes it for lost.
 STATES: dict[str, str] = {
     "pending": "pending",
     "running": "running",
     "shutting-down": "terminating",
     "terminated": "terminated",
-    "stopping": "lost",
-    "stopped": "lost",
+    "stopping": "stopped",
+    "stopped": "stopped",
 }
 ENDED = ("terminating", "terminated")
 REMEMBERED_ATTEMPTS = 10_000  # attempts whose region this process remembers
@@ -90,6 +91,7 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
 
     name = "aws"
     poll_interval_s = 2.0  # DescribeInstances is rate-limited per account
+    can_stop = True  # StopInstances / StartInstances (EBS-backed machines)
 
     def __init__(
         self,
@@ -522,6 +524,32 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
         if live:
             try:
                 client.terminate_instances(InstanceIds=live)
+            except Exception as exc:
+                raise from_sdk_error(exc) from exc
+
+    # --- stop and start ----------------------------------------------------------------------
+    def stop(self, provider_ids: list[str], zone: str | None = None) -> None:
+        """Stop machines (StopInstances): their EBS volumes are kept, compute is not billed;
+        their agents keep their node tokens for :meth:`start`. An instance-store-backed
+        machine cannot stop: EC2 refuses (UnsupportedOperation), raised as is."""
+        ids = sorted(set(provider_ids))
+        if not ids:
+            return
+        if self.nodes is not None:
+            self.nodes.pause(ids)
+        self._each_region(ids, zone, "stop_instances")
+
+    def start(self, provider_ids: list[str], zone: str | None = None) -> None:
+        """Start stopped machines (StartInstances); their agents resume on boot."""
+        ids = sorted(set(provider_ids))
+        if ids:
+            self._each_region(ids, zone, "start_instances")
+
+    def _each_region(self, ids: list[str], zone: str | None, call: str) -> None:
+        by_region = {self._region_of_zone(zone): ids} if zone else self._locate(ids)
+        for region, found in by_region.items():
+            try:
+                getattr(self.client(region), call)(InstanceIds=found)
             except Exception as exc:
                 raise from_sdk_error(exc) from exc
 

@@ -421,6 +421,38 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         except ProviderError:
             return True  # cannot tell: count it as left
 
+    # --- stop and start ----------------------------------------------------------------------
+    can_stop = True  # instances.stop / instances.start: the boot disk is kept
+
+    def stop(self, provider_ids: list[str], zone: str | None = None) -> None:
+        """Stop instances (``instances.stop``); their agents keep their node tokens, and the
+        startup script (run on every boot) resumes them after :meth:`start`."""
+        if self.nodes is not None:
+            self.nodes.pause(provider_ids)
+        self._each(provider_ids, zone, "stop_unary")
+
+    def start(self, provider_ids: list[str], zone: str | None = None) -> None:
+        """Start stopped instances (``instances.start``)."""
+        self._each(provider_ids, zone, "start_unary")
+
+    def _each(self, provider_ids: list[str], zone: str | None, call: str) -> None:
+        api = self._api()
+        deadline = time.monotonic() + self.operation_timeout_s
+        for pid in provider_ids:
+            where, _, name = pid.rpartition("/")
+            if not (where or zone):
+                raise InvalidRequestError(f"no zone for instance {pid!r}")
+            with translated():
+                op = getattr(api.instances, call)(
+                    project=api.project,
+                    zone=where or str(zone),
+                    instance=name,
+                    timeout=self.call_timeout_s,
+                )
+            failed = self._wait(where or str(zone), op, deadline)
+            if failed is not None:
+                raise failed
+
     # --- terminate -------------------------------------------------------------------------
     def terminate(self, provider_ids: list[str], zone: str | None = None) -> None:
         """Delete instances (ids are ``zone/name``; a bare name needs ``zone``) and wait until

@@ -91,6 +91,7 @@ class KubernetesProvider(NodeBookLogs):
 
     name = "kubernetes"
     poll_interval_s = 2.0
+    can_stop = False  # a pod cannot be stopped and started again: it is deleted
 
     def __init__(
         self,

@@ -75,9 +75,12 @@ class RedisLink:
         queued: dict[str, Any] | None,
         assignment: str | None,
         assignments: dict[str, str],
+        status: dict[str, Any] | None = None,
     ) -> None:
         try:
-            self.state.heartbeat(self.rec, activity, now, ttl_s, queued, assignment, assignments)
+            self.state.heartbeat(
+                self.rec, activity, now, ttl_s, queued, assignment, assignments, status
+            )
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 

@@ -86,6 +86,7 @@ class LocalProvider:
 
     name = "local"
     poll_interval_s = 0.05  # its records are in the same Redis: polling is cheap
+    can_stop = False  # a local machine is a process: it cannot be stopped and kept
 
     def __init__(
         self,

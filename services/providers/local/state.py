@@ -357,11 +357,14 @@ class CloudState:
         queued: dict[str, Any] | None = None,
         assignment: str | None = None,
         assignments: dict[str, str] | None = None,
+        status: dict[str, Any] | None = None,
     ) -> None:
         """The agent's beat: a fresh heartbeat key, its activity, its first beat's time, the
         assignments it runs (id -> phase; ``assignment`` is any one of them, for older
-        readers), and the work queued on the node (the demand its workload reported), if any."""
+        readers), the work queued on the node (the demand its workload reported), if any, and
+        its ``status`` (idle_s, up_s, ready: see the agent's Link)."""
         beat = {
+            **(status or {}),
             "ts": now,
             "activity": activity,
             "assignment": assignment,
