@@ -155,6 +155,8 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
         "id": request_id,
         "name": "cli-hello",
         "state": "PENDING",
+        "user": "admin",  # the install's first token is the admin's
+        "project": None,  # the admin submitted without --project
         "exit_code": None,
         "error": None,
         "attempts": [],
