@@ -194,6 +194,17 @@ def delete(
         say(f"deleted pool {name} ({count} machines terminated)")
 
 
+def _clock(at: float) -> str:
+    """A time as `corral why` prints it: local, with how far away it is."""
+    import time as _time
+
+    from datetime import datetime
+
+    delta = at - _time.time()
+    away = f"in {delta:.0f}s" if delta >= 0 else f"{-delta:.0f}s ago"
+    return f"{datetime.fromtimestamp(at).strftime('%H:%M:%S')} ({away})"
+
+
 def why(
     request_id: Annotated[
         str,
@@ -216,7 +227,13 @@ def why(
         )
         say(f"  tried {n}: {a['cloud']}/{a['zone']} {a['instance_type']} {a['market']}: {failed}")
     for b in found.get("blocked") or []:
-        say(f"  blocked ahead: {b['scope']} ({b['reason']})")
+        until = f" until {_clock(b['until'])}" if b.get("until") else ""
+        say(f"  blocked ahead: {b['scope']}{until} ({b['reason']})")
+    if found.get("retry_at"):
+        say(f"  next retry: {_clock(found['retry_at'])} (retry {(found.get('retries') or 0) + 1})")
+    if found.get("state") == "WAITING" or found.get("deadline"):
+        deadline = found.get("deadline")
+        say(f"  deadline: {_clock(deadline) if deadline else 'none (waits until up)'}")
     for m in found.get("machines") or []:
         where = m.get("zone") or "-"
         say(f"  {m['id']}  {m['machine_type']}/{m['partition']}  {m['status']}  {where}")

@@ -69,6 +69,7 @@ def reconcile(deps: Deps) -> dict[str, int]:
         _check_instances(deps, by_cloud, counts)
         _clean_strays(deps, by_cloud, counts)
         _unstick(deps, counts)
+        failover.wake_due(deps, counts)  # WAITING requests whose retry is due
         _recheck_running(deps, counts)
         counts["boot_watches"] = launch.rewatch(deps)
         return dict(counts)
