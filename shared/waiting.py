@@ -47,14 +47,27 @@ class Backoff:
         return max(0.0, min(self.cap_s, drawn))
 
 
-def backoff_of(timers: object) -> Backoff:
-    """The backoff the runtime's timers set (``services.settings.Timers``, the simulator's
-    ``SimTimers``): ``wait_retry_initial_s``, ``_multiplier``, ``_cap_s``, ``_jitter``."""
+class RetryTimers(Protocol):
+    """The timers a backoff is made of (``services.settings.Timers``, the simulator's
+    ``SimTimers``)."""
+
+    @property
+    def wait_retry_initial_s(self) -> float: ...
+    @property
+    def wait_retry_multiplier(self) -> float: ...
+    @property
+    def wait_retry_cap_s(self) -> float: ...
+    @property
+    def wait_retry_jitter(self) -> float: ...
+
+
+def backoff_of(timers: RetryTimers) -> Backoff:
+    """The backoff the runtime's timers set."""
     return Backoff(
-        initial_s=float(getattr(timers, "wait_retry_initial_s")),
-        multiplier=float(getattr(timers, "wait_retry_multiplier")),
-        cap_s=float(getattr(timers, "wait_retry_cap_s")),
-        jitter=float(getattr(timers, "wait_retry_jitter")),
+        initial_s=timers.wait_retry_initial_s,
+        multiplier=timers.wait_retry_multiplier,
+        cap_s=timers.wait_retry_cap_s,
+        jitter=timers.wait_retry_jitter,
     )
 
 
@@ -110,9 +123,7 @@ def blocking_expiries(
     """The expiry times (``until``) of the blocks that cover at least one candidate of
     ``chain``: when those expire, a walk could find something to try."""
     return [
-        until
-        for block, until in blocks
-        if any(block.matches(candidate) for candidate in chain)
+        until for block, until in blocks if any(block.matches(candidate) for candidate in chain)
     ]
 
 

@@ -11,8 +11,10 @@ a pool still in use), 2 bad input.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -196,11 +198,7 @@ def delete(
 
 def _clock(at: float) -> str:
     """A time as `corral why` prints it: local, with how far away it is."""
-    import time as _time
-
-    from datetime import datetime
-
-    delta = at - _time.time()
+    delta = at - time.time()
     away = f"in {delta:.0f}s" if delta >= 0 else f"{-delta:.0f}s ago"
     return f"{datetime.fromtimestamp(at).strftime('%H:%M:%S')} ({away})"
 

@@ -181,9 +181,7 @@ def advance(
     return f"attempt {decision.index}"
 
 
-def exhausted(
-    deps: Deps, r: LaunchRequest, now: float, blocks: list[tuple[Block, float]]
-) -> None:
+def exhausted(deps: Deps, r: LaunchRequest, now: float, blocks: list[tuple[Block, float]]) -> None:
     """``r``'s chain is walked to its end with nothing launched (inside a compare-and-set):
     it waits for capacity (WAITING, with when it walks the chain again), or, if it asked to
     fail fast or its ``max_wait`` has passed, it FAILS
@@ -256,9 +254,7 @@ def wake_due(deps: Deps, counts: dict[str, int] | None = None) -> int:
     """Wake every WAITING direct request whose retry is due (reconcile's pass, on beat)."""
     now = deps.now()
     woken = 0
-    for req in deps.store.list_requests(
-        state=RequestState.WAITING, limit=1000, oldest_first=True
-    ):
+    for req in deps.store.list_requests(state=RequestState.WAITING, limit=1000, oldest_first=True):
         wait = req.waiting
         if wait is not None and wait.retry_at is not None and wait.retry_at > now:
             continue

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from corral.shared.blocking import Block
+from corral.shared.failover import Place
 from corral.shared.records import Transition
 from corral.shared.waiting import (
     AFTER_EXPIRY_S,
@@ -18,7 +19,6 @@ from corral.shared.waiting import (
     looking_since,
     retry_rng,
 )
-from corral.shared.failover import Place
 
 NO_JITTER = Backoff(initial_s=30.0, multiplier=2.0, cap_s=300.0, jitter=0.0)
 
