@@ -65,8 +65,11 @@ def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> di
     elif state == RequestState.PROVISIONING:
         code = "provisioning"
         step = req.chain[req.next_step] if 0 <= req.next_step < len(req.chain) else None
-        where = f"candidate {req.next_step + 1} of {len(req.chain)}"
-        reason = f"it is trying {where}" + (f" ({_place(step)})" if step else "")
+        if step is None:  # between walks: the next candidate is being chosen
+            reason = f"it walks its chain of {len(req.chain)} candidates"
+        else:
+            where = f"candidate {req.next_step + 1} of {len(req.chain)}"
+            reason = f"it is trying {where} ({_place(step)})"
         if failed:
             reason += f" after {len(failed)} failed attempt{'s' * (len(failed) != 1)}"
         if blocked:

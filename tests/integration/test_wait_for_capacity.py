@@ -64,15 +64,24 @@ def test_a_request_waits_for_capacity_then_runs(make_system: Callable[..., Syste
     assert waiting["attempts"][0]["outcome"] == "capacity"
     assert waiting["waiting"]["deadline"] is None  # no max_wait: it waits until up
 
+    # It walks its chain again every second or so: read it while it waits between walks.
     why = _why(system, rid)
-    assert why["code"] == "waiting"
+    for _ in range(20):
+        if why["state"] == "WAITING":
+            break
+        why = _why(system, rid)
+    assert why["code"] == "waiting", why
     assert "exhausted" in why["reason"] and "waiting for capacity" in why["reason"]
     assert why["retry_at"] is not None and why["deadline"] is None
+    assert why["tried"][0]["outcome"] == "capacity"
     assert any(b["scope"].startswith("local solo-a") and b["until"] for b in why["blocked"])
-    shown = system.cli("why", rid)
-    assert shown.returncode == 0, shown.stderr
-    assert "WAITING" in shown.stdout and "next retry:" in shown.stdout
-    assert "blocked ahead: local solo-a" in shown.stdout
+    for _ in range(20):
+        shown = system.cli("why", rid)
+        assert shown.returncode == 0, shown.stderr
+        if " WAITING: " in shown.stdout:
+            break
+    assert " WAITING: " in shown.stdout and "next retry:" in shown.stdout, shown.stdout
+    assert "tried 1: local/solo-a cpu-2 on_demand: capacity" in shown.stdout
     assert "deadline: none" in shown.stdout
 
     # Still waiting a few retries later (the zone is full), then the blocker goes.
