@@ -15,6 +15,7 @@ come in as arguments.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,9 +41,17 @@ class Backoff:
     cap_s: float = 300.0
     jitter: float = 0.2
 
+    def _steps(self, retries: int) -> int:
+        """``retries``, but no more than it takes to reach the cap (a request that waited all
+        day has made hundreds of walks: the power must not overflow)."""
+        if self.multiplier <= 1.0 or self.initial_s >= self.cap_s:
+            return 0 if self.multiplier <= 1.0 else 1
+        to_cap = math.ceil(math.log(self.cap_s / self.initial_s) / math.log(self.multiplier))
+        return min(max(0, retries), to_cap)
+
     def wait_s(self, retries: int, rng: random.Random) -> float:
         """The pause before walk number ``retries + 1`` (``retries`` made so far)."""
-        base = min(self.cap_s, self.initial_s * self.multiplier ** max(0, retries))
+        base = min(self.cap_s, self.initial_s * self.multiplier ** self._steps(retries))
         drawn = base * (1.0 + self.jitter * (2.0 * rng.random() - 1.0))
         return max(0.0, min(self.cap_s, drawn))
 

@@ -143,8 +143,10 @@ def advance(
             level = WIDER[level]
             decision = next_step(r.chain, after, blocks, level)
         found["decision"] = decision
-        # The widest look passed over every block the narrower ones saw: each told once.
-        for index, block in decision.passed_over:
+        # The widest look passed over every block the narrower ones saw: each told once (and
+        # not again on each walk of a waiting request: `why` names the blocks it waits on).
+        rewalk = r.history[-1].from_state == RequestState.WAITING.value
+        for index, block in () if rewalk else decision.passed_over:
             reason = next(
                 (f"remembered as {b.outcome}: {b.reason}" for b in remembered if b.block == block),
                 str(block),

@@ -43,6 +43,14 @@ def test_the_wait_grows_by_the_multiplier_up_to_the_cap() -> None:
     assert waits == [30.0, 60.0, 120.0, 240.0, 300.0, 300.0, 300.0]
 
 
+def test_a_day_of_retries_stays_at_the_cap() -> None:
+    assert NO_JITTER.wait_s(5000, random.Random(0)) == 300.0
+    assert (
+        Backoff(initial_s=30.0, multiplier=1.0, cap_s=300.0, jitter=0.0).wait_s(9, random.Random(0))
+        == 30.0
+    )
+
+
 def test_jitter_stays_within_its_fraction_and_never_passes_the_cap() -> None:
     backoff = Backoff(initial_s=100.0, multiplier=2.0, cap_s=300.0, jitter=0.2)
     rng = random.Random(7)

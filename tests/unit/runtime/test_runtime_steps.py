@@ -123,8 +123,9 @@ def test_an_exhausted_chain_waits_then_walks_the_whole_chain_again(driver: Drive
     # The zones are still remembered as sold out: this walk tried nothing and waits again.
     assert req.state == RequestState.WAITING and req.waiting is not None
     assert req.waiting.retries == 1
-    assert [a.outcome for a in req.attempts] == ["capacity"] * 3 + ["blocked"] * 3
-    assert len({a.attempt_id for a in req.attempts}) == 6  # a new generation of ids
+    # Passing over the same blocks again is not written down each walk (a day of waiting
+    # would grow the record without end); `why` names the blocks.
+    assert [a.outcome for a in req.attempts] == ["capacity"] * 3
     expiry = min(b.until for b in driver.deps.blocks.active(driver.deps.now()))
     causes = []
     for _ in range(10):  # wait by wait until the blocks expire and a walk launches
@@ -138,6 +139,9 @@ def test_an_exhausted_chain_waits_then_walks_the_whole_chain_again(driver: Drive
         req = driver.deps.store.get_request(rid)
         assert req is not None
     assert req.state == RequestState.RUNNING, req.history[-1]
+    assert req.attempts[-1].outcome == "ok"
+    assert req.attempts[-1].attempt_id.startswith(f"{rid}-0w")  # a new generation of ids
+    assert len({a.attempt_id for a in req.attempts}) == len(req.attempts)
     # The retry that found the zones free again came at their expiry, not a backoff later.
     assert causes[-1] == "block_expiry"
     assert req.history[-1].at == pytest.approx(expiry + 1.0, abs=5.0)
