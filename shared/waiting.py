@@ -129,11 +129,20 @@ def deadline_of(since: float, max_wait_s: float | None) -> float | None:
 def blocking_expiries(
     chain: Sequence[Placed], blocks: Iterable[tuple[Block, float]]
 ) -> list[float]:
-    """The expiry times (``until``) of the blocks that cover at least one candidate of
-    ``chain``: when those expire, a walk could find something to try."""
-    return [
-        until for block, until in blocks if any(block.matches(candidate) for candidate in chain)
-    ]
+    """When each blocked candidate of ``chain`` is free to try again: the last expiry
+    (``until``) among the blocks that cover it (a zone's block and its region's both must be
+    gone). A walk at one of these times finds something to try; a block that expires while
+    another still covers the same candidates would wake the request for nothing."""
+    by_cloud: dict[str, list[tuple[Block, float]]] = {}
+    for block, until in blocks:
+        by_cloud.setdefault(block.cloud, []).append((block, until))
+    free_at: list[float] = []
+    for c in chain:
+        place = (c.cloud, c.region, c.zone, c.instance_type, c.market)
+        covering = [until for block, until in by_cloud.get(c.cloud, ()) if block.covers(*place)]
+        if covering:
+            free_at.append(max(covering))
+    return free_at
 
 
 def decide_wait(

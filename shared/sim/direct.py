@@ -145,7 +145,9 @@ class Launcher:
             retries=flow.retries,
             retry_until_up=flow.task.retry_until_up,
             max_wait_s=flow.task.max_wait,
-            expiries=blocking_expiries(flow.chain, memory.until.items()),
+            expiries=blocking_expiries(
+                flow.chain, [(b, memory.until[b]) for b in memory.active(now)]
+            ),
             backoff=backoff_of(self.sim.timers),
             rng=retry_rng(flow.rid, flow.retries),
         )

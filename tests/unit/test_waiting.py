@@ -111,14 +111,20 @@ def test_fail_fast_fails_at_once_whatever_else() -> None:
     assert "fail fast" in decided.reason  # type: ignore[attr-defined]
 
 
-def test_only_blocks_covering_the_chain_set_the_retry() -> None:
-    chain = [Place("local", "local", "local-a", "gpu-1", "on_demand")]
+def test_a_candidate_is_free_once_every_block_covering_it_has_expired() -> None:
+    chain = [
+        Place("local", "local", "local-a", "gpu-1", "on_demand"),
+        Place("local", "local", "local-b", "gpu-1", "on_demand"),
+        Place("local", "local", "local-c", "gpu-1", "on_demand"),
+    ]
     blocks = [
         (Block("local", "local", "local-a", "gpu-1", "on_demand"), 500.0),
         (Block("aws", region="us-east-1"), 100.0),  # nothing of the chain is there
-        (Block("local", instance_type="gpu-1"), 700.0),
+        (Block("local", zone="local-a"), 700.0),  # local-a stays blocked until 700
+        (Block("local", "local", "local-b", "gpu-1", "on_demand"), 600.0),
     ]
-    assert blocking_expiries(chain, blocks) == [500.0, 700.0]
+    # local-a at 700 (not 500: another block still covers it), local-b at 600, local-c free.
+    assert blocking_expiries(chain, blocks) == [700.0, 600.0]
 
 
 def test_the_wait_counts_from_the_last_relaunch() -> None:
