@@ -163,7 +163,7 @@ def test_gcp_failover_scenarios(make_system: Callable[..., System]) -> None:
         assert trail(req) == [(n_zones[0], "throttled")] * 2 + [(n_zones[0], "ok")]
 
         fake.add_fault(GcpFault("quota_region", zone=n_zones[1], machine_type="n2-standard-8"))
-        req = launch(system, "gcp", "n2-standard-8", zone=n_zones[1])
+        req = launch(system, "gcp", "n2-standard-8", zone=n_zones[1], fail_fast=True)
         assert trail(req) == [(n_zones[1], "quota")]
         req = launch(system, "gcp", "n2-standard-8")
         # The region is remembered as over quota: only the next region is tried.
