@@ -32,6 +32,13 @@ class Timers(BaseModel):
     throttle_retries: int = 3  # retries in place before a throttled zone counts as failed
     blocked_ttl_s: float = 180.0  # how long a sold-out scope is remembered
     relaunch_limit: int = 3  # relaunches of a request whose instance was lost
+    # A request whose chain is exhausted waits (retry until up), then walks it again after
+    # wait_retry_initial_s, times wait_retry_multiplier per walk, at most wait_retry_cap_s,
+    # each drawn within +-wait_retry_jitter (a fraction); sooner when a block expires.
+    wait_retry_initial_s: float = Field(30.0, gt=0)
+    wait_retry_multiplier: float = Field(1.6, ge=1)
+    wait_retry_cap_s: float = Field(300.0, gt=0)
+    wait_retry_jitter: float = Field(0.2, ge=0, lt=1)
     terminate_grace_s: float = 5.0  # SIGTERM, then SIGKILL after this
     # An attempt's claim in Redis: its holder renews it every third of this; a holder that died
     # frees it within this time, so a redelivered attempt goes on quickly.

@@ -20,9 +20,10 @@ class RequestState(StrEnum):
 
     PENDING = "PENDING"  # accepted, waiting to be scheduled
     PROVISIONING = "PROVISIONING"  # its failover chain is being tried
+    WAITING = "WAITING"  # its chain is exhausted: it waits for capacity and walks it again
     RUNNING = "RUNNING"  # all its nodes are up
     SUCCEEDED = "SUCCEEDED"  # a job whose `run` exited 0
-    FAILED = "FAILED"  # chain exhausted, or a job's `run` exited non-zero
+    FAILED = "FAILED"  # chain exhausted (fail fast, or max_wait passed), or `run` exited non-zero
     CANCELLED = "CANCELLED"  # the user cancelled it before it ran
     TERMINATED = "TERMINATED"  # the user terminated it while it ran
     PREEMPTED = "PREEMPTED"  # a scheduler took its machines for another request
@@ -46,16 +47,26 @@ REQUEST_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
     RequestState.PENDING: frozenset(
         {
             RequestState.PROVISIONING,  # the scheduler placed it: start down its chain
-            RequestState.FAILED,  # nothing in its chain can be tried (all blocked)
+            RequestState.FAILED,  # nothing in its chain can be tried (all blocked), fail fast
+            RequestState.WAITING,  # nothing in its chain can be tried now: wait for capacity
             RequestState.CANCELLED,  # the user cancelled it while it waited
         }
     ),
     RequestState.PROVISIONING: frozenset(
         {
             RequestState.RUNNING,  # every node of the request reported up
-            RequestState.FAILED,  # chain exhausted, or an error no candidate can fix
+            RequestState.FAILED,  # chain exhausted (fail fast, max_wait passed), or an error
+            # no candidate can fix
+            RequestState.WAITING,  # chain exhausted: wait for capacity (retry until up)
             RequestState.CANCELLED,  # the user cancelled it before it ran
             RequestState.PENDING,  # nothing free now, the task waits: requeued
+        }
+    ),
+    RequestState.WAITING: frozenset(
+        {
+            RequestState.PROVISIONING,  # its retry is due: walk the whole chain again
+            RequestState.FAILED,  # its max_wait passed before capacity came
+            RequestState.CANCELLED,  # the user gave up on it while it waited
         }
     ),
     RequestState.RUNNING: frozenset(

@@ -107,6 +107,19 @@ class ChainStep(_Record):
         return f"{self.cloud} {self.region}/{self.zone}"
 
 
+class Waiting(_Record):
+    """A WAITING request's wait (:mod:`corral.shared.waiting`): what it tried, what blocks
+    it, when it walks its chain again, and when it gives up. Kept after it moves on (the last
+    wait), so `corral why` can tell how long it waited."""
+
+    since: float  # when it started looking for capacity (max_wait counts from here)
+    retries: int = 0  # walks of the chain made again so far
+    retry_at: float | None = None  # when its chain is walked again
+    deadline: float | None = None  # when it fails if no capacity came (None: never)
+    because: str = ""  # backoff | block_expiry | deadline: what set retry_at
+    reason: str = ""  # the decision, for a person
+
+
 class LaunchRequest(_Record):
     """A user's request for compute: its task, its plan, and what happened to it."""
 
@@ -122,8 +135,16 @@ class LaunchRequest(_Record):
     chain: list[ChainStep] = Field(default_factory=list)  # the planned candidates, in order
     next_step: int = 0  # index in `chain` of the next candidate to try
     relaunches: int = 0  # how many times a RUNNING request went back to PROVISIONING
+    walks: int = 0  # how many times a WAITING request walked its chain again (all waits)
     restarts: int = 0  # of those, how many restarted a failed job (job_recovery)
     restarts_on_errors: int = 0  # of those, how many count against max_restarts_on_errors
+
+    @property
+    def generation(self) -> str:
+        """The launch generation its attempt ids carry: a relaunch and a walk of the chain
+        again after a wait each start a new one (``2``, then ``2w1``), so no attempt id is
+        reused. (Letters and digits only: ids become GCP names and labels.)"""
+        return f"{self.relaunches}" if self.walks == 0 else f"{self.relaunches}w{self.walks}"
 
     @property
     def recoveries(self) -> int:
@@ -131,6 +152,7 @@ class LaunchRequest(_Record):
         return self.relaunches - self.restarts
 
     error: str | None = None  # why it FAILED, in one line
+    waiting: Waiting | None = None  # its chain exhausted: the wait for capacity (the last one)
     exit_code: int | None = None  # a job's `run` exit code once it ended
     labels: dict[str, str] = Field(default_factory=dict)  # the user's, for filtering
     priority: int = 0  # higher is scheduled first and preempted last
@@ -214,6 +236,7 @@ class LaunchRequest(_Record):
             "project": self.project,
             "exit_code": self.exit_code,
             "error": self.error,
+            "waiting": None if self.waiting is None else self.waiting.model_dump(),
             "attempts": [a.to_public() for a in self.attempts],
             "instances": [i.to_public() for i in instances],
             "endpoints": self.endpoints(instances),

@@ -81,6 +81,11 @@ class RequestView(BaseModel):
     project: str | None = Field(None, description="the project it belongs to")
     exit_code: int | None = None  # a finished job's: the first non-zero of its nodes, else 0
     error: str | None = None  # why it failed, when it did
+    waiting: dict[str, Any] | None = Field(
+        None,
+        description="its chain exhausted, the wait for capacity (the last one): since, "
+        "retries, retry_at, deadline (seconds since the epoch), because, reason",
+    )
     attempts: list[AttemptView]
     instances: list[InstanceView]
     # The one-request view adds the history of its runs and what they cost together.
@@ -218,7 +223,7 @@ class WhyView(BaseModel):
     code: str = Field(
         description=(
             "placed, queued, not_queued, or the reason's code; a request on its own machines"
-            " (no pool): planning, provisioning, running, failed or its ended state"
+            " (no pool): planning, provisioning, waiting, running, failed or its ended state"
         )
     )
     reason: str
@@ -228,6 +233,16 @@ class WhyView(BaseModel):
         description="the project quota that refused it at admission: project, quota (gpus or "
         "usd_per_period), limit, in_use, asked, reason",
     )
+    retry_at: float | None = Field(
+        None, description="a WAITING request: when it walks its chain again (seconds)"
+    )
+    deadline: float | None = Field(
+        None, description="a waiting request's max_wait deadline (seconds); null: none"
+    )
+    waiting_since: float | None = Field(
+        None, description="when it started looking for capacity (max_wait counts from here)"
+    )
+    retries: int | None = Field(None, description="walks of its chain made again so far")
 
 
 class SubmissionView(BaseModel):

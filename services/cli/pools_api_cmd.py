@@ -11,8 +11,10 @@ a pool still in use), 2 bad input.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -194,6 +196,13 @@ def delete(
         say(f"deleted pool {name} ({count} machines terminated)")
 
 
+def _clock(at: float) -> str:
+    """A time as `corral why` prints it: local, with how far away it is."""
+    delta = at - time.time()
+    away = f"in {delta:.0f}s" if delta >= 0 else f"{-delta:.0f}s ago"
+    return f"{datetime.fromtimestamp(at).strftime('%H:%M:%S')} ({away})"
+
+
 def why(
     request_id: Annotated[
         str,
@@ -216,7 +225,13 @@ def why(
         )
         say(f"  tried {n}: {a['cloud']}/{a['zone']} {a['instance_type']} {a['market']}: {failed}")
     for b in found.get("blocked") or []:
-        say(f"  blocked ahead: {b['scope']} ({b['reason']})")
+        until = f" until {_clock(b['until'])}" if b.get("until") else ""
+        say(f"  blocked ahead: {b['scope']}{until} ({b['reason']})")
+    if found.get("retry_at"):
+        say(f"  next retry: {_clock(found['retry_at'])} (retry {(found.get('retries') or 0) + 1})")
+    if found.get("state") == "WAITING" or found.get("deadline"):
+        deadline = found.get("deadline")
+        say(f"  deadline: {_clock(deadline) if deadline else 'none (waits until up)'}")
     for m in found.get("machines") or []:
         where = m.get("zone") or "-"
         say(f"  {m['id']}  {m['machine_type']}/{m['partition']}  {m['status']}  {where}")

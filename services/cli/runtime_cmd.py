@@ -127,13 +127,28 @@ def launch(
     down: bool = typer.Option(
         False, "--down", help="With autostop: terminate instead of stop (autodown)."
     ),
+    retry_until_up: bool | None = typer.Option(
+        None,
+        "--retry-until-up/--fail-fast",
+        help="When every candidate is sold out or blocked: wait for capacity and retry "
+        "(the default, as SkyPilot's --retry-until-up), or fail at once.",
+    ),
+    max_wait: str | None = typer.Option(
+        None,
+        "--max-wait",
+        metavar="DURATION",
+        help="Give up waiting for capacity after this long (30m, 2h): the request FAILS.",
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Submit a launch request and follow it: a job's output to its end (exiting with the
-    job's exit code), a service until it runs. --detach returns at once, --wait at RUNNING."""
+    job's exit code), a service until it runs. --detach returns at once, --wait at RUNNING.
+    A request whose candidates are all sold out waits for capacity (WAITING) unless
+    --fail-fast; --max-wait bounds the wait."""
     task = _task_for_api(file, as_json)
     if idle_minutes is not None or down:
         task = _with_autostop(task, idle_minutes, down)
+    task = _with_wait_terms(task, retry_until_up, max_wait, as_json)
     with api_client(as_json, source=str(file)) as client:
         # The workdir and file mounts, packed and uploaded (once per content).
         task = client.with_files(task, source=str(file), max_bytes=_bundle_max_bytes())
@@ -181,6 +196,27 @@ def _endpoints_line(endpoints: list[str], ready: bool | None) -> str:
     if ready is None:
         return line
     return line + ("  (ready)" if ready else "  (not ready: its readiness probe has not passed)")
+
+
+def _with_wait_terms(
+    task: dict[str, Any], retry_until_up: bool | None, max_wait: str | None, as_json: bool
+) -> dict[str, Any]:
+    """The task with the command line's --fail-fast / --retry-until-up and --max-wait over
+    its own ``retry_until_up`` and ``max_wait``."""
+    from corral.shared.config import parse_duration_s
+
+    task = dict(task)
+    if retry_until_up is not None:
+        task["retry_until_up"] = retry_until_up
+    if max_wait is not None:
+        try:
+            seconds = parse_duration_s(max_wait)
+        except ValueError as exc:
+            fail(f"--max-wait: {exc}", EXIT_INPUT, as_json)
+        if seconds <= 0:
+            fail(f"--max-wait: expected a positive duration, got {max_wait!r}", EXIT_INPUT, as_json)
+        task["max_wait"] = f"{seconds:g}s"
+    return task
 
 
 def _bundle_max_bytes() -> int:

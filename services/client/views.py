@@ -97,6 +97,7 @@ class RequestView(View):
     project: str | None = None
     exit_code: int | None = None
     error: str | None = None
+    waiting: dict[str, Any] | None = None  # the wait for capacity of a chain exhausted
     attempts: list[AttemptView] = Field(default_factory=list)
     instances: list[InstanceView] = Field(default_factory=list)
     relaunches: int | None = None
@@ -191,6 +192,10 @@ class WhyView(View):
     reason: str
     budget: str | None = None  # the dollar budget holding it back, if one
     quota: dict[str, Any] | None = None  # the project quota that refused it, if one
+    retry_at: float | None = None  # WAITING: when its chain is walked again
+    deadline: float | None = None  # WAITING: when it gives up (max_wait)
+    waiting_since: float | None = None
+    retries: int | None = None
 
 
 # ---- clusters -------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ th,td{border:1px solid #dde1e8;padding:4px 8px;text-align:left;vertical-align:to
 th{background:#eef1f5;font-weight:600}td.num{text-align:right}
 .st{padding:1px 6px;border-radius:3px;font-size:12px;background:#e4e7ec}
 .st-RUNNING,.st-ok,.st-SUCCEEDED{background:#d5f2dc}.st-FAILED,.st-LOST{background:#f8d7d7}
-.st-PROVISIONING,.st-PENDING,.st-REQUESTED{background:#fdf0c9}
+.st-PROVISIONING,.st-PENDING,.st-WAITING,.st-REQUESTED{background:#fdf0c9}
 .tl{position:relative;height:22px;background:#fff;border:1px solid #dde1e8;margin:2px 0}
 .tl span{position:absolute;top:2px;height:16px;border-radius:2px;min-width:3px}
 .o-ok{background:#3a9d5d}.o-none{background:#6b8fd6}.o-fail{background:#d0573f}

@@ -34,6 +34,13 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 # after minutes, a pool workload may wait an hour for room.
 _WAIT_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 # Chain positions: 0 is the first choice. A chain runs one candidate per zone and type.
+# A chain walked to its end: the request fails, or waits for capacity (retry until up).
+_EXHAUSTED = frozenset(
+    {
+        (RequestState.PROVISIONING, RequestState.FAILED),
+        (RequestState.PROVISIONING, RequestState.WAITING),
+    }
+)
 _DEPTH_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 _TASK_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -121,10 +128,7 @@ def request_written(before: LaunchRequest, after: LaunchRequest) -> None:
         TIME_TO_CAPACITY.labels(route=route).observe(_moved_at(after) - after.created_at)
         if chained:
             FAILOVER_DEPTH.labels(result="running").observe(after.next_step)
-    elif chained and (before.state, after.state) == (
-        RequestState.PROVISIONING,
-        RequestState.FAILED,
-    ):
+    elif chained and (before.state, after.state) in _EXHAUSTED:
         FAILOVER_DEPTH.labels(result="exhausted").observe(len(after.chain))
     if after.state in TERMINAL_REQUEST_STATES:
         REQUESTS_ENDED.labels(route=route, state=after.state.value).inc()

@@ -61,7 +61,7 @@ RACE_RETRIES = 20  # recomputations after losing the commit to another writer
 RESEND_TERMINATE_S = 10.0  # a node still running this long after its cancel is cancelled again
 BUSY_ACTIVITIES = frozenset({"setup", "running"})  # the agent's activities that are not idle
 PENDING_REQUEST_STATES = frozenset(
-    {RequestState.PENDING, RequestState.PROVISIONING, RequestState.PREEMPTED}
+    {RequestState.PENDING, RequestState.PROVISIONING, RequestState.WAITING, RequestState.PREEMPTED}
 )
 
 

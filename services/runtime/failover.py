@@ -12,10 +12,19 @@ from typing import Any
 from corral.services.queues import dispatch
 from corral.services.runtime.account import add_attempt, end_attempt, fail_request, finish_attempt
 from corral.services.runtime.deps import Deps
+from corral.shared.blocking import Block
 from corral.shared.errors import Scope
 from corral.shared.failover import WIDER, Within, next_step
 from corral.shared.lifecycle import RequestState
-from corral.shared.records import ChainStep, LaunchRequest
+from corral.shared.records import ChainStep, LaunchRequest, Waiting
+from corral.shared.waiting import (
+    WaitTerms,
+    backoff_of,
+    blocking_expiries,
+    decide_wait,
+    looking_since,
+    retry_rng,
+)
 
 STEP_TASKS = {
     Within.REGION: dispatch.RETRY_REGION,
@@ -134,19 +143,18 @@ def advance(
             level = WIDER[level]
             decision = next_step(r.chain, after, blocks, level)
         found["decision"] = decision
-        # The widest look passed over every block the narrower ones saw: each told once.
-        for index, block in decision.passed_over:
+        # The widest look passed over every block the narrower ones saw: each told once (and
+        # not again on each walk of a waiting request: `why` names the blocks it waits on).
+        rewalk = r.history[-1].from_state == RequestState.WAITING.value
+        for index, block in () if rewalk else decision.passed_over:
             reason = next(
                 (f"remembered as {b.outcome}: {b.reason}" for b in remembered if b.block == block),
                 str(block),
             )
-            add_attempt(r, f"{r.id}-{r.relaunches}-{index}-blocked", r.chain[index], now,
+            add_attempt(r, f"{r.id}-{r.generation}-{index}-blocked", r.chain[index], now,
                         "blocked", reason)  # fmt: skip
         if decision.index is None:
-            tried = sum(a.outcome not in (None, "blocked") for a in r.attempts)
-            verdict = f"all {len(r.chain)} candidates failed or are blocked ({tried} tried)"
-            r.error = verdict
-            r.move(RequestState.FAILED, now, verdict)
+            exhausted(deps, r, now, [(b.block, b.until) for b in remembered])
             return True
         r.next_step = decision.index
         return True
@@ -160,10 +168,100 @@ def advance(
     if decision.index is None:
         if updated.state == RequestState.FAILED:
             deps.store.append_event(request_id, f"state: FAILED ({updated.error})", now)
-        return "failed"
+            return "failed"
+        if updated.state == RequestState.WAITING:
+            deps.store.append_event(
+                request_id, f"state: WAITING ({updated.history[-1].reason})", now
+            )
+            return "waiting"
+        return "stale"
     if updated.state != RequestState.PROVISIONING or updated.next_step != decision.index:
         return "stale"
     if inline is not None and updated.chain[decision.index].cloud == inline:
         return f"{NEXT}{decision.index}"
     send_attempt(deps, updated, decision.index)
     return f"attempt {decision.index}"
+
+
+def exhausted(deps: Deps, r: LaunchRequest, now: float, blocks: list[tuple[Block, float]]) -> None:
+    """``r``'s chain is walked to its end with nothing launched (inside a compare-and-set):
+    it waits for capacity (WAITING, with when it walks the chain again), or, if it asked to
+    fail fast or its ``max_wait`` has passed, it FAILS
+    (:func:`corral.shared.waiting.decide_wait`)."""
+    tried = sum(a.outcome not in (None, "blocked") for a in r.attempts)
+    verdict = f"all {len(r.chain)} candidates failed or are blocked ({tried} tried)"
+    since = looking_since(r.created_at, r.history)
+    last = r.waiting
+    retries = last.retries if last is not None and last.since == since else 0
+    terms = WaitTerms.of(r.task)
+    decided = decide_wait(
+        now=now,
+        since=since,
+        retries=retries,
+        retry_until_up=terms.retry_until_up,
+        max_wait_s=terms.max_wait_s,
+        expiries=blocking_expiries(r.chain, blocks),
+        backoff=backoff_of(deps.settings.timers),
+        rng=retry_rng(r.id, retries),
+    )
+    if decided.action == "fail":
+        r.error = f"{verdict}; {decided.reason}"
+        if last is not None and last.since == since:
+            r.waiting = last.model_copy(update={"retry_at": None, "reason": decided.reason})
+        r.move(RequestState.FAILED, now, r.error)
+        return
+    r.waiting = Waiting(
+        since=since,
+        retries=retries,
+        retry_at=decided.retry_at,
+        deadline=decided.deadline,
+        because=decided.because,
+        reason=decided.reason,
+    )
+    r.next_step = -1  # the next walk starts from the top of the chain
+    r.move(RequestState.WAITING, now, f"{verdict}; {decided.reason}")
+
+
+def wake(deps: Deps, request_id: str) -> str:
+    """A WAITING request whose retry is due walks its whole chain again (blocks that have
+    expired meanwhile are tried): PROVISIONING in a new launch generation, its first step
+    chosen and published in the same go (:func:`advance`). Idempotent: a request not
+    WAITING, or not due, is left alone."""
+    now = deps.now()
+    woke: list[int] = []
+
+    def due(r: LaunchRequest) -> bool:
+        wait = r.waiting
+        if r.state != RequestState.WAITING or wait is None:
+            return False
+        if wait.retry_at is not None and wait.retry_at > now:
+            return False
+        r.waiting = wait.model_copy(update={"retries": wait.retries + 1, "retry_at": None})
+        r.walks += 1  # new attempt ids: the last walk's failures are not this walk's
+        r.next_step = -1
+        r.move(RequestState.PROVISIONING, now, f"retry {wait.retries + 1}: walk the chain again")
+        woke.append(wait.retries + 1)
+        return True
+
+    updated = deps.store.update_request(request_id, due)
+    if updated is None:
+        return "missing"
+    if not woke or updated.state != RequestState.PROVISIONING:
+        return "not due"
+    deps.store.append_event(request_id, f"state: PROVISIONING ({updated.history[-1].reason})", now)
+    return advance(deps, request_id, -1, Within.ANY)
+
+
+def wake_due(deps: Deps, counts: dict[str, int] | None = None) -> int:
+    """Wake every WAITING direct request whose retry is due (reconcile's pass, on beat)."""
+    now = deps.now()
+    woken = 0
+    for req in deps.store.list_requests(state=RequestState.WAITING, limit=1000, oldest_first=True):
+        wait = req.waiting
+        if wait is not None and wait.retry_at is not None and wait.retry_at > now:
+            continue
+        if wake(deps, req.id) not in ("not due", "missing"):
+            woken += 1
+    if counts is not None and woken:
+        counts["woken"] += woken
+    return woken

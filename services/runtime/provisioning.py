@@ -120,7 +120,7 @@ def admit(deps: Deps, request_id: str) -> str:
 
 
 def attempt_id_for(req: LaunchRequest, step: int, try_no: int) -> str:
-    return f"{req.id}-{req.relaunches}-{step}-{try_no}"
+    return f"{req.id}-{req.generation}-{step}-{try_no}"
 
 
 def instance_id_for(attempt_id: str, node: int) -> str:

@@ -71,6 +71,7 @@ def reconcile(deps: Deps) -> dict[str, int]:
         _check_instances(deps, by_cloud, counts)
         _clean_strays(deps, by_cloud, counts)
         _unstick(deps, counts)
+        failover.wake_due(deps, counts)  # WAITING requests whose retry is due
         _recheck_running(deps, counts)
         # Started machines whose agents are back, at the address their cloud gives them now.
         stopping.watch_starting(deps, counts, lambda c, p: by_cloud.get(c, {}).get(p))

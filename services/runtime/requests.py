@@ -35,6 +35,10 @@ MAX_KEY_LENGTH = 255
 # A task is kilobytes; its stored form is capped so aliases that survive the YAML reader's
 # limits cannot turn a small body into megabytes in Redis (which runs noeviction).
 MAX_STORED_TASK_BYTES = 512 * 1024
+# States a cancel ends (CANCELLED): the request has not run, or waits to run again.
+_CANCELLABLE = frozenset(
+    {RequestState.PENDING, RequestState.PROVISIONING, RequestState.WAITING, RequestState.PREEMPTED}
+)
 
 
 class RequestNotFound(LookupError):
@@ -297,7 +301,7 @@ def cancel(deps: Deps, request_id: str, *, instance_id: str | None = None) -> La
     now = deps.now()
 
     def to_cancelled(r: LaunchRequest) -> bool:
-        if r.state in (RequestState.PENDING, RequestState.PROVISIONING, RequestState.PREEMPTED):
+        if r.state in _CANCELLABLE:
             r.move(RequestState.CANCELLED, now, "cancelled by the user")
             return True
         return False

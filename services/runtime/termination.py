@@ -104,9 +104,15 @@ def _terminate_workload(deps: Deps, req: LaunchRequest, reason: str, now: float)
     return "terminated"
 
 
+# States in which a request has no machines of its own running: a stop cancels it.
+_NOT_RUNNING = frozenset(
+    {RequestState.PENDING, RequestState.PROVISIONING, RequestState.WAITING, RequestState.PREEMPTED}
+)
+
+
 def _cancel_if_not_running(deps: Deps, request_id: str, reason: str, now: float) -> None:
     def cancel(r: LaunchRequest) -> bool:
-        if r.state in (RequestState.PENDING, RequestState.PROVISIONING, RequestState.PREEMPTED):
+        if r.state in _NOT_RUNNING:
             r.move(RequestState.CANCELLED, now, reason)
             return True
         return False

@@ -52,7 +52,8 @@ def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> di
     (block, until, reason); those covering the candidates still ahead are named."""
     tried = [a.to_public() for a in req.attempts]
     failed = [a for a in req.attempts if a.outcome not in (None, "ok")]
-    ahead = req.chain[max(req.next_step, 0) :] if req.chain else []
+    state_is_waiting = req.state == RequestState.WAITING
+    ahead = req.chain[0 if state_is_waiting else max(req.next_step, 0) :] if req.chain else []
     blocked = [
         {"scope": str(b), "until": until, "reason": why}
         for b, until, why in blocks
@@ -64,12 +65,17 @@ def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> di
     elif state == RequestState.PROVISIONING:
         code = "provisioning"
         step = req.chain[req.next_step] if 0 <= req.next_step < len(req.chain) else None
-        where = f"candidate {req.next_step + 1} of {len(req.chain)}"
-        reason = f"it is trying {where}" + (f" ({_place(step)})" if step else "")
+        if step is None:  # between walks: the next candidate is being chosen
+            reason = f"it walks its chain of {len(req.chain)} candidates"
+        else:
+            where = f"candidate {req.next_step + 1} of {len(req.chain)}"
+            reason = f"it is trying {where} ({_place(step)})"
         if failed:
             reason += f" after {len(failed)} failed attempt{'s' * (len(failed) != 1)}"
         if blocked:
             reason += f"; {len(blocked)} blocked scope{'s' * (len(blocked) != 1)} ahead"
+    elif state_is_waiting:
+        code, reason = "waiting", _waiting_reason(req, failed, blocked)
     elif state == RequestState.RUNNING:
         code = "running"
         last = req.attempts[-1] if req.attempts else None
@@ -89,4 +95,32 @@ def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> di
         "next_step": req.next_step,
         "tried": tried,
         "blocked": blocked,
+        **_wait_fields(req),
+    }
+
+
+def _waiting_reason(req: LaunchRequest, failed: list[Any], blocked: list[Any]) -> str:
+    """Why a WAITING request waits: its chain exhausted, what blocks it, when it retries."""
+    n = len(req.chain)
+    reason = f"its {n} candidate{'s' * (n != 1)} are exhausted"
+    if failed:
+        reason += f" ({len(failed)} attempt{'s' * (len(failed) != 1)} failed)"
+    if blocked:
+        reason += f"; {len(blocked)} blocked scope{'s' * (len(blocked) != 1)} cover its chain"
+    wait = req.waiting
+    if wait is not None and wait.reason:
+        reason += f"; {wait.reason}"
+    return reason
+
+
+def _wait_fields(req: LaunchRequest) -> dict[str, Any]:
+    """The wait's times, for a request that waits (or waited) for capacity."""
+    wait = req.waiting
+    if wait is None:
+        return {}
+    return {
+        "retry_at": wait.retry_at if req.state == RequestState.WAITING else None,
+        "deadline": wait.deadline,
+        "waiting_since": wait.since,
+        "retries": wait.retries,
     }

@@ -24,7 +24,7 @@ from ..autostop import Autostop, parse_autostop
 from ..bundles import Bundle, check_target
 from ..ports import parse_ports
 from ..readiness import ReadinessProbe, parse_probe
-from . import one_of, word_list, words
+from . import DurationS, one_of, word_list, words
 from .base import StrictModel
 from .compute_config import ComputeConfig
 
@@ -336,6 +336,11 @@ class Task(StrictModel):
     # RunInstances mapping, a GCP instance body); used on the cloud the task pins.
     advanced_instance_config: dict[str, Any] | None = None
     scheduling: Scheduling | None = None
+    # An exhausted failover chain: wait for capacity and walk it again (SkyPilot's
+    # --retry-until-up, Corral's default), or fail at once (false: `corral launch --fail-fast`);
+    # give up once max_wait has passed since the request started looking (none: never).
+    retry_until_up: bool = True
+    max_wait: DurationS | None = Field(None, gt=0)
     # Local folders and files copied to the nodes (a remote path -> a local one); corral
     # launch packs them with the workdir into ``bundle``.
     file_mounts: dict[str, Any] | None = None

@@ -5,7 +5,8 @@ next candidate within a zone's region, its cloud, or anywhere), :meth:`Block.fro
 :func:`corral.shared.blocking.is_blocked` (the capacity-error memory).
 
 :class:`Launcher` plays Corral (one memory of blocked scopes shared by every request, a lost
-machine's request relaunched up to ``relaunch_limit`` times, an exhausted chain fails) and, with
+machine's request relaunched up to ``relaunch_limit`` times, an exhausted chain waits for
+capacity and is walked again as :func:`corral.shared.waiting.decide_wait` says) and, with
 ``shared_memory=False`` and ``retry_until_up``, a SkyPilot-like launcher (blocks kept per
 request, the whole chain tried again after a pause until it is up, recoveries without limit).
 """
@@ -20,6 +21,7 @@ from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from ..failover import WIDER, Place, Within, next_step
 from ..planner import Candidate, plan
+from ..waiting import backoff_of, blocking_expiries, decide_wait, retry_rng
 from .cloud import Place as CloudPlace
 from .cloud import SimInstance
 from .engine import Sim
@@ -54,6 +56,8 @@ class Flow:
     on_up: OnUp
     on_failed: OnFailed
     owner: str  # who its machines are billed to
+    since: float = 0.0  # when it started looking for capacity (max_wait counts from here)
+    retries: int = 0  # walks of its chain made again after waiting (since ``since``)
     relaunches: int = 0
     tries: int = 0  # calls made, for unique launch keys
     instances: list[SimInstance] = field(default_factory=list)
@@ -94,7 +98,7 @@ class Launcher:
         if not planned.candidates:
             on_failed(rid, "; ".join(planned.reasons) or "no launchable candidate")
             return
-        flow = Flow(rid, task, planned.candidates, on_up, on_failed, owner or rid)
+        flow = Flow(rid, task, planned.candidates, on_up, on_failed, owner or rid, self.sim.now)
         if not self.shared_memory:
             flow.memory = BlockMemory()
         self.flows[rid] = flow
@@ -123,12 +127,42 @@ class Launcher:
             flow.memory = BlockMemory()  # a fresh walk: nothing remembered from the last one
             self.sim.after(self.sim.timers.retry_until_up_s, self._retry, flow)
         else:
-            tried = len(flow.chain)
-            self._fail(flow, f"all {tried} candidates failed or are blocked")
+            self._exhausted(flow)
 
     def _retry(self, flow: Flow) -> None:
         if not flow.ended:
             self._advance(flow, -1, Within.ANY)
+
+    def _exhausted(self, flow: Flow) -> None:
+        """Corral's rule for an exhausted chain (the runtime's ``failover.exhausted``): wait
+        for capacity and walk the chain again when :func:`decide_wait` says, or fail (fail
+        fast, or the task's ``max_wait`` passed)."""
+        memory = flow.memory if flow.memory is not None else self.memory
+        now = self.sim.now
+        decided = decide_wait(
+            now=now,
+            since=flow.since,
+            retries=flow.retries,
+            retry_until_up=flow.task.retry_until_up,
+            max_wait_s=flow.task.max_wait,
+            expiries=blocking_expiries(
+                flow.chain, [(b, memory.until[b]) for b in memory.active(now)]
+            ),
+            backoff=backoff_of(self.sim.timers),
+            rng=retry_rng(flow.rid, flow.retries),
+        )
+        if decided.action == "fail" or decided.retry_at is None:
+            tried = len(flow.chain)
+            self._fail(flow, f"all {tried} candidates failed or are blocked; {decided.reason}")
+            return
+        self.sim.at(decided.retry_at, self._wake, flow, flow.relaunches)
+
+    def _wake(self, flow: Flow, relaunches: int) -> None:
+        """A waiting request's retry is due: walk the whole chain again."""
+        if flow.ended or flow.up or flow.relaunches != relaunches:
+            return
+        flow.retries += 1
+        self._advance(flow, -1, Within.ANY)
 
     def _attempt(self, flow: Flow, index: int, try_no: int) -> None:
         """One zone attempt: every node of the request in the candidate's zone, or none."""
@@ -220,6 +254,7 @@ class Launcher:
             self._fail(flow, "relaunch limit reached")
             return
         flow.relaunches += 1
+        flow.since, flow.retries = self.sim.now, 0  # a fresh wait after a relaunch
         if flow.owner in self.sim.recorder.requests:
             self.sim.stat(flow.owner).recoveries += 1
         planned = plan(flow.task, self.sim.catalog, clouds=self.clouds)

@@ -41,6 +41,10 @@ class SimTimers:
     pool_min_machines: int = 0
     autoscale_cooldown_s: float = 180.0
     reconcile_interval_s: float = 2.0  # the autoscaler's tick while it has work
+    wait_retry_initial_s: float = 30.0  # an exhausted chain waits, then is walked again
+    wait_retry_multiplier: float = 1.6
+    wait_retry_cap_s: float = 300.0
+    wait_retry_jitter: float = 0.2
     # The simulator's own: passes of one pool coalesce within this; a job keeps its progress
     # up to its last checkpoint; a launcher with nothing left retries the whole chain after.
     pass_coalesce_s: float = 1.0

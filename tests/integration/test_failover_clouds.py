@@ -54,8 +54,15 @@ def start(system: System) -> System:
     return system
 
 
-def launch(system: System, cloud: str, itype: str, **resources: Any) -> dict[str, Any]:
-    task = {"name": "t", "resources": {"cloud": cloud, "instance_type": itype, **resources}}
+def launch(
+    system: System, cloud: str, itype: str, *, fail_fast: bool = False, **resources: Any
+) -> dict[str, Any]:
+    task: dict[str, Any] = {
+        "name": "t",
+        "resources": {"cloud": cloud, "instance_type": itype, **resources},
+    }
+    if fail_fast:  # an exhausted chain fails at once instead of waiting for capacity
+        task["retry_until_up"] = False
     return system.wait_state(system.submit(task), {"RUNNING", "FAILED"}, 120)
 
 
@@ -101,7 +108,7 @@ def test_aws_failover_scenarios(make_system: Callable[..., System], moto: Faulty
     # A pinned region never leaves it.
     (g_r1, g_zones), *_ = regions("aws", "g5.xlarge")
     moto.add_fault("InsufficientInstanceCapacity", region=g_r1, instance_type="g5.xlarge")
-    req = launch(system, "aws", "g5.xlarge", region=g_r1)
+    req = launch(system, "aws", "g5.xlarge", region=g_r1, fail_fast=True)
     assert req["state"] == "FAILED"
     assert {a["region"] for a in req["attempts"]} == {g_r1}
     assert [a["zone"] for a in req["attempts"]] == g_zones
@@ -144,7 +151,7 @@ def test_gcp_failover_scenarios(make_system: Callable[..., System]) -> None:
         req = launch(system, "gcp", "a2-highgpu-8g")
         assert trail(req) == [(z, "blocked") for z in r1_zones] + [(r2_zones[0], "ok")]
 
-        req = launch(system, "gcp", "a2-highgpu-8g", region=r1)
+        req = launch(system, "gcp", "a2-highgpu-8g", region=r1, fail_fast=True)
         assert req["state"] == "FAILED"
         assert {a["region"] for a in req["attempts"]} == {r1}
 
@@ -156,7 +163,7 @@ def test_gcp_failover_scenarios(make_system: Callable[..., System]) -> None:
         assert trail(req) == [(n_zones[0], "throttled")] * 2 + [(n_zones[0], "ok")]
 
         fake.add_fault(GcpFault("quota_region", zone=n_zones[1], machine_type="n2-standard-8"))
-        req = launch(system, "gcp", "n2-standard-8", zone=n_zones[1])
+        req = launch(system, "gcp", "n2-standard-8", zone=n_zones[1], fail_fast=True)
         assert trail(req) == [(n_zones[1], "quota")]
         req = launch(system, "gcp", "n2-standard-8")
         # The region is remembered as over quota: only the next region is tried.

@@ -58,7 +58,8 @@ def test_quota_skips_the_rest_of_the_region(make_system: Callable[..., System]) 
 
 def test_pinned_region_never_leaves_it(make_system: Callable[..., System]) -> None:
     system = _system(make_system)
-    req = system.wait_state(system.submit(gpu("A100:8", region="east")), {"RUNNING", "FAILED"})
+    pinned = {**gpu("A100:8", region="east"), "retry_until_up": False}  # fail fast
+    req = system.wait_state(system.submit(pinned), {"RUNNING", "FAILED"})
     assert req["state"] == "FAILED"
     assert {a["zone"] for a in req["attempts"]} == {"east-a", "east-b"}
     assert all(a["region"] == "east" for a in req["attempts"])

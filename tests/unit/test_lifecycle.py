@@ -86,9 +86,9 @@ def test_every_non_edge_is_refused(kind: str, src: StrEnum, dst: StrEnum) -> Non
 
 
 def test_the_generated_cases_are_not_empty() -> None:
-    # 10 request, 7 instance, 4 machine and 3 agent states: their ordered pairs of distinct states.
-    assert len(EDGES) + len(NON_EDGES) == 10 * 9 + 7 * 6 + 4 * 3 + 3 * 2
-    assert len(EDGES) == 23 + 16 + 6 + 2
+    # 11 request, 7 instance, 4 machine and 3 agent states: their ordered pairs of distinct states.
+    assert len(EDGES) + len(NON_EDGES) == 11 * 10 + 7 * 6 + 4 * 3 + 3 * 2
+    assert len(EDGES) == 17 + 6 + 5 + 16 + 6 + 2  # base, stop/start, waiting; instances
 
 
 @pytest.mark.parametrize("kind", TABLES)
@@ -141,6 +141,12 @@ def test_every_state_is_reachable_and_can_reach_an_end(kind: str) -> None:
         (RequestState.PROVISIONING, RequestState.FAILED, True),  # chain exhausted
         (RequestState.RUNNING, RequestState.TERMINATED, True),
         (RequestState.PREEMPTED, RequestState.PENDING, True),
+        (RequestState.PROVISIONING, RequestState.WAITING, True),  # exhausted: wait for capacity
+        (RequestState.WAITING, RequestState.PROVISIONING, True),  # its retry is due
+        (RequestState.WAITING, RequestState.FAILED, True),  # its max_wait passed
+        (RequestState.WAITING, RequestState.CANCELLED, True),
+        (RequestState.WAITING, RequestState.RUNNING, False),  # only a walk of the chain runs it
+        (RequestState.WAITING, RequestState.PENDING, False),
     ],
 )
 def test_important_request_moves(src: RequestState, dst: RequestState, allowed: bool) -> None:

@@ -151,6 +151,7 @@ def test_request_to_public_shape() -> None:
         "project": None,
         "exit_code": None,
         "error": None,
+        "waiting": None,
         "attempts": [
             {**WHERE, "outcome": "quota", "error": "VcpuLimitExceeded: limit 0"},
             {**second, "outcome": None, "error": None},

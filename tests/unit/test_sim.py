@@ -241,3 +241,54 @@ def test_on_the_seeded_day_corral_costs_less_than_greedy_and_serves_as_many() ->
     assert corral["cost_per_gpu_hour_usd"] < greedy["cost_per_gpu_hour_usd"]
     assert corral["never_got_capacity"] <= greedy["never_got_capacity"]
     assert corral["failed"] <= greedy["failed"]
+
+
+FULL_ZONE = """\
+seed: 1
+duration: 3h
+clouds:
+  aws:
+    instance_types:
+      g5.xlarge: {accelerators: {A10G: 1}, vcpus: 4, memory_gib: 16, price_usd_per_hour: 1.0}
+    regions:
+      us-east-1:
+        zones:
+          us-east-1a: {capacity: {g5.xlarge: {on_demand: 2}}}
+"""
+
+
+def _full_zone(tmp_path: Path, **task: object) -> Workload:
+    fields = ", ".join(f"{k}: {v}" for k, v in task.items())
+    extra = f", {fields}" if fields else ""
+    (tmp_path / "w.yaml").write_text(
+        "arrivals:\n  - {at: 0s, every: 1s, count: 6, duration: 30m,\n"
+        f"     task: {{resources: {{accelerators: A10G:1}}{extra}}}}}\n"
+    )
+    return load_workload(tmp_path / "w.yaml")
+
+
+def test_direct_requests_wait_for_capacity_like_greedy_instead_of_failing(
+    tmp_path: Path,
+) -> None:
+    """Six requests for a zone with room for two: Corral's four that find it full wait and run
+    as the first ones end (as greedy's retry-until-up does), none FAILS."""
+    (tmp_path / "s.yaml").write_text(FULL_ZONE)
+    scenario = load_scenario(tmp_path / "s.yaml")
+    workload = _full_zone(tmp_path)
+    corral = run_policy(scenario, workload, "corral").figures
+    greedy = run_policy(scenario, workload, "greedy").figures
+    assert corral["failed"] == greedy["failed"] == 0
+    assert corral["completed"] == greedy["completed"] == 6
+
+
+def test_fail_fast_and_max_wait_fail_in_the_simulator_too(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(FULL_ZONE)
+    scenario = load_scenario(tmp_path / "s.yaml")
+    fast = run_policy(scenario, _full_zone(tmp_path, retry_until_up="false"), "corral").figures
+    assert (fast["failed"], fast["completed"]) == (4, 2)
+    # 10 minutes of waiting is not enough for a machine that frees after 30.
+    short = run_policy(scenario, _full_zone(tmp_path, max_wait="10m"), "corral").figures
+    assert (short["failed"], short["completed"]) == (4, 2)
+    # 45 minutes is: the first two end at 30 minutes, the next two at 60 (past 45: they fail).
+    longer = run_policy(scenario, _full_zone(tmp_path, max_wait="45m"), "corral").figures
+    assert (longer["failed"], longer["completed"]) == (2, 4)

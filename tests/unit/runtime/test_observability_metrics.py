@@ -77,9 +77,24 @@ def test_an_exhausted_chain_counts_its_whole_depth(driver: Driver) -> None:
     )
     for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
         driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
-    _submit(driver, TASK)
+    _submit(driver, {**TASK, "retry_until_up": False})  # fail fast: the request ends
     driver.run()
     assert delta() == [1, 3, 1]
+
+
+def test_an_exhausted_chain_that_waits_counts_its_depth_and_ends_nothing(
+    driver: Driver,
+) -> None:
+    delta = Delta(
+        ("corral_failover_depth_count", {"result": "exhausted"}),
+        ("corral_requests_ended_total", {"route": "direct", "state": "FAILED"}),
+    )
+    for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
+        driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
+    rid = _submit(driver, TASK)
+    driver.run()
+    assert driver.deps.store.get_request(rid).state == RequestState.WAITING  # type: ignore[union-attr]
+    assert delta() == [1, 0]
 
 
 def test_state_gauges_read_requests_instances_cost_and_blocks(driver: Driver) -> None:

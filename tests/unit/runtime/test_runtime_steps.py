@@ -8,7 +8,7 @@ from runtime_driver import Driver
 
 from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST
 from corral.services.queues import dispatch
-from corral.services.runtime import provisioning, reconcile, requests, termination
+from corral.services.runtime import failover, provisioning, reconcile, requests, termination
 from corral.shared.config.task import Task
 from corral.shared.errors import CapacityError, ThrottledError
 from corral.shared.lifecycle import InstanceState, RequestState
@@ -87,15 +87,91 @@ def test_a_capacity_error_blocks_the_zone_and_the_next_candidate_is_tried(
     assert blocked == ["lab-east-a"]
 
 
-def test_an_exhausted_chain_fails_the_request_with_its_account(driver: Driver) -> None:
+def test_an_exhausted_chain_fails_a_fail_fast_request_with_its_account(driver: Driver) -> None:
+    for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
+        driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
+    rid = _submit(driver, {**SERVICE, "retry_until_up": False})
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.FAILED
+    assert "all 3 candidates failed or are blocked" in (req.error or "")
+    assert "fail fast" in (req.error or "")
+    assert [a.outcome for a in req.attempts] == ["capacity"] * 3
+
+
+def test_an_exhausted_chain_waits_then_walks_the_whole_chain_again(driver: Driver) -> None:
     for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
         driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
     rid = _submit(driver)
     driver.run()
     req = driver.deps.store.get_request(rid)
-    assert req is not None and req.state == RequestState.FAILED
-    assert "all 3 candidates failed or are blocked" in (req.error or "")
+    assert req is not None and req.state == RequestState.WAITING
+    wait = req.waiting
+    assert wait is not None and wait.retries == 0 and wait.deadline is None
+    now = driver.deps.now()
+    timers = driver.deps.settings.timers
+    # The blocks (blocked_ttl_s) outlast the first backoff: the backoff sets the retry.
+    assert now < wait.retry_at <= now + timers.wait_retry_initial_s * (1 + timers.wait_retry_jitter)  # type: ignore[operator]
+    assert wait.because == "backoff"
+    # Not due yet: reconcile's pass leaves it alone.
+    assert failover.wake_due(driver.deps) == 0
+    driver.fake.advance(wait.retry_at - now + 0.1)  # type: ignore[operator]
+    assert failover.wake_due(driver.deps) == 1
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None
+    # The zones are still remembered as sold out: this walk tried nothing and waits again.
+    assert req.state == RequestState.WAITING and req.waiting is not None
+    assert req.waiting.retries == 1
+    # Passing over the same blocks again is not written down each walk (a day of waiting
+    # would grow the record without end); `why` names the blocks.
     assert [a.outcome for a in req.attempts] == ["capacity"] * 3
+    expiry = min(b.until for b in driver.deps.blocks.active(driver.deps.now()))
+    causes = []
+    for _ in range(10):  # wait by wait until the blocks expire and a walk launches
+        if req.state != RequestState.WAITING:
+            break
+        assert req.waiting is not None and req.waiting.retry_at is not None
+        causes.append(req.waiting.because)
+        driver.fake.advance(req.waiting.retry_at - driver.deps.now() + 0.1)
+        assert failover.wake_due(driver.deps) == 1
+        driver.run()
+        req = driver.deps.store.get_request(rid)
+        assert req is not None
+    assert req.state == RequestState.RUNNING, req.history[-1]
+    assert req.attempts[-1].outcome == "ok"
+    assert req.attempts[-1].attempt_id.startswith(f"{rid}-0w")  # a new generation of ids
+    assert len({a.attempt_id for a in req.attempts}) == len(req.attempts)
+    # The retry that found the zones free again came at their expiry, not a backoff later.
+    assert causes[-1] == "block_expiry"
+    assert req.history[-1].at == pytest.approx(expiry + 1.0, abs=5.0)
+
+
+def test_a_waiting_request_fails_once_its_max_wait_has_passed(driver: Driver) -> None:
+    for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
+        driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
+    rid = _submit(driver, {**SERVICE, "max_wait": "20s"})
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.WAITING and req.waiting is not None
+    assert req.waiting.deadline == pytest.approx(req.created_at + 20.0)
+    assert req.waiting.retry_at == req.waiting.deadline  # the backoff would be later
+    driver.fake.advance(req.waiting.deadline - driver.deps.now() + 0.1)  # type: ignore[operator]
+    failover.wake_due(driver.deps)
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.FAILED
+    assert "max_wait 20s passed" in (req.error or "")
+
+
+def test_a_waiting_request_can_be_cancelled(driver: Driver) -> None:
+    for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
+        driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
+    rid = _submit(driver)
+    driver.run()
+    assert requests.cancel(driver.deps, rid).state == RequestState.CANCELLED
+    driver.fake.advance(3600.0)
+    assert failover.wake_due(driver.deps) == 0
 
 
 def test_a_throttled_launch_retries_in_place(driver: Driver) -> None:

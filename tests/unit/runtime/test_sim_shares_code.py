@@ -137,3 +137,42 @@ def test_a_simulator_with_a_copied_decider_fails_the_check(
     reached = _simulator()
     assert "failover.next_step" not in reached
     assert "planner.plan" in reached
+
+
+FULL_ZONE = """\
+seed: 1
+duration: 2h
+clouds:
+  aws:
+    instance_types:
+      g5.xlarge: {accelerators: {A10G: 1}, vcpus: 4, memory_gib: 16, price_usd_per_hour: 1.0}
+    regions:
+      us-east-1:
+        zones:
+          us-east-1a: {capacity: {g5.xlarge: {on_demand: 1}}}
+"""
+FULL_ZONE_WORKLOAD = """\
+arrivals:
+  - {at: 0s, every: 1s, count: 3, duration: 20m, task: {resources: {accelerators: A10G:1}}}
+"""
+
+
+def test_an_exhausted_chain_waits_by_the_same_rule_in_both(driver: Driver, tmp_path: Path) -> None:
+    """An exhausted chain's wait-or-fail is :func:`corral.shared.waiting.decide_wait` in the
+    runtime's failover step and in the simulator's launcher alike."""
+    from corral.shared import waiting
+    from corral.shared.errors import CapacityError
+
+    code = waiting.decide_wait.__code__
+    for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
+        driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
+    task = {"name": "w", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+    with entered() as runtime:
+        requests.submit(driver.deps, Task.model_validate(task))
+        driver.run()
+    assert runtime.get(id(code)) is code
+    (tmp_path / "s.yaml").write_text(FULL_ZONE)
+    (tmp_path / "w.yaml").write_text(FULL_ZONE_WORKLOAD)
+    with entered() as simulator:
+        run_policy(load_scenario(tmp_path / "s.yaml"), load_workload(tmp_path / "w.yaml"), "corral")
+    assert simulator.get(id(code)) is code

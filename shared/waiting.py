@@ -1,0 +1,226 @@
+"""Waiting for capacity: what a direct request whose failover chain is exhausted does next.
+
+SkyPilot's ``sky launch --retry-until-up`` walks the whole chain again after a pause that
+grows (30 s, then longer, with jitter) until the cluster is up. Corral does the same by
+default: the request moves to WAITING and walks its chain again when its retry is due, and
+sooner when a blocked scope covering its chain expires first (that is when a sold-out place
+is worth asking again). Two things end the wait: the task's ``retry_until_up: false`` (the
+CLI's ``--fail-fast``) fails it at once, as before; its ``max_wait`` fails it once that long
+has passed since it started looking for capacity, with a reason naming the deadline.
+
+:func:`decide_wait` is the one rule; the runtime (the failover step, and reconcile's pass that
+wakes waiting requests) and the simulator both call it. Pure: the clock and the random draw
+come in as arguments.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from corral.shared.blocking import Block, Placed
+from corral.shared.config import parse_duration_s
+
+# A retry after a block's expiry waits this much longer, so the block is gone when it runs.
+AFTER_EXPIRY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long a waiting request waits between walks of its chain: ``initial_s``, times
+    ``multiplier`` for each walk already made, at most ``cap_s``; each wait is drawn within
+    +-``jitter`` of that (a fraction), so requests that exhausted together do not return in
+    a herd."""
+
+    initial_s: float = 30.0
+    multiplier: float = 1.6
+    cap_s: float = 300.0
+    jitter: float = 0.2
+
+    def _steps(self, retries: int) -> int:
+        """``retries``, but no more than it takes to reach the cap (a request that waited all
+        day has made hundreds of walks: the power must not overflow)."""
+        if self.multiplier <= 1.0 or self.initial_s >= self.cap_s:
+            return 0 if self.multiplier <= 1.0 else 1
+        to_cap = math.ceil(math.log(self.cap_s / self.initial_s) / math.log(self.multiplier))
+        return min(max(0, retries), to_cap)
+
+    def wait_s(self, retries: int, rng: random.Random) -> float:
+        """The pause before walk number ``retries + 1`` (``retries`` made so far)."""
+        base = min(self.cap_s, self.initial_s * self.multiplier ** self._steps(retries))
+        drawn = base * (1.0 + self.jitter * (2.0 * rng.random() - 1.0))
+        return max(0.0, min(self.cap_s, drawn))
+
+
+class RetryTimers(Protocol):
+    """The timers a backoff is made of (``services.settings.Timers``, the simulator's
+    ``SimTimers``)."""
+
+    @property
+    def wait_retry_initial_s(self) -> float: ...
+    @property
+    def wait_retry_multiplier(self) -> float: ...
+    @property
+    def wait_retry_cap_s(self) -> float: ...
+    @property
+    def wait_retry_jitter(self) -> float: ...
+
+
+def backoff_of(timers: RetryTimers) -> Backoff:
+    """The backoff the runtime's timers set."""
+    return Backoff(
+        initial_s=timers.wait_retry_initial_s,
+        multiplier=timers.wait_retry_multiplier,
+        cap_s=timers.wait_retry_cap_s,
+        jitter=timers.wait_retry_jitter,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WaitTerms:
+    """What a task asks of an exhausted chain: wait (``retry_until_up``), for how long."""
+
+    retry_until_up: bool = True
+    max_wait_s: float | None = None
+
+    @classmethod
+    def of(cls, task: Mapping[str, Any]) -> WaitTerms:
+        """From a stored task (its JSON form: ``max_wait`` as text, ``"1800s"``)."""
+        max_wait = task.get("max_wait")
+        if isinstance(max_wait, str):
+            max_wait = parse_duration_s(max_wait)
+        return cls(
+            retry_until_up=bool(task.get("retry_until_up", True)),
+            max_wait_s=None if max_wait is None else float(max_wait),
+        )
+
+
+def retry_rng(request_id: str, retries: int) -> random.Random:
+    """The jitter's draw for one wait of one request: seeded by both, so a redelivered step
+    decides the same retry time."""
+    return random.Random(f"{request_id}/{retries}")
+
+
+@dataclass(frozen=True, slots=True)
+class WaitDecision:
+    """What an exhausted chain leads to.
+
+    ``action``: ``wait`` (walk the chain again at ``retry_at``) or ``fail`` (``reason`` says
+    why: fail fast, or the deadline). ``deadline``: when the wait ends for good (None: it
+    never does). ``because``: ``backoff`` or ``block_expiry`` (a block covering the chain
+    expires before the backoff is over)."""
+
+    action: Literal["wait", "fail"]
+    reason: str
+    retry_at: float | None = None
+    deadline: float | None = None
+    because: Literal["backoff", "block_expiry", "deadline", ""] = ""
+
+
+def deadline_of(since: float, max_wait_s: float | None) -> float | None:
+    """When a request that started looking for capacity at ``since`` stops waiting."""
+    return None if max_wait_s is None else since + max_wait_s
+
+
+def blocking_expiries(
+    chain: Sequence[Placed], blocks: Iterable[tuple[Block, float]]
+) -> list[float]:
+    """When each blocked candidate of ``chain`` is free to try again: the last expiry
+    (``until``) among the blocks that cover it (a zone's block and its region's both must be
+    gone). A walk at one of these times finds something to try; a block that expires while
+    another still covers the same candidates would wake the request for nothing."""
+    by_cloud: dict[str, list[tuple[Block, float]]] = {}
+    for block, until in blocks:
+        by_cloud.setdefault(block.cloud, []).append((block, until))
+    free_at: list[float] = []
+    for c in chain:
+        place = (c.cloud, c.region, c.zone, c.instance_type, c.market)
+        covering = [until for block, until in by_cloud.get(c.cloud, ()) if block.covers(*place)]
+        if covering:
+            free_at.append(max(covering))
+    return free_at
+
+
+def decide_wait(
+    *,
+    now: float,
+    since: float,
+    retries: int,
+    retry_until_up: bool,
+    max_wait_s: float | None,
+    expiries: Iterable[float],
+    backoff: Backoff,
+    rng: random.Random,
+) -> WaitDecision:
+    """The chain was walked to its end with nothing launched: wait, or fail.
+
+    ``since``: when the request started looking for capacity (its submission, or its last
+    relaunch); ``retries``: walks made again so far; ``expiries``: when the blocks covering its
+    chain expire (:func:`blocking_expiries`). The retry comes after the backoff, or just after
+    the first of those expiries if sooner, and never after the deadline (the last walk is made
+    at it; the next exhaustion fails the request)."""
+    if not retry_until_up:
+        return WaitDecision("fail", "fail fast: the request does not wait for capacity")
+    deadline = deadline_of(since, max_wait_s)
+    if deadline is not None and now >= deadline:
+        return WaitDecision(
+            "fail",
+            f"max_wait {_span(max_wait_s or 0.0)} passed at {_clock(deadline)} "
+            f"with no capacity ({retries} retr{'y' if retries == 1 else 'ies'} of the chain)",
+            deadline=deadline,
+            because="deadline",
+        )
+    retry_at = now + backoff.wait_s(retries, rng)
+    because: Literal["backoff", "block_expiry", "deadline"] = "backoff"
+    soonest = min((t for t in expiries if t > now), default=None)
+    if soonest is not None and soonest + AFTER_EXPIRY_S < retry_at:
+        retry_at, because = soonest + AFTER_EXPIRY_S, "block_expiry"
+    if deadline is not None and deadline < retry_at:
+        retry_at, because = deadline, "deadline"
+    reason = f"waiting for capacity: retry {retries + 1} at {_clock(retry_at)}"
+    if deadline is not None:
+        reason += f", gives up at {_clock(deadline)} (max_wait {_span(max_wait_s or 0.0)})"
+    return WaitDecision("wait", reason, retry_at, deadline, because)
+
+
+def _span(seconds: float) -> str:
+    """``1800`` -> ``30m``, ``90`` -> ``90s``, ``7200`` -> ``2h``."""
+    for unit, size in (("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def _clock(at: float) -> str:
+    """A time (seconds since the epoch) as a reason line prints it, in UTC."""
+    return time.strftime("%H:%M:%S UTC", time.gmtime(at))
+
+
+def looking_since(created_at: float, history: Iterable[Moved]) -> float:
+    """When a request started looking for capacity: its last relaunch (a move from RUNNING
+    or PREEMPTED back to PROVISIONING or PENDING), else its submission. ``max_wait`` counts
+    from there, so a job that ran for a day and lost its machine gets its full wait again."""
+    since = created_at
+    for moved in history:
+        if moved.from_state in _HAD_CAPACITY and moved.to_state in _LOOKING:
+            since = moved.at
+    return since
+
+
+class Moved(Protocol):
+    """A recorded transition (:class:`corral.shared.records.Transition`)."""
+
+    @property
+    def from_state(self) -> str | None: ...
+    @property
+    def to_state(self) -> str: ...
+    @property
+    def at(self) -> float: ...
+
+
+_HAD_CAPACITY = frozenset({"RUNNING", "PREEMPTED"})
+_LOOKING = frozenset({"PROVISIONING", "PENDING"})
