@@ -63,7 +63,8 @@ def test_the_other_shells_scripts() -> None:
 
 def test_the_shell_is_given_commands_options_and_states(tmp_path: Path) -> None:
     home = {"CORRAL_HOME": str(tmp_path)}  # no API: only what needs none is offered
-    assert _candidates("corral sta", **home) == ["status"]
+    assert _candidates("corral stat", **home) == ["status"]
+    assert _candidates("corral sta", **home) == ["status", "start"]
     assert "--watch" in _candidates("corral status --", **home)
     assert _candidates("corral status --state P", **home) == [
         "PENDING",
