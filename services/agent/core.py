@@ -36,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from corral.services.agent.bundle import BundleError, clone, unpack
+from corral.services.agent.bundle import BundleError, clone, mount_path, unpack
 from corral.services.agent.execs import Execs
 
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
@@ -166,6 +166,7 @@ class Agent:
         self._bad: dict[str, str] = {}  # unreadable assign fields already reported
         self._results_failing = False  # a failed result write was reported
         self._execs = Execs()  # commands run beside the work (corral exec)
+        self._container: tuple[str, str] | None = None  # docker's path, the container's name
         # Self-pipe: signals (SIGTERM, and SIGCHLD when a child ends) wake the select() below.
         self._wake_r, wake_w = os.pipe()
         for fd in (self._wake_r, wake_w):
@@ -193,6 +194,10 @@ class Agent:
             except (BundleError, LinkError, OSError, ValueError) as exc:
                 say(f"the task's files could not be put in place: {exc}")
                 return self._end(1, "setup_failed")
+        if rec.files.get("docker") and not self.stopping:
+            code = self._start_container(str(rec.files["docker"]))
+            if code:
+                return self._end(code, "setup_failed")
         if rec.setup and not self.stopping:
             # A machine without a run is a service: what its setup started in the background
             # (a Ray node's daemons) is the service, kept until the machine is terminated.
@@ -230,6 +235,8 @@ class Agent:
                 home,
                 jail=bool(files.get("jail")),
             )
+        for mount in files.get("copy") or []:
+            self._copy_remote(str(mount["source"]), str(mount["target"]), home, files)
         git = files.get("git")
         if git:
             say(f"cloning {git.get('url')} at {git.get('ref') or 'its default branch'}")
@@ -238,6 +245,75 @@ class Agent:
             rec.workdir = str(workdir)
         if files.get("home"):  # a local machine: its folder is its home
             rec.envs = {**rec.envs, "HOME": str(home)}
+
+    # --- image_id: docker:<image> (setup and run inside a container, as SkyPilot does) ------
+    def _start_container(self, image: str) -> int:
+        """Start the task's container, detached on the host's network with the workdir
+        mounted at the same path, kept until the agent ends; setup and run go into it with
+        ``docker exec``. A node without docker fails here (exit 127), never runs on the host."""
+        env = self._env(self.work.envs)
+        docker = shutil.which("docker", path=env.get("PATH"))
+        if docker is None:
+            say(f"docker is not installed on the node (the task's image_id is docker:{image})")
+            return 127
+        name = "corral-" + "".join(
+            c if c.isalnum() or c in "-_." else "-" for c in self.instance_id
+        )
+        argv = [docker, "run", "-d", "--name", name, "--network", "host"]
+        workdir = self.work.workdir
+        if workdir and Path(workdir).is_dir():
+            argv += ["-v", f"{workdir}:{workdir}", "-w", workdir]
+        argv += [*(f"-e{k}" for k in sorted(self.work.envs)), image, "sleep", "infinity"]
+        say(f"starting the task's container from {image}")
+        done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True)
+        if done.returncode != 0:
+            said = done.stderr.decode(errors="replace").strip()[-500:]
+            say(f"docker run {image} exited {done.returncode}: {said}")
+            return done.returncode
+        self._container = (docker, name)
+        return 0
+
+    def _in_container(self, script: str, workdir: str | None, envs: dict[str, str]) -> list[str]:
+        """The argv that runs ``script`` in the task's container (its envs by name only: the
+        values reach docker through its environment, never its command line)."""
+        docker, name = self._container or ("docker", "")
+        argv = [docker, "exec"]
+        if workdir and Path(workdir).is_dir():
+            argv += ["-w", workdir]
+        return [*argv, *(f"-e{k}" for k in sorted(envs)), name, "bash", "-c", script]
+
+    def _stop_container(self) -> None:
+        if self._container is None:
+            return
+        docker, name = self._container
+        self._container = None
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(
+                [docker, "rm", "-f", name],
+                env=self._env(self.work.envs),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=60,
+            )
+
+    def _copy_remote(self, source: str, target: str, home: Path, files: dict[str, Any]) -> None:
+        """An ``s3://`` file mount, copied by a child Python in the task's environment (the
+        node's credentials, or the task's envs'), so the agent needs no boto3 itself."""
+        dest = mount_path(home, target, jail=bool(files.get("jail")))
+        say(f"copying {source} to {target}")
+        env = self._env({**self.work.envs, **({"HOME": str(home)} if files.get("home") else {})})
+        done = subprocess.run(
+            [sys.executable, "-m", "corral.services.agent.s3copy", source, str(dest)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        said = done.stderr.decode(errors="replace").strip()
+        if done.returncode != 0:
+            raise BundleError(f"file_mounts.{target}: {said[-800:] or 'the copy failed'}")
+        for line in said.splitlines()[-3:]:
+            sys.stderr.write(line + "\n")
 
     def _boot(self) -> None:
         """The machine boots: silent (no heartbeat, so it is "pending") for the zone's launch
@@ -252,7 +328,7 @@ class Agent:
         with ``keep``, what it left running in the background stays (see :meth:`_stop_kept`)."""
         self.activity = activity
         self._beat(force=True)
-        child = self._spawn(script, self.work.workdir, self.work.envs)
+        child = self._spawn(script, self.work.workdir, self.work.envs, container=True)
         while child.poll() is None and not self.stopping:
             self._wait(child)
         code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
@@ -310,17 +386,21 @@ class Agent:
         kill_marked(self.instance_id)
 
     def _spawn(
-        self, script: str, workdir: str | None, envs: dict[str, str]
+        self, script: str, workdir: str | None, envs: dict[str, str], container: bool = False
     ) -> subprocess.Popen[bytes]:
-        """Start one bash script in a process group of its own, its output in the log."""
+        """Start one bash script in a process group of its own, its output in the log (with
+        ``container``, in the task's container if it has one)."""
         cwd = workdir if workdir and Path(workdir).is_dir() else None
         if workdir and cwd is None:
             say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
         env = self._env(envs)
         # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
         # provider recognises the task's processes when it must kill them itself.
+        argv = ["bash", "-c", script]
+        if container and self._container is not None:
+            argv = self._in_container(script, workdir, envs)
         child = subprocess.Popen(
-            ["bash", "-c", script],
+            argv,
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -613,6 +693,7 @@ class Agent:
         """The final record: exit code, capacity freed, the exit event published."""
         self.activity = "exited"
         self._execs.stop_all()
+        self._stop_container()
         if exit_code is not None:
             say(f"run exited {exit_code}" if reason == "completed" else f"{reason} ({exit_code})")
         # The final record is what tells a finished job from a dead machine: keep trying

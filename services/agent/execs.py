@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from corral.services.agent.sessions import Session
+
 CHUNK = 256 * 1024
 
 
@@ -30,6 +32,7 @@ class Running:
 class Execs:
     def __init__(self) -> None:
         self.running: dict[str, Running] = {}
+        self.sessions: dict[str, Session] = {}  # corral attach, port-forward (their threads)
         self.folder = tempfile.mkdtemp(prefix="corral-exec-")
 
     def step(self, link: Any, workdir: str | None, env: dict[str, str]) -> None:
@@ -38,7 +41,12 @@ class Execs:
         if take is None:
             return
         for item in take():
-            self._start(str(item["id"]), str(item["command"]), workdir, env)
+            if item.get("kind") in ("shell", "forward"):
+                self.sessions[str(item["id"])] = Session(link, item, workdir, env)
+            else:
+                self._start(str(item["id"]), str(item["command"]), workdir, env)
+        for sid in [s for s, run in self.sessions.items() if run.finished.is_set()]:
+            del self.sessions[sid]
         for xid, run in list(self.running.items()):
             ended = run.child.poll() is not None
             self._ship(link, run)
@@ -72,6 +80,8 @@ class Execs:
                 run.sent += len(piece)
 
     def stop_all(self) -> None:
+        for session in self.sessions.values():
+            session.stop()
         for run in self.running.values():
             with contextlib.suppress(OSError):
                 os.killpg(run.child.pid, signal.SIGKILL)
