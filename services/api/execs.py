@@ -177,13 +177,17 @@ async def session_output(
 async def wait_pull(
     book: ExecBook, session_id: str, side: str, wait_s: float
 ) -> tuple[bytes, bool]:
-    """Read one stream, waiting up to ``wait_s`` for something: polled (10 ms at first,
-    backing off to 100 ms), so a waiting read holds no thread and no Redis connection."""
+    """Read one stream, waiting up to ``wait_s`` for something: polled (5 ms at first,
+    backing off to :data:`POLL_CAP_S`), so a waiting read holds no thread and no Redis
+    connection; the price is a Redis LPOP every 25 ms per waiting read."""
     deadline = time.monotonic() + wait_s
-    pause = 0.01
+    pause = 0.005
     while True:
         data, eof = book.pull(session_id, side)
         if data or eof or time.monotonic() >= deadline:
             return data, eof
         await asyncio.sleep(pause)
-        pause = min(pause * 1.5, 0.1)
+        pause = min(pause * 1.5, POLL_CAP_S)
+
+
+POLL_CAP_S = 0.025  # a waiting read looks at Redis at least this often (a keystroke's delay)
