@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from corral.services.client import Client
+
 from harness import CORRAL
 
 pytestmark = [pytest.mark.bench, pytest.mark.integration]
