@@ -263,13 +263,20 @@ class Agent:
         workdir = self.work.workdir
         if workdir and Path(workdir).is_dir():
             argv += ["-v", f"{workdir}:{workdir}", "-w", workdir]
-        argv += [*(f"-e{k}" for k in sorted(self.work.envs)), image, "sleep", "infinity"]
+        argv += [*_env_names(self.work.envs), image, "sleep", "infinity"]
         say(f"starting the task's container from {image}")
-        done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True)
-        if done.returncode != 0:
-            said = done.stderr.decode(errors="replace").strip()[-500:]
-            say(f"docker run {image} exited {done.returncode}: {said}")
-            return done.returncode
+        # Its output (docker's progress and errors) goes to the log; the agent heartbeats
+        # while it runs (a pull can take minutes).
+        child = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        while child.poll() is None and not self.stopping:
+            self._wait(child)
+        code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
+        if code != 0:
+            say(f"docker run {image} exited {code}")
+            return code
         self._container = (docker, name)
         return 0
 
@@ -280,7 +287,7 @@ class Agent:
         argv = [docker, "exec"]
         if workdir and Path(workdir).is_dir():
             argv += ["-w", workdir]
-        return [*argv, *(f"-e{k}" for k in sorted(envs)), name, "bash", "-c", script]
+        return [*argv, *_env_names(envs), name, "bash", "-c", script]
 
     def _stop_container(self) -> None:
         if self._container is None:
@@ -302,8 +309,9 @@ class Agent:
         dest = mount_path(home, target, jail=bool(files.get("jail")))
         say(f"copying {source} to {target}")
         env = self._env({**self.work.envs, **({"HOME": str(home)} if files.get("home") else {})})
+        copier = str(Path(__file__).with_name("s3copy.py"))  # standard library and boto3 only
         done = subprocess.run(
-            [sys.executable, "-m", "corral.services.agent.s3copy", source, str(dest)],
+            [sys.executable, copier, source, str(dest)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -313,7 +321,7 @@ class Agent:
         if done.returncode != 0:
             raise BundleError(f"file_mounts.{target}: {said[-800:] or 'the copy failed'}")
         for line in said.splitlines()[-3:]:
-            sys.stderr.write(line + "\n")
+            say(line)
 
     def _boot(self) -> None:
         """The machine boots: silent (no heartbeat, so it is "pending") for the zone's launch
@@ -726,6 +734,11 @@ def _private(name: str) -> bool:
 MAX_DEMAND_BYTES = 256 * 1024
 FINISH_PATIENCE_S = 600.0  # how long the agent keeps trying to write its final record
 GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at
+
+
+def _env_names(envs: dict[str, str]) -> list[str]:
+    """docker's ``-e NAME`` for each variable: the value comes from docker's environment."""
+    return [arg for name in sorted(envs) for arg in ("-e", name)]
 
 
 def _exit_code(returncode: int) -> int:

@@ -1,7 +1,7 @@
 """Copy one ``s3://`` file_mounts source to its place on the node (run by the agent in the
 task's environment, before setup):
 
-    python3 -m corral.services.agent.s3copy s3://BUCKET[/KEY] DEST
+    python3 s3copy.py s3://BUCKET[/KEY] DEST
 
 An object's key names a file: it is written to DEST. Otherwise the key is a prefix and every
 object under it is written below DEST as SkyPilot copies a bucket's folder. The credentials are
@@ -60,14 +60,14 @@ def copy(source: str, dest: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or not args[0].startswith("s3://"):
-        sys.stderr.write("usage: python3 -m corral.services.agent.s3copy s3://BUCKET[/KEY] DEST\n")
+        sys.stderr.write("usage: python3 s3copy.py s3://BUCKET[/KEY] DEST\n")
         return 2
     try:
         n = copy(args[0], Path(args[1]))
     except (RuntimeError, OSError) as exc:
-        sys.stderr.write(f"[corral-agent] {exc}\n")
+        sys.stderr.write(f"{exc}\n")
         return 1
-    sys.stderr.write(f"[corral-agent] {args[0]}: {n} object(s) copied to {args[1]}\n")
+    sys.stderr.write(f"{args[0]}: {n} object(s) copied\n")
     return 0
 
 

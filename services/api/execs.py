@@ -165,7 +165,16 @@ async def session_output(
 ) -> dict[str, Any]:
     book = _session_book(deps, session_id, who)
     data, eof = await wait_pull(book, session_id, "up", wait_s)
-    code, error = book.ended(session_id) if eof else (None, None)
+    code, error = book.ended(session_id) if eof or not data else (None, None)
+    if not data and not eof:
+        # The node's side writes all it has, then its exit code, then the end: ended with
+        # nothing left means the end marker is gone (an agent that knows no sessions).
+        # A node that is no longer running will never write it.
+        eof = code is not None
+        inst_id = book.instance_of(session_id)
+        inst = deps.store.get_instance(inst_id) if inst_id else None
+        if not eof and (inst is None or inst.state is not InstanceState.RUNNING):
+            eof, error = True, "the node is no longer running"
     return {
         "data": base64.b64encode(data).decode(),
         "eof": eof,

@@ -127,6 +127,10 @@ class ExecBook:
         got = self.r.lpop(session_stream_key(self.prefix, exec_id, side), SESSION_READ_BATCH)
         return decode_chunks(got)
 
+    def instance_of(self, exec_id: str) -> str | None:
+        got = self.r.hget(exec_key(self.prefix, exec_id), "instance_id")
+        return got.decode() if isinstance(got, bytes) else got
+
     def ended(self, exec_id: str) -> tuple[int | None, str | None]:
         """A session's exit code and error once its node side has ended."""
         rec = self.r.hmget(exec_key(self.prefix, exec_id), ["state", "exit_code", "error"])

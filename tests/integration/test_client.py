@@ -543,9 +543,8 @@ if args[0] == "exec":
     rest, cwd = args[1:], None
     while rest[0].startswith("-"):
         if rest[0] == "-w":
-            cwd, rest = rest[1], rest[2:]
-        else:
-            rest = rest[1:]
+            cwd = rest[1]
+        rest = rest[2:]  # -w DIR, -e NAME
     if cwd:
         os.chdir(cwd)
     os.environ["IN_FAKE_CONTAINER"] = rest[0]
@@ -597,7 +596,7 @@ def test_a_docker_image_runs_setup_and_run_in_its_container(system: System, tmp_
     assert mount == f"{workdir}:{workdir}" and workdir.endswith("sky_workdir")
     assert setup[0] == "exec" and setup[-3:-1] == ["bash", "-c"] and name in setup
     assert job[job.index("-w") + 1] == workdir
-    assert "-eSECRETISH" in job and "s3cr3t" not in json.dumps(argvs)
+    assert job[job.index("SECRETISH") - 1] == "-e" and "s3cr3t" not in json.dumps(argvs)
     assert rm == ["rm", "-f", name]
     out = done.stdout
     assert f"setup-in-{name}" in out and f"run-in-{name}" in out
