@@ -46,7 +46,12 @@ def attach(request_id: str = REQUEST_ID, node: int = NODE) -> None:
         )
         with _raw_terminal(tty):
             threading.Thread(target=_send_stdin, args=(client, sid), daemon=True).start()
-            code = _print_output(client, sid)
+            try:
+                code = _print_output(client, sid)
+            except KeyboardInterrupt:  # (no terminal: with one, Ctrl-C goes to the node)
+                with contextlib.suppress(Exception):
+                    client.session_write(sid, b"", eof=True)  # the shell's stdin ends
+                code = 130
     raise typer.Exit(code)
 
 
