@@ -283,11 +283,30 @@ class Agent:
     def _in_container(self, script: str, workdir: str | None, envs: dict[str, str]) -> list[str]:
         """The argv that runs ``script`` in the task's container (its envs by name only: the
         values reach docker through its environment, never its command line)."""
+        return self._container_argv(["bash", "-c", script], workdir, envs)
+
+    def _container_argv(
+        self,
+        argv: list[str],
+        workdir: str | None,
+        envs: dict[str, str],
+        *,
+        stdin: bool = False,
+        tty: bool = False,
+    ) -> list[str]:
+        """``argv`` run in the task's container by ``docker exec`` (``-i`` with ``stdin``,
+        ``-t`` with ``tty``): setup, run, and what corral exec and attach start."""
         docker, name = self._container or ("docker", "")
-        argv = [docker, "exec"]
+        out = [docker, "exec", *(["-i"] if stdin else []), *(["-t"] if tty else [])]
         if workdir and Path(workdir).is_dir():
-            argv += ["-w", workdir]
-        return [*argv, *_env_names(envs), name, "bash", "-c", script]
+            out += ["-w", workdir]
+        return [*out, *_env_names(envs), name, *argv]
+
+    def _exec_argv(self, argv: list[str], stdin: bool, tty: bool) -> list[str]:
+        """Where corral exec and attach run: in the task's container if it has one."""
+        if self._container is None:
+            return argv
+        return self._container_argv(argv, self.work.workdir, self.work.envs, stdin=stdin, tty=tty)
 
     def _stop_container(self) -> None:
         if self._container is None:
@@ -637,7 +656,9 @@ class Agent:
                 say("the control plane is reachable again")
             self._link_down = False
             self._link_failures = 0
-            self._execs.step(self.link, self.work.workdir, self._env(self.work.envs))
+            self._execs.step(
+                self.link, self.work.workdir, self._env(self.work.envs), self._exec_argv
+            )
         except Dismissed as exc:
             self._dismiss(exc)
         except LinkError as exc:

@@ -21,7 +21,16 @@ import subprocess
 import termios
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
+
+# How an argv is run: as is, or in the task's container (argv, stdin wanted, a tty wanted).
+Wrap = Callable[[list[str], bool, bool], list[str]]
+
+
+def as_is(argv: list[str], _stdin: bool, _tty: bool) -> list[str]:
+    return argv
+
 
 READ_BYTES = 64 * 1024
 PULL_WAIT_S = 20.0
@@ -51,12 +60,18 @@ class ShellPeer(Peer):
     """A shell (or the command given) on a pty when the user has a terminal, else on pipes
     (stdout and stderr together), in a process group of its own."""
 
-    def __init__(self, item: dict[str, Any], workdir: str | None, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        item: dict[str, Any],
+        workdir: str | None,
+        env: dict[str, str],
+        wrap: Wrap = as_is,
+    ) -> None:
         command = str(item.get("command") or "")
         self.tty = bool(item.get("tty"))
         cwd = workdir if workdir and os.path.isdir(workdir) else None
         if self.tty:
-            argv = ["bash", "-c", command] if command else ["bash", "-l"]
+            argv = wrap(["bash", "-c", command] if command else ["bash", "-l"], True, True)
             self.master, slave = os.openpty()
             size = struct.pack("HHHH", int(item.get("rows", 24)), int(item.get("cols", 80)), 0, 0)
             fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
@@ -72,7 +87,7 @@ class ShellPeer(Peer):
             )
             os.close(slave)
         else:
-            argv = ["bash", "-c", command] if command else ["bash"]
+            argv = wrap(["bash", "-c", command] if command else ["bash"], True, False)
             self.child = subprocess.Popen(
                 argv,
                 cwd=cwd,
@@ -163,9 +178,15 @@ class Session:
     """One session's threads on the node."""
 
     def __init__(
-        self, link: Any, item: dict[str, Any], workdir: str | None, env: dict[str, str]
+        self,
+        link: Any,
+        item: dict[str, Any],
+        workdir: str | None,
+        env: dict[str, str],
+        wrap: Wrap = as_is,
     ) -> None:
         self.link = link
+        self.wrap = wrap
         self.id = str(item["id"])
         self.item = item
         self.workdir, self.env = workdir, env
@@ -184,7 +205,7 @@ class Session:
                     self._end(1, f"nothing answers at 127.0.0.1:{port} on the node ({exc})")
                     return
             else:
-                self.peer = ShellPeer(self.item, self.workdir, self.env)
+                self.peer = ShellPeer(self.item, self.workdir, self.env, self.wrap)
         except (OSError, ValueError, KeyError) as exc:
             self._end(1, f"the session could not start on the node: {exc}")
             return

@@ -542,6 +542,9 @@ with open(os.environ["FAKE_DOCKER_LOG"], "a") as log:
 if args[0] == "exec":
     rest, cwd = args[1:], None
     while rest[0].startswith("-"):
+        if rest[0] in ("-i", "-t"):
+            rest = rest[1:]
+            continue
         if rest[0] == "-w":
             cwd = rest[1]
         rest = rest[2:]  # -w DIR, -e NAME
@@ -601,6 +604,41 @@ def test_a_docker_image_runs_setup_and_run_in_its_container(system: System, tmp_
     out = done.stdout
     assert f"setup-in-{name}" in out and f"run-in-{name}" in out
     assert "from-the-workdir" in out and "s3cr3t-value" in out
+
+
+def test_exec_and_attach_reach_inside_a_services_container(system: System, tmp_path: Path) -> None:
+    """With `docker:<image>`, corral exec and attach run in the task's container, where its
+    setup ran (docker exec; -i for attach's stdin), not on the machine beside it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    calls = tmp_path / "docker-calls.jsonl"
+    rid = _service(
+        system,
+        tmp_path,
+        "resources: {cloud: local, instance_type: cpu-2, image_id: 'docker:ubuntu:22.04'}\n"
+        f"envs: {{PATH: '{bin_dir}:{os.environ['PATH']}', FAKE_DOCKER_LOG: '{calls}'}}\n",
+    )
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    try:
+        ran = _cli(system, "exec", rid, "--", "echo exec-in-$IN_FAKE_CONTAINER; exit 2")
+        assert ran.returncode == 2 and "exec-in-corral-" in ran.stdout, ran.stdout + ran.stderr
+        attached = subprocess.run(
+            [CORRAL, "attach", rid],
+            input="echo attach-in-$IN_FAKE_CONTAINER\n",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert attached.returncode == 0, attached.stdout + attached.stderr
+        assert attached.stdout.startswith("attach-in-corral-"), attached.stdout
+        argvs = [json.loads(line) for line in calls.read_text().splitlines()]
+        assert [a[0] for a in argvs] == ["run", "exec", "exec"]
+        assert argvs[2][:2] == ["exec", "-i"] and argvs[2][-1] == "bash"
+    finally:
+        _cli(system, "down", rid)
 
 
 def test_a_docker_image_on_a_node_without_docker_fails_saying_so(
