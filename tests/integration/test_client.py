@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -480,6 +481,52 @@ def test_attach_relays_a_shell_through_the_agent_and_returns_its_exit_code(
         assert big.stdout.splitlines() == [f"line-{i}" for i in range(5000)]
         assert _cli(system, "attach", rid, "--node", "2").returncode == 2
     finally:
+        _cli(system, "down", rid)
+
+
+def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(
+    system: System, tmp_path: Path
+) -> None:
+    """With a terminal (a pty here, 40 rows by 120 columns), attach puts it in raw mode and
+    the shell on the node gets a pty of that size; its exit code is the command's."""
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    rid = _service(system, tmp_path, "resources: {cloud: local, instance_type: cpu-2}\n")
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen(
+        [CORRAL, "attach", rid],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        # Typed once the shell's prompt is there (raw mode flushes what was typed before it).
+        deadline = time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 65536)
+        os.write(master, b"stty size; tty; exit 7\r")
+        while time.monotonic() < deadline and proc.poll() is None:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    break
+        assert proc.wait(10) == 7, seen
+        assert b"40 120" in seen and b"/dev/pts/" in seen, seen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
         _cli(system, "down", rid)
 
 

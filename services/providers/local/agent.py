@@ -214,6 +214,7 @@ class RedisLink:
             if items:
                 r.execute("RPUSH", stream, *items)
                 r.execute("EXPIRE", stream, str(SESSION_TTL_S))
+                r.execute("EXPIRE", exec_key(self.prefix, session_id), str(SESSION_TTL_S))
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
         return True
