@@ -41,6 +41,7 @@ SESSION_TTL_S = 3600  # a session nobody touched for an hour is forgotten (its n
 SESSION_READ_BATCH = 64  # chunks one read takes at most
 SESSION_MAX_WAIT_S = 25.0  # the longest a read waits for data (under common proxies' 30 s)
 END_OF_STREAM = ""
+RESIZE_PREFIX = "size:"  # an ``in`` entry "size:ROWS:COLS": the user's terminal was resized
 
 
 def session_stream_key(prefix: str, exec_id: str, side: str) -> str:

@@ -133,10 +133,17 @@ class HttpLink:
         self.call("POST", f"/v1/node/execs/{exec_id}/done", body)
 
     # --- sessions (corral attach, port-forward): services/agent/sessions.py ----------------
-    def session_pull(self, session_id: str, wait_s: float) -> tuple[bytes, bool]:
+    def session_pull(
+        self, session_id: str, wait_s: float
+    ) -> tuple[bytes, bool, tuple[int, int] | None]:
         path = f"/v1/node/sessions/{session_id}/input?wait_s={wait_s:g}"
         got = self.call("GET", path, timeout_s=wait_s + self.timeout_s)
-        return base64.b64decode(got.get("data") or ""), bool(got.get("eof"))
+        size = got.get("size")
+        return (
+            base64.b64decode(got.get("data") or ""),
+            bool(got.get("eof")),
+            (int(size[0]), int(size[1])) if isinstance(size, list) and len(size) == 2 else None,
+        )
 
     def session_push(self, session_id: str, data: bytes, eof: bool) -> bool:
         path = f"/v1/node/sessions/{session_id}/output" + ("?eof=true" if eof else "")

@@ -55,6 +55,9 @@ class Peer:
     def kill(self) -> None:
         raise NotImplementedError
 
+    def resize(self, rows: int, cols: int) -> None:
+        """The user's terminal changed size (a pty only)."""
+
 
 class ShellPeer(Peer):
     """A shell (or the command given) on a pty when the user has a terminal, else on pipes
@@ -115,6 +118,11 @@ class ShellPeer(Peer):
             with contextlib.suppress(BrokenPipeError):
                 self.child.stdin.write(data)
                 self.child.stdin.flush()
+
+    def resize(self, rows: int, cols: int) -> None:
+        if self.tty:  # the kernel tells the shell's foreground group (SIGWINCH)
+            with contextlib.suppress(OSError):
+                fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
     def close_input(self) -> None:
         if self.tty:  # the user's terminal went away: hang up, as sshd does
@@ -226,7 +234,7 @@ class Session:
         assert peer is not None
         while not self.finished.is_set():
             try:
-                data, eof = self.link.session_pull(self.id, PULL_WAIT_S)
+                data, eof, size = self.link.session_pull(self.id, PULL_WAIT_S)
             except Exception:
                 if self._gone():
                     peer.kill()
@@ -236,6 +244,8 @@ class Session:
             try:
                 if data:
                     peer.write(data)
+                if size:
+                    peer.resize(*size)
             except OSError:
                 return
             if eof:

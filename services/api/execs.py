@@ -146,6 +146,8 @@ async def session_input(
     session_id: str,
     request: Request,
     eof: bool = Query(False, description="the user's side has ended (after these bytes)"),
+    rows: int | None = Query(None, ge=1, le=1000, description="the terminal's new size"),
+    cols: int | None = Query(None, ge=1, le=1000),
     deps: Deps = Depends(get_deps),
     who: Principal = Depends(require_writer),
 ) -> dict[str, Any]:
@@ -153,7 +155,8 @@ async def session_input(
     data = await request.body()
     if len(data) > SESSION_CHUNK_BYTES:
         raise HTTPException(413, f"at most {SESSION_CHUNK_BYTES} bytes per write")
-    return {"ok": book.push(session_id, "in", data, eof)}
+    size = (rows, cols) if rows is not None and cols is not None else None
+    return {"ok": book.push(session_id, "in", data, eof, size)}
 
 
 @router.get("/v1/sessions/{session_id}/output", summary="What a session's node side sent")
@@ -164,7 +167,7 @@ async def session_output(
     who: Principal = Depends(require_writer),
 ) -> dict[str, Any]:
     book = _session_book(deps, session_id, who)
-    data, eof = await wait_pull(book, session_id, "up", wait_s)
+    data, eof, _ = await wait_pull(book, session_id, "up", wait_s)
     code, error = book.ended(session_id) if eof or not data else (None, None)
     if not data and not eof:
         # The node's side writes all it has, then its exit code, then the end: ended with
@@ -185,16 +188,16 @@ async def session_output(
 
 async def wait_pull(
     book: ExecBook, session_id: str, side: str, wait_s: float
-) -> tuple[bytes, bool]:
+) -> tuple[bytes, bool, tuple[int, int] | None]:
     """Read one stream, waiting up to ``wait_s`` for something: polled (5 ms at first,
     backing off to :data:`POLL_CAP_S`), so a waiting read holds no thread and no Redis
     connection; the price is a Redis LPOP every 25 ms per waiting read."""
     deadline = time.monotonic() + wait_s
     pause = 0.005
     while True:
-        data, eof = book.pull(session_id, side)
-        if data or eof or time.monotonic() >= deadline:
-            return data, eof
+        data, eof, size = book.pull(session_id, side)
+        if data or eof or size or time.monotonic() >= deadline:
+            return data, eof, size
         await asyncio.sleep(pause)
         pause = min(pause * 1.5, POLL_CAP_S)
 

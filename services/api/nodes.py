@@ -206,8 +206,8 @@ async def session_input(
     deps: Deps = Depends(get_deps),
 ) -> dict[str, Any]:
     book = _own_session(deps, session_id, node)
-    data, eof = await wait_pull(book, session_id, "in", wait_s)
-    return {"data": base64.b64encode(data).decode(), "eof": eof}
+    data, eof, size = await wait_pull(book, session_id, "in", wait_s)
+    return {"data": base64.b64encode(data).decode(), "eof": eof, "size": size}
 
 
 @router.post("/sessions/{session_id}/output", summary="Bytes from a session's node side")

@@ -45,6 +45,8 @@ def attach(request_id: str = REQUEST_ID, node: int = NODE) -> None:
             request_id, "shell", node=node, tty=tty, rows=size.lines, cols=size.columns
         )
         with _raw_terminal(tty):
+            if tty:
+                _send_resizes(client, sid)
             threading.Thread(target=_send_stdin, args=(client, sid), daemon=True).start()
             try:
                 code = _print_output(client, sid)
@@ -72,6 +74,19 @@ def _raw_terminal(tty: bool):  # type: ignore[no-untyped-def]
         yield
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _send_resizes(client: Client, sid: str) -> None:
+    """On SIGWINCH, send the terminal's new size (from a thread: the handler may run in the
+    middle of the main thread's own request)."""
+    import signal
+
+    def send() -> None:
+        size = shutil.get_terminal_size()
+        with contextlib.suppress(Exception):
+            client.session_write(sid, b"", size=(size.lines, size.columns))
+
+    signal.signal(signal.SIGWINCH, lambda *_: threading.Thread(target=send, daemon=True).start())
 
 
 def _send_stdin(client: Client, sid: str) -> None:

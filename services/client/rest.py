@@ -292,15 +292,25 @@ class Client:
         started = self._json("POST", f"/v1/requests/{_seg(request_id)}/sessions", json=body)
         return str(started["id"])
 
-    def session_write(self, session_id: str, data: bytes, *, eof: bool = False) -> None:
+    def session_write(
+        self,
+        session_id: str,
+        data: bytes,
+        *,
+        eof: bool = False,
+        size: tuple[int, int] | None = None,
+    ) -> None:
         """Send bytes to the node's side (at most 64 KiB a call), waiting while it is
-        behind; ``eof``: this side has ended."""
+        behind; ``size``: the terminal's new (rows, cols); ``eof``: this side has ended."""
+        params: dict[str, Any] = {"eof": "true"} if eof else {}
+        if size:
+            params.update(rows=size[0], cols=size[1])
         pause = 0.05
         while True:
             done = self._json(
                 "POST",
                 f"/v1/sessions/{_seg(session_id)}/input",
-                params={"eof": "true"} if eof else None,
+                params=params or None,
                 content=data,
                 headers={"Content-Type": "application/octet-stream"},
             )

@@ -14,6 +14,7 @@ from corral.shared.execs import (
     END_OF_STREAM,
     EXEC_TTL_S,
     MAX_OUTPUT_BYTES,
+    RESIZE_PREFIX,
     SESSION_MAX_PENDING,
     SESSION_READ_BATCH,
     SESSION_TTL_S,
@@ -105,14 +106,23 @@ class ExecBook:
         kind = self.r.hget(exec_key(self.prefix, exec_id), "kind")
         return kind not in (None, "exec", b"exec")
 
-    def push(self, exec_id: str, side: str, data: bytes, eof: bool = False) -> bool:
-        """Append ``data`` (and the end, with ``eof``) to one stream; False when the stream
-        is full (the reader is behind: write again later) or the session is gone."""
+    def push(
+        self,
+        exec_id: str,
+        side: str,
+        data: bytes,
+        eof: bool = False,
+        size: tuple[int, int] | None = None,
+    ) -> bool:
+        """Append ``data`` (then a terminal ``size``, then the end, with ``eof``) to one
+        stream; False when the stream is full (the reader is behind: write again later)."""
         stream = session_stream_key(self.prefix, exec_id, side)
         if int(self.r.llen(stream)) >= SESSION_MAX_PENDING:
             return False
-        items = ([base64.b64encode(data).decode()] if data else []) + (
-            [END_OF_STREAM] if eof else []
+        items = (
+            ([base64.b64encode(data).decode()] if data else [])
+            + ([f"{RESIZE_PREFIX}{size[0]}:{size[1]}"] if size else [])
+            + ([END_OF_STREAM] if eof else [])
         )
         if items:
             pipe = self.r.pipeline(transaction=True)
@@ -122,8 +132,9 @@ class ExecBook:
             pipe.execute()
         return True
 
-    def pull(self, exec_id: str, side: str) -> tuple[bytes, bool]:
-        """What waits in one stream (taken off it), and whether its end was reached."""
+    def pull(self, exec_id: str, side: str) -> tuple[bytes, bool, tuple[int, int] | None]:
+        """What waits in one stream (taken off it), whether its end was reached, and the
+        last terminal size it carried."""
         got = self.r.lpop(session_stream_key(self.prefix, exec_id, side), SESSION_READ_BATCH)
         return decode_chunks(got)
 
@@ -161,13 +172,18 @@ class ExecBook:
         }
 
 
-def decode_chunks(got: Any) -> tuple[bytes, bool]:
-    """A stream's entries (base64 text, an empty one for its end) as bytes and the end."""
-    data, eof = b"", False
+def decode_chunks(got: Any) -> tuple[bytes, bool, tuple[int, int] | None]:
+    """A stream's entries (base64 text, ``size:R:C``, an empty one for its end) as bytes,
+    the end, and the last size."""
+    data, eof, size = b"", False, None
     for item in got or []:
         text = item.decode() if isinstance(item, bytes) else str(item)
         if text == END_OF_STREAM:
             eof = True
             break  # nothing is written after the end
+        if text.startswith(RESIZE_PREFIX):
+            rows, _, cols = text[len(RESIZE_PREFIX) :].partition(":")
+            size = (int(rows), int(cols))
+            continue
         data += base64.b64decode(text)
-    return data, eof
+    return data, eof, size

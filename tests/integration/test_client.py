@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -488,7 +489,8 @@ def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(
     system: System, tmp_path: Path
 ) -> None:
     """With a terminal (a pty here, 40 rows by 120 columns), attach puts it in raw mode and
-    the shell on the node gets a pty of that size; its exit code is the command's."""
+    the shell on the node gets a pty of that size, resized when the terminal is; its exit
+    code is the command's."""
     import fcntl
     import select
     import struct
@@ -514,7 +516,17 @@ def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(
         while not seen and time.monotonic() < deadline:
             if select.select([master], [], [], 0.5)[0]:
                 seen += os.read(master, 65536)
-        os.write(master, b"stty size; tty; exit 7\r")
+        os.write(master, b"stty size; tty\r")
+        while b"/dev/pts/" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 65536)
+        assert b"40 120" in seen, seen
+        # The terminal is resized (SIGWINCH; the CLI has no controlling terminal here, so the
+        # test sends it): the node's pty follows.
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 132, 0, 0))
+        proc.send_signal(signal.SIGWINCH)
+        time.sleep(2)
+        os.write(master, b"stty size; exit 7\r")
         while time.monotonic() < deadline and proc.poll() is None:
             if select.select([master], [], [], 0.5)[0]:
                 try:
@@ -522,7 +534,7 @@ def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(
                 except OSError:
                     break
         assert proc.wait(10) == 7, seen
-        assert b"40 120" in seen and b"/dev/pts/" in seen, seen
+        assert b"50 132" in seen, seen
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -33,19 +33,25 @@ def test_a_task_naming_a_store_not_supported_is_refused_naming_its_target() -> N
         Task.model_validate({"file_mounts": {"/data": "gs://bucket/x"}, "run": "true"})
 
 
-def test_an_attach_shell_on_a_pty_has_a_terminal_of_the_size_asked_and_its_exit_code() -> None:
+def test_an_attach_shell_on_a_pty_has_the_size_asked_follows_a_resize_and_exits_with_its_code() -> (
+    None
+):
     peer = ShellPeer(
         {"id": "x-1", "kind": "shell", "tty": True, "rows": 33, "cols": 101},
         None,
         {"PATH": "/usr/bin:/bin", "PS1": "$ "},
     )
-    peer.write(b"test -t 0 && echo is-a-tty; stty size; exit 5\n")
+    peer.write(b"test -t 0 && echo is-a-tty; stty size\n")
     seen = b""
     deadline = time.monotonic() + 20
+    while b"33 101" not in seen and time.monotonic() < deadline:
+        seen += peer.read()
+    peer.resize(20, 90)
+    peer.write(b"stty size; exit 5\n")
     while time.monotonic() < deadline:
         data = peer.read()
         if not data:
             break
         seen += data
     assert peer.wait() == 5
-    assert b"is-a-tty" in seen and b"33 101" in seen, seen
+    assert b"is-a-tty" in seen and b"33 101" in seen and b"20 90" in seen, seen

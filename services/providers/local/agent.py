@@ -52,6 +52,7 @@ from corral.shared.execs import (
     END_OF_STREAM,
     EXEC_TTL_S,
     MAX_OUTPUT_BYTES,
+    RESIZE_PREFIX,
     SESSION_MAX_PENDING,
     SESSION_READ_BATCH,
     SESSION_TTL_S,
@@ -180,7 +181,9 @@ class RedisLink:
             r = self._local.r = MiniRedis.from_url(self.url)
         return r
 
-    def session_pull(self, session_id: str, wait_s: float) -> tuple[bytes, bool]:
+    def session_pull(
+        self, session_id: str, wait_s: float
+    ) -> tuple[bytes, bool, tuple[int, int] | None]:
         stream = session_stream_key(self.prefix, session_id, "in")
         try:
             r = self._session_redis()
@@ -188,17 +191,21 @@ class RedisLink:
             if not first:
                 if self.session_gone(session_id):
                     raise LinkError(f"session {session_id} is gone")
-                return b"", False
+                return b"", False, None
             more = r.execute("LPOP", stream, str(SESSION_READ_BATCH)) or []
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
-        data, eof = b"", False
+        data, eof, size = b"", False, None
         for text in [first[1], *more]:
             if text == END_OF_STREAM:
                 eof = True
                 break
+            if text.startswith(RESIZE_PREFIX):
+                rows, _, cols = text[len(RESIZE_PREFIX) :].partition(":")
+                size = (int(rows), int(cols))
+                continue
             data += base64.b64decode(text)
-        return data, eof
+        return data, eof, size
 
     def session_push(self, session_id: str, data: bytes, eof: bool) -> bool:
         stream = session_stream_key(self.prefix, session_id, "up")
