@@ -30,8 +30,8 @@ from corral.services.state.nodes import NodeName
 from corral.shared.execs import (
     MAX_COMMAND_BYTES,
     SESSION_CHUNK_BYTES,
-    exec_key,
     SESSION_MAX_WAIT_S,
+    exec_key,
 )
 from corral.shared.lifecycle import InstanceState
 
