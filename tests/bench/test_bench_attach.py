@@ -4,7 +4,7 @@ and beat as processes over the test's redis-server, one service running.
 - ``corral attach`` end to end (the CLI starting, the session queued, taken on the agent's next
   heartbeat, a shell on pipes running ``exit 0``): median wall seconds;
 - a byte's round trip once the session runs (user -> API -> Redis -> agent -> ``cat`` and
-  back): median and 90th percentile milliseconds;
+  back): median and 90th percentile milliseconds, next to one bare API read (``status``);
 - throughput from the node to the user (``head -c N /dev/zero`` read to its end): MB/s.
 
 ``CORRAL_BENCH_SCALE=small``: 3 attaches, 20 round trips, 4 MB; full: 9, 100, 32 MB. The
@@ -53,6 +53,12 @@ def test_bench_attach_costs(make_system: Callable[..., Any]) -> None:
             walls.append(time.perf_counter() - started)
             assert done.returncode == 0, done.stderr
 
+        bare = []  # an authenticated API read that waits for nothing: the floor of a hop
+        for _ in range(TRIPS):
+            started = time.perf_counter()
+            client.status(rid)
+            bare.append(time.perf_counter() - started)
+
         sid = client.open_session(rid, "shell", command="cat")
         client.session_write(sid, b"w")
         assert client.session_read(sid, 20).data == b"w"  # the agent has taken it
@@ -80,7 +86,8 @@ def test_bench_attach_costs(make_system: Callable[..., Any]) -> None:
     print(
         f"\nattach end to end: median {statistics.median(walls):.2f} s over {ATTACHES} "
         f"(heartbeat 1 s)\nround trip: median {1000 * statistics.median(trips):.1f} ms, "
-        f"p90 {1000 * trips[int(0.9 * len(trips))]:.1f} ms over {TRIPS}\n"
+        f"p90 {1000 * trips[int(0.9 * len(trips))]:.1f} ms over {TRIPS} (one bare API read "
+        f"{1000 * statistics.median(bare):.1f} ms; a trip is a write and a read)\n"
         f"node -> user: {BYTES / seconds / 1e6:.1f} MB/s ({BYTES:,} bytes)"
     )
     assert statistics.median(walls) < 20 and statistics.median(trips) < 2.0
