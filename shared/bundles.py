@@ -62,3 +62,34 @@ class Bundle(BaseModel):
     size_bytes: int = Field(ge=0)
     workdir: bool = False  # the member ``workdir/`` is the task's workdir
     mounts: list[BundleMount] = Field(default_factory=list, max_length=MAX_MOUNTS)
+
+
+# --- sources the node copies itself (docs/cli.md, "Code and data on the nodes") -------------
+NODE_COPIED_SCHEMES = ("s3",)  # copied on the node with its own credentials (boto3)
+UNSUPPORTED_SCHEMES = ("gs", "r2", "cos", "oci", "https", "http")
+
+
+def remote_source_problem(source: object) -> str | None:
+    """Why a file_mounts source cannot be used (a storage mapping, a store not supported
+    yet, an s3:// URL without a bucket), or None: a local path or an s3:// URL."""
+    if not isinstance(source, str):
+        return "a storage mapping (mode: MOUNT or COPY) is not supported yet; give a path or s3://"
+    if "://" not in source:
+        return None
+    scheme, rest = source.split("://", 1)
+    if scheme not in NODE_COPIED_SCHEMES:
+        return f"{scheme}:// sources are not supported yet; give a local path or s3://"
+    if not rest.split("/", 1)[0]:
+        return f"expected s3://BUCKET[/KEY], got {source!r}"
+    return None
+
+
+def node_copied(file_mounts: dict[str, object] | None) -> list[dict[str, str]]:
+    """The file_mounts the node copies itself (s3://), as ``{target, source}``, sorted."""
+    return [
+        {"target": target, "source": source}
+        for target, source in sorted((file_mounts or {}).items())
+        if isinstance(source, str)
+        and source.split("://", 1)[0] in NODE_COPIED_SCHEMES
+        and "://" in source
+    ]

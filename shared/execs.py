@@ -26,3 +26,26 @@ def exec_queue_key(prefix: str, node: str) -> str:
     """The commands waiting for ``node``: a local machine's instance id (li-...), or a cloud
     node's name in the node book (``cloud:attempt:rank``)."""
     return f"{prefix}:execq:{node}"
+
+
+# --- sessions: corral attach and port-forward, relayed through the API ----------------------
+# A session is an exec of another kind (``shell``: an interactive shell; ``forward``: one TCP
+# connection to 127.0.0.1:PORT on the node) with two byte streams beside it, each a Redis list
+# of base64 chunks drained as it is read: ``in`` (the user's side to the node) and ``up`` (the
+# node's side to the user). An empty entry is the end of its stream.
+
+SESSION_KINDS = ("shell", "forward")
+SESSION_CHUNK_BYTES = 64 * 1024  # the most one write carries
+SESSION_MAX_PENDING = 256  # chunks waiting in one stream (16 MiB): past it, the writer waits
+SESSION_TTL_S = 3600  # a session nobody touched for an hour is forgotten (its node side ends)
+SESSION_READ_BATCH = 64  # chunks one read takes at most
+SESSION_MAX_WAIT_S = 25.0  # the longest a read waits for data (under common proxies' 30 s)
+END_OF_STREAM = ""
+RESIZE_PREFIX = "size:"  # an ``in`` entry "size:ROWS:COLS": the user's terminal was resized
+
+
+def session_stream_key(prefix: str, exec_id: str, side: str) -> str:
+    """One direction of a session: ``in`` (user to node) or ``up`` (node to user)."""
+    if side not in ("in", "up"):
+        raise ValueError(f"a session stream is 'in' or 'up', not {side!r}")
+    return f"{prefix}:exec:{exec_id}:{side}"

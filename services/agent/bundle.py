@@ -33,6 +33,14 @@ def place(home: Path, target: str) -> Path:
     return Path(target)
 
 
+def mount_path(home: Path, target: str, *, jail: bool) -> Path:
+    """Where a mount's target lands on this node; ``jail``: absolute targets under ``home``
+    too (the local cloud's machines share this host)."""
+    if jail and not (target == "~" or target.startswith("~/")):
+        return home / target.lstrip("/")
+    return place(home, target)
+
+
 def unpack(data: bytes, spec: dict[str, Any], workdir: Path, home: Path, *, jail: bool) -> None:
     """Check ``data`` against ``spec["sha256"]`` and unpack its workdir and mounts. ``jail``:
     absolute targets go under ``home`` too (the local cloud)."""
@@ -48,10 +56,7 @@ def unpack(data: bytes, spec: dict[str, Any], workdir: Path, home: Path, *, jail
         if spec.get("workdir"):
             _extract(tar, members, WORKDIR_MEMBER, workdir)
         for mount in spec.get("mounts") or []:
-            target = str(mount["target"])
-            dest = place(home, target)
-            if jail and not (target == "~" or target.startswith("~/")):
-                dest = home / target.lstrip("/")
+            dest = mount_path(home, str(mount["target"]), jail=jail)
             _extract(tar, members, str(mount["member"]), dest)
 
 

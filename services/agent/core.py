@@ -36,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from corral.services.agent.bundle import BundleError, clone, unpack
+from corral.services.agent.bundle import BundleError, clone, mount_path, unpack
 from corral.services.agent.execs import Execs
 from corral.services.agent.probe import ReadinessWatch
 
@@ -174,6 +174,7 @@ class Agent:
         self._started = time.monotonic()
         self._idle_from: float | None = None  # monotonic: since when nothing has run
         self.probe = ReadinessWatch.from_envs(work.envs)  # a service's readiness probe
+        self._container: tuple[str, str] | None = None  # docker's path, the container's name
         # Self-pipe: signals (SIGTERM, and SIGCHLD when a child ends) wake the select() below.
         self._wake_r, wake_w = os.pipe()
         for fd in (self._wake_r, wake_w):
@@ -203,6 +204,10 @@ class Agent:
             except (BundleError, LinkError, OSError, ValueError) as exc:
                 say(f"the task's files could not be put in place: {exc}")
                 return self._end(1, "setup_failed")
+        if rec.files.get("docker") and not self.stopping:
+            code = self._start_container(str(rec.files["docker"]))
+            if code:
+                return self._end(code, "setup_failed")
         if rec.setup and not self.stopping:
             # A machine without a run is a service: what its setup started in the background
             # (a Ray node's daemons) is the service, kept until the machine is terminated.
@@ -240,6 +245,8 @@ class Agent:
                 home,
                 jail=bool(files.get("jail")),
             )
+        for mount in files.get("copy") or []:
+            self._copy_remote(str(mount["source"]), str(mount["target"]), home, files)
         git = files.get("git")
         if git:
             say(f"cloning {git.get('url')} at {git.get('ref') or 'its default branch'}")
@@ -248,6 +255,102 @@ class Agent:
             rec.workdir = str(workdir)
         if files.get("home"):  # a local machine: its folder is its home
             rec.envs = {**rec.envs, "HOME": str(home)}
+
+    # --- image_id: docker:<image> (setup and run inside a container, as SkyPilot does) ------
+    def _start_container(self, image: str) -> int:
+        """Start the task's container, detached on the host's network with the workdir
+        mounted at the same path, kept until the agent ends; setup and run go into it with
+        ``docker exec``. A node without docker fails here (exit 127), never runs on the host."""
+        env = self._env(self.work.envs)
+        docker = shutil.which("docker", path=env.get("PATH"))
+        if docker is None:
+            say(f"docker is not installed on the node (the task's image_id is docker:{image})")
+            return 127
+        name = "corral-" + "".join(
+            c if c.isalnum() or c in "-_." else "-" for c in self.instance_id
+        )
+        argv = [docker, "run", "-d", "--name", name, "--network", "host"]
+        workdir = self.work.workdir
+        if workdir and Path(workdir).is_dir():
+            argv += ["-v", f"{workdir}:{workdir}", "-w", workdir]
+        argv += [*_env_names(self.work.envs), image, "sleep", "infinity"]
+        say(f"starting the task's container from {image}")
+        # Its output (docker's progress and errors) goes to the log; the agent heartbeats
+        # while it runs (a pull can take minutes).
+        child = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        while child.poll() is None and not self.stopping:
+            self._wait(child)
+        code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
+        if code != 0:
+            say(f"docker run {image} exited {code}")
+            return code
+        self._container = (docker, name)
+        return 0
+
+    def _in_container(self, script: str, workdir: str | None, envs: dict[str, str]) -> list[str]:
+        """The argv that runs ``script`` in the task's container (its envs by name only: the
+        values reach docker through its environment, never its command line)."""
+        return self._container_argv(["bash", "-c", script], workdir, envs)
+
+    def _container_argv(
+        self,
+        argv: list[str],
+        workdir: str | None,
+        envs: dict[str, str],
+        *,
+        stdin: bool = False,
+        tty: bool = False,
+    ) -> list[str]:
+        """``argv`` run in the task's container by ``docker exec`` (``-i`` with ``stdin``,
+        ``-t`` with ``tty``): setup, run, and what corral exec and attach start."""
+        docker, name = self._container or ("docker", "")
+        out = [docker, "exec", *(["-i"] if stdin else []), *(["-t"] if tty else [])]
+        if workdir and Path(workdir).is_dir():
+            out += ["-w", workdir]
+        return [*out, *_env_names(envs), name, *argv]
+
+    def _exec_argv(self, argv: list[str], stdin: bool, tty: bool) -> list[str]:
+        """Where corral exec and attach run: in the task's container if it has one."""
+        if self._container is None:
+            return argv
+        return self._container_argv(argv, self.work.workdir, self.work.envs, stdin=stdin, tty=tty)
+
+    def _stop_container(self) -> None:
+        if self._container is None:
+            return
+        docker, name = self._container
+        self._container = None
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(
+                [docker, "rm", "-f", name],
+                env=self._env(self.work.envs),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=60,
+            )
+
+    def _copy_remote(self, source: str, target: str, home: Path, files: dict[str, Any]) -> None:
+        """An ``s3://`` file mount, copied by a child Python in the task's environment (the
+        node's credentials, or the task's envs'), so the agent needs no boto3 itself."""
+        dest = mount_path(home, target, jail=bool(files.get("jail")))
+        say(f"copying {source} to {target}")
+        env = self._env({**self.work.envs, **({"HOME": str(home)} if files.get("home") else {})})
+        copier = str(Path(__file__).with_name("s3copy.py"))  # standard library and boto3 only
+        done = subprocess.run(
+            [sys.executable, copier, source, str(dest)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        said = done.stderr.decode(errors="replace").strip()
+        if done.returncode != 0:
+            raise BundleError(f"file_mounts.{target}: {said[-800:] or 'the copy failed'}")
+        for line in said.splitlines()[-3:]:
+            say(line)
 
     def _boot(self) -> None:
         """The machine boots: silent (no heartbeat, so it is "pending") for the zone's launch
@@ -262,7 +365,7 @@ class Agent:
         with ``keep``, what it left running in the background stays (see :meth:`_stop_kept`)."""
         self.activity = activity
         self._beat(force=True)
-        child = self._spawn(script, self.work.workdir, self.work.envs)
+        child = self._spawn(script, self.work.workdir, self.work.envs, container=True)
         while child.poll() is None and not self.stopping:
             self._wait(child)
         code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
@@ -320,17 +423,21 @@ class Agent:
         kill_marked(self.instance_id)
 
     def _spawn(
-        self, script: str, workdir: str | None, envs: dict[str, str]
+        self, script: str, workdir: str | None, envs: dict[str, str], container: bool = False
     ) -> subprocess.Popen[bytes]:
-        """Start one bash script in a process group of its own, its output in the log."""
+        """Start one bash script in a process group of its own, its output in the log (with
+        ``container``, in the task's container if it has one)."""
         cwd = workdir if workdir and Path(workdir).is_dir() else None
         if workdir and cwd is None:
             say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
         env = self._env(envs)
         # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
         # provider recognises the task's processes when it must kill them itself.
+        argv = ["bash", "-c", script]
+        if container and self._container is not None:
+            argv = self._in_container(script, workdir, envs)
         child = subprocess.Popen(
-            ["bash", "-c", script],
+            argv,
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -561,7 +668,9 @@ class Agent:
                 say("the control plane is reachable again")
             self._link_down = False
             self._link_failures = 0
-            self._execs.step(self.link, self.work.workdir, self._env(self.work.envs))
+            self._execs.step(
+                self.link, self.work.workdir, self._env(self.work.envs), self._exec_argv
+            )
         except Dismissed as exc:
             self._dismiss(exc)
         except LinkError as exc:
@@ -645,6 +754,7 @@ class Agent:
         self._execs.stop_all()
         if self.probe is not None:
             self.probe.stop()
+        self._stop_container()
         if exit_code is not None:
             say(f"run exited {exit_code}" if reason == "completed" else f"{reason} ({exit_code})")
         # The final record is what tells a finished job from a dead machine: keep trying
@@ -677,6 +787,11 @@ def _private(name: str) -> bool:
 MAX_DEMAND_BYTES = 256 * 1024
 FINISH_PATIENCE_S = 600.0  # how long the agent keeps trying to write its final record
 GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at
+
+
+def _env_names(envs: dict[str, str]) -> list[str]:
+    """docker's ``-e NAME`` for each variable: the value comes from docker's environment."""
+    return [arg for name in sorted(envs) for arg in ("-e", name)]
 
 
 def _exit_code(returncode: int) -> int:

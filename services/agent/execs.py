@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from corral.services.agent.sessions import Session, Wrap, as_is
+
 CHUNK = 256 * 1024
 
 
@@ -30,15 +32,25 @@ class Running:
 class Execs:
     def __init__(self) -> None:
         self.running: dict[str, Running] = {}
+        self.sessions: dict[str, Session] = {}  # corral attach, port-forward (their threads)
         self.folder = tempfile.mkdtemp(prefix="corral-exec-")
 
-    def step(self, link: Any, workdir: str | None, env: dict[str, str]) -> None:
-        """Take new commands, ship what the running ones wrote, report those that ended."""
+    def step(
+        self, link: Any, workdir: str | None, env: dict[str, str], wrap: Wrap | None = None
+    ) -> None:
+        """Take new commands, ship what the running ones wrote, report those that ended.
+        ``wrap(argv, stdin, tty)`` says how to run an argv (in the task's container)."""
+        wrap = wrap or as_is
         take = getattr(link, "take_execs", None)
         if take is None:
             return
         for item in take():
-            self._start(str(item["id"]), str(item["command"]), workdir, env)
+            if item.get("kind") in ("shell", "forward"):
+                self.sessions[str(item["id"])] = Session(link, item, workdir, env, wrap)
+            else:
+                self._start(str(item["id"]), str(item["command"]), workdir, env, wrap)
+        for sid in [s for s, run in self.sessions.items() if run.finished.is_set()]:
+            del self.sessions[sid]
         for xid, run in list(self.running.items()):
             ended = run.child.poll() is not None
             self._ship(link, run)
@@ -50,11 +62,13 @@ class Execs:
                     os.unlink(run.path)
                 del self.running[xid]
 
-    def _start(self, xid: str, command: str, workdir: str | None, env: dict[str, str]) -> None:
+    def _start(
+        self, xid: str, command: str, workdir: str | None, env: dict[str, str], wrap: Wrap
+    ) -> None:
         path = os.path.join(self.folder, f"{xid}.out")
         with open(path, "wb") as out:
             child = subprocess.Popen(
-                ["bash", "-c", command],
+                wrap(["bash", "-c", command], False, False),
                 cwd=workdir if workdir and os.path.isdir(workdir) else None,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -72,6 +86,8 @@ class Execs:
                 run.sent += len(piece)
 
     def stop_all(self) -> None:
+        for session in self.sessions.values():
+            session.stop()
         for run in self.running.values():
             with contextlib.suppress(OSError):
                 os.killpg(run.child.pid, signal.SIGKILL)

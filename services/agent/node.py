@@ -19,6 +19,7 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
@@ -57,7 +58,15 @@ class HttpLink:
                 f.write(token)
             os.replace(tmp, self.token_file)
 
-    def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
         ctype = "application/octet-stream" if raw is not None else "application/json"
         req = urllib.request.Request(self.api + path, data=data, method=method)
@@ -65,7 +74,7 @@ class HttpLink:
         if data is not None:
             req.add_header("Content-Type", ctype)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
                 text = resp.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode(errors="replace")
@@ -121,8 +130,33 @@ class HttpLink:
     def exec_output(self, exec_id: str, data: bytes) -> None:
         self.call("POST", f"/v1/node/execs/{exec_id}/output", raw=data)
 
-    def exec_done(self, exec_id: str, exit_code: int) -> None:
-        self.call("POST", f"/v1/node/execs/{exec_id}/done", {"exit_code": exit_code})
+    def exec_done(self, exec_id: str, exit_code: int, error: str | None = None) -> None:
+        body = {"exit_code": exit_code, **({"error": error} if error else {})}
+        self.call("POST", f"/v1/node/execs/{exec_id}/done", body)
+
+    # --- sessions (corral attach, port-forward): services/agent/sessions.py ----------------
+    def session_pull(
+        self, session_id: str, wait_s: float
+    ) -> tuple[bytes, bool, tuple[int, int] | None]:
+        path = f"/v1/node/sessions/{session_id}/input?wait_s={wait_s:g}"
+        got = self.call("GET", path, timeout_s=wait_s + self.timeout_s)
+        size = got.get("size")
+        return (
+            base64.b64decode(got.get("data") or ""),
+            bool(got.get("eof")),
+            (int(size[0]), int(size[1])) if isinstance(size, list) and len(size) == 2 else None,
+        )
+
+    def session_push(self, session_id: str, data: bytes, eof: bool) -> bool:
+        path = f"/v1/node/sessions/{session_id}/output" + ("?eof=true" if eof else "")
+        return bool(self.call("POST", path, raw=data).get("ok"))
+
+    def session_gone(self, session_id: str) -> bool:
+        try:
+            self.call("GET", f"/v1/node/sessions/{session_id}")
+        except LinkError as exc:
+            return "HTTP 404" in str(exc)
+        return False
 
     def fetch_bundle(self, files: dict[str, Any]) -> bytes:
         """The task's bundle, from the API with the node token (its own task's only)."""

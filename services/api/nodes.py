@@ -8,6 +8,7 @@ agent's wheel is served here too, so a machine needs nothing but Python to boot 
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Annotated, Any
 
@@ -16,6 +17,7 @@ from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
+from corral.services.api.execs import wait_pull
 from corral.services.api.routes import get_deps
 from corral.services.providers.agent_wheel import AGENT_DIST, build_agent_wheel
 from corral.services.runtime.deps import Deps
@@ -30,6 +32,7 @@ from corral.services.state.nodes import (
     ResultsRefused,
     TokenError,
 )
+from corral.shared.execs import SESSION_CHUNK_BYTES, SESSION_MAX_WAIT_S
 
 router = APIRouter(prefix="/v1/node", tags=["nodes"])
 
@@ -190,6 +193,7 @@ async def exec_output(
 
 class ExecDone(BaseModel):
     exit_code: int = Field(ge=-1024, le=1024)
+    error: str | None = Field(None, max_length=500)
 
 
 @router.post("/execs/{exec_id}/done", summary="One of this node's commands ended")
@@ -199,8 +203,50 @@ def exec_done(
     book = ExecBook(deps.redis, deps.settings.prefix)
     if not book.belongs(exec_id, str(node)):
         raise HTTPException(404, f"no command {exec_id!r} for this node")
-    book.done(exec_id, body.exit_code)
+    book.done(exec_id, body.exit_code, body.error)
     return {"ok": True}
+
+
+def _own_session(deps: Deps, session_id: str, node: NodeName) -> ExecBook:
+    book = ExecBook(deps.redis, deps.settings.prefix)
+    if not book.belongs(session_id, str(node)) or not book.is_session(session_id):
+        raise HTTPException(404, f"no session {session_id!r} for this node")
+    return book
+
+
+@router.get("/sessions/{session_id}", summary="Whether a session of this node is still kept")
+def session_kept(
+    session_id: str, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+) -> dict[str, Any]:
+    _own_session(deps, session_id, node)
+    return {"ok": True}
+
+
+@router.get("/sessions/{session_id}/input", summary="What the user sent to a session")
+async def session_input(
+    session_id: str,
+    wait_s: float = Query(10.0, ge=0, le=SESSION_MAX_WAIT_S),
+    node: NodeName = Depends(node_of),
+    deps: Deps = Depends(get_deps),
+) -> dict[str, Any]:
+    book = _own_session(deps, session_id, node)
+    data, eof, size = await wait_pull(book, session_id, "in", wait_s)
+    return {"data": base64.b64encode(data).decode(), "eof": eof, "size": size}
+
+
+@router.post("/sessions/{session_id}/output", summary="Bytes from a session's node side")
+async def session_output(
+    session_id: str,
+    request: Request,
+    eof: bool = Query(False, description="the node's side has ended (after these bytes)"),
+    node: NodeName = Depends(node_of),
+    deps: Deps = Depends(get_deps),
+) -> dict[str, Any]:
+    book = _own_session(deps, session_id, node)
+    data = await request.body()
+    if len(data) > SESSION_CHUNK_BYTES:
+        raise HTTPException(413, f"at most {SESSION_CHUNK_BYTES} bytes per write")
+    return {"ok": book.push(session_id, "up", data, eof)}
 
 
 @router.get("/bundle", summary="The task's files (workdir and file mounts) for this node")

@@ -3,8 +3,8 @@
 Paths are read as SkyPilot reads them: relative to where the command runs, ``~`` expanded. The
 archive is a gzip'd tar, the same bytes for the same files (sorted, times and owners zeroed), so
 its sha256 names it and an unchanged folder is uploaded once. ``.git`` folders and symbolic
-links are left out. A source Corral cannot copy yet (``s3://``, ``gs://``, a storage mapping) is
-refused with its field named.
+links are left out. ``s3://`` sources are not packed: the node copies them itself. A source
+Corral cannot copy yet (``gs://``, a storage mapping) is refused with its field named.
 """
 
 from __future__ import annotations
@@ -17,7 +17,12 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from corral.shared.bundles import WORKDIR_MEMBER, Bundle, BundleMount
+from corral.shared.bundles import (
+    WORKDIR_MEMBER,
+    Bundle,
+    BundleMount,
+    remote_source_problem,
+)
 
 SKIPPED_DIRS = frozenset({".git", "__pycache__"})
 MAX_FILES = 100_000
@@ -33,7 +38,10 @@ class BundleError(ValueError):
 
 
 def needs_bundle(task: dict[str, Any]) -> bool:
-    return isinstance(task.get("workdir"), str) or bool(task.get("file_mounts"))
+    """A local workdir, or a file mount that is not a remote store's (the node copies those)."""
+    mounts = task.get("file_mounts") or {}
+    local = [s for s in mounts.values() if not (isinstance(s, str) and "://" in s)]
+    return isinstance(task.get("workdir"), str) or bool(local)
 
 
 def pack(task: dict[str, Any], base: Path, max_bytes: int) -> tuple[bytes, Bundle]:
@@ -50,13 +58,11 @@ def pack(task: dict[str, Any], base: Path, max_bytes: int) -> tuple[bytes, Bundl
             files += _add(tar, source, WORKDIR_MEMBER, "workdir")
         for i, (target, source) in enumerate(sorted((task.get("file_mounts") or {}).items())):
             field = f"file_mounts.{target}"
-            if not isinstance(source, str):
-                raise BundleError(field, "a storage mapping is not supported yet; give a path")
+            problem = remote_source_problem(source)
+            if problem:
+                raise BundleError(field, problem)
             if "://" in source:
-                scheme = source.split("://", 1)[0]
-                raise BundleError(
-                    field, f"{scheme}:// sources are not supported yet; give a local path"
-                )
+                continue  # s3://: the node copies it itself (shared/bundles.py)
             path = _local(base, source, field)
             if not path.exists():
                 raise BundleError(field, f"{path} does not exist")

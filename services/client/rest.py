@@ -10,11 +10,13 @@ exceptions of ``corral.services.client.errors``.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -61,6 +63,16 @@ WAIT_POLL_S = 0.25  # `wait` reads the events endpoint about 4 times a second
 FOLLOW_INTERVAL_S = 1.0  # `follow_logs` reads the output once a second
 
 ViewT = TypeVar("ViewT", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class SessionRead:
+    """One read of a session: bytes, whether the node's side ended, its code and error."""
+
+    data: bytes
+    eof: bool
+    exit_code: int | None = None
+    error: str | None = None
 
 
 def _seg(ident: str) -> str:
@@ -271,6 +283,54 @@ class Client:
                 yield int(seen["exit_code"])
                 return
             time.sleep(interval_s)
+
+    # --- sessions: corral attach and port-forward, relayed by the API (docs/attach.md) ------
+    def open_session(self, request_id: str, kind: str, *, node: int = 0, **opts: Any) -> str:
+        """Open a ``shell`` or ``forward`` session (``port=``) on a running node; its id.
+        The node's agent takes it on its next heartbeat."""
+        body = {"kind": kind, "node": node, **{k: v for k, v in opts.items() if v is not None}}
+        started = self._json("POST", f"/v1/requests/{_seg(request_id)}/sessions", json=body)
+        return str(started["id"])
+
+    def session_write(
+        self,
+        session_id: str,
+        data: bytes,
+        *,
+        eof: bool = False,
+        size: tuple[int, int] | None = None,
+    ) -> None:
+        """Send bytes to the node's side (at most 64 KiB a call), waiting while it is
+        behind; ``size``: the terminal's new (rows, cols); ``eof``: this side has ended."""
+        params: dict[str, Any] = {"eof": "true"} if eof else {}
+        if size:
+            params.update(rows=size[0], cols=size[1])
+        pause = 0.05
+        while True:
+            done = self._json(
+                "POST",
+                f"/v1/sessions/{_seg(session_id)}/input",
+                params=params or None,
+                content=data,
+                headers={"Content-Type": "application/octet-stream"},
+            )
+            if done.get("ok"):
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    def session_read(self, session_id: str, wait_s: float = 10.0) -> SessionRead:
+        """What the node's side sent since the last read (waiting up to ``wait_s`` for
+        something), and once it ended, its exit code (and an error, if it could not start)."""
+        got = self._json(
+            "GET", f"/v1/sessions/{_seg(session_id)}/output", params={"wait_s": wait_s}
+        )
+        return SessionRead(
+            base64.b64decode(got.get("data") or ""),
+            bool(got.get("eof")),
+            got.get("exit_code"),
+            got.get("error"),
+        )
 
     def status(self, request_id: str) -> RequestView:
         """One request with its attempts and instances."""

@@ -40,6 +40,7 @@ from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
 from corral.services.state.boots import Boot
 from corral.shared.blocking import is_blocked
+from corral.shared.bundles import node_copied
 from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError, Scope, ThrottledError
 from corral.shared.failover import Place, Within
@@ -321,7 +322,7 @@ def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> L
         workdir=task.workdir if isinstance(task.workdir, str) else None,  # git: files["git"]
         image_id=image_for_region(task.resources.image_id, cand.region).machine,
         ports=parse_ports(task.resources.ports),
-        files=task_files(task),
+        files=task_files(task, image_for_region(task.resources.image_id, cand.region).docker),
         accelerators=dict(cand.accelerators),
         advanced_instance_config=_advanced_config(task, cand),
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},
@@ -339,12 +340,15 @@ def _envs(task: Task) -> dict[str, str]:
     return envs
 
 
-def task_files(task: Task) -> dict[str, Any]:
+def task_files(task: Task, docker: str | None = None) -> dict[str, Any]:
     """What the node must put in place before setup: the bundle corral launch uploaded
-    (workdir and file mounts), a git workdir to clone."""
-    files: dict[str, Any] = {}
+    (workdir and file mounts), a git workdir to clone; and the container image setup and
+    run go into (``image_id: docker:<image>``)."""
+    files: dict[str, Any] = {"docker": docker} if docker else {}
     if task.bundle is not None:
         files["bundle"] = task.bundle.model_dump()
+    if copied := node_copied(task.file_mounts):
+        files["copy"] = copied  # s3:// sources: the node copies them with its own credentials
     if task.workdir is not None and not isinstance(task.workdir, str):
         files["git"] = {"url": task.workdir.url, "ref": task.workdir.ref}
     return files

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 from typing import Any
@@ -10,11 +11,17 @@ from typing import Any
 import redis
 
 from corral.shared.execs import (
+    END_OF_STREAM,
     EXEC_TTL_S,
     MAX_OUTPUT_BYTES,
+    RESIZE_PREFIX,
+    SESSION_MAX_PENDING,
+    SESSION_READ_BATCH,
+    SESSION_TTL_S,
     exec_key,
     exec_output_key,
     exec_queue_key,
+    session_stream_key,
 )
 
 
@@ -23,9 +30,19 @@ class ExecBook:
         self.r = client
         self.prefix = prefix
 
-    def create(self, request_id: str, instance_id: str, node: str, command: str, now: float) -> str:
-        """Queue ``command`` for ``node``; its id."""
+    def create(
+        self,
+        request_id: str,
+        instance_id: str,
+        node: str,
+        command: str,
+        now: float,
+        session: dict[str, Any] | None = None,
+    ) -> str:
+        """Queue ``command`` for ``node`` (or, with ``session``, a relayed session: its
+        ``kind`` and what it needs, shared/execs.py); its id."""
         xid = "x-" + secrets.token_hex(8)
+        ttl = SESSION_TTL_S if session else EXEC_TTL_S
         key = exec_key(self.prefix, xid)
         queue = exec_queue_key(self.prefix, node)
         pipe = self.r.pipeline(transaction=True)
@@ -38,10 +55,11 @@ class ExecBook:
                 "state": "queued",
                 "created_at": repr(now),
                 "bytes": 0,
+                "kind": str((session or {}).get("kind") or "exec"),
             },
         )
-        pipe.expire(key, EXEC_TTL_S)
-        pipe.rpush(queue, json.dumps({"id": xid, "command": command}))
+        pipe.expire(key, ttl)
+        pipe.rpush(queue, json.dumps({"id": xid, "command": command, **(session or {})}))
         pipe.expire(queue, EXEC_TTL_S)
         pipe.execute()
         return xid
@@ -77,10 +95,60 @@ class ExecBook:
         pipe.expire(exec_output_key(self.prefix, exec_id), EXEC_TTL_S)
         pipe.execute()
 
-    def done(self, exec_id: str, exit_code: int) -> None:
-        self.r.hset(
-            exec_key(self.prefix, exec_id), mapping={"state": "done", "exit_code": exit_code}
+    def done(self, exec_id: str, exit_code: int, error: str | None = None) -> None:
+        key = exec_key(self.prefix, exec_id)
+        if error:
+            self.r.hset(key, "error", error[:500])
+        self.r.hset(key, mapping={"state": "done", "exit_code": exit_code})
+
+    # --- sessions (corral attach, port-forward): two streams, drained as they are read ------
+    def is_session(self, exec_id: str) -> bool:
+        kind = self.r.hget(exec_key(self.prefix, exec_id), "kind")
+        return kind not in (None, "exec", b"exec")
+
+    def push(
+        self,
+        exec_id: str,
+        side: str,
+        data: bytes,
+        eof: bool = False,
+        size: tuple[int, int] | None = None,
+    ) -> bool:
+        """Append ``data`` (then a terminal ``size``, then the end, with ``eof``) to one
+        stream; False when the stream is full (the reader is behind: write again later)."""
+        stream = session_stream_key(self.prefix, exec_id, side)
+        if int(self.r.llen(stream)) >= SESSION_MAX_PENDING:
+            return False
+        items = (
+            ([base64.b64encode(data).decode()] if data else [])
+            + ([f"{RESIZE_PREFIX}{size[0]}:{size[1]}"] if size else [])
+            + ([END_OF_STREAM] if eof else [])
         )
+        if items:
+            pipe = self.r.pipeline(transaction=True)
+            pipe.rpush(stream, *items)
+            pipe.expire(stream, SESSION_TTL_S)
+            pipe.expire(exec_key(self.prefix, exec_id), SESSION_TTL_S)
+            pipe.execute()
+        return True
+
+    def pull(self, exec_id: str, side: str) -> tuple[bytes, bool, tuple[int, int] | None]:
+        """What waits in one stream (taken off it), whether its end was reached, and the
+        last terminal size it carried."""
+        got = self.r.lpop(session_stream_key(self.prefix, exec_id, side), SESSION_READ_BATCH)
+        return decode_chunks(got)
+
+    def instance_of(self, exec_id: str) -> str | None:
+        got = self.r.hget(exec_key(self.prefix, exec_id), "instance_id")
+        return got.decode() if isinstance(got, bytes) else got
+
+    def ended(self, exec_id: str) -> tuple[int | None, str | None]:
+        """A session's exit code and error once its node side has ended."""
+        rec = self.r.hmget(exec_key(self.prefix, exec_id), ["state", "exit_code", "error"])
+        state, code, error = (v.decode() if isinstance(v, bytes) else v for v in rec)
+        if state != "done" or code is None:
+            return None, None
+        return int(code), error
 
     def read(self, exec_id: str, offset: int) -> dict[str, Any] | None:
         """What the command said from byte ``offset`` on, and whether it ended (its code)."""
@@ -102,3 +170,20 @@ class ExecBook:
             "offset": len(data),
             "exit_code": int(code) if code is not None and state == "done" else None,
         }
+
+
+def decode_chunks(got: Any) -> tuple[bytes, bool, tuple[int, int] | None]:
+    """A stream's entries (base64 text, ``size:R:C``, an empty one for its end) as bytes,
+    the end, and the last size."""
+    data, eof, size = b"", False, None
+    for item in got or []:
+        text = item.decode() if isinstance(item, bytes) else str(item)
+        if text == END_OF_STREAM:
+            eof = True
+            break  # nothing is written after the end
+        if text.startswith(RESIZE_PREFIX):
+            rows, _, cols = text[len(RESIZE_PREFIX) :].partition(":")
+            size = (int(rows), int(cols))
+            continue
+        data += base64.b64decode(text)
+    return data, eof, size

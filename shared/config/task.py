@@ -21,7 +21,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 # Relative imports: `mypy shared` cannot follow `corral.*` through the editable install's finder.
 from ..accelerators import AcceleratorRequest, parse_accelerators
 from ..autostop import Autostop, parse_autostop
-from ..bundles import Bundle, check_target
+from ..bundles import Bundle, check_target, remote_source_problem
 from ..ports import parse_ports
 from ..readiness import ReadinessProbe, parse_probe
 from . import DurationS, one_of, word_list, words
@@ -362,8 +362,11 @@ class Task(StrictModel):
     @field_validator("file_mounts")
     @classmethod
     def _mount_targets(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        for target in value or {}:
+        for target, source in (value or {}).items():
             check_target(target)
+            problem = remote_source_problem(source)
+            if problem:
+                raise ValueError(f"{target}: {problem}")
         return value
 
     @field_validator("service")

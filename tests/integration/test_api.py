@@ -383,6 +383,9 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/requests/{request_id}/logs/since": {"get"},
         "/v1/requests/{request_id}/exec": {"post"},
         "/v1/execs/{exec_id}": {"get"},
+        "/v1/requests/{request_id}/sessions": {"post"},
+        "/v1/sessions/{session_id}/input": {"post"},
+        "/v1/sessions/{session_id}/output": {"get"},
         "/v1/bundles/{sha256}": {"head", "put"},
         "/v1/requests/{request_id}/cancel": {"post"},
         "/v1/requests/{request_id}/terminate": {"post"},
@@ -416,6 +419,9 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/node/execs": {"get"},
         "/v1/node/execs/{exec_id}/output": {"post"},
         "/v1/node/execs/{exec_id}/done": {"post"},
+        "/v1/node/sessions/{session_id}": {"get"},
+        "/v1/node/sessions/{session_id}/input": {"get"},
+        "/v1/node/sessions/{session_id}/output": {"post"},
     }
     assert {path: set(ops) for path, ops in spec["paths"].items()} == expected
     assert "RequestView" in spec["components"]["schemas"]

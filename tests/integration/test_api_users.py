@@ -119,8 +119,10 @@ def test_a_members_token_cannot_read_list_or_cancel_another_projects_request(
             ("POST", f"/v1/requests/{rid}/cancel"),
             ("POST", f"/v1/requests/{rid}/terminate"),
             ("POST", f"/v1/requests/{rid}/exec"),
+            ("POST", f"/v1/requests/{rid}/sessions"),
         ):
             body = {"command": "id"} if path.endswith("/exec") else None
+            body = {"kind": "shell"} if path.endswith("/sessions") else body
             resp = c.request(method, path, json=body)
             assert resp.status_code == 404, (method, path, resp.status_code, resp.text)
             # The same answer as for an id that does not exist: nothing says it does.
@@ -150,6 +152,7 @@ def test_a_viewer_reads_its_project_but_cannot_submit_or_cancel(corral: Installa
         assert c.post("/v1/requests", json={"task": CPU_TASK}).status_code == 403
         assert c.post(f"/v1/requests/{rid}/cancel").status_code == 403
         assert c.post(f"/v1/requests/{rid}/terminate").status_code == 403
+        assert c.post(f"/v1/requests/{rid}/sessions", json={"kind": "shell"}).status_code == 403
         assert c.get("/v1/users").status_code == 403
     done = corral.cli(
         "launch", "-d", str(_task_file(corral, CPU_TASK)), token=corral.tokens["carol"]

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -379,14 +381,21 @@ def test_a_git_workdir_is_cloned_at_its_ref(system: System, tmp_path: Path) -> N
 def test_files_corral_cannot_ship_are_refused_naming_the_field(
     system: System, tmp_path: Path
 ) -> None:
-    job = tmp_path / "s3.yaml"
-    job.write_text(
-        "resources: {cloud: local, instance_type: cpu-2}\n"
-        "file_mounts: {/data: 's3://bucket/key'}\nrun: 'true'\n"
-    )
-    done = _cli(system, "launch", str(job))
-    assert done.returncode == 2
-    assert f"{job}: file_mounts./data: s3:// sources are not supported yet" in done.stderr
+    job = tmp_path / "gs.yaml"
+    for source, said in [
+        ("gs://bucket/key", "gs:// sources are not supported yet"),
+        ("r2://bucket/key", "r2:// sources are not supported yet"),
+        ("{name: data, mode: MOUNT}", "a storage mapping (mode: MOUNT or COPY) is not supported"),
+        ("s3://", "expected s3://BUCKET[/KEY]"),
+    ]:
+        job.write_text(
+            "resources: {cloud: local, instance_type: cpu-2}\n"
+            f"file_mounts: {{/data: {source}}}\nrun: 'true'\n"
+        )
+        done = _cli(system, "launch", str(job))
+        assert done.returncode == 2, done.stderr
+        assert f"{job}" in done.stderr and "file_mounts" in done.stderr, done.stderr
+        assert said in done.stderr and "/data" in done.stderr, done.stderr
     big = tmp_path / "big"
     big.mkdir()
     (big / "blob").write_bytes(os.urandom(300_000))
@@ -422,3 +431,340 @@ def test_exec_runs_a_command_on_a_running_node_and_returns_its_exit_code(
         assert _cli(system, "exec", rid, "--node", "3", "--", "true").returncode == 2
     finally:
         _cli(system, "down", rid)
+
+
+def _service(system: System, tmp_path: Path, text: str) -> str:
+    """A service launched on the local cloud, RUNNING: its request id."""
+    svc = tmp_path / "svc.yaml"
+    svc.write_text(text)
+    launched = _cli(system, "launch", str(svc), "-d")
+    assert launched.returncode == 0, launched.stderr
+    rid = launched.stdout.strip()
+    with Client(system.api_url, system.token, timeout_s=30) as client:
+        assert client.wait(rid, timeout_s=60).state == "RUNNING"
+    return rid
+
+
+def test_attach_relays_a_shell_through_the_agent_and_returns_its_exit_code(
+    system: System, tmp_path: Path
+) -> None:
+    """Issue 24: a way in. `corral attach ID` is a shell on the node relayed through the API
+    and the agent (docs/attach.md). Without a terminal, stdin is the shell's script: its
+    output comes back and its exit code is the command's."""
+    rid = _service(
+        system,
+        tmp_path,
+        "resources: {cloud: local, instance_type: cpu-2}\nenvs: {GREETING: hello-attach}\n",
+    )
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    try:
+        done = subprocess.run(
+            [CORRAL, "attach", rid],
+            input='echo hi; echo "$GREETING"; exit 3\n',
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert done.stdout.splitlines() == ["hi", "hello-attach"]
+        # a larger stdin than one write, and its output back in order
+        script = "".join(f"echo line-{i}\n" for i in range(5000))
+        big = subprocess.run(
+            [CORRAL, "attach", rid],
+            input=script,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert big.returncode == 0, big.stderr
+        assert big.stdout.splitlines() == [f"line-{i}" for i in range(5000)]
+        assert _cli(system, "attach", rid, "--node", "2").returncode == 2
+    finally:
+        _cli(system, "down", rid)
+
+
+def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(
+    system: System, tmp_path: Path
+) -> None:
+    """With a terminal (a pty here, 40 rows by 120 columns), attach puts it in raw mode and
+    the shell on the node gets a pty of that size, resized when the terminal is; its exit
+    code is the command's."""
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    rid = _service(system, tmp_path, "resources: {cloud: local, instance_type: cpu-2}\n")
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen(
+        [CORRAL, "attach", rid],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        # Typed once the shell's prompt is there (raw mode flushes what was typed before it).
+        deadline = time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 65536)
+        os.write(master, b"stty size; tty\r")
+        while b"/dev/pts/" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 65536)
+        assert b"40 120" in seen, seen
+        # The terminal is resized (SIGWINCH; the CLI has no controlling terminal here, so the
+        # test sends it): the node's pty follows.
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 132, 0, 0))
+        proc.send_signal(signal.SIGWINCH)
+        time.sleep(2)
+        os.write(master, b"stty size; exit 7\r")
+        while time.monotonic() < deadline and proc.poll() is None:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    break
+        assert proc.wait(10) == 7, seen
+        assert b"50 132" in seen, seen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+        _cli(system, "down", rid)
+
+
+def test_port_forward_reaches_a_services_port_on_the_node(system: System, tmp_path: Path) -> None:
+    """Issue 24: `corral port-forward ID PORT` listens on a local port; each connection is
+    relayed through the API to 127.0.0.1:PORT on the node by its agent."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "hello.txt").write_text("hello through the relay\n")
+    rid = _service(
+        system,
+        tmp_path,
+        "resources: {cloud: local, instance_type: cpu-2}\n"
+        f"run: cd {tmp_path / 'site'} && exec python3 -m http.server {port} --bind 127.0.0.1\n",
+    )
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    forward = subprocess.Popen(
+        [CORRAL, "port-forward", rid, str(port), "--local-port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert forward.stdout is not None
+        line = forward.stdout.readline()
+        assert line.startswith("Forwarding 127.0.0.1:"), line + forward.stderr.read()
+        local = int(line.split()[1].split(":")[1])
+        assert local != port
+
+        def answers() -> bool:
+            try:
+                got = httpx.get(f"http://127.0.0.1:{local}/hello.txt", timeout=10)
+            except httpx.HTTPError:
+                return False
+            return got.status_code == 200 and got.text == "hello through the relay\n"
+
+        wait_for(answers, 60, "the service to answer through the forwarded port")
+        # several connections at once, each its own session
+        blob = os.urandom(300_000)
+        (tmp_path / "site" / "blob.bin").write_bytes(blob)
+        for _ in range(3):
+            got = httpx.get(f"http://127.0.0.1:{local}/blob.bin", timeout=30)
+            assert got.content == blob
+    finally:
+        forward.terminate()
+        forward.wait(10)
+        _cli(system, "down", rid)
+
+
+FAKE_DOCKER = """#!/usr/bin/env python3
+# A stand-in for docker's CLI: records its argv, and runs what `docker exec` is given on the
+# host (in -w's folder, the -e variables from its own environment, as docker passes them).
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_DOCKER_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+if args[0] == "exec":
+    rest, cwd = args[1:], None
+    while rest[0].startswith("-"):
+        if rest[0] in ("-i", "-t"):
+            rest = rest[1:]
+            continue
+        if rest[0] == "-w":
+            cwd = rest[1]
+        rest = rest[2:]  # -w DIR, -e NAME
+    if cwd:
+        os.chdir(cwd)
+    os.environ["IN_FAKE_CONTAINER"] = rest[0]
+    os.execvp(rest[1], rest[1:])
+if args[0] == "run":
+    print("0123456789ab")
+"""
+
+
+def test_a_docker_image_runs_setup_and_run_in_its_container(system: System, tmp_path: Path) -> None:
+    """Issue 24: `image_id: docker:<image>` was dropped. The node starts the container (the
+    host's network, the workdir mounted at its own path) and setup and run go into it with
+    docker exec; the container is removed at the end. Docker's engine is not on this machine:
+    a fake `docker` first on the task's PATH records its argv and runs the command itself."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    calls = tmp_path / "docker-calls.jsonl"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "marker.txt").write_text("from-the-workdir\n")
+    (project / "job.yaml").write_text(
+        "workdir: .\n"
+        "resources: {cloud: local, instance_type: cpu-2, image_id: 'docker:ubuntu:22.04'}\n"
+        f"envs: {{PATH: '{bin_dir}:{os.environ['PATH']}', FAKE_DOCKER_LOG: '{calls}', "
+        "SECRETISH: s3cr3t-value}\n"
+        "setup: echo setup-in-$IN_FAKE_CONTAINER\n"
+        "run: cat marker.txt; echo run-in-$IN_FAKE_CONTAINER; echo $SECRETISH; exit 4\n"
+    )
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    done = subprocess.run(
+        [CORRAL, "launch", "job.yaml"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 4, done.stdout + done.stderr
+    argvs = [json.loads(line) for line in calls.read_text().splitlines()]
+    run, setup, job, rm = argvs
+    name = run[run.index("--name") + 1]
+    assert name.startswith("corral-")
+    assert run[:2] == ["run", "-d"] and run[-3:] == ["ubuntu:22.04", "sleep", "infinity"]
+    assert run[run.index("--network") + 1] == "host"
+    mount = run[run.index("-v") + 1]
+    workdir = mount.split(":")[0]
+    assert mount == f"{workdir}:{workdir}" and workdir.endswith("sky_workdir")
+    assert setup[0] == "exec" and setup[-3:-1] == ["bash", "-c"] and name in setup
+    assert job[job.index("-w") + 1] == workdir
+    assert job[job.index("SECRETISH") - 1] == "-e" and "s3cr3t" not in json.dumps(argvs)
+    assert rm == ["rm", "-f", name]
+    out = done.stdout
+    assert f"setup-in-{name}" in out and f"run-in-{name}" in out
+    assert "from-the-workdir" in out and "s3cr3t-value" in out
+
+
+def test_exec_and_attach_reach_inside_a_services_container(system: System, tmp_path: Path) -> None:
+    """With `docker:<image>`, corral exec and attach run in the task's container, where its
+    setup ran (docker exec; -i for attach's stdin), not on the machine beside it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    calls = tmp_path / "docker-calls.jsonl"
+    rid = _service(
+        system,
+        tmp_path,
+        "resources: {cloud: local, instance_type: cpu-2, image_id: 'docker:ubuntu:22.04'}\n"
+        f"envs: {{PATH: '{bin_dir}:{os.environ['PATH']}', FAKE_DOCKER_LOG: '{calls}'}}\n",
+    )
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    try:
+        ran = _cli(system, "exec", rid, "--", "echo exec-in-$IN_FAKE_CONTAINER; exit 2")
+        assert ran.returncode == 2 and "exec-in-corral-" in ran.stdout, ran.stdout + ran.stderr
+        attached = subprocess.run(
+            [CORRAL, "attach", rid],
+            input="echo attach-in-$IN_FAKE_CONTAINER\n",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert attached.returncode == 0, attached.stdout + attached.stderr
+        assert attached.stdout.startswith("attach-in-corral-"), attached.stdout
+        argvs = [json.loads(line) for line in calls.read_text().splitlines()]
+        assert [a[0] for a in argvs] == ["run", "exec", "exec"]
+        assert argvs[2][:2] == ["exec", "-i"] and argvs[2][-1] == "bash"
+    finally:
+        _cli(system, "down", rid)
+
+
+def test_a_docker_image_on_a_node_without_docker_fails_saying_so(
+    system: System, tmp_path: Path
+) -> None:
+    """Never skipped silently: a node without docker ends its task at once, its log saying
+    that docker is not installed on the node."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "bash").symlink_to("/bin/bash")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "resources: {cloud: local, instance_type: cpu-2, image_id: 'docker:ubuntu:22.04'}\n"
+        f"envs: {{PATH: '{bare}'}}\nrun: echo never-on-the-host\n"
+    )
+    done = _cli(system, "launch", str(job))
+    assert done.returncode != 0
+    both = done.stdout + done.stderr
+    assert "docker is not installed on the node" in both, both
+    assert "never-on-the-host" not in both
+
+
+def test_s3_file_mounts_are_copied_by_the_node_with_its_own_credentials(
+    system: System, tmp_path: Path
+) -> None:
+    """Issue 24: s3:// sources in file_mounts were refused. The node's agent copies them
+    before setup (a prefix as a folder, a key as a file) with the credentials the node has:
+    here the task's envs pointing at moto's S3 server; Corral's own hold none for it."""
+    import boto3
+
+    from fakes.aws_faults import FaultyMoto
+
+    with FaultyMoto() as moto:
+        creds = {
+            "AWS_ENDPOINT_URL": moto.url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=moto.url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        s3.create_bucket(Bucket="corral-data")
+        s3.put_object(Bucket="corral-data", Key="set/a.txt", Body=b"object-a\n")
+        s3.put_object(Bucket="corral-data", Key="set/sub/b.txt", Body=b"object-b\n")
+        s3.put_object(Bucket="corral-data", Key="model.bin", Body=b"weights-from-s3\n")
+        envs = ", ".join(f"{k}: '{v}'" for k, v in creds.items())
+        job = tmp_path / "s3.yaml"
+        job.write_text(
+            "resources: {cloud: local, instance_type: cpu-2}\n"
+            f"envs: {{{envs}}}\n"
+            "file_mounts:\n  /data: s3://corral-data/set\n  ~/model.bin: s3://corral-data/model.bin\n"
+            "run: cat ~/data/a.txt ~/data/sub/b.txt ~/model.bin\n"
+        )
+        done = _cli(system, "launch", str(job))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "object-a\nobject-b\nweights-from-s3" in done.stdout
+        job.write_text(
+            "resources: {cloud: local, instance_type: cpu-2}\n"
+            f"envs: {{{envs}}}\n"
+            "file_mounts: {/data: s3://corral-data/nothing-here}\nrun: echo never-run\n"
+        )
+        missing = _cli(system, "launch", str(job))
+        both = missing.stdout + missing.stderr
+        assert missing.returncode != 0 and "never-run" not in both
+        assert "s3://corral-data/nothing-here: no such object" in both, both

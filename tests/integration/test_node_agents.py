@@ -167,6 +167,43 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
     )
     assert theirs_exec.json() == {"execs": []}  # another node's queue is its own
 
+    # corral attach over the cloud agent's HTTP link (docs/attach.md): stdin from a pipe is
+    # the shell's script, its output and exit code come back.
+    attached = subprocess.run(
+        [CORRAL, "attach", svc],
+        input="echo attached-$CORRAL_REQUEST_ID; exit 4\n",
+        env={**system.env, "CORRAL_API_URL": system.api_url},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert attached.returncode == 4, attached.stdout + attached.stderr
+    assert attached.stdout.splitlines() == [f"attached-{svc}"]
+    # A session's node side answers its own node's token only; a forward to a port where
+    # nothing listens ends with the node's word on it.
+    with system.client() as c:
+        opened = c.post(f"/v1/requests/{svc}/sessions", json={"kind": "forward", "port": 1})
+        assert opened.status_code == 201, opened.text
+        sid = opened.json()["id"]
+        assert c.post(f"/v1/requests/{svc}/sessions", json={"kind": "forward"}).status_code == 422
+    theirs = {"Authorization": f"Bearer {vm_other.token}"}
+    with httpx.Client(base_url=system.api_url, headers=theirs, timeout=10) as c:
+        assert c.get(f"/v1/node/sessions/{sid}").status_code == 404
+        assert c.get(f"/v1/node/sessions/{sid}/input", params={"wait_s": 0}).status_code == 404
+        assert c.post(f"/v1/node/sessions/{sid}/output", content=b"x").status_code == 404
+    assert httpx.get(f"{system.api_url}/v1/sessions/{sid}/output", headers=node).status_code == 401
+    with system.client() as c:
+        ended: list[dict[str, object]] = []
+
+        def forward_ended() -> bool:
+            got = c.get(f"/v1/sessions/{sid}/output", params={"wait_s": 2}).json()
+            ended.append(got)
+            return bool(got["eof"])
+
+        wait_for(forward_ended, 30, "the forward session to end")
+        assert ended[-1]["exit_code"] == 1
+        assert "nothing answers at 127.0.0.1:1 on the node" in str(ended[-1]["error"])
+
     # Terminated: the VM goes, its agent is stopped as the shutdown would, its token expires.
     assert system.cli("terminate", svc).returncode == 0
     wait_for(lambda: system.request(svc)["state"] == "TERMINATED", 60, "the service terminated")

@@ -41,6 +41,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 from typing import Any
 
@@ -48,19 +49,33 @@ from corral.services.agent.core import Agent, LinkError, Work, say
 from corral.services.providers.local.resp import MiniRedis, RedisError
 from corral.services.providers.local.state import TERMINATED, CloudState, InstanceRecord
 from corral.shared.execs import (
+    END_OF_STREAM,
     EXEC_TTL_S,
     MAX_OUTPUT_BYTES,
+    RESIZE_PREFIX,
+    SESSION_MAX_PENDING,
+    SESSION_READ_BATCH,
+    SESSION_TTL_S,
     exec_key,
     exec_output_key,
     exec_queue_key,
+    session_stream_key,
 )
 
 
 class RedisLink:
     """The local cloud's link: the agent writes its reports into the cloud's records."""
 
-    def __init__(self, state: CloudState, rec: InstanceRecord, prefix: str = "corral") -> None:
+    def __init__(
+        self,
+        state: CloudState,
+        rec: InstanceRecord,
+        prefix: str = "corral",
+        url: str | None = None,
+    ) -> None:
         self.state = state
+        self.url = url  # sessions' threads open connections of their own
+        self._local = threading.local()
         self.rec = rec
         self.prefix = prefix
         # The agent's own client (resp.MiniRedis, typed as redis-py's for CloudState): its
@@ -145,10 +160,78 @@ class RedisLink:
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
-    def exec_done(self, exec_id: str, exit_code: int) -> None:
+    def exec_done(self, exec_id: str, exit_code: int, error: str | None = None) -> None:
         key = exec_key(self.prefix, exec_id)
+        extra = ["error", error[:500]] if error else []
         try:
-            self._r.execute("HSET", key, "state", "done", "exit_code", str(exit_code))
+            r = self._session_redis()  # the agent's own on its main thread
+            r.execute("HSET", key, "state", "done", "exit_code", str(exit_code), *extra)
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+
+    # --- sessions (corral attach, port-forward): services/agent/sessions.py ----------------
+    def _in_session(self) -> bool:
+        return threading.current_thread() is not threading.main_thread()
+
+    def _session_redis(self) -> Any:
+        """This thread's own connection (one connection is never shared between threads)."""
+        r = getattr(self._local, "r", None)
+        if r is None:
+            if not self._in_session():
+                return self._r
+            if self.url is None:
+                raise LinkError("this agent was started without a Redis URL for sessions")
+            r = self._local.r = MiniRedis.from_url(self.url)
+        return r
+
+    def session_pull(
+        self, session_id: str, wait_s: float
+    ) -> tuple[bytes, bool, tuple[int, int] | None]:
+        stream = session_stream_key(self.prefix, session_id, "in")
+        try:
+            r = self._session_redis()
+            first = r.execute("BLPOP", stream, str(min(wait_s, 2.0)))
+            if not first:
+                if self.session_gone(session_id):
+                    raise LinkError(f"session {session_id} is gone")
+                return b"", False, None
+            more = r.execute("LPOP", stream, str(SESSION_READ_BATCH)) or []
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+        data, eof, size = b"", False, None
+        for text in [first[1], *more]:
+            if text == END_OF_STREAM:
+                eof = True
+                break
+            if text.startswith(RESIZE_PREFIX):
+                rows, _, cols = text[len(RESIZE_PREFIX) :].partition(":")
+                size = (int(rows), int(cols))
+                continue
+            data += base64.b64decode(text)
+        return data, eof, size
+
+    def session_push(self, session_id: str, data: bytes, eof: bool) -> bool:
+        stream = session_stream_key(self.prefix, session_id, "up")
+        items = ([base64.b64encode(data).decode()] if data else []) + (
+            [END_OF_STREAM] if eof else []
+        )
+        try:
+            r = self._session_redis()
+            if not r.execute("EXISTS", exec_key(self.prefix, session_id)):
+                raise LinkError(f"session {session_id} is gone")
+            if int(r.execute("LLEN", stream) or 0) >= SESSION_MAX_PENDING:
+                return False
+            if items:
+                r.execute("RPUSH", stream, *items)
+                r.execute("EXPIRE", stream, str(SESSION_TTL_S))
+                r.execute("EXPIRE", exec_key(self.prefix, session_id), str(SESSION_TTL_S))
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+        return True
+
+    def session_gone(self, session_id: str) -> bool:
+        try:
+            return not self._session_redis().execute("EXISTS", exec_key(self.prefix, session_id))
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
@@ -222,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         setup=rec.setup, run=rec.run, envs=dict(rec.envs), workdir=rec.workdir, files=rec.files
     )
     agent = Agent(
-        RedisLink(state, rec, args.prefix),
+        RedisLink(state, rec, args.prefix, url=url),
         work,
         rec.id,
         heartbeat_s=args.heartbeat_s,
