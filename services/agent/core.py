@@ -20,7 +20,6 @@ Standard library only: it runs on machines where nothing but Python is installed
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -37,8 +36,16 @@ from types import FrameType
 from typing import Any, Protocol
 
 from corral.services.agent.bundle import BundleError, clone, mount_path, unpack
+from corral.services.agent.container import Container, container_name, run_argv
 from corral.services.agent.execs import Execs
 from corral.services.agent.probe import ReadinessWatch
+from corral.services.agent.processes import (
+    group_alive,
+    kill_group,
+    kill_marked,
+    ray_python,
+    shell_exit_code,
+)
 
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
 
@@ -174,7 +181,7 @@ class Agent:
         self._started = time.monotonic()
         self._idle_from: float | None = None  # monotonic: since when nothing has run
         self.probe = ReadinessWatch.from_envs(work.envs)  # a service's readiness probe
-        self._container: tuple[str, str] | None = None  # docker's path, the container's name
+        self._container: Container | None = None  # the task's docker container, once started
         # Self-pipe: signals (SIGTERM, and SIGCHLD when a child ends) wake the select() below.
         self._wake_r, wake_w = os.pipe()
         for fd in (self._wake_r, wake_w):
@@ -256,24 +263,17 @@ class Agent:
         if files.get("home"):  # a local machine: its folder is its home
             rec.envs = {**rec.envs, "HOME": str(home)}
 
-    # --- image_id: docker:<image> (setup and run inside a container, as SkyPilot does) ------
+    # --- image_id: docker:<image> (setup and run inside a container: container.py) ----------
     def _start_container(self, image: str) -> int:
-        """Start the task's container, detached on the host's network with the workdir
-        mounted at the same path, kept until the agent ends; setup and run go into it with
-        ``docker exec``. A node without docker fails here (exit 127), never runs on the host."""
+        """Start the task's container, kept until the agent ends. A node without docker fails
+        here (exit 127), never runs on the host."""
         env = self._env(self.work.envs)
         docker = shutil.which("docker", path=env.get("PATH"))
         if docker is None:
             say(f"docker is not installed on the node (the task's image_id is docker:{image})")
             return 127
-        name = "corral-" + "".join(
-            c if c.isalnum() or c in "-_." else "-" for c in self.instance_id
-        )
-        argv = [docker, "run", "-d", "--name", name, "--network", "host"]
-        workdir = self.work.workdir
-        if workdir and Path(workdir).is_dir():
-            argv += ["-v", f"{workdir}:{workdir}", "-w", workdir]
-        argv += [*_env_names(self.work.envs), image, "sleep", "infinity"]
+        name = container_name(self.instance_id)
+        argv = run_argv(docker, name, image, self.work.workdir, self.work.envs)
         say(f"starting the task's container from {image}")
         # Its output (docker's progress and errors) goes to the log; the agent heartbeats
         # while it runs (a pull can take minutes).
@@ -283,54 +283,26 @@ class Agent:
         )  # fmt: skip
         while child.poll() is None and not self.stopping:
             self._wait(child)
-        code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
+        code = (
+            self._stop_child(child) if child.poll() is None else shell_exit_code(child.returncode)
+        )
         if code != 0:
             say(f"docker run {image} exited {code}")
             return code
-        self._container = (docker, name)
+        self._container = Container(docker, name)
         return 0
-
-    def _in_container(self, script: str, workdir: str | None, envs: dict[str, str]) -> list[str]:
-        """The argv that runs ``script`` in the task's container (its envs by name only: the
-        values reach docker through its environment, never its command line)."""
-        return self._container_argv(["bash", "-c", script], workdir, envs)
-
-    def _container_argv(
-        self,
-        argv: list[str],
-        workdir: str | None,
-        envs: dict[str, str],
-        *,
-        stdin: bool = False,
-        tty: bool = False,
-    ) -> list[str]:
-        """``argv`` run in the task's container by ``docker exec`` (``-i`` with ``stdin``,
-        ``-t`` with ``tty``): setup, run, and what corral exec and attach start."""
-        docker, name = self._container or ("docker", "")
-        out = [docker, "exec", *(["-i"] if stdin else []), *(["-t"] if tty else [])]
-        if workdir and Path(workdir).is_dir():
-            out += ["-w", workdir]
-        return [*out, *_env_names(envs), name, *argv]
 
     def _exec_argv(self, argv: list[str], stdin: bool, tty: bool) -> list[str]:
         """Where corral exec and attach run: in the task's container if it has one."""
         if self._container is None:
             return argv
-        return self._container_argv(argv, self.work.workdir, self.work.envs, stdin=stdin, tty=tty)
+        workdir, envs = self.work.workdir, self.work.envs
+        return self._container.exec_argv(argv, workdir, envs, stdin=stdin, tty=tty)
 
     def _stop_container(self) -> None:
-        if self._container is None:
-            return
-        docker, name = self._container
-        self._container = None
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run(
-                [docker, "rm", "-f", name],
-                env=self._env(self.work.envs),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=60,
-            )
+        container, self._container = self._container, None
+        if container is not None:
+            container.remove(self._env(self.work.envs))
 
     def _copy_remote(self, source: str, target: str, home: Path, files: dict[str, Any]) -> None:
         """An ``s3://`` file mount, copied by a child Python in the task's environment (the
@@ -368,11 +340,13 @@ class Agent:
         child = self._spawn(script, self.work.workdir, self.work.envs, container=True)
         while child.poll() is None and not self.stopping:
             self._wait(child)
-        code = self._stop_child(child) if child.poll() is None else _exit_code(child.returncode)
+        code = (
+            self._stop_child(child) if child.poll() is None else shell_exit_code(child.returncode)
+        )
         if keep and code == 0 and not self.stopping:
             self._kept.append(child.pid)
         else:
-            _kill_group(child.pid, signal.SIGKILL)  # what the script left in the background
+            kill_group(child.pid, signal.SIGKILL)  # what the script left in the background
         return code
 
     def _env(self, envs: dict[str, str]) -> dict[str, str]:
@@ -413,12 +387,12 @@ class Agent:
             return
         say("stopping the node's services")
         for pgid in self._kept:
-            _kill_group(pgid, signal.SIGTERM)
+            kill_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.kill_grace_s
-        while time.monotonic() < deadline and any(_group_alive(g) for g in self._kept):
+        while time.monotonic() < deadline and any(group_alive(g) for g in self._kept):
             time.sleep(GROUP_POLL_S)
         for pgid in self._kept:
-            _kill_group(pgid, signal.SIGKILL)
+            kill_group(pgid, signal.SIGKILL)
         self._kept = []
         kill_marked(self.instance_id)
 
@@ -435,7 +409,7 @@ class Agent:
         # provider recognises the task's processes when it must kill them itself.
         argv = ["bash", "-c", script]
         if container and self._container is not None:
-            argv = self._in_container(script, workdir, envs)
+            argv = self._container.exec_argv(["bash", "-c", script], workdir, envs)
         child = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -507,7 +481,7 @@ class Agent:
     def _after_setup(self, job: Assignment) -> None:
         if job.run:
             if job.child is not None:
-                _kill_group(job.child.pid, signal.SIGKILL)  # what setup left in the background
+                kill_group(job.child.pid, signal.SIGKILL)  # what setup left in the background
             self._job_phase(job, "running", job.run)
         else:
             # A service: setup's background processes are the service; keep them.
@@ -524,7 +498,7 @@ class Agent:
                 code = job.child.poll()
                 if code is None:
                     continue
-                code = _exit_code(code)
+                code = shell_exit_code(code)
                 if job.phase == "setup" and code != 0:
                     self._close_job(job, "setup_failed", code)
                 elif job.phase == "setup":
@@ -537,7 +511,7 @@ class Agent:
         if job.stop_by is None:
             job.stop_by = time.monotonic() + self.kill_grace_s
             if job.child is not None:
-                _kill_group(job.child.pid, signal.SIGTERM)
+                kill_group(job.child.pid, signal.SIGTERM)
 
     def _advance_withdrawal(self, job: Assignment) -> None:
         """Close a withdrawn assignment once its processes are gone, SIGKILLing them when
@@ -548,17 +522,17 @@ class Agent:
             self._close_job(job, "withdrawn")
         elif job.phase == "serving":
             # Setup has ended; its service lives on in the group until it goes or is killed.
-            if late or not _group_alive(child.pid):
+            if late or not group_alive(child.pid):
                 self._close_job(job, "withdrawn")
         elif child.poll() is not None or late:
-            _kill_group(child.pid, signal.SIGKILL)
+            kill_group(child.pid, signal.SIGKILL)
             child.wait()
-            self._close_job(job, "withdrawn", _exit_code(child.returncode))
+            self._close_job(job, "withdrawn", shell_exit_code(child.returncode))
 
     def _close_job(self, job: Assignment, reason: str, exit_code: int | None = None) -> None:
         """End the assignment (killing what is left of its group) and record its result."""
         if job.child is not None:
-            _kill_group(job.child.pid, signal.SIGKILL)
+            kill_group(job.child.pid, signal.SIGKILL)
         if reason == "withdrawn":
             say(f"assignment {job.id}: withdrawn")
         elif reason == "setup_failed":
@@ -618,13 +592,13 @@ class Agent:
             self._select(max(0.0, timeout))
 
     def _stop_child(self, child: subprocess.Popen[bytes]) -> int:
-        _kill_group(child.pid, signal.SIGTERM)
+        kill_group(child.pid, signal.SIGTERM)
         try:
             child.wait(self.kill_grace_s)
         except subprocess.TimeoutExpired:
-            _kill_group(child.pid, signal.SIGKILL)
+            kill_group(child.pid, signal.SIGKILL)
             child.wait()
-        return _exit_code(child.returncode)
+        return shell_exit_code(child.returncode)
 
     def _wait(self, child: subprocess.Popen[bytes] | None) -> None:
         """Sleep until the next heartbeat is due or a signal arrives, then beat if due."""
@@ -787,71 +761,3 @@ def _private(name: str) -> bool:
 MAX_DEMAND_BYTES = 256 * 1024
 FINISH_PATIENCE_S = 600.0  # how long the agent keeps trying to write its final record
 GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at
-
-
-def _env_names(envs: dict[str, str]) -> list[str]:
-    """docker's ``-e NAME`` for each variable: the value comes from docker's environment."""
-    return [arg for name in sorted(envs) for arg in ("-e", name)]
-
-
-def _exit_code(returncode: int) -> int:
-    """A shell's convention: killed by signal N reads as 128 + N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def ray_python(envs: dict[str, str]) -> str | None:
-    """The Python that runs Ray on this machine: ``CORRAL_RAY_PYTHON`` if set, else the
-    interpreter named by the ``ray`` command's first line (on the node's PATH)."""
-    if envs.get("CORRAL_RAY_PYTHON"):
-        return envs["CORRAL_RAY_PYTHON"]
-    ray = shutil.which("ray", path=envs.get("PATH") or os.environ.get("PATH"))
-    if ray is None:
-        return None
-    try:
-        with open(ray, "rb") as fh:
-            first = fh.readline(4096).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-    if not first.startswith("#!"):
-        return None
-    words = first[2:].split()
-    if words and Path(words[0]).name == "env" and len(words) > 1:
-        return shutil.which(words[1])
-    return words[0] if words else None
-
-
-def kill_marked(instance_id: str) -> int:
-    """SIGKILL every process (but this one) whose environment names this instance: what a
-    service left behind outside its process groups. Linux (/proc); elsewhere nothing."""
-    marker = f"CORRAL_INSTANCE_ID={instance_id}".encode()
-    killed = 0
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return 0
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-    return killed

@@ -1,0 +1,74 @@
+"""The node's processes: exit codes as a shell reads them, process groups, the processes a
+service left behind (by the instance id in their environment), and the Python that runs Ray.
+Standard library only, as the whole agent."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+from pathlib import Path
+
+
+def shell_exit_code(returncode: int) -> int:
+    """A shell's convention: killed by signal N reads as 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def kill_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def ray_python(envs: dict[str, str]) -> str | None:
+    """The Python that runs Ray on this machine: ``CORRAL_RAY_PYTHON`` if set, else the
+    interpreter named by the ``ray`` command's first line (on the node's PATH)."""
+    if envs.get("CORRAL_RAY_PYTHON"):
+        return envs["CORRAL_RAY_PYTHON"]
+    ray = shutil.which("ray", path=envs.get("PATH") or os.environ.get("PATH"))
+    if ray is None:
+        return None
+    try:
+        with open(ray, "rb") as fh:
+            first = fh.readline(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("#!"):
+        return None
+    words = first[2:].split()
+    if words and Path(words[0]).name == "env" and len(words) > 1:
+        return shutil.which(words[1])
+    return words[0] if words else None
+
+
+def kill_marked(instance_id: str) -> int:
+    """SIGKILL every process (but this one) whose environment names this instance: what a
+    service left behind outside its process groups. Linux (/proc); elsewhere nothing."""
+    marker = f"CORRAL_INSTANCE_ID={instance_id}".encode()
+    killed = 0
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return 0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
