@@ -130,6 +130,6 @@ def test_an_impossible_request_names_the_clouds_left_out_and_why(demo: Any, tmp_
     # The same launch on a cloud left out is told so as it starts.
     gpu = tmp_path / "a100.yaml"
     gpu.write_text("name: a100\nresources: {accelerators: A100:8}\nrun: echo ok\n")
-    done = demo.system.cli("launch", str(gpu), "--wait", "--timeout", "60")
+    done = demo.system.cli("launch", str(gpu), "--wait", "--timeout", "60", "--fail-fast")
     assert "aws is left out of the chain: no credentials found" in done.stdout
     assert "gcp is left out of the chain: no credentials found" in done.stdout
