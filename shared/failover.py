@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import partial
 from typing import Any
 
-from corral.shared.blocking import Block, Placed, is_blocked
+from corral.shared.blocking import Block, Placed, blocks_by_cloud, is_blocked
 
 
 class Within(StrEnum):
@@ -24,6 +23,9 @@ class Within(StrEnum):
     REGION = "region"  # the failed candidate's region (its other zones)
     CLOUD = "cloud"  # the failed candidate's cloud (its other regions)
     ANY = "any"  # the rest of the chain, any cloud
+
+
+PLACE_FIELDS = ("cloud", "region", "zone", "instance_type", "market")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +41,13 @@ class Place:
 
     @classmethod
     def of(cls, candidate: Placed | Mapping[str, Any]) -> Place:
+        if isinstance(candidate, Place):
+            return candidate
         if isinstance(candidate, Mapping):
             get: Any = candidate.__getitem__
-        else:
-            get = partial(getattr, candidate)
-        return cls(*(str(get(f)) for f in ("cloud", "region", "zone", "instance_type", "market")))
+            return cls(*(str(get(f)) for f in PLACE_FIELDS))
+        c = candidate  # a placed candidate's fields are text already
+        return cls(c.cloud, c.region, c.zone, c.instance_type, c.market)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +73,13 @@ def next_step(
     """The next candidate after position ``after`` (-1: from the start) that is not blocked,
     if it lies inside ``within`` of the candidate at ``after``."""
     scope = Within(within)
-    blocks = tuple(blocks)
+    by_cloud = blocks_by_cloud(blocks)  # a candidate is checked against its own cloud's only
     origin = Place.of(chain[after]) if after >= 0 else None
     passed: list[tuple[int, Block]] = []
     seen: set[Block] = set()
     for i in range(after + 1, len(chain)):
         place = Place.of(chain[i])
-        hit = is_blocked(place, blocks)
+        hit = is_blocked(place, by_cloud.get(place.cloud, ()))
         if hit is not None:
             if hit not in seen:
                 seen.add(hit)

@@ -138,10 +138,13 @@ def blocking_expiries(
         by_cloud.setdefault(block.cloud, []).append((block, until))
     free_at: list[float] = []
     for c in chain:
+        mine = by_cloud.get(c.cloud)
+        if not mine:
+            continue
         place = (c.cloud, c.region, c.zone, c.instance_type, c.market)
-        covering = [until for block, until in by_cloud.get(c.cloud, ()) if block.covers(*place)]
-        if covering:
-            free_at.append(max(covering))
+        last = max((until for block, until in mine if block.covers(*place)), default=None)
+        if last is not None:
+            free_at.append(last)
     return free_at
 
 
@@ -155,14 +158,17 @@ def decide_wait(
     expiries: Iterable[float],
     backoff: Backoff,
     rng: random.Random,
+    candidates: int | None = None,
 ) -> WaitDecision:
     """The chain was walked to its end with nothing launched: wait, or fail.
 
     ``since``: when the request started looking for capacity (its submission, or its last
-    relaunch); ``retries``: walks made again so far; ``expiries``: when the blocks covering its
-    chain expire (:func:`blocking_expiries`). The retry comes after the backoff, or just after
-    the first of those expiries if sooner, and never after the deadline (the last walk is made
-    at it; the next exhaustion fails the request)."""
+    relaunch); ``retries``: walks made again so far; ``expiries``: when the blocked candidates
+    of its chain are free again (:func:`blocking_expiries`); ``candidates``: the chain's length.
+    The retry comes after the backoff, or just after the first of those expiries if sooner,
+    and never after the deadline (the last walk is made at it; the next exhaustion fails the
+    request). When every candidate is blocked, a walk before the first is free would skip them
+    all and find nothing: the retry then waits for that one, even past the backoff."""
     if not retry_until_up:
         return WaitDecision("fail", "fail fast: the request does not wait for capacity")
     deadline = deadline_of(since, max_wait_s)
@@ -176,8 +182,10 @@ def decide_wait(
         )
     retry_at = now + backoff.wait_s(retries, rng)
     because: Literal["backoff", "block_expiry", "deadline"] = "backoff"
-    soonest = min((t for t in expiries if t > now), default=None)
-    if soonest is not None and soonest + AFTER_EXPIRY_S < retry_at:
+    live = [t for t in expiries if t > now]
+    soonest = min(live, default=None)
+    all_blocked = candidates is not None and 0 < candidates <= len(live)
+    if soonest is not None and (all_blocked or soonest + AFTER_EXPIRY_S < retry_at):
         retry_at, because = soonest + AFTER_EXPIRY_S, "block_expiry"
     if deadline is not None and deadline < retry_at:
         retry_at, because = deadline, "deadline"

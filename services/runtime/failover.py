@@ -203,6 +203,7 @@ def exhausted(deps: Deps, r: LaunchRequest, now: float, blocks: list[tuple[Block
         expiries=blocking_expiries(r.chain, blocks),
         backoff=backoff_of(deps.settings.timers),
         rng=retry_rng(r.id, retries),
+        candidates=len(r.chain),
     )
     if decided.action == "fail":
         r.error = f"{verdict}; {decided.reason}"

@@ -11,7 +11,7 @@ from ..routing import (
     MasterView,
     Refusal,
     RegistryView,
-    route,
+    route_with_plan,
 )
 from .cloud import SimInstance
 from .direct import Launcher
@@ -67,7 +67,7 @@ class CorralPolicy:
             return
         task = arrival.task
         assert task is not None
-        found = route(task, self.view)
+        found, planned = route_with_plan(task, self.view)  # a direct route's chain, planned once
         match found:
             case Refusal(reasons=reasons):
                 self.sim.failed(arrival.id, "refused: " + "; ".join(reasons))
@@ -80,7 +80,7 @@ class CorralPolicy:
                 self.det.add(arrival.id, task, pool)
             case Direct():
                 self.where[arrival.id] = self.launcher
-                self.launcher.submit(arrival.id, task, self._up, self.sim.failed)
+                self.launcher.submit(arrival.id, task, self._up, self.sim.failed, planned=planned)
 
     def _up(self, rid: str, instances: list[SimInstance]) -> None:
         self.sim.work_start(rid, sum(i.gpus for i in instances))

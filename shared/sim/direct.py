@@ -20,7 +20,7 @@ from ..blocking import Block, is_blocked
 from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from ..failover import WIDER, Place, Within, next_step
-from ..planner import Candidate, plan
+from ..planner import Candidate, Plan, plan
 from ..waiting import backoff_of, blocking_expiries, decide_wait, retry_rng
 from .cloud import Place as CloudPlace
 from .cloud import SimInstance
@@ -91,10 +91,18 @@ class Launcher:
 
     # ------------------------------------------------------------------ admission
     def submit(
-        self, rid: str, task: Task, on_up: OnUp, on_failed: OnFailed, owner: str | None = None
+        self,
+        rid: str,
+        task: Task,
+        on_up: OnUp,
+        on_failed: OnFailed,
+        owner: str | None = None,
+        planned: Plan | None = None,
     ) -> None:
-        """Plan the chain and start down it (``corral.schedule.admit``)."""
-        planned = plan(task, self.sim.catalog, clouds=self.clouds)
+        """Plan the chain and start down it (``corral.schedule.admit``); ``planned``: the chain
+        the route already planned (the runtime's request carries it the same way)."""
+        if planned is None:
+            planned = plan(task, self.sim.catalog, clouds=self.clouds)
         if not planned.candidates:
             on_failed(rid, "; ".join(planned.reasons) or "no launchable candidate")
             return
@@ -150,6 +158,7 @@ class Launcher:
             ),
             backoff=backoff_of(self.sim.timers),
             rng=retry_rng(flow.rid, flow.retries),
+            candidates=len(flow.chain),
         )
         if decided.action == "fail" or decided.retry_at is None:
             tried = len(flow.chain)

@@ -87,6 +87,20 @@ def test_a_block_expiring_first_brings_the_retry_forward() -> None:
     assert later.because == "backoff"  # type: ignore[attr-defined]
 
 
+def test_with_every_candidate_blocked_the_retry_waits_for_the_first_to_be_free() -> None:
+    """A walk before any candidate is free would skip them all (a wasted wake, and in the
+    runtime a wasted store write): the retry waits for the first, even past the backoff."""
+    decided = _decide(retries=0, expiries=[1400.0, 1200.0], candidates=2)
+    assert decided.retry_at == 1200.0 + AFTER_EXPIRY_S  # type: ignore[attr-defined]
+    assert decided.because == "block_expiry"  # type: ignore[attr-defined]
+    # One candidate not blocked (or its block gone): the backoff stands.
+    some = _decide(retries=0, expiries=[1400.0, 990.0], candidates=2)
+    assert some.retry_at == 1030.0  # type: ignore[attr-defined]
+    # The deadline still comes first.
+    capped = _decide(retries=0, expiries=[5000.0], candidates=1, max_wait_s=600.0)
+    assert capped.retry_at == 1600.0 and capped.because == "deadline"  # type: ignore[attr-defined]
+
+
 def test_the_last_retry_is_at_the_deadline_and_after_it_the_request_fails() -> None:
     decided = _decide(since=900.0, max_wait_s=150.0, retries=2)  # deadline 1050 < 1120
     assert decided.action == "wait"  # type: ignore[attr-defined]
