@@ -30,7 +30,7 @@ from corral.shared.config.machine_pool import MachinePool
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task
 from corral.shared.planner import Plan, plan
-from corral.shared.pools import ResolvedPools, UnknownPoolError, resolve_pools, route_task
+from corral.shared.resource_pools import ResolvedPools, UnknownPoolError, resolve_pools, route_task
 from corral.shared.scheduling.build import det_limits, workload_of
 from corral.shared.scheduling.fitting import can_ever_fit
 from corral.shared.scheduling.model import DetPoolSnapshot

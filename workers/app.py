@@ -83,10 +83,10 @@ def make_app(settings: Settings) -> Celery:
             "retention": _every(dispatch.RETENTION, 3600.0, dispatch.SCHEDULE_QUEUE),
         },
         include=[
-            "corral.workers.schedule",
-            "corral.workers.provision",
-            "corral.workers.autoscale",
-            "corral.workers.pools",
+            "corral.workers.schedule_tasks",
+            "corral.workers.provision_tasks",
+            "corral.workers.autoscale_tasks",
+            "corral.workers.pool_tasks",
         ],
     )
     return app

@@ -28,8 +28,8 @@ from corral.services.api.clusters import router as clusters_router
 from corral.services.api.execs import router as execs_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
-from corral.services.api.pools import router as pools_router
-from corral.services.api.pools import why_router
+from corral.services.api.pool_routes import router as pools_router
+from corral.services.api.pool_routes import why_router
 from corral.services.api.routes import health_router, router
 from corral.services.api.users import router as users_router
 from corral.services.console.routes import pages as console_pages

@@ -53,7 +53,7 @@ COMMAND_MODULES = (
     "corral.services.cli.config_cmd",
     "corral.services.cli.pools_cmd",
     "corral.services.cli.pools_api_cmd",
-    "corral.services.cli.runtime_cmd",
+    "corral.services.cli.requests_cmd",
     "corral.services.cli.attach_cmd",
     "corral.services.cli.up_cmd",
     "corral.services.cli.autoscale_cmd",

@@ -15,7 +15,7 @@ from corral.services.cli.output import fail_input, notice, out, print_json
 
 if TYPE_CHECKING:
     from corral.shared.config.detect import Loaded
-    from corral.shared.pools import ResolvedPools
+    from corral.shared.resource_pools import ResolvedPools
 
 pools_app = typer.Typer(
     name="pools",
@@ -43,7 +43,7 @@ def _load(path: Path, kind: str, as_json: bool) -> Loaded:
 def _resolve(master: Loaded, as_json: bool) -> ResolvedPools:
     from corral.shared.config.master_config import MasterConfig
     from corral.shared.configio import ConfigError
-    from corral.shared.pools import UnknownPoolError, resolve_pools
+    from corral.shared.resource_pools import UnknownPoolError, resolve_pools
 
     assert isinstance(master.model, MasterConfig)
     try:
@@ -103,7 +103,7 @@ def route(
     """The pool a task goes to: its resource_pool, else the aux or compute default."""
     from corral.shared.config.task import Task
     from corral.shared.configio import ConfigError
-    from corral.shared.pools import UnknownPoolError, route_task
+    from corral.shared.resource_pools import UnknownPoolError, route_task
 
     pools = _resolve(_load(master, "master_config", as_json), as_json)
     task_file = _load(task, "task", as_json)

@@ -224,7 +224,7 @@ def _say_addresses(
 
 def register(app: typer.Typer) -> None:
     """Add ``corral up`` to the app, and worker, beat and flower to ``corral run``."""
-    from corral.services.cli.runtime_cmd import run_app
+    from corral.services.cli.requests_cmd import run_app
 
     run_app.command("worker")(worker)
     run_app.command("beat")(beat)

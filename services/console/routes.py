@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from corral.services.api import clusters as cluster_routes
-from corral.services.api import pools as pool_routes
+from corral.services.api import pool_routes
 from corral.services.console import auth
 from corral.services.console.html import (
     LOG_TAIL_SCRIPT,

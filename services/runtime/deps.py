@@ -22,7 +22,7 @@ from corral.services.state.docstore import DocStore
 from corral.services.state.limits import LaunchLimits
 from corral.services.state.nodes import NodeBook
 from corral.services.state.outage import OutageBook, outage_book
-from corral.services.state.pools import PoolRecord, det_ledgers, pool_ledgers, pool_records
+from corral.services.state.pool_store import PoolRecord, det_ledgers, pool_ledgers, pool_records
 from corral.services.state.store import Store, WriteListener
 from corral.services.state.users import AccessBook
 from corral.shared.scheduling.det_ledger import DetLedger

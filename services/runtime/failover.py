@@ -10,7 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services.queues import dispatch
-from corral.services.runtime.account import add_attempt, end_attempt, fail_request, finish_attempt
+from corral.services.runtime.attempt_record import (
+    add_attempt,
+    end_attempt,
+    fail_request,
+    finish_attempt,
+)
 from corral.services.runtime.deps import Deps
 from corral.shared.blocking import Block
 from corral.shared.errors import Scope

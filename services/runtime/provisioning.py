@@ -24,7 +24,7 @@ from corral.services.providers.base import (
     ProviderInstance,
 )
 from corral.services.runtime import quotas
-from corral.services.runtime.account import (
+from corral.services.runtime.attempt_record import (
     end_attempt,
     fail_request,
     finish_attempt,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.pooled.kinds import kind_of_route
+from corral.services.runtime.pooled.kind_registry import kind_of_route
 from corral.shared.blocking import Block
 from corral.shared.lifecycle import RequestState
 from corral.shared.records import LaunchRequest

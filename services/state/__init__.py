@@ -1,3 +1,3 @@
 """Corral's state in Redis: requests and instances (``store``), versioned documents
-(``docstore``) and what is kept in them (registered pools and their ledgers in ``pools``,
+(``docstore``) and what is kept in them (registered pools and their ledgers in ``pool_store``,
 autoscaled clusters in ``clusters``), and the shared capacity-error memory (``blocks``)."""

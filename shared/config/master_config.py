@@ -3,7 +3,7 @@
 Two formats are read. The current one has ``resource_manager`` (cluster-wide scheduler
 defaults and the default aux/compute pools) and ``resource_pools`` (each with an optional
 ``scheduler`` and ``provider``). The legacy one has top-level ``scheduler`` and ``provisioner``
-and means a single pool named ``default``. How pools resolve is :mod:`corral.shared.pools`.
+and means a single pool named ``default``. How pools resolve is :mod:`corral.shared.resource_pools`.
 
 Every other documented master key (``port``, ``db``, ``checkpoint_storage``, ``security``, ...)
 is accepted and noticed as not acted on. Durations are held in seconds (``*_s`` fields).

@@ -14,7 +14,7 @@ from ..catalog.catalog import Catalog
 from ..config.compute_config import ComputeConfig
 from ..config.machine_pool import MachinePool, MachineType
 from ..config.task import Task
-from ..pools import ResolvedPool, SchedulerSettings
+from ..resource_pools import ResolvedPool, SchedulerSettings
 from .model import (
     DEFAULT_REPLACEMENT_THRESHOLD_S,
     DETERMINED_DEFAULT_PRIORITY,

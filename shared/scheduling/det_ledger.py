@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from ..budgets import BudgetSpend
 from ..lifecycle import AGENT_TRANSITIONS, AgentStatus
-from ..pools import ResolvedPools
+from ..resource_pools import ResolvedPools
 from .build import det_scheduler
 from .fitting import can_ever_fit
 from .model import (

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .det_pool_state import PoolPass, new_pass
 from .fair_share import run_fair_share
 from .model import (
     DetPlan,
     DetPoolSnapshot,
     DetTask,
 )
-from .pool_pass import PoolPass, new_pass
 from .reaping import plan_agent_reaps
 
 

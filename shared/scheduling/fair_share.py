@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from math import floor
 
+from .det_pool_state import PoolPass
 from .model import DetTask
-from .pool_pass import PoolPass
 
 
 def fair_shares(capacity: int, groups: Sequence[tuple[str, int, float]]) -> dict[str, int]:

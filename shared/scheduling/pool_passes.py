@@ -20,7 +20,7 @@ from typing import Any
 from ..budgets import Budget, BudgetSpend, Gate, accrue, budget_rates, for_pools
 from ..catalog.catalog import Catalog
 from ..config.machine_pool import MachinePool
-from ..pools import ResolvedPools
+from ..resource_pools import ResolvedPools
 from .build import market_of
 from .det_ledger import DetLedger, NewAgentId, commit_det, grow, snapshots_of
 from .determined import schedule_pools

@@ -16,7 +16,7 @@ from ..routing import (
 from .cloud import SimInstance
 from .direct import Launcher
 from .engine import Sim
-from .pools import DeterminedSim, MachinePoolSim
+from .pool_sims import DeterminedSim, MachinePoolSim
 from .ray import RaySim
 from .workload import Arrival, Workload
 

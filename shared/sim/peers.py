@@ -27,8 +27,8 @@ from ..config.compute_config import ComputeConfig
 from ..config.task import Task
 from ..errors import ProviderError
 from ..planner import Candidate, plan
-from ..pools import resolve_pools, route_task
 from ..reservations import reservation_of
+from ..resource_pools import resolve_pools, route_task
 from ..routing import machine_pool_of
 from ..scheduling import Agent, DetPoolSnapshot, DetScheduler, DetTask, schedule_pool
 from ..scheduling.build import group_order

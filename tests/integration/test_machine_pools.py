@@ -16,7 +16,7 @@ import pytest
 import redis
 import yaml
 
-from corral.services.state.pools import pool_ledgers
+from corral.services.state.pool_store import pool_ledgers
 from corral.services.state.store import Store
 
 from harness import System, wait_for

@@ -41,7 +41,7 @@ LAZY_MODULES = (
     "corral.services.cli.config_cmd",
     "corral.services.cli.pools_cmd",
     "corral.services.cli.pools_api_cmd",
-    "corral.services.cli.runtime_cmd",
+    "corral.services.cli.requests_cmd",
     "corral.services.cli.up_cmd",
     "corral.services.cli.version_cmd",
 )
@@ -54,7 +54,7 @@ LAZY_FORBIDDEN = (
     "corral.shared.configio",
     "corral.shared.config",
     "corral.shared.catalog",
-    "corral.shared.pools",
+    "corral.shared.resource_pools",
     "corral.services.settings",
     "corral.services.client",
     "corral.services.cli.supervisor",
@@ -96,7 +96,7 @@ def _modules_after_import(module: str) -> list[str]:
 
 def test_importing_the_cli_loads_no_heavy_module() -> None:
     modules = _modules_after_import("corral.services.cli.main")
-    assert "corral.services.cli.runtime_cmd" in modules  # the commands were registered
+    assert "corral.services.cli.requests_cmd" in modules  # the commands were registered
     assert _loaded(modules, STARTUP_FORBIDDEN) == []
 
 

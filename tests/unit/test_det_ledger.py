@@ -14,7 +14,7 @@ import pytest
 
 from corral.shared.config.detect import load_as
 from corral.shared.config.master_config import MasterConfig
-from corral.shared.pools import ResolvedPool, ResolvedPools, resolve_pools
+from corral.shared.resource_pools import ResolvedPool, ResolvedPools, resolve_pools
 from corral.shared.scheduling import DetPlan, DetTask, SlotAllocation, schedule_pools
 from corral.shared.scheduling.build import det_limits
 from corral.shared.scheduling.det_ledger import (

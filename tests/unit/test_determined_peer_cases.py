@@ -659,7 +659,7 @@ def test_heterogeneous_fits(
 
 def test_allow_heterogeneous_fits_reaches_the_scheduler() -> None:
     """master config ``allow_heterogeneous_fits`` is honoured (it used to be dropped)."""
-    from corral.shared.pools import SchedulerSettings
+    from corral.shared.resource_pools import SchedulerSettings
     from corral.shared.scheduling.build import det_scheduler
 
     scheduler = det_scheduler(

@@ -11,7 +11,7 @@ import pytest
 from corral.shared.catalog import Catalog, Offering
 from corral.shared.config.detect import load_as
 from corral.shared.config.master_config import MasterConfig
-from corral.shared.pools import resolve_pools
+from corral.shared.resource_pools import resolve_pools
 from corral.shared.scheduling import (
     Agent,
     DetPlan,

@@ -106,7 +106,7 @@ def test_the_graph_is_read() -> None:
     graph = _graph()
     # Known edges, so that a reader that finds nothing cannot pass for a graph without circles.
     assert "corral.shared.routing" in graph["corral.shared.records"]
-    assert "corral.shared.scheduling.pool_pass" in graph["corral.shared.scheduling.fair_share"]
+    assert "corral.shared.scheduling.det_pool_state" in graph["corral.shared.scheduling.fair_share"]
     assert "corral.services.runtime.deps" in graph["corral.services.runtime.launch"]
 
 

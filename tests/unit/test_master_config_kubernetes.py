@@ -1,5 +1,6 @@
 """Determined's kubernetes resource manager: its fields checked per manager type, and each
-pool resolved to pods (slots, namespace, pod template) by :func:`corral.shared.pools.kube_pods`."""
+pool resolved to pods (slots, namespace, pod template) by
+:func:`corral.shared.resource_pools.kube_pods`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from corral.shared.config.detect import load_as, load_config
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.configio import ConfigError
-from corral.shared.pools import KUBE_POD_IDLE_S, resolve_pools
+from corral.shared.resource_pools import KUBE_POD_IDLE_S, resolve_pools
 from corral.shared.scheduling.build import det_limits
 
 MASTER = Path(__file__).resolve().parents[1] / "fixtures" / "pools" / "master-kubernetes.yaml"

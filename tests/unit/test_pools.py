@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from corral.shared.config.detect import load_as
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task
-from corral.shared.pools import (
+from corral.shared.resource_pools import (
     ResolvedPools,
     SchedulerSettings,
     UnknownPoolError,

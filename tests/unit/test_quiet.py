@@ -12,7 +12,7 @@ from corral.shared.budgets import Budget
 from corral.shared.config.detect import load_as
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.lifecycle import AgentStatus
-from corral.shared.pools import resolve_pools
+from corral.shared.resource_pools import resolve_pools
 from corral.shared.scheduling.build import det_limits
 from corral.shared.scheduling.det_ledger import DetAgent, DetLedger, add_task
 from corral.shared.scheduling.ledger import PoolLedger, add_workload, machine_up, release

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corral.services.cli.supervisor import masked_url
-from corral.services.providers.local.resp import MiniRedis
+from corral.services.providers.local.agent_redis import MiniRedis
 from corral.services.queues.redis_conn import (
     RedisUrlError,
     broker_options,

@@ -79,7 +79,7 @@ def test_both_spellings_and_full_resource_paths(
 
 def test_the_simulator_and_the_runtime_read_reservations_with_one_function() -> None:
     from corral.services.runtime import launch
-    from corral.shared.sim import peers, pools
+    from corral.shared.sim import peers, pool_sims
 
     assert launch.reservation_of is reservation_of
-    assert pools.reservation_of is reservation_of and peers.reservation_of is reservation_of
+    assert pool_sims.reservation_of is reservation_of and peers.reservation_of is reservation_of

@@ -29,7 +29,7 @@ background processes kept) until it is withdrawn.
 The work itself is run by the agent core (:mod:`corral.services.agent.core`), the same one a
 cloud machine's agent runs; this module is its Redis link and its command line.
 
-Dependency-light on purpose: the standard library, a small Redis client of its own (resp.py:
+Dependency-light on purpose: the standard library, a small Redis client of its own (agent_redis.py:
 redis-py's import alone took most of a second) and state.py; never celery.
 """
 
@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 from corral.services.agent.core import Agent, LinkError, Work, say
-from corral.services.providers.local.resp import MiniRedis, RedisError
+from corral.services.providers.local.agent_redis import MiniRedis, RedisError
 from corral.services.providers.local.state import TERMINATED, CloudState, InstanceRecord
 from corral.shared.execs import (
     END_OF_STREAM,
@@ -78,7 +78,7 @@ class RedisLink:
         self._local = threading.local()
         self.rec = rec
         self.prefix = prefix
-        # The agent's own client (resp.MiniRedis, typed as redis-py's for CloudState): its
+        # The agent's own client (agent_redis.MiniRedis, typed as redis-py's for CloudState): its
         # generic command call for the few commands CloudState does not wrap.
         self._r: Any = state.r
 

@@ -17,17 +17,17 @@ from typing import Any
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
-from corral.services.runtime.pooled.kind import LaunchOrder, PassResult
 from corral.services.runtime.pooled.kube_pods import kube_template
+from corral.services.runtime.pooled.pool_kind import LaunchOrder, PassResult
 from corral.services.state.docstore import DocStore
-from corral.services.state.pools import PoolKind as KindName
-from corral.services.state.pools import PoolRecord
+from corral.services.state.pool_store import PoolKind as KindName
+from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import AgentStatus, RequestState
-from corral.shared.pools import ResolvedPools, resolve_pools
 from corral.shared.records import LaunchRequest
+from corral.shared.resource_pools import ResolvedPools, resolve_pools
 from corral.shared.routing import DeterminedRoute, pool_limits
 from corral.shared.scheduling import DetTask
 from corral.shared.scheduling.det_ledger import (
@@ -62,7 +62,7 @@ def task_of(req: LaunchRequest, task: Task) -> DetTask:
 
 
 class DeterminedPools:
-    """The master-config kind (see :class:`corral.services.runtime.pooled.kind.PoolKind`)."""
+    """The master-config kind (see :class:`corral.services.runtime.pooled.pool_kind.PoolKind`)."""
 
     name: KindName = "master_config"
     label: str = "master config"

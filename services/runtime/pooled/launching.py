@@ -21,10 +21,10 @@ from corral.services.queues import dispatch
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.launch import LaunchDeferred, boot_error, launch_on_zones, market_of
-from corral.services.runtime.pooled.kind import PoolKind
-from corral.services.runtime.pooled.kinds import kind_named
+from corral.services.runtime.pooled.kind_registry import kind_named
+from corral.services.runtime.pooled.pool_kind import PoolKind
 from corral.services.state.boots import Boot
-from corral.services.state.pools import PoolRecord
+from corral.services.state.pool_store import PoolRecord
 from corral.shared.errors import ProviderError
 from corral.shared.merge import MergeError
 

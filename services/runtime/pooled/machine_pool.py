@@ -19,10 +19,10 @@ from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
-from corral.services.runtime.pooled.kind import LaunchOrder, PassResult
+from corral.services.runtime.pooled.pool_kind import LaunchOrder, PassResult
 from corral.services.state.docstore import DocStore
-from corral.services.state.pools import PoolKind as KindName
-from corral.services.state.pools import PoolRecord
+from corral.services.state.pool_store import PoolKind as KindName
+from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.machine_pool import LaunchTemplate, MachinePool
 from corral.shared.config.task import Task
@@ -69,7 +69,7 @@ def _costing(deps: Deps, record: PoolRecord) -> Costing | None:
 
 
 class MachinePools:
-    """The machine-pool kind (see :class:`corral.services.runtime.pooled.kind.PoolKind`)."""
+    """The machine-pool kind (see :class:`corral.services.runtime.pooled.pool_kind.PoolKind`)."""
 
     name: KindName = "machine_pool"
     label: str = "machine pool"

@@ -22,9 +22,9 @@ from corral.services.providers.base import TAG_POOL, ProviderInstance
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled import work
-from corral.services.runtime.pooled.kind import PassResult, PoolKind
-from corral.services.runtime.pooled.kinds import kind_named, kind_of_route
-from corral.services.state.pools import PoolRecord
+from corral.services.runtime.pooled.kind_registry import kind_named, kind_of_route
+from corral.services.runtime.pooled.pool_kind import PassResult, PoolKind
+from corral.services.state.pool_store import PoolRecord
 from corral.shared.errors import ProviderError
 from corral.shared.observe import Seen, observe
 from corral.shared.records import LaunchRequest

@@ -8,9 +8,9 @@ from typing import Any
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import catalog_for
-from corral.services.runtime.pooled.kinds import KINDS, kind_named
-from corral.services.state.pools import PoolKind as KindName
-from corral.services.state.pools import PoolRecord
+from corral.services.runtime.pooled.kind_registry import KINDS, kind_named
+from corral.services.state.pool_store import PoolKind as KindName
+from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.machine_pool import MachinePool
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.routing import MasterView, RegistryView

@@ -12,7 +12,7 @@ from runtime_driver import SMALL_POOL_WORKLOAD as WORKLOAD
 
 from corral.services.observability.state_metrics import StateCollector
 from corral.services.runtime import requests
-from corral.services.runtime.account import finish_attempt
+from corral.services.runtime.attempt_record import finish_attempt
 from corral.services.runtime.pooled.registry import apply_pool
 from corral.shared.config.task import Task
 from corral.shared.errors import CapacityError

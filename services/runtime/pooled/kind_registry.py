@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from corral.services.runtime.pooled.determined import DeterminedPools
-from corral.services.runtime.pooled.kind import PoolKind
 from corral.services.runtime.pooled.machine_pool import MachinePools
-from corral.services.state.pools import PoolKind as KindName
+from corral.services.runtime.pooled.pool_kind import PoolKind
+from corral.services.state.pool_store import PoolKind as KindName
 from corral.shared.routing import DeterminedRoute, MachinePoolRoute, PooledRoute
 
 KINDS: dict[KindName, PoolKind] = {

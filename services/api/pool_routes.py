@@ -29,7 +29,7 @@ from corral.services.providers.registry import ProviderUnavailable
 from corral.services.runtime import why as whys
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled import registry as pools
-from corral.services.state.pools import PoolKind
+from corral.services.state.pool_store import PoolKind
 from corral.shared.configio import ConfigError, Document, PathKey
 from corral.shared.errors import ProviderError
 

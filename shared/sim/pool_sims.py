@@ -28,8 +28,8 @@ from ..config.master_config import MasterConfig
 from ..config.task import Task
 from ..errors import ProviderError
 from ..lifecycle import AgentStatus
-from ..pools import resolve_pools
 from ..reservations import reservation_of
+from ..resource_pools import resolve_pools
 from ..routing import pool_limits
 from ..scheduling.build import machine_types_of, workload_of
 from ..scheduling.det_ledger import DetLedger, add_task, agent_lost, release_task

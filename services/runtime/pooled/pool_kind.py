@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 from corral.services.runtime.deps import Deps
 from corral.services.state.docstore import DocStore
-from corral.services.state.pools import PoolKind as KindName
-from corral.services.state.pools import PoolRecord
+from corral.services.state.pool_store import PoolKind as KindName
+from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.records import LaunchRequest
 from corral.shared.scheduling.pooled import PooledMachine
