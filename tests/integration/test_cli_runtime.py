@@ -167,6 +167,7 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
         "cost_usd": 0,
         "endpoints": [],
         "ready": None,
+        "waiting": None,  # set while it waits for capacity
     }
     listing = json.loads(corral(api, "status", "--json").stdout)
     assert request_id in [v["id"] for v in listing["requests"]]
