@@ -130,6 +130,10 @@ def node_task(
                 **launcher_envs,
             },
             "labels": labels,
+            # A sold-out node type fails its node at once: the autoscaler cools the type down
+            # and picks another, as Ray's does; a node request waiting for capacity would
+            # hold its place in the cluster instead.
+            "retry_until_up": False,
         }
     )
 

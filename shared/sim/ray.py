@@ -143,7 +143,8 @@ class RaySim:
         }
         if self.region:
             resources["region"] = self.region
-        task = Task.model_validate({"name": nid, "resources": resources})
+        # As the runtime's node requests: fail fast, the autoscaler cools the type down.
+        task = Task.model_validate({"name": nid, "resources": resources, "retry_until_up": False})
         self.launcher.submit(nid, task, self._node_up, self._node_failed, owner=nid)
 
     def _terminate(self, nid: str) -> None:

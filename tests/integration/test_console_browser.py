@@ -61,7 +61,18 @@ class Console:
         self.browser, self.base = browser, base
 
     def open(self, path: str, shot: str) -> str:
-        self.browser.get(self.base + path)
+        """The page at ``path``, once the browser shows it (its URL and a loaded document:
+        a page read a moment early is the one before it)."""
+        url = self.base + path
+        self.browser.get(url)
+        _until(
+            lambda: (
+                self.browser.current_url == url
+                and self.browser.execute_script("return document.readyState") == "complete"
+            ),
+            30,
+            f"{path} to load",
+        )
         self.browser.save_screenshot(str(SHOTS / f"{shot}.png"))
         return str(self.browser.find_element("tag name", "body").text)
 
