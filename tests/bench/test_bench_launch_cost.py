@@ -126,7 +126,10 @@ def test_control_plane_cost_per_launch(tmp_path: Path) -> None:
             if r == "redis"
             and (m := re.search(rb":(\d+)", Path(f"/proc/{p}/cmdline").read_bytes()))
         )
-        client = redis.Redis(port=port)
+        # Its password (corral up's Redis asks for one) is in the full address, kept in the
+        # home (mode 0600); the printed address hides it.
+        client = redis.Redis.from_url((home / "redis-url").read_text().strip())
+        assert client.connection_pool.connection_kwargs.get("port") == port
 
         # The same stack idle.
         cpu0, cmd0 = _cpu(pids), _commands(client)

@@ -30,7 +30,10 @@ from corral.shared.scheduling import (
 
 pytestmark = pytest.mark.bench
 
-FLOOR = 2.0  # 3.2x-4.3x measured on the loaded two-core machine
+# 4.1x at full size (5,000 waiting); at the small size (500) about 1.7x: each walk the verdicts
+# save got cheaper when the scheduler began caching rule decisions per label id, and a short
+# queue has few alike workloads to save walks for.
+FLOOR = 1.3 if os.environ.get("CORRAL_BENCH_SCALE") == "small" else 2.5
 SEED = 20261125
 TYPES, PER_TYPE = 40, 25
 
