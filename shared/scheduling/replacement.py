@@ -7,6 +7,12 @@ when, per partition) and has room for it now, after this pass's placements. Each
 the better machine up first and only then retires the worse one, so the workload never runs
 short; until the old machine is retired both count as held, so no partition goes over size.
 
+One exception to the threshold: a better partition whose idle machine is past its idle limit
+(idle reaping would end it in this very pass) is ripe at once, and the work moves onto that
+machine. Otherwise the pool pays for the better machine while it sits idle, ends it, and
+launches another for the same move once the threshold passes, running the worse machine all
+the while.
+
 Limits: at most ``budget`` workloads are being replaced at once (the snapshot's in-flight
 count included), and a workload replaced less than ``guard_s`` ago is left alone.
 """
@@ -69,28 +75,55 @@ def _ripe_book(
 ) -> Book | None:
     for machine_type in better:
         for book in state.books_of_type.get(machine_type, ()):
-            since = book.free_since
-            if since is None or now - since < workload.replacement_threshold_s:
-                continue
-            if state.room(book, workload) > 0:
+            ripe = _waited(book, workload, now) or _reapable(state, book, now)
+            if ripe and state.room(book, workload) > 0:
                 return book
     return None
+
+
+def _waited(book: Book, workload: Workload, now: float) -> bool:
+    """Whether the partition has had free room for the workload's threshold."""
+    since = book.free_since
+    return since is not None and now - since >= workload.replacement_threshold_s
+
+
+def _reapable(state: PoolState, book: Book, now: float) -> bool:
+    """Whether an idle machine of this partition is past its type's idle limit (the
+    comparison idle reaping makes, :func:`.reaping.choose_reaps`)."""
+    limit = state.types[book.machine_type].max_idle_s
+    if limit is None:
+        return False
+    for machine_id in book.idle:
+        since = state.machines[machine_id].idle_since
+        if since is not None and now - since > limit:
+            return True
+    return False
 
 
 def _move(
     state: PoolState, workload: Workload, machine: Machine, book: Book, now: float
 ) -> Replacement:
-    [node] = state.take(book, workload, 1)
     free_for_s = now - (book.free_since or now)
+    if not _waited(book, workload, now):  # ripe since an idle machine of it expired
+        oldest = book.idle.pop(0)  # the longest idle, the one the reaper would end
+        book.idle.append(oldest)  # taken next (``take`` uses the list's end)
+        [node] = state.take(book, workload, 1)
+        why = f"{book.label}'s idle {node.machine_id} is past its idle limit"
+        step = "move onto it rather than reap it"
+    else:
+        [node] = state.take(book, workload, 1)
+        why = (
+            f"{book.label} has had free room for {free_for_s:.0f} s "
+            f"(threshold {workload.replacement_threshold_s:.0f} s)"
+        )
+        step = "bring up the better machine"
     return Replacement(
         workload_id=workload.workload_id,
         bring_up=node,
         retire_machine_id=machine.machine_id,
         retire_machine_type=machine.machine_type,
         reason=(
-            f"{book.label} has had free room for {free_for_s:.0f} s "
-            f"(threshold {workload.replacement_threshold_s:.0f} s) and ranks above "
-            f"{machine.machine_type}: bring up the better machine, then retire "
+            f"{why} and ranks above {machine.machine_type}: {step}, then retire "
             f"{machine.machine_id}"
         ),
     )

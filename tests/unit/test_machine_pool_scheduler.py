@@ -354,6 +354,46 @@ def test_replacement_budget_and_guard() -> None:
     assert schedule(busy, 601.0, replacement_budget=1).replacements == ()
 
 
+def test_an_expiring_idle_better_machine_takes_the_work_rather_than_being_reaped() -> None:
+    """Under the threshold a better partition is not ripe, unless one of its idle machines is
+    past its idle limit: then the work moves onto that machine (no launch) instead of the
+    reaper ending it and a later move launching another."""
+    types = (
+        _gpu_type("best", size=2, free_since=100.0, max_idle_s=600.0, market="spot"),
+        _gpu_type("worse", size=2),
+    )
+
+    def pool(since: float) -> PoolSnapshot:
+        return PoolSnapshot(
+            pool=POOL,
+            versions={"pool": 1},
+            machine_types=types,
+            machines=(
+                Machine(machine_id="warm", machine_type="best", partition="p", idle_since=400.0),
+                Machine(machine_id="old", machine_type="best", partition="p", idle_since=since),
+                Machine(machine_id="od", machine_type="worse", partition="p", workload_id="w"),
+            ),
+            workloads=(
+                job("w", 1.0, group_order=("best", "worse"), phase="running", started_at=1.0,
+                    enable_replacement=True, replacement_threshold_s=3600.0),
+            ),
+        )  # fmt: skip
+
+    # Idle 500 s of its 600: nothing moves (the threshold is an hour), nothing is reaped.
+    plan = schedule(pool(since=100.0), 600.0, replacement_budget=1)
+    assert plan.replacements == () and plan.reaps == ()
+    # Idle 601 s: the work takes that machine, which is then not reaped.
+    plan = schedule(pool(since=100.0), 701.0, replacement_budget=1)
+    [step] = plan.replacements
+    assert step.bring_up.machine_id == "old" and step.retire_machine_id == "od"
+    assert "idle old is past its idle limit" in step.reason
+    assert plan.reaps == ()
+    # Without an idle limit nothing expires, and the threshold alone decides.
+    never = tuple(t.model_copy(update={"max_idle_s": None}) for t in types)
+    snap = pool(since=100.0).model_copy(update={"machine_types": never})
+    assert schedule(snap, 701.0, replacement_budget=1).replacements == ()
+
+
 # --------------------------------------------------------------------------- rules and reasons
 def _gpu_type(
     name: str,
