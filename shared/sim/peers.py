@@ -3,7 +3,9 @@
 - :class:`GreedyPolicy` (SkyPilot-like): every request gets machines of its own, cheapest
   first; a sold-out place is remembered only within that request's walk; an exhausted chain is
   walked again after ``retry_until_up_s``; a lost machine's request is relaunched without
-  limit. It knows no pools and no reservations.
+  limit. It knows no pools and no reservations, but it is held to a machine pool's size, the
+  limit Corral keeps: a pool's workloads hold at most as many machines at once as the pool's
+  partitions (of their group order) add up to; one that does not fit waits (:class:`PoolCaps`).
 - :class:`OraclePolicy`: knows the capacity ahead: it launches each request in the cheapest
   place that has room now (reservations first) and, on spot, keeps it for the whole run; it
   never tries a place that would refuse. A bound, not a practical policy.
@@ -31,7 +33,7 @@ from ..reservations import reservation_of
 from ..resource_pools import resolve_pools, route_task
 from ..routing import machine_pool_of
 from ..scheduling import Agent, DetPoolSnapshot, DetScheduler, DetTask, schedule_pool
-from ..scheduling.build import group_order
+from ..scheduling.build import group_order, machine_types_of
 from .cloud import Place, SimInstance
 from .direct import Launcher
 from .engine import Sim
@@ -40,10 +42,14 @@ from .workload import Arrival, StaticPoolSpec, Workload
 
 @dataclass(frozen=True)
 class Need:
-    """A request as machines of its own: a plain task, and reserved places it may use."""
+    """A request as machines of its own: a plain task, and reserved places it may use;
+    ``pool``, ``sizes``: a machine pool's workload, and the machines the pool's partitions
+    allow per market of its group order (``reserved``, ``spot``, ``on_demand``)."""
 
     task: Task
     reserved: tuple[Place, ...] = ()
+    pool: str | None = None
+    sizes: tuple[tuple[str, int], ...] = ()
 
 
 def plain_task(arrival: Arrival, workload: Workload, sim: Sim) -> Need | None:
@@ -85,8 +91,17 @@ def _pool_need(task: Task, workload: Workload, sim: Sim) -> Need | None:
     if not options:
         return None
     resources = {"any_of": options}
+    order = set(group_order(compute, name or ""))
+    sizes: dict[str, int] = {}
+    for state in machine_types_of(pool):  # the scheduler's own reading of the pool file
+        if state.machine_type in order:
+            room = sum(p.size for p in state.partitions)
+            sizes[state.market] = sizes.get(state.market, 0) + room
     return Need(
-        Task.model_validate({"num_nodes": task.num_nodes, "resources": resources}), tuple(reserved)
+        Task.model_validate({"num_nodes": task.num_nodes, "resources": resources}),
+        tuple(reserved),
+        name,
+        tuple(sorted(sizes.items())),
     )
 
 
@@ -154,6 +169,40 @@ class _PlainPolicy:
         self.sim.work_start(rid, sum(i.gpus for i in instances))
 
 
+class PoolCaps:
+    """Machines held by each pool's workloads against the pool's size (the partitions of their
+    group order, every market): a workload is let in when all its nodes fit, else it waits;
+    any that fits goes, not only the first."""
+
+    def __init__(self) -> None:
+        self.used: dict[str, int] = {}
+        self.held: dict[str, tuple[str, int]] = {}  # request -> (pool, nodes)
+        self.waiting: dict[str, Need] = {}  # in arrival order
+
+    def admit(self, pool: str) -> list[tuple[str, Need]]:
+        """The pool's waiting workloads that fit now, counted as held."""
+        out = []
+        for rid, need in list(self.waiting.items()):
+            nodes = need.task.num_nodes
+            if need.pool != pool or self.used.get(pool, 0) + nodes > sum(n for _, n in need.sizes):
+                continue
+            del self.waiting[rid]
+            self.used[pool] = self.used.get(pool, 0) + nodes
+            self.held[rid] = (pool, nodes)
+            out.append((rid, need))
+        return out
+
+    def free(self, rid: str) -> str | None:
+        """The request let its machines go (done or failed): the pool it held room in."""
+        self.waiting.pop(rid, None)
+        found = self.held.pop(rid, None)
+        if found is None:
+            return None
+        pool, nodes = found
+        self.used[pool] -= nodes
+        return pool
+
+
 class GreedyPolicy(_PlainPolicy):
     """Cheapest first with retries (see the module docstring)."""
 
@@ -162,14 +211,33 @@ class GreedyPolicy(_PlainPolicy):
     def start(self, sim: Sim) -> None:
         super().start(sim)
         self.launcher = Launcher(sim, shared_memory=False, retry_until_up=True)
+        self.caps = PoolCaps()
 
     def arrive(self, arrival: Arrival) -> None:
         need = self._need(arrival)
-        if need is not None:
-            self.launcher.submit(arrival.id, need.task, self._up, self.sim.failed)
+        if need is None:
+            return
+        if need.pool is None:
+            self.launcher.submit(arrival.id, need.task, self._up, self._failed)
+            return
+        self.caps.waiting[arrival.id] = need
+        self._admit(need.pool)
+
+    def _admit(self, pool: str) -> None:
+        for rid, need in self.caps.admit(pool):
+            self.launcher.submit(rid, need.task, self._up, self._failed)
+
+    def _failed(self, request_id: str, why: str) -> None:
+        self.sim.failed(request_id, why)
+        pool = self.caps.free(request_id)
+        if pool is not None:
+            self._admit(pool)
 
     def done(self, request_id: str) -> None:
         self.launcher.release(request_id)
+        pool = self.caps.free(request_id)
+        if pool is not None:
+            self._admit(pool)
 
     def lost(self, inst: SimInstance) -> None:
         flow = self.launcher.by_instance.get(inst.iid)
@@ -178,7 +246,7 @@ class GreedyPolicy(_PlainPolicy):
             self.launcher.lost(inst)
 
     def queue_depth(self) -> int:
-        return self.launcher.waiting()
+        return self.launcher.waiting() + len(self.caps.waiting)
 
 
 @dataclass

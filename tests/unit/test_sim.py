@@ -292,3 +292,23 @@ def test_fail_fast_and_max_wait_fail_in_the_simulator_too(tmp_path: Path) -> Non
     # 45 minutes is: the first two end at 30 minutes, the next two at 60 (past 45: they fail).
     longer = run_policy(scenario, _full_zone(tmp_path, max_wait="45m"), "corral").figures
     assert (longer["failed"], longer["completed"]) == (2, 4)
+
+
+def test_greedy_is_held_to_a_machine_pools_size_as_corral_is(tmp_path: Path) -> None:
+    """Sixteen workloads at once for the train pool (reserved, spot and on-demand partitions
+    of 4): greedy knows no pools, but holds no more machines for them at once than the pool
+    has (12, as Corral); the other four wait for the first ones to end, and all complete."""
+    (tmp_path / "w.yaml").write_text(
+        f"machine_pools: {{train: {EXAMPLES / 'train-pool.yaml'}}}\n"
+        "arrivals:\n  - {at: 0s, every: 1s, count: 16, duration: 1h,\n"
+        f"     task: {{name: t, compute_config: {EXAMPLES / 'train-compute.yaml'}}}}}\n"
+    )
+    workload = load_workload(tmp_path / "w.yaml")
+    scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
+    scenario = scenario.model_copy(update={"duration_s": 4 * 3600.0})
+    for policy in ("greedy", "corral"):
+        sim = Sim(scenario, workload.arrivals)  # type: ignore[arg-type]
+        stats = sim.run(make_policy(policy, workload)).requests.values()
+        early = [s for s in stats if s.first_up_s is not None and s.first_up_s < 1800.0]
+        assert len(early) == 12, policy
+        assert sum(s.done_s is not None for s in stats) == 16, policy
