@@ -8,7 +8,9 @@
   partitions (of their group order) add up to; one that does not fit waits (:class:`PoolCaps`).
 - :class:`OraclePolicy`: knows the capacity ahead: it launches each request in the cheapest
   place that has room now (reservations first) and, on spot, keeps it for the whole run; it
-  never tries a place that would refuse. A bound, not a practical policy.
+  never tries a place that would refuse. A bound, not a practical policy; but a bound on the
+  same problem: a machine pool's workloads hold no more machines of a market (reserved, spot,
+  on-demand) than the pool's partitions of that market allow, as under Corral.
 - :class:`StaticPolicy` (Determined-like): a fixed number of machines per instance type, held
   all day, shared by Determined's own scheduler (:func:`corral.shared.scheduling.schedule_pool`).
 
@@ -255,6 +257,9 @@ class _Wait:
     candidates: list[tuple[Place, int, int]]  # place, nodes, gpus per node
     duration_s: float | None
     instances: list[SimInstance] = field(default_factory=list)
+    pool: str | None = None  # a machine pool's workload: held to its sizes per market
+    sizes: dict[str, int] = field(default_factory=dict)
+    market: str | None = None  # the market it holds room in, while it runs
 
 
 class OraclePolicy(_PlainPolicy):
@@ -266,6 +271,7 @@ class OraclePolicy(_PlainPolicy):
         super().start(sim)
         self.waiting: dict[str, _Wait] = {}
         self.running: dict[str, _Wait] = {}
+        self.used: dict[tuple[str, str], int] = {}  # (pool, market) -> machines held
         self.recheck_due = False
         for t in sim.cloud.change_times():
             sim.at(t, self._recheck)
@@ -281,7 +287,9 @@ class OraclePolicy(_PlainPolicy):
         if not candidates:
             self.sim.failed(arrival.id, "; ".join(chain.reasons) or "no candidate")
             return
-        self.waiting[arrival.id] = _Wait(arrival.id, candidates, arrival.duration_s)
+        self.waiting[arrival.id] = _Wait(
+            arrival.id, candidates, arrival.duration_s, pool=need.pool, sizes=dict(need.sizes)
+        )
         self._try(self.waiting[arrival.id])
 
     def _gpus(self, place: Place) -> int:
@@ -293,6 +301,11 @@ class OraclePolicy(_PlainPolicy):
         for place, nodes, gpus in wait.candidates:
             if self.sim.cloud.outage(place, now) or self.sim.cloud.free(place, now) < nodes:
                 continue
+            market = "reserved" if place.reservation else place.market
+            if wait.pool is not None:
+                used = self.used.get((wait.pool, market), 0)
+                if used + nodes > wait.sizes.get(market, 0):
+                    continue  # the pool has no more machines of this market
             keys = [f"{wait.rid}/{place.zone}/{place.instance_type}/{n}" for n in range(nodes)]
             if place.market == "spot" and wait.duration_s is not None:
                 end = now + wait.duration_s + 600.0
@@ -311,6 +324,10 @@ class OraclePolicy(_PlainPolicy):
                 inst.owner = wait.rid
                 self.sim.launched(inst)
             wait.instances = got
+            if wait.pool is not None:
+                wait.market = market
+                key = (wait.pool, market)
+                self.used[key] = self.used.get(key, 0) + nodes
             del self.waiting[wait.rid]
             self.running[wait.rid] = wait
             self.sim.at(max(i.up_at for i in got), self._up_if, wait)
@@ -331,8 +348,15 @@ class OraclePolicy(_PlainPolicy):
             self.recheck_due = True
             self.sim.after(0.0, self._recheck)
 
+    def _let_go(self, wait: _Wait) -> None:
+        if wait.pool is not None and wait.market is not None:
+            self.used[(wait.pool, wait.market)] -= len(wait.instances)
+            wait.market = None
+
     def done(self, request_id: str) -> None:
         wait = self.running.pop(request_id, None)
+        if wait is not None:
+            self._let_go(wait)
         for inst in wait.instances if wait else []:
             self.sim.cloud.end(inst, self.sim.now)
         self._soon()
@@ -344,6 +368,7 @@ class OraclePolicy(_PlainPolicy):
             return
         self.sim.work_stop(wait.rid)
         self.sim.stat(wait.rid).recoveries += 1
+        self._let_go(wait)
         for other in wait.instances:
             self.sim.cloud.end(other, self.sim.now)
         wait.instances = []

@@ -232,13 +232,17 @@ def test_the_table_shows_completed_never_served_and_cost_per_completed(tmp_path:
 
 
 def test_on_the_seeded_day_corral_costs_less_than_greedy_and_serves_as_many() -> None:
-    """The repo's seeded day: Corral's cost per useful GPU-hour below greedy's, and no more
-    requests failed or never served. (Within 5 % of the oracle is NOT met yet: about 6 %.)"""
+    """The repo's seeded day: Corral's cost per useful GPU-hour below greedy's and within 5 %
+    of the oracle's (both held to the machine pools' sizes, as Corral is), and no more
+    requests failed or never served than greedy. (Reservations used >= 90 % while demand
+    exists is NOT met: about 86 %; hours with demand only for other instance types count.)"""
     scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
     workload = load_workload(EXAMPLES / "day-workload.yaml")
     corral = run_policy(scenario, workload, "corral").figures
     greedy = run_policy(scenario, workload, "greedy").figures
+    oracle = run_policy(scenario, workload, "oracle").figures
     assert corral["cost_per_gpu_hour_usd"] < greedy["cost_per_gpu_hour_usd"]
+    assert corral["cost_per_gpu_hour_usd"] <= 1.05 * oracle["cost_per_gpu_hour_usd"]
     assert corral["never_got_capacity"] <= greedy["never_got_capacity"]
     assert corral["failed"] <= greedy["failed"]
 
@@ -294,10 +298,13 @@ def test_fail_fast_and_max_wait_fail_in_the_simulator_too(tmp_path: Path) -> Non
     assert (longer["failed"], longer["completed"]) == (2, 4)
 
 
-def test_greedy_is_held_to_a_machine_pools_size_as_corral_is(tmp_path: Path) -> None:
+def test_greedy_and_the_oracle_are_held_to_a_machine_pools_size_as_corral_is(
+    tmp_path: Path,
+) -> None:
     """Sixteen workloads at once for the train pool (reserved, spot and on-demand partitions
-    of 4): greedy knows no pools, but holds no more machines for them at once than the pool
-    has (12, as Corral); the other four wait for the first ones to end, and all complete."""
+    of 4): greedy and the oracle know no pools, but hold no more machines for them at once
+    than the pool has (12, as Corral; the oracle 4 per market); the other four wait for the
+    first ones to end, and all complete."""
     (tmp_path / "w.yaml").write_text(
         f"machine_pools: {{train: {EXAMPLES / 'train-pool.yaml'}}}\n"
         "arrivals:\n  - {at: 0s, every: 1s, count: 16, duration: 1h,\n"
@@ -306,7 +313,7 @@ def test_greedy_is_held_to_a_machine_pools_size_as_corral_is(tmp_path: Path) -> 
     workload = load_workload(tmp_path / "w.yaml")
     scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
     scenario = scenario.model_copy(update={"duration_s": 4 * 3600.0})
-    for policy in ("greedy", "corral"):
+    for policy in ("greedy", "oracle", "corral"):
         sim = Sim(scenario, workload.arrivals)  # type: ignore[arg-type]
         stats = sim.run(make_policy(policy, workload)).requests.values()
         early = [s for s in stats if s.first_up_s is not None and s.first_up_s < 1800.0]
