@@ -259,7 +259,10 @@ class Launcher:
         )
         self._release([i for i in flow.instances if i is not inst])
         flow.instances, flow.up = [], False
-        if self.relaunch_limit is not None and flow.relaunches >= self.relaunch_limit:
+        # The runtime's rule (reconcile.relaunch): a task with a job_recovery is recovered
+        # from every loss; one without, up to relaunch_limit times.
+        limit = None if flow.task.recovery() is not None else self.relaunch_limit
+        if limit is not None and flow.relaunches >= limit:
             self._fail(flow, "relaunch limit reached")
             return
         flow.relaunches += 1

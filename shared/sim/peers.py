@@ -2,10 +2,11 @@
 
 - :class:`GreedyPolicy` (SkyPilot-like): every request gets machines of its own, cheapest
   first; a sold-out place is remembered only within that request's walk; an exhausted chain is
-  walked again after ``retry_until_up_s``; a lost machine's request is relaunched without
-  limit. It knows no pools and no reservations, but it is held to a machine pool's size, the
-  limit Corral keeps: a pool's workloads hold at most as many machines at once as the pool's
-  partitions (of their group order) add up to; one that does not fit waits (:class:`PoolCaps`).
+  walked again after ``retry_until_up_s``; a lost machine's request is relaunched, up to
+  ``relaunch_limit`` times unless the task has a ``job_recovery`` (Corral's limit). It knows
+  no pools and no reservations, but it is held to a machine pool's size, the limit Corral
+  keeps: a pool's workloads hold at most as many machines at once as the pool's partitions
+  (of their group order) add up to; one that does not fit waits (:class:`PoolCaps`).
 - :class:`OraclePolicy`: knows the capacity ahead: it launches each request in the cheapest
   place that has room now (reservations first) and, on spot, keeps it for the whole run; it
   never tries a place that would refuse. A bound, not a practical policy; but a bound on the
@@ -212,7 +213,9 @@ class GreedyPolicy(_PlainPolicy):
 
     def start(self, sim: Sim) -> None:
         super().start(sim)
-        self.launcher = Launcher(sim, shared_memory=False, retry_until_up=True)
+        self.launcher = Launcher(
+            sim, shared_memory=False, retry_until_up=True, relaunch_limit=sim.timers.relaunch_limit
+        )
         self.caps = PoolCaps()
 
     def arrive(self, arrival: Arrival) -> None:

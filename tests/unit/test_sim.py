@@ -319,3 +319,41 @@ def test_greedy_and_the_oracle_are_held_to_a_machine_pools_size_as_corral_is(
         early = [s for s in stats if s.first_up_s is not None and s.first_up_s < 1800.0]
         assert len(early) == 12, policy
         assert sum(s.done_s is not None for s in stats) == 16, policy
+
+
+SPOT_STORM = """\
+seed: 2
+duration: 6h
+clouds:
+  aws:
+    instance_types:
+      g5.xlarge: {accelerators: {A10G: 1}, vcpus: 4, memory_gib: 16, price_usd_per_hour: 1.0,
+                  spot_price_usd_per_hour: 0.4}
+    regions:
+      us-east-1:
+        zones:
+          us-east-1a: {capacity: {g5.xlarge: {spot: 4, spot_preemptions_per_hour: 12}}}
+"""
+
+
+@pytest.mark.parametrize("policy", ["corral", "greedy"])
+def test_a_lost_machine_is_relaunched_up_to_the_limit_unless_the_task_recovers(
+    tmp_path: Path, policy: str
+) -> None:
+    """Spot taken back every 5 minutes or so, a 2-hour job: under both policies (greedy held to
+    Corral's limit) it fails once ``relaunch_limit`` relaunches are spent; with a
+    ``job_recovery`` it is recovered from every loss, as the runtime's reconcile does."""
+    (tmp_path / "s.yaml").write_text(SPOT_STORM)
+    scenario = load_scenario(tmp_path / "s.yaml")
+
+    def run(extra: str) -> dict[str, object]:
+        (tmp_path / "w.yaml").write_text(
+            "arrivals:\n  - {at: 0s, duration: 2h,\n"
+            f"     task: {{resources: {{accelerators: A10G:1, use_spot: true{extra}}}}}}}\n"
+        )
+        return run_policy(scenario, load_workload(tmp_path / "w.yaml"), policy).figures
+
+    plain = run("")
+    assert plain["failed"] == 1 and plain["recoveries"] == 3  # relaunch_limit (3)
+    managed = run(", job_recovery: FAILOVER")
+    assert managed["failed"] == 0 and managed["recoveries"] > 3
