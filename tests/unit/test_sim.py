@@ -247,6 +247,19 @@ def test_on_the_seeded_day_corral_costs_less_than_greedy_and_serves_as_many() ->
     assert corral["failed"] <= greedy["failed"]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="not met: about 86 %. The reservations have no demand of their own instance type "
+    "for hours (the first hours of the day; the GCP one while no train-gcp work runs), and "
+    "only the pools that name them may use them",
+)
+def test_on_the_seeded_day_reservations_are_used_90_percent_while_demand_exists() -> None:
+    scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
+    workload = load_workload(EXAMPLES / "day-workload.yaml")
+    corral = run_policy(scenario, workload, "corral").figures
+    assert corral["reservation_utilization"] >= 0.9
+
+
 FULL_ZONE = """\
 seed: 1
 duration: 3h
