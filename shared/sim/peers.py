@@ -329,8 +329,7 @@ class OraclePolicy(_PlainPolicy):
             wait.instances = got
             if wait.pool is not None:
                 wait.market = market
-                key = (wait.pool, market)
-                self.used[key] = self.used.get(key, 0) + nodes
+                self.used[(wait.pool, market)] = self.used.get((wait.pool, market), 0) + nodes
             del self.waiting[wait.rid]
             self.running[wait.rid] = wait
             self.sim.at(max(i.up_at for i in got), self._up_if, wait)
