@@ -57,17 +57,18 @@ def schedule(
         _decide(state, workload, now, min_runtime_s, placements, preemptions, pending, verdicts)
         if verdicts and len(placements) + len(preemptions) != moves:
             verdicts.clear()  # the room changed: what alike workloads were told may not hold
-    pending.extend(
-        Pending(
-            workload_id=wid,
-            code="stopping",
-            reason="giving its machines back after being preempted"
-            + (f" by {w.preempted_by}" if w.preempted_by else ""),
-            preempted_by=w.preempted_by,
+    if state.stopping:  # this pass's victims, and those stopping in the snapshot
+        pending.extend(
+            Pending(
+                workload_id=wid,
+                code="stopping",
+                reason="giving its machines back after being preempted"
+                + (f" by {w.preempted_by}" if w.preempted_by else ""),
+                preempted_by=w.preempted_by,
+            )
+            for wid, w in state.workloads.items()
+            if w.phase == "stopping"
         )
-        for wid, w in state.workloads.items()
-        if w.phase == "stopping"
-    )
     replacements = plan_replacements(
         state, now, budget=replacement_budget, guard_s=replacement_guard_s
     )
@@ -87,16 +88,23 @@ def schedule(
 def queue(state: PoolState) -> list[Workload]:
     """Pending workloads in the order they are considered (see the module docstring)."""
 
-    best_of: dict[tuple[int, tuple[str, ...]], int] = {}  # (labels, group order) -> best
+    best_of: dict[tuple[int, str], int] = {}  # (labels, machine type) -> best there
 
     def key(workload: Workload) -> tuple[int, int, float, str]:
-        kind = (state.label_id(workload), workload.group_order)
-        best = best_of.get(kind)
-        if best is None:
-            best = best_of[kind] = max(
-                (state.access(b, workload).priority for b in state.books_for(workload)),
-                default=0,
-            )
+        lid = state.label_id(workload)
+        best = 0  # rule priorities are never below 0
+        for machine_type in workload.group_order:
+            here = best_of.get((lid, machine_type))
+            if here is None:
+                here = best_of[(lid, machine_type)] = max(
+                    (
+                        state.access(b, workload).priority
+                        for b in state.books_of_type.get(machine_type, ())
+                    ),
+                    default=0,
+                )
+            if here > best:
+                best = here
         return (-best, -workload.priority, workload.submitted_at, workload.workload_id)
 
     return sorted((w for w in state.workloads.values() if w.phase == "pending"), key=key)
@@ -136,9 +144,9 @@ def _decide(
     the kinds waiting, not the queue. Any placement or preemption forgets them all."""
     books = state.books_for(workload)
     wid = workload.workload_id
-    held = [b for b in books if b.reserved.get(wid)]
-    key = None
-    if not held and verdicts is not None:
+    held = [b for b in books if b.reserved.get(wid)] if state.holds_room(wid) else []
+    key = None  # its kind, worked out only when a verdict is looked up or kept
+    if not held and verdicts:
         key = _verdict_key(workload)
         known = verdicts.get(key)
         if known is not None:
@@ -164,8 +172,8 @@ def _decide(
     if choice is None:
         why = explain_pending(state, workload, now, min_runtime_s)
         pending.append(why)
-        if key is not None and verdicts is not None:
-            verdicts[key] = why
+        if not held and verdicts is not None:
+            verdicts[key if key is not None else _verdict_key(workload)] = why
     elif not choice.victims:
         placements.append(_place(state, workload, list(choice.takes)))
     else:
@@ -176,10 +184,13 @@ def _decide(
 def _place(state: PoolState, workload: Workload, takes: Sequence[tuple[BookKey, int]]) -> Placement:
     state.drop_reservations(workload.workload_id)
     nodes = []
+    labels = []
     for key, count in takes:
-        nodes.extend(state.take(state.books[key], workload, count))
-    where = ", ".join(f"{n} on {'/'.join(key)}" for key, n in takes)
-    first = next(iter(dict.fromkeys(workload.group_order)), None)
+        book = state.books[key]
+        nodes.extend(state.take(book, workload, count))
+        labels.append(f"{count} on {book.label}")
+    where = ", ".join(labels)
+    first = workload.group_order[0] if workload.group_order else None
     fell_back = bool(takes) and takes[0][0][0] != first
     note = f" ({first} had no room for it)" if fell_back and first else ""
     return Placement(

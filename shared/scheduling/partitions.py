@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .model import (
     DEFAULT_RULE_PRIORITY,
@@ -73,20 +74,22 @@ class Book:
     reserved_total: int = 0
     reserved_rule: dict[str, int | None] = field(default_factory=dict)  # its owner's rule
     key: BookKey = ("", "")  # (machine type, partition), set from the two at construction
-    # The rule decision per set of labels (see PoolState.label_id), filled as the pass asks.
+    # The rule decision per set of labels (see PoolState.label_id), filled as the pass asks;
+    # shared by the partitions whose rules are the same object (the decision is the rules').
     access_by_labels: dict[int, Access] = field(default_factory=dict)
+    label: str = ""  # "type/partition", for messages
+    launch_node: NodeAssignment | None = None  # a node to launch here (frozen: shared)
 
     def __post_init__(self) -> None:
         self.key = (self.machine_type, self.name)
-
-    @property
-    def label(self) -> str:
-        return f"{self.machine_type}/{self.name}"
+        self.label = f"{self.machine_type}/{self.name}"
 
     def reserved_for_others(self, workload_id: str) -> int:
         return self.reserved_total - self.reserved.get(workload_id, 0)
 
     def rule_reserved_for_others(self, rule: int, workload_id: str) -> int:
+        if not self.reserved:
+            return 0
         return sum(
             count
             for owner, count in self.reserved.items()
@@ -123,6 +126,8 @@ def access_for(book: Book, labels: Mapping[str, str]) -> Access:
 
 
 def labels_key(workload: Workload) -> LabelsKey:
+    if not workload.labels:  # the common case, without building and sorting a dict
+        return (("workload-type", workload.workload_type),)
     return tuple(sorted(workload.selector_labels().items()))
 
 
@@ -136,26 +141,32 @@ class PoolState:
         }
         self.books: dict[BookKey, Book] = {}
         self.books_of_type: dict[str, list[Book]] = {}
+        # Partitions with the same rules (the same rule objects, as a pool file's defaults
+        # give them) compile them once and share the rule decisions: the rules alone decide.
+        compiled: dict[tuple[int, ...], tuple[tuple[CompiledRule, ...], dict[int, Access]]] = {}
         for machine_type in snapshot.machine_types:
-            books = [
-                Book(
-                    machine_type.machine_type,
-                    p.name,
-                    p.size,
-                    machine_type.market,
-                    p.free_since,
-                    compile_rules(p),
-                    rank,
-                    rule_used=[0] * len(p.rules),
+            books = []
+            for rank, p in enumerate(machine_type.partitions):
+                same = tuple(map(id, p.rules))  # the snapshot keeps the rules alive all pass
+                rules = compiled.get(same)
+                if rules is None:
+                    rules = compiled[same] = (compile_rules(p), {})
+                books.append(
+                    Book(
+                        machine_type.machine_type,
+                        p.name,
+                        p.size,
+                        machine_type.market,
+                        p.free_since,
+                        rules[0],
+                        rank,
+                        rule_used=[0] * len(p.rules),
+                        access_by_labels=rules[1],
+                    )
                 )
-                for rank, p in enumerate(machine_type.partitions)
-            ]
             self.books_of_type[machine_type.machine_type] = books
             self.books.update((b.key, b) for b in books)
         self.workloads: dict[str, Workload] = {w.workload_id: w for w in snapshot.workloads}
-        self.machines: dict[str, Machine] = {m.machine_id: m for m in snapshot.machines}
-        self.machines_of: dict[str, list[Machine]] = defaultdict(list)
-        self._holders: dict[BookKey, dict[str, None]] = defaultdict(dict)
         # Workloads giving their machines back: never placed or chosen as victims again.
         self.stopping: set[str] = {
             w.workload_id for w in snapshot.workloads if w.phase == "stopping"
@@ -175,25 +186,56 @@ class PoolState:
         self._book_machines(snapshot.machines)
         self._book_reservations(snapshot.reservations)
 
+    @cached_property
+    def machines(self) -> dict[str, Machine]:
+        """The snapshot's machines by id (built when first asked: most passes never do)."""
+        return {m.machine_id: m for m in self.snapshot.machines}
+
+    @cached_property
+    def machines_of(self) -> dict[str, list[Machine]]:
+        """The snapshot's machines by the workload holding them, in snapshot order (built
+        when first asked: only preemption and replacement do)."""
+        out: dict[str, list[Machine]] = defaultdict(list)
+        for machine in self.snapshot.machines:
+            if machine.workload_id is not None:
+                out[machine.workload_id].append(machine)
+        return dict(out)
+
+    @cached_property
+    def _holders(self) -> dict[BookKey, dict[str, None]]:
+        """The workloads holding machines of each partition, as of the snapshot."""
+        out: dict[BookKey, dict[str, None]] = defaultdict(dict)
+        for machine in self.snapshot.machines:
+            key = (machine.machine_type, machine.partition)
+            if machine.workload_id is not None and key in self.books:
+                out[key][machine.workload_id] = None
+        return dict(out)
+
+    def holds_room(self, workload_id: str) -> bool:
+        """Whether room is held (reserved) for this workload anywhere."""
+        return workload_id in self._holds
+
     # ----------------------------------------------------------------- reading the snapshot
     def _book_machines(self, machines: Iterable[Machine]) -> None:
         idle: dict[BookKey, list[Machine]] = defaultdict(list)
+        books, workloads = self.books, self.workloads
         for machine in machines:
-            book = self.books.get((machine.machine_type, machine.partition))
-            if machine.workload_id is None:
+            owner_id = machine.workload_id
+            book = books.get((machine.machine_type, machine.partition))
+            if owner_id is None:
                 if book is not None:
                     idle[book.key].append(machine)
                 continue
-            self.machines_of[machine.workload_id].append(machine)
             if book is None:
                 continue  # a partition the pool no longer defines: counts nowhere
             book.held += 1
-            self._holders[book.key][machine.workload_id] = None
-            owner = self.workloads.get(machine.workload_id)
+            if not book.rules:
+                continue  # no rule, no quota to count against
+            owner = workloads.get(owner_id)
             if owner is not None:
-                access = self.access(book, owner)
-                if access.rule is not None:
-                    book.rule_used[access.rule] += 1
+                rule = self.access(book, owner).rule
+                if rule is not None:
+                    book.rule_used[rule] += 1
         for key, machines_here in idle.items():
             # The most recently idle is used first (it is warmest); the longest idle are
             # left to the reaper. Popped from the end.
@@ -223,7 +265,9 @@ class PoolState:
 
     def access(self, book: Book, workload: Workload) -> Access:
         """The rule decision for this workload in this partition (cached by labels)."""
-        lid = self.label_id(workload)
+        lid = self._label_of.get(workload.workload_id)
+        if lid is None:
+            lid = self.label_id(workload)
         cached = book.access_by_labels.get(lid)
         if cached is None:
             cached = book.access_by_labels[lid] = access_for(book, dict(self._label_keys[lid]))
@@ -249,37 +293,41 @@ class PoolState:
     def room(self, book: Book, workload: Workload, freed: Freed | None = None) -> int:
         """Machines of this partition the workload could take now (with ``freed`` released)."""
         access = self.access(book, workload)
-        if not access.allowed:
+        if access.denial is not None:
             return 0
         wid = workload.workload_id
-        extra = freed.machines.get(book.key, 0) if freed else 0
-        room = book.size - book.held - book.reserved_for_others(wid) + extra
-        if access.quota is not None and access.rule is not None:
-            extra_rule = freed.rule_machines.get((book.key, access.rule), 0) if freed else 0
-            quota_room = (
-                access.quota
-                - book.rule_used[access.rule]
-                - book.rule_reserved_for_others(access.rule, wid)
-                + extra_rule
-            )
+        room = book.size - book.held
+        if book.reserved_total:
+            room -= book.reserved_total - book.reserved.get(wid, 0)
+        if freed is not None:
+            room += freed.machines.get(book.key, 0)
+        quota, rule = access.quota, access.rule
+        if quota is not None and rule is not None:
+            quota_room = quota - book.rule_used[rule] - book.rule_reserved_for_others(rule, wid)
+            if freed is not None:
+                quota_room += freed.rule_machines.get((book.key, rule), 0)
             room = min(room, quota_room)
         return max(0, room)
 
     # ----------------------------------------------------------------- booking
     def take(self, book: Book, workload: Workload, count: int) -> list[NodeAssignment]:
         """Book ``count`` machines for the workload: idle ones first, then new launches."""
-        access = self.access(book, workload)
+        rule = self.access(book, workload).rule
         book.held += count
-        if access.rule is not None:
-            book.rule_used[access.rule] += count
-        return [
-            NodeAssignment(
-                machine_type=book.machine_type,
-                partition=book.name,
-                machine_id=book.idle.pop() if book.idle else None,
-            )
-            for _ in range(count)
+        if rule is not None:
+            book.rule_used[rule] += count
+        idle = book.idle
+        out = [
+            NodeAssignment(machine_type=book.machine_type, partition=book.name, machine_id=m)
+            for m in (idle.pop() for _ in range(min(count, len(idle))))
         ]
+        if len(out) < count:
+            if book.launch_node is None:
+                book.launch_node = NodeAssignment(
+                    machine_type=book.machine_type, partition=book.name, machine_id=None
+                )
+            out.extend([book.launch_node] * (count - len(out)))
+        return out
 
     def reserve(self, book: Book, workload: Workload, count: int) -> None:
         """Hold room in the partition for this workload."""
@@ -300,6 +348,7 @@ class PoolState:
         return [
             Reservation(workload_id=wid, machine_type=b.machine_type, partition=b.name, count=n)
             for b in self.books.values()
+            if b.reserved
             for wid, n in sorted(b.reserved.items())
             if n > 0
         ]

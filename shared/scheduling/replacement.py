@@ -31,7 +31,11 @@ def plan_replacements(
     """Replacement moves for this pass, best-placed workloads first (see the module doc)."""
     slots = budget - state.snapshot.replacements_in_flight
     out: list[Replacement] = []
-    eligible = [w for w in state.workloads.values() if _eligible(state, w, now, guard_s)]
+    eligible = [
+        w
+        for w in state.workloads.values()
+        if w.enable_replacement and _eligible(state, w, now, guard_s)
+    ]
     eligible.sort(key=lambda w: (-w.priority, w.submitted_at, w.workload_id))
     for workload in eligible:
         if slots <= 0:
