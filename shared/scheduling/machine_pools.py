@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .model import Pending, PendingCode, Placement, Plan, PoolSnapshot, Preemption, Workload
-from .partitions import Book, BookKey, PoolState
-from .preemption import Choice, choose_victims, protected, walk
+from .partitions import Book, PoolState
+from .preemption import Choice, choose_victims, protected
 from .reaping import plan_machine_reaps
 from .replacement import plan_replacements
 
@@ -53,6 +53,17 @@ def schedule(
     pending: list[Pending] = []
     verdicts: dict[VerdictKey, Pending] | None = {} if reuse_verdicts else None
     for workload in queue(state):
+        # The common case first, as _decide would take it: nothing told to alike work since
+        # the last move, no room held for it, and the free room is enough.
+        if (
+            not verdicts
+            and workload.on_full == "fallback"
+            and not state.holds_room(workload.workload_id)
+        ):
+            takes, short = state.fit(workload, state.books_for(workload))
+            if not short:
+                placements.append(_place(state, workload, takes))
+                continue
         moves = len(placements) + len(preemptions)
         _decide(state, workload, now, min_runtime_s, placements, preemptions, pending, verdicts)
         if verdicts and len(placements) + len(preemptions) != moves:
@@ -88,15 +99,20 @@ def schedule(
 def queue(state: PoolState) -> list[Workload]:
     """Pending workloads in the order they are considered (see the module docstring)."""
 
-    best_of: dict[tuple[int, str], int] = {}  # (labels, machine type) -> best there
+    # (labels, a machine type's rules) -> the best rule priority there
+    best_of: dict[tuple[int, tuple[int, ...]], int] = {}
+    rules_of_type = state.rules_of_type
 
     def key(workload: Workload) -> tuple[int, int, float, str]:
         lid = state.label_id(workload)
         best = 0  # rule priorities are never below 0
         for machine_type in workload.group_order:
-            here = best_of.get((lid, machine_type))
+            rules = rules_of_type.get(machine_type)
+            if rules is None:
+                continue  # not a machine type of this pool
+            here = best_of.get((lid, rules))
             if here is None:
-                here = best_of[(lid, machine_type)] = max(
+                here = best_of[(lid, rules)] = max(
                     (
                         state.access(b, workload).priority
                         for b in state.books_of_type.get(machine_type, ())
@@ -153,9 +169,9 @@ def _decide(
             pending.append(known.model_copy(update={"workload_id": wid}))
             return
     if held:
-        takes, short = walk(state, workload, books)
+        takes, short = state.fit(workload, books)
         if not short:
-            placements.append(_place(state, workload, [(b.key, n) for b, n in takes]))
+            placements.append(_place(state, workload, takes))
             return
         if _still_stopping(state, held):
             pending.append(_waiting(state, workload, held))
@@ -164,9 +180,9 @@ def _decide(
         if verdicts:
             verdicts.clear()  # the room it held is free again
     if workload.on_full == "fallback":
-        takes, short = walk(state, workload, books)
+        takes, short = state.fit(workload, books)
         if not short:
-            placements.append(_place(state, workload, [(b.key, n) for b, n in takes]))
+            placements.append(_place(state, workload, takes))
             return
     choice = choose_victims(state, workload, now, min_runtime_s)
     if choice is None:
@@ -175,23 +191,25 @@ def _decide(
         if not held and verdicts is not None:
             verdicts[key if key is not None else _verdict_key(workload)] = why
     elif not choice.victims:
-        placements.append(_place(state, workload, list(choice.takes)))
+        placements.append(_place(state, workload, [(state.books[k], n) for k, n in choice.takes]))
     else:
         preemptions.extend(_preempt(state, workload, choice))
         pending.append(_waiting(state, workload, [state.books[k] for k, _ in choice.takes]))
 
 
-def _place(state: PoolState, workload: Workload, takes: Sequence[tuple[BookKey, int]]) -> Placement:
+def _place(state: PoolState, workload: Workload, takes: Sequence[tuple[Book, int]]) -> Placement:
     state.drop_reservations(workload.workload_id)
-    nodes = []
-    labels = []
-    for key, count in takes:
-        book = state.books[key]
-        nodes.extend(state.take(book, workload, count))
-        labels.append(f"{count} on {book.label}")
-    where = ", ".join(labels)
+    if len(takes) == 1:
+        book, count = takes[0]
+        nodes = state.take(book, workload, count)
+        where = f"{count} on {book.label}"
+    else:
+        nodes = []
+        for book, count in takes:
+            nodes.extend(state.take(book, workload, count))
+        where = ", ".join(f"{count} on {book.label}" for book, count in takes)
     first = workload.group_order[0] if workload.group_order else None
-    fell_back = bool(takes) and takes[0][0][0] != first
+    fell_back = bool(takes) and takes[0][0].machine_type != first
     note = f" ({first} had no room for it)" if fell_back and first else ""
     return Placement(
         workload_id=workload.workload_id,

@@ -126,8 +126,12 @@ def access_for(book: Book, labels: Mapping[str, str]) -> Access:
 
 
 def labels_key(workload: Workload) -> LabelsKey:
-    if not workload.labels:  # the common case, without building and sorting a dict
+    """Equal for workloads whose selector labels are equal (built without building those)."""
+    labels = workload.labels
+    if not labels:
         return (("workload-type", workload.workload_type),)
+    if len(labels) == 1 and "workload-type" not in labels:
+        return (("workload-type", workload.workload_type), *labels.items())
     return tuple(sorted(workload.selector_labels().items()))
 
 
@@ -141,6 +145,8 @@ class PoolState:
         }
         self.books: dict[BookKey, Book] = {}
         self.books_of_type: dict[str, list[Book]] = {}
+        # Per machine type, which rules its partitions have (equal: the same decisions).
+        self.rules_of_type: dict[str, tuple[int, ...]] = {}
         # Partitions with the same rules (the same rule objects, as a pool file's defaults
         # give them) compile them once and share the rule decisions: the rules alone decide.
         compiled: dict[tuple[int, ...], tuple[tuple[CompiledRule, ...], dict[int, Access]]] = {}
@@ -165,6 +171,9 @@ class PoolState:
                     )
                 )
             self.books_of_type[machine_type.machine_type] = books
+            self.rules_of_type[machine_type.machine_type] = tuple(
+                id(b.access_by_labels) for b in books
+            )
             self.books.update((b.key, b) for b in books)
         self.workloads: dict[str, Workload] = {w.workload_id: w for w in snapshot.workloads}
         # Workloads giving their machines back: never placed or chosen as victims again.
@@ -217,30 +226,35 @@ class PoolState:
 
     # ----------------------------------------------------------------- reading the snapshot
     def _book_machines(self, machines: Iterable[Machine]) -> None:
-        idle: dict[BookKey, list[Machine]] = defaultdict(list)
-        books, workloads = self.books, self.workloads
+        idle: list[Machine] = []
+        books, workloads, label_ids = self.books, self.workloads, self._label_ids
         for machine in machines:
-            owner_id = machine.workload_id
             book = books.get((machine.machine_type, machine.partition))
-            if owner_id is None:
-                if book is not None:
-                    idle[book.key].append(machine)
-                continue
             if book is None:
                 continue  # a partition the pool no longer defines: counts nowhere
+            owner_id = machine.workload_id
+            if owner_id is None:
+                idle.append(machine)
+                continue
             book.held += 1
             if not book.rules:
                 continue  # no rule, no quota to count against
             owner = workloads.get(owner_id)
             if owner is not None:
-                rule = self.access(book, owner).rule
+                lid = label_ids.get(labels_key(owner))
+                access = book.access_by_labels.get(lid) if lid is not None else None
+                rule = (access or self.access(book, owner)).rule
                 if rule is not None:
                     book.rule_used[rule] += 1
-        for key, machines_here in idle.items():
-            # The most recently idle is used first (it is warmest); the longest idle are
-            # left to the reaper. Popped from the end.
-            machines_here.sort(key=lambda m: (m.idle_since or 0.0, m.machine_id), reverse=True)
-            self.books[key].idle = [m.machine_id for m in reversed(machines_here)]
+        # The most recently idle is used first (it is warmest); the longest idle are left to
+        # the reaper. Popped from the end. One stable sort of them all, then each partition's
+        # in that order (reversed, as sorting each partition's own would leave ties).
+        idle.sort(key=lambda m: (m.idle_since or 0.0, m.machine_id), reverse=True)
+        for machine in idle:
+            books[(machine.machine_type, machine.partition)].idle.append(machine.machine_id)
+        for book in books.values():
+            if len(book.idle) > 1:
+                book.idle.reverse()
 
     def _book_reservations(self, reservations: Iterable[Reservation]) -> None:
         for reservation in reservations:
@@ -253,14 +267,15 @@ class PoolState:
     # ----------------------------------------------------------------- rules and room
     def label_id(self, workload: Workload) -> int:
         """A small id for the workload's labels: equal labels, equal ids (within the pass)."""
-        lid = self._label_of.get(workload.workload_id)
+        wid = workload.workload_id
+        lid = self._label_of.get(wid)
         if lid is None:
             key = labels_key(workload)
             lid = self._label_ids.get(key)
             if lid is None:
                 lid = self._label_ids[key] = len(self._label_keys)
                 self._label_keys.append(key)
-            self._label_of[workload.workload_id] = lid
+            self._label_of[wid] = lid
         return lid
 
     def access(self, book: Book, workload: Workload) -> Access:
@@ -290,6 +305,39 @@ class PoolState:
             ]
         return out
 
+    def fit(self, workload: Workload, books: Iterable[Book]) -> tuple[list[tuple[Book, int]], int]:
+        """Fill the workload's nodes in the order of ``books`` with the room there is now:
+        (nodes per partition, nodes still short). ``room`` and ``walk`` without freed
+        machines, with full partitions passed over before their rules are read."""
+        wid = workload.workload_id
+        remaining = workload.num_nodes
+        takes: list[tuple[Book, int]] = []
+        lid = self._label_of.get(wid)
+        if lid is None:
+            lid = self.label_id(workload)
+        for book in books:
+            room = book.size - book.held
+            if book.reserved_total:
+                room -= book.reserved_total - book.reserved.get(wid, 0)
+            if room <= 0:
+                continue
+            access = book.access_by_labels.get(lid) or self.access(book, workload)
+            if access.denial is not None:
+                continue
+            quota, rule = access.quota, access.rule
+            if quota is not None and rule is not None:
+                quota_room = quota - book.rule_used[rule] - book.rule_reserved_for_others(rule, wid)
+                if quota_room < room:
+                    room = quota_room
+                    if room <= 0:
+                        continue
+            if room >= remaining:
+                takes.append((book, remaining))
+                return takes, 0
+            takes.append((book, room))
+            remaining -= room
+        return takes, remaining
+
     def room(self, book: Book, workload: Workload, freed: Freed | None = None) -> int:
         """Machines of this partition the workload could take now (with ``freed`` released)."""
         access = self.access(book, workload)
@@ -312,14 +360,20 @@ class PoolState:
     # ----------------------------------------------------------------- booking
     def take(self, book: Book, workload: Workload, count: int) -> list[NodeAssignment]:
         """Book ``count`` machines for the workload: idle ones first, then new launches."""
+        if count <= 0:
+            return []
         rule = self.access(book, workload).rule
         book.held += count
         if rule is not None:
             book.rule_used[rule] += count
         idle = book.idle
+        used = idle[-count:]  # the warmest, taken from the end
+        del idle[-count:]
+        used.reverse()
+        machine_type, partition = book.machine_type, book.name
         out = [
-            NodeAssignment(machine_type=book.machine_type, partition=book.name, machine_id=m)
-            for m in (idle.pop() for _ in range(min(count, len(idle))))
+            NodeAssignment(machine_type=machine_type, partition=partition, machine_id=m)
+            for m in used
         ]
         if len(out) < count:
             if book.launch_node is None:
@@ -338,6 +392,8 @@ class PoolState:
         self._holds[wid].add(book.key)
 
     def drop_reservations(self, workload_id: str) -> None:
+        if not self._holds:
+            return
         for key in self._holds.pop(workload_id, ()):
             book = self.books[key]
             book.reserved_total -= book.reserved.pop(workload_id, 0)
