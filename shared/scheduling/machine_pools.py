@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import trusted
 from .model import Pending, PendingCode, Placement, Plan, PoolSnapshot, Preemption, Workload
 from .partitions import Book, PoolState
 from .preemption import Choice, choose_victims, protected
@@ -60,7 +61,7 @@ def schedule(
             and workload.on_full == "fallback"
             and not state.holds_room(workload.workload_id)
         ):
-            takes, short = state.fit(workload, state.books_for(workload))
+            takes, short = state.fit(workload)
             if not short:
                 placements.append(_place(state, workload, takes))
                 continue
@@ -211,10 +212,8 @@ def _place(state: PoolState, workload: Workload, takes: Sequence[tuple[Book, int
     first = workload.group_order[0] if workload.group_order else None
     fell_back = bool(takes) and takes[0][0].machine_type != first
     note = f" ({first} had no room for it)" if fell_back and first else ""
-    return Placement(
-        workload_id=workload.workload_id,
-        nodes=tuple(nodes),
-        reason=f"placed {workload.num_nodes} node(s): {where}{note}",
+    return trusted.placement(
+        workload.workload_id, tuple(nodes), f"placed {workload.num_nodes} node(s): {where}{note}"
     )
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from . import trusted
 from .model import (
     DEFAULT_RULE_PRIORITY,
     Machine,
@@ -305,16 +306,25 @@ class PoolState:
             ]
         return out
 
-    def fit(self, workload: Workload, books: Iterable[Book]) -> tuple[list[tuple[Book, int]], int]:
-        """Fill the workload's nodes in the order of ``books`` with the room there is now:
-        (nodes per partition, nodes still short). ``room`` and ``walk`` without freed
-        machines, with full partitions passed over before their rules are read."""
+    def fit(
+        self, workload: Workload, books: Iterable[Book] | None = None
+    ) -> tuple[list[tuple[Book, int]], int]:
+        """Fill the workload's nodes in the order of ``books`` (by default its own, see
+        ``books_for``) with the room there is now: (nodes per partition, nodes still short).
+        ``room`` and ``walk`` without freed machines, with full partitions passed over before
+        their rules are read."""
         wid = workload.workload_id
         remaining = workload.num_nodes
         takes: list[tuple[Book, int]] = []
         lid = self._label_of.get(wid)
         if lid is None:
             lid = self.label_id(workload)
+        if books is None:
+            order: Iterable[str] = workload.group_order
+            if len(workload.group_order) > 1 and len(set(order)) < len(workload.group_order):
+                order = dict.fromkeys(order)
+            of_type = self.books_of_type
+            books = [book for machine_type in order for book in of_type.get(machine_type, ())]
         for book in books:
             room = book.size - book.held
             if book.reserved_total:
@@ -362,19 +372,20 @@ class PoolState:
         """Book ``count`` machines for the workload: idle ones first, then new launches."""
         if count <= 0:
             return []
-        rule = self.access(book, workload).rule
+        lid = self._label_of.get(workload.workload_id)
+        access = book.access_by_labels.get(lid) if lid is not None else None
+        rule = (access or self.access(book, workload)).rule
         book.held += count
         if rule is not None:
             book.rule_used[rule] += count
         idle = book.idle
-        used = idle[-count:]  # the warmest, taken from the end
-        del idle[-count:]
-        used.reverse()
-        machine_type, partition = book.machine_type, book.name
-        out = [
-            NodeAssignment(machine_type=machine_type, partition=partition, machine_id=m)
-            for m in used
-        ]
+        if not idle:
+            out = []
+        else:
+            used = idle[-count:]  # the warmest, taken from the end
+            del idle[-count:]
+            used.reverse()
+            out = trusted.nodes(book.machine_type, book.name, used)
         if len(out) < count:
             if book.launch_node is None:
                 book.launch_node = NodeAssignment(

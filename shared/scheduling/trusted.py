@@ -1,0 +1,81 @@
+"""Plan parts built from values a pass already holds, without validating them a second time.
+
+A pass puts thousands of nodes and placements in a plan, from strings it read out of a
+validated snapshot; pydantic's validation of each again is most of what placing costs. These
+builders make the same frozen models as the constructors, ``__dict__`` and fields set alike
+(what ``model_construct`` does, without its per-field search for aliases and defaults), so the
+plan compares, hashes and serialises as before. Where a model's shape is not the plain one
+they rely on (a post-init hook, private attributes, other fields), they call the constructor.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from .model import NodeAssignment, Placement
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _plain(cls: type[BaseModel], fields: tuple[str, ...]) -> bool:
+    """Whether an instance is exactly its four slots, filled as below."""
+    return (
+        BaseModel.__slots__
+        == ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
+        and not cls.__pydantic_post_init__
+        and not cls.__private_attributes__
+        and not cls.__pydantic_root_model__
+        and tuple(cls.model_fields) == fields
+    )
+
+
+_NODE_PLAIN = _plain(NodeAssignment, ("machine_type", "partition", "machine_id"))
+_PLACEMENT_PLAIN = _plain(Placement, ("workload_id", "nodes", "reason"))
+
+
+def node(machine_type: str, partition: str, machine_id: str | None) -> NodeAssignment:
+    """``NodeAssignment(machine_type=..., partition=..., machine_id=...)``."""
+    if not _NODE_PLAIN:
+        return NodeAssignment(machine_type=machine_type, partition=partition, machine_id=machine_id)
+    made = _new(NodeAssignment)
+    _set(
+        made,
+        "__dict__",
+        {"machine_type": machine_type, "partition": partition, "machine_id": machine_id},
+    )
+    _set(made, "__pydantic_fields_set__", {"machine_type", "partition", "machine_id"})
+    _set(made, "__pydantic_extra__", None)
+    _set(made, "__pydantic_private__", None)
+    return made
+
+
+def nodes(machine_type: str, partition: str, machine_ids: list[str]) -> list[NodeAssignment]:
+    """``node`` for each of these machines of one partition."""
+    if not _NODE_PLAIN:
+        return [node(machine_type, partition, m) for m in machine_ids]
+    out = []
+    for machine_id in machine_ids:
+        made = _new(NodeAssignment)
+        _set(
+            made,
+            "__dict__",
+            {"machine_type": machine_type, "partition": partition, "machine_id": machine_id},
+        )
+        _set(made, "__pydantic_fields_set__", {"machine_type", "partition", "machine_id"})
+        _set(made, "__pydantic_extra__", None)
+        _set(made, "__pydantic_private__", None)
+        out.append(made)
+    return out
+
+
+def placement(workload_id: str, nodes: tuple[NodeAssignment, ...], reason: str) -> Placement:
+    """``Placement(workload_id=..., nodes=..., reason=...)``."""
+    if not _PLACEMENT_PLAIN:
+        return Placement(workload_id=workload_id, nodes=nodes, reason=reason)
+    made = _new(Placement)
+    _set(made, "__dict__", {"workload_id": workload_id, "nodes": nodes, "reason": reason})
+    _set(made, "__pydantic_fields_set__", {"workload_id", "nodes", "reason"})
+    _set(made, "__pydantic_extra__", None)
+    _set(made, "__pydantic_private__", None)
+    return made
