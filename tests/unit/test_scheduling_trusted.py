@@ -1,0 +1,50 @@
+"""The scheduler's unvalidated builders make the very models the constructors make."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+from pydantic import ValidationError
+
+from corral.shared.scheduling import trusted
+from corral.shared.scheduling.model import NodeAssignment, Placement, Plan
+
+
+def test_a_built_node_is_the_validated_one() -> None:
+    for machine_id in ("m-1", None):
+        built = trusted.node("t", "p", machine_id)
+        made = NodeAssignment(machine_type="t", partition="p", machine_id=machine_id)
+        assert type(built) is NodeAssignment
+        assert built == made and hash(built) == hash(made)
+        assert built.model_fields_set == made.model_fields_set
+        assert built.model_dump_json() == made.model_dump_json()
+        assert built.model_dump(exclude_unset=True) == made.model_dump(exclude_unset=True)
+        assert trusted.nodes("t", "p", ["a", "b"]) == [
+            NodeAssignment(machine_type="t", partition="p", machine_id=m) for m in ("a", "b")
+        ]
+
+
+def test_a_built_placement_is_the_validated_one_and_stays_frozen() -> None:
+    nodes = (trusted.node("t", "p", "m-1"), trusted.node("t", "p", None))
+    built = trusted.placement("w1", nodes, "placed 2 node(s): 2 on t/p")
+    made = Placement(workload_id="w1", nodes=nodes, reason="placed 2 node(s): 2 on t/p")
+    assert built == made and hash(built) == hash(made)
+    assert built.model_fields_set == made.model_fields_set
+    assert Placement.model_validate_json(built.model_dump_json()) == made
+    assert pickle.loads(pickle.dumps(built)) == made
+    assert copy.deepcopy(built) == made
+    with pytest.raises(ValidationError):
+        built.reason = "changed"  # type: ignore[misc]
+    changed = built.model_copy(update={"reason": "x"})
+    assert changed.reason == "x" and built.reason == "placed 2 node(s): 2 on t/p"
+    assert built.model_fields_set == {"workload_id", "nodes", "reason"}
+    plan = Plan(pool="p", based_on={}, computed_at=0.0, placements=(built,))
+    assert Plan.model_validate_json(plan.model_dump_json()).placements == (made,)
+
+
+def test_the_builders_check_the_models_they_bypass() -> None:
+    """If pydantic or the models change shape, the builders fall back to the constructors."""
+    assert trusted._NODE_PLAIN and trusted._PLACEMENT_PLAIN
+    assert not trusted._plain(NodeAssignment, ("machine_type", "partition"))
