@@ -78,6 +78,7 @@ class Book:
     # The rule decision per set of labels (see PoolState.label_id), filled as the pass asks;
     # shared by the partitions whose rules are the same object (the decision is the rules').
     access_by_labels: dict[int, Access] = field(default_factory=dict)
+    holders: dict[str, None] = field(default_factory=dict)  # who holds its machines, in order
     label: str = ""  # "type/partition", for messages
     launch_node: NodeAssignment | None = None  # a node to launch here (frozen: shared)
 
@@ -211,23 +212,16 @@ class PoolState:
                 out[machine.workload_id].append(machine)
         return dict(out)
 
-    @cached_property
-    def _holders(self) -> dict[BookKey, dict[str, None]]:
-        """The workloads holding machines of each partition, as of the snapshot."""
-        out: dict[BookKey, dict[str, None]] = defaultdict(dict)
-        for machine in self.snapshot.machines:
-            key = (machine.machine_type, machine.partition)
-            if machine.workload_id is not None and key in self.books:
-                out[key][machine.workload_id] = None
-        return dict(out)
-
     def holds_room(self, workload_id: str) -> bool:
         """Whether room is held (reserved) for this workload anywhere."""
         return workload_id in self._holds
 
     # ----------------------------------------------------------------- reading the snapshot
     def _book_machines(self, machines: Iterable[Machine]) -> None:
-        idle: list[Machine] = []
+        # Idle machines as (idle since, id, minus their place), to sort without a key
+        # function, and the partition of each by its place.
+        idle: list[tuple[float, str, int]] = []
+        idle_in: list[Book] = []
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
         for machine in machines:
             book = books.get((machine.machine_type, machine.partition))
@@ -235,9 +229,11 @@ class PoolState:
                 continue  # a partition the pool no longer defines: counts nowhere
             owner_id = machine.workload_id
             if owner_id is None:
-                idle.append(machine)
+                idle.append((machine.idle_since or 0.0, machine.machine_id, -len(idle_in)))
+                idle_in.append(book)
                 continue
             book.held += 1
+            book.holders[owner_id] = None
             if not book.rules:
                 continue  # no rule, no quota to count against
             owner = workloads.get(owner_id)
@@ -248,11 +244,12 @@ class PoolState:
                 if rule is not None:
                     book.rule_used[rule] += 1
         # The most recently idle is used first (it is warmest); the longest idle are left to
-        # the reaper. Popped from the end. One stable sort of them all, then each partition's
-        # in that order (reversed, as sorting each partition's own would leave ties).
-        idle.sort(key=lambda m: (m.idle_since or 0.0, m.machine_id), reverse=True)
-        for machine in idle:
-            books[(machine.machine_type, machine.partition)].idle.append(machine.machine_id)
+        # the reaper. Popped from the end. One sort of them all (ties in snapshot order, as a
+        # stable sort of each partition's own would leave them), then each partition's in
+        # that order, reversed.
+        idle.sort(reverse=True)
+        for _since, machine_id, minus_place in idle:
+            idle_in[-minus_place].idle.append(machine_id)
         for book in books.values():
             if len(book.idle) > 1:
                 book.idle.reverse()
@@ -291,7 +288,7 @@ class PoolState:
 
     def holders(self, book: Book) -> list[Workload]:
         """The known workloads holding machines of this partition (as of the snapshot)."""
-        known = (self.workloads.get(wid) for wid in self._holders.get(book.key, ()))
+        known = (self.workloads.get(wid) for wid in book.holders)
         return [w for w in known if w is not None]
 
     def books_for(self, workload: Workload) -> list[Book]:

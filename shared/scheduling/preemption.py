@@ -212,6 +212,11 @@ def choose_victims(
     """The fewest victims (per the rules above) after which the preemptor fits, and its nodes
     then; None when even preempting every eligible workload would not make it fit."""
     books = state.books_for(preemptor)
+    if not any(_holders_by_age(state, book, now, min_runtime_s)[0] for book in books):
+        # Nothing anywhere it may look could be a victim: what it gets is the free room
+        # (what either greedy way below ends with when it finds no victim).
+        takes, short = walk(state, preemptor, books)
+        return None if short else Choice((), tuple((b.key, n) for b, n in takes))
     greedy = _greedy_by_group if preemptor.on_full == "preempt" else _greedy_global
     chosen = greedy(state, preemptor, books, now, min_runtime_s)
     if chosen is None:
