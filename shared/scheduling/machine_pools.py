@@ -100,26 +100,33 @@ def schedule(
 def queue(state: PoolState) -> list[Workload]:
     """Pending workloads in the order they are considered (see the module docstring)."""
 
-    # (labels, a machine type's rules) -> the best rule priority there
-    best_of: dict[tuple[int, tuple[int, ...]], int] = {}
-    rules_of_type = state.rules_of_type
+    # The best rule priority a machine type's partitions give: per labels, per machine type,
+    # worked out once per labels and rules (machine types alike in rules share it).
+    best_in: dict[int, dict[str, int]] = {}
+    best_by_rules: dict[tuple[int, tuple[int, ...]], int] = {}
+
+    def best_there(workload: Workload, lid: int, machine_type: str) -> int:
+        rules = state.rules_of_type.get(machine_type)
+        if rules is None:
+            return 0  # not a machine type of this pool
+        found = best_by_rules.get((lid, rules))
+        if found is None:
+            found = best_by_rules[(lid, rules)] = max(
+                (state.access(b, workload).priority for b in state.books_of_type[machine_type]),
+                default=0,
+            )
+        return found
 
     def key(workload: Workload) -> tuple[int, int, float, str]:
         lid = state.label_id(workload)
+        per_type = best_in.get(lid)
+        if per_type is None:
+            per_type = best_in[lid] = {}
         best = 0  # rule priorities are never below 0
         for machine_type in workload.group_order:
-            rules = rules_of_type.get(machine_type)
-            if rules is None:
-                continue  # not a machine type of this pool
-            here = best_of.get((lid, rules))
+            here = per_type.get(machine_type)
             if here is None:
-                here = best_of[(lid, rules)] = max(
-                    (
-                        state.access(b, workload).priority
-                        for b in state.books_of_type.get(machine_type, ())
-                    ),
-                    default=0,
-                )
+                here = per_type[machine_type] = best_there(workload, lid, machine_type)
             if here > best:
                 best = here
         return (-best, -workload.priority, workload.submitted_at, workload.workload_id)

@@ -316,33 +316,40 @@ class PoolState:
         lid = self._label_of.get(wid)
         if lid is None:
             lid = self.label_id(workload)
-        if books is None:
+        groups: Iterable[Iterable[Book] | None]
+        if books is not None:
+            groups = (books,)
+        else:  # its machine types' partitions, in its group order
             order: Iterable[str] = workload.group_order
             if len(workload.group_order) > 1 and len(set(order)) < len(workload.group_order):
                 order = dict.fromkeys(order)
-            of_type = self.books_of_type
-            books = [book for machine_type in order for book in of_type.get(machine_type, ())]
-        for book in books:
-            room = book.size - book.held
-            if book.reserved_total:
-                room -= book.reserved_total - book.reserved.get(wid, 0)
-            if room <= 0:
-                continue
-            access = book.access_by_labels.get(lid) or self.access(book, workload)
-            if access.denial is not None:
-                continue
-            quota, rule = access.quota, access.rule
-            if quota is not None and rule is not None:
-                quota_room = quota - book.rule_used[rule] - book.rule_reserved_for_others(rule, wid)
-                if quota_room < room:
-                    room = quota_room
-                    if room <= 0:
-                        continue
-            if room >= remaining:
-                takes.append((book, remaining))
-                return takes, 0
-            takes.append((book, room))
-            remaining -= room
+            groups = map(self.books_of_type.get, order)
+        for group in groups:
+            if group is None:
+                continue  # not a machine type of this pool
+            for book in group:
+                room = book.size - book.held
+                if book.reserved_total:
+                    room -= book.reserved_total - book.reserved.get(wid, 0)
+                if room <= 0:
+                    continue
+                access = book.access_by_labels.get(lid) or self.access(book, workload)
+                if access.denial is not None:
+                    continue
+                quota, rule = access.quota, access.rule
+                if quota is not None and rule is not None:
+                    quota_room = (
+                        quota - book.rule_used[rule] - book.rule_reserved_for_others(rule, wid)
+                    )
+                    if quota_room < room:
+                        room = quota_room
+                        if room <= 0:
+                            continue
+                if room >= remaining:
+                    takes.append((book, remaining))
+                    return takes, 0
+                takes.append((book, room))
+                remaining -= room
         return takes, remaining
 
     def room(self, book: Book, workload: Workload, freed: Freed | None = None) -> int:

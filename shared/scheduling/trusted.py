@@ -6,6 +6,10 @@ builders make the same frozen models as the constructors, ``__dict__`` and field
 (what ``model_construct`` does, without its per-field search for aliases and defaults), so the
 plan compares, hashes and serialises as before. Where a model's shape is not the plain one
 they rely on (a post-init hook, private attributes, other fields), they call the constructor.
+
+Every model built here has all its fields set, so they share one fields-set per model, as
+``model_construct(_fields_set=...)`` allows: pydantic never changes it in place (the models are
+frozen, and ``model_copy`` copies it before adding to it).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ def _plain(cls: type[BaseModel], fields: tuple[str, ...]) -> bool:
 
 _NODE_PLAIN = _plain(NodeAssignment, ("machine_type", "partition", "machine_id"))
 _PLACEMENT_PLAIN = _plain(Placement, ("workload_id", "nodes", "reason"))
+_NODE_FIELDS = {"machine_type", "partition", "machine_id"}
+_PLACEMENT_FIELDS = {"workload_id", "nodes", "reason"}
 
 
 def node(machine_type: str, partition: str, machine_id: str | None) -> NodeAssignment:
@@ -44,7 +50,7 @@ def node(machine_type: str, partition: str, machine_id: str | None) -> NodeAssig
         "__dict__",
         {"machine_type": machine_type, "partition": partition, "machine_id": machine_id},
     )
-    _set(made, "__pydantic_fields_set__", {"machine_type", "partition", "machine_id"})
+    _set(made, "__pydantic_fields_set__", _NODE_FIELDS)
     _set(made, "__pydantic_extra__", None)
     _set(made, "__pydantic_private__", None)
     return made
@@ -62,7 +68,7 @@ def nodes(machine_type: str, partition: str, machine_ids: list[str]) -> list[Nod
             "__dict__",
             {"machine_type": machine_type, "partition": partition, "machine_id": machine_id},
         )
-        _set(made, "__pydantic_fields_set__", {"machine_type", "partition", "machine_id"})
+        _set(made, "__pydantic_fields_set__", _NODE_FIELDS)
         _set(made, "__pydantic_extra__", None)
         _set(made, "__pydantic_private__", None)
         out.append(made)
@@ -75,7 +81,7 @@ def placement(workload_id: str, nodes: tuple[NodeAssignment, ...], reason: str) 
         return Placement(workload_id=workload_id, nodes=nodes, reason=reason)
     made = _new(Placement)
     _set(made, "__dict__", {"workload_id": workload_id, "nodes": nodes, "reason": reason})
-    _set(made, "__pydantic_fields_set__", {"workload_id", "nodes", "reason"})
+    _set(made, "__pydantic_fields_set__", _PLACEMENT_FIELDS)
     _set(made, "__pydantic_extra__", None)
     _set(made, "__pydantic_private__", None)
     return made

@@ -40,6 +40,15 @@ def test_a_built_placement_is_the_validated_one_and_stays_frozen() -> None:
     changed = built.model_copy(update={"reason": "x"})
     assert changed.reason == "x" and built.reason == "placed 2 node(s): 2 on t/p"
     assert built.model_fields_set == {"workload_id", "nodes", "reason"}
+    # The fields set the built models share is never changed through one of them.
+    node = trusted.node("t", "p", "m-2").model_copy(update={"machine_id": None})
+    assert node.model_fields_set == {"machine_type", "partition", "machine_id"}
+    assert trusted.node("t", "p", "m-3").model_fields_set == {
+        "machine_type",
+        "partition",
+        "machine_id",
+    }
+    assert trusted.node("t", "p", "m-4").model_fields_set is not node.model_fields_set
     plan = Plan(pool="p", based_on={}, computed_at=0.0, placements=(built,))
     assert Plan.model_validate_json(plan.model_dump_json()).placements == (made,)
 
