@@ -12,14 +12,23 @@ same way, then for every workload scans every machine of the pool once to count 
 its partitions holds (per rule, for quotas) and which machines idle, and fills the
 workload's groups from that. Both must place the same workloads on the same machines; the
 scheduler must be at least FLOOR times faster.
+
+Timing: CPU time of this process (``time.process_time``), so that other work on a shared
+machine does not count; the garbage collector runs before each timed call and is paused during
+it, as ``timeit`` does, so that neither side pays for a full collection of the test process's
+heap that the other happened to trigger. The scheduler's figure is its best of ``RUNS`` passes
+over the same snapshot (the pass is pure: every one gives the same plan, which is checked); the
+baseline, about a thousand times longer, runs once.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 
@@ -34,7 +43,11 @@ from corral.shared.scheduling import (
 )
 from corral.shared.scheduling.selectors import compile_selector
 
-FLOOR = 3.0  # the scheduler must place at least this many times as many workloads per second
+# The scheduler must place at least this many times as many workloads per second as the
+# baseline; the gap grows with the pool (the baseline scans every machine per workload): about
+# 15x at the small size, about 500x at the full one.
+FLOOR = 6.0 if os.environ.get("CORRAL_BENCH_SCALE") == "small" else 100.0
+RUNS = 5  # scheduler passes timed; the best counts
 SEED = 20250605
 PER_TYPE = 25  # machines per machine type
 TEAM_RULES = (
@@ -45,6 +58,21 @@ TEAM_RULES = (
 pytestmark = pytest.mark.bench
 
 Nodes = tuple[tuple[str, str, str | None], ...]
+T = TypeVar("T")
+
+
+def _cpu_timed(run: Callable[[], T]) -> tuple[T, float]:
+    """(what ``run`` returns, the CPU seconds it took), the collector paused as in timeit."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.process_time()
+        out = run()
+        return out, time.process_time() - start
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _scale() -> tuple[int, int]:
@@ -217,17 +245,18 @@ def test_scheduler_beats_naive_baseline_and_agrees() -> None:
     snap = build_snapshot(random.Random(SEED), n_types, n_waiting)
     assert len(snap.machines) == n_types * PER_TYPE
 
-    start = time.perf_counter()
-    plan = schedule(snap, 1_000.0, replacement_budget=0)
-    fast_s = time.perf_counter() - start
+    passes = [
+        _cpu_timed(lambda: schedule(snap, 1_000.0, replacement_budget=0)) for _ in range(RUNS)
+    ]
+    plan, first_s = passes[0]
+    fast_s = min(s for _, s in passes)
+    assert all(p == plan for p, _ in passes), "a pure pass gave two plans"
     fast: list[tuple[str, Any]] = [
         (p.workload_id, tuple((n.machine_type, n.partition, n.machine_id) for n in p.nodes))
         for p in plan.placements
     ]
 
-    start = time.perf_counter()
-    slow = naive_schedule(snap)
-    slow_s = time.perf_counter() - start
+    slow, slow_s = _cpu_timed(lambda: naive_schedule(snap))
 
     assert plan.preemptions == ()
     assert len(fast) == len(slow), f"{len(fast)} placements vs the baseline's {len(slow)}"
@@ -236,8 +265,9 @@ def test_scheduler_beats_naive_baseline_and_agrees() -> None:
     assert len(fast) > n_waiting // 3  # a real share of the queue is placed
     ratio = slow_s / fast_s
     print(
-        f"\n{len(snap.machines):,} machines, {n_types} machine types, {n_waiting:,} waiting: "
-        f"scheduler {len(fast) / fast_s:,.0f} placements/s ({fast_s:.2f} s), "
+        f"\n{len(snap.machines):,} machines, {n_types} machine types, {n_waiting:,} waiting "
+        f"(CPU time): scheduler {len(fast) / fast_s:,.0f} placements/s ({fast_s * 1000:.1f} ms, "
+        f"best of {RUNS}; first pass {first_s * 1000:.1f} ms), "
         f"naive {len(slow) / slow_s:,.0f} placements/s ({slow_s:.2f} s), ratio {ratio:.1f}x; "
         f"{len(fast):,} placed, {len(plan.pending):,} left waiting"
     )
