@@ -65,8 +65,21 @@ def schedule(
             if not short:
                 placements.append(_place(state, workload, takes))
                 continue
+            fits_now = False  # the free room is not enough: _decide need not look again
+        else:
+            fits_now = None  # not known yet
         moves = len(placements) + len(preemptions)
-        _decide(state, workload, now, min_runtime_s, placements, preemptions, pending, verdicts)
+        _decide(
+            state,
+            workload,
+            now,
+            min_runtime_s,
+            placements,
+            preemptions,
+            pending,
+            verdicts,
+            fits_now,
+        )
         if verdicts and len(placements) + len(preemptions) != moves:
             verdicts.clear()  # the room changed: what alike workloads were told may not hold
     if state.stopping:  # this pass's victims, and those stopping in the snapshot
@@ -160,12 +173,14 @@ def _decide(
     preemptions: list[Preemption],
     pending: list[Pending],
     verdicts: dict[VerdictKey, Pending] | None = None,
+    fits_now: bool | None = None,
 ) -> None:
     """Place, preempt for, or explain one workload. ``verdicts``: kinds of workload found
     unplaceable, with no victim to take, since the pass last placed or preempted. Nothing
     changed since, so another of the same kind waits for the very same reason, and is told
     so without walking the partitions again: a pass over a long queue that cannot move costs
-    the kinds waiting, not the queue. Any placement or preemption forgets them all."""
+    the kinds waiting, not the queue. Any placement or preemption forgets them all.
+    ``fits_now``: False when the caller just found its free room short (None: not known)."""
     books = state.books_for(workload)
     wid = workload.workload_id
     held = [b for b in books if b.reserved.get(wid)] if state.holds_room(wid) else []
@@ -187,7 +202,7 @@ def _decide(
         state.drop_reservations(wid)  # the hold no longer covers it: decide afresh
         if verdicts:
             verdicts.clear()  # the room it held is free again
-    if workload.on_full == "fallback":
+    if workload.on_full == "fallback" and fits_now is not False:
         takes, short = state.fit(workload, books)
         if not short:
             placements.append(_place(state, workload, takes))

@@ -218,19 +218,17 @@ class PoolState:
 
     # ----------------------------------------------------------------- reading the snapshot
     def _book_machines(self, machines: Iterable[Machine]) -> None:
-        # Idle machines as (idle since, id, minus their place), to sort without a key
-        # function, and the partition of each by its place.
-        idle: list[tuple[float, str, int]] = []
-        idle_in: list[Book] = []
+        # Idle machines as (idle since, id, minus their place, partition), to sort without a
+        # key function (no two have the same place, so partitions are never compared).
+        idle: list[tuple[float, str, int, Book]] = []
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
-        for machine in machines:
+        for place, machine in enumerate(machines):
             book = books.get((machine.machine_type, machine.partition))
             if book is None:
                 continue  # a partition the pool no longer defines: counts nowhere
             owner_id = machine.workload_id
             if owner_id is None:
-                idle.append((machine.idle_since or 0.0, machine.machine_id, -len(idle_in)))
-                idle_in.append(book)
+                idle.append((machine.idle_since or 0.0, machine.machine_id, -place, book))
                 continue
             book.held += 1
             book.holders[owner_id] = None
@@ -248,8 +246,8 @@ class PoolState:
         # stable sort of each partition's own would leave them), then each partition's in
         # that order, reversed.
         idle.sort(reverse=True)
-        for _since, machine_id, minus_place in idle:
-            idle_in[-minus_place].idle.append(machine_id)
+        for _since, machine_id, _place, book in idle:
+            book.idle.append(machine_id)
         for book in books.values():
             if len(book.idle) > 1:
                 book.idle.reverse()

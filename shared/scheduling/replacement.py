@@ -31,6 +31,8 @@ def plan_replacements(
     """Replacement moves for this pass, best-placed workloads first (see the module doc)."""
     slots = budget - state.snapshot.replacements_in_flight
     out: list[Replacement] = []
+    if slots <= 0:
+        return out
     eligible = [
         w
         for w in state.workloads.values()
