@@ -189,7 +189,7 @@ def _decide(
         key = _verdict_key(workload)
         known = verdicts.get(key)
         if known is not None:
-            pending.append(known.model_copy(update={"workload_id": wid}))
+            pending.append(trusted.pending_for(known, wid))
             return
     if held:
         takes, short = state.fit(workload, books)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from .model import NodeAssignment, Placement
+from .model import NodeAssignment, Pending, Placement
 
 _new = object.__new__
 _set = object.__setattr__
@@ -36,6 +36,7 @@ def _plain(cls: type[BaseModel], fields: tuple[str, ...]) -> bool:
 
 _NODE_PLAIN = _plain(NodeAssignment, ("machine_type", "partition", "machine_id"))
 _PLACEMENT_PLAIN = _plain(Placement, ("workload_id", "nodes", "reason"))
+_PENDING_PLAIN = _plain(Pending, ("workload_id", "code", "reason", "preempted_by", "budget"))
 _NODE_FIELDS = {"machine_type", "partition", "machine_id"}
 _PLACEMENT_FIELDS = {"workload_id", "nodes", "reason"}
 
@@ -82,6 +83,19 @@ def placement(workload_id: str, nodes: tuple[NodeAssignment, ...], reason: str) 
     made = _new(Placement)
     _set(made, "__dict__", {"workload_id": workload_id, "nodes": nodes, "reason": reason})
     _set(made, "__pydantic_fields_set__", _PLACEMENT_FIELDS)
+    _set(made, "__pydantic_extra__", None)
+    _set(made, "__pydantic_private__", None)
+    return made
+
+
+def pending_for(told: Pending, workload_id: str) -> Pending:
+    """``told.model_copy(update={"workload_id": workload_id})``: what one workload was told,
+    for another (a required field, so the fields set is the same)."""
+    if not _PENDING_PLAIN or "workload_id" not in told.model_fields_set:
+        return told.model_copy(update={"workload_id": workload_id})
+    made = _new(Pending)
+    _set(made, "__dict__", {**told.__dict__, "workload_id": workload_id})
+    _set(made, "__pydantic_fields_set__", told.model_fields_set)
     _set(made, "__pydantic_extra__", None)
     _set(made, "__pydantic_private__", None)
     return made

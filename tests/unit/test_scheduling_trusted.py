@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from corral.shared.scheduling import trusted
-from corral.shared.scheduling.model import NodeAssignment, Placement, Plan
+from corral.shared.scheduling.model import NodeAssignment, Pending, Placement, Plan
 
 
 def test_a_built_node_is_the_validated_one() -> None:
@@ -53,7 +53,20 @@ def test_a_built_placement_is_the_validated_one_and_stays_frozen() -> None:
     assert Plan.model_validate_json(plan.model_dump_json()).placements == (made,)
 
 
+def test_what_one_workload_was_told_is_copied_for_another_as_model_copy_would() -> None:
+    for told in (
+        Pending(workload_id="w1", code="partition_full", reason="full"),
+        Pending(workload_id="w1", code="preempted", reason="r", preempted_by="w0"),
+    ):
+        built = trusted.pending_for(told, "w2")
+        copied = told.model_copy(update={"workload_id": "w2"})
+        assert built == copied and hash(built) == hash(copied)
+        assert built.model_fields_set == copied.model_fields_set
+        assert built.model_dump_json() == copied.model_dump_json()
+        assert told.workload_id == "w1" and built.workload_id == "w2"
+
+
 def test_the_builders_check_the_models_they_bypass() -> None:
     """If pydantic or the models change shape, the builders fall back to the constructors."""
-    assert trusted._NODE_PLAIN and trusted._PLACEMENT_PLAIN
+    assert trusted._NODE_PLAIN and trusted._PLACEMENT_PLAIN and trusted._PENDING_PLAIN
     assert not trusted._plain(NodeAssignment, ("machine_type", "partition"))
