@@ -12,8 +12,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 # Never on the start-up path: the Celery/Redis stack, the API server and its client, cloud SDKs,
 # and the core's heavier decision modules. A command imports them when it runs.
@@ -96,8 +98,90 @@ def _modules_after_import(module: str) -> list[str]:
 
 def test_importing_the_cli_loads_no_heavy_module() -> None:
     modules = _modules_after_import("corral.services.cli.main")
+    assert _loaded(modules, STARTUP_FORBIDDEN) == []
+    code = "import json, sys; from corral.services.cli.main import app; print(json.dumps(%s))"
+    result = _python("-c", code % "sorted(sys.modules)")
+    assert result.returncode == 0, result.stderr
+    modules = json.loads(result.stdout)
     assert "corral.services.cli.requests_cmd" in modules  # the commands were registered
     assert _loaded(modules, STARTUP_FORBIDDEN) == []
+
+
+# `corral status` as the console script runs it: its command's module, no other.
+RUN_MAIN = """
+import json, sys
+from corral.services.cli import main
+out_path = sys.argv[1]
+sys.argv = ["corral", *sys.argv[2:]]
+try:
+    main.run()
+except SystemExit as exc:
+    code = exc.code
+with open(out_path, "w") as f:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, f)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "loaded", "not_loaded"),
+    [
+        (["status", "--help"], "requests_cmd", "plan_cmd"),
+        (["launch", "--help"], "requests_cmd", "up_cmd"),
+        (["plan", "--help"], "plan_cmd", "requests_cmd"),
+        (["pools", "apply", "--help"], "pools_api_cmd", "requests_cmd"),
+        (["run", "worker", "--help"], "up_cmd", None),  # `run` is the whole app's
+        (["--help"], "users_cmd", None),
+    ],
+)
+def test_a_command_loads_its_own_module(
+    args: list[str], loaded: str, not_loaded: str | None, tmp_path: Path
+) -> None:
+    report = tmp_path / "modules.json"
+    result = _python("-c", RUN_MAIN, str(report), *args)
+    assert result.returncode == 0, result.stderr
+    modules = json.loads(report.read_text())["modules"]
+    assert f"corral.services.cli.{loaded}" in modules
+    if not_loaded is not None:
+        assert f"corral.services.cli.{not_loaded}" not in modules
+
+
+def _names(app: Any) -> set[str]:
+    commands = {c.name for c in app.registered_commands}
+    return commands | {g.name for g in app.registered_groups}
+
+
+def _help(app: Any, args: list[str]) -> str:
+    result = CliRunner().invoke(app, [*args, "--help"], prog_name="corral")
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_the_command_table_says_what_each_module_adds() -> None:
+    from corral.services.cli import main
+
+    for module, names in main.COMMAND_MODULES.items():
+        if module == "corral.services.cli.pools_api_cmd":  # it adds to `pools` on import
+            continue
+        assert _names(main.app_with((module,))) == set(names), module
+    assert _names(main.app) == {n for names in main.COMMAND_MODULES.values() for n in names}
+
+
+def test_a_routed_command_is_the_whole_apps_command() -> None:
+    """`corral NAME` run with NAME's modules only says and takes what the whole app does:
+    the same help for the command and, for a group, for each of its commands."""
+    from typer.main import get_command
+
+    from corral.services.cli import main
+
+    whole = get_command(main.app)
+    for name, modules in main.ROUTES.items():
+        part = main.app_with(modules)
+        command = get_command(part).commands[name]  # type: ignore[attr-defined]
+        expected = whole.commands[name]  # type: ignore[attr-defined]
+        assert _help(part, [name]) == _help(main.app, [name]), name
+        for sub in sorted(getattr(expected, "commands", {})):
+            assert sub in command.commands, f"{name} {sub}"
+            assert _help(part, [name, sub]) == _help(main.app, [name, sub]), f"{name} {sub}"
 
 
 @pytest.mark.parametrize(
