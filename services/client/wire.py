@@ -210,7 +210,7 @@ class Http:
 
         proxies = urllib.request.getproxies()
         proxy_url = proxies.get(self.scheme) or proxies.get("all")
-        if not proxy_url or urllib.request.proxy_bypass_environment(self.host, proxies):
+        if not proxy_url or urllib.request.proxy_bypass(self.host):
             return _Route(self.host, self.port, None)
         if "://" not in proxy_url:
             proxy_url = f"http://{proxy_url}"
