@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -51,11 +50,11 @@ from corral.services.client.wire import BadAddress, Http, Response, Unreachable
 from corral.services.client_settings import ClientSettings, client_settings
 
 if TYPE_CHECKING:
+    import logging
+
     from pydantic import BaseModel
 
     from corral.services.settings import Settings
-
-log = logging.getLogger("corral.client")
 
 URL_FILE = "api-url"
 TOKEN_FILE = "api-token"
@@ -74,6 +73,13 @@ class SessionRead:
     eof: bool
     exit_code: int | None = None
     error: str | None = None
+
+
+def _log() -> logging.Logger:
+    """The client's logger (logging is loaded when there is something to log)."""
+    import logging
+
+    return logging.getLogger("corral.client")
 
 
 def _seg(ident: str) -> str:
@@ -227,7 +233,7 @@ class Client:
             source = str(task)
             read = read_task_file(Path(task))
             for notice in read.notices:
-                log.info("%s: %s", task, notice)
+                _log().info("%s: %s", task, notice)
             task = read.data
         if not isinstance(task, str):
             task = self.with_files(dict(task), source=source)
