@@ -75,4 +75,4 @@ def test_the_bounds_are_the_settings_bounds() -> None:
     metadata = Settings.model_fields["bundle_max_bytes"].metadata
     low = next(m.ge for m in metadata if getattr(m, "ge", None) is not None)
     high = next(m.le for m in metadata if getattr(m, "le", None) is not None)
-    assert light.BUNDLE_MAX_BYTES_BOUNDS == (low, high)
+    assert (low, high) == light.BUNDLE_MAX_BYTES_BOUNDS
