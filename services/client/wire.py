@@ -1,11 +1,11 @@
-"""The client's HTTP: the standard library's ``http.client``, one kept-alive connection.
+"""The client's HTTP: the standard library's ``http.client``, connections kept alive.
 
 Why not httpx: importing it loads httpcore, h11, and with them trio and anyio (whichever are
 installed: selenium brings trio), about half of what `corral status` cost before it sent a
-byte. The client sends small JSON requests one at a time; this is all it needs. What httpx
-did is kept: the base URL's path prefixed to every path, the query built as httpx builds it
-(``true``/``false`` for booleans), one timeout for connecting and for each read and write,
-keep-alive (a connection the server closed while idle is opened again), no redirects
+byte. The client sends small JSON requests and reads whole answers; this is all it needs.
+What httpx did is kept: the base URL's path prefixed to every path, the query built as httpx
+builds it (``true``/``false`` for booleans), one timeout for connecting and for each read and
+write, keep-alive (a connection the server closed while idle is opened again), no redirects
 followed, TLS verified against certifi's roots (or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``, read
 by OpenSSL), and an ``http://`` proxy from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``,
 ``ALL_PROXY``, ``NO_PROXY``, read by ``urllib.request``). Failures keep httpx's messages:
@@ -97,7 +97,10 @@ class Http:
     is using, or opens one, and keeps it for the next when the answer allows."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str], timeout_s: float) -> None:
-        parts = urlsplit(base_url)
+        try:
+            parts = urlsplit(base_url)
+        except ValueError as exc:  # an unclosed [ of an IPv6 address
+            raise BadAddress(str(exc)) from None
         self.scheme = parts.scheme
         self.prefix = parts.path.rstrip("/")
         self.headers = {"User-Agent": USER_AGENT, "Accept": "*/*", **headers}

@@ -160,6 +160,8 @@ def test_the_failures_keep_httpx_messages(server: Server) -> None:
         Http("127.0.0.1:8000", {}, 1.0).request("GET", "/")
     with pytest.raises(BadAddress, match=r"^Invalid port: 'notaport'$"):
         Http("http://host:notaport", {}, 1.0)
+    with pytest.raises(BadAddress, match="IPv6"):
+        Http("http://[::1", {}, 1.0)
 
 
 def test_a_proxy_from_the_environment(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
