@@ -4,6 +4,7 @@ per command, and its exceptions turned into one line and the exit code every com
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn
@@ -26,19 +27,23 @@ if TYPE_CHECKING:
 def api_client(as_json: bool, source: str | None = None) -> Iterator[Client]:
     """A client of the configured API; its failures become one line and an exit code."""
     from corral.services.client import ApiError, ApiUnreachable, Client, NoApiAddress
-    from corral.shared.configio import ConfigError
 
     try:
         with Client.from_settings() as client:
             yield client
-    except ConfigError as exc:  # a file the client read or packed (a workdir, a mount)
-        fail_input(exc, as_json)
     except NoApiAddress as exc:
         fail(str(exc), EXIT_INPUT, as_json)
     except ApiUnreachable as exc:
         fail(str(exc), EXIT_NEGATIVE, as_json)
     except ApiError as exc:
         fail_api(exc, as_json, source)
+    except Exception as exc:
+        # A file the client read or packed (a workdir, a mount). Only code that has loaded
+        # configio raises its ConfigError, so a command that read no file need not load it.
+        configio = sys.modules.get("corral.shared.configio")
+        if configio is None or not isinstance(exc, configio.ConfigError):
+            raise
+        fail_input(exc, as_json)
 
 
 def complete_request_id(incomplete: str) -> list[tuple[str, str]]:

@@ -220,9 +220,9 @@ def _with_wait_terms(
 
 
 def _bundle_max_bytes() -> int:
-    from corral.services.settings import get_settings
+    from corral.services.client_settings import bundle_max_bytes
 
-    return get_settings().bundle_max_bytes
+    return bundle_max_bytes()
 
 
 def _is_job(task: dict[str, Any]) -> bool:

@@ -9,13 +9,9 @@ Corral cannot copy yet (``gs://``, a storage mapping) is refused with its field 
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
 import os
-import tarfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.shared.bundles import (
     WORKDIR_MEMBER,
@@ -23,6 +19,9 @@ from corral.shared.bundles import (
     BundleMount,
     remote_source_problem,
 )
+
+if TYPE_CHECKING:  # loaded by pack() only: most launches have nothing to pack
+    import tarfile
 
 SKIPPED_DIRS = frozenset({".git", "__pycache__"})
 MAX_FILES = 100_000
@@ -46,6 +45,11 @@ def needs_bundle(task: dict[str, Any]) -> bool:
 
 def pack(task: dict[str, Any], base: Path, max_bytes: int) -> tuple[bytes, Bundle]:
     """The archive of the task's local workdir and file mounts, and its :class:`Bundle`."""
+    import gzip
+    import hashlib
+    import io
+    import tarfile
+
     raw = io.BytesIO()
     files = 0
     mounts: list[BundleMount] = []
@@ -98,6 +102,8 @@ def _add(tar: tarfile.TarFile, source: Path, member: str, field: str) -> int:
     if source.is_file():
         _file(tar, source, member)
         return 1
+    import tarfile
+
     count = 0
     for root, dirs, names in os.walk(source):
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
@@ -118,6 +124,8 @@ def _add(tar: tarfile.TarFile, source: Path, member: str, field: str) -> int:
 
 
 def _file(tar: tarfile.TarFile, path: Path, member: str) -> None:
+    import tarfile
+
     info = tarfile.TarInfo(member)
     info.size = path.stat().st_size
     info.mode = 0o755 if os.access(path, os.X_OK) else 0o644

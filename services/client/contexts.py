@@ -49,13 +49,13 @@ class UserConfig:
     @classmethod
     def load(cls, home: Path) -> UserConfig:
         """The file under ``home``; an empty config when there is none."""
-        import yaml
-
         path = home / CONFIG_FILE
         try:
             text = path.read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError):
             return cls(path)
+        import yaml  # only when there is a file: most homes have none
+
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
-
-from pydantic import BaseModel, ValidationError
 
 from corral.services.client.contexts import ContextError, context_token_file, context_url
 from corral.services.client.errors import (
@@ -31,7 +28,6 @@ from corral.services.client.errors import (
     WaitTimeout,
     api_error,
 )
-from corral.services.client.http import httpx
 from corral.services.client.views import (
     ENDED_STATES,
     RUNNING,
@@ -50,11 +46,15 @@ from corral.services.client.views import (
     UserView,
     WhyView,
 )
-from corral.services.settings import Settings, get_settings
-from corral.shared.bundles import DEFAULT_MAX_BUNDLE_BYTES
-from corral.shared.configio import ConfigError
+from corral.services.client.wire import BadAddress, Http, Response, Unreachable
+from corral.services.client_settings import ClientSettings, client_settings
 
-log = logging.getLogger("corral.client")
+if TYPE_CHECKING:
+    import logging
+
+    from pydantic import BaseModel
+
+    from corral.services.settings import Settings
 
 URL_FILE = "api-url"
 TOKEN_FILE = "api-token"
@@ -62,7 +62,7 @@ DEFAULT_TIMEOUT_S = 30.0  # a fresh API's first submit loads the planner and the
 WAIT_POLL_S = 0.25  # `wait` reads the events endpoint about 4 times a second
 FOLLOW_INTERVAL_S = 1.0  # `follow_logs` reads the output once a second
 
-ViewT = TypeVar("ViewT", bound=BaseModel)
+ViewT = TypeVar("ViewT", bound="BaseModel")
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,13 @@ class SessionRead:
     eof: bool
     exit_code: int | None = None
     error: str | None = None
+
+
+def _log() -> logging.Logger:
+    """The client's logger (logging is loaded when there is something to log)."""
+    import logging
+
+    return logging.getLogger("corral.client")
 
 
 def _seg(ident: str) -> str:
@@ -88,7 +95,7 @@ def _read_home_file(path: Path) -> str | None:
     return value or None
 
 
-def api_url(settings: Settings) -> str | None:
+def api_url(settings: Settings | ClientSettings) -> str | None:
     """The API's base URL (CORRAL_API_URL, the current context's, ``<home>/api-url``), or
     None when nothing says where it is. Raises ContextError for a broken config file."""
     return (
@@ -96,11 +103,14 @@ def api_url(settings: Settings) -> str | None:
     )
 
 
-def api_token(settings: Settings) -> str | None:
+def api_token(settings: Settings | ClientSettings) -> str | None:
     """The write token (CORRAL_API_TOKEN, the current context's token file,
     ``<home>/api-token``), or None when none is configured."""
-    if settings.api_token is not None and settings.api_token.get_secret_value():
-        return str(settings.api_token.get_secret_value())
+    secret = settings.api_token
+    if secret is not None and not isinstance(secret, str):
+        secret = secret.get_secret_value()  # Settings' SecretStr
+    if secret:
+        return str(secret)
     token_file = context_token_file(settings.home)
     if token_file is not None:
         return _read_home_file(token_file)
@@ -116,22 +126,23 @@ class Client:
         token: str | None = None,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
-            self._http = httpx.Client(
-                base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
-            )
-        except (httpx.InvalidURL, ValueError) as exc:
+            self._http = Http(self.base_url, headers, timeout_s)
+        except BadAddress as exc:
             raise NoApiAddress(f"not a valid API address {base_url!r}: {exc}") from None
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, **kwargs: Any) -> Client:
+    def from_settings(
+        cls, settings: Settings | ClientSettings | None = None, **kwargs: Any
+    ) -> Client:
         """The API and token the settings name (``CORRAL_API_URL``, ``CORRAL_API_TOKEN``, or
-        the files ``corral up`` writes under ``CORRAL_HOME``)."""
-        settings = settings or get_settings()
+        the files ``corral up`` writes under ``CORRAL_HOME``); without settings, the
+        environment's (``corral.services.client_settings``: the settings tree's values, read
+        without building it)."""
+        settings = settings or client_settings()
         try:
             url, token = api_url(settings), api_token(settings)
         except ContextError as exc:
@@ -154,16 +165,13 @@ class Client:
 
     # ---- the wire -----------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _call(self, method: str, path: str, **kwargs: Any) -> Response:
         try:
             response = self._http.request(method, path, **kwargs)
-        except httpx.UnsupportedProtocol as exc:
+        except BadAddress as exc:
             raise NoApiAddress(f"not a valid API address {self.base_url!r}: {exc}") from None
-        except httpx.TransportError as exc:
-            reason = str(exc) or type(exc).__name__
-            raise ApiUnreachable(
-                f"cannot reach the Corral API at {self.base_url}: {reason}"
-            ) from None
+        except Unreachable as exc:
+            raise ApiUnreachable(f"cannot reach the Corral API at {self.base_url}: {exc}") from None
         if response.is_error:
             try:
                 detail = response.json().get("detail", response.text)
@@ -182,6 +190,8 @@ class Client:
             ) from None
 
     def _view(self, model: type[ViewT], data: Any) -> ViewT:
+        from pydantic import ValidationError
+
         try:
             return model.model_validate(data)
         except ValidationError as exc:
@@ -223,7 +233,7 @@ class Client:
             source = str(task)
             read = read_task_file(Path(task))
             for notice in read.notices:
-                log.info("%s: %s", task, notice)
+                _log().info("%s: %s", task, notice)
             task = read.data
         if not isinstance(task, str):
             task = self.with_files(dict(task), source=source)
@@ -238,18 +248,24 @@ class Client:
         *,
         source: str = "<task>",
         base: Path | None = None,
-        max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+        max_bytes: int | None = None,
     ) -> dict[str, Any]:
         """The task with its local workdir and file mounts packed and uploaded (once per
         content: the API is asked first), and ``bundle`` saying where they go. Paths are read
-        from ``base`` (the current folder). A task without local files is returned as is;
-        ConfigError names a source that cannot be packed."""
-        from corral.services.client.bundles import BundleError, needs_bundle, pack
+        from ``base`` (the current folder); at most ``max_bytes`` gzip'd (None:
+        ``corral.shared.bundles.DEFAULT_MAX_BUNDLE_BYTES``). A task without local files is
+        returned as is; ConfigError names a source that cannot be packed."""
+        from corral.services.client.bundles import needs_bundle
 
         if not needs_bundle(task) or task.get("bundle"):
             return task
+        from corral.services.client.bundles import BundleError, pack
+        from corral.shared.bundles import DEFAULT_MAX_BUNDLE_BYTES
+        from corral.shared.configio import ConfigError
+
+        limit = DEFAULT_MAX_BUNDLE_BYTES if max_bytes is None else max_bytes
         try:
-            data, bundle = pack(task, base or Path.cwd(), max_bytes)
+            data, bundle = pack(task, base or Path.cwd(), limit)
         except BundleError as exc:
             raise ConfigError.single(source, exc.message, loc=exc.field) from None
         try:

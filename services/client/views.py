@@ -23,7 +23,7 @@ RUNNING = "RUNNING"
 class View(BaseModel):
     """A document of the API: unknown fields are kept, not dropped."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)  # built when first used
 
     def document(self) -> dict[str, Any]:
         """The document as the API sent it (JSON types; fields it left out stay out)."""

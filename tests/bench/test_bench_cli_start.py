@@ -6,8 +6,15 @@ TASK` against an API address nothing listens on (start-up, settings, the task fi
 checked, the API client and one refused connection: everything the real commands do but the
 answer). Reported per case: the median wall and CPU seconds
 (user + system, from the child's rusage, which a loaded machine disturbs less than wall), and
-the CPU as a multiple of the bare interpreter's. The ceiling guards against a regression; the
-issue's target (0.3 s of wall) is not met yet, see docs/ARCHITECTURE.md.
+the CPU as a multiple of the bare interpreter's.
+
+The issue's target (issue 23, item 6): `corral status` and `corral launch` under 0.3 s of wall
+on the shared two-core machine, where they took 0.39 s and 0.43 s, which this bench measured as
+21x and 24x the bare interpreter's CPU. The same target in the bench's own terms, the CPU
+multiple scaled by 0.3 / 0.39 and 0.3 / 0.43: 16x and 17x, asserted for both commands. After
+the client's HTTP moved to the standard library (no httpx, httpcore, trio or anyio), its
+settings were read without pydantic-settings and `corral NAME` loaded only NAME's command
+module: about 9-13x and 12-15x on a machine at a load average of 6 to 16.
 
 ``CORRAL_BENCH_SCALE=small``: 3 runs per case; full: 9.
 """
@@ -33,9 +40,9 @@ CASES = {
     "corral status (no API)": [CORRAL, "status"],
     "corral launch (no API)": [CORRAL, "launch", "TASK"],
 }
-# CPU of `corral status` as a multiple of a bare interpreter's, at most (measured: about 14x,
-# see the report in docs/ARCHITECTURE.md).
-CEILING = 25.0
+# CPU as a multiple of a bare interpreter's, at most: the 0.3 s target in the bench's terms
+# (the docstring says how; before the target was met these were 21x and 24x).
+TARGET_X = {"corral status (no API)": 16.0, "corral launch (no API)": 17.0}
 
 
 def _once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -68,5 +75,9 @@ def test_cli_start_against_a_bare_interpreter(tmp_path: Path) -> None:
     base_cpu = max(medians["python -c pass"][1], 1e-3)
     for name, (wall, cpu) in medians.items():
         print(f"{name:26s} wall {wall:6.3f} s   cpu {cpu:6.3f} s   {cpu / base_cpu:5.1f}x")
-    ratio = medians["corral status (no API)"][1] / base_cpu
-    assert ratio < CEILING, f"corral status costs {ratio:.1f}x a bare interpreter"
+    over = {
+        name: medians[name][1] / base_cpu
+        for name, ceiling in TARGET_X.items()
+        if medians[name][1] / base_cpu > ceiling
+    }
+    assert not over, ", ".join(f"{n} costs {x:.1f}x a bare interpreter" for n, x in over.items())

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,8 +97,110 @@ def _modules_after_import(module: str) -> list[str]:
 
 def test_importing_the_cli_loads_no_heavy_module() -> None:
     modules = _modules_after_import("corral.services.cli.main")
+    assert _loaded(modules, STARTUP_FORBIDDEN) == []
+    code = "import json, sys; from corral.services.cli.main import app; print(json.dumps(%s))"
+    result = _python("-c", code % "sorted(sys.modules)")
+    assert result.returncode == 0, result.stderr
+    modules = json.loads(result.stdout)
     assert "corral.services.cli.requests_cmd" in modules  # the commands were registered
     assert _loaded(modules, STARTUP_FORBIDDEN) == []
+
+
+# `corral status` as the console script runs it: its command's module, no other.
+RUN_MAIN = """
+import json, sys
+from corral.services.cli import main
+out_path = sys.argv[1]
+sys.argv = ["corral", *sys.argv[2:]]
+try:
+    main.run()
+except SystemExit as exc:
+    code = exc.code
+with open(out_path, "w") as f:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, f)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "loaded", "not_loaded"),
+    [
+        (["status", "--help"], "requests_cmd", "plan_cmd"),
+        (["launch", "--help"], "requests_cmd", "up_cmd"),
+        (["plan", "--help"], "plan_cmd", "requests_cmd"),
+        (["pools", "apply", "--help"], "pools_api_cmd", "requests_cmd"),
+        (["run", "worker", "--help"], "up_cmd", None),  # `run` is the whole app's
+        (["--help"], "users_cmd", None),
+    ],
+)
+def test_a_command_loads_its_own_module(
+    args: list[str], loaded: str, not_loaded: str | None, tmp_path: Path
+) -> None:
+    report = tmp_path / "modules.json"
+    result = _python("-c", RUN_MAIN, str(report), *args)
+    assert result.returncode == 0, result.stderr
+    modules = json.loads(report.read_text())["modules"]
+    assert f"corral.services.cli.{loaded}" in modules
+    if not_loaded is not None:
+        assert f"corral.services.cli.{not_loaded}" not in modules
+
+
+def _names(app: Any) -> set[str]:
+    commands = {c.name for c in app.registered_commands}
+    return commands | {g.name for g in app.registered_groups}
+
+
+def test_the_command_table_says_what_each_module_adds() -> None:
+    from corral.services.cli import main
+
+    for module, names in main.COMMAND_MODULES.items():
+        if module == "corral.services.cli.pools_api_cmd":  # it adds to `pools` on import
+            continue
+        assert _names(main.app_with((module,))) == set(names), module
+    assert _names(main.app) == {n for names in main.COMMAND_MODULES.values() for n in names}
+
+
+# The command tree of the app built for some of ROUTES' names (argv: the names), or of the
+# whole app (no names): each command's help, parameters and subcommands. Run in a fresh
+# interpreter per set of modules, since a module may add commands to another's group when
+# imported (pools_api_cmd to `pools`): in one process, an app missing a module would still
+# find the commands the other had added.
+COMMAND_TREE = """
+import json, sys
+from typer.main import get_command
+from corral.services.cli import main
+
+def tree(command):
+    params = [[p.name, p.opts, p.secondary_opts, p.required, repr(p.default)]
+              for p in command.params]
+    subs = getattr(command, "commands", {})
+    return {"help": command.help, "params": params,
+            "commands": {name: tree(subs[name]) for name in sorted(subs)}}
+
+names = sys.argv[1:]
+app = main.app_with(main.ROUTES[names[0]]) if names else main.app
+group = get_command(app)
+print(json.dumps({n: tree(group.commands[n]) for n in names or sorted(main.ROUTES)}))
+"""
+
+
+def test_a_routed_command_is_the_whole_apps_command() -> None:
+    """`corral NAME` run with NAME's modules only has the whole app's command: the same
+    help, parameters and subcommands, all the way down."""
+    from corral.services.cli import main
+
+    by_modules: dict[tuple[str, ...], list[str]] = {}
+    for name, modules in main.ROUTES.items():
+        by_modules.setdefault(modules, []).append(name)
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", COMMAND_TREE, *names], stdout=subprocess.PIPE, text=True
+        )
+        for names in [[], *by_modules.values()]
+    ]
+    whole, *parts = [json.loads(child.communicate(timeout=120)[0]) for child in children]
+    for part in parts:
+        for name, tree in part.items():
+            assert tree == whole[name], name
 
 
 @pytest.mark.parametrize(
