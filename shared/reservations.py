@@ -7,6 +7,10 @@ the simulator used a GCP reservation 0 % of the day).
   SPECIFIC_RESERVATION`` and the reservation in ``values``; every key in camelCase or
   snake_case (both are accepted by the runtime), the value a bare name or a full resource
   path (``projects/P/zones/Z/reservations/NAME``), read as its name.
+
+:func:`targets_reservation` says whether a config draws on reservations at all (a named one,
+AWS's other targets, GCP's ``ANY_RESERVATION``): what makes a machine type's market
+``reserved`` for the machine-pool scheduler.
 """
 
 from __future__ import annotations
@@ -40,3 +44,19 @@ def reservation_of(config: Mapping[str, Any]) -> str | None:
     if kind != "SPECIFIC_RESERVATION" or not isinstance(values, list) or not values:
         return None
     return str(values[0]).rstrip("/").rsplit("/", 1)[-1] or None
+
+
+def targets_reservation(config: Mapping[str, Any]) -> bool:
+    """Whether the config draws on capacity reservations: a named one (:func:`reservation_of`),
+    any other AWS ``CapacityReservationTarget`` (a resource group), or GCP's
+    ``ANY_RESERVATION``."""
+    if reservation_of(config) is not None:
+        return True
+    spec = config.get(_AWS_SPEC)
+    if isinstance(spec, Mapping) and spec.get("CapacityReservationTarget"):
+        return True
+    props = _first(config, _GCP_PROPERTIES)
+    affinity = _first(props, _GCP_AFFINITY) if isinstance(props, Mapping) else None
+    if not isinstance(affinity, Mapping):
+        return False
+    return str(_first(affinity, _GCP_TYPE) or "").upper() == "ANY_RESERVATION"

@@ -14,6 +14,7 @@ from ..catalog.catalog import Catalog
 from ..config.compute_config import ComputeConfig
 from ..config.machine_pool import MachinePool, MachineType
 from ..config.task import Task
+from ..reservations import targets_reservation
 from ..resource_pools import ResolvedPool, SchedulerSettings
 from .model import (
     DEFAULT_REPLACEMENT_THRESHOLD_S,
@@ -26,37 +27,15 @@ from .model import (
     Workload,
 )
 
-# The AWS reservation key (the local cloud honours it too) and GCP's reservation affinity.
-_AWS_RESERVATION = "CapacityReservationSpecification"
-_GCP_PROPERTIES = ("instanceProperties", "instance_properties")
-_GCP_AFFINITY = ("reservationAffinity", "reservation_affinity")
-
 
 def market_of(machine_type: MachineType) -> Market:
     """reserved when its first launch template targets a reservation, else spot or on_demand."""
     if not machine_type.launch_templates:
         return "on_demand"
     template = machine_type.launch_templates[0]
-    if _targets_reservation(template.advanced_instance_config):
+    if targets_reservation(template.advanced_instance_config):  # the runtime's one reading
         return "reserved"
     return "spot" if template.market_type == "SPOT" else "on_demand"
-
-
-def _targets_reservation(config: Mapping[str, Any]) -> bool:
-    spec = config.get(_AWS_RESERVATION)
-    if isinstance(spec, Mapping) and spec.get("CapacityReservationTarget"):
-        return True
-    for key in _GCP_PROPERTIES:
-        props = config.get(key)
-        if not isinstance(props, Mapping):
-            continue
-        for affinity_key in _GCP_AFFINITY:
-            affinity = props.get(affinity_key)
-            if isinstance(affinity, Mapping) and str(
-                affinity.get("consumeReservationType", affinity.get("consume_reservation_type"))
-            ).upper() in ("SPECIFIC_RESERVATION", "ANY_RESERVATION"):
-                return True
-    return False
 
 
 def machine_types_of(

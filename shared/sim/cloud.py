@@ -141,13 +141,14 @@ class SimCloud:
         times |= {o.from_s for o in self.scenario.outages if o.lose_running}
         return sorted(times)
 
-    def reserved_capacity(self, t: float) -> int:
-        return sum(
-            self.capacity(Place("", "", "", "", "reserved", r), t) for r in self.reservations
-        )
+    def reservation_capacity(self, reservation: str, t: float) -> int:
+        """Machines the reservation holds at ``t`` (0 outside its window; unknown: 0)."""
+        if reservation not in self.reservations:
+            return 0
+        return self.capacity(Place("", "", "", "", "reserved", reservation), t)
 
-    def reserved_in_use(self) -> int:
-        return sum(n for k, n in self.in_use.items() if k[0] == "reservation")
+    def reservation_in_use(self, reservation: str) -> int:
+        return self.in_use.get(("reservation", reservation), 0)
 
     # ------------------------------------------------------------------ launching
     def launch(self, place: Place, now: float, key: str, gpus: int) -> SimInstance:

@@ -97,6 +97,9 @@ class Sim:
     now: float = 0.0
     # Run the pool passes known to decide nothing anyway, and fail if one does (a test's).
     check_skips: bool = False
+    # Per request that could use one: its reservations and the machines it asks for
+    # (:func:`corral.shared.sim.reserved.reserved_demand`); what reservation use is measured on.
+    reserved_demand: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.cloud = SimCloud(self.scenario)
@@ -106,6 +109,7 @@ class Sim:
         self._events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._seq = itertools.count()
         self._work: dict[str, _Work] = {}
+        self._wanting: dict[str, dict[str, int]] = {}  # arrived, not ended, could use one
         self.events_run = 0
 
     # ------------------------------------------------------------------ the clock
@@ -124,7 +128,7 @@ class Sim:
         for t in self.cloud.change_times():
             self.at(t, self._reclaim)
         self.at(0.0, self._sample)
-        self.at(0.0, self._utilization)
+        self.at(0.0, self.look_at_reservations)
         policy.start(self)
         while self._events and self._events[0][0] <= self.end_s:
             t, _, fn, args = heapq.heappop(self._events)
@@ -143,6 +147,8 @@ class Sim:
         self.recorder.requests[arrival.id] = ReqStat(
             arrival.id, self.now, arrival.duration_s, _kind(arrival)
         )
+        if arrival.id in self.reserved_demand:
+            self._wanting[arrival.id] = self.reserved_demand[arrival.id]
         self.policy.arrive(arrival)
 
     def stat(self, request_id: str) -> ReqStat:
@@ -154,6 +160,7 @@ class Sim:
         if stat.done_s is None and stat.failed is None:
             self.work_stop(request_id)
             stat.failed = why
+            self._wanting.pop(request_id, None)
 
     # ------------------------------------------------------------------ work
     def work_start(self, request_id: str, gpus: int) -> None:
@@ -199,6 +206,7 @@ class Sim:
         self.work_stop(request_id, kept_all=True)
         self.stat(request_id).done_s = self.now
         del self._work[request_id]
+        self._wanting.pop(request_id, None)
         self.policy.done(request_id)
 
     # ------------------------------------------------------------------ the cloud's side
@@ -228,13 +236,37 @@ class Sim:
         )
         self.after(self.scenario.sample_every_s, self._sample)
 
-    def _utilization(self) -> None:
-        demand = self.policy.queue_depth() > 0 or bool(self._work)
-        reserved = self.cloud.reserved_capacity(self.now)
-        if demand and reserved:
-            self.recorder.reserved_seen += reserved
-            self.recorder.reserved_used += min(reserved, self.cloud.reserved_in_use())
-        self.after(UTILIZATION_EVERY_S, self._utilization)
+    def look_at_reservations(self) -> None:
+        """Reservation use while demand exists, looked at every ``UTILIZATION_EVERY_S``: per
+        reservation, while requests that could draw on it (``reserved_demand``) are waiting
+        or running anywhere, its machines that demand could fill (its count, at most the
+        machines those requests ask for) are counted, and of them the ones a request holds
+        (launched in the reservation for it, booting or running its work; an idle machine
+        counts as unused)."""
+        wanted: dict[str, int] = {}
+        for asks in self._wanting.values():
+            for rid, nodes in asks.items():
+                wanted[rid] = wanted.get(rid, 0) + nodes
+        if not wanted:
+            self.after(UTILIZATION_EVERY_S, self.look_at_reservations)
+            return
+        held: dict[str, int] = {}  # per reservation: its machines a request holds
+        for inst in self.cloud.live.values():
+            where = inst.place.reservation
+            if where is not None and inst.owner is not None:
+                held[where] = held.get(where, 0) + 1
+        rec = self.recorder
+        for rid, nodes in wanted.items():
+            could = min(self.cloud.reservation_capacity(rid, self.now), nodes)
+            if could <= 0:
+                continue
+            used = min(could, held.get(rid, 0))
+            seen_used = rec.reserved_by.setdefault(rid, [0, 0])
+            seen_used[0] += could
+            seen_used[1] += used
+            rec.reserved_seen += could
+            rec.reserved_used += used
+        self.after(UTILIZATION_EVERY_S, self.look_at_reservations)
 
 
 def _kind(arrival: Arrival) -> str:

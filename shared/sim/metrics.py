@@ -40,8 +40,10 @@ class Recorder:
     )
     queue: list[int] = field(default_factory=list)
     cost_usd: list[float] = field(default_factory=list)
-    reserved_seen: int = 0  # reserved instances available, summed over looks with demand
-    reserved_used: int = 0  # of which in use
+    # Reserved machines that demand could fill, summed over looks (Sim.look_at_reservations)
+    reserved_seen: int = 0
+    reserved_used: int = 0  # of which launched in the reservation
+    reserved_by: dict[str, list[int]] = field(default_factory=dict)  # per reservation: both
     spot_preemptions: int = 0
     scheduler_preemptions: int = 0
     replacements: int = 0
@@ -119,6 +121,10 @@ def summary(
         "reservation_utilization": _r(
             rec.reserved_used / rec.reserved_seen if rec.reserved_seen else None, 4
         ),
+        "reservations": {
+            rid: {"utilization": _r(used / seen if seen else None, 4)}
+            for rid, (seen, used) in sorted(rec.reserved_by.items())
+        },
         "time_to_capacity_s": {
             "p50": _r(percentile(ttc, 50), 1),
             "p95": _r(percentile(ttc, 95), 1),

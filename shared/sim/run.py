@@ -9,6 +9,7 @@ from .corral import CorralPolicy
 from .engine import Policy, Sim, SimTimers
 from .metrics import series, summary
 from .peers import GreedyPolicy, OraclePolicy, StaticPolicy
+from .reserved import reserved_demand
 from .scenario import Scenario
 from .workload import Workload
 
@@ -46,7 +47,13 @@ def run_policy(
     check_skips: bool = False,
 ) -> PolicyRun:
     """Play the day once under one policy (``check_skips``: see :class:`Sim`)."""
-    sim = Sim(scenario, workload.arrivals, timers or SimTimers(), check_skips=check_skips)
+    sim = Sim(
+        scenario,
+        workload.arrivals,
+        timers or SimTimers(),
+        check_skips=check_skips,
+        reserved_demand=reserved_demand(workload, scenario),
+    )
     recorder = sim.run(make_policy(name, workload))
     figures = summary(name, recorder, template_names(workload))
     return PolicyRun(name, figures, series(recorder), sim.events_run)

@@ -48,6 +48,7 @@ DECIDERS: dict[str, Callable[..., Any]] = {
     "det_ledger.grow": det_ledger.grow,
     "budgets.Gate.admit": budgets.Gate.admit,
     "reservations.reservation_of": reservations.reservation_of,
+    "reservations.targets_reservation": reservations.targets_reservation,  # a type's market
 }
 
 
