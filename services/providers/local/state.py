@@ -192,7 +192,9 @@ for i = 5, #KEYS do
 end
 for i = 5, #KEYS do
   local rec = cjson.decode(ARGV[i])
-  for f, v in pairs(rec) do redis.call('HSET', KEYS[i], f, v) end
+  local flat = {}
+  for f, v in pairs(rec) do flat[#flat + 1] = f; flat[#flat + 1] = v end
+  redis.call('HSET', KEYS[i], unpack(flat))
   redis.call('SADD', KEYS[1], rec['id'])
   redis.call('SADD', KEYS[2], rec['id'])
 end
@@ -375,7 +377,9 @@ class CloudState:
             "memory_gib": rec.memory_gib,
             "accelerators": rec.accelerators,
         }
-        pipe = self.r.pipeline(transaction=True)
+        # One round trip, no MULTI/EXEC: a reader that sees the new key before the record's
+        # fields judges by the key (derive_state), so the beat need not be atomic.
+        pipe = self.r.pipeline(transaction=False)
         pipe.set(self.keys.heartbeat(rec.id), json.dumps(beat), px=max(1, int(ttl_s * 1000)))
         pipe.hset(self.keys.record(rec.id), mapping={"activity": activity, "last_beat_at": now})
         pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))
