@@ -260,15 +260,19 @@ class Store:
         *,
         oldest_first: bool = False,
         projects: Sequence[str] | None = None,
+        created_before: float | None = None,
     ) -> list[LaunchRequest]:
         """Requests, newest first (or oldest first: the order a FIFO scheduler wants), at most
-        ``limit``; only those in ``state`` if given; only those of ``projects`` if given."""
+        ``limit``; only those in ``state`` if given; only those of ``projects`` if given; only
+        those created at or before ``created_before`` if given (oldest first)."""
         if limit <= 0:
             return []
         if projects is not None:
             return self._project_requests(projects, state, limit, oldest_first)
         key = self._key("requests", "created") if state is None else self._request_state_key(state)
-        if oldest_first:
+        if created_before is not None:
+            ids = self._r.zrangebyscore(key, "-inf", created_before, start=0, num=limit)
+        elif oldest_first:
             ids = self._r.zrange(key, 0, limit - 1)
         else:
             ids = self._r.zrevrange(key, 0, limit - 1)
