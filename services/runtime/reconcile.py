@@ -222,7 +222,11 @@ def _finish_job(deps: Deps, req: LaunchRequest, attempt_id: str | None) -> None:
     updated = deps.store.update_request(req.id, finish, current=req)
     if updated is not None and updated.state == target:
         deps.store.append_event(req.id, f"state: {target} ({why})", now)
-        _try(termination.terminate, deps, req.id, None, "the job ended")
+        # Whatever of it still runs is let go (its ended request stays as it is). A machine it
+        # never recorded is a stray of an ended request: the pass's stray cleaning ends it.
+        _try(
+            termination.release_instances, deps, req.id, "the job ended", req=updated, strays=False
+        )
 
 
 def _lost(deps: Deps, inst: Instance, why: str, block: bool = True) -> None:

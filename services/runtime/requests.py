@@ -326,13 +326,17 @@ def cancel(deps: Deps, request_id: str, *, instance_id: str | None = None) -> La
     return updated
 
 
-def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
+def public_view(
+    deps: Deps, request_id: str, created: LaunchRequest | None = None
+) -> dict[str, Any] | None:
     """The request as the API shows it, with its runs (one per launch that came up: the first,
-    then each relaunch after a loss and each restart of a failed job) and their summed cost."""
-    req = deps.store.get_request(request_id)
+    then each relaunch after a loss and each restart of a failed job) and their summed cost.
+    ``created``: the request as this call just created it, shown as it was written (no read:
+    it had no instances then)."""
+    req = created if created is not None else deps.store.get_request(request_id)
     if req is None:
         return None
-    instances = deps.store.list_instances(request_id=request_id)
+    instances = [] if created is not None else deps.store.list_instances(request_id=request_id)
     runs = runs_of(instances, deps.now())
     cost = total_cost(runs)
     return {

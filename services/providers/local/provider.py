@@ -613,19 +613,23 @@ class LocalProvider:
         """Stop the agents (SIGTERM, SIGKILL after the grace period) and free their capacity.
         Idempotent: unknown and ended ids are fine. Returns once the processes are gone."""
         records = [rec for rec in map(self.state.record, provider_ids) if rec is not None]
-        for rec in records:
+        # An ended record is final (its state, its task groups): nothing of it is written.
+        live = [rec for rec in records if not rec.ended]
+        for rec in live:
             self.state.set_state(rec.id, TERMINATING)
             self._signal(rec.pid, rec.id, signal.SIGTERM)
         self._wait_gone(records, self.terminate_grace_s)
         for rec in records:
             self._signal(rec.pid, rec.id, signal.SIGKILL)
-            for child in _task_groups(self.state.record(rec.id) or rec):
+            final = rec if rec.ended else self.state.record(rec.id) or rec
+            for child in _task_groups(final):
                 _kill_group(child, signal.SIGKILL)  # the agent could not stop its task
         self._wait_gone(records, 2.0)
         for rec in records:
-            self.state.finish(
-                rec, state=TERMINATED, exit_code=None, reason="terminated", now=time.time()
-            )
+            if not rec.ended:
+                self.state.finish(
+                    rec, state=TERMINATED, exit_code=None, reason="terminated", now=time.time()
+                )
             self.state.drop_assignment(rec.id)  # a gone machine takes no work
 
     def power_off(self) -> int:

@@ -209,11 +209,12 @@ return {1, used + n}
 # KEYS: record, pool, events   ARGV: state, exit code ('' = none), reason, now, record TTL,
 # event JSON.  Returns 1 when this call ended it, 0 when it had ended already or is unknown.
 _FINISH = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('HEXISTS', KEYS[1], 'ended_at') == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'state', ARGV[1], 'ended_at', ARGV[4], 'end_reason', ARGV[3])
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'exit_code', ARGV[2]) end
-redis.call('SREM', KEYS[2], redis.call('HGET', KEYS[1], 'id'))
+local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at')
+if not held[1] or held[2] then return 0 end
+local fields = {'state', ARGV[1], 'ended_at', ARGV[4], 'end_reason', ARGV[3]}
+if ARGV[2] ~= '' then fields[7] = 'exit_code'; fields[8] = ARGV[2] end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('SREM', KEYS[2], held[1])
 redis.call('LPUSH', KEYS[3], ARGV[6])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
 return 1
