@@ -388,10 +388,6 @@ def _instance_up(
 ) -> str:
     """Node ``node`` of the attempt reported in: its instance RUNNING (created if the attempt
     died before it recorded it). Returns the instance id."""
-    inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
-    inst.move(InstanceState.RUNNING, now, "the provider reports it running")
-    if deps.store.create_instance(inst):
-        return inst.id
 
     def up(i: Instance) -> bool:
         if i.state != InstanceState.REQUESTED:
@@ -401,7 +397,14 @@ def _instance_up(
         i.move(InstanceState.RUNNING, now, "the provider reports it running")
         return True
 
-    deps.store.update_instance(inst.id, up)
+    # Recorded REQUESTED by its attempt, as a rule: moved up; created only if it is missing.
+    instance_id = instance_id_for(attempt_id, node)
+    if deps.store.update_instance(instance_id, up) is not None:
+        return instance_id
+    inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
+    inst.move(InstanceState.RUNNING, now, "the provider reports it running")
+    if not deps.store.create_instance(inst):  # created meanwhile: move that one up
+        deps.store.update_instance(inst.id, up)
     return inst.id
 
 
