@@ -225,7 +225,12 @@ def _finish_job(deps: Deps, req: LaunchRequest, attempt_id: str | None) -> None:
         # Whatever of it still runs is let go (its ended request stays as it is). A machine it
         # never recorded is a stray of an ended request: the pass's stray cleaning ends it.
         _try(
-            termination.release_instances, deps, req.id, "the job ended", req=updated, strays=False
+            termination.release_instances,
+            deps,
+            req.id,
+            "the job ended",
+            req=updated,
+            look_for_strays=False,
         )
 
 

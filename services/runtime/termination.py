@@ -18,11 +18,11 @@ def release_instances(
     *,
     attempt_id: str | None = None,
     req: LaunchRequest | None = None,
-    strays: bool = True,
+    look_for_strays: bool = True,
 ) -> LaunchRequest | None:
     """Terminate a request's machines without ending the request: one instance, the machines
     of one attempt, or (neither given) all of them, including any an in-flight attempt created
-    before it recorded them (``strays`` False: the recorded ones only, for a caller whose
+    before it recorded them (``look_for_strays`` False: the recorded ones only, for a caller whose
     reconcile pass cleans strays anyway). ``req``: the request as the caller holds it."""
     req = req if req is not None else deps.store.get_request(request_id)
     if req is None:
@@ -35,7 +35,7 @@ def release_instances(
     ]
     for inst in targets:
         _terminate_instance(deps, inst, reason)
-    if instance_id is None and strays:
+    if instance_id is None and look_for_strays:
         tags = {TAG_REQUEST: request_id, **({TAG_ATTEMPT: attempt_id} if attempt_id else {})}
         known = {i.provider_id for i in targets}
         for cloud in {c.cloud for c in req.chain}:

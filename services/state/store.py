@@ -406,12 +406,13 @@ class Store:
         for attempt in range(retries + 1):
             if carried is not None:
                 current, carried = carried, None  # the caller's read: no second one
+                work = current.model_copy(deep=True)
             else:
                 raw = self._r.hget(key, "json")
                 if raw is None:
                     return None
                 current = model.model_validate_json(raw)
-            work = current.model_copy(deep=True)
+                work = model.model_validate_json(raw)  # a second parse: cheaper than a deep copy
             wanted = fn(work)
             if wanted is not True and wanted is not False:
                 raise TypeError(f"update function must return True or False, not {wanted!r}")
