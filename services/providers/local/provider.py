@@ -445,7 +445,8 @@ class LocalProvider:
     def describe(self, tags: dict[str, str] | None = None) -> list[ProviderInstance]:
         """Every instance the local cloud knows (ended ones for a day), filtered by tags. It
         pulses the control plane first, so an outage just ended is known before anyone's
-        silence is judged."""
+        silence is judged. An ended record is read once per provider (it never changes), so a
+        look reads the live instances only."""
         outage_end = self.outage.pulse()
         ids = self.state.instance_ids()
         for gone in set(self._ended).difference(ids):
