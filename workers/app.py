@@ -1,6 +1,7 @@
 """The one Celery app. Each role's worker consumes its own queues:
 
-- ``schedule``   the scheduling worker   (admission: plan a request's chain)
+- ``schedule``   the scheduling worker   (admission of a request without a planned chain; a
+                 direct request is admitted on its first cloud's provisioning queue)
 - ``provision.local``, ``provision.aws``, ``provision.gcp``, ``provision``
                  the provisioning worker (attempts, termination, reconcile)
 - ``autoscale``  the autoscaling worker

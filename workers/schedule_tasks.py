@@ -12,8 +12,9 @@ from corral.workers.app import app
 
 
 @app.task(name=dispatch.ADMIT, acks_late=True)
-def admit(request_id: str) -> str:
-    return provisioning.admit(deps(), request_id)
+def admit(request_id: str, cloud: str | None = None) -> str:
+    # With a cloud: sent to that cloud's provisioning queue, and runs the first attempt too.
+    return provisioning.admit(deps(), request_id, cloud)
 
 
 @app.task(name=dispatch.SUBMIT, acks_late=True)

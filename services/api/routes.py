@@ -165,7 +165,9 @@ def submit_request(
     log_ids.tag(request_id=done.request.id)  # the access log line names the request
     if not done.created:
         response.status_code = status.HTTP_200_OK
-    view = requests.public_view(deps, done.request.id)
+    # A request this call created is shown as written (PENDING, no instances): no read back.
+    created = done.request if done.created else None
+    view = requests.public_view(deps, done.request.id, created=created)
     return view if view is not None else done.request.to_public()
 
 

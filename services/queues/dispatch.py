@@ -151,8 +151,13 @@ def send(
     return str(result.id)
 
 
-def admit(request_id: str, settings: Settings | None = None) -> str:
-    return send(ADMIT, [request_id], queue=SCHEDULE_QUEUE, settings=settings)
+def admit(request_id: str, settings: Settings | None = None, cloud: str | None = None) -> str:
+    """Admit a request. With ``cloud`` (a direct request whose chain was planned at submit:
+    the cloud of its first step), on that cloud's provisioning queue, where the same task
+    runs the first attempt itself (no second broker message); else on ``schedule``."""
+    if cloud is None:
+        return send(ADMIT, [request_id], queue=SCHEDULE_QUEUE, settings=settings)
+    return send(ADMIT, [request_id, cloud], queue=provision_queue(cloud), settings=settings)
 
 
 def terminate(

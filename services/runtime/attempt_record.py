@@ -25,10 +25,12 @@ def record_attempt(
     now: float,
     outcome: str | None = None,
     error: str | None = None,
-) -> None:
-    """Add an attempt to the request's account (once: the id makes it idempotent)."""
-    deps.store.update_request(
-        request_id, lambda r: add_attempt(r, attempt_id, cand, now, outcome, error)
+    current: LaunchRequest | None = None,
+) -> LaunchRequest | None:
+    """Add an attempt to the request's account (once: the id makes it idempotent);
+    ``current``: the request as just read, to write from. Returns the request as stored."""
+    return deps.store.update_request(
+        request_id, lambda r: add_attempt(r, attempt_id, cand, now, outcome, error), current=current
     )
 
 

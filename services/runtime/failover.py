@@ -85,10 +85,12 @@ def after_failure(
     inline: str | None = None,
     *,
     ended: Ended | None = None,
+    current: LaunchRequest | None = None,
 ) -> str:
     """A zone attempt failed: walk on to the next candidate now, in this task (an invalid
     request fails now). ``inline``: the cloud whose next attempt the caller runs itself.
-    ``ended``: the failed attempt's outcome, written in the same compare-and-set."""
+    ``ended``: the failed attempt's outcome, written in the same compare-and-set.
+    ``current``: ``req`` is as just read or written (the write starts from it)."""
     if scope == Scope.REQUEST:
         if ended is not None:
             finish_attempt(deps, req.id, *ended)
@@ -100,7 +102,9 @@ def after_failure(
             step=step,
         )
         return "failed"
-    outcome = advance(deps, req.id, step, Within.REGION, inline=inline, ended=ended)
+    outcome = advance(
+        deps, req.id, step, Within.REGION, inline=inline, ended=ended, current=current
+    )
     return "failed over" if outcome.startswith("attempt") else outcome
 
 
@@ -114,6 +118,7 @@ def advance(
     why: str | None = None,
     inline: str | None = None,
     ended: Ended | None = None,
+    current: LaunchRequest | None = None,
 ) -> str:
     """Walk the failover steps from ``within`` outwards (the rest of the region, then the
     cloud's other regions, then the rest of the chain) in one go, and publish the one attempt
@@ -124,7 +129,8 @@ def advance(
     With ``chain`` (admission: ``after`` is -1 and the request PENDING), the request takes the
     chain and moves to PROVISIONING (``why``) in the same write that picks its first step.
     With ``inline`` (a cloud), a next attempt on that cloud is not published: the answer is
-    ``NEXT`` and its step, for the caller (an attempt task of that cloud) to run."""
+    ``NEXT`` and its step, for the caller (an attempt task of that cloud) to run.
+    ``current``: the request as the caller just read it (the write starts from it)."""
     scope = Within(within)
     now = deps.now()
     remembered = deps.blocks.active(now)
@@ -164,7 +170,7 @@ def advance(
         r.next_step = decision.index
         return True
 
-    updated = deps.store.update_request(request_id, move_on)
+    updated = deps.store.update_request(request_id, move_on, current=current)
     decision = found.get("decision")
     if updated is None or decision is None:
         return "stale" if chain is None else "raced"

@@ -70,8 +70,10 @@ class RetryLater(Exception):
 # Admission (scheduling worker)
 
 
-def admit(deps: Deps, request_id: str) -> str:
-    """Plan the chain of a PENDING request and start its first attempt."""
+def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
+    """Plan the chain of a PENDING request and start its first attempt. With ``cloud`` (the
+    task came on that cloud's provisioning queue), a first attempt on that cloud is run here,
+    in the same task, instead of being published: one broker message per launch, not two."""
     req = deps.store.get_request(request_id)
     if req is None:
         return "missing"
@@ -113,7 +115,18 @@ def admit(deps: Deps, request_id: str) -> str:
     for cloud, why in left_out.items():  # only clouds the task could have used
         deps.store.append_event(request_id, f"notice: {cloud} is left out of the chain: {why}", now)
     # The chain, PROVISIONING and the first step, in one write.
-    return advance(deps, request_id, -1, Within.ANY, chain=chain)
+    outcome = advance(deps, request_id, -1, Within.ANY, chain=chain, inline=cloud, current=req)
+    if not outcome.startswith(NEXT):
+        return outcome
+    step = int(outcome.removeprefix(NEXT))
+    try:
+        return attempt(deps, request_id, step)
+    except RetryLater as later:  # the attempt waits its turn on its queue, as a retry would
+        moved = deps.store.get_request(request_id)
+        if moved is not None:
+            at = step if later.step is None else later.step
+            send_attempt(deps, moved, at, later.try_no, countdown=later.countdown_s)
+        return "attempt deferred"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,7 +201,7 @@ def _attempt(
         record_attempt(deps, req.id, attempt_id, cand, now, outcome="blocked", error=reason)
         return after_failure(deps, req, step, Scope.NONE, inline)
     if existing is None:
-        record_attempt(deps, req.id, attempt_id, cand, now)
+        req = record_attempt(deps, req.id, attempt_id, cand, now, current=req) or req
         deps.store.append_event(
             req.id,
             f"attempt {step + 1}/{len(req.chain)}: {cand.where()} {cand.instance_type} "
@@ -217,7 +230,8 @@ def _attempt(
     _record_booting(deps, req.id, attempt_id, cand, launched)
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
-        return _on_launched(deps, req.id, step, attempt_id, cand, by_node(launched))
+        found = by_node(launched)
+        return _on_launched(deps, req.id, step, attempt_id, cand, found, current=req)
     return "booting"
 
 
@@ -237,7 +251,8 @@ def _failed(
     started = next((a.started_at for a in req.attempts if a.attempt_id == attempt_id), started_at)
     remember(deps, cand, exc, started_at=started)
     ended = (attempt_id, exc.outcome, str(exc))
-    return after_failure(deps, req, step, exc.scope, inline, ended=ended)
+    # ``req`` is as just read or written: the hand-over's write starts from it.
+    return after_failure(deps, req, step, exc.scope, inline, ended=ended, current=req)
 
 
 def booted(deps: Deps, boot: Boot, found: list[ProviderInstance]) -> str:
@@ -246,7 +261,8 @@ def booted(deps: Deps, boot: Boot, found: list[ProviderInstance]) -> str:
     req = deps.store.get_request(boot.spec.request_id)
     if req is None or not 0 <= boot.step < len(req.chain):
         return "missing"
-    return _on_launched(deps, req.id, boot.step, boot.key, req.chain[boot.step], by_node(found))
+    step, cand = boot.step, req.chain[boot.step]
+    return _on_launched(deps, req.id, step, boot.key, cand, by_node(found), current=req)
 
 
 def boot_failed(deps: Deps, boot: Boot, verdict: str) -> str:
@@ -372,10 +388,6 @@ def _instance_up(
 ) -> str:
     """Node ``node`` of the attempt reported in: its instance RUNNING (created if the attempt
     died before it recorded it). Returns the instance id."""
-    inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
-    inst.move(InstanceState.RUNNING, now, "the provider reports it running")
-    if deps.store.create_instance(inst):
-        return inst.id
 
     def up(i: Instance) -> bool:
         if i.state != InstanceState.REQUESTED:
@@ -385,7 +397,14 @@ def _instance_up(
         i.move(InstanceState.RUNNING, now, "the provider reports it running")
         return True
 
-    deps.store.update_instance(inst.id, up)
+    # Recorded REQUESTED by its attempt, as a rule: moved up; created only if it is missing.
+    instance_id = instance_id_for(attempt_id, node)
+    if deps.store.update_instance(instance_id, up) is not None:
+        return instance_id
+    inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
+    inst.move(InstanceState.RUNNING, now, "the provider reports it running")
+    if not deps.store.create_instance(inst):  # created meanwhile: move that one up
+        deps.store.update_instance(inst.id, up)
     return inst.id
 
 
@@ -396,6 +415,7 @@ def _on_launched(
     attempt_id: str,
     cand: ChainStep,
     launched: list[ProviderInstance],
+    current: LaunchRequest | None = None,
 ) -> str:
     now = deps.now()
     ids: list[str] = []
@@ -410,7 +430,7 @@ def _on_launched(
         r.move(RequestState.RUNNING, now, f"{len(ids)} instance(s) up in {cand.zone}")
         return True
 
-    updated = deps.store.update_request(request_id, run)
+    updated = deps.store.update_request(request_id, run, current=current)
     if (
         updated is not None
         and updated.state == RequestState.RUNNING

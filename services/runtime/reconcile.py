@@ -56,6 +56,7 @@ from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 log = logging.getLogger("corral.reconcile")
 
 LIVE = (InstanceState.REQUESTED, InstanceState.RUNNING, InstanceState.TERMINATING)
+_NOT_ENDED = frozenset(InstanceState) - {InstanceState.TERMINATED, InstanceState.FAILED}
 
 
 def reconcile(deps: Deps) -> dict[str, int]:
@@ -218,10 +219,19 @@ def _finish_job(deps: Deps, req: LaunchRequest, attempt_id: str | None) -> None:
         r.move(target, now, why)
         return True
 
-    updated = deps.store.update_request(req.id, finish)
+    updated = deps.store.update_request(req.id, finish, current=req)
     if updated is not None and updated.state == target:
         deps.store.append_event(req.id, f"state: {target} ({why})", now)
-        _try(termination.terminate, deps, req.id, None, "the job ended")
+        # Whatever of it still runs is let go (its ended request stays as it is). A machine it
+        # never recorded is a stray of an ended request: the pass's stray cleaning ends it.
+        _try(
+            termination.release_instances,
+            deps,
+            req.id,
+            "the job ended",
+            req=updated,
+            look_for_strays=False,
+        )
 
 
 def _lost(deps: Deps, inst: Instance, why: str, block: bool = True) -> None:
@@ -342,15 +352,18 @@ def _runs(by_cloud: dict[str, dict[str, ProviderInstance]], cloud: str, provider
 def _clean_strays(
     deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]], counts: dict[str, int]
 ) -> None:
-    known = {i.provider_id for i in deps.store.list_instances() if i.provider_id}
-    for cloud, seen in by_cloud.items():
-        strays = [
-            p
-            for p in seen.values()
-            if p.provider_id not in known
-            and p.state in ("pending", "running")
-            and _is_stray(deps, p)
-        ]
+    up = {
+        c: [p for p in seen.values() if p.state in ("pending", "running")]
+        for c, seen in by_cloud.items()
+    }
+    if not any(up.values()):
+        return
+    # The machines of instances that have not ended (a lost one may still run: it is known,
+    # and its relaunch cleans it up); an ended instance's machine still up is judged by its
+    # request (_is_stray), so a pass reads what lives, not every instance ever recorded.
+    known = {i.provider_id for i in deps.store.list_instances(states=_NOT_ENDED) if i.provider_id}
+    for cloud, machines in up.items():
+        strays = [p for p in machines if p.provider_id not in known and _is_stray(deps, p)]
         if strays:
             counts["strays"] += len(strays)
             log.warning(
@@ -396,8 +409,13 @@ def _unstick(deps: Deps, counts: dict[str, int]) -> None:
     patience_s = timers.attempt_deadline_s + 30
     outage_end = deps.outage.pulse()
     settle_s = 3 * timers.reconcile_interval_s  # let work that survived the outage go on first
+    # Only a request created before both cut-offs can be due (updated_at >= created_at): the
+    # young ones are not read at all.
+    before = now - patience_s
+    if outage_end <= now - settle_s:
+        before = max(before, outage_end)
     for state in (RequestState.PENDING, RequestState.PROVISIONING):
-        for req in deps.store.list_requests(state=state, limit=1000, oldest_first=True):
+        for req in deps.store.list_requests(state=state, limit=1000, created_before=before):
             cut_off = req.updated_at < outage_end <= now - settle_s
             if now - req.updated_at < patience_s and not cut_off:
                 continue
@@ -440,7 +458,10 @@ def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
     instance's write and the request's) is finished or relaunched now."""
     now = deps.now()
     patience_s = deps.settings.timers.reconcile_interval_s * 3
-    for req in deps.store.list_requests(state=RequestState.RUNNING, limit=1000, oldest_first=True):
+    before = now - patience_s  # a younger request was updated within the patience
+    for req in deps.store.list_requests(
+        state=RequestState.RUNNING, limit=1000, created_before=before
+    ):
         pooled = not isinstance(req.route, Direct)  # its pool's syncs carry it
         if now - req.updated_at < patience_s or not req.instance_ids or pooled:
             continue

@@ -26,7 +26,7 @@ from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, Requ
 from corral.shared.quotas import gpus_asked
 from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.recovery import runs_of, total_cost
-from corral.shared.routing import Refusal, route_with_plan
+from corral.shared.routing import Direct, Refusal, route_with_plan
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def _admit_if_pending(deps: Deps, req: LaunchRequest) -> None:
     """Hand a still PENDING request to scheduling again: the first submitter may have died
     between storing it and publishing it (admission is idempotent)."""
     if req.state == RequestState.PENDING:
-        dispatch.admit(req.id, settings=deps.settings)
+        dispatch.admit(req.id, settings=deps.settings, cloud=first_cloud(req))
 
 
 def _accept(deps: Deps, task: Task, key: str | None, owner: Owner) -> Submitted:
@@ -194,7 +194,7 @@ def _accept(deps: Deps, task: Task, key: str | None, owner: Owner) -> Submitted:
     stored = deps.store.get_request(holder)
     assert stored is not None
     if created:
-        dispatch.admit(stored.id, settings=deps.settings)
+        dispatch.admit(stored.id, settings=deps.settings, cloud=first_cloud(stored))
     else:  # another submission under the key won the race
         _admit_if_pending(deps, stored)
     return Submitted(stored, created=created)
@@ -231,8 +231,17 @@ def submit(
     else:
         stored = deps.store.get_request(req.id)  # the id was taken: what it holds
     assert stored is not None
-    dispatch.admit(stored.id, settings=deps.settings)
+    dispatch.admit(stored.id, settings=deps.settings, cloud=first_cloud(stored))
     return stored
+
+
+def first_cloud(req: LaunchRequest) -> str | None:
+    """The cloud a request is admitted on: its first step's, for a direct request whose chain
+    was planned at submit (admission there runs the first attempt in the same task); None
+    (the schedule queue) for the rest."""
+    if isinstance(req.route, Direct) and req.chain:
+        return req.chain[0].cloud
+    return None
 
 
 def _name(task: Task) -> str:
@@ -317,13 +326,17 @@ def cancel(deps: Deps, request_id: str, *, instance_id: str | None = None) -> La
     return updated
 
 
-def public_view(deps: Deps, request_id: str) -> dict[str, Any] | None:
+def public_view(
+    deps: Deps, request_id: str, created: LaunchRequest | None = None
+) -> dict[str, Any] | None:
     """The request as the API shows it, with its runs (one per launch that came up: the first,
-    then each relaunch after a loss and each restart of a failed job) and their summed cost."""
-    req = deps.store.get_request(request_id)
+    then each relaunch after a loss and each restart of a failed job) and their summed cost.
+    ``created``: the request as this call just created it, shown as it was written (no read:
+    it had no instances then)."""
+    req = created if created is not None else deps.store.get_request(request_id)
     if req is None:
         return None
-    instances = deps.store.list_instances(request_id=request_id)
+    instances = [] if created is not None else deps.store.list_instances(request_id=request_id)
     runs = runs_of(instances, deps.now())
     cost = total_cost(runs)
     return {

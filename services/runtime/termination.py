@@ -17,11 +17,14 @@ def release_instances(
     instance_id: str | None = None,
     *,
     attempt_id: str | None = None,
+    req: LaunchRequest | None = None,
+    look_for_strays: bool = True,
 ) -> LaunchRequest | None:
     """Terminate a request's machines without ending the request: one instance, the machines
     of one attempt, or (neither given) all of them, including any an in-flight attempt created
-    before it recorded them."""
-    req = deps.store.get_request(request_id)
+    before it recorded them (``look_for_strays`` False: the recorded ones only, for a caller whose
+    reconcile pass cleans strays anyway). ``req``: the request as the caller holds it."""
+    req = req if req is not None else deps.store.get_request(request_id)
     if req is None:
         return None
     targets = [
@@ -32,7 +35,7 @@ def release_instances(
     ]
     for inst in targets:
         _terminate_instance(deps, inst, reason)
-    if instance_id is None:
+    if instance_id is None and look_for_strays:
         tags = {TAG_REQUEST: request_id, **({TAG_ATTEMPT: attempt_id} if attempt_id else {})}
         known = {i.provider_id for i in targets}
         for cloud in {c.cloud for c in req.chain}:

@@ -260,15 +260,19 @@ class Store:
         *,
         oldest_first: bool = False,
         projects: Sequence[str] | None = None,
+        created_before: float | None = None,
     ) -> list[LaunchRequest]:
         """Requests, newest first (or oldest first: the order a FIFO scheduler wants), at most
-        ``limit``; only those in ``state`` if given; only those of ``projects`` if given."""
+        ``limit``; only those in ``state`` if given; only those of ``projects`` if given; only
+        those created at or before ``created_before`` if given (oldest first)."""
         if limit <= 0:
             return []
         if projects is not None:
             return self._project_requests(projects, state, limit, oldest_first)
         key = self._key("requests", "created") if state is None else self._request_state_key(state)
-        if oldest_first:
+        if created_before is not None:
+            ids = self._r.zrangebyscore(key, "-inf", created_before, start=0, num=limit)
+        elif oldest_first:
             ids = self._r.zrange(key, 0, limit - 1)
         else:
             ids = self._r.zrevrange(key, 0, limit - 1)
@@ -342,7 +346,12 @@ class Store:
     # ---- compare-and-set updates ----------------------------------------------------------
 
     def update_request(
-        self, request_id: str, fn: Callable[[LaunchRequest], bool], *, retries: int = 50
+        self,
+        request_id: str,
+        fn: Callable[[LaunchRequest], bool],
+        *,
+        retries: int = 50,
+        current: LaunchRequest | None = None,
     ) -> LaunchRequest | None:
         """Change one request with ``fn``, safely against concurrent writers.
 
@@ -353,17 +362,36 @@ class Store:
         values it captured), up to ``retries`` more times, then :class:`WriteConflict`.
         Returns the request as written (version bumped by 1), as read for a no-op, or None if
         there is no such request.
+
+        ``current``: the request as the caller just read it (or wrote it), to start from
+        instead of reading it again; the compare-and-set still checks its version, so a
+        record that moved on meanwhile is read again, as after any lost race.
         """
         return self._update(
-            LaunchRequest, self._request_key(request_id), fn, retries, self._request_state_key
+            LaunchRequest,
+            self._request_key(request_id),
+            fn,
+            retries,
+            self._request_state_key,
+            _carried(current, request_id),
         )
 
     def update_instance(
-        self, instance_id: str, fn: Callable[[Instance], bool], *, retries: int = 50
+        self,
+        instance_id: str,
+        fn: Callable[[Instance], bool],
+        *,
+        retries: int = 50,
+        current: Instance | None = None,
     ) -> Instance | None:
         """Like :meth:`update_request`, for an instance."""
         return self._update(
-            Instance, self._instance_key(instance_id), fn, retries, self._instance_state_key
+            Instance,
+            self._instance_key(instance_id),
+            fn,
+            retries,
+            self._instance_state_key,
+            _carried(current, instance_id),
         )
 
     def _update(
@@ -373,13 +401,18 @@ class Store:
         fn: Callable[[RecordT], bool],
         retries: int,
         state_key: Callable[[Any], str],
+        carried: RecordT | None = None,
     ) -> RecordT | None:
         for attempt in range(retries + 1):
-            raw = self._r.hget(key, "json")
-            if raw is None:
-                return None
-            current = model.model_validate_json(raw)
-            work = current.model_copy(deep=True)
+            if carried is not None:
+                current, carried = carried, None  # the caller's read: no second one
+                work = current.model_copy(deep=True)
+            else:
+                raw = self._r.hget(key, "json")
+                if raw is None:
+                    return None
+                current = model.model_validate_json(raw)
+                work = model.model_validate_json(raw)  # a second parse: cheaper than a deep copy
             wanted = fn(work)
             if wanted is not True and wanted is not False:
                 raise TypeError(f"update function must return True or False, not {wanted!r}")
@@ -444,6 +477,13 @@ class Store:
         """Free ``key`` if ``owner`` still holds it (never someone else's claim that followed
         an expiry). True if it was released."""
         return int(self._release(keys=[self._key("claim", key)], args=[owner])) == 1
+
+
+def _carried(record: RecordT | None, record_id: str) -> RecordT | None:
+    """A caller's copy of the record to start a compare-and-set from (None: read it)."""
+    if record is not None and record.id != record_id:
+        raise ValueError(f"carried record {record.id} is not {record_id}")
+    return record
 
 
 def _text(value: Any) -> str:

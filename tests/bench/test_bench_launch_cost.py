@@ -130,6 +130,9 @@ def test_control_plane_cost_per_launch(tmp_path: Path) -> None:
         # home (mode 0600); the printed address hides it.
         client = redis.Redis.from_url((home / "redis-url").read_text().strip())
         assert client.connection_pool.connection_kwargs.get("port") == port
+        # The workers' pool processes load the clouds' SDKs in the background as they start
+        # (app._warm_up): seconds of CPU on a busy machine, which must not count as idle.
+        _settle(pids)
 
         # The same stack idle.
         cpu0, cmd0 = _cpu(pids), _commands(client)
@@ -172,6 +175,17 @@ def test_control_plane_cost_per_launch(tmp_path: Path) -> None:
         "per second; most per launch: " + ", ".join(f"{c} {n:.0f}" for c, n in top)
     )
     assert cpu_ms < 500 and cmds < 5000  # a stall guard, not the target (a shared machine)
+
+
+def _settle(pids: dict[int, str], quiet_ms_s: float = 60.0, limit_s: float = 90.0) -> None:
+    """Wait (at most ``limit_s``) until the control plane's CPU over 2 s is below
+    ``quiet_ms_s`` per second: started, warmed up, idle."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        before = sum(_cpu(pids).values())
+        time.sleep(2.0)
+        if (sum(_cpu(pids).values()) - before) / 2.0 * 1000 < quiet_ms_s:
+            return
 
 
 def _ok(url: str) -> bool:

@@ -93,14 +93,19 @@ def test_submit_accepts_yaml_text_and_a_raw_yaml_body(client: TestClient) -> Non
     assert as_text.json()["id"] != raw.json()["id"]
 
 
-def test_a_submitted_request_is_on_the_schedule_queue(client: TestClient, redis_url: str) -> None:
+def test_a_submitted_request_is_on_its_clouds_provisioning_queue(
+    client: TestClient, redis_url: str
+) -> None:
+    """Its chain was planned at submit: admission goes to its first cloud's queue, where the
+    same task runs the first attempt."""
     body = _submit(client)
     broker = redis.Redis.from_url(redis_url)
-    assert broker.llen(dispatch.SCHEDULE_QUEUE) > 0
-    message = json.loads(broker.lindex(dispatch.SCHEDULE_QUEUE, 0) or b"{}")
+    queue = dispatch.provision_queue("local")
+    assert broker.llen(queue) > 0
+    message = json.loads(broker.lindex(queue, 0) or b"{}")
     assert message["headers"]["task"] == dispatch.ADMIT
     args = json.loads(base64.b64decode(message["body"]))[0]
-    assert args == [body["id"]]
+    assert args == [body["id"], "local"]
 
 
 def test_an_invalid_task_is_422_naming_field_and_line(client: TestClient, store: Store) -> None:
@@ -302,10 +307,10 @@ def test_instances_listing_logs_and_terminating_one(
 
 
 def _admits(redis_url: str) -> list[str]:
-    """The request ids of the admission messages waiting on the schedule queue."""
+    """The request ids of the admission messages waiting (on the local cloud's queue)."""
     broker = redis.Redis.from_url(redis_url)
     found = []
-    for raw in broker.lrange(dispatch.SCHEDULE_QUEUE, 0, -1):
+    for raw in broker.lrange(dispatch.provision_queue("local"), 0, -1):
         message = json.loads(raw)
         if message["headers"]["task"] == dispatch.ADMIT:
             found.append(json.loads(base64.b64decode(message["body"]))[0][0])

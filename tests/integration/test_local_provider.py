@@ -135,6 +135,34 @@ def test_a_job_runs_heartbeats_and_records_its_exit_code(provider: LocalProvider
     wait_for(lambda: not Path(f"/proc/{inst.pid}").exists(), what="the agent to be reaped")
 
 
+def test_describe_reads_an_ended_record_once_and_forgets_it_with_the_cloud(
+    provider: LocalProvider,
+) -> None:
+    """An ended record never changes: a look reads what still lives, not every instance of
+    the last day; an id the cloud forgot leaves the provider's memory too."""
+    [job] = provider.launch(spec(run="exit 3"))
+    [svc] = provider.launch(spec())  # a service: stays up
+    wait_for(lambda: state_of(provider, job.provider_id).state == "terminated", what="the end")
+    r = provider.state.r
+
+    def hgetalls() -> int:
+        return int(r.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
+
+    before = hgetalls()
+    seen = {i.provider_id: i for i in provider.describe()}
+    assert hgetalls() - before == 1  # the live service's record only
+    assert (seen[job.provider_id].state, seen[job.provider_id].exit_code) == ("terminated", 3)
+    assert seen[svc.provider_id].state in ("pending", "running")
+    # A fresh provider (another process) reads it, as any first look does.
+    other = LocalProvider(
+        CLOUD, provider.redis_url, prefix=provider.prefix, log_dir=provider.log_dir
+    )
+    assert state_of(other, job.provider_id).exit_code == 3
+    provider.state.forget(job.provider_id)  # its record expired: the cloud forgot it
+    assert job.provider_id not in {i.provider_id for i in provider.describe()}
+    provider.terminate([svc.provider_id])
+
+
 def test_a_service_stays_up_until_terminated(provider: LocalProvider) -> None:
     [inst] = provider.launch(spec(setup="echo set up"))
     wait_for(lambda: state_of(provider, inst.provider_id).state == "running", what="running")

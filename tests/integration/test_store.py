@@ -135,6 +135,34 @@ def test_a_stale_write_is_retried_on_the_fresh_record(store: Store, redis_url: s
     assert store.get_request("req-1") == written
 
 
+def test_a_carried_record_is_written_without_a_read_and_a_stale_one_is_read_again(
+    store: Store, client: redis.Redis
+) -> None:
+    """A caller's record starts the compare-and-set (no read); one that another writer
+    overtook fails it, and the write is made again on the record as stored."""
+    store.create_request(new_request())
+    held = store.get_request("req-1")
+    assert held is not None
+    before = client.info("commandstats").get("cmdstat_hget", {}).get("calls", 0)
+    fresh = store.update_request("req-1", lambda r: setattr(r, "priority", 3) or True, current=held)
+    after = client.info("commandstats").get("cmdstat_hget", {}).get("calls", 0)
+    assert fresh is not None and (fresh.version, fresh.priority) == (1, 3)
+    assert after - before == 1  # the script's own version check: no read of the record
+    seen: list[int] = []
+
+    def label(r: LaunchRequest) -> bool:
+        seen.append(r.version)
+        r.labels["team"] = "vision"
+        return True
+
+    written = store.update_request("req-1", label, current=held)  # held is version 0: stale
+    assert seen == [0, 1] and written is not None
+    assert (written.version, written.priority, written.labels) == (2, 3, {"team": "vision"})
+    assert store.get_request("req-1") == written
+    with pytest.raises(ValueError):
+        store.update_request("other", label, current=held)
+
+
 def test_endless_conflicts_end_in_write_conflict(store: Store, redis_url: str) -> None:
     store.create_request(new_request())
     rival = Store(redis.Redis.from_url(redis_url), PREFIX)

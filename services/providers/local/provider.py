@@ -38,6 +38,7 @@ from corral.services.providers.base import (
 )
 from corral.services.providers.local import launcher
 from corral.services.providers.local.state import (
+    ENDED_RECORD_TTL_S,
     LOST,
     PENDING,
     TERMINATED,
@@ -118,6 +119,7 @@ class LocalProvider:
         self.state = CloudState(client, prefix)
         self.outage = OutageBook(client, prefix, outage_gap_s)
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # logs hold task output
+        self._ended: dict[str, InstanceRecord] = {}  # ended records seen (they never change)
         # One launcher per cloud, shared by every process that launches on it.
         key = f"{python}\0{prefix}\0{self.log_dir.resolve()}\0{redis_url}"
         self._launcher: str | None = (
@@ -443,9 +445,13 @@ class LocalProvider:
     def describe(self, tags: dict[str, str] | None = None) -> list[ProviderInstance]:
         """Every instance the local cloud knows (ended ones for a day), filtered by tags. It
         pulses the control plane first, so an outage just ended is known before anyone's
-        silence is judged."""
+        silence is judged. An ended record is read once per provider (it never changes), so a
+        look reads the live instances only."""
         outage_end = self.outage.pulse()
-        return self._instances(self.state.instance_ids(), tags, outage_end)
+        ids = self.state.instance_ids()
+        for gone in set(self._ended).difference(ids):
+            self._ended.pop(gone, None)  # forgotten by the cloud: its record expired
+        return self._instances(ids, tags, outage_end)
 
     def _instances(
         self,
@@ -455,14 +461,30 @@ class LocalProvider:
     ) -> list[ProviderInstance]:
         if outage_end is None:
             outage_end = self.outage.last_end()
+        ids = list(ids)
+        now = time.time()
+        ended = self._ended
+        # An ended record never changes (only its expiry is left): read once per process, so a
+        # look costs what is still live, not every instance of the last day.
+        fresh = [i for i in ids if (e := ended.get(i)) is None or _expired(e, now)]
+        read = {i: (rec, beat) for i, rec, beat in self.state.records_and_heartbeats(fresh)}
         out = []
-        for iid, rec, beat in self.state.records_and_heartbeats(list(ids)):
-            if rec is None:
-                self.state.forget(iid)
-                continue
-            if tags and any(rec.tags.get(k) != v for k, v in tags.items()):
-                continue
-            rec = self._observe(rec, beat, outage_end)
+        for iid in ids:
+            if iid in read:
+                rec, beat = read[iid]
+                if rec is None:
+                    ended.pop(iid, None)
+                    self.state.forget(iid)
+                    continue
+                if tags and any(rec.tags.get(k) != v for k, v in tags.items()):
+                    continue
+                rec = self._observe(rec, beat, outage_end)
+                if rec.ended:
+                    ended[iid] = rec
+            else:
+                rec = ended[iid]
+                if tags and any(rec.tags.get(k) != v for k, v in tags.items()):
+                    continue
             out.append(self._to_instance(rec))
         return out
 
@@ -592,19 +614,23 @@ class LocalProvider:
         """Stop the agents (SIGTERM, SIGKILL after the grace period) and free their capacity.
         Idempotent: unknown and ended ids are fine. Returns once the processes are gone."""
         records = [rec for rec in map(self.state.record, provider_ids) if rec is not None]
-        for rec in records:
+        # An ended record is final (its state, its task groups): nothing of it is written.
+        live = [rec for rec in records if not rec.ended]
+        for rec in live:
             self.state.set_state(rec.id, TERMINATING)
             self._signal(rec.pid, rec.id, signal.SIGTERM)
         self._wait_gone(records, self.terminate_grace_s)
         for rec in records:
             self._signal(rec.pid, rec.id, signal.SIGKILL)
-            for child in _task_groups(self.state.record(rec.id) or rec):
+            final = rec if rec.ended else self.state.record(rec.id) or rec
+            for child in _task_groups(final):
                 _kill_group(child, signal.SIGKILL)  # the agent could not stop its task
         self._wait_gone(records, 2.0)
         for rec in records:
-            self.state.finish(
-                rec, state=TERMINATED, exit_code=None, reason="terminated", now=time.time()
-            )
+            if not rec.ended:
+                self.state.finish(
+                    rec, state=TERMINATED, exit_code=None, reason="terminated", now=time.time()
+                )
             self.state.drop_assignment(rec.id)  # a gone machine takes no work
 
     def power_off(self) -> int:
@@ -643,6 +669,11 @@ class LocalProvider:
     def pid_belongs_to(pid: int, instance_id: str) -> bool:
         """Whether ``pid`` is a live process of this instance; see :func:`pid_belongs_to`."""
         return pid_belongs_to(pid, instance_id)
+
+
+def _expired(rec: InstanceRecord, now: float) -> bool:
+    """Whether an ended record may have expired by now (read it again to know)."""
+    return now - (rec.ended_at or 0.0) >= ENDED_RECORD_TTL_S
 
 
 def pid_belongs_to(pid: int, instance_id: str) -> bool:

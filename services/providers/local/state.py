@@ -192,7 +192,9 @@ for i = 5, #KEYS do
 end
 for i = 5, #KEYS do
   local rec = cjson.decode(ARGV[i])
-  for f, v in pairs(rec) do redis.call('HSET', KEYS[i], f, v) end
+  local flat = {}
+  for f, v in pairs(rec) do flat[#flat + 1] = f; flat[#flat + 1] = v end
+  redis.call('HSET', KEYS[i], unpack(flat))
   redis.call('SADD', KEYS[1], rec['id'])
   redis.call('SADD', KEYS[2], rec['id'])
 end
@@ -207,11 +209,12 @@ return {1, used + n}
 # KEYS: record, pool, events   ARGV: state, exit code ('' = none), reason, now, record TTL,
 # event JSON.  Returns 1 when this call ended it, 0 when it had ended already or is unknown.
 _FINISH = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('HEXISTS', KEYS[1], 'ended_at') == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'state', ARGV[1], 'ended_at', ARGV[4], 'end_reason', ARGV[3])
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'exit_code', ARGV[2]) end
-redis.call('SREM', KEYS[2], redis.call('HGET', KEYS[1], 'id'))
+local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at')
+if not held[1] or held[2] then return 0 end
+local fields = {'state', ARGV[1], 'ended_at', ARGV[4], 'end_reason', ARGV[3]}
+if ARGV[2] ~= '' then fields[7] = 'exit_code'; fields[8] = ARGV[2] end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('SREM', KEYS[2], held[1])
 redis.call('LPUSH', KEYS[3], ARGV[6])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
 return 1
@@ -375,7 +378,9 @@ class CloudState:
             "memory_gib": rec.memory_gib,
             "accelerators": rec.accelerators,
         }
-        pipe = self.r.pipeline(transaction=True)
+        # One round trip, no MULTI/EXEC: a reader that sees the new key before the record's
+        # fields judges by the key (derive_state), so the beat need not be atomic.
+        pipe = self.r.pipeline(transaction=False)
         pipe.set(self.keys.heartbeat(rec.id), json.dumps(beat), px=max(1, int(ttl_s * 1000)))
         pipe.hset(self.keys.record(rec.id), mapping={"activity": activity, "last_beat_at": now})
         pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))

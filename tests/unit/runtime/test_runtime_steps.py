@@ -27,7 +27,10 @@ def test_submit_routes_once_and_publishes_admission(driver: Driver) -> None:
     req = driver.deps.store.get_request(rid)
     assert req is not None and req.state == RequestState.PENDING
     assert isinstance(req.route, Direct)
-    assert driver.names() == [dispatch.ADMIT]
+    # Its chain was planned here: admitted on its first cloud's provisioning queue.
+    assert [(p.name, p.queue, p.args) for p in driver.queue] == [
+        (dispatch.ADMIT, "provision.local", [rid, "local"])
+    ]
 
 
 def test_submit_refuses_what_could_never_run(driver: Driver) -> None:
@@ -39,7 +42,9 @@ def test_submit_refuses_what_could_never_run(driver: Driver) -> None:
 
 def test_admit_plans_the_chain_and_publishes_the_first_attempt(driver: Driver) -> None:
     rid = _submit(driver)
-    driver.step()  # admit
+    driver.queue.clear()
+    # Admission on the schedule queue (no cloud: a request stored without a chain, a redrive).
+    assert provisioning.admit(driver.deps, rid) == "attempt 0"
     req = driver.deps.store.get_request(rid)
     assert req is not None and req.state == RequestState.PROVISIONING
     assert [s.zone for s in req.chain] == ["lab-east-a", "lab-east-b", "lab-west-a"]
@@ -48,13 +53,25 @@ def test_admit_plans_the_chain_and_publishes_the_first_attempt(driver: Driver) -
     ]
 
 
+def test_admit_on_the_first_clouds_queue_runs_the_first_attempt_itself(driver: Driver) -> None:
+    driver.fake.boot_delay_s = 5.0
+    rid = _submit(driver)
+    assert driver.step() == "booting"  # admitted, and its first attempt launched: one task
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.PROVISIONING and req.next_step == 0
+    assert [a.zone for a in req.attempts] == ["lab-east-a"]
+    assert driver.names() == [dispatch.WATCH_BOOTS]  # no attempt message
+    assert driver.step() == {"booting": 1}
+    assert provisioning.admit(driver.deps, rid, "local") == "redispatched"  # a redelivery
+    assert driver.names() == [dispatch.WATCH_BOOTS, dispatch.ATTEMPT]
+
+
 def test_an_attempt_returns_while_its_machine_boots_and_the_watch_finishes_it(
     driver: Driver,
 ) -> None:
     driver.fake.boot_delay_s = 5.0
     rid = _submit(driver)
-    driver.step()  # admit
-    assert driver.step() == "booting"  # the attempt: launched, recorded, returned
+    assert driver.step() == "booting"  # admitted, the attempt launched, recorded, returned
     [inst] = driver.deps.store.list_instances(request_id=rid)
     assert inst.state == InstanceState.REQUESTED and inst.zone == "lab-east-a"
     assert driver.names() == [dispatch.WATCH_BOOTS]
@@ -79,10 +96,10 @@ def test_a_capacity_error_blocks_the_zone_and_the_next_candidate_is_tried(
         ("lab-east-a", "capacity"),
         ("lab-east-b", "ok"),
     ]
-    # The next zone (same cloud) was chosen and tried inside the failed attempt's task: no
-    # step task per scope, no second attempt message.
-    steps = {dispatch.RETRY_REGION, dispatch.RETRY_CLOUD, dispatch.NEXT_CLOUD}
-    assert driver.ran.count(dispatch.ATTEMPT) == 1 and not steps & set(driver.ran)
+    # The next zone (same cloud) was chosen and tried inside the failed attempt's task, itself
+    # run by the admission task: no step task per scope, no attempt message at all.
+    steps = {dispatch.RETRY_REGION, dispatch.RETRY_CLOUD, dispatch.NEXT_CLOUD, dispatch.ATTEMPT}
+    assert driver.ran.count(dispatch.ADMIT) == 1 and not steps & set(driver.ran)
     blocked = [b.block.zone for b in driver.deps.blocks.active(driver.deps.now())]
     assert blocked == ["lab-east-a"]
 
@@ -161,11 +178,10 @@ def test_a_waiting_request_can_be_cancelled(driver: Driver) -> None:
 def test_a_throttled_launch_retries_in_place(driver: Driver) -> None:
     driver.fake.fail_next(ThrottledError("slow down", code="RequestLimitExceeded"))
     rid = _submit(driver)
-    driver.step()  # admit
-    with pytest.raises(provisioning.RetryLater) as later:
-        driver.step()
-    assert later.value.try_no == 1
-    assert provisioning.attempt(driver.deps, rid, 0, later.value.try_no) == "running"
+    assert driver.step() == "attempt deferred"  # admitted; its attempt was throttled
+    [again] = driver.queue  # the attempt's retry, as the attempt task would have retried
+    assert (again.name, again.args) == (dispatch.ATTEMPT, [rid, 0, 1]) and again.countdown
+    assert provisioning.attempt(driver.deps, rid, *again.args[1:]) == "running"
     req = driver.deps.store.get_request(rid)
     assert [(a.zone, a.outcome) for a in req.attempts] == [  # type: ignore[union-attr]
         ("lab-east-a", "throttled"),
@@ -178,8 +194,7 @@ def test_a_boot_past_the_deadline_times_out_its_machine_goes_and_failover_goes_o
 ) -> None:
     driver.fake.boot_delay_s = 60.0  # the deadline is 30 s
     rid = _submit(driver)
-    driver.step()  # admit
-    driver.step()  # attempt in lab-east-a
+    driver.step()  # admit, and the attempt in lab-east-a
     first = driver.fake.launched()[0]
     driver.fake.boot_delay_s = 0.0
     driver.run()
@@ -278,7 +293,8 @@ def test_a_wait_after_walking_on_in_the_same_task_retries_the_zone_it_reached(
     driver.fake.fail_next(CapacityError("sold out", code="InsufficientCapacity"), "lab-east-a")
     driver.fake.fail_next(ThrottledError("slow down", code="RequestLimitExceeded"), "lab-east-b")
     rid = _submit(driver)
-    driver.step()  # admit
+    driver.queue.clear()
+    provisioning.admit(driver.deps, rid)  # on the schedule queue: the attempt is published
     with pytest.raises(provisioning.RetryLater) as later:
         driver.step()  # lab-east-a refused, lab-east-b throttled: in one attempt task
     assert (later.value.step, later.value.try_no) == (1, 1)
