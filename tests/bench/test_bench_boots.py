@@ -10,6 +10,7 @@ task measured in the same run, through the same Redis and the same kind of worke
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ def _runs() -> list[tuple[int, float]]:
     """(launches, boot seconds) per run."""
     if os.environ.get("CORRAL_BENCH_SCALE") == "small":
         return [(50, 4.0)]
-    return [(50, 10.0), (500, 10.0)]
+    return [(50, 10.0), (500, 10.0), (1000, 10.0)]
 
 
 def _cloud(path: Path, boot_s: float, capacity: int) -> Path:
@@ -52,7 +53,12 @@ def _cloud(path: Path, boot_s: float, capacity: int) -> Path:
 def _cpu_s(sessions: set[int]) -> float:
     """CPU seconds (user + system, reaped children included) of every process whose session
     is one of ``sessions`` (each process the harness starts leads a session of its own)."""
-    total = 0
+    return sum(_cpu_by_session(sessions).values())
+
+
+def _cpu_by_session(sessions: set[int]) -> dict[int, float]:
+    """:func:`_cpu_s` per session."""
+    ticks = dict.fromkeys(sessions, 0)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -61,8 +67,8 @@ def _cpu_s(sessions: set[int]) -> float:
         except OSError:
             continue
         if int(fields[3]) in sessions:  # field 6 of stat: the session id
-            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total / TICKS
+            ticks[int(fields[3])] += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return {session: n / TICKS for session, n in ticks.items()}
 
 
 def _redis_pid(url: str) -> int:
@@ -85,6 +91,29 @@ def _noop_cpu_per_task(system: System, sessions: set[int], count: int) -> float:
     wait_for(drained, 300, "the no-op tasks to drain")
     time.sleep(0.5)
     return (_cpu_s(sessions) - before) / count
+
+
+def _timeline(system: System, ids: list[str], start: float) -> str:
+    """Where the time went, as the records say (seconds after the first submit, the last of
+    each): submitted, launched (the machine's record created), up (its first heartbeat),
+    RUNNING (the request's move)."""
+    r = redis.Redis.from_url(system.env["CORRAL_REDIS_URL"], decode_responses=True)
+    submitted, running = [], []
+    for rid in ids:
+        req = json.loads(r.hget(f"corral:request:{rid}", "json") or "{}")
+        for move in req.get("history", []):
+            if move.get("to_state") == "PENDING":
+                submitted.append(move["at"])
+            if move.get("to_state") == "RUNNING":
+                running.append(move["at"])
+    launched, up = [], []
+    for iid in r.smembers("corral:local:instances"):
+        rec = r.hgetall(f"corral:local:instance:{iid}")
+        launched.append(float(rec["created_at"]))
+        if rec.get("first_heartbeat_at"):
+            up.append(float(rec["first_heartbeat_at"]))
+    last = [max(v, default=start) - start for v in (submitted, launched, up, running)]
+    return "last submitted {:.1f} s, launched {:.1f} s, up {:.1f} s, RUNNING {:.1f} s".format(*last)
 
 
 def _launches(system: System, count: int) -> tuple[float, list[str]]:
@@ -123,11 +152,19 @@ def test_time_to_running_is_the_boot_not_the_worker_slots(
     system.start_worker("schedule")
     system.start_worker("provision")  # one provisioning worker, concurrency as shipped (2)
     time.sleep(3)  # workers ready
-    sessions = {p.pid for p in system.procs.values()} | {_redis_pid(system.env["CORRAL_REDIS_URL"])}
+    roles = {p.pid: name for name, p in system.procs.items()}
+    roles[_redis_pid(system.env["CORRAL_REDIS_URL"])] = "redis"
+    sessions = set(roles)
     noop_cpu = _noop_cpu_per_task(system, sessions, 500)
-    before = _cpu_s(sessions)
+    before = _cpu_by_session(sessions)
+    wall_start = time.time()
     took, ids = _launches(system, count)
-    launch_cpu = (_cpu_s(sessions) - before) / count
+    after = _cpu_by_session(sessions)
+    launch_cpu = (sum(after.values()) - sum(before.values())) / count
+    per_role = ", ".join(
+        f"{roles[s]} {(after[s] - before[s]) * 1000 / count:.1f}" for s in sorted(sessions)
+    )
+    print(f"\n{_timeline(system, ids, wall_start)}; CPU ms per launch: {per_role}")
     with system.client() as c:
         for rid in ids:
             c.post(f"/v1/requests/{rid}/terminate")
