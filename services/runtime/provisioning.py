@@ -372,10 +372,6 @@ def _instance_up(
 ) -> str:
     """Node ``node`` of the attempt reported in: its instance RUNNING (created if the attempt
     died before it recorded it). Returns the instance id."""
-    inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
-    inst.move(InstanceState.RUNNING, now, "the provider reports it running")
-    if deps.store.create_instance(inst):
-        return inst.id
 
     def up(i: Instance) -> bool:
         if i.state != InstanceState.REQUESTED:
@@ -385,7 +381,14 @@ def _instance_up(
         i.move(InstanceState.RUNNING, now, "the provider reports it running")
         return True
 
-    deps.store.update_instance(inst.id, up)
+    # Recorded REQUESTED by the attempt, as a rule: moved up in place (one read, one write).
+    inst_id = instance_id_for(attempt_id, node)
+    if deps.store.update_instance(inst_id, up) is not None:
+        return inst_id
+    inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
+    inst.move(InstanceState.RUNNING, now, "the provider reports it running")
+    if not deps.store.create_instance(inst):
+        deps.store.update_instance(inst.id, up)  # recorded meanwhile by a late attempt
     return inst.id
 
 

@@ -454,6 +454,12 @@ class LocalProvider:
         outage_end = self.outage.pulse()
         return self._instances(self.state.instance_ids(), tags, outage_end)
 
+    def describe_launches(self, attempt_ids: Iterable[str]) -> list[ProviderInstance]:
+        """What :meth:`describe` reports of these launches' instances only (the boot watch's
+        look at the machines on their way up, not at every machine the cloud knows)."""
+        outage_end = self.outage.pulse()
+        return self._instances(self.state.launched_ids(list(attempt_ids)), None, outage_end)
+
     def _instances(
         self,
         ids: Iterable[str],

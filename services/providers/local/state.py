@@ -259,6 +259,21 @@ class CloudState:
         key = self.keys.attempt(attempt_id)
         return bool(self.r.set(key, token, nx=True, px=max(1, int(ttl_s * 1000))))
 
+    def launched_ids(self, attempt_ids: list[str]) -> list[str]:
+        """The instance ids bound to these attempts (one round trip; an attempt still being
+        launched, or never launched here, has none yet)."""
+        if not attempt_ids:
+            return []
+        values = self.r.mget([self.keys.attempt(a) for a in attempt_ids])
+        ids: list[str] = []
+        for value in values:
+            if value is None or str(value).startswith("pending:"):
+                continue
+            found = json.loads(value)
+            if isinstance(found, list):
+                ids.extend(str(i) for i in found)
+        return ids
+
     def attempt_value(self, attempt_id: str) -> str | None:
         value = self.r.get(self.keys.attempt(attempt_id))
         return None if value is None else str(value)
