@@ -87,6 +87,9 @@ class LocalProvider:
     name = "local"
     poll_interval_s = 0.05  # its records are in the same Redis: polling is cheap
     can_stop = False  # a local machine is a process: it cannot be stopped and kept
+    # A launch ends by itself (the launcher's socket timeout, Redis patience, the attempt
+    # claim's wait): the runtime calls it without a watchdog thread.
+    launch_is_bounded = True
 
     def __init__(
         self,
