@@ -141,10 +141,13 @@ class _Callers:
     attempt). A thread stuck in a hung call is simply not idle: the next call gets another."""
 
     def __init__(self) -> None:
+        self._reset()
+        # A forked process has none of its parent's threads: it starts its own.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[queue.SimpleQueue[Any]] = []
-        # A forked process has none of its parent's threads: it starts its own.
-        os.register_at_fork(after_in_child=self._idle.clear)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
