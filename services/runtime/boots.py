@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
+from typing import Any
 
 from corral.services.providers.base import TAG_ATTEMPT, ProviderInstance
 from corral.services.queues import dispatch
@@ -50,7 +51,7 @@ def watch(deps: Deps, cloud: str) -> dict[str, int]:
 
 def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> None:
     try:
-        seen = deps.provider(cloud).describe()  # one call per region: every boot at once
+        seen = _describe(deps.provider(cloud), boots)
     except ProviderError as exc:
         counts["unanswered"] += 1
         log.warning("%s did not answer describe (%s); its boots wait a look", cloud, exc)
@@ -81,6 +82,16 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
             log.exception("could not finish the boot of %s; trying again next look", boot.key)
             continue
         finish(deps, boot)
+
+
+def _describe(provider: Any, boots: list[Boot]) -> list[ProviderInstance]:
+    """One call for every boot at once (per region, inside the provider). A provider that can
+    tell the machines of given launches alone (``describe_launches``: the local cloud reads
+    them by attempt) is asked for those, not for every machine it ever ran."""
+    narrow = getattr(provider, "describe_launches", None)
+    if narrow is not None:
+        return list(narrow([boot.key for boot in boots]))
+    return list(provider.describe())
 
 
 def _finish_one(deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstance]) -> None:

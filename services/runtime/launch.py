@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
+import queue
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from corral.services.providers.base import TAG_NODE, LaunchSpec, ProviderInstance
@@ -62,8 +65,10 @@ def start(deps: Deps, boot: Boot) -> list[ProviderInstance]:
     except ProviderError:
         deps.limits.release(spec.cloud, spec.region, spec.attempt_id)
         raise
-    deps.boots.add(boot)
-    watch_soon(deps, spec.cloud)
+    # Watched, and a watch of the cloud scheduled if none is, in one round trip.
+    interval = watch_interval(deps, spec.cloud)
+    if deps.boots.add(boot, watch_ttl_s=_watch_mark_ttl(interval)):
+        dispatch.watch_boots(spec.cloud, countdown=interval, settings=deps.settings)
     return launched
 
 
@@ -78,11 +83,15 @@ def watch_interval(deps: Deps, cloud: str) -> float:
     return max(deps.settings.timers.boot_watch_interval_s, float(provider.poll_interval_s))
 
 
+def _watch_mark_ttl(interval_s: float) -> float:
+    # The mark outlives a watch that died (its task is redelivered, or beat schedules again).
+    return interval_s * 4 + 5
+
+
 def watch_soon(deps: Deps, cloud: str) -> None:
     """Make sure a boot watch of ``cloud`` is scheduled (one for a burst of launches)."""
     interval = watch_interval(deps, cloud)
-    # The mark outlives a watch that died (its task is redelivered, or beat schedules again).
-    if deps.boots.schedule_watch(cloud, ttl_s=interval * 4 + 5):
+    if deps.boots.schedule_watch(cloud, ttl_s=_watch_mark_ttl(interval)):
         dispatch.watch_boots(cloud, countdown=interval, settings=deps.settings)
 
 
@@ -113,15 +122,58 @@ def by_node(found: Sequence[ProviderInstance]) -> list[ProviderInstance]:
 
 def _launch_by_deadline(provider: Any, spec: LaunchSpec, deadline: float) -> list[ProviderInstance]:
     """Call ``provider.launch`` but stop waiting at the deadline: a hung region must not hold
-    the chain. What a late launch creates is found by its attempt tag and cleaned up."""
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(provider.launch, spec)
+    the chain. What a late launch creates is found by its attempt tag and cleaned up. A
+    provider whose launch cannot hang (``launch_is_bounded``: the local cloud's calls end on
+    timeouts of their own) is called directly: a hand-over to another thread is two waits for
+    the scheduler, a visible share of a launch on a loaded machine."""
+    if getattr(provider, "launch_is_bounded", False):
+        return list(provider.launch(spec))
+    future = _CALLERS.submit(provider.launch, spec)
     try:
         return list(future.result(timeout=max(0.0, deadline - time.monotonic())))
     except concurrent.futures.TimeoutError:
         raise LaunchTimeoutError(f"no answer within the attempt deadline in {spec.zone}") from None
-    finally:
-        pool.shutdown(wait=False)
+
+
+class _Callers:
+    """Daemon threads that make cloud calls for callers waiting with a deadline, kept between
+    calls (a thread and an executor started per launch were a measurable share of an
+    attempt). A thread stuck in a hung call is simply not idle: the next call gets another."""
+
+    def __init__(self) -> None:
+        self._reset()
+        # A forked process has none of its parent's threads: it starts its own.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Any]] = []
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            caller = threading.Thread(target=self._serve, args=(inbox,), daemon=True)
+            caller.start()
+        inbox.put((future, fn, args))
+        return future
+
+    def _serve(self, inbox: queue.SimpleQueue[Any]) -> None:
+        while True:
+            future, fn, args = inbox.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # the caller's to handle, as an executor would
+                    future.set_exception(exc)
+            del future, fn, args  # nothing of a finished call is kept while idle
+            with self._lock:
+                self._idle.append(inbox)
+
+
+_CALLERS = _Callers()
 
 
 # ----------------------------------------------------------------------------------------------

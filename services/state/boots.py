@@ -24,10 +24,18 @@ class BootBook:
     def _key(self, cloud: str) -> str:
         return f"{self.prefix}:boots:{cloud}"
 
-    def add(self, boot: Boot) -> None:
+    def add(self, boot: Boot, watch_ttl_s: float | None = None) -> bool:
         """Watch ``boot`` (again: the same attempt overwrites itself, so a redelivered launch
-        adds nothing)."""
-        self.client.hset(self._key(boot.spec.cloud), boot.key, boot.model_dump_json())
+        adds nothing). With ``watch_ttl_s``, also :meth:`schedule_watch` its cloud in the same
+        round trip: True when this call marked the watch scheduled (the caller sends it)."""
+        cloud = boot.spec.cloud
+        if watch_ttl_s is None:
+            self.client.hset(self._key(cloud), boot.key, boot.model_dump_json())
+            return False
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self._key(cloud), boot.key, boot.model_dump_json())
+        pipe.set(self._key(cloud) + ":watch", "1", nx=True, px=max(1, int(watch_ttl_s * 1000)))
+        return bool(pipe.execute()[1])
 
     def remove(self, boot: Boot) -> bool:
         """Stop watching ``boot``; True if this call removed it."""

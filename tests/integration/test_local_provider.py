@@ -374,6 +374,22 @@ def test_describe_filters_by_tags(provider: LocalProvider) -> None:
     assert len(provider.describe({"corral-managed": "true"})) == 2
 
 
+def test_describe_launches_reports_those_launches_alone_as_describe_does(
+    provider: LocalProvider,
+) -> None:
+    two = provider.launch(spec(count=2))
+    other = provider.launch(spec())
+    attempt = two[0].tags["corral-attempt"]
+    narrow = provider.describe_launches([attempt, "att-never-launched"])
+    assert sorted(i.provider_id for i in narrow) == sorted(i.provider_id for i in two)
+    every = {i.provider_id: i for i in provider.describe()}
+    assert other[0].provider_id in every
+    for inst in narrow:  # the same report, narrowed (its state may move on between looks)
+        same = every[inst.provider_id]
+        assert (inst.zone, inst.pid, inst.tags) == (same.zone, same.pid, same.tags)
+    assert provider.describe_launches([]) == []
+
+
 def test_describe_during_a_launch_never_calls_the_booting_node_lost(
     provider: LocalProvider,
 ) -> None:

@@ -88,6 +88,9 @@ class LocalProvider:
     name = "local"
     poll_interval_s = 0.05  # its records are in the same Redis: polling is cheap
     can_stop = False  # a local machine is a process: it cannot be stopped and kept
+    # A launch ends by itself (the launcher's socket timeout, Redis patience, the attempt
+    # claim's wait): the runtime calls it without a watchdog thread.
+    launch_is_bounded = True
 
     def __init__(
         self,
@@ -228,20 +231,20 @@ class LocalProvider:
         reservation_id: str | None,
     ) -> list[ProviderInstance]:
         self._play_injected_error(spec)
-        # The start lease is taken before the capacity is bound to the attempt: a caller that
-        # sees the binding must find the lease held, or it would start the same agents again.
+        # The start lease is taken with the binding of the capacity to the attempt: a caller
+        # that sees the binding finds the lease held, or it would start the same agents again.
         # If this process dies before it started them, the lease lapses and a redelivered
         # attempt starts them instead of waiting on machines nobody will start.
-        boot = self.state.keys.attempt(spec.attempt_id) + ":boot"
         delay_s = self.cloud.zone(spec.zone).launch_delay_s
-        self.state.r.set(boot, token, px=int(CLAIM_MARGIN_S * 1000))
         records = self._new_records(spec, pool, market, reservation_id)
-        status, used = self.state.reserve(pool, limit, spec.attempt_id, token, records)
+        status, used = self.state.reserve(
+            pool, limit, spec.attempt_id, token, records, CLAIM_MARGIN_S
+        )
         if status == -2:  # an id collision: practically impossible, but never reuse an id
             records = self._new_records(spec, pool, market, reservation_id)
-            status, used = self.state.reserve(pool, limit, spec.attempt_id, token, records)
-        if status != 1:
-            self.state.r.delete(boot)
+            status, used = self.state.reserve(
+                pool, limit, spec.attempt_id, token, records, CLAIM_MARGIN_S
+            )
         if status == 0:
             what = f"reservation {reservation_id}" if reservation_id else spec.zone
             raise CapacityError(
@@ -255,21 +258,26 @@ class LocalProvider:
             for rec in records:
                 self._start_agent(rec, boot_delay_s=delay_s)  # it boots by itself, later
         except OSError as exc:
+            for rec in records:  # the roll-back signals what started by its recorded pid
+                if rec.pid is not None:
+                    self.state.set_fields(rec.id, pid=rec.pid)
             self._roll_back(records)
             self.state.unbind_attempt(spec.attempt_id, records)
             raise ProviderError(f"could not start the node agent: {exc}") from exc
-        self.state.r.delete(boot)
-        ids = [rec.id for rec in records]
+        # Pids written, lease let go and the records read back in one round trip: the answer
+        # is what the cloud knows now, as a describe would report it.
+        seen = self.state.started(spec.attempt_id, records)
         # A terminate() that came while we were starting them saw no pid to signal: finish it.
-        stopped = [rec.id for rec in map(self.state.record, ids) if rec and rec.state != PENDING]
+        stopped = [iid for iid, rec, _ in seen if rec and rec.state != PENDING]
         if stopped:
             self.terminate(stopped)
-        return self._instances(ids)
+            return self._instances([rec.id for rec in records])
+        return [self._to_instance(self._observe(r, b)) for _, r, b in seen if r is not None]
 
     def _finish_boot(self, spec: LaunchSpec, ids: list[str]) -> None:
         """Start the agents of a bound attempt whose launcher died before it started them
         (each boots for what is left of the zone's launch delay)."""
-        boot = self.state.keys.attempt(spec.attempt_id) + ":boot"
+        boot = self.state.keys.start_lease(spec.attempt_id)
         delay_s = self.cloud.zone(spec.zone).launch_delay_s
         deadline = time.monotonic() + CLAIM_MARGIN_S
         lease_ms = int(CLAIM_MARGIN_S * 1000)
@@ -280,10 +288,13 @@ class LocalProvider:
             if self.state.r.set(boot, token, nx=True, px=lease_ms):
                 # Look again now that the lease is ours: the launcher may have finished (and
                 # let go of the lease) between our look and our taking it.
-                for rec in self._unborn(ids):
-                    left = max(0.0, delay_s - (time.time() - rec.created_at))
-                    self._start_agent(rec, boot_delay_s=left)
-                self.state.r.delete(boot)
+                unborn = self._unborn(ids)
+                try:
+                    for rec in unborn:
+                        left = max(0.0, delay_s - (time.time() - rec.created_at))
+                        self._start_agent(rec, boot_delay_s=left)
+                finally:  # what did start is recorded, and the lease let go, either way
+                    self.state.started(spec.attempt_id, unborn)
                 return
             time.sleep(ATTEMPT_POLL_S)  # the launcher is alive and still booting them
         raise ThrottledError(f"attempt {spec.attempt_id} is still booting elsewhere; retry")
@@ -398,8 +409,7 @@ class LocalProvider:
                 self._launcher = None
         if pid is None:
             pid = self._spawn_agent(rec, args, env)
-        rec.pid = pid
-        self.state.set_fields(rec.id, pid=pid)
+        rec.pid = pid  # recorded by the caller (CloudState.started), with its others
 
     def _spawn_agent(self, rec: InstanceRecord, args: list[str], env: dict[str, str]) -> int:
         # The Redis URL goes through a pipe, not the agent's environment: a task can read its
@@ -452,6 +462,12 @@ class LocalProvider:
         for gone in set(self._ended).difference(ids):
             self._ended.pop(gone, None)  # forgotten by the cloud: its record expired
         return self._instances(ids, tags, outage_end)
+
+    def describe_launches(self, attempt_ids: Iterable[str]) -> list[ProviderInstance]:
+        """What :meth:`describe` reports of these launches' instances only (the boot watch's
+        look at the machines on their way up, not at every machine the cloud knows)."""
+        outage_end = self.outage.pulse()
+        return self._instances(self.state.launched_ids(list(attempt_ids)), None, outage_end)
 
     def _instances(
         self,

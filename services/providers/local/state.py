@@ -21,6 +21,8 @@ hints). Every key starts with ``<prefix>:local:``:
                                    ``withdrawn``); kept a day
 ``attempt:<attempt id>``           ``pending:<token>`` while one caller launches, then the JSON
                                    list of the instance ids that attempt created
+``attempt:<attempt id>:boot``      the start lease: the token of whoever starts the attempt's
+                                   agents, set with the binding, deleted once they are started
 ``pool:<zone>:<type>``             set of live instance ids on the zone's on-demand/spot capacity
 ``reservation:<id>``               set of live instance ids on a reservation
 ``faults:<zone>:<type>``           how many launches met the zone's injected error
@@ -81,6 +83,10 @@ class Keys:
 
     def attempt(self, attempt_id: str) -> str:
         return f"{self.base}:attempt:{attempt_id}"
+
+    def start_lease(self, attempt_id: str) -> str:
+        """Held while someone starts the attempt's agents (see CloudState.reserve)."""
+        return f"{self.base}:attempt:{attempt_id}:boot"
 
     def pool(self, zone: str, instance_type: str) -> str:
         return f"{self.base}:pool:{zone}:{instance_type}"
@@ -177,20 +183,23 @@ class InstanceRecord:
         return self.ended_at is not None
 
 
-# Take `count` capacity slots at once (all or none) and bind them to the attempt.
-# KEYS: pool, instances, attempt, high-water hash, record keys...   ARGV: limit, claim token,
-# ids JSON, attempt TTL, record JSONs... (one per record key, each a flat {field: string}).
-# Returns {1, used} on success, {0, used} when full, {-1, 0} when the claim was lost, {-2, 0}
-# when an id is already taken. The high-water hash keeps the most slots a pool ever had in use.
+# Take `count` capacity slots at once (all or none), bind them to the attempt and take the
+# attempt's start lease (held by whoever starts the agents: a caller that sees the binding finds
+# the lease held until they are started, or until it lapses with a launcher that died).
+# KEYS: pool, instances, attempt, high-water hash, start lease, record keys...   ARGV: limit,
+# claim token, ids JSON, attempt TTL, lease ms, record JSONs... (one per record key, each a flat
+# {field: string}). Returns {1, used} on success, {0, used} when full, {-1, 0} when the claim
+# was lost, {-2, 0} when an id is already taken. The high-water hash keeps the most slots a
+# pool ever had in use.
 _RESERVE = """
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then return {-1, 0} end
-local n = #KEYS - 4
+local n = #KEYS - 5
 local used = redis.call('SCARD', KEYS[1])
 if used + n > tonumber(ARGV[1]) then return {0, used} end
-for i = 5, #KEYS do
+for i = 6, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then return {-2, 0} end
 end
-for i = 5, #KEYS do
+for i = 6, #KEYS do
   local rec = cjson.decode(ARGV[i])
   local flat = {}
   for f, v in pairs(rec) do flat[#flat + 1] = f; flat[#flat + 1] = v end
@@ -198,6 +207,7 @@ for i = 5, #KEYS do
   redis.call('SADD', KEYS[1], rec['id'])
   redis.call('SADD', KEYS[2], rec['id'])
 end
+redis.call('SET', KEYS[5], ARGV[2], 'PX', tonumber(ARGV[5]))
 redis.call('SET', KEYS[3], ARGV[3], 'EX', tonumber(ARGV[4]))
 local now_used = redis.call('SCARD', KEYS[1])
 local high = tonumber(redis.call('HGET', KEYS[4], KEYS[1]) or '0')
@@ -252,6 +262,21 @@ class CloudState:
         key = self.keys.attempt(attempt_id)
         return bool(self.r.set(key, token, nx=True, px=max(1, int(ttl_s * 1000))))
 
+    def launched_ids(self, attempt_ids: list[str]) -> list[str]:
+        """The instance ids bound to these attempts (one round trip; an attempt still being
+        launched, or never launched here, has none yet)."""
+        if not attempt_ids:
+            return []
+        values = self.r.mget([self.keys.attempt(a) for a in attempt_ids])
+        ids: list[str] = []
+        for value in values:
+            if value is None or str(value).startswith("pending:"):
+                continue
+            found = json.loads(value)
+            if isinstance(found, list):
+                ids.extend(str(i) for i in found)
+        return ids
+
     def attempt_value(self, attempt_id: str) -> str | None:
         value = self.r.get(self.keys.attempt(attempt_id))
         return None if value is None else str(value)
@@ -265,18 +290,44 @@ class CloudState:
         self.release_attempt(attempt_id, json.dumps([rec.id for rec in records]))
 
     def reserve(
-        self, pool: str, limit: int, attempt_id: str, token: str, records: list[InstanceRecord]
+        self,
+        pool: str,
+        limit: int,
+        attempt_id: str,
+        token: str,
+        records: list[InstanceRecord],
+        lease_s: float,
     ) -> tuple[int, int]:
         """Atomically take ``len(records)`` slots of ``pool`` (at most ``limit`` live), write
-        the records and bind their ids to the attempt. Returns (status, used): status 1 done,
-        0 full, -1 the claim was lost, -2 an id collided."""
+        the records, bind their ids to the attempt and take its start lease
+        (:meth:`Keys.start_lease`, ``token`` for ``lease_s``). Returns (status, used): status 1
+        done, 0 full, -1 the claim was lost, -2 an id collided."""
         ids = json.dumps([rec.id for rec in records])
         keys = [pool, self.keys.instances, self.keys.attempt(attempt_id), self.keys.high_water]
+        keys += [self.keys.start_lease(attempt_id)]
         keys += [self.keys.record(rec.id) for rec in records]
-        args: list[str | int] = [limit, token, ids, ATTEMPT_TTL_S]
+        args: list[str | int] = [limit, token, ids, ATTEMPT_TTL_S, max(1, int(lease_s * 1000))]
         args += [json.dumps(rec.to_hash()) for rec in records]
         status, used = self._reserve(keys=keys, args=args)
         return int(status), int(used)
+
+    def started(
+        self, attempt_id: str, records: list[InstanceRecord]
+    ) -> list[tuple[str, InstanceRecord | None, dict[str, Any] | None]]:
+        """The agents of ``records`` were started: their pids written, the attempt's start
+        lease let go (after the pids, so whoever takes the lease next sees them), and each
+        record read back with its heartbeat (a terminate may have come meanwhile), in one
+        round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for rec in records:
+            if rec.pid is not None:
+                pipe.hset(self.keys.record(rec.id), "pid", str(rec.pid))
+        pipe.delete(self.keys.start_lease(attempt_id))
+        for rec in records:
+            pipe.hgetall(self.keys.record(rec.id))
+            pipe.get(self.keys.heartbeat(rec.id))
+        replies = pipe.execute()[-2 * len(records) :]
+        return self._with_beats([rec.id for rec in records], replies)
 
     def high_water(self) -> dict[str, int]:
         """Per pool key, the most instances it ever held at once (tests check capacity by it)."""
@@ -300,7 +351,13 @@ class CloudState:
         for iid in ids:
             pipe.hgetall(self.keys.record(iid))
             pipe.get(self.keys.heartbeat(iid))
-        replies = pipe.execute()
+        return self._with_beats(ids, pipe.execute())
+
+    @staticmethod
+    def _with_beats(
+        ids: list[str], replies: list[Any]
+    ) -> list[tuple[str, InstanceRecord | None, dict[str, Any] | None]]:
+        """Pairs of HGETALL (record) and GET (heartbeat) replies, one pair per id, read."""
         out: list[tuple[str, InstanceRecord | None, dict[str, Any] | None]] = []
         for i, iid in enumerate(ids):
             raw, beat = replies[2 * i], replies[2 * i + 1]
