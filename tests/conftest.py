@@ -112,5 +112,5 @@ def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
 
     yield make
     for system in systems:
-        system.stop()
+        system.stop(grace_s=0)
         kill_agents(system)

@@ -95,7 +95,7 @@ def corral(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
             inst.tokens[name] = json.loads(done.stdout)["token"]
         yield inst
     finally:
-        system.stop()
+        system.stop(grace_s=0)
         kill_agents(system)
 
 

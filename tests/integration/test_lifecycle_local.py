@@ -39,7 +39,7 @@ def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
         system.start_beat()
         yield system
     finally:
-        system.stop()
+        system.stop(grace_s=0)
         kill_agents(system)
 
 
