@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import subprocess
@@ -99,7 +98,7 @@ def redis_url(redis_server: RedisServer) -> str:
 def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
     """Build real Corral installations (API, workers, beat as processes) on the test's Redis;
     everything they started, local instances included, is stopped afterwards."""
-    from harness import System, kill_agents
+    from harness import LOCAL_ONLY, System, kill_agents
 
     systems: list[System] = []
 
@@ -107,10 +106,7 @@ def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
         local_cloud: Path | None = None, env: dict[str, str] | None = None, **timers: str
     ) -> System:
         cloud = local_cloud or FIXTURES / "localcloud" / "runtime.yaml"
-        # Only the local cloud unless the test names its clouds: without credentials AWS and
-        # GCP are left out of every route anyway, yet each API and worker process would import
-        # their SDKs to find that out (about 2 s of CPU per process for GCP's alone).
-        env = {"CORRAL_CLOUDS": json.dumps(["local"]), **(env or {})}
+        env = {**LOCAL_ONLY, **(env or {})}  # the local cloud unless the test names its clouds
         system = System(tmp_path / f"home{len(systems)}", redis_url, cloud, env, **timers)
         systems.append(system)
         return system
