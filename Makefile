@@ -60,10 +60,13 @@ chaos:
 		tests/integration/test_chaos.py tests/integration/test_crash_trials.py \
 		-m integration -q -s -p no:randomly --timeout 3600
 
-# The API fuzzed from its OpenAPI document with many more examples than the default run.
+# The API fuzzed from its OpenAPI document with many more examples than the default run, and
+# the merge and autoscaler properties with 200 seeded examples each (the default run: 60).
 fuzz:
 	CORRAL_FUZZ_EXAMPLES=200 $(PY) -m pytest tests/integration/test_api_fuzz.py -m integration \
 		-q -s -p no:randomly --timeout 3600
+	CORRAL_PROPERTY_EXAMPLES=200 $(PY) -m pytest tests/unit/test_merge_properties.py \
+		tests/unit/test_autoscaler_properties.py -q -p no:randomly --timeout 3600
 
 check: setup lint typecheck imports test bench-small
 

@@ -98,7 +98,7 @@ def redis_url(redis_server: RedisServer) -> str:
 def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
     """Build real Corral installations (API, workers, beat as processes) on the test's Redis;
     everything they started, local instances included, is stopped afterwards."""
-    from harness import System, kill_agents
+    from harness import LOCAL_ONLY, System, kill_agents
 
     systems: list[System] = []
 
@@ -106,11 +106,12 @@ def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
         local_cloud: Path | None = None, env: dict[str, str] | None = None, **timers: str
     ) -> System:
         cloud = local_cloud or FIXTURES / "localcloud" / "runtime.yaml"
+        env = {**LOCAL_ONLY, **(env or {})}  # the local cloud unless the test names its clouds
         system = System(tmp_path / f"home{len(systems)}", redis_url, cloud, env, **timers)
         systems.append(system)
         return system
 
     yield make
     for system in systems:
-        system.stop()
+        system.stop(grace_s=0)
         kill_agents(system)

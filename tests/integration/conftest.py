@@ -99,7 +99,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         yield demo
     finally:
         system.cli("cluster", "down", "local-lab")
-        system.stop()
+        system.stop(grace_s=0)
         kill_agents(system)
         redis_proc.terminate()
         redis_proc.wait(10)

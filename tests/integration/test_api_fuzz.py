@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 
 from corral.services.api import create_app
 from corral.services.api.bundles import BUNDLES_PATH
-from corral.services.settings import Settings
+from corral.services.settings import Settings, Timers
 
 pytestmark = pytest.mark.integration
 
@@ -32,20 +32,23 @@ WRITES = {"POST", "PUT", "DELETE", "PATCH"}
 SEEN: Counter[str] = Counter()
 
 
-def _app(redis_url: str, home: Path) -> Any:
+def _app(redis_url: str, home: Path, redis_patience_s: float = 30.0) -> Any:
     cfg = Settings(
         redis_url=redis_url,
         api_token=TOKEN,
         home=home,
         prefix="fuzz",
         api_max_body_bytes=MAX_BODY,
+        timers=Timers(redis_patience_s=redis_patience_s),
     )
     return create_app(cfg)
 
 
 # The schema is read when the module loads, before the test's Redis exists: the app starts on
-# a placeholder address and the fixture below points it at the real one.
-APP = _app("redis://127.0.0.1:1/0", Path("/nonexistent"))
+# a placeholder address and the fixture below points it at the real one. Its lifespan (run
+# per operation) still pulses the placeholder: no patience there, or every operation's
+# teardown waits out the pulse's 5 s join while it retries a port nobody listens on.
+APP = _app("redis://127.0.0.1:1/0", Path("/nonexistent"), redis_patience_s=0.0)
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness import CORRAL, System, kill_agents, wait_for
+from harness import CORRAL, LOCAL_ONLY, System, kill_agents, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +75,7 @@ class Installation:
 def corral(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installation]:
     redis_server.flush()
     home = tmp_path_factory.mktemp("users-home")
-    system = System(home, redis_server.url, LOCAL_CLOUD)
+    system = System(home, redis_server.url, LOCAL_CLOUD, LOCAL_ONLY)
     try:
         system.start_api()
         system.start_worker("schedule")
@@ -95,7 +95,7 @@ def corral(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
             inst.tokens[name] = json.loads(done.stdout)["token"]
         yield inst
     finally:
-        system.stop()
+        system.stop(grace_s=0)
         kill_agents(system)
 
 

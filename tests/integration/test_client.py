@@ -66,7 +66,7 @@ def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
             warm.wait(warm.launch(WARM_UP).id, timeout_s=120)
         yield system
     finally:
-        system.stop()
+        system.stop(grace_s=0)
         kill_agents(system)
 
 

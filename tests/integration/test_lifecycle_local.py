@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness import System, kill_agents, wait_for
+from harness import LOCAL_ONLY, System, kill_agents, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     redis_server.flush()
     home = tmp_path_factory.mktemp("lifecycle-home")
     cloud = Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "runtime.yaml"
-    system = System(home, redis_server.url, cloud)
+    system = System(home, redis_server.url, cloud, LOCAL_ONLY)
     try:
         system.start_api()
         system.start_worker("schedule")
@@ -39,7 +39,7 @@ def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
         system.start_beat()
         yield system
     finally:
-        system.stop()
+        system.stop(grace_s=0)
         kill_agents(system)
 
 

@@ -9,6 +9,7 @@ each node's capacity, and counts per type are recomputed from the nodes and the 
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from typing import Any
 
@@ -25,7 +26,10 @@ from corral.shared.autoscaler import (
 )
 from corral.shared.autoscaler.model import head_ids
 
-SEEDED = settings(derandomize=True, database=None, max_examples=200, deadline=None)
+# 60 seeded examples per property in the default run (drawing them is most of its cost);
+# `make fuzz` draws 200 (CORRAL_PROPERTY_EXAMPLES).
+EXAMPLES = int(os.environ.get("CORRAL_PROPERTY_EXAMPLES", "60"))
+SEEDED = settings(derandomize=True, database=None, max_examples=EXAMPLES, deadline=None)
 NOW = 1000.0
 KINDS = ("CPU", "GPU", "memory", "Custom1")
 GIB = 2**30

@@ -12,6 +12,7 @@ any other by its position, and an address is resolved in the merged result the s
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -22,7 +23,10 @@ from hypothesis import strategies as st
 from corral.shared.merge import merge_advanced_instance_config
 
 # derandomize: the same examples on every run and machine; no example database on disk.
-SEEDED = settings(derandomize=True, database=None, max_examples=200, deadline=None)
+# 60 seeded examples per property in the default run (drawing them is most of its cost);
+# `make fuzz` draws 200 (CORRAL_PROPERTY_EXAMPLES).
+EXAMPLES = int(os.environ.get("CORRAL_PROPERTY_EXAMPLES", "60"))
+SEEDED = settings(derandomize=True, database=None, max_examples=EXAMPLES, deadline=None)
 
 Step = tuple[Any, ...]
 Address = tuple[Step, ...]
