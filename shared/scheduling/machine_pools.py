@@ -22,7 +22,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import trusted
-from .model import Pending, PendingCode, Placement, Plan, PoolSnapshot, Preemption, Workload
+from .model import (
+    NodeAssignment,
+    Pending,
+    PendingCode,
+    Placement,
+    Plan,
+    PoolSnapshot,
+    Preemption,
+    Workload,
+)
 from .partitions import Book, PoolState
 from .preemption import Choice, choose_victims, protected
 from .reaping import plan_machine_reaps
@@ -61,9 +70,9 @@ def schedule(
             and workload.on_full == "fallback"
             and not state.holds_room(workload.workload_id)
         ):
-            takes, short = state.fit(workload)
-            if not short:
-                placements.append(_place(state, workload, takes))
+            done = state.fit_and_take(workload)
+            if done is not None:
+                placements.append(_placed(workload, *done))
                 continue
             fits_now = False  # the free room is not enough: _decide need not look again
         else:
@@ -231,6 +240,22 @@ def _place(state: PoolState, workload: Workload, takes: Sequence[tuple[Book, int
         for book, count in takes:
             nodes.extend(state.take(book, workload, count))
         where = ", ".join(f"{count} on {book.label}" for book, count in takes)
+    return _placed(workload, takes, nodes, where)
+
+
+def _placed(
+    workload: Workload,
+    takes: Sequence[tuple[Book, int]],
+    nodes: Sequence[NodeAssignment],
+    where: str | None = None,
+) -> Placement:
+    """The placement of these nodes, booked in these partitions (``where``: as text)."""
+    if where is None:
+        if len(takes) == 1:
+            book, count = takes[0]
+            where = f"{count} on {book.label}"
+        else:
+            where = ", ".join(f"{count} on {book.label}" for book, count in takes)
     first = workload.group_order[0] if workload.group_order else None
     fell_back = bool(takes) and takes[0][0].machine_type != first
     note = f" ({first} had no room for it)" if fell_back and first else ""
