@@ -20,6 +20,7 @@ decision itself, which is what ``corral why`` shows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from . import trusted
 from .model import (
@@ -62,17 +63,18 @@ def schedule(
     preemptions: list[Preemption] = []
     pending: list[Pending] = []
     verdicts: dict[VerdictKey, Pending] | None = {} if reuse_verdicts else None
+    holds_room, fit_and_take = state.holds_room, state.fit_and_take
     for workload in queue(state):
-        # The common case first, as _decide would take it: nothing told to alike work since
-        # the last move, no room held for it, and the free room is enough.
-        if (
-            not verdicts
-            and workload.on_full == "fallback"
-            and not state.holds_room(workload.workload_id)
-        ):
-            done = state.fit_and_take(workload)
+        # The common case first, as _decide would take it: no room held for it, and the free
+        # room is enough. (Then nothing alike was told it waits since the last move: alike
+        # work, without held room, finds the same room.) A move forgets what alike work was
+        # told, as after _decide.
+        if workload.on_full == "fallback" and not holds_room(workload.workload_id):
+            done = fit_and_take(workload)
             if done is not None:
                 placements.append(_placed(workload, *done))
+                if verdicts:
+                    verdicts.clear()
                 continue
             fits_now = False  # the free room is not enough: _decide need not look again
         else:
@@ -126,34 +128,42 @@ def queue(state: PoolState) -> list[Workload]:
     # worked out once per labels and rules (machine types alike in rules share it).
     best_in: dict[int, dict[str, int]] = {}
     best_by_rules: dict[tuple[int, tuple[int, ...]], int] = {}
+    rules_of_type, books_of_type = state.rules_of_type, state.books_of_type
 
     def best_there(workload: Workload, lid: int, machine_type: str) -> int:
-        rules = state.rules_of_type.get(machine_type)
+        rules = rules_of_type.get(machine_type)
         if rules is None:
             return 0  # not a machine type of this pool
         found = best_by_rules.get((lid, rules))
         if found is None:
             found = best_by_rules[(lid, rules)] = max(
-                (state.access(b, workload).priority for b in state.books_of_type[machine_type]),
+                (state.access(b, workload).priority for b in books_of_type[machine_type]),
                 default=0,
             )
         return found
 
-    def key(workload: Workload) -> tuple[int, int, float, str]:
-        lid = state.label_id(workload)
+    keyed: list[tuple[int, int, float, str, Workload]] = []
+    fields = attrgetter("phase", "group_order", "priority", "submitted_at", "workload_id")
+    label_id = state.label_id
+    for workload in state.workloads.values():
+        phase, order, priority, submitted_at, wid = fields(workload)
+        if phase != "pending":
+            continue
+        lid = label_id(workload)
         per_type = best_in.get(lid)
         if per_type is None:
             per_type = best_in[lid] = {}
         best = 0  # rule priorities are never below 0
-        for machine_type in workload.group_order:
+        for machine_type in order:
             here = per_type.get(machine_type)
             if here is None:
                 here = per_type[machine_type] = best_there(workload, lid, machine_type)
             if here > best:
                 best = here
-        return (-best, -workload.priority, workload.submitted_at, workload.workload_id)
-
-    return sorted((w for w in state.workloads.values() if w.phase == "pending"), key=key)
+        # Ids are unique (the workloads are by id), so two entries never compare workloads.
+        keyed.append((-best, -priority, submitted_at, wid, workload))
+    keyed.sort()
+    return [entry[4] for entry in keyed]
 
 
 # What decides whether a workload without held room can be placed or can preempt, and what

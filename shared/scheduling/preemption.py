@@ -91,8 +91,10 @@ def _holders_by_age(
     if found is None:
         ripe: list[Workload] = []
         young: list[Workload] = []
-        for victim in state.holders(book):
-            if victim.phase == "running" and victim.is_preemptible():
+        workloads = state.workloads
+        for wid in book.holders:
+            victim = workloads.get(wid)
+            if victim is not None and victim.phase == "running" and victim.is_preemptible():
                 (ripe if runtime_ok(victim, now, min_runtime_s) else young).append(victim)
         ripe.sort(key=lambda v: victim_order(state, book, v))
         found = state.holders_by_age[key] = (ripe, young)
