@@ -20,6 +20,7 @@ decision itself, which is what ``corral why`` shows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import compress
 from operator import attrgetter
 
 from . import trusted
@@ -143,12 +144,12 @@ def queue(state: PoolState) -> list[Workload]:
         return found
 
     keyed: list[tuple[int, int, float, str, Workload]] = []
-    fields = attrgetter("phase", "group_order", "priority", "submitted_at", "workload_id")
+    fields = attrgetter("group_order", "priority", "submitted_at", "workload_id")
     label_id = state.label_id
-    for workload in state.workloads.values():
-        phase, order, priority, submitted_at, wid = fields(workload)
-        if phase != "pending":
-            continue
+    known = state.workloads.values()
+    pending = [phase == "pending" for phase in map(attrgetter("phase"), known)]
+    for workload in compress(known, pending):
+        order, priority, submitted_at, wid = fields(workload)
         lid = label_id(workload)
         per_type = best_in.get(lid)
         if per_type is None:
@@ -221,12 +222,19 @@ def _decide(
         state.drop_reservations(wid)  # the hold no longer covers it: decide afresh
         if verdicts:
             verdicts.clear()  # the room it held is free again
-    if workload.on_full == "fallback" and fits_now is not False:
+    short_now = fits_now is False  # its free room, as the pass stands, is known short
+    if workload.on_full == "fallback" and not short_now:
         takes, short = state.fit(workload, books)
         if not short:
             placements.append(_place(state, workload, takes))
             return
-    choice = choose_victims(state, workload, now, min_runtime_s)
+        short_now = True
+    # Without a victim anywhere, choosing victims comes to the free room, just found short.
+    choice = (
+        None
+        if short_now and not state.any_preemptible
+        else choose_victims(state, workload, now, min_runtime_s)
+    )
     if choice is None:
         why = explain_pending(state, workload, now, min_runtime_s)
         pending.append(why)

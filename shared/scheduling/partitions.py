@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import compress
 from operator import attrgetter
 
 from . import trusted
@@ -178,11 +179,14 @@ class PoolState:
                 id(b.access_by_labels) for b in books
             )
             self.books.update((b.key, b) for b in books)
-        self.workloads: dict[str, Workload] = {w.workload_id: w for w in snapshot.workloads}
+        workloads = snapshot.workloads
+        self.workloads: dict[str, Workload] = dict(
+            zip(map(attrgetter("workload_id"), workloads), workloads, strict=True)
+        )
         # Workloads giving their machines back: never placed or chosen as victims again.
-        self.stopping: set[str] = {
-            w.workload_id for w in snapshot.workloads if w.phase == "stopping"
-        }
+        self.stopping: set[str] = set()
+        if "stopping" in map(attrgetter("phase"), workloads):
+            self.stopping = {w.workload_id for w in workloads if w.phase == "stopping"}
         self._holds: dict[str, set[BookKey]] = defaultdict(set)  # workload id -> held partitions
         # Workloads' labels as small ids: rule decisions are cached per partition and label id
         # (hashing an int, not a tuple of label pairs, on every look).
@@ -212,6 +216,14 @@ class PoolState:
             if machine.workload_id is not None:
                 out[machine.workload_id].append(machine)
         return dict(out)
+
+    @cached_property
+    def any_preemptible(self) -> bool:
+        """Whether any workload of the snapshot runs and may be preempted (when none does,
+        no partition has a victim; worked out when a pass first looks for one)."""
+        known = self.workloads.values()
+        running = compress(known, [p == "running" for p in map(attrgetter("phase"), known)])
+        return any(map(Workload.is_preemptible, running))
 
     def holds_room(self, workload_id: str) -> bool:
         """Whether room is held (reserved) for this workload anywhere."""
