@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import compress
 from operator import attrgetter
+from typing import cast
 
 from . import trusted
 from .model import (
@@ -154,13 +155,17 @@ def queue(state: PoolState) -> list[Workload]:
         per_type = best_in.get(lid)
         if per_type is None:
             per_type = best_in[lid] = {}
-        best = 0  # rule priorities are never below 0
-        for machine_type in order:
-            here = per_type.get(machine_type)
-            if here is None:
-                here = per_type[machine_type] = best_there(workload, lid, machine_type)
-            if here > best:
-                best = here
+        seen = list(map(per_type.get, order))
+        if None in seen:  # machine types not yet seen with these labels
+            best = 0  # rule priorities are never below 0
+            for machine_type in order:
+                here = per_type.get(machine_type)
+                if here is None:
+                    here = per_type[machine_type] = best_there(workload, lid, machine_type)
+                if here > best:
+                    best = here
+        else:
+            best = max(cast(list[int], seen), default=0)
         # Ids are unique (the workloads are by id), so two entries never compare workloads.
         keyed.append((-best, -priority, submitted_at, wid, workload))
     keyed.sort()
