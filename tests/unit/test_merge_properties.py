@@ -466,7 +466,9 @@ def test_the_generators_make_templates_and_overrides_collide(cloud: str) -> None
     def spelling_free(addresses: set[Any]) -> set[Any]:
         return {tuple(fold(str(part)) for step in a for part in step) for a in addresses}
 
-    @SEEDED
+    # A fixed 200 draws (generating is cheap; no merge runs): the share is measured on the
+    # same sample whatever CORRAL_PROPERTY_EXAMPLES asks of the properties.
+    @settings(derandomize=True, database=None, max_examples=200, deadline=None)
     @given(pair(cloud))
     def count(inputs: tuple[Any, Any]) -> None:
         template, override = inputs
