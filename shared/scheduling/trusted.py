@@ -59,21 +59,7 @@ def node(machine_type: str, partition: str, machine_id: str | None) -> NodeAssig
 
 def nodes(machine_type: str, partition: str, machine_ids: list[str]) -> list[NodeAssignment]:
     """``node`` for each of these machines of one partition."""
-    if not _NODE_PLAIN:
-        return [node(machine_type, partition, m) for m in machine_ids]
-    out = []
-    for machine_id in machine_ids:
-        made = _new(NodeAssignment)
-        _set(
-            made,
-            "__dict__",
-            {"machine_type": machine_type, "partition": partition, "machine_id": machine_id},
-        )
-        _set(made, "__pydantic_fields_set__", _NODE_FIELDS)
-        _set(made, "__pydantic_extra__", None)
-        _set(made, "__pydantic_private__", None)
-        out.append(made)
-    return out
+    return [node(machine_type, partition, m) for m in machine_ids]
 
 
 def placement(workload_id: str, nodes: tuple[NodeAssignment, ...], reason: str) -> Placement:
