@@ -21,7 +21,7 @@ from corral.services.providers.kubernetes.provider import kubeconfig_for
 from cloud_vms import start_with_agents
 from fakes.k8s_api import FakeKube
 from fakes.k8s_pods import PodPlayer
-from harness import System
+from harness import System, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +94,8 @@ def test_a_kubernetes_master_runs_its_pools_tasks_as_pods(
     assert ended["state"] == "SUCCEEDED", ended
     assert ended["instances"][0]["cloud"] == "kubernetes"
     assert ended["instances"][0]["instance_type"] == "8CPU--32GB--T4:2"  # the GPU node's shape
-    assert "trained" in system.cli("logs", gpu).stdout
+    # The output is shipped beside the exit, not before it: read once it is there.
+    wait_for(lambda: "trained" in system.cli("logs", gpu).stdout, 20, "the task's output")
     pod = _pod_in(kube, "det-gpu")
     [container] = pod["spec"]["containers"]
     assert container["name"] == "corral"  # Determined's determined-container, merged into it
