@@ -40,7 +40,7 @@ integration:
 	$(PY) -m pytest tests -m integration -q
 
 test:
-	$(PY) -m pytest tests -m "not bench" -q
+	$(PY) -m pytest tests -m "not bench" -q --durations=30
 
 bench-small:  ## the benchmarks at a small size, so they cannot rot
 	CORRAL_BENCH_SCALE=small $(PY) -m pytest tests/bench -m bench -q -s -p no:randomly
