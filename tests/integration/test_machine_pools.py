@@ -430,3 +430,66 @@ def test_idle_machines_are_reaped_past_their_limit_reserved_last(
     gone = machines["ondemand"]["provider_id"]
     local = system.cli("instances", "--json")
     assert gone not in local.stdout or '"TERMINATED"' in local.stdout
+
+
+def test_a_placement_sent_back_by_a_failed_launch_leaves_no_running_record_behind(
+    make_system: Any, tmp_path: Path
+) -> None:
+    """A three-node workload gets two warm-able machines up and a third that cannot launch
+    (its type is sold out): the workload goes back to the queue and is placed again, as often
+    as the launch fails. The records of a placement that was sent back end with it: the
+    request never shows more running nodes than it asked for, all of one placement (seen in
+    CI on a loaded machine as eight running nodes for two three-node requests)."""
+    cloud = tmp_path / "sold-out.yaml"
+    cloud.write_text(
+        "instance_types:\n"
+        "  - {name: cpu-2, vcpus: 2, memory_gib: 4, price_usd_per_hour: 0.10}\n"
+        "  - {name: cpu-4, vcpus: 4, memory_gib: 8, price_usd_per_hour: 0.20}\n"
+        "regions:\n"
+        "  - name: lab-east\n"
+        "    zones:\n"
+        "      - {name: lab-east-a, capacity: {cpu-2: 4, cpu-4: 0}}\n"
+    )
+    system = make_system(cloud, MIN_RUNTIME_S="1", POOL_REBALANCE_INTERVAL_S="0.5")
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision")
+    system.start_beat()
+    pool = {
+        "kind": "ANYSCALE_MANAGED",
+        "machine_types": [
+            {
+                "machine_type": name,
+                "launch_templates": [{"instance_type": itype}],
+                "partitions": [{"name": "any", "size": size}],
+            }
+            for name, itype, size in (("small", "cpu-2", 2), ("big", "cpu-4", 1))
+        ],
+    }
+    path = tmp_path / "split.yaml"
+    path.write_text(yaml.safe_dump(pool))
+    apply(system, path, "split")
+
+    def compute(*types: str) -> dict[str, Any]:
+        flags = {"cloud_deployment": {"machine_pool": "split"}}
+        return {"worker_nodes": [{"instance_type": t, "flags": flags} for t in types]}
+
+    # Two small machines warm first, so the three-node placement finds them up at once.
+    warm = launch(system, task_file(tmp_path, "warm", compute("small"), num_nodes=2, run="true"))
+    system.wait_state(warm, {"SUCCEEDED"}, 60)
+    rid = launch(
+        system, task_file(tmp_path, "three", compute("small", "big"), num_nodes=3, run="sleep 600")
+    )
+
+    def sent_back_twice() -> bool:
+        texts = [str(e["text"]) for e in history(system, rid)]
+        return sum("could not be launched" in t for t in texts) >= 2
+
+    wait_for(sent_back_twice, 90, "the sold-out machine to fail twice")
+    records = store(system).list_instances(request_id=rid)
+    running = [i for i in records if i.state.value == "RUNNING"]
+    assert len(running) <= 2, running  # only the small machines ever come up
+    assert len({i.placement for i in running}) <= 1, running
+    ended = [i for i in records if "sent back" in (i.history[-1].reason or "")]
+    assert ended, "the first placement's records ended when it was sent back"
+    assert system.cli("terminate", rid).returncode == 0

@@ -312,12 +312,19 @@ def end_instances(
     *,
     exit_code: int | None = None,
     provider_id: str | None = None,
+    placement_other_than: str | None = None,
+    created_before: float | None = None,
 ) -> None:
     """The request's running assignment records (on one machine, or all) end: released to
-    the pool with ``reason``."""
+    the pool with ``reason``. ``placement_other_than`` spares that placement's records and
+    ``created_before`` the records created at or after that time."""
     now = deps.now()
     for inst in deps.store.list_instances(request_id=request_id):
         if provider_id is not None and inst.provider_id != provider_id:
+            continue
+        if placement_other_than is not None and inst.placement == placement_other_than:
+            continue
+        if created_before is not None and inst.created_at >= created_before:
             continue
         if inst.state not in (InstanceState.REQUESTED, InstanceState.RUNNING):
             continue
