@@ -261,6 +261,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
         return True
     if not task.allocations:
         if req.state == RequestState.PROVISIONING:
+            _end_stale_records(deps, master, tid)  # its agents' records end with it
             work.move_request(deps, tid, RequestState.PENDING, "sent back to the queue")
         return False
     if task.stopping:
@@ -274,6 +275,8 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
                 master, partial(_release, tid=tid, now=now, finished=False)
             ),
         )
+    if req.state in (RequestState.PENDING, RequestState.PREEMPTED, RequestState.PROVISIONING):
+        _end_stale_records(deps, master, tid)  # an earlier start sent back, unseen till now
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED):
         reason = ledger.started_by.get(tid, "started")
         work.move_request(deps, tid, RequestState.PROVISIONING, reason)
@@ -311,6 +314,17 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
 
 def _release(ledger: DetLedger, *, tid: str, now: float, finished: bool) -> bool:
     return release_task(ledger, tid, now, finished=finished)
+
+
+def _end_stale_records(deps: Deps, master: str, tid: str) -> None:
+    def current() -> str | None:
+        fresh = deps.det_ledgers.get(master)
+        task = fresh.tasks.get(tid) if fresh is not None else None
+        if task is None or not task.allocations:
+            return None
+        return _placement(tid, task.started_at)
+
+    work.end_stale_records(deps, tid, "its start was sent back to the queue", current)
 
 
 def _placement(tid: str, started_at: float | None) -> str:

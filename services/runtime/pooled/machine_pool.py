@@ -293,7 +293,7 @@ def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str) -> bool:
         if req.state == RequestState.PROVISIONING:
             # Placed, then sent back (a machine of the placement failed to launch): the
             # records of the nodes already running end with their placement, then it waits.
-            _end_stale_records(deps, name, wid, "its placement was sent back to the queue")
+            _end_stale_records(deps, name, wid)
             work.move_request(
                 deps, wid, RequestState.PENDING, "sent back to the queue: a machine failed"
             )
@@ -312,22 +312,15 @@ def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str) -> bool:
     return _sync_running(deps, name, ledger, wid, req)
 
 
-def _end_stale_records(deps: Deps, name: str, wid: str, reason: str) -> None:
-    """End the running records of workload ``wid`` that belong to no current placement.
+def _end_stale_records(deps: Deps, name: str, wid: str) -> None:
+    def current() -> str | None:
+        fresh = deps.ledgers.get(name)
+        workload = fresh.workloads.get(wid) if fresh is not None else None
+        if workload is None or workload.phase == "pending" or not workload.started_at:
+            return None
+        return placement_id(wid, workload.started_at)
 
-    The caller's ledger may be stale: another worker may have placed the workload again
-    since, and its sync may be writing that placement's records. So the ledger is read again
-    first; records of the placement it shows are kept, and so is any record created after that
-    read (it can only belong to a placement committed since)."""
-    read_at = deps.now()
-    fresh = deps.ledgers.get(name)
-    current = fresh.workloads.get(wid) if fresh is not None else None
-    keep = (
-        placement_id(wid, current.started_at)
-        if current is not None and current.phase != "pending" and current.started_at
-        else None
-    )
-    work.end_instances(deps, wid, reason, placement_other_than=keep, created_before=read_at)
+    work.end_stale_records(deps, wid, "its placement was sent back to the queue", current)
 
 
 def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: LaunchRequest) -> bool:
@@ -336,7 +329,7 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED, RequestState.PROVISIONING):
         # Not yet running here: an earlier placement may have been sent back and replaced
         # before any sync saw it waiting; its nodes' records end before this one's start.
-        _end_stale_records(deps, name, wid, "its placement was sent back to the queue")
+        _end_stale_records(deps, name, wid)
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED):
         work.move_request(deps, wid, RequestState.PROVISIONING, ledger.placed_by.get(wid, "placed"))
     task = Task.model_validate(req.task)

@@ -305,6 +305,21 @@ def record_instance(
     deps.store.update_request(request_id, link)
 
 
+def end_stale_records(
+    deps: Deps, request_id: str, reason: str, current_placement: Callable[[], str | None]
+) -> None:
+    """End the request's running records that belong to no current placement (one that was
+    sent back to the queue, perhaps re-placed before any sync saw it waiting).
+
+    The caller's ledger may be stale: another worker may have placed the work again since and
+    be writing that placement's records. So ``current_placement`` reads the ledger afresh; its
+    placement's records are kept, and so is any record created after that read (it can only
+    belong to a placement committed since)."""
+    read_at = deps.now()
+    keep = current_placement()
+    end_instances(deps, request_id, reason, placement_other_than=keep, created_before=read_at)
+
+
 def end_instances(
     deps: Deps,
     request_id: str,
