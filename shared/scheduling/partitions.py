@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_
 
 from . import trusted
 from .model import (
@@ -221,9 +221,17 @@ class PoolState:
     def any_preemptible(self) -> bool:
         """Whether any workload of the snapshot runs and may be preempted (when none does,
         no partition has a victim; worked out when a pass first looks for one)."""
+        # Workload.is_preemptible, read at C speed: its own setting when set (True in any),
+        # else preemptible as a job (a job among those without a setting).
         known = self.workloads.values()
-        running = compress(known, [p == "running" for p in map(attrgetter("phase"), known)])
-        return any(map(Workload.is_preemptible, running))
+        running = list(compress(known, map("running".__eq__, map(attrgetter("phase"), known))))
+        own = list(map(attrgetter("preemptible"), running))
+        if True in own:
+            return True
+        if None not in own:
+            return False
+        unset = compress(running, map(is_, own, repeat(None)))
+        return "job" in map(attrgetter("workload_type"), unset)
 
     def holds_room(self, workload_id: str) -> bool:
         """Whether room is held (reserved) for this workload anywhere."""
