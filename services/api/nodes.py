@@ -117,7 +117,7 @@ def register(
     its work, once. A node whose ticket other machines could read (one EC2 launch of many)
     must name the machine it runs on, and it must be the one launched as this node."""
     _check_machine(deps, node, body.provider_id)
-    if not deps.nodes.register(node, body.provider_id, time.time()):
+    if not deps.nodes.register(node, body.provider_id, time.time(), _beat_ttl_s(deps)):
         raise HTTPException(
             status.HTTP_403_FORBIDDEN,
             f"node {node} has registered already: its ticket is spent (the work is handed "
@@ -126,14 +126,19 @@ def register(
     return _welcome(deps, node)
 
 
+def _beat_ttl_s(deps: Deps) -> float:
+    """How long a node's heartbeat lasts, and how long a node that just registered has to
+    send its first one: a silence longer than this loses it."""
+    return max(3 * deps.settings.node_heartbeat_s, deps.settings.timers.heartbeat_timeout_s)
+
+
 def _welcome(deps: Deps, node: NodeName) -> dict[str, Any]:
-    beat = deps.settings.node_heartbeat_s
     return {
         "node": str(node),
         "token": deps.nodes.token(node),
         "work": deps.nodes.work(node),
-        "heartbeat_s": beat,
-        "heartbeat_ttl_s": max(3 * beat, deps.settings.timers.heartbeat_timeout_s),
+        "heartbeat_s": deps.settings.node_heartbeat_s,
+        "heartbeat_ttl_s": _beat_ttl_s(deps),
     }
 
 

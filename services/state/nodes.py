@@ -7,7 +7,9 @@ before the cloud returns an instance id (the boot script must carry its token). 
 ==================  ==========================================================================
 ``:work``           JSON ``{setup, run, envs, workdir}``: what the node runs, written at launch
 ``:rec``            hash: ``registered_at``, ``provider_id`` (as the node says), ``activity``,
-                    ``last_beat_at``, ``ended_at``, ``exit_code``, ``reason``, ``notice``
+                    ``last_beat_at``, ``beat_ttl_s`` (the silence allowed: set on
+                    registering, then by each heartbeat), ``ended_at``, ``exit_code``,
+                    ``reason``, ``notice``
 ``:beat``           JSON heartbeat ``{ts, activity, assignment, assignments, queued}``, with a
                     TTL: gone means silent
 ``:assign``         hash: assignment id -> JSON ``{id, setup, run, envs, workdir}``
@@ -232,14 +234,21 @@ class NodeBook:
         return json.loads(raw) if raw else {}
 
     # --- what the agent reports ------------------------------------------------------------
-    def register(self, node: NodeName, provider_id: str | None, now: float) -> bool:
+    def register(
+        self, node: NodeName, provider_id: str | None, now: float, beat_ttl_s: float = 0.0
+    ) -> bool:
         """The agent is up; False if the node had registered before (its ticket is spent:
-        nothing is written)."""
+        nothing is written). ``beat_ttl_s``: the heartbeat TTL the agent is handed, which is
+        also how long it has from registering to its first heartbeat before it counts as
+        silent (0: none, it is silent until it beats)."""
         key = self._k(node, "rec")
         first = bool(self.r.hsetnx(key, "registered_at", repr(now)))
         pipe = self.r.pipeline(transaction=True)
         if first and provider_id:
             pipe.hset(key, "provider_id", provider_id)
+        if first and beat_ttl_s > 0:
+            # Read by _held until the first heartbeat replaces it with the agent's own.
+            pipe.hset(key, "beat_ttl_s", beat_ttl_s)
         pipe.expire(key, NODE_TTL_S)
         pipe.execute()
         return first

@@ -20,9 +20,21 @@ decision itself, which is what ``corral why`` shows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import compress
+from operator import attrgetter
+from typing import cast
 
 from . import trusted
-from .model import Pending, PendingCode, Placement, Plan, PoolSnapshot, Preemption, Workload
+from .model import (
+    NodeAssignment,
+    Pending,
+    PendingCode,
+    Placement,
+    Plan,
+    PoolSnapshot,
+    Preemption,
+    Workload,
+)
 from .partitions import Book, PoolState
 from .preemption import Choice, choose_victims, protected
 from .reaping import plan_machine_reaps
@@ -53,17 +65,18 @@ def schedule(
     preemptions: list[Preemption] = []
     pending: list[Pending] = []
     verdicts: dict[VerdictKey, Pending] | None = {} if reuse_verdicts else None
+    holds_room, fit_and_take = state.holds_room, state.fit_and_take
     for workload in queue(state):
-        # The common case first, as _decide would take it: nothing told to alike work since
-        # the last move, no room held for it, and the free room is enough.
-        if (
-            not verdicts
-            and workload.on_full == "fallback"
-            and not state.holds_room(workload.workload_id)
-        ):
-            takes, short = state.fit(workload)
-            if not short:
-                placements.append(_place(state, workload, takes))
+        # The common case first, as _decide would take it: no room held for it, and the free
+        # room is enough. (Then nothing alike was told it waits since the last move: alike
+        # work, without held room, finds the same room.) A move forgets what alike work was
+        # told, as after _decide.
+        if workload.on_full == "fallback" and not holds_room(workload.workload_id):
+            done = fit_and_take(workload)
+            if done is not None:
+                placements.append(_placed(workload, *done))
+                if verdicts:
+                    verdicts.clear()
                 continue
             fits_now = False  # the free room is not enough: _decide need not look again
         else:
@@ -117,34 +130,46 @@ def queue(state: PoolState) -> list[Workload]:
     # worked out once per labels and rules (machine types alike in rules share it).
     best_in: dict[int, dict[str, int]] = {}
     best_by_rules: dict[tuple[int, tuple[int, ...]], int] = {}
+    rules_of_type, books_of_type = state.rules_of_type, state.books_of_type
 
     def best_there(workload: Workload, lid: int, machine_type: str) -> int:
-        rules = state.rules_of_type.get(machine_type)
+        rules = rules_of_type.get(machine_type)
         if rules is None:
             return 0  # not a machine type of this pool
         found = best_by_rules.get((lid, rules))
         if found is None:
             found = best_by_rules[(lid, rules)] = max(
-                (state.access(b, workload).priority for b in state.books_of_type[machine_type]),
+                (state.access(b, workload).priority for b in books_of_type[machine_type]),
                 default=0,
             )
         return found
 
-    def key(workload: Workload) -> tuple[int, int, float, str]:
-        lid = state.label_id(workload)
+    keyed: list[tuple[int, int, float, str, Workload]] = []
+    fields = attrgetter("group_order", "priority", "submitted_at", "workload_id")
+    label_id = state.label_id
+    known = state.workloads.values()
+    pending = [phase == "pending" for phase in map(attrgetter("phase"), known)]
+    for workload in compress(known, pending):
+        order, priority, submitted_at, wid = fields(workload)
+        lid = label_id(workload)
         per_type = best_in.get(lid)
         if per_type is None:
             per_type = best_in[lid] = {}
-        best = 0  # rule priorities are never below 0
-        for machine_type in workload.group_order:
-            here = per_type.get(machine_type)
-            if here is None:
-                here = per_type[machine_type] = best_there(workload, lid, machine_type)
-            if here > best:
-                best = here
-        return (-best, -workload.priority, workload.submitted_at, workload.workload_id)
-
-    return sorted((w for w in state.workloads.values() if w.phase == "pending"), key=key)
+        seen = list(map(per_type.get, order))
+        if None in seen:  # machine types not yet seen with these labels
+            best = 0  # rule priorities are never below 0
+            for machine_type in order:
+                here = per_type.get(machine_type)
+                if here is None:
+                    here = per_type[machine_type] = best_there(workload, lid, machine_type)
+                if here > best:
+                    best = here
+        else:
+            best = max(cast(list[int], seen), default=0)
+        # Ids are unique (the workloads are by id), so two entries never compare workloads.
+        keyed.append((-best, -priority, submitted_at, wid, workload))
+    keyed.sort()
+    return [entry[4] for entry in keyed]
 
 
 # What decides whether a workload without held room can be placed or can preempt, and what
@@ -202,12 +227,19 @@ def _decide(
         state.drop_reservations(wid)  # the hold no longer covers it: decide afresh
         if verdicts:
             verdicts.clear()  # the room it held is free again
-    if workload.on_full == "fallback" and fits_now is not False:
+    short_now = fits_now is False  # its free room, as the pass stands, is known short
+    if workload.on_full == "fallback" and not short_now:
         takes, short = state.fit(workload, books)
         if not short:
             placements.append(_place(state, workload, takes))
             return
-    choice = choose_victims(state, workload, now, min_runtime_s)
+        short_now = True
+    # Without a victim anywhere, choosing victims comes to the free room, just found short.
+    choice = (
+        None
+        if short_now and not state.any_preemptible
+        else choose_victims(state, workload, now, min_runtime_s)
+    )
     if choice is None:
         why = explain_pending(state, workload, now, min_runtime_s)
         pending.append(why)
@@ -231,6 +263,22 @@ def _place(state: PoolState, workload: Workload, takes: Sequence[tuple[Book, int
         for book, count in takes:
             nodes.extend(state.take(book, workload, count))
         where = ", ".join(f"{count} on {book.label}" for book, count in takes)
+    return _placed(workload, takes, nodes, where)
+
+
+def _placed(
+    workload: Workload,
+    takes: Sequence[tuple[Book, int]],
+    nodes: Sequence[NodeAssignment],
+    where: str | None = None,
+) -> Placement:
+    """The placement of these nodes, booked in these partitions (``where``: as text)."""
+    if where is None:
+        if len(takes) == 1:
+            book, count = takes[0]
+            where = f"{count} on {book.label}"
+        else:
+            where = ", ".join(f"{count} on {book.label}" for book, count in takes)
     first = workload.group_order[0] if workload.group_order else None
     fell_back = bool(takes) and takes[0][0].machine_type != first
     note = f" ({first} had no room for it)" if fell_back and first else ""

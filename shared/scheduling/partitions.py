@@ -18,6 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import compress, repeat
+from operator import attrgetter, is_
 
 from . import trusted
 from .model import (
@@ -177,11 +179,14 @@ class PoolState:
                 id(b.access_by_labels) for b in books
             )
             self.books.update((b.key, b) for b in books)
-        self.workloads: dict[str, Workload] = {w.workload_id: w for w in snapshot.workloads}
+        workloads = snapshot.workloads
+        self.workloads: dict[str, Workload] = dict(
+            zip(map(attrgetter("workload_id"), workloads), workloads, strict=True)
+        )
         # Workloads giving their machines back: never placed or chosen as victims again.
-        self.stopping: set[str] = {
-            w.workload_id for w in snapshot.workloads if w.phase == "stopping"
-        }
+        self.stopping: set[str] = set()
+        if "stopping" in map(attrgetter("phase"), workloads):
+            self.stopping = {w.workload_id for w in workloads if w.phase == "stopping"}
         self._holds: dict[str, set[BookKey]] = defaultdict(set)  # workload id -> held partitions
         # Workloads' labels as small ids: rule decisions are cached per partition and label id
         # (hashing an int, not a tuple of label pairs, on every look).
@@ -212,23 +217,44 @@ class PoolState:
                 out[machine.workload_id].append(machine)
         return dict(out)
 
+    @cached_property
+    def any_preemptible(self) -> bool:
+        """Whether any workload of the snapshot runs and may be preempted (when none does,
+        no partition has a victim; worked out when a pass first looks for one)."""
+        # Workload.is_preemptible, read at C speed: its own setting when set (True in any),
+        # else preemptible as a job (a job among those without a setting).
+        known = self.workloads.values()
+        running = list(compress(known, map("running".__eq__, map(attrgetter("phase"), known))))
+        own = list(map(attrgetter("preemptible"), running))
+        if True in own:
+            return True
+        if None not in own:
+            return False
+        unset = compress(running, map(is_, own, repeat(None)))
+        return "job" in map(attrgetter("workload_type"), unset)
+
     def holds_room(self, workload_id: str) -> bool:
         """Whether room is held (reserved) for this workload anywhere."""
         return workload_id in self._holds
 
     # ----------------------------------------------------------------- reading the snapshot
     def _book_machines(self, machines: Iterable[Machine]) -> None:
-        # Idle machines as (idle since, id, minus their place, partition), to sort without a
-        # key function (no two have the same place, so partitions are never compared).
-        idle: list[tuple[float, str, int, Book]] = []
+        # One pass over the machines, their fields read in one call each. Idle machines are
+        # gathered per partition as (idle since, id, minus their place), to sort without a key
+        # function. An owner's rule is read from the decisions cached per labels.
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
-        for place, machine in enumerate(machines):
-            book = books.get((machine.machine_type, machine.partition))
-            if book is None:
-                continue  # a partition the pool no longer defines: counts nowhere
-            owner_id = machine.workload_id
+        idle_of: defaultdict[BookKey, list[tuple[float, str, int]]] = defaultdict(list)
+        fields = attrgetter("machine_type", "partition", "workload_id", "idle_since", "machine_id")
+        place = 0
+        for machine_type, partition, owner_id, since, machine_id in map(fields, machines):
+            place -= 1
+            key = (machine_type, partition)
             if owner_id is None:
-                idle.append((machine.idle_since or 0.0, machine.machine_id, -place, book))
+                if key in books:  # a partition the pool no longer defines counts nowhere
+                    idle_of[key].append((since or 0.0, machine_id, place))
+                continue
+            book = books.get(key)
+            if book is None:
                 continue
             book.held += 1
             book.holders[owner_id] = None
@@ -242,15 +268,12 @@ class PoolState:
                 if rule is not None:
                     book.rule_used[rule] += 1
         # The most recently idle is used first (it is warmest); the longest idle are left to
-        # the reaper. Popped from the end. One sort of them all (ties in snapshot order, as a
-        # stable sort of each partition's own would leave them), then each partition's in
-        # that order, reversed.
-        idle.sort(reverse=True)
-        for _since, machine_id, _place, book in idle:
-            book.idle.append(machine_id)
-        for book in books.values():
-            if len(book.idle) > 1:
-                book.idle.reverse()
+        # the reaper. Popped from the end: each partition's in ascending order (ties in
+        # snapshot order).
+        for key, mine in idle_of.items():
+            if len(mine) > 1:
+                mine.sort()
+            books[key].idle = [machine_id for _since, machine_id, _place in mine]
 
     def _book_reservations(self, reservations: Iterable[Reservation]) -> None:
         for reservation in reservations:
@@ -349,6 +372,76 @@ class PoolState:
                 takes.append((book, room))
                 remaining -= room
         return takes, remaining
+
+    def fit_and_take(
+        self, workload: Workload
+    ) -> tuple[list[tuple[Book, int]], list[NodeAssignment]] | None:
+        """``fit`` in its own group order, then ``take`` of each partition it found, when the
+        free room is enough (None, nothing booked, when it is not): for a workload holding no
+        room, as one walk (the rule found for each partition is the one it books against)."""
+        wid = workload.workload_id
+        remaining = workload.num_nodes
+        lid = self._label_of.get(wid)
+        if lid is None:
+            lid = self.label_id(workload)
+        order: Iterable[str] = workload.group_order
+        if len(workload.group_order) > 1 and len(set(order)) < len(workload.group_order):
+            order = dict.fromkeys(order)
+        found: list[tuple[Book, int, int | None]] = []
+        of_type = self.books_of_type
+        for machine_type in order:
+            group = of_type.get(machine_type)
+            if group is None:
+                continue  # not a machine type of this pool
+            for book in group:
+                room = book.size - book.held
+                if book.reserved_total:
+                    room -= book.reserved_total - book.reserved.get(wid, 0)
+                if room <= 0:
+                    continue
+                access = book.access_by_labels.get(lid) or self.access(book, workload)
+                if access.denial is not None:
+                    continue
+                quota, rule = access.quota, access.rule
+                if quota is not None and rule is not None:
+                    quota_room = quota - book.rule_used[rule]
+                    if book.reserved:
+                        quota_room -= book.rule_reserved_for_others(rule, wid)
+                    if quota_room < room:
+                        room = quota_room
+                        if room <= 0:
+                            continue
+                if room >= remaining:
+                    found.append((book, remaining, rule))
+                    remaining = 0
+                    break
+                found.append((book, room, rule))
+                remaining -= room
+            if not remaining:
+                break
+        if remaining:
+            return None
+        takes: list[tuple[Book, int]] = []
+        nodes: list[NodeAssignment] = []
+        for book, count, rule in found:
+            takes.append((book, count))
+            book.held += count
+            if rule is not None:
+                book.rule_used[rule] += count
+            idle = book.idle
+            if idle:
+                used = idle[-count:]  # the warmest, taken from the end
+                del idle[-count:]
+                used.reverse()
+                nodes.extend(trusted.nodes(book.machine_type, book.name, used))
+                count -= len(used)
+            if count:
+                if book.launch_node is None:
+                    book.launch_node = NodeAssignment(
+                        machine_type=book.machine_type, partition=book.name, machine_id=None
+                    )
+                nodes.extend([book.launch_node] * count)
+        return takes, nodes
 
     def room(self, book: Book, workload: Workload, freed: Freed | None = None) -> int:
         """Machines of this partition the workload could take now (with ``freed`` released)."""

@@ -86,13 +86,17 @@ def _holders_by_age(
     """The partition's running, preemptible holders: those that have run ``min_runtime_s``
     (in victim order) and those too young to be taken (as held). The same for every
     preemptor of a pass, so worked out once per partition and kept on the pass's state."""
+    if not state.any_preemptible:
+        return [], []
     key = (book.key, now, min_runtime_s)
     found = state.holders_by_age.get(key)
     if found is None:
         ripe: list[Workload] = []
         young: list[Workload] = []
-        for victim in state.holders(book):
-            if victim.phase == "running" and victim.is_preemptible():
+        workloads = state.workloads
+        for wid in book.holders:
+            victim = workloads.get(wid)
+            if victim is not None and victim.phase == "running" and victim.is_preemptible():
                 (ripe if runtime_ok(victim, now, min_runtime_s) else young).append(victim)
         ripe.sort(key=lambda v: victim_order(state, book, v))
         found = state.holders_by_age[key] = (ripe, young)
@@ -212,7 +216,9 @@ def choose_victims(
     """The fewest victims (per the rules above) after which the preemptor fits, and its nodes
     then; None when even preempting every eligible workload would not make it fit."""
     books = state.books_for(preemptor)
-    if not any(_holders_by_age(state, book, now, min_runtime_s)[0] for book in books):
+    if not state.any_preemptible or not any(
+        _holders_by_age(state, book, now, min_runtime_s)[0] for book in books
+    ):
         # Nothing anywhere it may look could be a victim: what it gets is the free room
         # (what either greedy way below ends with when it finds no victim).
         takes, short = walk(state, preemptor, books)

@@ -28,6 +28,7 @@ from corral.shared.scheduling import (
     schedule,
 )
 from corral.shared.scheduling.build import group_order, machine_types_of, market_of, workload_of
+from corral.shared.scheduling.partitions import PoolState
 
 SEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "seeds"
 POOL = "demo-machine-pool"
@@ -551,3 +552,28 @@ def test_alike_waiting_workloads_are_explained_once_while_nothing_moves(
     plan = schedule(busy, 10.0)
     assert len(plan.pending) == 50 and len(calls) == 1
     assert len({p.reason for p in plan.pending}) == 1
+
+
+def test_a_pass_sees_a_preemptible_workload_exactly_when_one_runs() -> None:
+    """PoolState.any_preemptible (read at C speed, without Workload.is_preemptible) says what
+    that method says of the running workloads: every mix of type, own setting and phase."""
+    kinds = list(
+        itertools.product(
+            ("job", "service", "workspace"), (None, True, False), ("pending", "running", "stopping")
+        )
+    )
+    for size in (0, 1, 2):
+        for mix in itertools.product(kinds, repeat=size):
+            workloads = tuple(
+                Workload(
+                    workload_id=f"w{i}",
+                    workload_type=kind,
+                    preemptible=own,
+                    phase=phase,
+                    submitted_at=0.0,
+                )
+                for i, (kind, own, phase) in enumerate(mix)
+            )
+            state = PoolState(PoolSnapshot(pool="p", workloads=workloads))
+            wanted = any(w.phase == "running" and w.is_preemptible() for w in workloads)
+            assert state.any_preemptible is wanted, mix
