@@ -42,10 +42,14 @@ class BlockMemory:
         self.until[block] = max(self.until.get(block, 0.0), now + ttl_s)
 
     def active(self, now: float) -> list[Block]:
+        return [b for b, _ in self.active_until(now)]
+
+    def active_until(self, now: float) -> list[tuple[Block, float]]:
+        """The blocks still in force at ``now``, each with its expiry (the expired forgotten)."""
         gone = [b for b, t in self.until.items() if t <= now]
         for block in gone:
             del self.until[block]
-        return list(self.until)
+        return list(self.until.items())
 
 
 @dataclass
@@ -157,9 +161,7 @@ class Launcher:
             retries=flow.retries,
             retry_until_up=flow.task.retry_until_up,
             max_wait_s=flow.task.max_wait,
-            expiries=blocking_expiries(
-                flow.chain, [(b, memory.until[b]) for b in memory.active(now)]
-            ),
+            expiries=blocking_expiries(flow.chain, memory.active_until(now)),
             backoff=backoff_of(self.sim.timers),
             rng=retry_rng(flow.rid, flow.retries),
             candidates=len(flow.chain),
