@@ -31,7 +31,9 @@ class Timers(BaseModel):
     throttle_backoff_s: float = 0.5  # first wait before retrying a throttled zone (doubles)
     throttle_retries: int = 3  # retries in place before a throttled zone counts as failed
     blocked_ttl_s: float = 180.0  # how long a sold-out scope is remembered
-    relaunch_limit: int = 3  # relaunches of a request whose instance was lost
+    relaunch_limit: int = 3  # relaunches in a row of a request whose instance was lost
+    # A lost machine that had been up this long starts relaunch_limit's count over.
+    relaunch_reset_s: float = Field(1800.0, ge=0)
     # A request whose chain is exhausted waits (retry until up), then walks it again after
     # wait_retry_initial_s, times wait_retry_multiplier per walk, at most wait_retry_cap_s,
     # each drawn within +-wait_retry_jitter (a fraction); sooner when a block expires.

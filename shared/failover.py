@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from corral.shared.blocking import Block, Placed, blocks_by_cloud, is_blocked
+from corral.shared.blocking import Block, BlockIndex, Placed, is_blocked
 
 
 class Within(StrEnum):
@@ -73,13 +73,13 @@ def next_step(
     """The next candidate after position ``after`` (-1: from the start) that is not blocked,
     if it lies inside ``within`` of the candidate at ``after``."""
     scope = Within(within)
-    by_cloud = blocks_by_cloud(blocks)  # a candidate is checked against its own cloud's only
+    index = BlockIndex(blocks)  # a candidate is checked against the blocks that may cover it
     origin = Place.of(chain[after]) if after >= 0 else None
     passed: list[tuple[int, Block]] = []
     seen: set[Block] = set()
     for i in range(after + 1, len(chain)):
         place = Place.of(chain[i])
-        hit = is_blocked(place, by_cloud.get(place.cloud, ()))
+        hit = is_blocked(place, index.near(place))
         if hit is not None:
             if hit not in seen:
                 seen.add(hit)

@@ -138,6 +138,9 @@ class LaunchRequest(_Record):
     walks: int = 0  # how many times a WAITING request walked its chain again (all waits)
     restarts: int = 0  # of those, how many restarted a failed job (job_recovery)
     restarts_on_errors: int = 0  # of those, how many count against max_restarts_on_errors
+    # Relaunches after lost machines since the last one that had stayed up relaunch_reset_s
+    # (what relaunch_limit bounds: corral.shared.recovery.relaunch_after_loss).
+    lost_in_a_row: int = 0
 
     @property
     def generation(self) -> str:
@@ -148,7 +151,8 @@ class LaunchRequest(_Record):
 
     @property
     def recoveries(self) -> int:
-        """Trips back after a lost or reclaimed machine (what ``relaunch_limit`` bounds)."""
+        """Trips back after a lost or reclaimed machine (``relaunch_limit`` bounds those in a
+        row: ``lost_in_a_row``)."""
         return self.relaunches - self.restarts
 
     error: str | None = None  # why it FAILED, in one line

@@ -1,5 +1,7 @@
-"""Managed-job recovery, decided: whether a failed run restarts, where a recovered job goes
-next, and what each run (and the whole request, over its recoveries) cost.
+"""Recovery, decided: whether a failed run restarts, whether a request whose machine was lost
+is launched again and down which chain (the runtime's reconcile and the simulator both ask
+:func:`relaunch_after_loss`), and what each run (and the whole request, over its recoveries)
+cost.
 
 A *run* is one launch of the request's machines: one attempt that came up, from the launch
 the cloud accepted to the machines' end (for pool work, one placement on the pool's
@@ -11,12 +13,13 @@ Pure: the standard library and the records only; times are passed in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from .config.task import JobRecovery
 from .lifecycle import InstanceState
-from .records import ChainStep, Instance
+from .records import Instance
 
 EAGER_NEXT_REGION = "EAGER_NEXT_REGION"  # SkyPilot's default strategy
 
@@ -48,9 +51,25 @@ def restart_after(
     return None
 
 
+class _Placed(Protocol):
+    """A chain step as the recovery order reads it (a ``ChainStep`` or a planner ``Candidate``)."""
+
+    @property
+    def cloud(self) -> str: ...
+
+    @property
+    def region(self) -> str: ...
+
+    @property
+    def zone(self) -> str: ...
+
+
+Step = TypeVar("Step", bound=_Placed)
+
+
 def recovery_chain(
-    chain: Sequence[ChainStep], policy: JobRecovery | None, last_region: str | None
-) -> list[ChainStep]:
+    chain: Sequence[Step], policy: JobRecovery | None, last_region: str | None
+) -> list[Step]:
     """The chain a recovered job is launched down. Without a policy, or without a region to
     move from, as planned. ``EAGER_NEXT_REGION`` (the default): the other regions first, the
     one it ran in last; ``FAILOVER``: its own region first, then the rest."""
@@ -61,6 +80,62 @@ def recovery_chain(
     if (policy.strategy or EAGER_NEXT_REGION) == EAGER_NEXT_REGION:
         return elsewhere + here
     return here + elsewhere
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A machine a running request lost, as the relaunch decision reads it: where it ran and
+    how long it had been up (from its launch to its loss). ``region`` None: unknown."""
+
+    cloud: str
+    region: str | None
+    zone: str
+    ran_s: float
+
+
+@dataclass(frozen=True)
+class Relaunch(Generic[Step]):
+    """A lost machine's request goes down ``chain`` again; ``in_a_row``: its losses in a row
+    so far, this one included (what ``relaunch_limit`` bounds)."""
+
+    chain: list[Step]
+    in_a_row: int
+
+
+def relaunch_after_loss(
+    planned: Sequence[Step],
+    policy: JobRecovery | None,
+    loss: Loss,
+    *,
+    lost_zones: Collection[tuple[str, str]] = (),
+    in_a_row: int,
+    limit: int | None,
+    reset_s: float,
+) -> Relaunch[Step] | str:
+    """Whether and where a request whose machine was lost is launched again; a string: why
+    it fails instead.
+
+    Whether: ``relaunch_limit`` bounds the losses *in a row*: a loss of a machine that stayed
+    up ``reset_s`` or longer (it ran long enough to be worth running again) starts the count
+    over. A request whose machines keep dying at boot or within minutes (a crash loop, a spot
+    market reclaiming everything) fails after ``limit`` relaunches; a long job that loses a
+    spot machine every hour or two runs to its end. A task with a ``job_recovery`` is
+    recovered from every loss (``in_a_row`` still counted, for the record).
+
+    Where: :func:`recovery_chain` (a ``job_recovery`` strategy orders the regions), then every
+    zone it lost a machine in (``lost_zones`` as (cloud, zone), and this ``loss``'s) at the
+    end of its chain: a request that keeps losing machines moves on to other zones and clouds
+    before it tries one that took a machine from it again. Tried last, never blocked: one
+    request's history does not close a zone for everyone."""
+    if not planned:
+        return "no candidate left"
+    before = 0 if loss.ran_s >= reset_s else in_a_row
+    if policy is None and limit is not None and before >= limit:
+        return "relaunch limit reached"
+    avoid = {*lost_zones, (loss.cloud, loss.zone)}
+    chain = recovery_chain(planned, policy, loss.region)
+    chain.sort(key=lambda c: (c.cloud, c.zone) in avoid)  # stable: the rest keep their order
+    return Relaunch(chain, before + 1)
 
 
 @dataclass(frozen=True)

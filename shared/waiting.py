@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from corral.shared.blocking import Block, Placed
+from corral.shared.blocking import Block, Placed, PlaceKey, exact_key, place_key
 from corral.shared.config import parse_duration_s
 
 # A retry after a block's expiry waits this much longer, so the block is gone when it runs.
@@ -133,16 +133,21 @@ def blocking_expiries(
     (``until``) among the blocks that cover it (a zone's block and its region's both must be
     gone). A walk at one of these times finds something to try; a block that expires while
     another still covers the same candidates would wake the request for nothing."""
-    by_cloud: dict[str, list[tuple[Block, float]]] = {}
+    exact: dict[PlaceKey, float] = {}  # a block naming a whole place, by that place
+    wide: dict[str, list[tuple[Block, float]]] = {}  # the wider ones, by cloud
     for block, until in blocks:
-        by_cloud.setdefault(block.cloud, []).append((block, until))
+        key = exact_key(block)
+        if key is None:
+            wide.setdefault(block.cloud, []).append((block, until))
+        else:
+            exact[key] = max(until, exact.get(key, until))
     free_at: list[float] = []
     for c in chain:
-        mine = by_cloud.get(c.cloud)
-        if not mine:
-            continue
-        place = (c.cloud, c.region, c.zone, c.instance_type, c.market)
-        last = max((until for block, until in mine if block.covers(*place)), default=None)
+        place = place_key(c)
+        last = exact.get(place)
+        for block, until in wide.get(c.cloud, ()):
+            if block.covers(*place):
+                last = until if last is None else max(last, until)
         if last is not None:
             free_at.append(last)
     return free_at

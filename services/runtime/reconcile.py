@@ -50,7 +50,14 @@ from corral.shared.lifecycle import (
 )
 from corral.shared.observe import Seen, Stored, observe
 from corral.shared.records import ChainStep, Instance, LaunchRequest
-from corral.shared.recovery import Restart, recovery_chain, restart_after
+from corral.shared.recovery import (
+    Loss,
+    Relaunch,
+    Restart,
+    recovery_chain,
+    relaunch_after_loss,
+    restart_after,
+)
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 
 log = logging.getLogger("corral.reconcile")
@@ -266,8 +273,7 @@ def _relaunch_without(deps: Deps, request_id: str, inst: Instance, why: str) -> 
         deps,
         request_id,
         f"instance {inst.id} lost: {why}",
-        last_region=inst.region,
-        avoid=(inst.cloud, inst.zone),
+        loss=Loss(inst.cloud, inst.region, inst.zone, ran_s=deps.now() - inst.created_at),
     )
     _try(
         termination.release_instances,
@@ -286,15 +292,15 @@ def relaunch(
     restart: Restart | None = None,
     last_region: str | None = None,
     of: set[str] | None = None,
-    avoid: tuple[str, str] | None = None,
+    loss: Loss | None = None,
 ) -> str:
     """Send a RUNNING request back through its chain (re-planned around what just failed):
-    after a lost machine (up to ``relaunch_limit`` times, unless the task has a
-    ``job_recovery``: a managed job is recovered from every loss), or to ``restart`` a failed
-    job. A task's ``job_recovery`` strategy orders the chain from ``last_region``. ``of``: the
-    instances whose end this answers; nothing happens unless the request still runs on them.
-    ``avoid`` ((cloud, zone) where its machine was lost) goes to the end of this request's
-    chain: a zone is tried again last, without blocking it for everyone."""
+    after a lost machine (``loss``; unknown when None), as
+    :func:`corral.shared.recovery.relaunch_after_loss` decides (``relaunch_limit`` losses in
+    a row unless the task has a ``job_recovery``; the zones it lost machines in tried last),
+    or to ``restart`` a failed job (its ``job_recovery`` strategy orders the chain from
+    ``last_region``). ``of``: the instances whose end this answers; nothing happens unless
+    the request still runs on them."""
     req = deps.store.get_request(request_id)
     if req is None:
         return "missing"
@@ -302,30 +308,43 @@ def relaunch(
     task = Task.model_validate(req.task)
     policy = task.recovery()
     planned = [ChainStep.of(c) for c in plan_launch(deps, task).candidates]
-    chain = recovery_chain(planned, policy, last_region)
-    if avoid is not None:
-        chain = sorted(
-            chain, key=lambda c: (c.cloud, c.zone) == avoid
-        )  # stable: the rest keep order
-    limit = None if policy is not None else deps.settings.timers.relaunch_limit
+    timers = deps.settings.timers
+    lost = Loss("", last_region, "", ran_s=0.0) if loss is None else loss
+    lost_zones = _lost_zones(deps, req) if restart is None else []
 
     def back(r: LaunchRequest) -> bool:
         if r.state != RequestState.RUNNING:
             return False  # ended or already relaunching
         if of is not None and (not r.instance_ids or r.instance_ids[-1] not in of):
             return False  # it runs another attempt already: that end is old news
-        if not chain or (restart is None and limit is not None and r.recoveries >= limit):
-            r.error = f"{why}; " + ("relaunch limit reached" if chain else "no candidate left")
+        if restart is not None:
+            chain = recovery_chain(planned, policy, last_region)
+            decided: Relaunch[ChainStep] | str = (
+                Relaunch(chain, r.lost_in_a_row) if chain else "no candidate left"
+            )
+        else:
+            decided = relaunch_after_loss(
+                planned,
+                policy,
+                lost,
+                lost_zones=lost_zones,
+                in_a_row=r.lost_in_a_row,
+                limit=timers.relaunch_limit,
+                reset_s=timers.relaunch_reset_s,
+            )
+        if isinstance(decided, str):
+            r.error = f"{why}; {decided}"
             r.move(RequestState.FAILED, now, r.error)
             return True
         r.relaunches += 1  # a new launch generation: new attempt ids
+        r.lost_in_a_row = decided.in_a_row
         if restart is None:
             reason = f"relaunch {r.recoveries}: {why}"
         else:
             r.restarts += 1
             r.restarts_on_errors += int(restart.counted)
             reason = f"restart {r.restarts}: {why}"
-        r.chain, r.next_step = chain, -1
+        r.chain, r.next_step = decided.chain, -1
         r.move(RequestState.PROVISIONING, now, reason)
         return True
 
@@ -341,6 +360,12 @@ def relaunch(
     if updated.state == RequestState.FAILED:
         deps.store.append_event(request_id, f"state: FAILED ({updated.error})", now)
     return str(updated.state)
+
+
+def _lost_zones(deps: Deps, req: LaunchRequest) -> list[tuple[str, str]]:
+    """(cloud, zone) of every machine the request lost so far: its relaunch tries them last."""
+    found = (deps.store.get_instance(i) for i in req.instance_ids)
+    return [(i.cloud, i.zone) for i in found if i is not None and i.state == InstanceState.LOST]
 
 
 def _runs(by_cloud: dict[str, dict[str, ProviderInstance]], cloud: str, provider_id: str) -> bool:

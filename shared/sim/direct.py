@@ -5,8 +5,9 @@ next candidate within a zone's region, its cloud, or anywhere), :meth:`Block.fro
 :func:`corral.shared.blocking.is_blocked` (the capacity-error memory).
 
 :class:`Launcher` plays Corral (one memory of blocked scopes shared by every request, a lost
-machine's request relaunched up to ``relaunch_limit`` times, an exhausted chain waits for
-capacity and is walked again as :func:`corral.shared.waiting.decide_wait` says) and, with
+machine's request relaunched as :func:`corral.shared.recovery.relaunch_after_loss` decides,
+an exhausted chain waits for capacity and is walked again as
+:func:`corral.shared.waiting.decide_wait` says) and, with
 ``shared_memory=False`` and ``retry_until_up``, a SkyPilot-like launcher (blocks kept per
 request, the whole chain tried again after a pause until it is up, recoveries without limit).
 """
@@ -21,6 +22,7 @@ from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from ..failover import WIDER, Place, Within, next_step
 from ..planner import Candidate, Plan, plan
+from ..recovery import Loss, relaunch_after_loss
 from ..waiting import backoff_of, blocking_expiries, decide_wait, retry_rng
 from .cloud import Place as CloudPlace
 from .cloud import SimInstance
@@ -40,10 +42,14 @@ class BlockMemory:
         self.until[block] = max(self.until.get(block, 0.0), now + ttl_s)
 
     def active(self, now: float) -> list[Block]:
+        return [b for b, _ in self.active_until(now)]
+
+    def active_until(self, now: float) -> list[tuple[Block, float]]:
+        """The blocks still in force at ``now``, each with its expiry (the expired forgotten)."""
         gone = [b for b, t in self.until.items() if t <= now]
         for block in gone:
             del self.until[block]
-        return list(self.until)
+        return list(self.until.items())
 
 
 @dataclass
@@ -59,6 +65,8 @@ class Flow:
     since: float = 0.0  # when it started looking for capacity (max_wait counts from here)
     retries: int = 0  # walks of its chain made again after waiting (since ``since``)
     relaunches: int = 0
+    lost_in_a_row: int = 0  # what relaunch_limit bounds (the runtime's request keeps it too)
+    lost_zones: list[tuple[str, str]] = field(default_factory=list)  # (cloud, zone) lost in
     tries: int = 0  # calls made, for unique launch keys
     instances: list[SimInstance] = field(default_factory=list)
     memory: BlockMemory | None = None  # its own blocks (SkyPilot-like); None: the shared one
@@ -153,9 +161,7 @@ class Launcher:
             retries=flow.retries,
             retry_until_up=flow.task.retry_until_up,
             max_wait_s=flow.task.max_wait,
-            expiries=blocking_expiries(
-                flow.chain, [(b, memory.until[b]) for b in memory.active(now)]
-            ),
+            expiries=blocking_expiries(flow.chain, memory.active_until(now)),
             backoff=backoff_of(self.sim.timers),
             rng=retry_rng(flow.rid, flow.retries),
             candidates=len(flow.chain),
@@ -259,19 +265,26 @@ class Launcher:
         )
         self._release([i for i in flow.instances if i is not inst])
         flow.instances, flow.up = [], False
-        # The runtime's rule (reconcile.relaunch): a task with a job_recovery is recovered
-        # from every loss; one without, up to relaunch_limit times.
-        limit = None if flow.task.recovery() is not None else self.relaunch_limit
-        if limit is not None and flow.relaunches >= limit:
-            self._fail(flow, "relaunch limit reached")
+        planned = plan(flow.task, self.sim.catalog, clouds=self.clouds)
+        # The runtime's rule (reconcile.relaunch): relaunch_limit losses in a row unless the
+        # task has a job_recovery; the zones it lost machines in tried last.
+        decided = relaunch_after_loss(
+            planned.candidates,
+            flow.task.recovery(),
+            Loss(place.cloud, place.region, place.zone, ran_s=self.sim.now - inst.launched_at),
+            lost_zones=flow.lost_zones,
+            in_a_row=flow.lost_in_a_row,
+            limit=self.relaunch_limit,
+            reset_s=self.sim.timers.relaunch_reset_s,
+        )
+        if isinstance(decided, str):
+            self._fail(flow, decided)
             return
+        flow.lost_zones.append((place.cloud, place.zone))
+        flow.lost_in_a_row = decided.in_a_row
         flow.relaunches += 1
         flow.since, flow.retries = self.sim.now, 0  # a fresh wait after a relaunch
         if flow.owner in self.sim.recorder.requests:
             self.sim.stat(flow.owner).recoveries += 1
-        planned = plan(flow.task, self.sim.catalog, clouds=self.clouds)
-        if not planned.candidates:
-            self._fail(flow, "no candidate left")
-            return
-        flow.chain = planned.candidates
+        flow.chain = decided.chain
         self._advance(flow, -1, Within.ANY)

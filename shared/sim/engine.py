@@ -33,6 +33,7 @@ class SimTimers:
     throttle_backoff_s: float = 0.5
     throttle_retries: int = 3
     relaunch_limit: int = 3
+    relaunch_reset_s: float = 1800.0
     attempt_deadline_s: float = 60.0
     pool_rebalance_interval_s: float = 30.0
     min_runtime_s: float = 60.0

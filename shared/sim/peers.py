@@ -2,8 +2,9 @@
 
 - :class:`GreedyPolicy` (SkyPilot-like): every request gets machines of its own, cheapest
   first; a sold-out place is remembered only within that request's walk; an exhausted chain is
-  walked again after ``retry_until_up_s``; a lost machine's request is relaunched, up to
-  ``relaunch_limit`` times unless the task has a ``job_recovery`` (Corral's limit). It knows
+  walked again after ``retry_until_up_s``; a lost machine's request is relaunched by Corral's
+  rule (:func:`corral.shared.recovery.relaunch_after_loss`: ``relaunch_limit`` losses in a
+  row unless the task has a ``job_recovery``). It knows
   no pools and no reservations, but it is held to a machine pool's size, the limit Corral
   keeps: a pool's workloads hold at most as many machines at once as the pool's partitions
   (of their group order) add up to; one that does not fit waits (:class:`PoolCaps`).

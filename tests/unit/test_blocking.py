@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from corral.shared.blocking import Block, blocks_by_cloud, is_blocked
+from corral.shared.blocking import Block, BlockIndex, blocks_by_cloud, is_blocked
 from corral.shared.errors import CapacityError, QuotaError, Scope, ThrottledError
 from corral.shared.planner import Candidate
+from corral.shared.waiting import blocking_expiries
 
 
 def cand(
@@ -96,3 +99,47 @@ def test_dict_round_trip_and_text() -> None:
 def test_blocks_by_cloud() -> None:
     a, b, c = Block("aws"), Block("gcp", region="us-east1"), Block("aws", zone="z")
     assert blocks_by_cloud([a, b, c]) == {"aws": (a, c), "gcp": (b,)}
+
+
+def _random_blocks(rng: random.Random, n: int) -> list[Block]:
+    def pick(values: tuple[str, ...]) -> str | None:
+        return None if rng.random() < 0.25 else rng.choice(values)
+
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.7:  # most blocks name a whole place (a sold-out zone, a loss)
+            c = _random_cand(rng)
+            out.append(Block(c.cloud, c.region, c.zone, c.instance_type, c.market))
+        else:
+            out.append(Block(rng.choice(CLOUDS), pick(REGIONS), pick(ZONES), pick(TYPES),
+                             pick(MARKETS)))  # fmt: skip
+    return out
+
+
+CLOUDS, REGIONS, ZONES = ("aws", "gcp"), ("r1", "r2"), ("z1", "z2", "z3")
+TYPES, MARKETS = ("t1", "t2"), ("spot", "on_demand", "reserved")
+
+
+def _random_cand(rng: random.Random) -> Candidate:
+    return cand(rng.choice(CLOUDS), rng.choice(REGIONS), rng.choice(ZONES), rng.choice(TYPES),
+                rng.choice(MARKETS))  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_block_index_answers_as_a_scan_of_every_block(seed: int) -> None:
+    """Seeded: the first covering block through :class:`BlockIndex` (the one failover and the
+    wait's expiries use) is the one a scan of every block finds, and so is each candidate's
+    last expiry."""
+    rng = random.Random(seed)
+    blocks = _random_blocks(rng, rng.randint(0, 40))
+    index = BlockIndex(blocks)
+    chain = [_random_cand(rng) for _ in range(30)]
+    for c in chain:
+        assert is_blocked(c, index.near(c)) is is_blocked(c, blocks)
+    timed = [(b, rng.uniform(0.0, 100.0)) for b in blocks]
+    scanned = []
+    for c in chain:
+        hits = [t for b, t in timed if b.matches(c)]
+        if hits:
+            scanned.append(max(hits))
+    assert blocking_expiries(chain, timed) == scanned

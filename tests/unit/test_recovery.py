@@ -12,7 +12,15 @@ from corral.shared.config.task import JobRecovery, Task
 from corral.shared.configio import ConfigError
 from corral.shared.lifecycle import InstanceState
 from corral.shared.records import ChainStep, Instance
-from corral.shared.recovery import recovery_chain, restart_after, runs_of, total_cost
+from corral.shared.recovery import (
+    Loss,
+    Relaunch,
+    recovery_chain,
+    relaunch_after_loss,
+    restart_after,
+    runs_of,
+    total_cost,
+)
 
 
 def _task(tmp_path: Path, text: str) -> Task:
@@ -84,6 +92,50 @@ def test_a_recovered_job_goes_to_other_regions_first_unless_it_fails_over_in_pla
     failover = recovery_chain(chain, JobRecovery(strategy="FAILOVER"), "r2")
     assert [c.zone for c in failover] == ["r2a", "r1a", "r1b", "r3a"]
     assert recovery_chain(chain, None, "r1") == chain  # no job_recovery: as planned
+
+
+HOUR_S = 3600.0
+
+
+def _after(
+    loss: Loss,
+    in_a_row: int,
+    policy: JobRecovery | None = None,
+    lost_zones: tuple[tuple[str, str], ...] = (),
+) -> Relaunch[ChainStep] | str:
+    chain = [_step("r1", "r1a"), _step("r1", "r1b"), _step("r2", "r2a")]
+    return relaunch_after_loss(
+        chain, policy, loss, lost_zones=lost_zones, in_a_row=in_a_row, limit=3, reset_s=1800.0
+    )
+
+
+def test_a_lost_machine_that_ran_long_starts_the_relaunch_count_over() -> None:
+    """``relaunch_limit`` bounds losses in a row: a spot job that loses its machine every
+    hour or two is relaunched as often as it takes (it failed on its fourth loss before); one
+    whose machines keep dying within minutes fails on the fourth."""
+    long_run = Loss("aws", "r1", "r1a", ran_s=2 * HOUR_S)
+    decided = _after(long_run, in_a_row=3)
+    assert isinstance(decided, Relaunch) and decided.in_a_row == 1
+    short_run = Loss("aws", "r1", "r1a", ran_s=5 * 60.0)
+    second = _after(short_run, in_a_row=1)
+    assert isinstance(second, Relaunch) and second.in_a_row == 2
+    assert _after(short_run, in_a_row=3) == "relaunch limit reached"
+    managed = _after(short_run, in_a_row=3, policy=JobRecovery())
+    assert isinstance(managed, Relaunch) and managed.in_a_row == 4  # recovered from every loss
+    no_chain = relaunch_after_loss([], None, long_run, in_a_row=0, limit=3, reset_s=1800.0)
+    assert no_chain == "no candidate left"
+
+
+def test_a_relaunch_tries_every_zone_it_lost_a_machine_in_last() -> None:
+    """Not only the zone just lost: every zone that took a machine from this request goes to
+    the end of its chain, so a request that keeps losing machines moves on."""
+    lost_in_r1b = Loss("aws", "r1", "r1b", ran_s=HOUR_S)
+    decided = _after(lost_in_r1b, in_a_row=0, lost_zones=(("aws", "r1a"),))
+    assert isinstance(decided, Relaunch)
+    assert [c.zone for c in decided.chain] == ["r2a", "r1a", "r1b"]
+    recovered = _after(lost_in_r1b, in_a_row=0, policy=JobRecovery(strategy="FAILOVER"))
+    assert isinstance(recovered, Relaunch)
+    assert [c.zone for c in recovered.chain] == ["r1a", "r2a", "r1b"]  # its region, then moved
 
 
 def _node(attempt: str, node: int, at: float, price: float | None, **moves: float) -> Instance:

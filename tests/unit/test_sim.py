@@ -371,3 +371,43 @@ def test_a_lost_machine_is_relaunched_up_to_the_limit_unless_the_task_recovers(
     assert plain["failed"] == 1 and plain["recoveries"] == 3  # relaunch_limit (3)
     managed = run(", job_recovery: FAILOVER")
     assert managed["failed"] == 0 and managed["recoveries"] > 3
+
+
+HOURLY_RECLAIMS = """\
+seed: 3
+duration: 8h
+clouds:
+  aws:
+    instance_types:
+      g5.xlarge: {accelerators: {A10G: 1}, vcpus: 4, memory_gib: 16, price_usd_per_hour: 1.0,
+                  spot_price_usd_per_hour: 0.4}
+    regions:
+      us-east-1:
+        zones:
+          us-east-1a:
+            capacity:
+              g5.xlarge:
+                spot: [{at: 0s, count: 1}, {at: 1h, count: 0}, {at: 65m, count: 1},
+                       {at: 130m, count: 0}, {at: 135m, count: 1}, {at: 200m, count: 0},
+                       {at: 205m, count: 1}, {at: 270m, count: 0}, {at: 275m, count: 1}]
+                spot_preemptions_per_hour: 0
+"""
+
+
+@pytest.mark.parametrize("policy", ["corral", "greedy"])
+def test_a_long_spot_job_that_loses_its_machine_every_hour_runs_to_its_end(
+    tmp_path: Path, policy: str
+) -> None:
+    """The spot market takes the only machine back four times, each after an hour's run: a
+    4-hour job without a job_recovery is relaunched each time (each loss starts
+    ``relaunch_limit``'s count over, as the runtime's reconcile decides) and completes; it
+    failed on its fourth loss when the limit counted every loss."""
+    (tmp_path / "s.yaml").write_text(HOURLY_RECLAIMS)
+    (tmp_path / "w.yaml").write_text(
+        "arrivals:\n  - {at: 0s, duration: 4h,\n"
+        "     task: {resources: {accelerators: A10G:1, use_spot: true}}}\n"
+    )
+    scenario = load_scenario(tmp_path / "s.yaml")
+    figures = run_policy(scenario, load_workload(tmp_path / "w.yaml"), policy).figures
+    assert figures["recoveries"] == 4
+    assert (figures["failed"], figures["completed"]) == (0, 1)

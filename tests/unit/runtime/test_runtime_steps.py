@@ -302,3 +302,32 @@ def test_a_wait_after_walking_on_in_the_same_task_retries_the_zone_it_reached(
         "booting",
         "running",
     )
+
+
+@pytest.mark.parametrize(
+    ("ran_s", "state"), [(1800.0, RequestState.RUNNING), (200.0, RequestState.FAILED)]
+)
+def test_relaunch_limit_bounds_losses_in_a_row_not_every_loss(
+    driver: Driver, ran_s: float, state: RequestState
+) -> None:
+    """Four lost machines: each after half an hour's run (relaunch_reset_s), the request is
+    relaunched every time; each a few minutes after its boot (past the lost zone's block), it
+    fails on the fourth (relaunch_limit 3), as the simulator decides
+    (corral.shared.recovery.relaunch_after_loss)."""
+    rid = _submit(driver)
+    driver.run()
+    for _ in range(4):
+        driver.fake.advance(ran_s)
+        req = driver.deps.store.get_request(rid)
+        assert req is not None and req.state == RequestState.RUNNING
+        live = driver.deps.store.list_instances(request_id=rid)
+        [inst] = [i for i in live if i.state == InstanceState.RUNNING]
+        driver.fake.lose(inst.provider_id or "")
+        reconcile.reconcile(driver.deps)
+        driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == state
+    if state == RequestState.RUNNING:
+        assert (req.recoveries, req.lost_in_a_row) == (4, 1)
+    else:
+        assert req.recoveries == 3 and "relaunch limit reached" in (req.error or "")

@@ -177,3 +177,51 @@ def test_an_exhausted_chain_waits_by_the_same_rule_in_both(driver: Driver, tmp_p
     with entered() as simulator:
         run_policy(load_scenario(tmp_path / "s.yaml"), load_workload(tmp_path / "w.yaml"), "corral")
     assert simulator.get(id(code)) is code
+
+
+SPOT_LOSSES = """\
+seed: 2
+duration: 2h
+clouds:
+  aws:
+    instance_types:
+      g5.xlarge: {accelerators: {A10G: 1}, vcpus: 4, memory_gib: 16, price_usd_per_hour: 1.0,
+                  spot_price_usd_per_hour: 0.4}
+    regions:
+      us-east-1:
+        zones:
+          us-east-1a: {capacity: {g5.xlarge: {spot: 2, spot_preemptions_per_hour: 6}}}
+"""
+SPOT_WORKLOAD = """\
+arrivals:
+  - {at: 0s, duration: 1h, task: {resources: {accelerators: A10G:1, use_spot: true}}}
+"""
+
+
+def test_a_lost_machines_relaunch_is_decided_by_the_same_rule_in_both(
+    driver: Driver, tmp_path: Path
+) -> None:
+    """Whether and where a request whose machine was lost goes again (``relaunch_limit``
+    losses in a row, the zones it lost machines in last) is
+    :func:`corral.shared.recovery.relaunch_after_loss` in the runtime's reconcile and in the
+    simulator's launcher alike."""
+    from corral.services.runtime import reconcile
+    from corral.shared import recovery
+
+    code = recovery.relaunch_after_loss.__code__
+    task = {"name": "l", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+    rid = requests.submit(driver.deps, Task.model_validate(task)).id
+    driver.run()
+    [inst] = driver.deps.store.list_instances(request_id=rid)
+    with entered() as runtime:
+        driver.fake.lose(inst.provider_id or "")
+        reconcile.reconcile(driver.deps)
+    assert runtime.get(id(code)) is code
+    (tmp_path / "s.yaml").write_text(SPOT_LOSSES)
+    (tmp_path / "w.yaml").write_text(SPOT_WORKLOAD)
+    with entered() as simulator:
+        sim = run_policy(
+            load_scenario(tmp_path / "s.yaml"), load_workload(tmp_path / "w.yaml"), "corral"
+        )
+    assert sim.figures["recoveries"] > 0
+    assert simulator.get(id(code)) is code
