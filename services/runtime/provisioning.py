@@ -25,6 +25,8 @@ from corral.services.providers.base import (
 )
 from corral.services.runtime import quotas
 from corral.services.runtime.attempt_record import (
+    attempt_id_for,
+    attempt_line,
     end_attempt,
     fail_request,
     finish_attempt,
@@ -114,13 +116,23 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
         return "failed"
     for cloud, why in left_out.items():  # only clouds the task could have used
         deps.store.append_event(request_id, f"notice: {cloud} is left out of the chain: {why}", now)
-    # The chain, PROVISIONING and the first step, in one write.
-    outcome = advance(deps, request_id, -1, Within.ANY, chain=chain, inline=cloud, current=req)
+    # The chain, PROVISIONING, the first step and (run here) its attempt, in one write.
+    written: list[LaunchRequest] = []
+    outcome = advance(
+        deps,
+        request_id,
+        -1,
+        Within.ANY,
+        chain=chain,
+        inline=cloud,
+        current=req,
+        written=written,
+    )
     if not outcome.startswith(NEXT):
         return outcome
     step = int(outcome.removeprefix(NEXT))
     try:
-        return attempt(deps, request_id, step)
+        return attempt(deps, request_id, step, carried=written)
     except RetryLater as later:  # the attempt waits its turn on its queue, as a retry would
         moved = deps.store.get_request(request_id)
         if moved is not None:
@@ -133,24 +145,28 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
 # One zone attempt (provisioning worker)
 
 
-def attempt_id_for(req: LaunchRequest, step: int, try_no: int) -> str:
-    return f"{req.id}-{req.generation}-{step}-{try_no}"
-
-
 def instance_id_for(attempt_id: str, node: int) -> str:
     """Corral's id of node ``node`` of an attempt: the same on every redelivery."""
     digest = hashlib.sha1(f"{attempt_id}/{node}".encode()).hexdigest()[:10]
     return f"i-{digest}"
 
 
-def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
+def attempt(
+    deps: Deps,
+    request_id: str,
+    step: int,
+    try_no: int = 0,
+    carried: list[LaunchRequest] | None = None,
+) -> str:
     """Try candidate ``step`` of the request's chain; on failure, walk on to the next one. A
     next candidate on the same cloud is tried in this task (a refused call costs no broker
     message), up to ``INLINE_ATTEMPTS`` zones; one on another cloud is published on its
-    cloud's queue."""
+    cloud's queue. ``carried``: the request as the caller's walk just wrote it, with this
+    attempt recorded (:func:`failover.advance`), so it is not read again."""
+    carried = [] if carried is None else carried
     for _ in range(INLINE_ATTEMPTS):
         try:
-            outcome = _attempt_once(deps, request_id, step, try_no)
+            outcome = _attempt_once(deps, request_id, step, try_no, carried)
         except RetryLater as later:
             later.step = step  # the zone this task had reached
             raise
@@ -166,8 +182,11 @@ def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
 INLINE_ATTEMPTS = 16  # zones one attempt task tries before it hands the rest to the queue
 
 
-def _attempt_once(deps: Deps, request_id: str, step: int, try_no: int) -> str:
-    req = deps.store.get_request(request_id)
+def _attempt_once(
+    deps: Deps, request_id: str, step: int, try_no: int, carried: list[LaunchRequest]
+) -> str:
+    held = carried.pop() if carried else None
+    req = held if held is not None else deps.store.get_request(request_id)
     if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
         return "stale"  # already moved on: a duplicate delivery
     attempt_id = attempt_id_for(req, step, try_no)
@@ -178,36 +197,50 @@ def _attempt_once(deps: Deps, request_id: str, step: int, try_no: int) -> str:
         # within claim_ttl_s, because a live holder keeps renewing it.
         raise RetryLater(1.0, try_no)
     with hold_claim(deps, key, owner):
-        req = deps.store.get_request(request_id)  # as it is now that no one else runs it
-        if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
-            return "stale"
-        return _attempt(deps, req, step, try_no, attempt_id, inline=req.chain[step].cloud)
+        # A record this task's walk just wrote, this attempt started in it, is current enough:
+        # whoever moves the request on meanwhile (a cancel) is seen by the attempt's next
+        # compare-and-set, which lets its machines go. Else: read it as it is now that no one
+        # else runs the attempt.
+        if not _started_in(held, attempt_id):
+            req = deps.store.get_request(request_id)
+            if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
+                return "stale"
+        inline = req.chain[step].cloud
+        return _attempt(deps, req, step, try_no, attempt_id, inline=inline, written=carried)
+
+
+def _started_in(req: LaunchRequest | None, attempt_id: str) -> bool:
+    """Whether ``req`` holds attempt ``attempt_id`` started and not yet ended."""
+    return req is not None and any(
+        a.attempt_id == attempt_id and a.outcome is None for a in req.attempts
+    )
 
 
 def _attempt(
-    deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id: str, inline: str
+    deps: Deps,
+    req: LaunchRequest,
+    step: int,
+    try_no: int,
+    attempt_id: str,
+    inline: str,
+    written: list[LaunchRequest],
 ) -> str:
     cand = req.chain[step]
     now = deps.now()
     existing = next((a for a in req.attempts if a.attempt_id == attempt_id), None)
     if existing is not None and existing.outcome not in (None, "ok"):
         # This attempt failed before a crash; only the hand-over is left to do.
-        return after_failure(deps, req, step, Scope.NONE, inline)
-    remembered = deps.blocks.active(now)
-    hit = None if existing else is_blocked(Place.of(cand), [b.block for b in remembered])
-    if hit is not None:
-        why = next((b for b in remembered if b.block == hit), None)
-        reason = f"remembered as {why.outcome}: {why.reason}" if why else "blocked"
-        record_attempt(deps, req.id, attempt_id, cand, now, outcome="blocked", error=reason)
-        return after_failure(deps, req, step, Scope.NONE, inline)
-    if existing is None:
+        return after_failure(deps, req, step, Scope.NONE, inline, written=written)
+    if existing is None:  # recorded already: its walk checked the blocks when it chose it
+        remembered = deps.blocks.active(now)
+        hit = is_blocked(Place.of(cand), [b.block for b in remembered])
+        if hit is not None:
+            why = next((b for b in remembered if b.block == hit), None)
+            reason = f"remembered as {why.outcome}: {why.reason}" if why else "blocked"
+            record_attempt(deps, req.id, attempt_id, cand, now, outcome="blocked", error=reason)
+            return after_failure(deps, req, step, Scope.NONE, inline, written=written)
         req = record_attempt(deps, req.id, attempt_id, cand, now, current=req) or req
-        deps.store.append_event(
-            req.id,
-            f"attempt {step + 1}/{len(req.chain)}: {cand.where()} {cand.instance_type} "
-            f"({cand.market})",
-            now,
-        )
+        deps.store.append_event(req.id, attempt_line(req, step), now)
     task = Task.model_validate(req.task)
     spec = _spec(req, task, cand, attempt_id)
     # The deadline runs from the cloud call (a redelivered attempt keeps the first one).
@@ -224,9 +257,11 @@ def _attempt(
         if try_no < timers.throttle_retries:
             deps.store.append_event(req.id, f"  throttled ({exc}); retrying in place", deps.now())
             raise RetryLater(timers.throttle_backoff_s * (2**try_no), try_no + 1) from None
-        return after_failure(deps, req, step, Scope.NONE, inline)
+        return after_failure(deps, req, step, Scope.NONE, inline, written=written)
     except ProviderError as exc:
-        return _failed(deps, req, step, attempt_id, cand, exc, inline, started_at=now)
+        return _failed(
+            deps, req, step, attempt_id, cand, exc, inline, started_at=now, written=written
+        )
     _record_booting(deps, req.id, attempt_id, cand, launched)
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
@@ -244,15 +279,18 @@ def _failed(
     exc: ProviderError,
     inline: str | None = None,
     started_at: float | None = None,
+    written: list[LaunchRequest] | None = None,
 ) -> str:
     """A failed attempt: its scope remembered, its outcome written with the hand-over to the
-    next candidate (one compare-and-set)."""
+    next candidate (one compare-and-set). ``written``: as for :func:`failover.advance`."""
     deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
     started = next((a.started_at for a in req.attempts if a.attempt_id == attempt_id), started_at)
     remember(deps, cand, exc, started_at=started)
     ended = (attempt_id, exc.outcome, str(exc))
     # ``req`` is as just read or written: the hand-over's write starts from it.
-    return after_failure(deps, req, step, exc.scope, inline, ended=ended, current=req)
+    return after_failure(
+        deps, req, step, exc.scope, inline, ended=ended, current=req, written=written
+    )
 
 
 def booted(deps: Deps, boot: Boot, found: list[ProviderInstance]) -> str:
