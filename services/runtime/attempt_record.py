@@ -27,8 +27,7 @@ def attempt_line(req: LaunchRequest, step: int) -> str:
     """The progress line that says chain position ``step`` is being tried."""
     cand = req.chain[step]
     return (
-        f"attempt {step + 1}/{len(req.chain)}: {cand.where()} {cand.instance_type} "
-        f"({cand.market})"
+        f"attempt {step + 1}/{len(req.chain)}: {cand.where()} {cand.instance_type} ({cand.market})"
     )
 
 

@@ -41,6 +41,7 @@ from corral.services.runtime.planning import clouds_left_out, left_out_text, pla
 from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
 from corral.services.state.boots import Boot
+from corral.shared.autoscaler.launcher import CLUSTER_LABEL
 from corral.shared.blocking import is_blocked
 from corral.shared.bundles import node_copied
 from corral.shared.config.task import Task
@@ -48,6 +49,7 @@ from corral.shared.errors import ProviderError, Scope, ThrottledError
 from corral.shared.failover import Place, Within
 from corral.shared.images import image_for_region
 from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.observe import Seen, observe
 from corral.shared.ports import parse_ports
 from corral.shared.readiness import PROBE_ENV
 from corral.shared.records import ChainStep, Instance, LaunchRequest
@@ -423,9 +425,11 @@ def _instance_up(
     node: int,
     pi: ProviderInstance,
     now: float,
+    done: bool = False,
 ) -> str:
     """Node ``node`` of the attempt reported in: its instance RUNNING (created if the attempt
-    died before it recorded it). Returns the instance id."""
+    died before it recorded it); with ``done`` (its job's run is over already, exit code 0),
+    RUNNING and TERMINATED in the same write. Returns the instance id."""
 
     def up(i: Instance) -> bool:
         if i.state != InstanceState.REQUESTED:
@@ -433,6 +437,9 @@ def _instance_up(
         i.pid = pi.pid
         i.address = pi.address or i.address
         i.move(InstanceState.RUNNING, now, "the provider reports it running")
+        if done:
+            i.exit_code = 0
+            i.move(InstanceState.TERMINATED, now, "its job exited with code 0")
         return True
 
     # Recorded REQUESTED by its attempt, as a rule: moved up; created only if it is missing.
@@ -441,9 +448,38 @@ def _instance_up(
         return instance_id
     inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
     inst.move(InstanceState.RUNNING, now, "the provider reports it running")
+    if done:
+        inst.exit_code = 0
+        inst.move(InstanceState.TERMINATED, now, "its job exited with code 0")
     if not deps.store.create_instance(inst):  # created meanwhile: move that one up
         deps.store.update_instance(inst.id, up)
     return inst.id
+
+
+def _job_over(req: LaunchRequest, launched: list[ProviderInstance]) -> bool:
+    """Whether the machines of a job, seen up for the first time, report its run over already,
+    every node with exit code 0 (a quick job ends before the boot watch's first look): then
+    it is RUNNING and SUCCEEDED in one write, as reconcile would have ended it a pass later.
+    Anything else (a run still going, a non-zero exit that its ``job_recovery`` may restart,
+    a cluster node, a service) takes the usual way, through reconcile."""
+    if not req.task.get("run") or CLUSTER_LABEL in (req.task.get("labels") or {}):
+        return False
+    looks = [observe("running", pi) for pi in launched]
+    return bool(looks) and all(o.seen == Seen.EXITED and o.exit_code == 0 for o in looks)
+
+
+def _let_go(deps: Deps, req: LaunchRequest, launched: list[ProviderInstance]) -> None:
+    """A job ended at its first look: its machines are let go (a cloud VM outlives the agent
+    that reported the end), and whatever else of the request still runs."""
+    for pi in launched:
+        try:
+            deps.provider(pi.cloud).terminate([pi.provider_id], zone=pi.zone)
+        except ProviderError as exc:  # reconcile's stray cleaning ends it later
+            log.warning("could not terminate %s after its job ended: %s", pi.provider_id, exc)
+    try:
+        release_instances(deps, req.id, "the job ended", req=req, look_for_strays=False)
+    except ProviderError as exc:
+        log.warning("could not let go of %s's machines: %s", req.id, exc)
 
 
 def _on_launched(
@@ -456,9 +492,11 @@ def _on_launched(
     current: LaunchRequest | None = None,
 ) -> str:
     now = deps.now()
+    done = current is not None and _job_over(current, launched)
     ids: list[str] = []
     for node, pi in enumerate(launched):
-        ids.append(_instance_up(deps, request_id, attempt_id, cand, node, pi, now))
+        ids.append(_instance_up(deps, request_id, attempt_id, cand, node, pi, now, done))
+    why = "the job's run exited 0"
 
     def run(r: LaunchRequest) -> bool:
         ended = end_attempt(r, attempt_id, "ok", now)  # the attempt's outcome, in one write
@@ -466,15 +504,19 @@ def _on_launched(
             return ended
         r.instance_ids = [*r.instance_ids, *ids]
         r.move(RequestState.RUNNING, now, f"{len(ids)} instance(s) up in {cand.zone}")
+        if done:
+            r.exit_code = 0
+            r.move(RequestState.SUCCEEDED, now, why)
         return True
 
     updated = deps.store.update_request(request_id, run, current=current)
-    if (
-        updated is not None
-        and updated.state == RequestState.RUNNING
-        and set(ids) <= set(updated.instance_ids)
-    ):
-        deps.store.append_event(request_id, f"state: RUNNING ({', '.join(ids)})", now)
+    target = RequestState.SUCCEEDED if done else RequestState.RUNNING
+    if updated is not None and updated.state == target and set(ids) <= set(updated.instance_ids):
+        lines = [f"state: RUNNING ({', '.join(ids)})"] + ([f"state: SUCCEEDED ({why})"] * done)
+        deps.store.append_events(request_id, lines, now)
+        if done:
+            _let_go(deps, updated, launched)
+            return "ended"
         return "running"
     # Cancelled, or another attempt won, while we launched: what we got must not leak, and
     # nothing else of the request may be touched.
