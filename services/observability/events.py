@@ -124,8 +124,9 @@ def request_written(before: LaunchRequest, after: LaunchRequest) -> None:
         return
     route = after.route.kind
     chained = route == "direct" and bool(after.chain)
-    if after.state == RequestState.RUNNING and not _was_running(before):
-        TIME_TO_CAPACITY.labels(route=route).observe(_moved_at(after) - after.created_at)
+    up_at = _entered_at(before, after, RequestState.RUNNING)
+    if up_at is not None and not _was_running(before):
+        TIME_TO_CAPACITY.labels(route=route).observe(up_at - after.created_at)
         if chained:
             FAILOVER_DEPTH.labels(result="running").observe(after.next_step)
     elif chained and (before.state, after.state) in _EXHAUSTED:
@@ -138,8 +139,9 @@ def instance_written(before: Instance, after: Instance) -> None:
     """A compare-and-set of an instance won: its boot time when it came up, its end."""
     if after.state == before.state:
         return
-    if after.state == InstanceState.RUNNING and before.state == InstanceState.REQUESTED:
-        INSTANCE_BOOT.labels(cloud=after.cloud).observe(_moved_at(after) - after.created_at)
+    up_at = _entered_at(before, after, InstanceState.RUNNING)
+    if up_at is not None and before.state == InstanceState.REQUESTED:
+        INSTANCE_BOOT.labels(cloud=after.cloud).observe(up_at - after.created_at)
     if after.state in TERMINAL_INSTANCE_STATES:
         INSTANCES_ENDED.labels(
             cloud=after.cloud, market=after.market, state=after.state.value
@@ -147,9 +149,12 @@ def instance_written(before: Instance, after: Instance) -> None:
 
 
 def instance_created(inst: Instance) -> None:
-    """An instance was stored; one stored already up counts its boot here."""
-    if inst.state == InstanceState.RUNNING:
-        INSTANCE_BOOT.labels(cloud=inst.cloud).observe(_moved_at(inst) - inst.created_at)
+    """An instance was stored; one stored already up (or up and ended) counts its boot here."""
+    up_at = next((t.at for t in inst.history if t.to_state == InstanceState.RUNNING.value), None)
+    if up_at is not None:
+        INSTANCE_BOOT.labels(cloud=inst.cloud).observe(up_at - inst.created_at)
+    if inst.state in TERMINAL_INSTANCE_STATES:
+        INSTANCES_ENDED.labels(cloud=inst.cloud, market=inst.market, state=inst.state.value).inc()
 
 
 def _attempts_ended(before: LaunchRequest, after: LaunchRequest) -> None:
@@ -161,6 +166,17 @@ def _attempts_ended(before: LaunchRequest, after: LaunchRequest) -> None:
         if a.outcome != "blocked" and a.ended_at is not None:
             seconds = max(0.0, a.ended_at - a.started_at)
             ATTEMPT_SECONDS.labels(cloud=a.cloud, outcome=a.outcome).observe(seconds)
+
+
+def _entered_at(
+    before: LaunchRequest | Instance,
+    after: LaunchRequest | Instance,
+    state: RequestState | InstanceState,
+) -> float | None:
+    """When the write from ``before`` to ``after`` moved the record into ``state`` (one
+    write may make two moves: a quick job up and ended at its first look), else None."""
+    moves = after.history[len(before.history) :]
+    return next((t.at for t in moves if t.to_state == state.value), None)
 
 
 def _was_running(req: LaunchRequest) -> bool:

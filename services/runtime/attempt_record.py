@@ -17,6 +17,20 @@ from corral.shared.lifecycle import RequestState
 from corral.shared.records import Attempt, AttemptOutcome, ChainStep, LaunchRequest
 
 
+def attempt_id_for(req: LaunchRequest, step: int, try_no: int) -> str:
+    """The id of try ``try_no`` of chain position ``step`` in the request's current launch
+    generation: the same on every redelivery (the cloud call is idempotent by it)."""
+    return f"{req.id}-{req.generation}-{step}-{try_no}"
+
+
+def attempt_line(req: LaunchRequest, step: int) -> str:
+    """The progress line that says chain position ``step`` is being tried."""
+    cand = req.chain[step]
+    return (
+        f"attempt {step + 1}/{len(req.chain)}: {cand.where()} {cand.instance_type} ({cand.market})"
+    )
+
+
 def record_attempt(
     deps: Deps,
     request_id: str,

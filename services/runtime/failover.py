@@ -12,6 +12,8 @@ from typing import Any
 from corral.services.queues import dispatch
 from corral.services.runtime.attempt_record import (
     add_attempt,
+    attempt_id_for,
+    attempt_line,
     end_attempt,
     fail_request,
     finish_attempt,
@@ -86,11 +88,13 @@ def after_failure(
     *,
     ended: Ended | None = None,
     current: LaunchRequest | None = None,
+    written: list[LaunchRequest] | None = None,
 ) -> str:
     """A zone attempt failed: walk on to the next candidate now, in this task (an invalid
     request fails now). ``inline``: the cloud whose next attempt the caller runs itself.
     ``ended``: the failed attempt's outcome, written in the same compare-and-set.
-    ``current``: ``req`` is as just read or written (the write starts from it)."""
+    ``current``: ``req`` is as just read or written (the write starts from it).
+    ``written``: as for :func:`advance`."""
     if scope == Scope.REQUEST:
         if ended is not None:
             finish_attempt(deps, req.id, *ended)
@@ -103,7 +107,14 @@ def after_failure(
         )
         return "failed"
     outcome = advance(
-        deps, req.id, step, Within.REGION, inline=inline, ended=ended, current=current
+        deps,
+        req.id,
+        step,
+        Within.REGION,
+        inline=inline,
+        ended=ended,
+        current=current,
+        written=written,
     )
     return "failed over" if outcome.startswith("attempt") else outcome
 
@@ -119,6 +130,7 @@ def advance(
     inline: str | None = None,
     ended: Ended | None = None,
     current: LaunchRequest | None = None,
+    written: list[LaunchRequest] | None = None,
 ) -> str:
     """Walk the failover steps from ``within`` outwards (the rest of the region, then the
     cloud's other regions, then the rest of the chain) in one go, and publish the one attempt
@@ -129,7 +141,10 @@ def advance(
     With ``chain`` (admission: ``after`` is -1 and the request PENDING), the request takes the
     chain and moves to PROVISIONING (``why``) in the same write that picks its first step.
     With ``inline`` (a cloud), a next attempt on that cloud is not published: the answer is
-    ``NEXT`` and its step, for the caller (an attempt task of that cloud) to run.
+    ``NEXT`` and its step, for the caller (an attempt task of that cloud) to run; that
+    attempt (try 0) is recorded in the same write, so the caller need not write the request
+    again to start it, and the record as written is appended to ``written`` for the caller
+    to start from without reading it again.
     ``current``: the request as the caller just read it (the write starts from it)."""
     scope = Within(within)
     now = deps.now()
@@ -138,6 +153,7 @@ def advance(
     found: dict[str, Any] = {}
 
     def move_on(r: LaunchRequest) -> bool:
+        found.clear()  # a run after a lost race decides afresh
         if chain is not None:
             if r.state != RequestState.PENDING:
                 return False
@@ -164,32 +180,43 @@ def advance(
             )
             add_attempt(r, f"{r.id}-{r.generation}-{index}-blocked", r.chain[index], now,
                         "blocked", reason)  # fmt: skip
+        found["recorded"] = False
         if decision.index is None:
             exhausted(deps, r, now, [(b.block, b.until) for b in remembered])
             return True
         r.next_step = decision.index
+        if inline is not None and r.chain[decision.index].cloud == inline:
+            # The caller runs it now: its attempt starts in this write, not in one more.
+            step = decision.index
+            add_attempt(r, attempt_id_for(r, step, 0), r.chain[step], now)
+            found["recorded"] = True
         return True
 
     updated = deps.store.update_request(request_id, move_on, current=current)
     decision = found.get("decision")
     if updated is None or decision is None:
         return "stale" if chain is None else "raced"
-    if chain is not None:
-        deps.store.append_event(request_id, f"state: PROVISIONING ({len(chain)} candidates)", now)
+    # The progress lines of this write, in one command.
+    lines = [f"state: PROVISIONING ({len(chain)} candidates)"] if chain is not None else []
     if decision.index is None:
         if updated.state == RequestState.FAILED:
-            deps.store.append_event(request_id, f"state: FAILED ({updated.error})", now)
+            deps.store.append_events(request_id, [*lines, f"state: FAILED ({updated.error})"], now)
             return "failed"
         if updated.state == RequestState.WAITING:
-            deps.store.append_event(
-                request_id, f"state: WAITING ({updated.history[-1].reason})", now
-            )
+            waiting = f"state: WAITING ({updated.history[-1].reason})"
+            deps.store.append_events(request_id, [*lines, waiting], now)
             return "waiting"
+        deps.store.append_events(request_id, lines, now)
         return "stale"
     if updated.state != RequestState.PROVISIONING or updated.next_step != decision.index:
+        deps.store.append_events(request_id, lines, now)
         return "stale"
-    if inline is not None and updated.chain[decision.index].cloud == inline:
+    if found["recorded"]:
+        deps.store.append_events(request_id, [*lines, attempt_line(updated, decision.index)], now)
+        if written is not None:
+            written.append(updated)
         return f"{NEXT}{decision.index}"
+    deps.store.append_events(request_id, lines, now)
     send_attempt(deps, updated, decision.index)
     return f"attempt {decision.index}"
 

@@ -25,6 +25,8 @@ from corral.services.providers.base import (
 )
 from corral.services.runtime import quotas
 from corral.services.runtime.attempt_record import (
+    attempt_id_for,
+    attempt_line,
     end_attempt,
     fail_request,
     finish_attempt,
@@ -39,6 +41,7 @@ from corral.services.runtime.planning import clouds_left_out, left_out_text, pla
 from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
 from corral.services.state.boots import Boot
+from corral.shared.autoscaler.launcher import CLUSTER_LABEL
 from corral.shared.blocking import is_blocked
 from corral.shared.bundles import node_copied
 from corral.shared.config.task import Task
@@ -46,6 +49,7 @@ from corral.shared.errors import ProviderError, Scope, ThrottledError
 from corral.shared.failover import Place, Within
 from corral.shared.images import image_for_region
 from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.observe import Seen, observe
 from corral.shared.ports import parse_ports
 from corral.shared.readiness import PROBE_ENV
 from corral.shared.records import ChainStep, Instance, LaunchRequest
@@ -114,13 +118,23 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
         return "failed"
     for cloud, why in left_out.items():  # only clouds the task could have used
         deps.store.append_event(request_id, f"notice: {cloud} is left out of the chain: {why}", now)
-    # The chain, PROVISIONING and the first step, in one write.
-    outcome = advance(deps, request_id, -1, Within.ANY, chain=chain, inline=cloud, current=req)
+    # The chain, PROVISIONING, the first step and (run here) its attempt, in one write.
+    written: list[LaunchRequest] = []
+    outcome = advance(
+        deps,
+        request_id,
+        -1,
+        Within.ANY,
+        chain=chain,
+        inline=cloud,
+        current=req,
+        written=written,
+    )
     if not outcome.startswith(NEXT):
         return outcome
     step = int(outcome.removeprefix(NEXT))
     try:
-        return attempt(deps, request_id, step)
+        return attempt(deps, request_id, step, carried=written)
     except RetryLater as later:  # the attempt waits its turn on its queue, as a retry would
         moved = deps.store.get_request(request_id)
         if moved is not None:
@@ -133,24 +147,28 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
 # One zone attempt (provisioning worker)
 
 
-def attempt_id_for(req: LaunchRequest, step: int, try_no: int) -> str:
-    return f"{req.id}-{req.generation}-{step}-{try_no}"
-
-
 def instance_id_for(attempt_id: str, node: int) -> str:
     """Corral's id of node ``node`` of an attempt: the same on every redelivery."""
     digest = hashlib.sha1(f"{attempt_id}/{node}".encode()).hexdigest()[:10]
     return f"i-{digest}"
 
 
-def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
+def attempt(
+    deps: Deps,
+    request_id: str,
+    step: int,
+    try_no: int = 0,
+    carried: list[LaunchRequest] | None = None,
+) -> str:
     """Try candidate ``step`` of the request's chain; on failure, walk on to the next one. A
     next candidate on the same cloud is tried in this task (a refused call costs no broker
     message), up to ``INLINE_ATTEMPTS`` zones; one on another cloud is published on its
-    cloud's queue."""
+    cloud's queue. ``carried``: the request as the caller's walk just wrote it, with this
+    attempt recorded (:func:`failover.advance`), so it is not read again."""
+    carried = [] if carried is None else carried
     for _ in range(INLINE_ATTEMPTS):
         try:
-            outcome = _attempt_once(deps, request_id, step, try_no)
+            outcome = _attempt_once(deps, request_id, step, try_no, carried)
         except RetryLater as later:
             later.step = step  # the zone this task had reached
             raise
@@ -166,8 +184,11 @@ def attempt(deps: Deps, request_id: str, step: int, try_no: int = 0) -> str:
 INLINE_ATTEMPTS = 16  # zones one attempt task tries before it hands the rest to the queue
 
 
-def _attempt_once(deps: Deps, request_id: str, step: int, try_no: int) -> str:
-    req = deps.store.get_request(request_id)
+def _attempt_once(
+    deps: Deps, request_id: str, step: int, try_no: int, carried: list[LaunchRequest]
+) -> str:
+    held = carried.pop() if carried else None
+    req = held if held is not None else deps.store.get_request(request_id)
     if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
         return "stale"  # already moved on: a duplicate delivery
     attempt_id = attempt_id_for(req, step, try_no)
@@ -178,36 +199,50 @@ def _attempt_once(deps: Deps, request_id: str, step: int, try_no: int) -> str:
         # within claim_ttl_s, because a live holder keeps renewing it.
         raise RetryLater(1.0, try_no)
     with hold_claim(deps, key, owner):
-        req = deps.store.get_request(request_id)  # as it is now that no one else runs it
-        if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
-            return "stale"
-        return _attempt(deps, req, step, try_no, attempt_id, inline=req.chain[step].cloud)
+        # A record this task's walk just wrote, this attempt started in it, is current enough:
+        # whoever moves the request on meanwhile (a cancel) is seen by the attempt's next
+        # compare-and-set, which lets its machines go. Else: read it as it is now that no one
+        # else runs the attempt.
+        if not _started_in(held, attempt_id):
+            req = deps.store.get_request(request_id)
+            if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
+                return "stale"
+        inline = req.chain[step].cloud
+        return _attempt(deps, req, step, try_no, attempt_id, inline=inline, written=carried)
+
+
+def _started_in(req: LaunchRequest | None, attempt_id: str) -> bool:
+    """Whether ``req`` holds attempt ``attempt_id`` started and not yet ended."""
+    return req is not None and any(
+        a.attempt_id == attempt_id and a.outcome is None for a in req.attempts
+    )
 
 
 def _attempt(
-    deps: Deps, req: LaunchRequest, step: int, try_no: int, attempt_id: str, inline: str
+    deps: Deps,
+    req: LaunchRequest,
+    step: int,
+    try_no: int,
+    attempt_id: str,
+    inline: str,
+    written: list[LaunchRequest],
 ) -> str:
     cand = req.chain[step]
     now = deps.now()
     existing = next((a for a in req.attempts if a.attempt_id == attempt_id), None)
     if existing is not None and existing.outcome not in (None, "ok"):
         # This attempt failed before a crash; only the hand-over is left to do.
-        return after_failure(deps, req, step, Scope.NONE, inline)
-    remembered = deps.blocks.active(now)
-    hit = None if existing else is_blocked(Place.of(cand), [b.block for b in remembered])
-    if hit is not None:
-        why = next((b for b in remembered if b.block == hit), None)
-        reason = f"remembered as {why.outcome}: {why.reason}" if why else "blocked"
-        record_attempt(deps, req.id, attempt_id, cand, now, outcome="blocked", error=reason)
-        return after_failure(deps, req, step, Scope.NONE, inline)
-    if existing is None:
+        return after_failure(deps, req, step, Scope.NONE, inline, written=written)
+    if existing is None:  # recorded already: its walk checked the blocks when it chose it
+        remembered = deps.blocks.active(now)
+        hit = is_blocked(Place.of(cand), [b.block for b in remembered])
+        if hit is not None:
+            why = next((b for b in remembered if b.block == hit), None)
+            reason = f"remembered as {why.outcome}: {why.reason}" if why else "blocked"
+            record_attempt(deps, req.id, attempt_id, cand, now, outcome="blocked", error=reason)
+            return after_failure(deps, req, step, Scope.NONE, inline, written=written)
         req = record_attempt(deps, req.id, attempt_id, cand, now, current=req) or req
-        deps.store.append_event(
-            req.id,
-            f"attempt {step + 1}/{len(req.chain)}: {cand.where()} {cand.instance_type} "
-            f"({cand.market})",
-            now,
-        )
+        deps.store.append_event(req.id, attempt_line(req, step), now)
     task = Task.model_validate(req.task)
     spec = _spec(req, task, cand, attempt_id)
     # The deadline runs from the cloud call (a redelivered attempt keeps the first one).
@@ -224,9 +259,11 @@ def _attempt(
         if try_no < timers.throttle_retries:
             deps.store.append_event(req.id, f"  throttled ({exc}); retrying in place", deps.now())
             raise RetryLater(timers.throttle_backoff_s * (2**try_no), try_no + 1) from None
-        return after_failure(deps, req, step, Scope.NONE, inline)
+        return after_failure(deps, req, step, Scope.NONE, inline, written=written)
     except ProviderError as exc:
-        return _failed(deps, req, step, attempt_id, cand, exc, inline, started_at=now)
+        return _failed(
+            deps, req, step, attempt_id, cand, exc, inline, started_at=now, written=written
+        )
     _record_booting(deps, req.id, attempt_id, cand, launched)
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
@@ -244,15 +281,18 @@ def _failed(
     exc: ProviderError,
     inline: str | None = None,
     started_at: float | None = None,
+    written: list[LaunchRequest] | None = None,
 ) -> str:
     """A failed attempt: its scope remembered, its outcome written with the hand-over to the
-    next candidate (one compare-and-set)."""
+    next candidate (one compare-and-set). ``written``: as for :func:`failover.advance`."""
     deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
     started = next((a.started_at for a in req.attempts if a.attempt_id == attempt_id), started_at)
     remember(deps, cand, exc, started_at=started)
     ended = (attempt_id, exc.outcome, str(exc))
     # ``req`` is as just read or written: the hand-over's write starts from it.
-    return after_failure(deps, req, step, exc.scope, inline, ended=ended, current=req)
+    return after_failure(
+        deps, req, step, exc.scope, inline, ended=ended, current=req, written=written
+    )
 
 
 def booted(deps: Deps, boot: Boot, found: list[ProviderInstance]) -> str:
@@ -385,9 +425,11 @@ def _instance_up(
     node: int,
     pi: ProviderInstance,
     now: float,
+    done: bool = False,
 ) -> str:
     """Node ``node`` of the attempt reported in: its instance RUNNING (created if the attempt
-    died before it recorded it). Returns the instance id."""
+    died before it recorded it); with ``done`` (its job's run is over already, exit code 0),
+    RUNNING and TERMINATED in the same write. Returns the instance id."""
 
     def up(i: Instance) -> bool:
         if i.state != InstanceState.REQUESTED:
@@ -395,6 +437,9 @@ def _instance_up(
         i.pid = pi.pid
         i.address = pi.address or i.address
         i.move(InstanceState.RUNNING, now, "the provider reports it running")
+        if done:
+            i.exit_code = 0
+            i.move(InstanceState.TERMINATED, now, "its job exited with code 0")
         return True
 
     # Recorded REQUESTED by its attempt, as a rule: moved up; created only if it is missing.
@@ -403,9 +448,38 @@ def _instance_up(
         return instance_id
     inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
     inst.move(InstanceState.RUNNING, now, "the provider reports it running")
+    if done:
+        inst.exit_code = 0
+        inst.move(InstanceState.TERMINATED, now, "its job exited with code 0")
     if not deps.store.create_instance(inst):  # created meanwhile: move that one up
         deps.store.update_instance(inst.id, up)
     return inst.id
+
+
+def _job_over(req: LaunchRequest, launched: list[ProviderInstance]) -> bool:
+    """Whether the machines of a job, seen up for the first time, report its run over already,
+    every node with exit code 0 (a quick job ends before the boot watch's first look): then
+    it is RUNNING and SUCCEEDED in one write, as reconcile would have ended it a pass later.
+    Anything else (a run still going, a non-zero exit that its ``job_recovery`` may restart,
+    a cluster node, a service) takes the usual way, through reconcile."""
+    if not req.task.get("run") or CLUSTER_LABEL in (req.task.get("labels") or {}):
+        return False
+    looks = [observe("running", pi) for pi in launched]
+    return bool(looks) and all(o.seen == Seen.EXITED and o.exit_code == 0 for o in looks)
+
+
+def _let_go(deps: Deps, req: LaunchRequest, launched: list[ProviderInstance]) -> None:
+    """A job ended at its first look: its machines are let go (a cloud VM outlives the agent
+    that reported the end), and whatever else of the request still runs."""
+    for pi in launched:
+        try:
+            deps.provider(pi.cloud).terminate([pi.provider_id], zone=pi.zone)
+        except ProviderError as exc:  # reconcile's stray cleaning ends it later
+            log.warning("could not terminate %s after its job ended: %s", pi.provider_id, exc)
+    try:
+        release_instances(deps, req.id, "the job ended", req=req, look_for_strays=False)
+    except ProviderError as exc:
+        log.warning("could not let go of %s's machines: %s", req.id, exc)
 
 
 def _on_launched(
@@ -418,9 +492,11 @@ def _on_launched(
     current: LaunchRequest | None = None,
 ) -> str:
     now = deps.now()
+    done = current is not None and _job_over(current, launched)
     ids: list[str] = []
     for node, pi in enumerate(launched):
-        ids.append(_instance_up(deps, request_id, attempt_id, cand, node, pi, now))
+        ids.append(_instance_up(deps, request_id, attempt_id, cand, node, pi, now, done))
+    why = "the job's run exited 0"
 
     def run(r: LaunchRequest) -> bool:
         ended = end_attempt(r, attempt_id, "ok", now)  # the attempt's outcome, in one write
@@ -428,15 +504,19 @@ def _on_launched(
             return ended
         r.instance_ids = [*r.instance_ids, *ids]
         r.move(RequestState.RUNNING, now, f"{len(ids)} instance(s) up in {cand.zone}")
+        if done:
+            r.exit_code = 0
+            r.move(RequestState.SUCCEEDED, now, why)
         return True
 
     updated = deps.store.update_request(request_id, run, current=current)
-    if (
-        updated is not None
-        and updated.state == RequestState.RUNNING
-        and set(ids) <= set(updated.instance_ids)
-    ):
-        deps.store.append_event(request_id, f"state: RUNNING ({', '.join(ids)})", now)
+    target = RequestState.SUCCEEDED if done else RequestState.RUNNING
+    if updated is not None and updated.state == target and set(ids) <= set(updated.instance_ids):
+        lines = [f"state: RUNNING ({', '.join(ids)})"] + ([f"state: SUCCEEDED ({why})"] * done)
+        deps.store.append_events(request_id, lines, now)
+        if done:
+            _let_go(deps, updated, launched)
+            return "ended"
         return "running"
     # Cancelled, or another attempt won, while we launched: what we got must not leak, and
     # nothing else of the request may be touched.

@@ -137,13 +137,15 @@ def _check_instances(
 
 def _move(
     deps: Deps, inst: Instance, to: InstanceState, reason: str, exit_code: int | None = None
-) -> bool:
-    """Move ``inst`` to ``to`` if it is still in a state that may; True when this call did."""
+) -> Instance | None:
+    """Move ``inst`` (as this pass read it: the write starts from it) to ``to`` if it is
+    still in a state that may; the instance as written when this call did, else None."""
     now = deps.now()
     moved = False
 
     def move(i: Instance) -> bool:
         nonlocal moved
+        moved = False  # a run after a lost race decides afresh
         if i.state not in LIVE or not is_transition(INSTANCE_TRANSITIONS, i.state, to):
             return False  # someone moved it meanwhile (a terminate, another pass)
         i.move(to, now, reason)
@@ -152,8 +154,8 @@ def _move(
         moved = True
         return True
 
-    deps.store.update_instance(inst.id, move)
-    return moved
+    written = deps.store.update_instance(inst.id, move, current=inst)
+    return written if moved else None
 
 
 def _try(fn: Any, *args: Any, **kwargs: Any) -> bool:
@@ -189,13 +191,20 @@ def _exited(deps: Deps, inst: Instance, exit_code: int | None) -> None:
         # A job's end releases its machine: a cloud VM outlives the agent that reported it.
         _try(deps.provider(inst.cloud).terminate, [inst.provider_id], zone=inst.zone)
     assert req is not None
-    _finish_job(deps, req, inst.attempt_id)
+    _finish_job(deps, req, inst.attempt_id, {moved.id: moved} if moved else {})
 
 
-def _finish_job(deps: Deps, req: LaunchRequest, attempt_id: str | None) -> None:
+def _finish_job(
+    deps: Deps,
+    req: LaunchRequest,
+    attempt_id: str | None,
+    known: dict[str, Instance] | None = None,
+) -> None:
     """End a RUNNING job once every node of its attempt has exited, by their exit codes (or
-    restart it, as its ``job_recovery`` says)."""
-    nodes = [deps.store.get_instance(i) for i in req.instance_ids]
+    restart it, as its ``job_recovery`` says). ``known``: instances as this pass just wrote
+    them (not read again)."""
+    known = known or {}
+    nodes = [known.get(i) or deps.store.get_instance(i) for i in req.instance_ids]
     current = [n for n in nodes if n is not None and n.attempt_id == attempt_id]
     if not current:
         # The attempt's machines are not linked to the request yet (its launch is recording

@@ -445,6 +445,14 @@ class Store:
         entry = json.dumps({"at": now, "text": text})
         return int(self._r.rpush(self._key("events", request_id), entry))
 
+    def append_events(self, request_id: str, texts: Sequence[str], now: float) -> int:
+        """Append lines to the request's progress log in one command; returns the last one's
+        sequence number (0 when ``texts`` is empty: nothing is written)."""
+        if not texts:
+            return 0
+        entries = [json.dumps({"at": now, "text": text}) for text in texts]
+        return int(self._r.rpush(self._key("events", request_id), *entries))
+
     def events(self, request_id: str, after: int = 0) -> list[Event]:
         """The request's progress lines after sequence number ``after`` (0: all), in order."""
         raws = self._r.lrange(self._key("events", request_id), max(after, 0), -1)

@@ -81,6 +81,7 @@ class RedisLink:
         # The agent's own client (agent_redis.MiniRedis, typed as redis-py's for CloudState): its
         # generic command call for the few commands CloudState does not wrap.
         self._r: Any = state.r
+        self._heard = False  # a beat of this agent has been written
 
     def heartbeat(
         self,
@@ -94,8 +95,17 @@ class RedisLink:
     ) -> None:
         try:
             self.state.heartbeat(
-                self.rec, activity, now, ttl_s, queued, assignment, assignments, status
+                self.rec,
+                activity,
+                now,
+                ttl_s,
+                queued,
+                assignment,
+                assignments,
+                status,
+                first=not self._heard,
             )
+            self._heard = True
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 

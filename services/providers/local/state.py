@@ -418,11 +418,13 @@ class CloudState:
         assignment: str | None = None,
         assignments: dict[str, str] | None = None,
         status: dict[str, Any] | None = None,
+        first: bool = True,
     ) -> None:
         """The agent's beat: a fresh heartbeat key, its activity, its first beat's time, the
         assignments it runs (id -> phase; ``assignment`` is any one of them, for older
         readers), the work queued on the node (the demand its workload reported), if any, and
-        its ``status`` (idle_s, up_s, ready: see the agent's Link)."""
+        its ``status`` (idle_s, up_s, ready: see the agent's Link). ``first``: this agent has
+        not been heard yet (a later beat leaves the first beat's time alone, without asking)."""
         beat = {
             **(status or {}),
             "ts": now,
@@ -440,7 +442,8 @@ class CloudState:
         pipe = self.r.pipeline(transaction=False)
         pipe.set(self.keys.heartbeat(rec.id), json.dumps(beat), px=max(1, int(ttl_s * 1000)))
         pipe.hset(self.keys.record(rec.id), mapping={"activity": activity, "last_beat_at": now})
-        pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))
+        if first:
+            pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))
         pipe.execute()
 
     # --- assignments (warm machines) -------------------------------------------------------

@@ -331,3 +331,47 @@ def test_relaunch_limit_bounds_losses_in_a_row_not_every_loss(
         assert (req.recoveries, req.lost_in_a_row) == (4, 1)
     else:
         assert req.recoveries == 3 and "relaunch limit reached" in (req.error or "")
+
+
+JOB = {**SERVICE, "name": "job", "run": "true"}
+
+
+def _booted_then_exited(driver: Driver, code: int) -> tuple[str, str]:
+    """A job whose machine boots, then ends its run (``code``) before the watch's first look."""
+    driver.fake.boot_delay_s = 5.0
+    rid = _submit(driver, JOB)
+    assert driver.step() == "booting"
+    [inst] = driver.deps.store.list_instances(request_id=rid)
+    driver.fake.advance(5.0)
+    assert inst.provider_id is not None
+    driver.fake.exit(inst.provider_id, code)
+    return rid, inst.id
+
+
+def test_a_job_over_at_the_watchs_first_look_ends_in_that_look(driver: Driver) -> None:
+    rid, iid = _booted_then_exited(driver, 0)
+    assert driver.step() == {"up": 1}
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.SUCCEEDED and req.exit_code == 0
+    # Both moves are in its history, written at once (one version: created, admitted, ended).
+    moves = [t.to_state for t in req.history]
+    assert moves[-2:] == [RequestState.RUNNING.value, RequestState.SUCCEEDED.value]
+    assert req.version == 2
+    inst = driver.deps.store.get_instance(iid)
+    assert inst is not None and inst.state == InstanceState.TERMINATED and inst.exit_code == 0
+    assert [t.to_state for t in inst.history][-2:] == ["RUNNING", "TERMINATED"]
+    texts = [e.text for e in driver.deps.store.events(rid)]
+    assert texts[-2].startswith("state: RUNNING") and texts[-1].startswith("state: SUCCEEDED")
+    assert ("terminate", [inst.provider_id]) in driver.fake.calls  # its machine let go
+    assert driver.deps.boots.in_flight("local") == 0
+    assert reconcile.reconcile(driver.deps).get("exited", 0) == 0  # nothing left for it
+
+
+def test_a_job_that_failed_before_the_first_look_is_ended_by_reconcile(driver: Driver) -> None:
+    rid, _ = _booted_then_exited(driver, 3)
+    assert driver.step() == {"up": 1}
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING  # its recovery is reconcile's
+    assert reconcile.reconcile(driver.deps)["exited"] == 1
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.FAILED and req.exit_code == 3
