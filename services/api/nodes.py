@@ -154,7 +154,7 @@ def resume(
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"node {node} was not stopped by Corral: nothing to resume"
         )
-    deps.nodes.resume(node)
+    deps.nodes.resume(node, time.time(), _beat_ttl_s(deps))
     return _welcome(deps, node)
 
 

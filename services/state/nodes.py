@@ -8,7 +8,8 @@ before the cloud returns an instance id (the boot script must carry its token). 
 ``:work``           JSON ``{setup, run, envs, workdir}``: what the node runs, written at launch
 ``:rec``            hash: ``registered_at``, ``provider_id`` (as the node says), ``activity``,
                     ``last_beat_at``, ``beat_ttl_s`` (the silence allowed: set on
-                    registering, then by each heartbeat), ``ended_at``, ``exit_code``,
+                    registering or resuming, then by each heartbeat), ``resumed_at``,
+                    ``ended_at``, ``exit_code``,
                     ``reason``, ``notice``
 ``:beat``           JSON heartbeat ``{ts, activity, assignment, assignments, queued}``, with a
                     TTL: gone means silent
@@ -485,10 +486,17 @@ class NodeBook:
         self.r.hset(key, "paused_at", repr(now))
         self.r.expire(key, NODE_TTL_S)
 
-    def resume(self, node: NodeName) -> None:
+    def resume(self, node: NodeName, now: float, beat_ttl_s: float = 0.0) -> None:
         """The node's machine was started again and its agent is back: a later final report
-        ends it as usual."""
-        self.r.hdel(self._k(node, "rec"), "paused_at", "stopped_reason")
+        ends it as usual. As at registering, it has ``beat_ttl_s`` from ``now`` to send its
+        first heartbeat (its last one predates the stop: without this it reads as silent)."""
+        key = self._k(node, "rec")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hdel(key, "paused_at", "stopped_reason")
+        pipe.hset(key, "resumed_at", repr(now))
+        if beat_ttl_s > 0:
+            pipe.hset(key, "beat_ttl_s", beat_ttl_s)
+        pipe.execute()
 
     def paused(self, node: NodeName) -> bool:
         return bool(self.r.hget(self._k(node, "rec"), "paused_at"))
@@ -508,7 +516,10 @@ class NodeBook:
 def _held(rec: dict[str, str], now: float, outage_end: float) -> bool:
     """A node without a fresh heartbeat that has not been silent for a whole heartbeat TTL
     of the control plane's listening time (its silence overlaps the last outage)."""
-    last = _float(rec.get("last_beat_at")) or _float(rec.get("registered_at")) or 0.0
+    last = max(
+        _float(rec.get("last_beat_at")) or _float(rec.get("registered_at")) or 0.0,
+        _float(rec.get("resumed_at")) or 0.0,
+    )
     ttl_s = _float(rec.get("beat_ttl_s")) or 0.0
     return not silent_too_long(last, now, ttl_s, outage_end)
 

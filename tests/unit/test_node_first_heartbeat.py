@@ -90,3 +90,25 @@ def test_a_node_that_never_beats_after_registering_is_still_silent(book: NodeBoo
     other = NodeName("kubernetes", "m-bare", 0)
     assert book.register(other, None, time.time())
     assert _verdict(book, other) == "silent"
+
+
+def test_a_node_resumed_after_a_stop_is_up_until_its_first_heartbeat_is_due(
+    client: TestClient, book: NodeBook
+) -> None:
+    """``corral stop`` then ``start``: the agent resumes with the token it kept. Its last
+    heartbeat predates the stop by far more than a TTL; the resume gives it one TTL again."""
+    node = NodeName("kubernetes", "m-resumed", 0)
+    book.put_work(node, {"setup": None, "run": None, "envs": {}, "workdir": None})
+    assert book.register(node, None, time.time() - 600.0, beat_ttl_s=10.0)
+    book.heartbeat(node, {"activity": "idle"}, ttl_s=10.0, now=time.time() - 590.0)
+    book.pause(node, time.time() - 500.0)
+    book.finish(node, None, "its machine stopped", time.time() - 499.0)  # the agent's last words
+    assert book.view(node).beat is None
+    token = book.token(node)
+    answer = client.post("/v1/node/resume", json={}, headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 200, answer.text
+    assert not book.paused(node)
+    assert _verdict(book, node) == "up"  # was "silent": a relaunch of a machine just started
+    # Silent for longer than a TTL after resuming: lost, as any node.
+    book.resume(node, time.time() - 30.0, beat_ttl_s=10.0)
+    assert _verdict(book, node) == "silent"
