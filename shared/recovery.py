@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
+from .blocking import Placed
 from .config.task import JobRecovery
 from .lifecycle import InstanceState
 from .records import Instance
@@ -51,20 +52,7 @@ def restart_after(
     return None
 
 
-class _Placed(Protocol):
-    """A chain step as the recovery order reads it (a ``ChainStep`` or a planner ``Candidate``)."""
-
-    @property
-    def cloud(self) -> str: ...
-
-    @property
-    def region(self) -> str: ...
-
-    @property
-    def zone(self) -> str: ...
-
-
-Step = TypeVar("Step", bound=_Placed)
+Step = TypeVar("Step", bound=Placed)  # a ChainStep or a planner Candidate
 
 
 def recovery_chain(
