@@ -184,6 +184,10 @@ class System:
                     raise
         raise AssertionError("unreachable")
 
+    def get(self, path: str) -> httpx.Response:
+        """``GET path`` of the API on the kept-open client (for a look repeated in a wait)."""
+        return self._call("GET", path)
+
     def submit(self, task: dict[str, Any]) -> str:
         resp = self._call("POST", "/v1/requests", json={"task": task})
         assert resp.status_code == 201, resp.text
