@@ -277,8 +277,8 @@ class Metadata:
 
 def start_with_agents(system: System) -> System:
     """API, workers and beat, with cloud machines booting the node agent against this API."""
-    system.start_api()
-    system.env["CORRAL_NODE_API_URL"] = system.api_url  # the machines reach the API here
+    # The machines reach the API here (the address is known before the API answers).
+    system.env["CORRAL_NODE_API_URL"] = system.start_api()
     system.start_worker("schedule")
     system.start_worker("provision")
     system.start_beat()

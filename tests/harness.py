@@ -79,7 +79,10 @@ class System:
         for name, value in {**FAST_TIMERS, **timers}.items():
             self.env[f"CORRAL_TIMERS__{name.upper()}"] = str(value)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.api_url = ""
+        self._api_url = ""
+        self._api_pending = False  # started, not yet seen answering
+        self._http: httpx.Client | None = None  # submit's and request's, kept open
+        self._http_lock = threading.Lock()
         (home / "logs").mkdir(parents=True, exist_ok=True)
 
     def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
@@ -95,12 +98,24 @@ class System:
         return proc
 
     def start_api(self, port: int | None = None) -> str:
-        """The API on ``port`` (a free one by default; the same one to restart it)."""
+        """Start the API on ``port`` (a free one by default; the same one to restart it) and
+        return its address at once: it is waited for where it is first used (``api_url``,
+        hence ``client``, ``cli``, ``submit``), so the workers and beat a test starts next
+        load their modules while the API loads its own (each start-up is seconds of CPU)."""
         port = port or free_port()
         self._spawn("api", "run", "api", "--port", str(port))
-        self.api_url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _ok(f"{self.api_url}/healthz"), 30, "the API to answer")
-        return self.api_url
+        self._api_url = f"http://127.0.0.1:{port}"
+        self._api_pending = True
+        return self._api_url
+
+    @property
+    def api_url(self) -> str:
+        """The API's address, once it answers ("" before any API was started)."""
+        if self._api_pending:
+            url = self._api_url
+            wait_for(lambda: _ok(url), 60, "the API to answer", self.home / "logs")
+            self._api_pending = False
+        return self._api_url
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Stop one of the processes (a crash by default) and wait for it to be gone."""
@@ -145,15 +160,41 @@ class System:
             [CORRAL, *args], env=env, capture_output=True, text=True, timeout=timeout
         )
 
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One call to the API on a client kept open: ``wait_state`` asks ten times a second,
+        and a new client each time (its TLS context, its connection) cost the test process
+        about 20 ms of CPU per ask, taken from the system under test. A connection the API
+        dropped (a restart) is opened again once: for a read whatever failed, for a submit
+        only a connection that was never made (a resent POST could create a second request)."""
+        url = self.api_url
+        retry_on = httpx.TransportError if method == "GET" else httpx.ConnectError
+        for last in (False, True):
+            with self._http_lock:  # tests submit from threads too
+                if self._http is None:
+                    self._http = self.client()
+                http = self._http
+            try:
+                return http.request(method, url + path, **kwargs)
+            except retry_on:
+                with self._http_lock:
+                    if self._http is http:
+                        self._http = None
+                http.close()
+                if last:
+                    raise
+        raise AssertionError("unreachable")
+
+    def get(self, path: str) -> httpx.Response:
+        """``GET path`` of the API on the kept-open client (for a look repeated in a wait)."""
+        return self._call("GET", path)
+
     def submit(self, task: dict[str, Any]) -> str:
-        with self.client() as c:
-            resp = c.post("/v1/requests", json={"task": task})
+        resp = self._call("POST", "/v1/requests", json={"task": task})
         assert resp.status_code == 201, resp.text
         return str(resp.json()["id"])
 
     def request(self, request_id: str) -> dict[str, Any]:
-        with self.client() as c:
-            resp = c.get(f"/v1/requests/{request_id}")
+        resp = self._call("GET", f"/v1/requests/{request_id}")
         assert resp.status_code == 200, resp.text
         data: dict[str, Any] = resp.json()
         return data
@@ -192,11 +233,17 @@ class System:
         for proc in self.procs.values():
             proc.wait(10)
         self.procs.clear()
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
 
-def _ok(url: str) -> bool:
+_PROBE = httpx.Client(timeout=1)  # one for every health probe (a client per probe costs ms)
+
+
+def _ok(api_url: str) -> bool:
     try:
-        return httpx.get(url, timeout=1).status_code == 200
+        return _PROBE.get(f"{api_url}/healthz").status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -22,17 +22,19 @@ def _queued(client: redis.Redis, queue: str) -> int:
 
 def test_two_beats_fire_once_and_the_standby_takes_over(make_system: Callable[..., System]) -> None:
     # No workers: every reconcile message beat sends stays on the `provision` queue, countable.
-    system = make_system(RECONCILE_INTERVAL_S="1", BEAT_LOCK_TIMEOUT_S="3")
+    system = make_system(RECONCILE_INTERVAL_S="0.5", BEAT_LOCK_TIMEOUT_S="3")
     client = redis.Redis.from_url(system.env["CORRAL_REDIS_URL"])
     first = system.start_beat("beat-1")
     wait_for(lambda: _queued(client, "provision") > 0, 30, "the first beat to fire")
     second = system.start_beat("beat-2")
-    time.sleep(3)  # both running now
+    log = system.home / "logs" / "beat-2.log"
+    wait_for(lambda: "beat: Starting" in log.read_text(errors="replace"), 30, "beat-2 to start")
+    time.sleep(1)  # past its first ticks (BEAT_MAX_LOOP_INTERVAL_S 0.5): both running now
     start, t0 = _queued(client, "provision"), time.monotonic()
-    time.sleep(8)
+    time.sleep(5)
     rate = (_queued(client, "provision") - start) / (time.monotonic() - t0)
-    # One reconcile a second (plus expiry of stale messages aside): one beat's worth, not two.
-    assert 0.5 <= rate <= 1.5, rate
+    # Two reconciles a second (plus expiry of stale messages aside): one beat's worth, not two.
+    assert 1.0 <= rate <= 3.0, rate
 
     os.killpg(first.pid, signal.SIGKILL)
     time.sleep(1)

@@ -57,8 +57,7 @@ def _system(make_system: Callable[..., System], cloud: str, **timers: str) -> Sy
 
 
 def _view(system: System) -> dict[str, Any]:
-    with system.client() as c:
-        resp = c.get(f"/v1/clusters/{NAME}")
+    resp = system.get(f"/v1/clusters/{NAME}")  # the kept-open client: waits look ten times a second
     assert resp.status_code == 200, resp.text
     data: dict[str, Any] = resp.json()
     return data
@@ -120,11 +119,14 @@ def _down(system: System) -> None:
     done = system.cli("cluster", "down", NAME)
     assert done.returncode == 0, done.stderr
 
+    # Watched through the API (a `corral cluster list` per look started a Python process ten
+    # times a second), then the command line's list is read once: nothing comes back.
     def gone() -> bool:
-        listed = json.loads(system.cli("cluster", "list", "--json").stdout)["clusters"]
-        return not listed and not _agents(system)
+        listed = system.get("/v1/clusters")
+        return listed.status_code == 200 and not listed.json()["clusters"] and not _agents(system)
 
     wait_for(gone, 40, "the cluster to be gone with all its processes", system.home / "logs")
+    assert json.loads(system.cli("cluster", "list", "--json").stdout)["clusters"] == []
 
 
 def test_demand_steers_node_types_caps_launches_and_reaps_idle_nodes(

@@ -437,8 +437,8 @@ def test_aws_a_ray_cluster_nodes_run_the_launcher_steps_and_cluster_exec_reaches
     up = system.cli("cluster", "up", str(path))
     assert up.returncode == 0, up.stderr
 
-    def head_id() -> str | None:
-        view = json.loads(system.cli("cluster", "status", "aws-lab", "--json").stdout)
+    def head_id() -> str | None:  # of the API: a `corral cluster status` per look is a process
+        view = system.get("/v1/clusters/aws-lab").json()
         return next((n["id"] for n in view["nodes"] if n["node_type"] == "head"), None)
 
     wait_for(head_id, 60, "the head to be launched", system.home / "logs")
