@@ -133,24 +133,38 @@ def blocking_expiries(
     (``until``) among the blocks that cover it (a zone's block and its region's both must be
     gone). A walk at one of these times finds something to try; a block that expires while
     another still covers the same candidates would wake the request for nothing."""
-    exact: dict[PlaceKey, float] = {}  # a block naming a whole place, by that place
+    return [until for _, until in waits_on(chain, blocks)]
+
+
+def waits_on(
+    chain: Sequence[Placed], blocks: Iterable[tuple[Block, float]]
+) -> list[tuple[Block, float]]:
+    """What a request whose chain is exhausted waits on: per blocked candidate of ``chain``,
+    the block covering it that expires last, with that expiry (:func:`blocking_expiries`'
+    times). Only the end of one of these blocks can let the request go on (another block
+    covering the same candidate is gone by then): a wait for capacity is woken by these
+    ends, not swept on a timer; a block renewed before its end (someone tried the place
+    again and failed) keeps its waiters waiting."""
+    exact: dict[PlaceKey, tuple[Block, float]] = {}  # a block naming a whole place, by place
     wide: dict[str, list[tuple[Block, float]]] = {}  # the wider ones, by cloud
     for block, until in blocks:
         key = exact_key(block)
         if key is None:
             wide.setdefault(block.cloud, []).append((block, until))
         else:
-            exact[key] = max(until, exact.get(key, until))
-    free_at: list[float] = []
+            known = exact.get(key)
+            if known is None or until > known[1]:
+                exact[key] = (block, until)
+    out: list[tuple[Block, float]] = []
     for c in chain:
         place = place_key(c)
         last = exact.get(place)
         for block, until in wide.get(c.cloud, ()):
-            if block.covers(*place):
-                last = until if last is None else max(last, until)
+            if block.covers(*place) and (last is None or until > last[1]):
+                last = (block, until)
         if last is not None:
-            free_at.append(last)
-    return free_at
+            out.append(last)
+    return out
 
 
 def decide_wait(
