@@ -214,6 +214,28 @@ def decide_wait(
     return WaitDecision("wait", reason, retry_at, deadline, because)
 
 
+def still_blocked(
+    *, now: float, ends: Iterable[float], retries: int, deadline: float | None
+) -> WaitDecision | None:
+    """A request whose every candidate was blocked is due to walk its chain again: is it
+    worth it? ``ends``: when the blocks it waits on (:func:`waits_on`) end now, as they stand
+    (a block gone counts as ended). None when one has ended (or the deadline is here): walk
+    the chain. Otherwise every one was renewed meanwhile (other requests tried those places
+    and failed) and a walk would find nothing to try: the wait goes on, to just after the
+    first new end (never past the deadline), and counts no retry."""
+    if deadline is not None and now >= deadline:
+        return None
+    first = min(ends, default=now)
+    if first <= now:
+        return None
+    retry_at = first + AFTER_EXPIRY_S
+    because: Literal["block_expiry", "deadline"] = "block_expiry"
+    if deadline is not None and deadline < retry_at:
+        retry_at, because = deadline, "deadline"
+    reason = f"waiting for capacity: retry {retries + 1} at {_clock(retry_at)}"
+    return WaitDecision("wait", reason, retry_at, deadline, because)
+
+
 def _span(seconds: float) -> str:
     """``1800`` -> ``30m``, ``90`` -> ``90s``, ``7200`` -> ``2h``."""
     for unit, size in (("h", 3600.0), ("m", 60.0)):

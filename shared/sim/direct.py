@@ -23,7 +23,7 @@ from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from ..failover import WIDER, Place, Within, next_step
 from ..planner import Candidate, Plan, plan
 from ..recovery import Loss, relaunch_after_loss
-from ..waiting import AFTER_EXPIRY_S, backoff_of, decide_wait, retry_rng, waits_on
+from ..waiting import backoff_of, decide_wait, retry_rng, still_blocked, waits_on
 from .cloud import Place as CloudPlace
 from .cloud import SimInstance
 from .engine import Sim
@@ -93,11 +93,6 @@ class Launcher:
         self.flows: dict[str, Flow] = {}
         self.by_instance: dict[str, Flow] = {}
         self.clouds = tuple(sim.scenario.clouds)
-        # Requests whose every candidate is blocked, by the blocks they wait on
-        # (:func:`waits_on`), each with the wait it was registered for; and the ends of blocks
-        # already due to be looked at.
-        self.waiters: dict[Block, dict[str, tuple[Flow, tuple[int, int]]]] = {}
-        self.ends_due: set[tuple[Block, float]] = set()
 
     def waiting(self) -> int:
         return sum(1 for f in self.flows.values() if not f.up and not f.ended)
@@ -158,8 +153,8 @@ class Launcher:
         """Corral's rule for an exhausted chain (the runtime's ``failover.exhausted``): wait
         for capacity and walk the chain again when :func:`decide_wait` says, or fail (fail
         fast, or the task's ``max_wait`` passed). A request whose every candidate is blocked
-        is woken by the end of a block it waits on (:func:`waits_on`), not by a timer: a
-        block renewed meanwhile (another request tried the place and failed) wakes nobody."""
+        is woken by the end of a block it waits on (:func:`waits_on`): a block renewed
+        meanwhile (another request tried the place and failed) wakes it for nothing."""
         memory = flow.memory if flow.memory is not None else self.memory
         now = self.sim.now
         waited = waits_on(flow.chain, memory.active_until(now))
@@ -178,42 +173,36 @@ class Launcher:
             tried = len(flow.chain)
             self._fail(flow, f"all {tried} candidates failed or are blocked; {decided.reason}")
             return
-        token = (flow.relaunches, flow.retries)
         if decided.because != "block_expiry" or len(waited) < len(flow.chain):
-            self.sim.at(decided.retry_at, self._due, flow, token)
+            self.sim.at(decided.retry_at, self._wake, flow, flow.relaunches)
             return
-        for block, until in dict(waited).items():
-            self.waiters.setdefault(block, {})[flow.rid] = (flow, token)
-            self._look_at_end(block, until)
-        if decided.deadline is not None:  # the last walk is made at the deadline
-            self.sim.at(decided.deadline, self._due, flow, token)
+        blocks = tuple(dict(waited))  # every candidate blocked: woken by one of these ending
+        wait = (flow.relaunches, flow.retries)
+        self.sim.at(decided.retry_at, self._due, flow, wait, blocks, decided.deadline)
 
-    def _look_at_end(self, block: Block, until: float) -> None:
-        """Look at ``block`` just after its end (when :func:`decide_wait`'s retry would be)."""
-        if (block, until) not in self.ends_due:
-            self.ends_due.add((block, until))
-            self.sim.at(until + AFTER_EXPIRY_S, self._block_ended, block, until)
-
-    def _block_ended(self, block: Block, until: float) -> None:
-        """A block's end is due: wake the requests waiting on it, in the order they began to
-        wait, while the block stays gone (the first may try the place, fail and block it
-        again: the rest then wait for its new end)."""
-        self.ends_due.discard((block, until))
-        waiting = self.waiters.get(block)
-        while waiting:
-            renewed = self.memory.until.get(block, 0.0)
-            if renewed > self.sim.now:
-                self._look_at_end(block, renewed)
-                return
-            rid = next(iter(waiting))
-            flow, token = waiting.pop(rid)
-            self._due(flow, token)
-        self.waiters.pop(block, None)
-
-    def _due(self, flow: Flow, token: tuple[int, int]) -> None:
-        """A wait's retry is due, if the request still waits the wait ``token`` names."""
-        if (flow.relaunches, flow.retries) == token:
+    def _due(
+        self,
+        flow: Flow,
+        wait: tuple[int, int],
+        blocks: tuple[Block, ...],
+        deadline: float | None,
+    ) -> None:
+        """The first end of the ``blocks`` a request waits on is due: walk its chain if one of
+        them has ended (:func:`still_blocked`); if every one was renewed meanwhile, wait for
+        their new ends."""
+        if flow.ended or flow.up or (flow.relaunches, flow.retries) != wait:
+            return  # relaunched (a fresh wait) or done
+        until = (flow.memory if flow.memory is not None else self.memory).until
+        renewed = still_blocked(
+            now=self.sim.now,
+            ends=[until.get(block, 0.0) for block in blocks],
+            retries=flow.retries,
+            deadline=deadline,
+        )
+        if renewed is None or renewed.retry_at is None:
             self._wake(flow, flow.relaunches)
+        else:
+            self.sim.at(renewed.retry_at, self._due, flow, wait, blocks, deadline)
 
     def _wake(self, flow: Flow, relaunches: int) -> None:
         """A waiting request's retry is due: walk the whole chain again."""
