@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from ..blocking import Block, is_blocked
 from ..config.task import Task
@@ -32,14 +33,25 @@ OnUp = Callable[[str, list[SimInstance]], None]
 OnFailed = Callable[[str, str], None]
 
 
+BlockFields = tuple[str, str | None, str | None, str | None, str | None]
+
+
+def fields_of(block: Block) -> BlockFields:
+    return (block.cloud, block.region, block.zone, block.instance_type, block.market)
+
+
 @dataclass
 class BlockMemory:
     """The capacity-error memory (the runtime keeps it in Redis): blocks with an expiry."""
 
     until: dict[Block, float] = field(default_factory=dict)
+    # The same expiries by each block's fields as a tuple: a waiting request looks its blocks
+    # up at every due retry, and a tuple hashes in C (a Block's hash is Python code).
+    by_fields: dict[BlockFields, float] = field(default_factory=dict)
 
     def add(self, block: Block, now: float, ttl_s: float) -> None:
-        self.until[block] = max(self.until.get(block, 0.0), now + ttl_s)
+        until = max(self.until.get(block, 0.0), now + ttl_s)
+        self.until[block] = self.by_fields[fields_of(block)] = until
 
     def active(self, now: float) -> list[Block]:
         return [b for b, _ in self.active_until(now)]
@@ -49,6 +61,7 @@ class BlockMemory:
         gone = [b for b, t in self.until.items() if t <= now]
         for block in gone:
             del self.until[block]
+            del self.by_fields[fields_of(block)]
         return list(self.until.items())
 
 
@@ -176,7 +189,8 @@ class Launcher:
         if decided.because != "block_expiry" or len(waited) < len(flow.chain):
             self.sim.at(decided.retry_at, self._wake, flow, flow.relaunches)
             return
-        blocks = tuple(dict(waited))  # every candidate blocked: woken by one of these ending
+        # Every candidate blocked: woken by one of these ending.
+        blocks = tuple({fields_of(block): None for block, _ in waited})
         wait = (flow.relaunches, flow.retries)
         self.sim.at(decided.retry_at, self._due, flow, wait, blocks, decided.deadline)
 
@@ -184,7 +198,7 @@ class Launcher:
         self,
         flow: Flow,
         wait: tuple[int, int],
-        blocks: tuple[Block, ...],
+        blocks: tuple[BlockFields, ...],
         deadline: float | None,
     ) -> None:
         """The first end of the ``blocks`` a request waits on is due: walk its chain if one of
@@ -192,10 +206,10 @@ class Launcher:
         their new ends."""
         if flow.ended or flow.up or (flow.relaunches, flow.retries) != wait:
             return  # relaunched (a fresh wait) or done
-        until = (flow.memory if flow.memory is not None else self.memory).until
+        until = (flow.memory if flow.memory is not None else self.memory).by_fields
         renewed = still_blocked(
             now=self.sim.now,
-            ends=[until.get(block, 0.0) for block in blocks],
+            ends=list(map(until.get, blocks, repeat(0.0))),
             retries=flow.retries,
             deadline=deadline,
         )
