@@ -133,24 +133,38 @@ def blocking_expiries(
     (``until``) among the blocks that cover it (a zone's block and its region's both must be
     gone). A walk at one of these times finds something to try; a block that expires while
     another still covers the same candidates would wake the request for nothing."""
-    exact: dict[PlaceKey, float] = {}  # a block naming a whole place, by that place
+    return [until for _, until in waits_on(chain, blocks)]
+
+
+def waits_on(
+    chain: Sequence[Placed], blocks: Iterable[tuple[Block, float]]
+) -> list[tuple[Block, float]]:
+    """What a request whose chain is exhausted waits on: per blocked candidate of ``chain``,
+    the block covering it that expires last, with that expiry (:func:`blocking_expiries`'
+    times). Only the end of one of these blocks can let the request go on (another block
+    covering the same candidate is gone by then): a wait for capacity is woken by these
+    ends, not swept on a timer; a block renewed before its end (someone tried the place
+    again and failed) keeps its waiters waiting."""
+    exact: dict[PlaceKey, tuple[Block, float]] = {}  # a block naming a whole place, by place
     wide: dict[str, list[tuple[Block, float]]] = {}  # the wider ones, by cloud
     for block, until in blocks:
         key = exact_key(block)
         if key is None:
             wide.setdefault(block.cloud, []).append((block, until))
         else:
-            exact[key] = max(until, exact.get(key, until))
-    free_at: list[float] = []
+            known = exact.get(key)
+            if known is None or until > known[1]:
+                exact[key] = (block, until)
+    out: list[tuple[Block, float]] = []
     for c in chain:
         place = place_key(c)
         last = exact.get(place)
         for block, until in wide.get(c.cloud, ()):
-            if block.covers(*place):
-                last = until if last is None else max(last, until)
+            if block.covers(*place) and (last is None or until > last[1]):
+                last = (block, until)
         if last is not None:
-            free_at.append(last)
-    return free_at
+            out.append(last)
+    return out
 
 
 def decide_wait(
@@ -197,6 +211,28 @@ def decide_wait(
     reason = f"waiting for capacity: retry {retries + 1} at {_clock(retry_at)}"
     if deadline is not None:
         reason += f", gives up at {_clock(deadline)} (max_wait {_span(max_wait_s or 0.0)})"
+    return WaitDecision("wait", reason, retry_at, deadline, because)
+
+
+def still_blocked(
+    *, now: float, ends: Iterable[float], retries: int, deadline: float | None
+) -> WaitDecision | None:
+    """A request whose every candidate was blocked is due to walk its chain again: is it
+    worth it? ``ends``: when the blocks it waits on (:func:`waits_on`) end now, as they stand
+    (a block gone counts as ended). None when one has ended (or the deadline is here): walk
+    the chain. Otherwise every one was renewed meanwhile (other requests tried those places
+    and failed) and a walk would find nothing to try: the wait goes on, to just after the
+    first new end (never past the deadline), and counts no retry."""
+    if deadline is not None and now >= deadline:
+        return None
+    first = min(ends, default=now)
+    if first <= now:
+        return None
+    retry_at = first + AFTER_EXPIRY_S
+    because: Literal["block_expiry", "deadline"] = "block_expiry"
+    if deadline is not None and deadline < retry_at:
+        retry_at, because = deadline, "deadline"
+    reason = f"waiting for capacity: retry {retries + 1} at {_clock(retry_at)}"
     return WaitDecision("wait", reason, retry_at, deadline, because)
 
 

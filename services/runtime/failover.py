@@ -27,10 +27,11 @@ from corral.shared.records import ChainStep, LaunchRequest, Waiting
 from corral.shared.waiting import (
     WaitTerms,
     backoff_of,
-    blocking_expiries,
     decide_wait,
     looking_since,
     retry_rng,
+    still_blocked,
+    waits_on,
 )
 
 STEP_TASKS = {
@@ -238,7 +239,7 @@ def exhausted(deps: Deps, r: LaunchRequest, now: float, blocks: list[tuple[Block
         retries=retries,
         retry_until_up=terms.retry_until_up,
         max_wait_s=terms.max_wait_s,
-        expiries=blocking_expiries(r.chain, blocks),
+        expiries=[until for _, until in waits_on(r.chain, blocks)],
         backoff=backoff_of(deps.settings.timers),
         rng=retry_rng(r.id, retries),
         candidates=len(r.chain),
@@ -265,16 +266,40 @@ def wake(deps: Deps, request_id: str) -> str:
     """A WAITING request whose retry is due walks its whole chain again (blocks that have
     expired meanwhile are tried): PROVISIONING in a new launch generation, its first step
     chosen and published in the same go (:func:`advance`). Idempotent: a request not
-    WAITING, or not due, is left alone."""
+    WAITING, or not due, is left alone. One that waits because every candidate was blocked
+    walks only if a block it waits on has ended; if every one was renewed meanwhile (other
+    requests tried those places and failed), it waits on for their new ends without a walk
+    (:func:`corral.shared.waiting.still_blocked`): ``still blocked``."""
     now = deps.now()
+    blocks = [(b.block, b.until) for b in deps.blocks.active(now)]
     woke: list[int] = []
+    renewed_ends: list[float] = []
 
     def due(r: LaunchRequest) -> bool:
+        woke.clear()  # a run after a lost race decides afresh
+        renewed_ends.clear()
         wait = r.waiting
         if r.state != RequestState.WAITING or wait is None:
             return False
         if wait.retry_at is not None and wait.retry_at > now:
             return False
+        if wait.because == "block_expiry":
+            waited = waits_on(r.chain, blocks)
+            ends = [until for _, until in waited]
+            if len(waited) < len(r.chain):
+                ends.append(0.0)  # a candidate no block covers now: its blocks have ended
+            renewed = still_blocked(now=now, ends=ends, retries=wait.retries,
+                                    deadline=wait.deadline)  # fmt: skip
+            if renewed is not None:
+                r.waiting = wait.model_copy(
+                    update={
+                        "retry_at": renewed.retry_at,
+                        "because": renewed.because,
+                        "reason": renewed.reason,
+                    }
+                )
+                renewed_ends.append(renewed.retry_at or now)
+                return True
         r.waiting = wait.model_copy(update={"retries": wait.retries + 1, "retry_at": None})
         r.walks += 1  # new attempt ids: the last walk's failures are not this walk's
         r.next_step = -1
@@ -285,6 +310,8 @@ def wake(deps: Deps, request_id: str) -> str:
     updated = deps.store.update_request(request_id, due)
     if updated is None:
         return "missing"
+    if renewed_ends:
+        return "still blocked"
     if not woke or updated.state != RequestState.PROVISIONING:
         return "not due"
     deps.store.append_event(request_id, f"state: PROVISIONING ({updated.history[-1].reason})", now)
@@ -299,7 +326,7 @@ def wake_due(deps: Deps, counts: dict[str, int] | None = None) -> int:
         wait = req.waiting
         if wait is not None and wait.retry_at is not None and wait.retry_at > now:
             continue
-        if wake(deps, req.id) not in ("not due", "missing"):
+        if wake(deps, req.id) not in ("not due", "missing", "still blocked"):
             woken += 1
     if counts is not None and woken:
         counts["woken"] += woken

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from ..blocking import Block, is_blocked
 from ..config.task import Task
@@ -23,7 +24,7 @@ from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from ..failover import WIDER, Place, Within, next_step
 from ..planner import Candidate, Plan, plan
 from ..recovery import Loss, relaunch_after_loss
-from ..waiting import backoff_of, blocking_expiries, decide_wait, retry_rng
+from ..waiting import backoff_of, decide_wait, retry_rng, still_blocked, waits_on
 from .cloud import Place as CloudPlace
 from .cloud import SimInstance
 from .engine import Sim
@@ -32,14 +33,25 @@ OnUp = Callable[[str, list[SimInstance]], None]
 OnFailed = Callable[[str, str], None]
 
 
+BlockFields = tuple[str, str | None, str | None, str | None, str | None]
+
+
+def fields_of(block: Block) -> BlockFields:
+    return (block.cloud, block.region, block.zone, block.instance_type, block.market)
+
+
 @dataclass
 class BlockMemory:
     """The capacity-error memory (the runtime keeps it in Redis): blocks with an expiry."""
 
     until: dict[Block, float] = field(default_factory=dict)
+    # The same expiries by each block's fields as a tuple: a waiting request looks its blocks
+    # up at every due retry, and a tuple hashes in C (a Block's hash is Python code).
+    by_fields: dict[BlockFields, float] = field(default_factory=dict)
 
     def add(self, block: Block, now: float, ttl_s: float) -> None:
-        self.until[block] = max(self.until.get(block, 0.0), now + ttl_s)
+        until = max(self.until.get(block, 0.0), now + ttl_s)
+        self.until[block] = self.by_fields[fields_of(block)] = until
 
     def active(self, now: float) -> list[Block]:
         return [b for b, _ in self.active_until(now)]
@@ -49,6 +61,7 @@ class BlockMemory:
         gone = [b for b, t in self.until.items() if t <= now]
         for block in gone:
             del self.until[block]
+            del self.by_fields[fields_of(block)]
         return list(self.until.items())
 
 
@@ -152,16 +165,19 @@ class Launcher:
     def _exhausted(self, flow: Flow) -> None:
         """Corral's rule for an exhausted chain (the runtime's ``failover.exhausted``): wait
         for capacity and walk the chain again when :func:`decide_wait` says, or fail (fail
-        fast, or the task's ``max_wait`` passed)."""
+        fast, or the task's ``max_wait`` passed). A request whose every candidate is blocked
+        is woken by the end of a block it waits on (:func:`waits_on`): a block renewed
+        meanwhile (another request tried the place and failed) wakes it for nothing."""
         memory = flow.memory if flow.memory is not None else self.memory
         now = self.sim.now
+        waited = waits_on(flow.chain, memory.active_until(now))
         decided = decide_wait(
             now=now,
             since=flow.since,
             retries=flow.retries,
             retry_until_up=flow.task.retry_until_up,
             max_wait_s=flow.task.max_wait,
-            expiries=blocking_expiries(flow.chain, memory.active_until(now)),
+            expiries=[until for _, until in waited],
             backoff=backoff_of(self.sim.timers),
             rng=retry_rng(flow.rid, flow.retries),
             candidates=len(flow.chain),
@@ -170,7 +186,37 @@ class Launcher:
             tried = len(flow.chain)
             self._fail(flow, f"all {tried} candidates failed or are blocked; {decided.reason}")
             return
-        self.sim.at(decided.retry_at, self._wake, flow, flow.relaunches)
+        if decided.because != "block_expiry" or len(waited) < len(flow.chain):
+            self.sim.at(decided.retry_at, self._wake, flow, flow.relaunches)
+            return
+        # Every candidate blocked: woken by one of these ending.
+        blocks = tuple({fields_of(block): None for block, _ in waited})
+        wait = (flow.relaunches, flow.retries)
+        self.sim.at(decided.retry_at, self._due, flow, wait, blocks, decided.deadline)
+
+    def _due(
+        self,
+        flow: Flow,
+        wait: tuple[int, int],
+        blocks: tuple[BlockFields, ...],
+        deadline: float | None,
+    ) -> None:
+        """The first end of the ``blocks`` a request waits on is due: walk its chain if one of
+        them has ended (:func:`still_blocked`); if every one was renewed meanwhile, wait for
+        their new ends."""
+        if flow.ended or flow.up or (flow.relaunches, flow.retries) != wait:
+            return  # relaunched (a fresh wait) or done
+        until = (flow.memory if flow.memory is not None else self.memory).by_fields
+        renewed = still_blocked(
+            now=self.sim.now,
+            ends=list(map(until.get, blocks, repeat(0.0))),
+            retries=flow.retries,
+            deadline=deadline,
+        )
+        if renewed is None or renewed.retry_at is None:
+            self._wake(flow, flow.relaunches)
+        else:
+            self.sim.at(renewed.retry_at, self._due, flow, wait, blocks, deadline)
 
     def _wake(self, flow: Flow, relaunches: int) -> None:
         """A waiting request's retry is due: walk the whole chain again."""

@@ -18,6 +18,8 @@ from corral.shared.waiting import (
     decide_wait,
     looking_since,
     retry_rng,
+    still_blocked,
+    waits_on,
 )
 
 NO_JITTER = Backoff(initial_s=30.0, multiplier=2.0, cap_s=300.0, jitter=0.0)
@@ -139,6 +141,40 @@ def test_a_candidate_is_free_once_every_block_covering_it_has_expired() -> None:
     ]
     # local-a at 700 (not 500: another block still covers it), local-b at 600, local-c free.
     assert blocking_expiries(chain, blocks) == [700.0, 600.0]
+
+
+def test_a_request_waits_on_the_block_of_each_candidate_that_ends_last() -> None:
+    chain = [
+        Place("local", "local", "local-a", "gpu-1", "on_demand"),
+        Place("local", "local", "local-b", "gpu-1", "on_demand"),
+        Place("local", "local", "local-c", "gpu-1", "on_demand"),
+    ]
+    zone_a = Block("local", zone="local-a")
+    exact_b = Block("local", "local", "local-b", "gpu-1", "on_demand")
+    blocks = [
+        (Block("local", "local", "local-a", "gpu-1", "on_demand"), 500.0),
+        (zone_a, 700.0),
+        (exact_b, 600.0),
+    ]
+    # local-a: the zone's block (it ends after the exact one); local-b its own; local-c free.
+    assert waits_on(chain, blocks) == [(zone_a, 700.0), (exact_b, 600.0)]
+    assert blocking_expiries(chain, blocks) == [u for _, u in waits_on(chain, blocks)]
+
+
+def test_a_wait_whose_blocks_were_all_renewed_goes_on_without_a_walk() -> None:
+    # Every block it waits on ends later than first thought: no walk, no retry counted; the
+    # next look just after the first new end.
+    renewed = still_blocked(now=1000.0, ends=[1180.0, 1300.0], retries=4, deadline=None)
+    assert renewed is not None and renewed.action == "wait"
+    assert renewed.retry_at == 1180.0 + AFTER_EXPIRY_S and renewed.because == "block_expiry"
+    assert "retry 5 at" in renewed.reason
+    # One has ended (or is gone, 0.0): walk the chain.
+    assert still_blocked(now=1000.0, ends=[1000.0, 1300.0], retries=4, deadline=None) is None
+    assert still_blocked(now=1000.0, ends=[0.0, 1300.0], retries=4, deadline=None) is None
+    # Never past the deadline; at it, the last walk is made.
+    capped = still_blocked(now=1000.0, ends=[1180.0], retries=0, deadline=1100.0)
+    assert capped is not None and capped.retry_at == 1100.0 and capped.because == "deadline"
+    assert still_blocked(now=1100.0, ends=[1180.0], retries=0, deadline=1100.0) is None
 
 
 def test_the_wait_counts_from_the_last_relaunch() -> None:

@@ -148,6 +148,41 @@ def test_an_exhausted_chain_waits_then_walks_the_whole_chain_again(driver: Drive
     assert req.history[-1].at == pytest.approx(expiry + 1.0, abs=5.0)
 
 
+def test_a_waiting_request_whose_blocks_were_renewed_waits_on_without_a_walk(
+    driver: Driver,
+) -> None:
+    """Woken only when a block it waits on ends: other requests tried those places again and
+    failed (the blocks renewed), so the retry finds nothing to try and is not made."""
+    for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
+        driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
+    rid = _submit(driver)
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.waiting is not None and req.waiting.retry_at is not None
+    attempts, walks = len(req.attempts), req.walks
+    now = driver.deps.now()
+    ttl = driver.deps.settings.timers.blocked_ttl_s
+    driver.fake.advance(req.waiting.retry_at - now - 5.0)  # just before the first end
+    active = driver.deps.blocks.active(driver.deps.now())
+    for remembered in active:  # each tried again by someone else, and failed again
+        driver.deps.blocks.add(remembered.block, now=driver.deps.now(), ttl_s=ttl,
+                               reason="sold out again", outcome="capacity")  # fmt: skip
+    driver.fake.advance(10.0)  # past the first retry
+    assert failover.wake_due(driver.deps) == 0
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.WAITING and req.waiting is not None
+    assert (len(req.attempts), req.walks, req.waiting.retries) == (attempts, walks, 0)
+    first_end = min(b.until for b in driver.deps.blocks.active(driver.deps.now()))
+    assert req.waiting.retry_at == pytest.approx(first_end + 1.0)
+    assert not driver.queue  # nothing published
+    # At the renewed blocks' first end, the walk is made and finds that zone free.
+    driver.fake.advance(req.waiting.retry_at - driver.deps.now() + 0.1)
+    assert failover.wake_due(driver.deps) == 1
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING, req.history[-1]
+
+
 def test_a_waiting_request_fails_once_its_max_wait_has_passed(driver: Driver) -> None:
     for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
         driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)

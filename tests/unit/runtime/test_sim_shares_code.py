@@ -160,23 +160,31 @@ arrivals:
 
 def test_an_exhausted_chain_waits_by_the_same_rule_in_both(driver: Driver, tmp_path: Path) -> None:
     """An exhausted chain's wait-or-fail is :func:`corral.shared.waiting.decide_wait` in the
-    runtime's failover step and in the simulator's launcher alike."""
+    runtime's failover step and in the simulator's launcher alike; what it waits on is
+    :func:`~corral.shared.waiting.waits_on` in both, and whether a due retry is worth a walk
+    (a block it waits on ended, or all were renewed) is
+    :func:`~corral.shared.waiting.still_blocked` in both."""
+    from corral.services.runtime import failover as runtime_failover
     from corral.shared import waiting
     from corral.shared.errors import CapacityError
 
-    code = waiting.decide_wait.__code__
+    codes = {f.__name__: f.__code__ for f in (waiting.decide_wait, waiting.waits_on,
+                                              waiting.still_blocked)}  # fmt: skip
     for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
         driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
     task = {"name": "w", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
     with entered() as runtime:
         requests.submit(driver.deps, Task.model_validate(task))
         driver.run()
-    assert runtime.get(id(code)) is code
+        driver.fake.advance(3600.0)  # every block gone: reconcile's pass walks the chain
+        runtime_failover.wake_due(driver.deps)
+        driver.run()
+    assert {n for n, c in codes.items() if runtime.get(id(c)) is c} == set(codes)
     (tmp_path / "s.yaml").write_text(FULL_ZONE)
     (tmp_path / "w.yaml").write_text(FULL_ZONE_WORKLOAD)
     with entered() as simulator:
         run_policy(load_scenario(tmp_path / "s.yaml"), load_workload(tmp_path / "w.yaml"), "corral")
-    assert simulator.get(id(code)) is code
+    assert {n for n, c in codes.items() if simulator.get(id(c)) is c} == set(codes)
 
 
 SPOT_LOSSES = """\
