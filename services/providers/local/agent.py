@@ -45,9 +45,14 @@ import threading
 import time
 from typing import Any
 
-from corral.services.agent.core import Agent, LinkError, Work, say
+from corral.services.agent.core import Agent, FinalBeat, LinkError, Work, say
 from corral.services.providers.local.agent_redis import MiniRedis, RedisError
-from corral.services.providers.local.state import TERMINATED, CloudState, InstanceRecord
+from corral.services.providers.local.state import (
+    TERMINATED,
+    CloudState,
+    InstanceRecord,
+    beat_value,
+)
 from corral.shared.execs import (
     END_OF_STREAM,
     EXEC_TTL_S,
@@ -134,10 +139,31 @@ class RedisLink:
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
-    def finish(self, exit_code: int | None, reason: str, now: float) -> None:
+    def finish(
+        self, exit_code: int | None, reason: str, now: float, beat: FinalBeat | None = None
+    ) -> None:
+        """The final record and the last beat in one script (no beat of its own before it)."""
+        value = None
+        if beat is not None:
+            value = beat_value(
+                self.rec,
+                beat.activity,
+                beat.now,
+                beat.queued,
+                beat.assignment,
+                beat.assignments,
+                beat.status,
+            )
         try:
             self.state.finish(
-                self.rec, state=TERMINATED, exit_code=exit_code, reason=reason, now=now
+                self.rec,
+                state=TERMINATED,
+                exit_code=exit_code,
+                reason=reason,
+                now=now,
+                beat=value,
+                beat_ttl_s=beat.ttl_s if beat is not None else 0.0,
+                first=not self._heard,
             )
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
