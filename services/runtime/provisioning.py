@@ -203,12 +203,15 @@ def _attempt_once(
         # whoever moves the request on meanwhile (a cancel) is seen by the attempt's next
         # compare-and-set, which lets its machines go. Else: read it as it is now that no one
         # else runs the attempt.
-        if not _started_in(held, attempt_id):
+        fresh = _started_in(held, attempt_id)
+        if not fresh:
             req = deps.store.get_request(request_id)
             if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
                 return "stale"
         inline = req.chain[step].cloud
-        return _attempt(deps, req, step, try_no, attempt_id, inline=inline, written=carried)
+        return _attempt(
+            deps, req, step, try_no, attempt_id, inline=inline, written=carried, fresh=fresh
+        )
 
 
 def _started_in(req: LaunchRequest | None, attempt_id: str) -> bool:
@@ -226,7 +229,10 @@ def _attempt(
     attempt_id: str,
     inline: str,
     written: list[LaunchRequest],
+    fresh: bool = False,
 ) -> str:
+    """``fresh``: this task's own write started the attempt (no earlier delivery can have
+    launched it: its boot is not looked up)."""
     cand = req.chain[step]
     now = deps.now()
     existing = next((a for a in req.attempts if a.attempt_id == attempt_id), None)
@@ -250,7 +256,7 @@ def _attempt(
         kind="attempt", spec=spec, deadline=now + deps.settings.timers.attempt_deadline_s, step=step
     )
     try:
-        launched = start(deps, boot)
+        launched = start(deps, boot, fresh=fresh)
     except LaunchDeferred as full:
         raise RetryLater(full.wait_s, try_no) from None  # the same attempt, later
     except ThrottledError as exc:
