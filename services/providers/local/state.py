@@ -209,7 +209,7 @@ for i = 6, #KEYS do
 end
 redis.call('SET', KEYS[5], ARGV[2], 'PX', tonumber(ARGV[5]))
 redis.call('SET', KEYS[3], ARGV[3], 'EX', tonumber(ARGV[4]))
-local now_used = redis.call('SCARD', KEYS[1])
+local now_used = used + n  -- every id is new (checked above), so each SADD added one
 local high = tonumber(redis.call('HGET', KEYS[4], KEYS[1]) or '0')
 if now_used > high then redis.call('HSET', KEYS[4], KEYS[1], now_used) end
 return {1, used + n}
@@ -328,23 +328,20 @@ class CloudState:
         status, used = self._reserve(keys=keys, args=args)
         return int(status), int(used)
 
-    def started(
-        self, attempt_id: str, records: list[InstanceRecord]
-    ) -> list[tuple[str, InstanceRecord | None, dict[str, Any] | None]]:
+    def started(self, attempt_id: str, records: list[InstanceRecord]) -> list[str | None]:
         """The agents of ``records`` were started: their pids written, the attempt's start
         lease let go (after the pids, so whoever takes the lease next sees them), and each
-        record read back with its heartbeat (a terminate may have come meanwhile), in one
-        round trip."""
+        record's state read back (a terminate may have come meanwhile; None: no record), in
+        one round trip."""
         pipe = self.r.pipeline(transaction=False)
         for rec in records:
             if rec.pid is not None:
                 pipe.hset(self.keys.record(rec.id), "pid", str(rec.pid))
         pipe.delete(self.keys.start_lease(attempt_id))
         for rec in records:
-            pipe.hgetall(self.keys.record(rec.id))
-            pipe.get(self.keys.heartbeat(rec.id))
-        replies = pipe.execute()[-2 * len(records) :]
-        return self._with_beats([rec.id for rec in records], replies)
+            pipe.hget(self.keys.record(rec.id), "state")
+        replies = pipe.execute()[-len(records) :] if records else []
+        return [None if state is None else str(state) for state in replies]
 
     def high_water(self) -> dict[str, int]:
         """Per pool key, the most instances it ever held at once (tests check capacity by it)."""
