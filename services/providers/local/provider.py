@@ -652,7 +652,8 @@ class LocalProvider:
                 self.state.finish(
                     rec, state=TERMINATED, exit_code=None, reason="terminated", now=time.time()
                 )
-            self.state.drop_assignment(rec.id)  # a gone machine takes no work
+            if not rec.run:  # a job's machine was never given any (assign refuses it)
+                self.state.drop_assignment(rec.id)  # a gone machine takes no work
 
     def power_off(self) -> int:
         """Kill every agent and its task at once, as a power cut would, leaving the records as
