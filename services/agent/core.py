@@ -114,7 +114,8 @@ class Link(Protocol):
         self, child_pid: int | None = None, groups: list[int] | None = None
     ) -> None:
         """The process groups the work runs in (the local cloud kills them if the agent
-        cannot; a cloud's link may ignore them)."""
+        cannot; a cloud's link may ignore them). Every spawn is followed by a forced
+        heartbeat, which a link may carry ``child_pid`` in instead of a write of its own."""
 
     def finish(
         self, exit_code: int | None, reason: str, now: float, beat: FinalBeat | None = None
@@ -354,8 +355,8 @@ class Agent:
         """Run one bash script in its own process group until it ends or we are stopped;
         with ``keep``, what it left running in the background stays (see :meth:`_stop_kept`)."""
         self.activity = activity
-        self._beat(force=True)
         child = self._spawn(script, self.work.workdir, self.work.envs, container=True)
+        self._beat(force=True)  # after the spawn: a link may send the child's pid with it
         while child.poll() is None and not self.stopping:
             self._wait(child)
         code = (

@@ -87,6 +87,7 @@ class RedisLink:
         # generic command call for the few commands CloudState does not wrap.
         self._r: Any = state.r
         self._heard = False  # a beat of this agent has been written
+        self._child_pid: int | None = None  # a child's pid the next beat records
 
     def heartbeat(
         self,
@@ -109,8 +110,10 @@ class RedisLink:
                 assignments,
                 status,
                 first=not self._heard,
+                child_pid=self._child_pid,
             )
             self._heard = True
+            self._child_pid = None
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
@@ -129,15 +132,19 @@ class RedisLink:
     def record_children(
         self, child_pid: int | None = None, groups: list[int] | None = None
     ) -> None:
-        fields: dict[str, str | int] = {}
+        if groups is None:
+            # The forced beat that follows every spawn writes it, in the same round trip.
+            self._child_pid = child_pid
+            return
+        fields: dict[str, str | int] = {"child_pids": json.dumps(groups)}
+        child_pid = child_pid if child_pid is not None else self._child_pid
         if child_pid is not None:
             fields["child_pid"] = child_pid
-        if groups is not None:
-            fields["child_pids"] = json.dumps(groups)
         try:
             self.state.set_fields(self.rec.id, **fields)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
+        self._child_pid = None
 
     def finish(
         self, exit_code: int | None, reason: str, now: float, beat: FinalBeat | None = None

@@ -444,8 +444,10 @@ class CloudState:
         assignments: dict[str, str] | None = None,
         status: dict[str, Any] | None = None,
         first: bool = True,
+        child_pid: int | None = None,
     ) -> None:
-        """The agent's beat: a fresh heartbeat key, its activity, its first beat's time, the
+        """The agent's beat: a fresh heartbeat key, its activity, its first beat's time (and
+        ``child_pid``, the task it just started, in the same write), the
         assignments it runs (id -> phase; ``assignment`` is any one of them, for older
         readers), the work queued on the node (the demand its workload reported), if any, and
         its ``status`` (idle_s, up_s, ready: see the agent's Link). ``first``: this agent has
@@ -455,7 +457,10 @@ class CloudState:
         # fields judges by the key (derive_state), so the beat need not be atomic.
         pipe = self.r.pipeline(transaction=False)
         pipe.set(self.keys.heartbeat(rec.id), json.dumps(beat), px=max(1, int(ttl_s * 1000)))
-        pipe.hset(self.keys.record(rec.id), mapping={"activity": activity, "last_beat_at": now})
+        fields: dict[str, str | float] = {"activity": activity, "last_beat_at": now}
+        if child_pid is not None:
+            fields["child_pid"] = str(child_pid)
+        pipe.hset(self.keys.record(rec.id), mapping=fields)  # type: ignore[arg-type]
         if first:
             pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))
         pipe.execute()
