@@ -267,17 +267,14 @@ class LocalProvider:
         # Pids written, lease let go and the records' states read back in one round trip.
         states = self.state.started(spec.attempt_id, records)
         # A terminate() that came while we were starting them saw no pid to signal: finish it.
-        stopped = [r.id for r, state in zip(records, states) if state not in (None, PENDING)]
+        read = list(zip(records, states, strict=True))
+        stopped = [r.id for r, state in read if state not in (None, PENDING)]
         if stopped:
             self.terminate(stopped)
             return self._instances([rec.id for rec in records])
         # The rest are as this call wrote them, their agents just started (not heard yet: a
         # describe tells when they are).
-        return [
-            self._to_instance(self._observe(r, None))
-            for r, state in zip(records, states)
-            if state is not None
-        ]
+        return [self._to_instance(self._observe(r, None)) for r, state in read if state is not None]
 
     def _finish_boot(self, spec: LaunchSpec, ids: list[str]) -> None:
         """Start the agents of a bound attempt whose launcher died before it started them
