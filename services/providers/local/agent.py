@@ -86,7 +86,9 @@ class RedisLink:
         # The agent's own client (agent_redis.MiniRedis, typed as redis-py's for CloudState): its
         # generic command call for the few commands CloudState does not wrap.
         self._r: Any = state.r
-        self._heard = False  # a beat of this agent has been written
+        # The instance has been heard (a beat written): by this agent, or before it started
+        # (its record already holds a first beat's time), so no beat of it writes that again.
+        self._heard = rec.first_heartbeat_at is not None
         self._child_pid: int | None = None  # a child's pid the next beat records
 
     def heartbeat(

@@ -450,8 +450,10 @@ class CloudState:
         ``child_pid``, the task it just started, in the same write), the
         assignments it runs (id -> phase; ``assignment`` is any one of them, for older
         readers), the work queued on the node (the demand its workload reported), if any, and
-        its ``status`` (idle_s, up_s, ready: see the agent's Link). ``first``: this agent has
-        not been heard yet (a later beat leaves the first beat's time alone, without asking)."""
+        its ``status`` (idle_s, up_s, ready: see the agent's Link). ``first``: the instance has
+        not been heard yet (its record, as its agent read it at start, has no first beat's
+        time, and this agent has not beaten since): the beat writes its time as the first
+        beat's, in the same HSET (a later beat leaves it alone, without asking)."""
         beat = beat_value(rec, activity, now, queued, assignment, assignments, status)
         # One round trip, no MULTI/EXEC: a reader that sees the new key before the record's
         # fields judges by the key (derive_state), so the beat need not be atomic.
@@ -460,9 +462,9 @@ class CloudState:
         fields: dict[str, str | float] = {"activity": activity, "last_beat_at": now}
         if child_pid is not None:
             fields["child_pid"] = str(child_pid)
-        pipe.hset(self.keys.record(rec.id), mapping=fields)  # type: ignore[arg-type]
         if first:
-            pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))
+            fields["first_heartbeat_at"] = now
+        pipe.hset(self.keys.record(rec.id), mapping=fields)  # type: ignore[arg-type]
         pipe.execute()
 
     # --- assignments (warm machines) -------------------------------------------------------
