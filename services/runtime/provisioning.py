@@ -474,14 +474,21 @@ def _job_over(req: LaunchRequest, launched: list[ProviderInstance]) -> bool:
     return bool(looks) and all(o.seen == Seen.EXITED and o.exit_code == 0 for o in looks)
 
 
-def _let_go(deps: Deps, req: LaunchRequest, launched: list[ProviderInstance]) -> None:
+def _let_go(
+    deps: Deps, req: LaunchRequest, launched: list[ProviderInstance], attempt_id: str
+) -> None:
     """A job ended at its first look: its machines are let go (a cloud VM outlives the agent
-    that reported the end), and whatever else of the request still runs."""
+    that reported the end), and whatever else of the request still runs: nothing, when no
+    other attempt of it ever launched (its only instances are the ones just written ended;
+    no list of them is read)."""
     for pi in launched:
         try:
             deps.provider(pi.cloud).terminate([pi.provider_id], zone=pi.zone)
         except ProviderError as exc:  # reconcile's stray cleaning ends it later
             log.warning("could not terminate %s after its job ended: %s", pi.provider_id, exc)
+    others = [a for a in req.attempts if a.attempt_id != attempt_id and a.outcome != "blocked"]
+    if not others:
+        return
     try:
         release_instances(deps, req.id, "the job ended", req=req, look_for_strays=False)
     except ProviderError as exc:
@@ -521,7 +528,7 @@ def _on_launched(
         lines = [f"state: RUNNING ({', '.join(ids)})"] + ([f"state: SUCCEEDED ({why})"] * done)
         deps.store.append_events(request_id, lines, now)
         if done:
-            _let_go(deps, updated, launched)
+            _let_go(deps, updated, launched, attempt_id)
             return "ended"
         return "running"
     # Cancelled, or another attempt won, while we launched: what we got must not leak, and
