@@ -72,6 +72,20 @@ class Work:
     files: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class FinalBeat:
+    """The heartbeat an agent sends with its final report (the arguments of
+    :meth:`Link.heartbeat`)."""
+
+    activity: str
+    now: float
+    ttl_s: float
+    queued: dict[str, Any] | None
+    assignment: str | None
+    assignments: dict[str, str]
+    status: dict[str, Any] | None
+
+
 class Link(Protocol):
     """How an agent reports; every method raises :class:`LinkError` when it cannot."""
 
@@ -100,10 +114,15 @@ class Link(Protocol):
         self, child_pid: int | None = None, groups: list[int] | None = None
     ) -> None:
         """The process groups the work runs in (the local cloud kills them if the agent
-        cannot; a cloud's link may ignore them)."""
+        cannot; a cloud's link may ignore them). Every spawn is followed by a forced
+        heartbeat, which a link may carry ``child_pid`` in instead of a write of its own."""
 
-    def finish(self, exit_code: int | None, reason: str, now: float) -> None:
-        """The final report: the run's exit code (None without a run) and why it ended."""
+    def finish(
+        self, exit_code: int | None, reason: str, now: float, beat: FinalBeat | None = None
+    ) -> None:
+        """The final report: the run's exit code (None without a run) and why it ended, with
+        the node's last heartbeat (``beat``: activity "exited"), so a reader never sees the
+        finished node's last beat still saying it runs. A link may write the two in one step."""
 
     def fetch_bundle(self, files: dict[str, Any]) -> bytes:
         """The bytes of the task's bundle (``files["bundle"]``), unchecked."""
@@ -336,8 +355,8 @@ class Agent:
         """Run one bash script in its own process group until it ends or we are stopped;
         with ``keep``, what it left running in the background stays (see :meth:`_stop_kept`)."""
         self.activity = activity
-        self._beat(force=True)
         child = self._spawn(script, self.work.workdir, self.work.envs, container=True)
+        self._beat(force=True)  # after the spawn: a link may send the child's pid with it
         while child.poll() is None and not self.stopping:
             self._wait(child)
         code = (
@@ -627,16 +646,9 @@ class Agent:
             return
         self._next_beat = time.monotonic() + self._beat_delay()
         try:
-            running = {aid: job.phase for aid, job in sorted(self.jobs.items())}
-            activity = self._activity()
+            b = self._beat_now()
             self.link.heartbeat(
-                activity,
-                time.time(),
-                self.heartbeat_ttl_s,
-                self._queued(),
-                next(iter(running), None),
-                running,
-                self._status(activity),
+                b.activity, b.now, b.ttl_s, b.queued, b.assignment, b.assignments, b.status
             )
             if self._link_down:
                 say("the control plane is reachable again")
@@ -653,6 +665,20 @@ class Agent:
             self._link_down = True
             self._link_failures += 1
             self._next_beat = time.monotonic() + self._beat_delay()
+
+    def _beat_now(self) -> FinalBeat:
+        """What a heartbeat sent now says."""
+        running = {aid: job.phase for aid, job in sorted(self.jobs.items())}
+        activity = self._activity()
+        return FinalBeat(
+            activity,
+            time.time(),
+            self.heartbeat_ttl_s,
+            self._queued(),
+            next(iter(running), None),
+            running,
+            self._status(activity),
+        )
 
     def _beat_delay(self) -> float:
         """The next heartbeat's delay: the interval, or while the link is down a jittered
@@ -737,8 +763,9 @@ class Agent:
         wait_s = 0.2
         while True:
             try:
-                self._beat(force=True)
-                self.link.finish(exit_code, reason, time.time())
+                # The last beat ("exited") rides with the final report: one write where the
+                # link can (the local cloud's finish script), never a beat after it.
+                self.link.finish(exit_code, reason, time.time(), beat=self._beat_now())
                 break
             except Dismissed:
                 break  # the node ended already: nobody is waiting for this report

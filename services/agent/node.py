@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from corral.services.agent.core import Agent, Dismissed, LinkError, Work, say
+from corral.services.agent.core import Agent, Dismissed, FinalBeat, LinkError, Work, say
 
 LOG_CHUNK = 256 * 1024
 LOG_EVERY_S = 0.5
@@ -120,7 +120,24 @@ class HttpLink:
     ) -> None:
         """The machine is the agent's own: no one else kills its processes; nothing to say."""
 
-    def finish(self, exit_code: int | None, reason: str, now: float) -> None:
+    def finish(
+        self, exit_code: int | None, reason: str, now: float, beat: FinalBeat | None = None
+    ) -> None:
+        if beat is not None:
+            # The last beat is a request of its own here; as it always was, its failure
+            # (even a dismissal) does not keep the final report from being sent.
+            try:
+                self.heartbeat(
+                    beat.activity,
+                    beat.now,
+                    beat.ttl_s,
+                    beat.queued,
+                    beat.assignment,
+                    beat.assignments,
+                    beat.status,
+                )
+            except (Dismissed, LinkError) as exc:
+                say(f"the last heartbeat failed: {exc}")
         self.call("POST", "/v1/node/finish", {"exit_code": exit_code, "reason": reason})
 
     def take_execs(self) -> list[dict[str, Any]]:
@@ -223,10 +240,12 @@ class NodeLink(HttpLink):
 
     shipper: LogShipper | None = None
 
-    def finish(self, exit_code: int | None, reason: str, now: float) -> None:
+    def finish(
+        self, exit_code: int | None, reason: str, now: float, beat: FinalBeat | None = None
+    ) -> None:
         if self.shipper is not None:
             self.shipper.drain()
-        super().finish(exit_code, reason, now)
+        super().finish(exit_code, reason, now, beat)
 
 
 # Where a machine reads its own metadata, by cloud; and how often it looks for a warning

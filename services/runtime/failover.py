@@ -145,7 +145,8 @@ def advance(
     ``NEXT`` and its step, for the caller (an attempt task of that cloud) to run; that
     attempt (try 0) is recorded in the same write, so the caller need not write the request
     again to start it, and the record as written is appended to ``written`` for the caller
-    to start from without reading it again.
+    to start from without reading it again (only if this write started it: an attempt found
+    there already may have been launched by an earlier delivery, so the caller reads afresh).
     ``current``: the request as the caller just read it (the write starts from it)."""
     scope = Within(within)
     now = deps.now()
@@ -181,7 +182,7 @@ def advance(
             )
             add_attempt(r, f"{r.id}-{r.generation}-{index}-blocked", r.chain[index], now,
                         "blocked", reason)  # fmt: skip
-        found["recorded"] = False
+        found["recorded"] = found["started"] = False
         if decision.index is None:
             exhausted(deps, r, now, [(b.block, b.until) for b in remembered])
             return True
@@ -189,7 +190,9 @@ def advance(
         if inline is not None and r.chain[decision.index].cloud == inline:
             # The caller runs it now: its attempt starts in this write, not in one more.
             step = decision.index
-            add_attempt(r, attempt_id_for(r, step, 0), r.chain[step], now)
+            # Started by this write (not found there already): the caller may take the
+            # record as it wrote it, and knows no earlier delivery launched it.
+            found["started"] = add_attempt(r, attempt_id_for(r, step, 0), r.chain[step], now)
             found["recorded"] = True
         return True
 
@@ -214,7 +217,7 @@ def advance(
         return "stale"
     if found["recorded"]:
         deps.store.append_events(request_id, [*lines, attempt_line(updated, decision.index)], now)
-        if written is not None:
+        if written is not None and found["started"]:
             written.append(updated)
         return f"{NEXT}{decision.index}"
     deps.store.append_events(request_id, lines, now)

@@ -44,13 +44,16 @@ class LaunchDeferred(Exception):
         self.wait_s = wait_s
 
 
-def start(deps: Deps, boot: Boot) -> list[ProviderInstance]:
+def start(deps: Deps, boot: Boot, fresh: bool = False) -> list[ProviderInstance]:
     """Launch ``boot.spec`` and hand its machines to the boot watch; returns what the cloud
     answered (machines usually still booting). Raises the provider's error, or
     :class:`LaunchDeferred` when the cloud's limits are full. Called again for the same
-    attempt (a redelivered task), it launches nothing more and keeps the first deadline."""
+    attempt (a redelivered task), it launches nothing more and keeps the first deadline.
+    ``fresh``: the caller's own write just started this attempt, so no earlier call can have
+    booked its boot (the book is not read)."""
     spec = boot.spec
-    boot = deps.boots.get(spec.cloud, boot.key) or boot
+    if not fresh:
+        boot = deps.boots.get(spec.cloud, boot.key) or boot
     now = deps.now()
     # The in-flight place lapses a minute past the deadline even if every watch died.
     wait = deps.limits.admit(

@@ -203,12 +203,15 @@ def _attempt_once(
         # whoever moves the request on meanwhile (a cancel) is seen by the attempt's next
         # compare-and-set, which lets its machines go. Else: read it as it is now that no one
         # else runs the attempt.
-        if not _started_in(held, attempt_id):
+        fresh = _started_in(held, attempt_id)
+        if not fresh:
             req = deps.store.get_request(request_id)
             if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
                 return "stale"
         inline = req.chain[step].cloud
-        return _attempt(deps, req, step, try_no, attempt_id, inline=inline, written=carried)
+        return _attempt(
+            deps, req, step, try_no, attempt_id, inline=inline, written=carried, fresh=fresh
+        )
 
 
 def _started_in(req: LaunchRequest | None, attempt_id: str) -> bool:
@@ -226,7 +229,10 @@ def _attempt(
     attempt_id: str,
     inline: str,
     written: list[LaunchRequest],
+    fresh: bool = False,
 ) -> str:
+    """``fresh``: this task's own write started the attempt (no earlier delivery can have
+    launched it: its boot is not looked up)."""
     cand = req.chain[step]
     now = deps.now()
     existing = next((a for a in req.attempts if a.attempt_id == attempt_id), None)
@@ -250,7 +256,7 @@ def _attempt(
         kind="attempt", spec=spec, deadline=now + deps.settings.timers.attempt_deadline_s, step=step
     )
     try:
-        launched = start(deps, boot)
+        launched = start(deps, boot, fresh=fresh)
     except LaunchDeferred as full:
         raise RetryLater(full.wait_s, try_no) from None  # the same attempt, later
     except ThrottledError as exc:
@@ -468,14 +474,21 @@ def _job_over(req: LaunchRequest, launched: list[ProviderInstance]) -> bool:
     return bool(looks) and all(o.seen == Seen.EXITED and o.exit_code == 0 for o in looks)
 
 
-def _let_go(deps: Deps, req: LaunchRequest, launched: list[ProviderInstance]) -> None:
+def _let_go(
+    deps: Deps, req: LaunchRequest, launched: list[ProviderInstance], attempt_id: str
+) -> None:
     """A job ended at its first look: its machines are let go (a cloud VM outlives the agent
-    that reported the end), and whatever else of the request still runs."""
+    that reported the end), and whatever else of the request still runs: nothing, when no
+    other attempt of it ever launched (its only instances are the ones just written ended;
+    no list of them is read)."""
     for pi in launched:
         try:
             deps.provider(pi.cloud).terminate([pi.provider_id], zone=pi.zone)
         except ProviderError as exc:  # reconcile's stray cleaning ends it later
             log.warning("could not terminate %s after its job ended: %s", pi.provider_id, exc)
+    others = [a for a in req.attempts if a.attempt_id != attempt_id and a.outcome != "blocked"]
+    if not others:
+        return
     try:
         release_instances(deps, req.id, "the job ended", req=req, look_for_strays=False)
     except ProviderError as exc:
@@ -515,7 +528,7 @@ def _on_launched(
         lines = [f"state: RUNNING ({', '.join(ids)})"] + ([f"state: SUCCEEDED ({why})"] * done)
         deps.store.append_events(request_id, lines, now)
         if done:
-            _let_go(deps, updated, launched)
+            _let_go(deps, updated, launched, attempt_id)
             return "ended"
         return "running"
     # Cancelled, or another attempt won, while we launched: what we got must not leak, and

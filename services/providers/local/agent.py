@@ -45,9 +45,14 @@ import threading
 import time
 from typing import Any
 
-from corral.services.agent.core import Agent, LinkError, Work, say
+from corral.services.agent.core import Agent, FinalBeat, LinkError, Work, say
 from corral.services.providers.local.agent_redis import MiniRedis, RedisError
-from corral.services.providers.local.state import TERMINATED, CloudState, InstanceRecord
+from corral.services.providers.local.state import (
+    TERMINATED,
+    CloudState,
+    InstanceRecord,
+    beat_value,
+)
 from corral.shared.execs import (
     END_OF_STREAM,
     EXEC_TTL_S,
@@ -81,7 +86,10 @@ class RedisLink:
         # The agent's own client (agent_redis.MiniRedis, typed as redis-py's for CloudState): its
         # generic command call for the few commands CloudState does not wrap.
         self._r: Any = state.r
-        self._heard = False  # a beat of this agent has been written
+        # The instance has been heard (a beat written): by this agent, or before it started
+        # (its record already holds a first beat's time), so no beat of it writes that again.
+        self._heard = rec.first_heartbeat_at is not None
+        self._child_pid: int | None = None  # a child's pid the next beat records
 
     def heartbeat(
         self,
@@ -104,8 +112,10 @@ class RedisLink:
                 assignments,
                 status,
                 first=not self._heard,
+                child_pid=self._child_pid,
             )
             self._heard = True
+            self._child_pid = None
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
@@ -124,20 +134,45 @@ class RedisLink:
     def record_children(
         self, child_pid: int | None = None, groups: list[int] | None = None
     ) -> None:
-        fields: dict[str, str | int] = {}
+        if groups is None:
+            # The forced beat that follows every spawn writes it, in the same round trip.
+            self._child_pid = child_pid
+            return
+        fields: dict[str, str | int] = {"child_pids": json.dumps(groups)}
+        child_pid = child_pid if child_pid is not None else self._child_pid
         if child_pid is not None:
             fields["child_pid"] = child_pid
-        if groups is not None:
-            fields["child_pids"] = json.dumps(groups)
         try:
             self.state.set_fields(self.rec.id, **fields)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
+        self._child_pid = None
 
-    def finish(self, exit_code: int | None, reason: str, now: float) -> None:
+    def finish(
+        self, exit_code: int | None, reason: str, now: float, beat: FinalBeat | None = None
+    ) -> None:
+        """The final record and the last beat in one script (no beat of its own before it)."""
+        value = None
+        if beat is not None:
+            value = beat_value(
+                self.rec,
+                beat.activity,
+                beat.now,
+                beat.queued,
+                beat.assignment,
+                beat.assignments,
+                beat.status,
+            )
         try:
             self.state.finish(
-                self.rec, state=TERMINATED, exit_code=exit_code, reason=reason, now=now
+                self.rec,
+                state=TERMINATED,
+                exit_code=exit_code,
+                reason=reason,
+                now=now,
+                beat=value,
+                beat_ttl_s=beat.ttl_s if beat is not None else 0.0,
+                first=not self._heard,
             )
         except RedisError as exc:
             raise LinkError(str(exc)) from exc

@@ -264,15 +264,17 @@ class LocalProvider:
             self._roll_back(records)
             self.state.unbind_attempt(spec.attempt_id, records)
             raise ProviderError(f"could not start the node agent: {exc}") from exc
-        # Pids written, lease let go and the records read back in one round trip: the answer
-        # is what the cloud knows now, as a describe would report it.
-        seen = self.state.started(spec.attempt_id, records)
+        # Pids written, lease let go and the records' states read back in one round trip.
+        states = self.state.started(spec.attempt_id, records)
         # A terminate() that came while we were starting them saw no pid to signal: finish it.
-        stopped = [iid for iid, rec, _ in seen if rec and rec.state != PENDING]
+        read = list(zip(records, states, strict=True))
+        stopped = [r.id for r, state in read if state not in (None, PENDING)]
         if stopped:
             self.terminate(stopped)
             return self._instances([rec.id for rec in records])
-        return [self._to_instance(self._observe(r, b)) for _, r, b in seen if r is not None]
+        # The rest are as this call wrote them, their agents just started (not heard yet: a
+        # describe tells when they are).
+        return [self._to_instance(self._observe(r, None)) for r, state in read if state is not None]
 
     def _finish_boot(self, spec: LaunchSpec, ids: list[str]) -> None:
         """Start the agents of a bound attempt whose launcher died before it started them
@@ -647,7 +649,8 @@ class LocalProvider:
                 self.state.finish(
                     rec, state=TERMINATED, exit_code=None, reason="terminated", now=time.time()
                 )
-            self.state.drop_assignment(rec.id)  # a gone machine takes no work
+            if not rec.run:  # a job's machine was never given any (assign refuses it)
+                self.state.drop_assignment(rec.id)  # a gone machine takes no work
 
     def power_off(self) -> int:
         """Kill every agent and its task at once, as a power cut would, leaving the records as

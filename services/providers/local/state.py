@@ -209,20 +209,37 @@ for i = 6, #KEYS do
 end
 redis.call('SET', KEYS[5], ARGV[2], 'PX', tonumber(ARGV[5]))
 redis.call('SET', KEYS[3], ARGV[3], 'EX', tonumber(ARGV[4]))
-local now_used = redis.call('SCARD', KEYS[1])
+local now_used = used + n  -- every id is new (checked above), so each SADD added one
 local high = tonumber(redis.call('HGET', KEYS[4], KEYS[1]) or '0')
 if now_used > high then redis.call('HSET', KEYS[4], KEYS[1], now_used) end
 return {1, used + n}
 """
 
-# End an instance once: set its final state, free its capacity slot, publish the event.
-# KEYS: record, pool, events   ARGV: state, exit code ('' = none), reason, now, record TTL,
-# event JSON.  Returns 1 when this call ended it, 0 when it had ended already or is unknown.
+# End an instance once: set its final state, free its capacity slot, publish the event; with
+# the agent's last beat (ARGV[7] set), write it too, in the same step (the heartbeat key, the
+# record's activity and last_beat_at, and first_heartbeat_at if the agent was never heard).
+# KEYS: record, pool, events, heartbeat   ARGV: state, exit code ('' = none), reason, now,
+# record TTL, event JSON, beat JSON ('' = none), beat TTL ms, activity, beat time, first
+# ('1': never heard). Returns 1 when this call ended it, 0 when it had ended already or is
+# unknown (an unknown record gets no beat either).
 _FINISH = """
 local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at')
-if not held[1] or held[2] then return 0 end
-local fields = {'state', ARGV[1], 'ended_at', ARGV[4], 'end_reason', ARGV[3]}
-if ARGV[2] ~= '' then fields[7] = 'exit_code'; fields[8] = ARGV[2] end
+if not held[1] then return 0 end
+local fields = {}
+if ARGV[7] ~= '' then
+  redis.call('SET', KEYS[4], ARGV[7], 'PX', tonumber(ARGV[8]))
+  fields = {'activity', ARGV[9], 'last_beat_at', ARGV[10]}
+  if ARGV[11] == '1' then redis.call('HSETNX', KEYS[1], 'first_heartbeat_at', ARGV[10]) end
+end
+if held[2] then
+  if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
+  return 0
+end
+local n = #fields
+fields[n + 1] = 'state'; fields[n + 2] = ARGV[1]
+fields[n + 3] = 'ended_at'; fields[n + 4] = ARGV[4]
+fields[n + 5] = 'end_reason'; fields[n + 6] = ARGV[3]
+if ARGV[2] ~= '' then fields[n + 7] = 'exit_code'; fields[n + 8] = ARGV[2] end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('SREM', KEYS[2], held[1])
 redis.call('LPUSH', KEYS[3], ARGV[6])
@@ -311,23 +328,20 @@ class CloudState:
         status, used = self._reserve(keys=keys, args=args)
         return int(status), int(used)
 
-    def started(
-        self, attempt_id: str, records: list[InstanceRecord]
-    ) -> list[tuple[str, InstanceRecord | None, dict[str, Any] | None]]:
+    def started(self, attempt_id: str, records: list[InstanceRecord]) -> list[str | None]:
         """The agents of ``records`` were started: their pids written, the attempt's start
         lease let go (after the pids, so whoever takes the lease next sees them), and each
-        record read back with its heartbeat (a terminate may have come meanwhile), in one
-        round trip."""
+        record's state read back (a terminate may have come meanwhile; None: no record), in
+        one round trip."""
         pipe = self.r.pipeline(transaction=False)
         for rec in records:
             if rec.pid is not None:
                 pipe.hset(self.keys.record(rec.id), "pid", str(rec.pid))
         pipe.delete(self.keys.start_lease(attempt_id))
         for rec in records:
-            pipe.hgetall(self.keys.record(rec.id))
-            pipe.get(self.keys.heartbeat(rec.id))
-        replies = pipe.execute()[-2 * len(records) :]
-        return self._with_beats([rec.id for rec in records], replies)
+            pipe.hget(self.keys.record(rec.id), "state")
+        replies = pipe.execute()[-len(records) :] if records else []
+        return [None if state is None else str(state) for state in replies]
 
     def high_water(self) -> dict[str, int]:
         """Per pool key, the most instances it ever held at once (tests check capacity by it)."""
@@ -388,8 +402,14 @@ class CloudState:
         reason: str,
         now: float,
         event: str = "exited",
+        beat: dict[str, Any] | None = None,
+        beat_ttl_s: float = 0.0,
+        first: bool = False,
     ) -> bool:
-        """End the instance once: final state, capacity slot freed, event published."""
+        """End the instance once: final state, capacity slot freed, event published. With
+        ``beat`` (the agent's last heartbeat, as :meth:`heartbeat` builds it; ``first``: the
+        agent was never heard), it is written in the same step, whether or not the instance
+        had ended already."""
         payload = {
             "instance_id": rec.id,
             "event": event,
@@ -397,7 +417,7 @@ class CloudState:
             "state": state,
             "reason": reason,
         }
-        keys = [self.keys.record(rec.id), rec.pool, self.keys.events]
+        keys = [self.keys.record(rec.id), rec.pool, self.keys.events, self.keys.heartbeat(rec.id)]
         args: list[str | int | float] = [
             state,
             "" if exit_code is None else exit_code,
@@ -406,6 +426,11 @@ class CloudState:
             ENDED_RECORD_TTL_S,
             json.dumps(payload),
         ]
+        if beat is None:
+            args += ["", 0, "", 0, ""]
+        else:
+            ttl_ms = max(1, int(beat_ttl_s * 1000))
+            args += [json.dumps(beat), ttl_ms, beat["activity"], beat["ts"], "1" if first else ""]
         return bool(self._finish(keys=keys, args=args))
 
     def heartbeat(
@@ -419,31 +444,27 @@ class CloudState:
         assignments: dict[str, str] | None = None,
         status: dict[str, Any] | None = None,
         first: bool = True,
+        child_pid: int | None = None,
     ) -> None:
-        """The agent's beat: a fresh heartbeat key, its activity, its first beat's time, the
+        """The agent's beat: a fresh heartbeat key, its activity, its first beat's time (and
+        ``child_pid``, the task it just started, in the same write), the
         assignments it runs (id -> phase; ``assignment`` is any one of them, for older
         readers), the work queued on the node (the demand its workload reported), if any, and
-        its ``status`` (idle_s, up_s, ready: see the agent's Link). ``first``: this agent has
-        not been heard yet (a later beat leaves the first beat's time alone, without asking)."""
-        beat = {
-            **(status or {}),
-            "ts": now,
-            "activity": activity,
-            "assignment": assignment,
-            "assignments": assignments or {},
-            "queued": queued,
-            "pid": rec.pid,
-            "vcpus": rec.vcpus,
-            "memory_gib": rec.memory_gib,
-            "accelerators": rec.accelerators,
-        }
+        its ``status`` (idle_s, up_s, ready: see the agent's Link). ``first``: the instance has
+        not been heard yet (its record, as its agent read it at start, has no first beat's
+        time, and this agent has not beaten since): the beat writes its time as the first
+        beat's, in the same HSET (a later beat leaves it alone, without asking)."""
+        beat = beat_value(rec, activity, now, queued, assignment, assignments, status)
         # One round trip, no MULTI/EXEC: a reader that sees the new key before the record's
         # fields judges by the key (derive_state), so the beat need not be atomic.
         pipe = self.r.pipeline(transaction=False)
         pipe.set(self.keys.heartbeat(rec.id), json.dumps(beat), px=max(1, int(ttl_s * 1000)))
-        pipe.hset(self.keys.record(rec.id), mapping={"activity": activity, "last_beat_at": now})
+        fields: dict[str, str | float] = {"activity": activity, "last_beat_at": now}
+        if child_pid is not None:
+            fields["child_pid"] = str(child_pid)
         if first:
-            pipe.hsetnx(self.keys.record(rec.id), "first_heartbeat_at", str(now))
+            fields["first_heartbeat_at"] = now
+        pipe.hset(self.keys.record(rec.id), mapping=fields)  # type: ignore[arg-type]
         pipe.execute()
 
     # --- assignments (warm machines) -------------------------------------------------------
@@ -510,6 +531,30 @@ class CloudState:
             if isinstance(value, dict):
                 results[str(aid)] = value
         return sorted(str(a) for a in assigned or {}), json.loads(beat) if beat else None, results
+
+
+def beat_value(
+    rec: InstanceRecord,
+    activity: str,
+    now: float,
+    queued: dict[str, Any] | None = None,
+    assignment: str | None = None,
+    assignments: dict[str, str] | None = None,
+    status: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What an agent's heartbeat key holds."""
+    return {
+        **(status or {}),
+        "ts": now,
+        "activity": activity,
+        "assignment": assignment,
+        "assignments": assignments or {},
+        "queued": queued,
+        "pid": rec.pid,
+        "vcpus": rec.vcpus,
+        "memory_gib": rec.memory_gib,
+        "accelerators": rec.accelerators,
+    }
 
 
 def _json_or_none(text: str) -> Any:

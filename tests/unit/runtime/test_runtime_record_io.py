@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from runtime_driver import Driver
 
-from corral.services.runtime import requests
+from corral.services.runtime import launch, requests
+from corral.services.state.boots import Boot, BootBook
 from corral.services.state.store import Store
 from corral.shared.config.task import Task
 from corral.shared.errors import CapacityError
@@ -95,3 +96,31 @@ def test_a_failed_zone_costs_a_few_record_reads_and_writes_more(
     # (Before issue #23: 9 writes, 17 reads, and a broker message for the region step; then
     # 6 writes, 10 reads; then 6 writes, 5 reads.)
     assert took == {"writes": 4, "reads": 1}
+
+
+def test_an_attempt_started_in_its_own_task_does_not_look_up_its_boot(
+    driver: Driver, io: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The boot book is read to keep a redelivered attempt's first deadline; an attempt this
+    # task's own write started has no earlier boot to find.
+    looked: list[str] = []
+    get = BootBook.get
+
+    def counted(self: BootBook, cloud: str, attempt_id: str) -> Boot | None:
+        looked.append(attempt_id)
+        return get(self, cloud, attempt_id)
+
+    monkeypatch.setattr(BootBook, "get", counted)
+    driver.fake.boot_delay_s = 60.0  # still booting when the task ends
+    rid = requests.submit(driver.deps, Task.model_validate(SERVICE)).id
+    driver.run(until=lambda: bool(driver.deps.boots.of("local")))
+    assert looked == []
+    # The same attempt again (a redelivered task): it looks the boot up and keeps the first
+    # deadline, launching nothing more.
+    (first,) = driver.deps.boots.of("local")
+    assert first.spec.request_id == rid
+    later = first.model_copy(update={"deadline": first.deadline + 500})
+    launch.start(driver.deps, later)
+    assert looked == [first.key]
+    (kept,) = driver.deps.boots.of("local")
+    assert kept.deadline == first.deadline

@@ -3,6 +3,8 @@ its boot, failover down the chain, terminate, reconcile."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from runtime_driver import Driver
 
@@ -400,6 +402,23 @@ def test_a_job_over_at_the_watchs_first_look_ends_in_that_look(driver: Driver) -
     assert ("terminate", [inst.provider_id]) in driver.fake.calls  # its machine let go
     assert driver.deps.boots.in_flight("local") == 0
     assert reconcile.reconcile(driver.deps).get("exited", 0) == 0  # nothing left for it
+
+
+def test_a_job_over_at_the_first_look_with_no_other_attempt_lists_no_instances(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its only instances are the ones the look just wrote ended: nothing else to let go.
+    rid, _ = _booted_then_exited(driver, 0)
+    listed: list[str | None] = []
+    original = driver.deps.store.list_instances
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        listed.append(kwargs.get("request_id"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(driver.deps.store, "list_instances", counted)
+    assert driver.step() == {"up": 1}
+    assert rid not in listed
 
 
 def test_a_job_that_failed_before_the_first_look_is_ended_by_reconcile(driver: Driver) -> None:
