@@ -116,11 +116,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
-        # Flower: the workers' task events on, so all three roles and their tasks show up. No
-        # "task-sent" event from the publisher (one Redis PUBLISH per message): a task enters
-        # Flower's list when a worker receives it.
+        # Flower: events on, so all three roles and their tasks show up.
         "worker_send_task_events": True,
-        "task_send_sent_event": False,
+        "task_send_sent_event": True,
         "worker_hijack_root_logger": False,
         "visibility_timeout": transport["visibility_timeout"],
     }
