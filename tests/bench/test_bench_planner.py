@@ -9,6 +9,7 @@ planner must be at least FLOOR times faster.
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import time
@@ -195,20 +196,45 @@ def _scale() -> int:
     return 500 if os.environ.get("CORRAL_BENCH_SCALE") == "small" else 10_000
 
 
+REPEATS = 3
+
+
+def _best_cpu(run: Any) -> tuple[float, list[Any]]:
+    """The least process CPU time of REPEATS runs, the collector paused (as ``timeit``
+    does), and what the last run returned."""
+    best, out = float("inf"), []
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(REPEATS):
+            start = time.process_time()
+            out = run()
+            best = min(best, time.process_time() - start)
+    finally:
+        if enabled:
+            gc.enable()
+    return best, out
+
+
 def test_planner_beats_naive_baseline_and_agrees() -> None:
     rng = random.Random(SEED)
     shipped = load_catalog()
     tasks = [Task.model_validate(random_task(rng, shipped)) for _ in range(_scale())]
     blocks = [random_blocks(rng, shipped) for _ in tasks]
-    catalog = Catalog(shipped.offerings)  # a fresh catalog: no views computed yet
 
-    start = time.perf_counter()
-    fast = [plan(t, catalog, blocked=b).candidates for t, b in zip(tasks, blocks, strict=True)]
-    fast_s = time.perf_counter() - start
+    def planner() -> list[Any]:
+        catalog = Catalog(shipped.offerings)  # a fresh catalog: its views built in the time
+        return [plan(t, catalog, blocked=b).candidates for t, b in zip(tasks, blocks, strict=True)]
 
-    start = time.perf_counter()
-    slow = [naive_plan(t, catalog, b) for t, b in zip(tasks, blocks, strict=True)]
-    slow_s = time.perf_counter() - start
+    def naive() -> list[Any]:
+        catalog = Catalog(shipped.offerings)
+        return [naive_plan(t, catalog, b) for t, b in zip(tasks, blocks, strict=True)]
+
+    # CPU time with the collector paused, best of REPEATS, each side in turn: at the small
+    # size a pass is some 40 ms, and one wall-clock pass on the shared machine measured the
+    # other processes (2.8x in one CI run, 10-11x on a quiet machine).
+    fast_s, fast = _best_cpu(planner)
+    slow_s, slow = _best_cpu(naive)
 
     mismatches = [n for n, (a, b) in enumerate(zip(fast, slow, strict=True)) if a != b]
     assert not mismatches, f"{len(mismatches)} chains differ, first task: {tasks[mismatches[0]]!r}"
