@@ -4,9 +4,11 @@ SkyPilot's ``sky launch --retry-until-up`` walks the whole chain again after a p
 grows (30 s, then longer, with jitter) until the cluster is up. Corral does the same by
 default: the request moves to WAITING and walks its chain again when its retry is due, and
 sooner when a blocked scope covering its chain expires first (that is when a sold-out place
-is worth asking again). Two things end the wait: the task's ``retry_until_up: false`` (the
-CLI's ``--fail-fast``) fails it at once, as before; its ``max_wait`` fails it once that long
-has passed since it started looking for capacity, with a reason naming the deadline.
+is worth asking again), or when one of our own machines in a place of its chain ends
+(:func:`lifted_by_release`, :func:`woken_by_release`). Two things end the wait: the task's
+``retry_until_up: false`` (the CLI's ``--fail-fast``) fails it at once, as before; its
+``max_wait`` fails it once that long has passed since it started looking for capacity, with a
+reason naming the deadline.
 
 :func:`decide_wait` is the one rule; the runtime (the failover step, and reconcile's pass that
 wakes waiting requests) and the simulator both call it. Pure: the clock and the random draw
@@ -234,6 +236,50 @@ def still_blocked(
         retry_at, because = deadline, "deadline"
     reason = f"waiting for capacity: retry {retries + 1} at {_clock(retry_at)}"
     return WaitDecision("wait", reason, retry_at, deadline, because)
+
+
+def lifted_by_release(place: Placed) -> tuple[Block, Block, Block]:
+    """The blocks that one of our own machines ending at ``place`` lifts: its job is over (or
+    its user ended it), so the room it held is free again. The block naming that very place
+    (sold out), the region's (a regional quota it counted against; a region that hung answers
+    again: the terminate went through) and the type's everywhere (a quota on that type, such as
+    GCP's GPUS_ALL_REGIONS). A block a lost machine left (``outcome`` lost: the cloud takes
+    machines back there) is kept by the adapters: a machine that ended on purpose says nothing
+    about that. A whole cloud's block (credentials) is never lifted this way. A machine let go
+    because its own attempt failed frees nothing: it never counts here."""
+    c = place
+    return (
+        Block(c.cloud, c.region, c.zone, c.instance_type, c.market),
+        Block(c.cloud, region=c.region),
+        Block(c.cloud, instance_type=c.instance_type, market=c.market),
+    )
+
+
+def woken_by_release(
+    freed: Sequence[PlaceKey], waiting: Iterable[tuple[str, Sequence[Placed]]]
+) -> list[str]:
+    """Which waiting requests walk their chains again now that our machines at ``freed`` (one
+    place per machine) ended and lifted the blocks there: ``waiting`` is (id, chain) of the
+    WAITING requests, oldest first. Each freed machine wakes the oldest request not yet woken
+    whose chain holds its very place (type and market included): one machine's room is worth
+    one walk, not a herd that finds it taken and blocks the place again. The others wake as
+    before, when their retry is due (the lifted blocks no longer hold them)."""
+    left: dict[PlaceKey, int] = {}
+    for key in freed:
+        left[key] = left.get(key, 0) + 1
+    out: list[str] = []
+    for request_id, chain in waiting:
+        if not left:
+            break
+        for step in chain:
+            key = place_key(step)
+            if left.get(key):
+                left[key] -= 1
+                if not left[key]:
+                    del left[key]
+                out.append(request_id)
+                break
+    return out
 
 
 def _span(seconds: float) -> str:

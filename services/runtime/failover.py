@@ -7,6 +7,7 @@ step is idempotent by a compare-and-set on the request's position. The choice it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from corral.services.queues import dispatch
@@ -19,7 +20,7 @@ from corral.services.runtime.attempt_record import (
     finish_attempt,
 )
 from corral.services.runtime.deps import Deps
-from corral.shared.blocking import Block
+from corral.shared.blocking import Block, Placed, place_key
 from corral.shared.errors import Scope
 from corral.shared.failover import WIDER, Within, next_step
 from corral.shared.lifecycle import RequestState
@@ -28,10 +29,12 @@ from corral.shared.waiting import (
     WaitTerms,
     backoff_of,
     decide_wait,
+    lifted_by_release,
     looking_since,
     retry_rng,
     still_blocked,
     waits_on,
+    woken_by_release,
 )
 
 STEP_TASKS = {
@@ -265,14 +268,16 @@ def exhausted(deps: Deps, r: LaunchRequest, now: float, blocks: list[tuple[Block
     r.move(RequestState.WAITING, now, f"{verdict}; {decided.reason}")
 
 
-def wake(deps: Deps, request_id: str) -> str:
+def wake(deps: Deps, request_id: str, *, freed: bool = False) -> str:
     """A WAITING request whose retry is due walks its whole chain again (blocks that have
     expired meanwhile are tried): PROVISIONING in a new launch generation, its first step
     chosen and published in the same go (:func:`advance`). Idempotent: a request not
     WAITING, or not due, is left alone. One that waits because every candidate was blocked
     walks only if a block it waits on has ended; if every one was renewed meanwhile (other
     requests tried those places and failed), it waits on for their new ends without a walk
-    (:func:`corral.shared.waiting.still_blocked`): ``still blocked``."""
+    (:func:`corral.shared.waiting.still_blocked`): ``still blocked``. ``freed``: one of our
+    machines in a place of its chain just ended (:func:`capacity_freed`): it walks now,
+    whenever its retry was due."""
     now = deps.now()
     blocks = [(b.block, b.until) for b in deps.blocks.active(now)]
     woke: list[int] = []
@@ -284,9 +289,9 @@ def wake(deps: Deps, request_id: str) -> str:
         wait = r.waiting
         if r.state != RequestState.WAITING or wait is None:
             return False
-        if wait.retry_at is not None and wait.retry_at > now:
+        if not freed and wait.retry_at is not None and wait.retry_at > now:
             return False
-        if wait.because == "block_expiry":
+        if not freed and wait.because == "block_expiry":
             waited = waits_on(r.chain, blocks)
             ends = [until for _, until in waited]
             if len(waited) < len(r.chain):
@@ -306,7 +311,8 @@ def wake(deps: Deps, request_id: str) -> str:
         r.waiting = wait.model_copy(update={"retries": wait.retries + 1, "retry_at": None})
         r.walks += 1  # new attempt ids: the last walk's failures are not this walk's
         r.next_step = -1
-        r.move(RequestState.PROVISIONING, now, f"retry {wait.retries + 1}: walk the chain again")
+        why = "capacity freed in its chain" if freed else "walk the chain again"
+        r.move(RequestState.PROVISIONING, now, f"retry {wait.retries + 1}: {why}")
         woke.append(wait.retries + 1)
         return True
 
@@ -334,3 +340,21 @@ def wake_due(deps: Deps, counts: dict[str, int] | None = None) -> int:
     if counts is not None and woken:
         counts["woken"] += woken
     return woken
+
+
+def capacity_freed(deps: Deps, ended: Sequence[Placed]) -> list[str]:
+    """Our machines at these places ended on purpose (their job is over, or their user ended
+    them): the blocks they lift end now (:func:`corral.shared.waiting.lifted_by_release`), and
+    the oldest WAITING requests whose chains hold those places walk them at once, one per
+    machine (:func:`corral.shared.waiting.woken_by_release`). Returns the ids woken. Costs two
+    reads when nothing is blocked there and nothing waits."""
+    if not ended:
+        return []
+    lifted = {b: None for place in ended for b in lifted_by_release(place)}
+    if not deps.blocks.lift(list(lifted)) and not deps.store.count_requests(RequestState.WAITING):
+        return []
+    waiting = deps.store.list_requests(state=RequestState.WAITING, limit=1000, oldest_first=True)
+    chosen = woken_by_release(
+        [place_key(p) for p in ended], [(r.id, r.chain) for r in waiting if r.waiting is not None]
+    )
+    return [rid for rid in chosen if wake(deps, rid, freed=True) not in ("not due", "missing")]

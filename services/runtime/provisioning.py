@@ -35,7 +35,14 @@ from corral.services.runtime.attempt_record import (
 )
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.failover import NEXT, advance, after_failure, resume, send_attempt
+from corral.services.runtime.failover import (
+    NEXT,
+    advance,
+    after_failure,
+    capacity_freed,
+    resume,
+    send_attempt,
+)
 from corral.services.runtime.launch import LaunchDeferred, boot_error, by_node, finish, start
 from corral.services.runtime.planning import clouds_left_out, left_out_text, plan_launch
 from corral.services.runtime.pooled import passes
@@ -475,7 +482,11 @@ def _job_over(req: LaunchRequest, launched: list[ProviderInstance]) -> bool:
 
 
 def _let_go(
-    deps: Deps, req: LaunchRequest, launched: list[ProviderInstance], attempt_id: str
+    deps: Deps,
+    req: LaunchRequest,
+    launched: list[ProviderInstance],
+    attempt_id: str,
+    cand: ChainStep,
 ) -> None:
     """A job ended at its first look: its machines are let go (a cloud VM outlives the agent
     that reported the end), and whatever else of the request still runs: nothing, when no
@@ -486,11 +497,12 @@ def _let_go(
             deps.provider(pi.cloud).terminate([pi.provider_id], zone=pi.zone)
         except ProviderError as exc:  # reconcile's stray cleaning ends it later
             log.warning("could not terminate %s after its job ended: %s", pi.provider_id, exc)
+    capacity_freed(deps, [cand] * len(launched))
     others = [a for a in req.attempts if a.attempt_id != attempt_id and a.outcome != "blocked"]
     if not others:
         return
     try:
-        release_instances(deps, req.id, "the job ended", req=req, look_for_strays=False)
+        release_instances(deps, req.id, "the job ended", req=req, look_for_strays=False, frees=True)
     except ProviderError as exc:
         log.warning("could not let go of %s's machines: %s", req.id, exc)
 
@@ -528,7 +540,7 @@ def _on_launched(
         lines = [f"state: RUNNING ({', '.join(ids)})"] + ([f"state: SUCCEEDED ({why})"] * done)
         deps.store.append_events(request_id, lines, now)
         if done:
-            _let_go(deps, updated, launched, attempt_id)
+            _let_go(deps, updated, launched, attempt_id, cand)
             return "ended"
         return "running"
     # Cancelled, or another attempt won, while we launched: what we got must not leak, and

@@ -247,6 +247,7 @@ def _finish_job(
             "the job ended",
             req=updated,
             look_for_strays=False,
+            frees=True,
         )
 
 

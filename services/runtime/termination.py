@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.failover import capacity_freed
 from corral.services.runtime.pooled import passes
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
@@ -19,11 +20,15 @@ def release_instances(
     attempt_id: str | None = None,
     req: LaunchRequest | None = None,
     look_for_strays: bool = True,
+    frees: bool = False,
 ) -> LaunchRequest | None:
     """Terminate a request's machines without ending the request: one instance, the machines
     of one attempt, or (neither given) all of them, including any an in-flight attempt created
     before it recorded them (``look_for_strays`` False: the recorded ones only, for a caller whose
-    reconcile pass cleans strays anyway). ``req``: the request as the caller holds it."""
+    reconcile pass cleans strays anyway). ``req``: the request as the caller holds it.
+    ``frees``: the request is over (its job ended, or its user ended it), so the room its
+    running machines held is free again (:func:`failover.capacity_freed`); a caller letting go
+    of a failed attempt's machines leaves it False."""
     req = req if req is not None else deps.store.get_request(request_id)
     if req is None:
         return None
@@ -33,8 +38,7 @@ def release_instances(
         if (instance_id is None or i.id == instance_id)
         and (attempt_id is None or i.attempt_id == attempt_id)
     ]
-    for inst in targets:
-        _terminate_instance(deps, inst, reason)
+    ended = [inst for inst in targets if _terminate_instance(deps, inst, reason)]
     if instance_id is None and look_for_strays:
         tags = {TAG_REQUEST: request_id, **({TAG_ATTEMPT: attempt_id} if attempt_id else {})}
         known = {i.provider_id for i in targets}
@@ -47,6 +51,8 @@ def release_instances(
             ]
             if strays:
                 provider.terminate(strays)
+    if frees and ended:
+        capacity_freed(deps, ended)
     return req
 
 
@@ -62,7 +68,7 @@ def terminate(
     current = deps.store.get_request(request_id)
     if current is not None and current.route.kind != "direct":
         return _terminate_workload(deps, current, reason, now)
-    req = release_instances(deps, request_id, reason, instance_id)
+    req = release_instances(deps, request_id, reason, instance_id, frees=True)
     if req is None:
         return "missing"
     remaining = [
@@ -126,14 +132,15 @@ def _cancel_if_not_running(deps: Deps, request_id: str, reason: str, now: float)
         deps.store.append_event(request_id, f"state: CANCELLED ({reason})", now)
 
 
-def _terminate_instance(deps: Deps, inst: Instance, reason: str) -> None:
+def _terminate_instance(deps: Deps, inst: Instance, reason: str) -> bool:
+    """Terminate one machine; True when it was up (RUNNING or STOPPED) and this call ended it."""
     if inst.state in (InstanceState.TERMINATED, InstanceState.FAILED):
-        return
+        return False
     if inst.state == InstanceState.LOST:
         # Whatever may be left of a lost machine is cleaned up; its record keeps saying LOST.
         if inst.provider_id:
             deps.provider(inst.cloud).terminate([inst.provider_id], zone=inst.zone)
-        return
+        return False
     now = deps.now()
 
     def to_terminating(i: Instance) -> bool:
@@ -152,4 +159,8 @@ def _terminate_instance(deps: Deps, inst: Instance, reason: str) -> None:
             return True
         return False
 
-    deps.store.update_instance(inst.id, to_terminated)
+    ended = deps.store.update_instance(inst.id, to_terminated)
+    return inst.state in _UP and ended is not None and ended.state == InstanceState.TERMINATED
+
+
+_UP = (InstanceState.RUNNING, InstanceState.STOPPED)

@@ -9,6 +9,7 @@ Reads ignore expired entries; beat's expiry task deletes them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,21 @@ class BlockStore:
         this runs is kept."""
         return int(self.client.eval(_EXPIRE_LUA, 1, self.key, now))
 
+    def lift(self, blocks: Sequence[Block], *, keep: frozenset[str] = frozenset({"lost"})) -> int:
+        """End ``blocks`` now, those remembered with an outcome in ``keep`` excepted; returns
+        how many ended. One HMGET when none is remembered (the usual case); a block renewed
+        between the read and the delete is kept (the delete compares the value read)."""
+        fields = [block_key(b) for b in blocks]
+        found = [
+            (field, raw)
+            for field, raw in zip(fields, self.client.hmget(self.key, fields), strict=True)
+            if raw is not None and json.loads(raw).get("outcome") not in keep
+        ]
+        if not found:
+            return 0
+        args = [part for pair in found for part in pair]
+        return int(self.client.eval(_LIFT_LUA, 1, self.key, *args))
+
     def clear(self) -> None:
         self.client.delete(self.key)
 
@@ -80,6 +96,17 @@ local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   if tonumber(cjson.decode(all[i + 1])['until']) <= tonumber(ARGV[1]) then
     gone = gone + redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+return gone
+"""
+
+# Pairs of (field, value as read): each is deleted only if it still holds that value.
+_LIFT_LUA = """
+local gone = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    gone = gone + redis.call('HDEL', KEYS[1], ARGV[i])
   end
 end
 return gone

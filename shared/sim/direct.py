@@ -18,13 +18,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from ..blocking import Block, is_blocked
+from ..blocking import Block, is_blocked, place_key
 from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from ..failover import WIDER, Place, Within, next_step
 from ..planner import Candidate, Plan, plan
 from ..recovery import Loss, relaunch_after_loss
-from ..waiting import backoff_of, decide_wait, retry_rng, still_blocked, waits_on
+from ..waiting import (
+    backoff_of,
+    decide_wait,
+    lifted_by_release,
+    retry_rng,
+    still_blocked,
+    waits_on,
+    woken_by_release,
+)
 from .cloud import Place as CloudPlace
 from .cloud import SimInstance
 from .engine import Sim
@@ -48,10 +56,28 @@ class BlockMemory:
     # The same expiries by each block's fields as a tuple: a waiting request looks its blocks
     # up at every due retry, and a tuple hashes in C (a Block's hash is Python code).
     by_fields: dict[BlockFields, float] = field(default_factory=dict)
+    # Blocks a lost machine left (the runtime's outcome ``lost``): a release does not lift them.
+    kept: set[Block] = field(default_factory=set)
 
-    def add(self, block: Block, now: float, ttl_s: float) -> None:
+    def add(self, block: Block, now: float, ttl_s: float, *, keep: bool = False) -> None:
         until = max(self.until.get(block, 0.0), now + ttl_s)
         self.until[block] = self.by_fields[fields_of(block)] = until
+        if keep:
+            self.kept.add(block)
+        else:
+            self.kept.discard(block)  # the store keeps the latest outcome, as here
+
+    def lift(self, blocks: Sequence[Block], now: float) -> int:
+        """End the ``blocks`` still in force now, those a lost machine left excepted (the
+        runtime's ``BlockStore.lift``); returns how many ended."""
+        gone = 0
+        for block in blocks:
+            until = self.until.get(block)
+            if until is not None and until > now and block not in self.kept:
+                del self.until[block]
+                del self.by_fields[fields_of(block)]
+                gone += 1
+        return gone
 
     def active(self, now: float) -> list[Block]:
         return [b for b, _ in self.active_until(now)]
@@ -62,6 +88,7 @@ class BlockMemory:
         for block in gone:
             del self.until[block]
             del self.by_fields[fields_of(block)]
+            self.kept.discard(block)
         return list(self.until.items())
 
 
@@ -83,6 +110,7 @@ class Flow:
     tries: int = 0  # calls made, for unique launch keys
     instances: list[SimInstance] = field(default_factory=list)
     memory: BlockMemory | None = None  # its own blocks (SkyPilot-like); None: the shared one
+    seq: int = 0  # its submission's order (the runtime's oldest-first list of requests)
     up: bool = False
     ended: bool = False
 
@@ -105,6 +133,8 @@ class Launcher:
         self.relaunch_limit = relaunch_limit
         self.flows: dict[str, Flow] = {}
         self.by_instance: dict[str, Flow] = {}
+        self.waiters: dict[str, Flow] = {}  # WAITING for capacity (Corral's rule), by id
+        self.submitted = 0
         self.clouds = tuple(sim.scenario.clouds)
 
     def waiting(self) -> int:
@@ -128,6 +158,7 @@ class Launcher:
             on_failed(rid, "; ".join(planned.reasons) or "no launchable candidate")
             return
         flow = Flow(rid, task, planned.candidates, on_up, on_failed, owner or rid, self.sim.now)
+        flow.seq = self.submitted = self.submitted + 1
         if not self.shared_memory:
             flow.memory = BlockMemory()
         self.flows[rid] = flow
@@ -137,10 +168,10 @@ class Launcher:
         memory = flow.memory if flow.memory is not None else self.memory
         return memory.active(self.sim.now)
 
-    def _remember(self, flow: Flow, block: Block | None) -> None:
+    def _remember(self, flow: Flow, block: Block | None, *, keep: bool = False) -> None:
         if block is not None:
             memory = flow.memory if flow.memory is not None else self.memory
-            memory.add(block, self.sim.now, self.sim.timers.blocked_ttl_s)
+            memory.add(block, self.sim.now, self.sim.timers.blocked_ttl_s, keep=keep)
 
     # ------------------------------------------------------------------ failover steps
     def _advance(self, flow: Flow, after: int, within: Within) -> None:
@@ -186,8 +217,10 @@ class Launcher:
             tried = len(flow.chain)
             self._fail(flow, f"all {tried} candidates failed or are blocked; {decided.reason}")
             return
+        if flow.memory is None:  # the shared memory: a release of ours may wake it
+            self.waiters[flow.rid] = flow
         if decided.because != "block_expiry" or len(waited) < len(flow.chain):
-            self.sim.at(decided.retry_at, self._wake, flow, flow.relaunches)
+            self.sim.at(decided.retry_at, self._wake, flow, flow.relaunches, flow.retries)
             return
         # Every candidate blocked: woken by one of these ending.
         blocks = tuple({fields_of(block): None for block, _ in waited})
@@ -214,14 +247,16 @@ class Launcher:
             deadline=deadline,
         )
         if renewed is None or renewed.retry_at is None:
-            self._wake(flow, flow.relaunches)
+            self._wake(flow, flow.relaunches, flow.retries)
         else:
             self.sim.at(renewed.retry_at, self._due, flow, wait, blocks, deadline)
 
-    def _wake(self, flow: Flow, relaunches: int) -> None:
-        """A waiting request's retry is due: walk the whole chain again."""
-        if flow.ended or flow.up or flow.relaunches != relaunches:
+    def _wake(self, flow: Flow, relaunches: int, retries: int) -> None:
+        """A waiting request's retry is due (or a release of ours freed a place of its chain):
+        walk the whole chain again. A wake for a wait already over is dropped."""
+        if flow.ended or flow.up or (flow.relaunches, flow.retries) != (relaunches, retries):
             return
+        self.waiters.pop(flow.rid, None)
         flow.retries += 1
         self._advance(flow, -1, Within.ANY)
 
@@ -283,7 +318,25 @@ class Launcher:
         if flow is None:
             return
         flow.ended = True
+        self.waiters.pop(rid, None)
         self._release(flow.instances)
+        if flow.up and flow.memory is None:
+            self._freed([inst.place for inst in flow.instances])
+
+    def _freed(self, places: Sequence[CloudPlace]) -> None:
+        """Our machines at ``places`` ended on purpose (the runtime's
+        ``failover.capacity_freed``): the blocks they lift end, and the oldest
+        waiting requests whose chains hold those places walk them now, one per machine."""
+        if not places:
+            return
+        lifted = {b: None for p in places for b in lifted_by_release(p)}
+        if not self.memory.lift(list(lifted), self.sim.now) and not self.waiters:
+            return
+        waiting = sorted(self.waiters.values(), key=lambda f: f.seq)
+        for rid in woken_by_release([place_key(p) for p in places],
+                                    [(f.rid, f.chain) for f in waiting]):  # fmt: skip
+            flow = self.waiters.pop(rid)  # chosen once, even if another ends at this instant
+            self.sim.after(0.0, self._wake, flow, flow.relaunches, flow.retries)
 
     def _release(self, instances: Sequence[SimInstance]) -> None:
         for inst in instances:
@@ -307,7 +360,9 @@ class Launcher:
             return
         place = inst.place
         self._remember(
-            flow, Block(place.cloud, place.region, place.zone, place.instance_type, place.market)
+            flow,
+            Block(place.cloud, place.region, place.zone, place.instance_type, place.market),
+            keep=True,
         )
         self._release([i for i in flow.instances if i is not inst])
         flow.instances, flow.up = [], False

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from corral.services.state.blocks import BlockStore
 from corral.services.state.store import Store, WriteConflict
+from corral.shared.blocking import Block
 from corral.shared.lifecycle import IllegalTransition, InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
 
@@ -405,3 +407,23 @@ def test_submissions_with_a_decoding_client(redis_url: str) -> None:
     assert store.create_keyed_request(new_request("req-2"), "k") == "req-1"
     found = store.submission("k")
     assert found is not None and (found.request_id, found.received) == ("req-1", 2)
+
+
+def test_a_release_lifts_the_blocks_of_its_place_but_not_a_lost_machines(
+    client: redis.Redis,
+) -> None:
+    """BlockStore.lift (failover.capacity_freed): the place's sold-out block and the region's
+    quota block end; a lost machine's block, another place's and a cloud's stay."""
+    blocks = BlockStore(client, prefix=PREFIX)
+    here = Block("local", "local", "local-a", "gpu-a10x1", "on_demand")
+    spot_here = Block("local", "local", "local-a", "gpu-a10x1", "spot")
+    region = Block("local", region="local")
+    elsewhere = Block("local", "local", "local-b", "gpu-a10x1", "on_demand")
+    cloud = Block("local")
+    for block, outcome in ((here, "capacity"), (region, "quota"), (elsewhere, "capacity"),
+                           (cloud, "auth"), (spot_here, "lost")):  # fmt: skip
+        blocks.add(block, now=100.0, ttl_s=60.0, reason="t", outcome=outcome)
+    assert blocks.lift([here, region, spot_here, Block("local", zone="nowhere")]) == 2
+    left = {b.block for b in blocks.active(110.0)}
+    assert left == {elsewhere, cloud, spot_here}
+    assert blocks.lift([here, region]) == 0  # nothing left to lift: one read, no write

@@ -5,6 +5,7 @@ retries) and runs once the zone's machine is let go; `--fail-fast` fails at once
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,32 @@ def test_a_bad_max_wait_is_refused_with_exit_2(
     assert bad.returncode == 2
     assert "--max-wait" in bad.stderr and "expected a duration" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_a_machine_of_ours_that_ends_wakes_the_request_waiting_for_its_place(
+    make_system: Callable[..., System],
+) -> None:
+    """Capacity freed by us is not waited out: with a sold-out zone remembered for 2 minutes
+    and the first retry a minute away, the waiting request walks its chain as soon as the
+    machine holding its zone is let go (``failover.capacity_freed``), and runs."""
+    system = make_system(
+        CLOUD, BLOCKED_TTL_S="120", WAIT_RETRY_INITIAL_S="60", WAIT_RETRY_CAP_S="120"
+    )
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision")
+    system.start_beat()
+    blocker = _fill_the_zone(system)
+    rid = system.submit(SERVICE)
+    waiting = system.wait_state(rid, {"WAITING", "RUNNING", "FAILED"}, 60)
+    assert waiting["state"] == "WAITING", waiting
+    assert waiting["waiting"]["retry_at"] - time.time() > 40  # not walking again for a while
+    with system.client() as c:
+        assert c.post(f"/v1/requests/{blocker}/cancel").status_code == 200
+    done = system.wait_state(rid, {"RUNNING", "FAILED"}, 30)
+    assert done["state"] == "RUNNING", done
+    assert done["waiting"]["retries"] == 1
+    with system.client() as c:
+        events = c.get(f"/v1/requests/{rid}/events").json()["events"]
+    lines = [str(e) for e in events]
+    assert any("retry 1: capacity freed in its chain" in line for line in lines), lines

@@ -16,10 +16,12 @@ from corral.shared.waiting import (
     WaitTerms,
     blocking_expiries,
     decide_wait,
+    lifted_by_release,
     looking_since,
     retry_rng,
     still_blocked,
     waits_on,
+    woken_by_release,
 )
 
 NO_JITTER = Backoff(initial_s=30.0, multiplier=2.0, cap_s=300.0, jitter=0.0)
@@ -201,3 +203,29 @@ def test_the_wait_counts_from_the_last_relaunch() -> None:
 )
 def test_terms_are_read_from_the_stored_task(task: dict[str, object], expected: WaitTerms) -> None:
     assert WaitTerms.of(task) == expected
+
+
+def test_a_machine_of_ours_ending_lifts_its_place_its_regions_and_its_types_blocks() -> None:
+    place = Place("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
+    assert lifted_by_release(place) == (
+        Block("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot"),  # sold out there
+        Block("aws", region="us-east-1"),  # a regional quota
+        Block("aws", instance_type="p4d.24xlarge", market="spot"),  # the type's quota
+    )
+
+
+def test_each_freed_machine_wakes_the_oldest_waiter_whose_chain_holds_its_place() -> None:
+    a = Place("local", "local", "local-a", "gpu-1", "on_demand")
+    b = Place("local", "local", "local-b", "gpu-1", "on_demand")
+    a_spot = Place("local", "local", "local-a", "gpu-1", "spot")
+    waiting = [
+        ("r1", [b]),  # oldest, but not in a freed place
+        ("r2", [a_spot, b]),  # a's spot market is not the on-demand room that freed
+        ("r3", [b, a]),
+        ("r4", [a]),
+        ("r5", [a]),
+    ]
+    key_a = (a.cloud, a.region, a.zone, a.instance_type, a.market)
+    assert woken_by_release([key_a], waiting) == ["r3"]
+    assert woken_by_release([key_a, key_a], waiting) == ["r3", "r4"]
+    assert woken_by_release([], waiting) == []

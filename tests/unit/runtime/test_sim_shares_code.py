@@ -233,3 +233,36 @@ def test_a_lost_machines_relaunch_is_decided_by_the_same_rule_in_both(
         )
     assert sim.figures["recoveries"] > 0
     assert simulator.get(id(code)) is code
+
+
+def test_a_release_frees_capacity_by_the_same_rule_in_both(driver: Driver, tmp_path: Path) -> None:
+    """Which blocks an ended machine of ours lifts and which waiting requests it wakes are
+    :func:`corral.shared.waiting.lifted_by_release` and
+    :func:`~corral.shared.waiting.woken_by_release` in the runtime's termination and in the
+    simulator's launcher alike."""
+    from corral.services.runtime import termination
+    from corral.shared import waiting
+    from corral.shared.errors import CapacityError
+
+    codes = {f.__name__: f.__code__ for f in (waiting.lifted_by_release,
+                                              waiting.woken_by_release)}  # fmt: skip
+    service = {"name": "s", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+    held = requests.submit(driver.deps, Task.model_validate(service)).id
+    driver.run()
+    for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
+        driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
+    waiter = requests.submit(driver.deps, Task.model_validate(service)).id
+    driver.run()
+    assert driver.deps.store.get_request(waiter).state == "WAITING"  # type: ignore[union-attr]
+    with entered() as runtime:
+        termination.terminate(driver.deps, held, None, "done with it", by_user=True)
+        driver.run()
+    assert {n for n, c in codes.items() if runtime.get(id(c)) is c} == set(codes)
+    woken = driver.deps.store.get_request(waiter)
+    assert woken is not None and woken.state == "RUNNING", woken
+    assert "capacity freed in its chain" in woken.history[-2].reason
+    (tmp_path / "s.yaml").write_text(FULL_ZONE)
+    (tmp_path / "w.yaml").write_text(FULL_ZONE_WORKLOAD)
+    with entered() as simulator:
+        run_policy(load_scenario(tmp_path / "s.yaml"), load_workload(tmp_path / "w.yaml"), "corral")
+    assert {n for n, c in codes.items() if simulator.get(id(c)) is c} == set(codes)
