@@ -39,7 +39,13 @@ def release_instances(
         and (attempt_id is None or i.attempt_id == attempt_id)
     ]
     ended = [inst for inst in targets if _terminate_instance(deps, inst, reason)]
-    if instance_id is None and look_for_strays:
+    # A machine no record knows comes from an attempt that launched and has not recorded what
+    # it got (its outcome still unset), or from one that died in between (its outcome never
+    # set): with every attempt's outcome in, there is nothing to look for, and the look (the
+    # local cloud reads every machine's record for it) is skipped. Reconcile's stray cleaning
+    # covers an ended request's strays in any case.
+    in_flight = attempt_id is not None or any(a.outcome is None for a in req.attempts)
+    if instance_id is None and look_for_strays and in_flight:
         tags = {TAG_REQUEST: request_id, **({TAG_ATTEMPT: attempt_id} if attempt_id else {})}
         known = {i.provider_id for i in targets}
         for cloud in {c.cloud for c in req.chain}:

@@ -258,6 +258,32 @@ def test_terminate_stops_the_machines_and_ends_the_request(driver: Driver) -> No
     assert ("terminate", [inst.provider_id]) in driver.fake.calls
 
 
+def test_terminating_a_request_whose_attempts_are_all_in_looks_for_no_strays(
+    driver: Driver,
+) -> None:
+    """Every attempt's outcome is in: no machine of it can be unrecorded, so the terminate asks
+    the cloud for nothing but the recorded machine's end (the local cloud's look reads every
+    machine's record)."""
+    rid = _submit(driver)
+    driver.run()
+    driver.fake.calls.clear()
+    assert termination.terminate(driver.deps, rid, None, "user", by_user=True) == "terminated"
+    assert [name for name, _ in driver.fake.calls] == ["terminate"]
+
+
+def test_terminating_a_request_with_an_attempt_in_flight_ends_its_unrecorded_machines(
+    driver: Driver,
+) -> None:
+    driver.fake.boot_delay_s = 60.0
+    rid = _submit(driver)
+    driver.step()  # admitted; its attempt launched and waits for the boot
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and [a.outcome for a in req.attempts] == [None]
+    stray = driver.fake.start_stray({TAG_REQUEST: rid, TAG_ATTEMPT: req.attempts[0].attempt_id})
+    termination.terminate(driver.deps, rid, None, "user", by_user=True)
+    assert driver.fake.machines[stray].state == "terminated"
+
+
 def test_reconcile_relaunches_a_lost_machine_and_terminates_a_stray(driver: Driver) -> None:
     rid = _submit(driver)
     driver.run()
