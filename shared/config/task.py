@@ -2,10 +2,11 @@
 
 SkyPilot defines most of it (``name``, ``num_nodes``, ``setup``, ``run``, ``envs``, ``resources``
 with ``accelerators``, ``ordered`` and ``any_of`` candidates, ...). Determined adds
-``resources.resource_pool``, ``resources.slots`` and ``resources.priority`` (1-99, lower wins,
-default 42). Corral adds a top-level ``priority`` (an integer, higher wins, default 0: the one
-direction Corral uses everywhere), ``labels``, and for later use ``workload_type``,
-``compute_config`` and ``scheduling``.
+``resources.resource_pool``, ``resources.slots``, ``resources.priority`` (1-99, lower wins,
+default 42) and ``resources.max_slots`` (the most slots the experiment's tasks may hold at
+once, a positive integer; no limit when unset). Corral adds a top-level ``priority`` (an
+integer, higher wins, default 0: the one direction Corral uses everywhere), ``labels``, and
+for later use ``workload_type``, ``compute_config`` and ``scheduling``.
 
 A file that sets only Determined's ``resources.priority`` gets Corral's priority converted from
 it: ``corral = 42 - determined`` (det 42 -> 0, det 1 -> 41, det 99 -> -57).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 # Relative imports: `mypy shared` cannot follow `corral.*` through the editable install's finder.
 from ..accelerators import AcceleratorRequest, parse_accelerators
@@ -139,6 +140,15 @@ class JobRecovery(StrictModel):
         return {"strategy": data} if isinstance(data, str) else data
 
 
+def _positive_int(value: object) -> object:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    raise ValueError(
+        "expected a positive integer: the most slots the experiment's tasks may hold at once "
+        f"(leave it out for no limit); got {value!r}"
+    )
+
+
 class Resources(StrictModel):
     """One node's requirements, or (with ``ordered``/``any_of``) a set of candidates."""
 
@@ -185,6 +195,8 @@ class Resources(StrictModel):
     resource_pool: str | None = None
     slots: int | None = Field(None, ge=0)
     priority: int | None = None  # Determined's: 1..99, lower wins
+    # Determined's: the most slots the experiment (the task's group) may hold at once.
+    max_slots: Annotated[int | None, BeforeValidator(_positive_int)] = None
 
     @field_validator("ports")
     @classmethod
@@ -215,6 +227,17 @@ class Resources(StrictModel):
             raise ValueError(
                 "expected Determined's priority, an integer from 1 (most urgent) to 99 "
                 f"(least); Corral's own top-level priority is higher-wins. Got {value}"
+            )
+        return value
+
+    @field_validator("max_slots")
+    @classmethod
+    def _max_slots_holds_the_task(cls, value: int | None, info: ValidationInfo) -> int | None:
+        slots = info.data.get("slots")
+        if value is not None and slots is not None and slots > value:
+            raise ValueError(
+                f"expected a positive integer no smaller than slots ({slots}): a task asking "
+                f"more than max_slots could never start; got {value}"
             )
         return value
 

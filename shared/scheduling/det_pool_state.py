@@ -53,6 +53,7 @@ class PoolPass:
     _fits_future: dict[FitKey, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
     _most_free: list[int] | None = None
     _ever: dict[int, FitVerdict] = field(default_factory=dict)
+    _ever_avoiding: dict[FitKey, bool] = field(default_factory=dict)
     _lowest_victim: tuple[int, float] | None = None
     _lowest_known: bool = False
 
@@ -83,6 +84,16 @@ class PoolPass:
         if slots not in self._ever:
             self._ever[slots] = can_ever_fit(self.pool, slots)
         return self._ever[slots]
+
+    def fits_empty(self, task: DetTask) -> bool:
+        """Whether the task would fit on the pool's agents were they all empty, keeping off
+        the agents it must avoid (Determined's blocked nodes)."""
+        key = (task.slots, task.blocked_agents)
+        if key not in self._ever_avoiding:
+            empty = agent_books(self.pool.agents, self.pool.max_aux_containers_per_agent)
+            fit = find_fit(empty, task.slots, self.policy, task.blocked_agents, self.heterogeneous)
+            self._ever_avoiding[key] = fit is not None
+        return self._ever_avoiding[key]
 
     def fit_now(self, task: DetTask) -> tuple[SlotAllocation, ...] | None:
         """Where the task could start now without taking slots (or auxiliary places)
@@ -143,12 +154,13 @@ class PoolPass:
     def wait(self, task: DetTask, code: DetPendingCode, reason: str) -> None:
         self.pending[task.task_id] = TaskPending(task_id=task.task_id, code=code, reason=reason)
 
-    def release(self, victim: DetTask, preemptor: DetTask, reason: str) -> None:
+    def release(self, victim: DetTask, preemptor: DetTask | str, reason: str) -> None:
+        """Release ``victim`` for ``preemptor`` (a task, or what else takes its slots back,
+        such as its group's max_slots)."""
         self.released.add(victim.task_id)
         self._lowest_known = False
-        self.releases.append(
-            TaskRelease(task_id=victim.task_id, preempted_by=preemptor.task_id, reason=reason)
-        )
+        by = preemptor if isinstance(preemptor, str) else preemptor.task_id
+        self.releases.append(TaskRelease(task_id=victim.task_id, preempted_by=by, reason=reason))
 
     def full_reason(self, task: DetTask) -> str:
         if self._most_free is None:

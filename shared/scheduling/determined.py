@@ -248,15 +248,18 @@ def _round_robin(state: PoolPass, tasks: Sequence[DetTask]) -> None:
 # --------------------------------------------------------------------------- many pools
 def schedule_pools(pools: Sequence[DetPoolSnapshot], now: float) -> tuple[DetPlan, ...]:
     """Each pool's own pass, then fallbacks: a waiting task (not one slots are being freed
-    for) starts in the first pool of its ``fallback_pools`` that can fit it with what that pool
-    has left. Its start is in that pool's plan, whose ``based_on`` then also carries the
-    versions of the task's own pool (the committer must compare both)."""
+    for, nor one its group's ``max_slots`` holds back) starts in the first pool of its
+    ``fallback_pools`` that can fit it with what that pool has left. Its start is in that
+    pool's plan, whose ``based_on`` then also carries the versions of the task's own pool (the
+    committer must compare both)."""
     states = {p.pool: run_pass(p) for p in pools}
     based_on = {p.pool: dict(p.versions) for p in pools}
     for state in states.values():
         for task in state.pool.tasks:
             waiting = state.pending.get(task.task_id)
-            if waiting is None or waiting.code == "waiting_for_preemption":
+            if waiting is None or waiting.code in ("waiting_for_preemption", "at_max_slots"):
+                continue  # room is coming; or its job's max_slots holds it wherever it goes
+            if task.max_slots is not None and task.slots > task.max_slots:
                 continue
             for name in task.fallback_pools:
                 target = states.get(name)

@@ -221,6 +221,7 @@ DetPendingCode = Literal[
     "pool_full",  # not enough free slots on any agent (or set of whole agents)
     "behind_higher_priority",  # a higher-priority task is blocked; lower ones only backfill
     "over_fair_share",  # its group already has its fair share of the pool
+    "at_max_slots",  # its group holds as many slots as its max_slots lets it
     "waiting_for_preemption",  # slots are being freed for it
     "can_never_fit",  # the pool can never have the slots it asks for
     "no_such_pool",  # it names a pool the master config does not define
@@ -253,6 +254,9 @@ class DetTask(_Frozen):
     slots: int = Field(ge=0)
     priority: int | None = Field(None, ge=1, le=99)  # Determined's: lower wins; None: default
     weight: float = Field(1.0, gt=0)  # its group's fair-share weight
+    # Its group's limit on slots held at once (Determined's resources.max_slots; None: none).
+    # Tasks of one group that disagree: the smallest counts. Fair share only, as in Determined.
+    max_slots: int | None = Field(None, gt=0)
     preemptible: bool = True
     submitted_at: float
     started_at: float | None = None

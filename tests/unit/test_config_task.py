@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +122,36 @@ def test_determined_priority_range_is_checked() -> None:
     [(line, loc, message)] = _issues("name: t\nresources:\n  priority: 500\n")
     assert (line, loc) == (3, "resources.priority")
     assert "1 (most urgent) to 99" in message
+
+
+def test_determined_max_slots_is_read() -> None:
+    assert _task("resources:\n  slots: 2\n  max_slots: 4\n").resources.max_slots == 4
+    assert _task("resources:\n  slots: 2\n").resources.max_slots is None
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "1.5", "two", "true", "[4]"])
+def test_determined_max_slots_must_be_a_positive_integer(value: str) -> None:
+    [(line, loc, message)] = _issues(f"name: t\nresources:\n  max_slots: {value}\n")
+    assert (line, loc) == (3, "resources.max_slots")
+    assert message.startswith("expected a positive integer")
+
+
+def test_determined_max_slots_must_hold_the_task() -> None:
+    [(line, loc, message)] = _issues("resources:\n  slots: 4\n  max_slots: 2\n")
+    assert (line, loc) == (3, "resources.max_slots")
+    assert "no smaller than slots (4)" in message
+
+
+def test_a_bad_max_slots_exits_2_through_the_cli(tmp_path: Path) -> None:
+    task = tmp_path / "exp.yaml"
+    task.write_text("name: t\nresources:\n  slots: 1\n  max_slots: 0\nrun: echo\n")
+    env = {**os.environ, "HOME": str(tmp_path), "CORRAL_HOME": str(tmp_path / ".corral")}
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.services.cli.main", "validate", str(task)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"{task}:4: resources.max_slots: expected a positive integer" in done.stderr
 
 
 @pytest.mark.parametrize(

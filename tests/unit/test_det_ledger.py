@@ -170,8 +170,8 @@ def test_two_small_tasks_share_one_new_agent() -> None:
 
 
 def test_a_fair_share_pool_with_no_agent_grows_one_for_its_first_task() -> None:
-    # Fair share over no capacity is a share of 0: the task is "over its share" only because
-    # no agent exists yet, so the pool grows as it would for a full one.
+    # Fair share over no capacity is a share of 0; a group holding nothing waits as for a full
+    # pool (no agent exists yet), and the pool grows.
     fair = dataclasses.replace(POOLS.pool("compute").scheduler, type="fair_share")
     pools = dataclasses.replace(
         POOLS,
@@ -185,7 +185,7 @@ def test_a_fair_share_pool_with_no_agent_grows_one_for_its_first_task() -> None:
 
     after, plans, added = one_pass(ledger, 10.0, limits(), ids(), pools)
 
-    assert codes(plans) == {"t": "over_fair_share"}
+    assert codes(plans) == {"t": "pool_full"}
     assert pools_of(after, added) == ["compute"]
 
 

@@ -686,9 +686,18 @@ def test_blocked_agents_are_avoided() -> None:
 
 # --------------------------------------------------------------------------- fair_share_test.go
 def fair_pool(
-    agents: list[tuple[str, int]], tasks: list[tuple[str, str, int, str | None]], **weights: float
+    agents: list[tuple[str, int]],
+    tasks: list[tuple[str, str, int, str | None]],
+    *,
+    max_slots: dict[str, int] | None = None,
+    fixed: frozenset[str] = frozenset(),
+    blocked: dict[str, tuple[str, ...]] | None = None,
+    kind: str = "fair_share",
+    **weights: float,
 ) -> DetPoolSnapshot:
-    """tasks: (id, group, slots, agent it runs on or None), in submission order."""
+    """tasks: (id, group, slots, agent it runs on or None), in submission order;
+    ``max_slots``: per group; ``fixed``: the tasks that are not preemptible; ``blocked``: the
+    agents a task must avoid."""
     out = []
     for i, (tid, group, slots, on) in enumerate(tasks):
         allocations = () if on is None else (SlotAllocation(agent_id=on, slots=slots),)
@@ -698,6 +707,9 @@ def fair_pool(
                 group_id=group,
                 slots=slots,
                 weight=weights.get(group, 1.0),
+                max_slots=(max_slots or {}).get(group),
+                preemptible=tid not in fixed,
+                blocked_agents=(blocked or {}).get(tid, ()),
                 submitted_at=float(i),
                 started_at=float(i) if on else None,
                 allocations=allocations,
@@ -705,7 +717,7 @@ def fair_pool(
         )
     return DetPoolSnapshot(
         pool="p",
-        scheduler=DetScheduler(type="fair_share"),
+        scheduler=DetScheduler(type=kind),
         agents=tuple(Agent(agent_id=a, slots=s) for a, s in agents),
         tasks=tuple(out),
     )
@@ -754,3 +766,181 @@ def test_fair_share_active_tasks() -> None:
     ]
     plan = schedule_pool(fair_pool([("agent1", 4), ("agent2", 3)], tasks), 0)
     assert started(plan) == {"task1", "task2", "task5"} and released(plan) == set()
+
+
+def test_fair_share_max_slots() -> None:
+    """fair_share_test.go: TestFairShareMaxSlots: group1 may hold one slot of four, so group2
+    gets the other three."""
+    tasks = [(f"task{i}", "group1", 1, None) for i in (1, 2, 3, 4)]
+    tasks += [(f"task{i}", "group2", 1, None) for i in (5, 6, 7, 8)]
+    plan = schedule_pool(fair_pool([("agent", 4)], tasks, max_slots={"group1": 1}), 0)
+    assert started(plan) == {"task1", "task5", "task6", "task7"} and released(plan) == set()
+    codes = {p.task_id: p.code for p in plan.pending}
+    assert {t for t, c in codes.items() if c == "at_max_slots"} == {"task2", "task3", "task4"}
+    assert codes["task8"] == "over_fair_share"  # group2 holds its share, 3
+
+
+def test_fair_share_max_slots_release_allocated_tasks() -> None:
+    """fair_share_test.go: TestFairShareMaxSlotsReleaseAllocatedTasks: a group running four
+    one-slot tasks with max_slots 2 gives two back, though nobody else waits.
+
+    DELIBERATE DIFFERENCE in which two: Determined releases task1 and task2 (the oldest, in
+    queue order); Corral the newest, task4 and task3 (they have done the least work, and
+    Corral's fair share releases newest first everywhere)."""
+    tasks = [(f"task{i}", "group1", 1, "agent") for i in (1, 2, 3, 4)]
+    plan = schedule_pool(fair_pool([("agent", 4)], tasks, max_slots={"group1": 2}), 0)
+    assert started(plan) == set()
+    assert released(plan) == {"task3", "task4"}  # Determined: task1, task2
+    assert all("max_slots (2)" in r.reason for r in plan.releases)
+
+
+def test_fair_share_max_slots_release_keeps_non_preemptible() -> None:
+    """Beside TestFairShareMaxSlotsReleaseAllocatedTasks: a non-preemptible task is never
+    released for max_slots (the newest preemptible ones go instead)."""
+    tasks = [(f"task{i}", "group1", 1, "agent") for i in (1, 2, 3, 4)]
+    pool = fair_pool([("agent", 4)], tasks, max_slots={"group1": 2}, fixed=frozenset({"task4"}))
+    assert released(schedule_pool(pool, 0)) == {"task2", "task3"}
+
+
+def test_fair_share_unscheduled() -> None:
+    """fair_share_test.go: TestFairShareUnscheduled: the group already holds its max_slots
+    (2), so its waiting two-slot task neither starts nor makes room for itself."""
+    tasks = [
+        ("task1", "group1", 2, None),
+        ("task2", "group1", 1, "agent1"),
+        ("task3", "group1", 1, "agent2"),
+    ]
+    pool = fair_pool([("agent1", 2), ("agent2", 2)], tasks, max_slots={"group1": 2})
+    plan = schedule_pool(pool, 0)
+    assert started(plan) == set() and released(plan) == set()
+    assert {p.task_id: p.code for p in plan.pending} == {"task1": "at_max_slots"}
+
+
+@pytest.mark.parametrize("fixed", ["task2", "task1"])
+def test_fair_share_honors_non_preemptible_in_a_group(fixed: str) -> None:
+    """fair_share_test.go: TestFairShareHonorsNonPreemptibleInAGroup (both orders): two
+    one-slot tasks of a group hold a one-slot agent; the preemptible one is released."""
+    tasks = [("task1", "group1", 1, "agent"), ("task2", "group1", 1, "agent")]
+    pool = fair_pool([("agent", 1)], tasks, max_slots={"group1": 2}, fixed=frozenset({fixed}))
+    plan = schedule_pool(pool, 0)
+    assert started(plan) == set()
+    assert released(plan) == {"task1", "task2"} - {fixed}
+
+
+def test_fair_share_a_task_above_max_slots_can_never_start() -> None:
+    """Determined's experiment-config reference: slots_per_trial above max_slots is an error.
+    Corral refuses such a task (can_never_fit) and the group's other tasks go on."""
+    tasks = [("big", "group1", 3, None), ("small", "group1", 1, None)]
+    plan = schedule_pool(fair_pool([("agent", 4)], tasks, max_slots={"group1": 2}), 0)
+    assert started(plan) == {"small"}
+    assert {p.task_id: p.code for p in plan.pending} == {"big": "can_never_fit"}
+
+
+def test_round_robin_ignores_max_slots() -> None:
+    """round_robin_test.go (last in 10667f1838^, before Determined removed round robin):
+    TestRoundRobinScheduler: round robin ignores max_slots (1 here): all three tasks start."""
+    agents = [("agent1", 4), ("agent2", 4), ("agent3", 4)]
+    tasks = [
+        ("task1", "group1", 4, None),
+        ("task2", "group1", 1, None),
+        ("task3", "group1", 0, None),
+    ]
+    pool = fair_pool(agents, tasks, max_slots={"group1": 1}, kind="round_robin")
+    plan = schedule_pool(pool, 0)
+    assert started(plan) == {"task1", "task2", "task3"} and released(plan) == set()
+
+
+def test_priority_ignores_max_slots() -> None:
+    """priority.go reads no group max_slots (only fair_share.go and scaling.go do): a
+    priority pool starts a group's tasks past it."""
+    tasks = [(f"task{i}", "group1", 1, None) for i in (1, 2, 3)]
+    pool = fair_pool([("agent", 4)], tasks, max_slots={"group1": 1}, kind="priority")
+    assert started(schedule_pool(pool, 0)) == {"task1", "task2", "task3"}
+
+
+# Determined's cases without groups: each task is its own job (group), named after it.
+def test_fair_share_nil_group() -> None:
+    """fair_share_test.go: TestFairShareNilgroup: five slots held on a four-slot agent; the
+    task over its share gives its slots back."""
+    tasks = [("task1", "task1", 4, "agent"), ("task2", "task2", 1, "agent")]
+    plan = schedule_pool(fair_pool([("agent", 4)], tasks), 0)
+    assert started(plan) == set() and released(plan) == {"task1"}
+
+
+def test_fair_share_preemptible() -> None:
+    """fair_share_test.go: TestFairSharePreemptible"""
+    tasks = [("task1", "task1", 1, "agent"), ("task2", "task2", 1, "agent")]
+    plan = schedule_pool(fair_pool([("agent", 1)], tasks), 0)
+    assert started(plan) == set() and released(plan) == {"task2"}
+
+
+@pytest.mark.parametrize("fixed", ["task2", "task1"])
+def test_fair_share_honors_non_preemptible_nil_group(fixed: str) -> None:
+    """fair_share_test.go: TestFairShareHonorsNonPreemptibleNilGroup (both orders): slots a
+    non-preemptible task holds are its own, whatever the shares."""
+    tasks = [("task1", "task1", 1, "agent"), ("task2", "task2", 1, "agent")]
+    plan = schedule_pool(fair_pool([("agent", 1)], tasks, fixed=frozenset({fixed})), 0)
+    assert started(plan) == set()
+    assert released(plan) == {"task1", "task2"} - {fixed}
+
+
+def test_fair_share_blocklist() -> None:
+    """fair_share_test.go: TestFairShareBlocklist"""
+    tasks = [("task0.1", "group0", 1, None), ("task1.1", "group1", 1, None)]
+    pool = fair_pool([("agent", 1)], tasks, blocked={"task0.1": ("agent",)})
+    plan = schedule_pool(pool, 0)
+    assert started(plan) == {"task1.1"} and released(plan) == set()
+
+
+def test_fair_share_blocklist_multiple() -> None:
+    """fair_share_test.go: TestFairShareBlocklistMultiple
+
+    DELIBERATE DIFFERENCE in form only. Determined asks to allocate both eight-slot tasks
+    though only one can be placed (its allocation step then places one); Corral plans only the
+    start it can place, and the other waits."""
+    agents = [(f"agent{i}", 4) for i in range(4)]
+    tasks = [("task0.1", "group0", 8, None), ("task1.1", "group1", 8, None)]
+    avoid = ("agent2", "agent3")
+    plan = schedule_pool(fair_pool(agents, tasks, blocked={t[0]: avoid for t in tasks}), 0)
+    assert started(plan) == {"task0.1"} and released(plan) == set()  # Determined: both asked
+    assert {p.task_id: p.code for p in plan.pending} == {"task1.1": "pool_full"}
+
+
+def test_fair_share_blocklist_preemptible() -> None:
+    """fair_share_test.go: TestFairShareBlocklistPreemptible
+
+    DELIBERATE DIFFERENCE in timing only. Determined releases task3.1 and asks to allocate
+    task2.1 in the same call (its mock agents count the running tasks' slots as free); Corral
+    releases task3.1 and starts task2.1 on the freed slot in the next pass."""
+    tasks = [
+        ("task0.1", "task0", 1, None),
+        ("task1.1", "task1", 1, "agent0"),
+        ("task2.1", "task2", 1, None),
+        ("task3.1", "task3", 1, "agent1"),
+    ]
+    blocked = {"task0.1": ("agent0", "agent1"), "task2.1": ("agent0",)}
+    pool = fair_pool([("agent0", 1), ("agent1", 1)], tasks, blocked=blocked)
+    plan = schedule_pool(pool, 0)
+    assert started(plan) == set() and released(plan) == {"task3.1"}
+    assert {p.task_id: p.code for p in plan.pending}["task2.1"] == "waiting_for_preemption"
+    after = schedule_pool(commit(pool, plan, gone={"task3.1"}), 1)
+    assert started(after) == {"task2.1"}
+
+
+def test_fair_share_blocklist_dont_preempt() -> None:
+    """fair_share_test.go: TestFairShareBlocklistDontPreempt: tasks that may not use the only
+    agent claim no share, so nothing is released for them."""
+    tasks = [(f"task{i}.1", f"task{i}", 1, None) for i in (0, 1, 2)]
+    tasks.append(("task3.1", "task3", 1, "agent0"))
+    blocked = {f"task{i}.1": ("agent0",) for i in (0, 1, 2)}
+    plan = schedule_pool(fair_pool([("agent0", 1)], tasks, blocked=blocked), 0)
+    assert started(plan) == set() and released(plan) == set()
+
+
+def test_fair_share_blocklist_equal() -> None:
+    """fair_share_test.go: TestFairShareBlocklistEqual"""
+    tasks = [("task0.1", "task0", 1, None)]
+    tasks += [(f"task{i}.1", f"task{i}", 1, "agent0") for i in (1, 2, 3)]
+    pool = fair_pool([("agent0", 1)], tasks, blocked={"task0.1": ("agent0",)})
+    plan = schedule_pool(pool, 0)
+    assert started(plan) == set() and released(plan) == {"task2.1", "task3.1"}

@@ -357,6 +357,20 @@ def test_fallback_pools_take_a_task_its_own_pool_cannot() -> None:
     assert codes(schedule_pools([alone, od], 10.0)[0]) == {"t": "pool_full"}
 
 
+def test_a_task_held_by_its_max_slots_does_not_fall_back() -> None:
+    """max_slots caps the job, not one pool: a task waiting at it does not move to a fallback
+    pool with room (one waiting only for room does)."""
+    capped = dict(max_slots=1, fallback_pools=("od",))
+    home = pool(
+        "fair_share",
+        agents(4),
+        [running("r", "E", {"ag1": 1}, 1.0, max_slots=1), task("t", "E", 1, 2.0, **capped)],
+    ).model_copy(update={"pool": "home"})
+    od = pool("fair_share", agents(4), []).model_copy(update={"pool": "od"})
+    home_plan, od_plan = schedule_pools([home, od], 10.0)
+    assert codes(home_plan) == {"t": "at_max_slots"} and od_plan.starts == ()
+
+
 def test_idle_agents_reaped_past_period_keeping_min_and_reserved_last() -> None:
     fleet = (
         Agent(agent_id="res", slots=4, market="reserved", idle_since=0.0),

@@ -45,13 +45,15 @@ def resolved(record: PoolRecord) -> ResolvedPools:
 
 
 def task_of(req: LaunchRequest, task: Task) -> DetTask:
-    """A request as a Determined task: its own group (job), its slots, Determined's priority."""
+    """A request as a Determined task: its own group (job), its slots, Determined's priority,
+    and its group's ``max_slots``."""
     return DetTask(
         task_id=req.id,
         group_id=task.labels.get("experiment", req.id),
         slots=task.slots(),
         priority=task.resources.priority,
         weight=float(task.labels.get("weight", 1.0)),
+        max_slots=task.resources.max_slots,
         preemptible=bool(task.scheduling.preemptible)
         if task.scheduling and task.scheduling.preemptible is not None
         else True,

@@ -71,3 +71,44 @@ def test_a_determined_pass_grows_an_agent_and_starts_the_task_on_it(driver: Driv
     assert dispatch.POOL_MACHINE in driver.ran and dispatch.WATCH_BOOTS in driver.ran
     [spec] = driver.fake.launched()
     assert spec.tags[TAG_MACHINE] == agent["id"]
+
+
+def test_a_determined_experiment_keeps_to_its_max_slots(driver: Driver) -> None:
+    """resources.max_slots reaches the fair-share pass: an experiment limited to one slot runs
+    one of its one-slot tasks, the other waits (at_max_slots), and no agent is grown for it."""
+    from corral.services.runtime.why import why
+
+    master = yaml.safe_load((FIXTURES / "pools" / "master-local.yaml").read_text())
+    master["resource_pools"].append(
+        {
+            "pool_name": "fair",
+            "scheduler": {"type": "fair_share"},
+            "provider": {
+                "type": "local", "instance_type": "cpu-2", "instance_slots": 1,
+                "max_instances": 2, "max_idle_agent_period": "30s",
+            },
+        }
+    )  # fmt: skip
+    apply_pool(
+        driver.deps, name="det", kind="master_config", file_name="master.yaml",
+        spec=master, cloud="local",
+    )  # fmt: skip
+    driver.queue.clear()
+    task = {
+        "resources": {"resource_pool": "fair", "slots": 1, "max_slots": 1},
+        "labels": {"experiment": "exp1"},
+        "run": "sleep 1",
+    }
+    first = _submit(driver, {**task, "name": "first"})
+    second = _submit(driver, {**task, "name": "second"})
+    driver.step()
+    driver.step()
+    driver.run(until=lambda: dict(_phases(driver)).get(first) == "running")
+    assert _phases(driver)[second] == "pending"
+    told = why(driver.deps, second)
+    assert told["code"] == "at_max_slots" and "max_slots is 1" in told["reason"], told
+    assert len([m for m in pool_view(driver.deps, "det")["machines"] if m["pool"] == "fair"]) == 1
+
+
+def _phases(driver: Driver) -> dict[str, str]:
+    return {w["id"]: w["phase"] for w in pool_view(driver.deps, "det")["workloads"]}
