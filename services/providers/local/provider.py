@@ -144,13 +144,13 @@ class LocalProvider:
         """Start ``spec.count`` agents in the zone, all or none; idempotent by attempt id."""
         pool, limit, market, reservation_id = self._placement(spec)
         for _ in range(3):
-            token = f"pending:{secrets.token_hex(8)}"
-            if self.state.claim_attempt(spec.attempt_id, token, CLAIM_MARGIN_S):
-                try:
-                    return self._launch_claimed(spec, token, pool, limit, market, reservation_id)
-                except BaseException:
-                    self.state.release_attempt(spec.attempt_id, token)
-                    raise
+            # The attempt is taken by the script that binds its capacity (no claim of its own
+            # before it: a Redis command less per launch); a caller that finds it bound waits
+            # for the agents that caller starts.
+            token = f"start:{secrets.token_hex(8)}"  # the start lease's
+            launched = self._bind_and_start(spec, token, pool, limit, market, reservation_id)
+            if launched is not None:
+                return launched
             ids = self._await_attempt(spec.attempt_id, CLAIM_MARGIN_S + self.attempt_wait_s)
             if ids is not None:
                 self._finish_boot(spec, ids)
@@ -221,7 +221,7 @@ class LocalProvider:
             time.sleep(ATTEMPT_POLL_S)
         raise ThrottledError(f"attempt {attempt_id} is still being launched by another caller")
 
-    def _launch_claimed(
+    def _bind_and_start(
         self,
         spec: LaunchSpec,
         token: str,
@@ -229,8 +229,10 @@ class LocalProvider:
         limit: int,
         market: str,
         reservation_id: str | None,
-    ) -> list[ProviderInstance]:
-        self._play_injected_error(spec)
+    ) -> list[ProviderInstance] | None:
+        """Launch the attempt if no caller has bound it yet; None if one has."""
+        if self._play_injected_error(spec):
+            return None
         # The start lease is taken with the binding of the capacity to the attempt: a caller
         # that sees the binding finds the lease held, or it would start the same agents again.
         # If this process dies before it started them, the lease lapses and a redelivered
@@ -252,8 +254,8 @@ class LocalProvider:
                 f"asked for {spec.count}",
                 code="ReservationCapacityExceeded" if reservation_id else "InsufficientCapacity",
             )
-        if status != 1:
-            raise ThrottledError(f"lost the claim on attempt {spec.attempt_id}; retry")
+        if status == -1:
+            return None  # another caller bound the attempt first
         try:
             for rec in records:
                 self._start_agent(rec, boot_delay_s=delay_s)  # it boots by itself, later
@@ -306,17 +308,23 @@ class LocalProvider:
         records = [r for r in map(self.state.record, ids) if r is not None]
         return [r for r in records if r.pid is None and r.state == PENDING]
 
-    def _play_injected_error(self, spec: LaunchSpec) -> None:
+    def _play_injected_error(self, spec: LaunchSpec) -> bool:
+        """Raise the zone's injected error when its turn comes. True (nothing played): the
+        attempt is bound already, a launch that met no error then (a redelivery) meets none
+        now either. Only a zone with an injected error looks (a Redis command)."""
         type_name = self.cloud.instance_type(spec.instance_type).name
         fault = self.cloud.zone(spec.zone).errors.get(type_name)
         if fault is None:
-            return
+            return False
+        if self.state.attempt_value(spec.attempt_id) is not None:
+            return True
         if fault.fails_launch(self.state.count_fault(spec.zone, type_name)):
             cls, code = INJECTED[fault.kind]
             raise cls(
                 f"{spec.zone}: {fault.kind} error for {type_name} (injected by the cloud file)",
                 code=code,
             )
+        return False
 
     def _new_records(
         self, spec: LaunchSpec, pool: str, market: str, reservation_id: str | None
