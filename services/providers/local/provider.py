@@ -266,8 +266,8 @@ class LocalProvider:
             self._roll_back(records)
             self.state.unbind_attempt(spec.attempt_id, records)
             raise ProviderError(f"could not start the node agent: {exc}") from exc
-        # Pids written, lease let go and the records' states read back in one round trip.
-        states = self.state.started(spec.attempt_id, records)
+        # Pids written and the records' states read back in one round trip.
+        states = self.state.started(records)
         # A terminate() that came while we were starting them saw no pid to signal: finish it.
         read = list(zip(records, states, strict=True))
         stopped = [r.id for r, state in read if state not in (None, PENDING)]
@@ -297,8 +297,8 @@ class LocalProvider:
                     for rec in unborn:
                         left = max(0.0, delay_s - (time.time() - rec.created_at))
                         self._start_agent(rec, boot_delay_s=left)
-                finally:  # what did start is recorded, and the lease let go, either way
-                    self.state.started(spec.attempt_id, unborn)
+                finally:  # what did start is recorded either way (the lease lapses)
+                    self.state.started(unborn)
                 return
             time.sleep(ATTEMPT_POLL_S)  # the launcher is alive and still booting them
         raise ThrottledError(f"attempt {spec.attempt_id} is still booting elsewhere; retry")
@@ -412,6 +412,7 @@ class LocalProvider:
         pid = None
         if self._launcher is not None:
             request = {"argv": args, "log": rec.log_path, "env": env, "name": rec.id}
+            request["record"] = rec.to_hash()  # the agent need not read it back from Redis
             try:
                 pid = launcher.start_agent(self._launcher, self.python, request)
             except (OSError, ValueError, launcher.LauncherError) as exc:
@@ -473,10 +474,14 @@ class LocalProvider:
             self._ended.pop(gone, None)  # forgotten by the cloud: its record expired
         return self._instances(ids, tags, outage_end)
 
-    def describe_launches(self, attempt_ids: Iterable[str]) -> list[ProviderInstance]:
+    def describe_launches(
+        self, attempt_ids: Iterable[str], outage_end: float | None = None
+    ) -> list[ProviderInstance]:
         """What :meth:`describe` reports of these launches' instances only (the boot watch's
-        look at the machines on their way up, not at every machine the cloud knows)."""
-        outage_end = self.outage.pulse()
+        look at the machines on their way up, not at every machine the cloud knows).
+        ``outage_end``: what the caller's pulse just returned (else this call pulses)."""
+        if outage_end is None:
+            outage_end = self.outage.pulse()
         return self._instances(self.state.launched_ids(list(attempt_ids)), None, outage_end)
 
     def _instances(
@@ -639,8 +644,9 @@ class LocalProvider:
     def terminate(self, provider_ids: list[str], zone: str | None = None) -> None:
         """Stop the agents (SIGTERM, SIGKILL after the grace period) and free their capacity.
         Idempotent: unknown and ended ids are fine. Returns once the processes are gone."""
-        records = [rec for rec in map(self.state.record, provider_ids) if rec is not None]
-        # An ended record is final (its state, its task groups): nothing of it is written.
+        # An ended record is final (its state, its task groups): one this process has read
+        # (a look just saw the machine end) is not read again, and nothing of it is written.
+        records = [rec for rec in map(self._record_to_end, provider_ids) if rec is not None]
         live = [rec for rec in records if not rec.ended]
         for rec in live:
             self.state.set_state(rec.id, TERMINATING)
@@ -659,6 +665,11 @@ class LocalProvider:
                 )
             if not rec.run:  # a job's machine was never given any (assign refuses it)
                 self.state.drop_assignment(rec.id)  # a gone machine takes no work
+
+    def _record_to_end(self, instance_id: str) -> InstanceRecord | None:
+        rec = self._ended.get(instance_id)
+        live = rec is None or _expired(rec, time.time())
+        return self.state.record(instance_id) if live else rec
 
     def power_off(self) -> int:
         """Kill every agent and its task at once, as a power cut would, leaving the records as

@@ -23,7 +23,8 @@ hints). Every key starts with ``<prefix>:local:``:
                                    by the script that takes their capacity (a worker of an
                                    earlier version wrote ``pending:<token>`` before it)
 ``attempt:<attempt id>:boot``      the start lease: the token of whoever starts the attempt's
-                                   agents, set with the binding, deleted once they are started
+                                   agents, set with the binding for a few seconds (it lapses;
+                                   once their pids are written nobody needs it)
 ``pool:<zone>:<type>``             set of live instance ids on the zone's on-demand/spot capacity
 ``reservation:<id>``               set of live instance ids on a reservation
 ``faults:<zone>:<type>``           how many launches met the zone's injected error
@@ -325,16 +326,15 @@ class CloudState:
         status, used = self._reserve(keys=keys, args=args)
         return int(status), int(used)
 
-    def started(self, attempt_id: str, records: list[InstanceRecord]) -> list[str | None]:
-        """The agents of ``records`` were started: their pids written, the attempt's start
-        lease let go (after the pids, so whoever takes the lease next sees them), and each
-        record's state read back (a terminate may have come meanwhile; None: no record), in
-        one round trip."""
+    def started(self, records: list[InstanceRecord]) -> list[str | None]:
+        """The agents of ``records`` were started: their pids written and each record's state
+        read back (a terminate may have come meanwhile; None: no record), in one round trip.
+        The attempt's start lease is left to lapse (it is short): whoever wants it next looks
+        for agents not started first, and finds none once the pids are written."""
         pipe = self.r.pipeline(transaction=False)
         for rec in records:
             if rec.pid is not None:
                 pipe.hset(self.keys.record(rec.id), "pid", str(rec.pid))
-        pipe.delete(self.keys.start_lease(attempt_id))
         for rec in records:
             pipe.hget(self.keys.record(rec.id), "state")
         replies = pipe.execute()[-len(records) :] if records else []
