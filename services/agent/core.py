@@ -356,7 +356,9 @@ class Agent:
         with ``keep``, what it left running in the background stays (see :meth:`_stop_kept`)."""
         self.activity = activity
         child = self._spawn(script, self.work.workdir, self.work.envs, container=True)
-        self._beat(force=True)  # after the spawn: a link may send the child's pid with it
+        # After the spawn: a link may send the child's pid with it. It takes no commands: they
+        # wait for the next beat of the interval (a poll less per run, a quick job's only).
+        self._beat(force=True, execs=False)
         while child.poll() is None and not self.stopping:
             self._wait(child)
         code = (
@@ -641,7 +643,9 @@ class Agent:
                 pass
 
     # --- the link to the control plane ------------------------------------------------------
-    def _beat(self, force: bool = False) -> None:
+    def _beat(self, force: bool = False, execs: bool = True) -> None:
+        """Send a heartbeat when one is due (``force``: now) and, unless not ``execs``, take
+        the commands queued for the node and report those running."""
         if not force and time.monotonic() < self._next_beat:
             return
         self._next_beat = time.monotonic() + self._beat_delay()
@@ -654,9 +658,10 @@ class Agent:
                 say("the control plane is reachable again")
             self._link_down = False
             self._link_failures = 0
-            self._execs.step(
-                self.link, self.work.workdir, self._env(self.work.envs), self._exec_argv
-            )
+            if execs:
+                self._execs.step(
+                    self.link, self.work.workdir, self._env(self.work.envs), self._exec_argv
+                )
         except Dismissed as exc:
             self._dismiss(exc)
         except LinkError as exc:

@@ -50,8 +50,12 @@ def watch(deps: Deps, cloud: str) -> dict[str, int]:
 
 
 def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> None:
+    # A boot is late only once its machines had a heartbeat timeout to report after the
+    # control plane's last outage (they could not report while Redis or the API was away).
+    # One pulse per look, before the machines are read (a describe that pulses takes it).
+    outage_end = deps.outage.pulse()
     try:
-        seen = _describe(deps.provider(cloud), boots)
+        seen = _describe(deps.provider(cloud), boots, outage_end)
     except ProviderError as exc:
         counts["unanswered"] += 1
         log.warning("%s did not answer describe (%s); its boots wait a look", cloud, exc)
@@ -61,9 +65,6 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
         if attempt := pi.tags.get(TAG_ATTEMPT):
             by_attempt[attempt].append(pi)
     now = deps.now()
-    # A boot is late only once its machines had a heartbeat timeout to report after the
-    # control plane's last outage (they could not report while Redis or the API was away).
-    outage_end = deps.outage.pulse()
     if getattr(deps.provider(cloud), "nodes", None) is not None:
         # Its machines register through the API: an API outage holds their boots too.
         outage_end = max(outage_end, deps.outage.api_heard_since())
@@ -84,13 +85,14 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
         finish(deps, boot)
 
 
-def _describe(provider: Any, boots: list[Boot]) -> list[ProviderInstance]:
+def _describe(provider: Any, boots: list[Boot], outage_end: float) -> list[ProviderInstance]:
     """One call for every boot at once (per region, inside the provider). A provider that can
     tell the machines of given launches alone (``describe_launches``: the local cloud reads
-    them by attempt) is asked for those, not for every machine it ever ran."""
+    them by attempt, judging them by the look's pulse) is asked for those, not for every
+    machine it ever ran."""
     narrow = getattr(provider, "describe_launches", None)
     if narrow is not None:
-        return list(narrow([boot.key for boot in boots]))
+        return list(narrow([boot.key for boot in boots], outage_end=outage_end))
     return list(provider.describe())
 
 

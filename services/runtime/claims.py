@@ -20,15 +20,32 @@ from corral.services.runtime.deps import Deps
 log = logging.getLogger("corral.claims")
 
 
+class Held:
+    """A claim held by :func:`hold_claim`. ``lapse()``: after the block, stop renewing it but
+    do not release it; it lapses within ``claim_ttl_s`` (a release is a script of three Redis
+    commands, worth saving where nobody waits to take the claim next)."""
+
+    def __init__(self) -> None:
+        self.release = True
+
+    def lapse(self) -> None:
+        self.release = False
+
+
 @contextlib.contextmanager
-def hold_claim(deps: Deps, key: str, owner: str) -> Iterator[None]:
-    """Keep renewing a claim while the block runs; release it after."""
+def hold_claim(deps: Deps, key: str, owner: str) -> Iterator[Held]:
+    """Keep renewing a claim while the block runs; release it after (unless the block said
+    :meth:`Held.lapse`; an exception releases it regardless)."""
+    held = Held()
     _RENEWER.hold(deps, key, owner)
+    failed = True
     try:
-        yield
+        yield held
+        failed = False
     finally:
         _RENEWER.drop(key, owner)
-        deps.store.release(key, owner)
+        if held.release or failed:
+            deps.store.release(key, owner)
 
 
 class _Renewer:

@@ -205,7 +205,7 @@ def _attempt_once(
         # Another delivery is running this attempt, or died holding it: its claim lapses
         # within claim_ttl_s, because a live holder keeps renewing it.
         raise RetryLater(1.0, try_no)
-    with hold_claim(deps, key, owner):
+    with hold_claim(deps, key, owner) as claim:
         # A record this task's walk just wrote, this attempt started in it, is current enough:
         # whoever moves the request on meanwhile (a cancel) is seen by the attempt's next
         # compare-and-set, which lets its machines go. Else: read it as it is now that no one
@@ -216,9 +216,16 @@ def _attempt_once(
             if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
                 return "stale"
         inline = req.chain[step].cloud
-        return _attempt(
+        outcome = _attempt(
             deps, req, step, try_no, attempt_id, inline=inline, written=carried, fresh=fresh
         )
+        if outcome == "booting":
+            # Its machines are in the boot book: the watch finishes the attempt and nobody
+            # waits for this claim (a redelivery of the attempt finds its boot booked, after
+            # a retry of at most claim_ttl_s; reconcile leaves its machines alone as long).
+            # It lapses instead of being released: three Redis commands less per launch.
+            claim.lapse()
+        return outcome
 
 
 def _started_in(req: LaunchRequest | None, attempt_id: str) -> bool:

@@ -8,8 +8,9 @@
 provider passes the zone's ``launch_delay_s``), so a launch call returns at once and the machine
 reports in later, as on a real cloud.
 
-It reads its task (setup, run, envs, workdir) from its instance record in Redis, written by the
-provider before the process starts. It heartbeats every ``heartbeat-s``: a key with a TTL
+It reads its task (setup, run, envs, workdir) from its instance record, written to Redis by the
+provider before the process starts (and handed to it by the launcher, which forks it: then it is
+not read back). It heartbeats every ``heartbeat-s``: a key with a TTL
 holding the time, its resources and its activity (setup | running | idle | exited). It runs
 ``setup`` then ``run`` with bash, each in a process group of its own, their output going to the
 agent's own stdout/stderr (the instance's log file). When ``run`` ends (a job) it records the
@@ -313,7 +314,9 @@ def _read_record(state: CloudState, instance_id: str) -> InstanceRecord | None:
             wait_s = min(wait_s * 2, 2.0)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, record: dict[str, str] | None = None) -> int:
+    """Run the agent of the instance named by ``argv``. ``record``: its record's hash fields as
+    the provider just wrote them (the launcher passes them on), so it is not read back."""
     parser = argparse.ArgumentParser(prog="corral-agent", description=__doc__.split("\n")[0])
     parser.add_argument("--instance-id", required=True)
     parser.add_argument(
@@ -341,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         say("no Redis URL: pass --redis-url or set CORRAL_REDIS_URL")
         return 2
     state = CloudState(MiniRedis.from_url(url), args.prefix)  # type: ignore[arg-type]
-    rec = _read_record(state, args.instance_id)
+    given = InstanceRecord.from_hash(record) if record else None
+    rec = given if given is not None and given.id == args.instance_id else None
+    rec = rec or _read_record(state, args.instance_id)
     if rec is None:
         say(f"no record for {args.instance_id}; nothing to run")
         return 2

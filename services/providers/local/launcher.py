@@ -11,8 +11,9 @@ agents share the launcher's pages).
 
 It listens on an abstract Unix socket (Linux; no file to clean up, no path length limit) named
 by the provider. A request is one JSON line ``{"argv": [...], "log": path, "env": {...},
-"name": instance id}``; the answer is ``{"pid": n}`` once the child runs, or ``{"error": ...}``
-(``{"ping": true}`` answers ``{"pong": true}``).
+"name": instance id, "record": {...}}`` (the record's hash fields, handed to the agent so it
+does not read them back; optional); the answer is ``{"pid": n}`` once the child runs, or
+``{"error": ...}`` (``{"ping": true}`` answers ``{"pong": true}``).
 The child leads a session of its own (it outlives the launcher and the worker that asked),
 writes to the instance's log file, and names itself after the instance (``/proc/<pid>/comm``,
 as the provider identifies an agent by pid and name). ``{"quit": true}`` stops the launcher;
@@ -183,7 +184,10 @@ def _child(
             comm.write(comm_name(str(request["name"])))
         os.close(ready)
         sys.argv = ["corral-agent", *request["argv"]]
-        code = agent.main(list(request["argv"]))
+        record = request.get("record")
+        code = agent.main(
+            list(request["argv"]), record=record if isinstance(record, dict) else None
+        )
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
     except BaseException as exc:

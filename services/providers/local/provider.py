@@ -144,13 +144,13 @@ class LocalProvider:
         """Start ``spec.count`` agents in the zone, all or none; idempotent by attempt id."""
         pool, limit, market, reservation_id = self._placement(spec)
         for _ in range(3):
-            token = f"pending:{secrets.token_hex(8)}"
-            if self.state.claim_attempt(spec.attempt_id, token, CLAIM_MARGIN_S):
-                try:
-                    return self._launch_claimed(spec, token, pool, limit, market, reservation_id)
-                except BaseException:
-                    self.state.release_attempt(spec.attempt_id, token)
-                    raise
+            # The attempt is taken by the script that binds its capacity (no claim of its own
+            # before it: a Redis command less per launch); a caller that finds it bound waits
+            # for the agents that caller starts.
+            token = f"start:{secrets.token_hex(8)}"  # the start lease's
+            launched = self._bind_and_start(spec, token, pool, limit, market, reservation_id)
+            if launched is not None:
+                return launched
             ids = self._await_attempt(spec.attempt_id, CLAIM_MARGIN_S + self.attempt_wait_s)
             if ids is not None:
                 self._finish_boot(spec, ids)
@@ -221,7 +221,7 @@ class LocalProvider:
             time.sleep(ATTEMPT_POLL_S)
         raise ThrottledError(f"attempt {attempt_id} is still being launched by another caller")
 
-    def _launch_claimed(
+    def _bind_and_start(
         self,
         spec: LaunchSpec,
         token: str,
@@ -229,8 +229,10 @@ class LocalProvider:
         limit: int,
         market: str,
         reservation_id: str | None,
-    ) -> list[ProviderInstance]:
-        self._play_injected_error(spec)
+    ) -> list[ProviderInstance] | None:
+        """Launch the attempt if no caller has bound it yet; None if one has."""
+        if self._play_injected_error(spec):
+            return None
         # The start lease is taken with the binding of the capacity to the attempt: a caller
         # that sees the binding finds the lease held, or it would start the same agents again.
         # If this process dies before it started them, the lease lapses and a redelivered
@@ -252,8 +254,8 @@ class LocalProvider:
                 f"asked for {spec.count}",
                 code="ReservationCapacityExceeded" if reservation_id else "InsufficientCapacity",
             )
-        if status != 1:
-            raise ThrottledError(f"lost the claim on attempt {spec.attempt_id}; retry")
+        if status == -1:
+            return None  # another caller bound the attempt first
         try:
             for rec in records:
                 self._start_agent(rec, boot_delay_s=delay_s)  # it boots by itself, later
@@ -264,8 +266,8 @@ class LocalProvider:
             self._roll_back(records)
             self.state.unbind_attempt(spec.attempt_id, records)
             raise ProviderError(f"could not start the node agent: {exc}") from exc
-        # Pids written, lease let go and the records' states read back in one round trip.
-        states = self.state.started(spec.attempt_id, records)
+        # Pids written and the records' states read back in one round trip.
+        states = self.state.started(records)
         # A terminate() that came while we were starting them saw no pid to signal: finish it.
         read = list(zip(records, states, strict=True))
         stopped = [r.id for r, state in read if state not in (None, PENDING)]
@@ -295,8 +297,8 @@ class LocalProvider:
                     for rec in unborn:
                         left = max(0.0, delay_s - (time.time() - rec.created_at))
                         self._start_agent(rec, boot_delay_s=left)
-                finally:  # what did start is recorded, and the lease let go, either way
-                    self.state.started(spec.attempt_id, unborn)
+                finally:  # what did start is recorded either way (the lease lapses)
+                    self.state.started(unborn)
                 return
             time.sleep(ATTEMPT_POLL_S)  # the launcher is alive and still booting them
         raise ThrottledError(f"attempt {spec.attempt_id} is still booting elsewhere; retry")
@@ -306,17 +308,23 @@ class LocalProvider:
         records = [r for r in map(self.state.record, ids) if r is not None]
         return [r for r in records if r.pid is None and r.state == PENDING]
 
-    def _play_injected_error(self, spec: LaunchSpec) -> None:
+    def _play_injected_error(self, spec: LaunchSpec) -> bool:
+        """Raise the zone's injected error when its turn comes. True (nothing played): the
+        attempt is bound already, a launch that met no error then (a redelivery) meets none
+        now either. Only a zone with an injected error looks (a Redis command)."""
         type_name = self.cloud.instance_type(spec.instance_type).name
         fault = self.cloud.zone(spec.zone).errors.get(type_name)
         if fault is None:
-            return
+            return False
+        if self.state.attempt_value(spec.attempt_id) is not None:
+            return True
         if fault.fails_launch(self.state.count_fault(spec.zone, type_name)):
             cls, code = INJECTED[fault.kind]
             raise cls(
                 f"{spec.zone}: {fault.kind} error for {type_name} (injected by the cloud file)",
                 code=code,
             )
+        return False
 
     def _new_records(
         self, spec: LaunchSpec, pool: str, market: str, reservation_id: str | None
@@ -404,6 +412,7 @@ class LocalProvider:
         pid = None
         if self._launcher is not None:
             request = {"argv": args, "log": rec.log_path, "env": env, "name": rec.id}
+            request["record"] = rec.to_hash()  # the agent need not read it back from Redis
             try:
                 pid = launcher.start_agent(self._launcher, self.python, request)
             except (OSError, ValueError, launcher.LauncherError) as exc:
@@ -465,10 +474,14 @@ class LocalProvider:
             self._ended.pop(gone, None)  # forgotten by the cloud: its record expired
         return self._instances(ids, tags, outage_end)
 
-    def describe_launches(self, attempt_ids: Iterable[str]) -> list[ProviderInstance]:
+    def describe_launches(
+        self, attempt_ids: Iterable[str], outage_end: float | None = None
+    ) -> list[ProviderInstance]:
         """What :meth:`describe` reports of these launches' instances only (the boot watch's
-        look at the machines on their way up, not at every machine the cloud knows)."""
-        outage_end = self.outage.pulse()
+        look at the machines on their way up, not at every machine the cloud knows).
+        ``outage_end``: what the caller's pulse just returned (else this call pulses)."""
+        if outage_end is None:
+            outage_end = self.outage.pulse()
         return self._instances(self.state.launched_ids(list(attempt_ids)), None, outage_end)
 
     def _instances(
@@ -631,8 +644,9 @@ class LocalProvider:
     def terminate(self, provider_ids: list[str], zone: str | None = None) -> None:
         """Stop the agents (SIGTERM, SIGKILL after the grace period) and free their capacity.
         Idempotent: unknown and ended ids are fine. Returns once the processes are gone."""
-        records = [rec for rec in map(self.state.record, provider_ids) if rec is not None]
-        # An ended record is final (its state, its task groups): nothing of it is written.
+        # An ended record is final (its state, its task groups): one this process has read
+        # (a look just saw the machine end) is not read again, and nothing of it is written.
+        records = [rec for rec in map(self._record_to_end, provider_ids) if rec is not None]
         live = [rec for rec in records if not rec.ended]
         for rec in live:
             self.state.set_state(rec.id, TERMINATING)
@@ -651,6 +665,11 @@ class LocalProvider:
                 )
             if not rec.run:  # a job's machine was never given any (assign refuses it)
                 self.state.drop_assignment(rec.id)  # a gone machine takes no work
+
+    def _record_to_end(self, instance_id: str) -> InstanceRecord | None:
+        rec = self._ended.get(instance_id)
+        live = rec is None or _expired(rec, time.time())
+        return self.state.record(instance_id) if live else rec
 
     def power_off(self) -> int:
         """Kill every agent and its task at once, as a power cut would, leaving the records as

@@ -19,10 +19,12 @@ hints). Every key starts with ``<prefix>:local:``:
 ``assign-result:<id>``             hash: assignment id -> JSON ``{id, exit_code, reason, at}``:
                                    how each ended (``completed``, ``setup_failed`` or
                                    ``withdrawn``); kept a day
-``attempt:<attempt id>``           ``pending:<token>`` while one caller launches, then the JSON
-                                   list of the instance ids that attempt created
+``attempt:<attempt id>``           the JSON list of the instance ids that attempt created, bound
+                                   by the script that takes their capacity (a worker of an
+                                   earlier version wrote ``pending:<token>`` before it)
 ``attempt:<attempt id>:boot``      the start lease: the token of whoever starts the attempt's
-                                   agents, set with the binding, deleted once they are started
+                                   agents, set with the binding for a few seconds (it lapses;
+                                   once their pids are written nobody needs it)
 ``pool:<zone>:<type>``             set of live instance ids on the zone's on-demand/spot capacity
 ``reservation:<id>``               set of live instance ids on a reservation
 ``faults:<zone>:<type>``           how many launches met the zone's injected error
@@ -187,12 +189,12 @@ class InstanceRecord:
 # attempt's start lease (held by whoever starts the agents: a caller that sees the binding finds
 # the lease held until they are started, or until it lapses with a launcher that died).
 # KEYS: pool, instances, attempt, high-water hash, start lease, record keys...   ARGV: limit,
-# claim token, ids JSON, attempt TTL, lease ms, record JSONs... (one per record key, each a flat
-# {field: string}). Returns {1, used} on success, {0, used} when full, {-1, 0} when the claim
-# was lost, {-2, 0} when an id is already taken. The high-water hash keeps the most slots a
-# pool ever had in use.
+# lease token, ids JSON, attempt TTL, lease ms, record JSONs... (one per record key, each a flat
+# {field: string}). Returns {1, used} on success, {0, used} when full, {-1, 0} when the attempt
+# is bound already (another caller launched it), {-2, 0} when an id is already taken. The
+# high-water hash keeps the most slots a pool ever had in use.
 _RESERVE = """
-if redis.call('GET', KEYS[3]) ~= ARGV[2] then return {-1, 0} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, 0} end
 local n = #KEYS - 5
 local used = redis.call('SCARD', KEYS[1])
 if used + n > tonumber(ARGV[1]) then return {0, used} end
@@ -274,11 +276,6 @@ class CloudState:
         self._set_state = client.register_script(_SET_STATE)
 
     # --- attempts and capacity -------------------------------------------------------------
-    def claim_attempt(self, attempt_id: str, token: str, ttl_s: float) -> bool:
-        """Take the attempt for this caller (SET NX); False if another caller has it."""
-        key = self.keys.attempt(attempt_id)
-        return bool(self.r.set(key, token, nx=True, px=max(1, int(ttl_s * 1000))))
-
     def launched_ids(self, attempt_ids: list[str]) -> list[str]:
         """The instance ids bound to these attempts (one round trip; an attempt still being
         launched, or never launched here, has none yet)."""
@@ -317,8 +314,9 @@ class CloudState:
     ) -> tuple[int, int]:
         """Atomically take ``len(records)`` slots of ``pool`` (at most ``limit`` live), write
         the records, bind their ids to the attempt and take its start lease
-        (:meth:`Keys.start_lease`, ``token`` for ``lease_s``). Returns (status, used): status 1
-        done, 0 full, -1 the claim was lost, -2 an id collided."""
+        (:meth:`Keys.start_lease`, ``token`` for ``lease_s``), unless the attempt is bound
+        already. Returns (status, used): status 1 done, 0 full, -1 the attempt was bound
+        already, -2 an id collided."""
         ids = json.dumps([rec.id for rec in records])
         keys = [pool, self.keys.instances, self.keys.attempt(attempt_id), self.keys.high_water]
         keys += [self.keys.start_lease(attempt_id)]
@@ -328,16 +326,15 @@ class CloudState:
         status, used = self._reserve(keys=keys, args=args)
         return int(status), int(used)
 
-    def started(self, attempt_id: str, records: list[InstanceRecord]) -> list[str | None]:
-        """The agents of ``records`` were started: their pids written, the attempt's start
-        lease let go (after the pids, so whoever takes the lease next sees them), and each
-        record's state read back (a terminate may have come meanwhile; None: no record), in
-        one round trip."""
+    def started(self, records: list[InstanceRecord]) -> list[str | None]:
+        """The agents of ``records`` were started: their pids written and each record's state
+        read back (a terminate may have come meanwhile; None: no record), in one round trip.
+        The attempt's start lease is left to lapse (it is short): whoever wants it next looks
+        for agents not started first, and finds none once the pids are written."""
         pipe = self.r.pipeline(transaction=False)
         for rec in records:
             if rec.pid is not None:
                 pipe.hset(self.keys.record(rec.id), "pid", str(rec.pid))
-        pipe.delete(self.keys.start_lease(attempt_id))
         for rec in records:
             pipe.hget(self.keys.record(rec.id), "state")
         replies = pipe.execute()[-len(records) :] if records else []
