@@ -100,7 +100,8 @@ def test_a_determined_experiment_keeps_to_its_max_slots(driver: Driver) -> None:
         "run": "sleep 1",
     }
     first = _submit(driver, {**task, "name": "first"})
-    second = _submit(driver, {**task, "name": "second"})
+    driver.fake.advance(1.0)  # submitted later: the runtime's clock is the fake's, and at
+    second = _submit(driver, {**task, "name": "second"})  # one instant ids break the tie
     driver.step()
     driver.step()
     driver.run(until=lambda: dict(_phases(driver)).get(first) == "running")
