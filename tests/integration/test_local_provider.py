@@ -121,16 +121,9 @@ def test_a_job_runs_heartbeats_and_records_its_exit_code(provider: LocalProvider
     assert done.exit_code == 7
     log = Path(provider.log_dir / f"{inst.provider_id}.log").read_text()
     assert "out-0\n" in log and "err\n" in log
-    events = [json.loads(e) for e in provider.state.r.lrange(provider.state.keys.events, 0, -1)]
-    assert events == [
-        {
-            "instance_id": inst.provider_id,
-            "event": "exited",
-            "exit_code": 7,
-            "state": "terminated",
-            "reason": "completed",
-        }
-    ]
+    final = provider.state.record(inst.provider_id)
+    assert final is not None
+    assert (final.state, final.exit_code, final.end_reason) == ("terminated", 7, "completed")
     assert provider.state.r.scard(provider.state.keys.pool("lab-east-a", "cpu-2")) == 0
     wait_for(lambda: not Path(f"/proc/{inst.pid}").exists(), what="the agent to be reaped")
 
@@ -330,8 +323,9 @@ def test_a_killed_agent_is_reported_lost_and_frees_its_slot(provider: LocalProvi
     os.kill(inst.pid, signal.SIGKILL)
     wait_for(lambda: state_of(provider, inst.provider_id).state == "lost", what="lost")
     assert provider.state.r.scard(provider.state.keys.pool("lab-east-b", "cpu-2")) == 0
-    [event] = [json.loads(e) for e in provider.state.r.lrange(provider.state.keys.events, 0, -1)]
-    assert (event["instance_id"], event["event"]) == (inst.provider_id, "lost")
+    final = provider.state.record(inst.provider_id)
+    assert final is not None and (final.state, final.exit_code) == ("lost", None)
+    assert final.end_reason == "process gone without a final record"
 
 
 def test_reservations_run_apart_from_the_zones_capacity(provider: LocalProvider) -> None:

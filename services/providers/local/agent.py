@@ -16,7 +16,7 @@ holding the time, its resources and its activity (setup | running | idle | exite
 agent's own stdout/stderr (the instance's log file). When ``run`` ends (a job) it records the
 exit code and exits; without ``run`` (a service or workspace) it stays up idle. On SIGTERM it
 stops its child's process group (SIGTERM, then SIGKILL after ``kill-grace-s``) and exits with a
-final record. Every exit is also published on ``<prefix>:local:events`` (see state.py).
+final record.
 
 An idle machine (a warm one, launched without ``run``) takes *assignments*, several at once:
 on every heartbeat it reads the hash ``<prefix>:local:assign:<id>`` (assignment id -> JSON

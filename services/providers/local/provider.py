@@ -545,10 +545,7 @@ class LocalProvider:
         if not alive and state == LOST:
             final = TERMINATED if rec.state == TERMINATING else LOST
             reason = "terminated" if final == TERMINATED else "process gone without a final record"
-            event = "exited" if final == TERMINATED else "lost"
-            self.state.finish(
-                rec, state=final, exit_code=None, reason=reason, now=time.time(), event=event
-            )
+            self.state.finish(rec, state=final, exit_code=None, reason=reason, now=time.time())
             rec = self.state.record(rec.id) or rec
             state = rec.state
         rec.state = state

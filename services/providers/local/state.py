@@ -29,12 +29,6 @@ hints). Every key starts with ``<prefix>:local:``:
 ``reservation:<id>``               set of live instance ids on a reservation
 ``faults:<zone>:<type>``           how many launches met the zone's injected error
 ``high-water``                     hash: pool key -> the most slots it ever had in use at once
-``events``                         list; the agent (or the provider, for a lost instance) LPUSHes
-                                   ``{"instance_id", "event", "exit_code", "state", "reason"}``
-                                   when an instance ends: ``event`` is ``exited`` (the agent
-                                   ended: its run finished, its setup failed, or it was
-                                   terminated) or ``lost`` (the process vanished without a word).
-                                   Consumers BRPOP it instead of polling ``describe``.
 =================================  =================================================================
 """
 
@@ -74,7 +68,6 @@ class Keys:
     def __init__(self, prefix: str) -> None:
         self.base = f"{prefix}:local"
         self.instances = f"{self.base}:instances"
-        self.events = f"{self.base}:events"
         self.high_water = f"{self.base}:high-water"
 
     def record(self, instance_id: str) -> str:
@@ -217,21 +210,21 @@ if now_used > high then redis.call('HSET', KEYS[4], KEYS[1], now_used) end
 return {1, used + n}
 """
 
-# End an instance once: set its final state, free its capacity slot, publish the event; with
-# the agent's last beat (ARGV[7] set), write it too, in the same step (the heartbeat key, the
-# record's activity and last_beat_at, and first_heartbeat_at if the agent was never heard).
-# KEYS: record, pool, events, heartbeat   ARGV: state, exit code ('' = none), reason, now,
-# record TTL, event JSON, beat JSON ('' = none), beat TTL ms, activity, beat time, first
-# ('1': never heard). Returns 1 when this call ended it, 0 when it had ended already or is
-# unknown (an unknown record gets no beat either).
+# End an instance once: set its final state and free its capacity slot; with the agent's last
+# beat (ARGV[6] set), write it too, in the same step (the heartbeat key, the record's activity
+# and last_beat_at, and first_heartbeat_at if the agent was never heard).
+# KEYS: record, pool, heartbeat   ARGV: state, exit code ('' = none), reason, now, record TTL,
+# beat JSON ('' = none), beat TTL ms, activity, beat time, first ('1': never heard). Returns 1
+# when this call ended it, 0 when it had ended already or is unknown (an unknown record gets no
+# beat either).
 _FINISH = """
 local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at')
 if not held[1] then return 0 end
 local fields = {}
-if ARGV[7] ~= '' then
-  redis.call('SET', KEYS[4], ARGV[7], 'PX', tonumber(ARGV[8]))
-  fields = {'activity', ARGV[9], 'last_beat_at', ARGV[10]}
-  if ARGV[11] == '1' then redis.call('HSETNX', KEYS[1], 'first_heartbeat_at', ARGV[10]) end
+if ARGV[6] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[6], 'PX', tonumber(ARGV[7]))
+  fields = {'activity', ARGV[8], 'last_beat_at', ARGV[9]}
+  if ARGV[10] == '1' then redis.call('HSETNX', KEYS[1], 'first_heartbeat_at', ARGV[9]) end
 end
 if held[2] then
   if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
@@ -244,7 +237,6 @@ fields[n + 5] = 'end_reason'; fields[n + 6] = ARGV[3]
 if ARGV[2] ~= '' then fields[n + 7] = 'exit_code'; fields[n + 8] = ARGV[2] end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('SREM', KEYS[2], held[1])
-redis.call('LPUSH', KEYS[3], ARGV[6])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
 return 1
 """
@@ -398,30 +390,21 @@ class CloudState:
         exit_code: int | None,
         reason: str,
         now: float,
-        event: str = "exited",
         beat: dict[str, Any] | None = None,
         beat_ttl_s: float = 0.0,
         first: bool = False,
     ) -> bool:
-        """End the instance once: final state, capacity slot freed, event published. With
+        """End the instance once: final state, capacity slot freed. With
         ``beat`` (the agent's last heartbeat, as :meth:`heartbeat` builds it; ``first``: the
         agent was never heard), it is written in the same step, whether or not the instance
         had ended already."""
-        payload = {
-            "instance_id": rec.id,
-            "event": event,
-            "exit_code": exit_code,
-            "state": state,
-            "reason": reason,
-        }
-        keys = [self.keys.record(rec.id), rec.pool, self.keys.events, self.keys.heartbeat(rec.id)]
+        keys = [self.keys.record(rec.id), rec.pool, self.keys.heartbeat(rec.id)]
         args: list[str | int | float] = [
             state,
             "" if exit_code is None else exit_code,
             reason,
             now,
             ENDED_RECORD_TTL_S,
-            json.dumps(payload),
         ]
         if beat is None:
             args += ["", 0, "", 0, ""]
