@@ -20,9 +20,8 @@ decision itself, which is what ``corral why`` shows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import compress
-from operator import attrgetter
-from typing import cast
+from itertools import chain, repeat
+from operator import attrgetter, neg
 
 from . import trusted
 from .model import (
@@ -125,51 +124,58 @@ def schedule(
 
 def queue(state: PoolState) -> list[Workload]:
     """Pending workloads in the order they are considered (see the module docstring)."""
+    waiting = state.pending()
+    if not waiting:
+        return []
+    # The best rule priority a machine type's partitions give, per labels: machine types
+    # alike in rules (the same rule objects) give the same, so a table per label id maps
+    # rules to it, filled as asked. Read for the whole queue at C speed. Rule priorities are
+    # never below 0: a workload none of whose machine types is in the pool has 0.
+    tables: dict[int, _BestIn] = {}
+    lids = state.label_ids(waiting)
+    for lid, workload in zip(lids, waiting, strict=True):
+        if lid not in tables:
+            tables[lid] = _BestIn(state, workload)
+    lookups = map(attrgetter("__getitem__"), map(tables.__getitem__, lids))
+    rules_of = map(map, repeat(state.rules_of_type.get), map(_GROUP_ORDER, waiting))
+    best = map(max, map(chain, repeat((0,)), map(map, lookups, rules_of)))
+    # Sorted on each key in turn, least significant first (a stable sort of keys of one type
+    # each compares faster than tuples do). Ids are unique: no two workloads tie.
+    order = list(range(len(waiting)))
+    for keys in (
+        list(map(_WORKLOAD_ID, waiting)),
+        list(map(_SUBMITTED_AT, waiting)),
+        list(map(neg, map(_PRIORITY, waiting))),
+        list(map(neg, best)),
+    ):
+        order.sort(key=keys.__getitem__)
+    return list(map(waiting.__getitem__, order))
 
-    # The best rule priority a machine type's partitions give: per labels, per machine type,
-    # worked out once per labels and rules (machine types alike in rules share it).
-    best_in: dict[int, dict[str, int]] = {}
-    best_by_rules: dict[tuple[int, tuple[int, ...]], int] = {}
-    rules_of_type, books_of_type = state.rules_of_type, state.books_of_type
 
-    def best_there(workload: Workload, lid: int, machine_type: str) -> int:
-        rules = rules_of_type.get(machine_type)
-        if rules is None:
-            return 0  # not a machine type of this pool
-        found = best_by_rules.get((lid, rules))
-        if found is None:
-            found = best_by_rules[(lid, rules)] = max(
-                (state.access(b, workload).priority for b in books_of_type[machine_type]),
-                default=0,
-            )
-        return found
+_GROUP_ORDER = attrgetter("group_order")
+_PRIORITY = attrgetter("priority")
+_SUBMITTED_AT = attrgetter("submitted_at")
+_WORKLOAD_ID = attrgetter("workload_id")
 
-    keyed: list[tuple[int, int, float, str, Workload]] = []
-    fields = attrgetter("group_order", "priority", "submitted_at", "workload_id")
-    label_id = state.label_id
-    known = state.workloads.values()
-    pending = [phase == "pending" for phase in map(attrgetter("phase"), known)]
-    for workload in compress(known, pending):
-        order, priority, submitted_at, wid = fields(workload)
-        lid = label_id(workload)
-        per_type = best_in.get(lid)
-        if per_type is None:
-            per_type = best_in[lid] = {}
-        seen = list(map(per_type.get, order))
-        if None in seen:  # machine types not yet seen with these labels
-            best = 0  # rule priorities are never below 0
-            for machine_type in order:
-                here = per_type.get(machine_type)
-                if here is None:
-                    here = per_type[machine_type] = best_there(workload, lid, machine_type)
-                if here > best:
-                    best = here
-        else:
-            best = max(cast(list[int], seen), default=0)
-        # Ids are unique (the workloads are by id), so two entries never compare workloads.
-        keyed.append((-best, -priority, submitted_at, wid, workload))
-    keyed.sort()
-    return [entry[4] for entry in keyed]
+
+class _BestIn(dict[tuple[int, ...] | None, int]):
+    """For one set of labels: a machine type's rules (``PoolState.rules_of_type``; None: not
+    a machine type of the pool) -> the best rule priority its partitions give, worked out
+    when first read."""
+
+    def __init__(self, state: PoolState, workload: Workload) -> None:
+        super().__init__()
+        self.state, self.workload = state, workload
+        # A machine type of each kind of rules, to read them from.
+        self.example = {rules: t for t, rules in reversed(state.rules_of_type.items())}
+
+    def __missing__(self, rules: tuple[int, ...] | None) -> int:
+        best = 0
+        if rules is not None:
+            books = self.state.books_of_type[self.example[rules]]
+            best = max((self.state.access(b, self.workload).priority for b in books), default=0)
+        self[rules] = best
+        return best
 
 
 # What decides whether a workload without held room can be placed or can preempt, and what
@@ -276,14 +282,14 @@ def _placed(
     if where is None:
         if len(takes) == 1:
             book, count = takes[0]
-            where = f"{count} on {book.label}"
+            where = book.on(count)
         else:
-            where = ", ".join(f"{count} on {book.label}" for book, count in takes)
-    first = workload.group_order[0] if workload.group_order else None
-    fell_back = bool(takes) and takes[0][0].machine_type != first
-    note = f" ({first} had no room for it)" if fell_back and first else ""
+            where = ", ".join([book.on(count) for book, count in takes])
+    order = workload.group_order
+    if takes and order and takes[0][0].machine_type != order[0]:
+        where = f"{where} ({order[0]} had no room for it)"
     return trusted.placement(
-        workload.workload_id, tuple(nodes), f"placed {workload.num_nodes} node(s): {where}{note}"
+        workload.workload_id, tuple(nodes), f"placed {workload.num_nodes} node(s): {where}"
     )
 
 

@@ -15,11 +15,11 @@ that every later decision of the same pass sees the machines the earlier ones to
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
-from operator import attrgetter, is_
+from operator import attrgetter, is_, itemgetter
 
 from . import trusted
 from .model import (
@@ -35,7 +35,7 @@ from .model import (
 from .selectors import Selector, compile_selector
 
 BookKey = tuple[str, str]  # (machine_type, partition)
-LabelsKey = tuple[tuple[str, str], ...]
+LabelsKey = tuple[str, tuple[tuple[str, str], ...]]  # (workload type, own labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +80,22 @@ class Book:
     # The rule decision per set of labels (see PoolState.label_id), filled as the pass asks;
     # shared by the partitions whose rules are the same object (the decision is the rules').
     access_by_labels: dict[int, Access] = field(default_factory=dict)
-    holders: dict[str, None] = field(default_factory=dict)  # who holds its machines, in order
+    # Who holds its machines, in snapshot order: filled when first asked (PoolState.holder_ids).
+    holders: dict[str, None] = field(default_factory=dict)
     label: str = ""  # "type/partition", for messages
+    counted: dict[int, str] = field(default_factory=dict)  # n -> "n on type/partition"
     launch_node: NodeAssignment | None = None  # a node to launch here (frozen: shared)
 
     def __post_init__(self) -> None:
         self.key = (self.machine_type, self.name)
         self.label = f"{self.machine_type}/{self.name}"
+
+    def on(self, count: int) -> str:
+        """``"<count> on <label>"``, as placements say it (made once per count)."""
+        text = self.counted.get(count)
+        if text is None:
+            text = self.counted[count] = f"{count} on {self.label}"
+        return text
 
     def reserved_for_others(self, workload_id: str) -> int:
         return self.reserved_total - self.reserved.get(workload_id, 0)
@@ -130,13 +139,23 @@ def access_for(book: Book, labels: Mapping[str, str]) -> Access:
 
 
 def labels_key(workload: Workload) -> LabelsKey:
-    """Equal for workloads whose selector labels are equal (built without building those)."""
-    labels = workload.labels
-    if not labels:
-        return (("workload-type", workload.workload_type),)
-    if len(labels) == 1 and "workload-type" not in labels:
-        return (("workload-type", workload.workload_type), *labels.items())
-    return tuple(sorted(workload.selector_labels().items()))
+    """Its type and its own labels as they are stored: equal for workloads whose labels are
+    equal and listed in the same order (what the decisions are cached by; labels equal in
+    another order only get their own entry). Read as a tuple of pairs by :func:`labels_of`."""
+    return (workload.workload_type, tuple(workload.labels.items()))
+
+
+def labels_of(key: LabelsKey) -> dict[str, str]:
+    """The selector labels (``Workload.selector_labels``) of a :func:`labels_key`."""
+    workload_type, own = key
+    return {**dict(own), "workload-type": workload_type}
+
+
+_WORKLOAD_ID = attrgetter("workload_id")
+_WORKLOAD_TYPE = attrgetter("workload_type")
+_LABELS = attrgetter("labels")
+_SECOND = itemgetter(1)
+_PHASE = attrgetter("phase")
 
 
 class PoolState:
@@ -185,8 +204,15 @@ class PoolState:
         )
         # Workloads giving their machines back: never placed or chosen as victims again.
         self.stopping: set[str] = set()
-        if "stopping" in map(attrgetter("phase"), workloads):
+        phases = list(map(_PHASE, workloads))
+        if "stopping" in phases:
             self.stopping = {w.workload_id for w in workloads if w.phase == "stopping"}
+        # The workloads by id in their order, and their phases, for the filters below.
+        self._known: Sequence[Workload] = workloads
+        if len(self.workloads) < len(workloads):  # an id given twice: its last one counts
+            self._known = tuple(self.workloads.values())
+            phases = list(map(_PHASE, self._known))
+        self._phases = phases
         self._holds: dict[str, set[BookKey]] = defaultdict(set)  # workload id -> held partitions
         # Workloads' labels as small ids: rule decisions are cached per partition and label id
         # (hashing an int, not a tuple of label pairs, on every look).
@@ -199,6 +225,8 @@ class PoolState:
         self.holders_by_age: dict[
             tuple[BookKey, float, float], tuple[list[Workload], list[Workload]]
         ] = {}
+        self._held_by: tuple[list[BookKey], list[str]] = ([], [])
+        self._holders_booked = False
         self._book_machines(snapshot.machines)
         self._book_reservations(snapshot.reservations)
 
@@ -223,8 +251,8 @@ class PoolState:
         no partition has a victim; worked out when a pass first looks for one)."""
         # Workload.is_preemptible, read at C speed: its own setting when set (True in any),
         # else preemptible as a job (a job among those without a setting).
-        known = self.workloads.values()
-        running = list(compress(known, map("running".__eq__, map(attrgetter("phase"), known))))
+        known = self._known
+        running = list(compress(known, map("running".__eq__, self._phases)))
         own = list(map(attrgetter("preemptible"), running))
         if True in own:
             return True
@@ -233,36 +261,42 @@ class PoolState:
         unset = compress(running, map(is_, own, repeat(None)))
         return "job" in map(attrgetter("workload_type"), unset)
 
+    def pending(self) -> list[Workload]:
+        """The snapshot's pending workloads, in snapshot order."""
+        return list(compress(self._known, map("pending".__eq__, self._phases)))
+
     def holds_room(self, workload_id: str) -> bool:
         """Whether room is held (reserved) for this workload anywhere."""
         return workload_id in self._holds
 
     # ----------------------------------------------------------------- reading the snapshot
-    def _book_machines(self, machines: Iterable[Machine]) -> None:
+    def _book_machines(self, machines: Sequence[Machine]) -> None:
         # One pass over the machines, their fields read in one call each. Idle machines are
         # gathered per partition as (idle since, id, minus their place), to sort without a key
-        # function. An owner's rule is read from the decisions cached per labels.
+        # function. An owner's rule is read from the decisions cached per labels; who holds
+        # what is kept for the holders (read only by preemption, see ``holder_ids``).
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
         idle_of: defaultdict[BookKey, list[tuple[float, str, int]]] = defaultdict(list)
+        held_keys, held_by = self._held_by
         fields = attrgetter("machine_type", "partition", "workload_id", "idle_since", "machine_id")
         place = 0
         for machine_type, partition, owner_id, since, machine_id in map(fields, machines):
             place -= 1
             key = (machine_type, partition)
-            if owner_id is None:
-                if key in books:  # a partition the pool no longer defines counts nowhere
-                    idle_of[key].append((since or 0.0, machine_id, place))
-                continue
             book = books.get(key)
             if book is None:
+                continue  # a partition the pool no longer defines counts nowhere
+            if owner_id is None:
+                idle_of[key].append((since or 0.0, machine_id, place))
                 continue
             book.held += 1
-            book.holders[owner_id] = None
+            held_keys.append(key)
+            held_by.append(owner_id)
             if not book.rules:
                 continue  # no rule, no quota to count against
             owner = workloads.get(owner_id)
             if owner is not None:
-                lid = label_ids.get(labels_key(owner))
+                lid = label_ids.get((owner.workload_type, tuple(owner.labels.items())))
                 access = book.access_by_labels.get(lid) if lid is not None else None
                 rule = (access or self.access(book, owner)).rule
                 if rule is not None:
@@ -273,7 +307,17 @@ class PoolState:
         for key, mine in idle_of.items():
             if len(mine) > 1:
                 mine.sort()
-            books[key].idle = [machine_id for _since, machine_id, _place in mine]
+            books[key].idle = list(map(_SECOND, mine))
+
+    def _book_holders(self) -> None:
+        """Fill each partition's holders (who holds its machines, in snapshot order): only
+        looking for victims reads them."""
+        if self._holders_booked:
+            return
+        self._holders_booked = True
+        books = self.books
+        for key, owner in zip(*self._held_by, strict=True):
+            books[key].holders[owner] = None
 
     def _book_reservations(self, reservations: Iterable[Reservation]) -> None:
         for reservation in reservations:
@@ -285,17 +329,25 @@ class PoolState:
 
     # ----------------------------------------------------------------- rules and room
     def label_id(self, workload: Workload) -> int:
-        """A small id for the workload's labels: equal labels, equal ids (within the pass)."""
-        wid = workload.workload_id
-        lid = self._label_of.get(wid)
+        """A small id for the workload's labels: equal labels, equal ids (within the pass; see
+        :func:`labels_key`)."""
+        lid = self._label_of.get(workload.workload_id)
         if lid is None:
-            key = labels_key(workload)
-            lid = self._label_ids.get(key)
-            if lid is None:
-                lid = self._label_ids[key] = len(self._label_keys)
-                self._label_keys.append(key)
-            self._label_of[wid] = lid
+            lid = self.label_ids([workload])[0]
         return lid
+
+    def label_ids(self, workloads: Sequence[Workload]) -> list[int]:
+        """``label_id`` of each of these workloads, worked out together at C speed."""
+        own = map(tuple, map(dict.items, map(_LABELS, workloads)))
+        keys = list(zip(map(_WORKLOAD_TYPE, workloads), own, strict=True))
+        ids = self._label_ids
+        for key in dict.fromkeys(keys):
+            if key not in ids:
+                ids[key] = len(self._label_keys)
+                self._label_keys.append(key)
+        out = list(map(ids.__getitem__, keys))
+        self._label_of.update(zip(map(_WORKLOAD_ID, workloads), out, strict=True))
+        return out
 
     def access(self, book: Book, workload: Workload) -> Access:
         """The rule decision for this workload in this partition (cached by labels)."""
@@ -304,12 +356,18 @@ class PoolState:
             lid = self.label_id(workload)
         cached = book.access_by_labels.get(lid)
         if cached is None:
-            cached = book.access_by_labels[lid] = access_for(book, dict(self._label_keys[lid]))
+            cached = book.access_by_labels[lid] = access_for(book, labels_of(self._label_keys[lid]))
         return cached
+
+    def holder_ids(self, book: Book) -> dict[str, None]:
+        """The ids of the workloads holding machines of this partition, as of the snapshot
+        (known or not), in snapshot order."""
+        self._book_holders()
+        return book.holders
 
     def holders(self, book: Book) -> list[Workload]:
         """The known workloads holding machines of this partition (as of the snapshot)."""
-        known = (self.workloads.get(wid) for wid in book.holders)
+        known = (self.workloads.get(wid) for wid in self.holder_ids(book))
         return [w for w in known if w is not None]
 
     def books_for(self, workload: Workload) -> list[Book]:
@@ -384,41 +442,34 @@ class PoolState:
         lid = self._label_of.get(wid)
         if lid is None:
             lid = self.label_id(workload)
-        order: Iterable[str] = workload.group_order
-        if len(workload.group_order) > 1 and len(set(order)) < len(workload.group_order):
-            order = dict.fromkeys(order)
+        books = self._books_by_order.get(workload.group_order)
+        if books is None:
+            books = self.books_for(workload)
         found: list[tuple[Book, int, int | None]] = []
-        of_type = self.books_of_type
-        for machine_type in order:
-            group = of_type.get(machine_type)
-            if group is None:
-                continue  # not a machine type of this pool
-            for book in group:
-                room = book.size - book.held
-                if book.reserved_total:
-                    room -= book.reserved_total - book.reserved.get(wid, 0)
-                if room <= 0:
-                    continue
-                access = book.access_by_labels.get(lid) or self.access(book, workload)
-                if access.denial is not None:
-                    continue
-                quota, rule = access.quota, access.rule
-                if quota is not None and rule is not None:
-                    quota_room = quota - book.rule_used[rule]
-                    if book.reserved:
-                        quota_room -= book.rule_reserved_for_others(rule, wid)
-                    if quota_room < room:
-                        room = quota_room
-                        if room <= 0:
-                            continue
-                if room >= remaining:
-                    found.append((book, remaining, rule))
-                    remaining = 0
-                    break
-                found.append((book, room, rule))
-                remaining -= room
-            if not remaining:
+        for book in books:
+            room = book.size - book.held
+            if book.reserved_total:
+                room -= book.reserved_total - book.reserved.get(wid, 0)
+            if room <= 0:
+                continue
+            access = book.access_by_labels.get(lid) or self.access(book, workload)
+            if access.denial is not None:
+                continue
+            quota, rule = access.quota, access.rule
+            if quota is not None and rule is not None:
+                quota_room = quota - book.rule_used[rule]
+                if book.reserved:
+                    quota_room -= book.rule_reserved_for_others(rule, wid)
+                if quota_room < room:
+                    room = quota_room
+                    if room <= 0:
+                        continue
+            if room >= remaining:
+                found.append((book, remaining, rule))
+                remaining = 0
                 break
+            found.append((book, room, rule))
+            remaining -= room
         if remaining:
             return None
         takes: list[tuple[Book, int]] = []

@@ -94,7 +94,7 @@ def _holders_by_age(
         ripe: list[Workload] = []
         young: list[Workload] = []
         workloads = state.workloads
-        for wid in book.holders:
+        for wid in state.holder_ids(book):
             victim = workloads.get(wid)
             if victim is not None and victim.phase == "running" and victim.is_preemptible():
                 (ripe if runtime_ok(victim, now, min_runtime_s) else young).append(victim)

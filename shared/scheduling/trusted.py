@@ -14,12 +14,20 @@ frozen, and ``model_copy`` copies it before adding to it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel
 
 from .model import NodeAssignment, Pending, Placement
 
 _new = object.__new__
-_set = object.__setattr__
+# The four slots' own setters, called directly (as ``object.__setattr__`` ends up doing, without
+# its look-up of the name on the class).
+_SLOTS = vars(BaseModel)
+_set_dict = _SLOTS["__dict__"].__set__
+_set_fields = _SLOTS["__pydantic_fields_set__"].__set__
+_set_extra = _SLOTS["__pydantic_extra__"].__set__
+_set_private = _SLOTS["__pydantic_private__"].__set__
 
 
 def _plain(cls: type[BaseModel], fields: tuple[str, ...]) -> bool:
@@ -31,6 +39,8 @@ def _plain(cls: type[BaseModel], fields: tuple[str, ...]) -> bool:
         and not cls.__private_attributes__
         and not cls.__pydantic_root_model__
         and tuple(cls.model_fields) == fields
+        # the slots set here are BaseModel's own, not ones a subclass put over them
+        and next(k for k in cls.__mro__ if "__dict__" in vars(k)) is BaseModel
     )
 
 
@@ -43,23 +53,30 @@ _PLACEMENT_FIELDS = {"workload_id", "nodes", "reason"}
 
 def node(machine_type: str, partition: str, machine_id: str | None) -> NodeAssignment:
     """``NodeAssignment(machine_type=..., partition=..., machine_id=...)``."""
-    if not _NODE_PLAIN:
-        return NodeAssignment(machine_type=machine_type, partition=partition, machine_id=machine_id)
-    made = _new(NodeAssignment)
-    _set(
-        made,
-        "__dict__",
-        {"machine_type": machine_type, "partition": partition, "machine_id": machine_id},
-    )
-    _set(made, "__pydantic_fields_set__", _NODE_FIELDS)
-    _set(made, "__pydantic_extra__", None)
-    _set(made, "__pydantic_private__", None)
-    return made
+    return nodes(machine_type, partition, [machine_id])[0]
 
 
-def nodes(machine_type: str, partition: str, machine_ids: list[str]) -> list[NodeAssignment]:
+def nodes(
+    machine_type: str, partition: str, machine_ids: Sequence[str | None]
+) -> list[NodeAssignment]:
     """``node`` for each of these machines of one partition."""
-    return [node(machine_type, partition, m) for m in machine_ids]
+    if not _NODE_PLAIN:
+        return [
+            NodeAssignment(machine_type=machine_type, partition=partition, machine_id=m)
+            for m in machine_ids
+        ]
+    out = []
+    for machine_id in machine_ids:
+        made = _new(NodeAssignment)
+        _set_dict(
+            made,
+            {"machine_type": machine_type, "partition": partition, "machine_id": machine_id},
+        )
+        _set_fields(made, _NODE_FIELDS)
+        _set_extra(made, None)
+        _set_private(made, None)
+        out.append(made)
+    return out
 
 
 def placement(workload_id: str, nodes: tuple[NodeAssignment, ...], reason: str) -> Placement:
@@ -67,10 +84,10 @@ def placement(workload_id: str, nodes: tuple[NodeAssignment, ...], reason: str) 
     if not _PLACEMENT_PLAIN:
         return Placement(workload_id=workload_id, nodes=nodes, reason=reason)
     made = _new(Placement)
-    _set(made, "__dict__", {"workload_id": workload_id, "nodes": nodes, "reason": reason})
-    _set(made, "__pydantic_fields_set__", _PLACEMENT_FIELDS)
-    _set(made, "__pydantic_extra__", None)
-    _set(made, "__pydantic_private__", None)
+    _set_dict(made, {"workload_id": workload_id, "nodes": nodes, "reason": reason})
+    _set_fields(made, _PLACEMENT_FIELDS)
+    _set_extra(made, None)
+    _set_private(made, None)
     return made
 
 
@@ -80,8 +97,8 @@ def pending_for(told: Pending, workload_id: str) -> Pending:
     if not _PENDING_PLAIN or "workload_id" not in told.model_fields_set:
         return told.model_copy(update={"workload_id": workload_id})
     made = _new(Pending)
-    _set(made, "__dict__", {**told.__dict__, "workload_id": workload_id})
-    _set(made, "__pydantic_fields_set__", told.model_fields_set)
-    _set(made, "__pydantic_extra__", None)
-    _set(made, "__pydantic_private__", None)
+    _set_dict(made, {**told.__dict__, "workload_id": workload_id})
+    _set_fields(made, told.model_fields_set)
+    _set_extra(made, None)
+    _set_private(made, None)
     return made

@@ -5,6 +5,7 @@ thrash guard, replacement, rule and quota reasons, idle reaping."""
 from __future__ import annotations
 
 import itertools
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -577,3 +578,76 @@ def test_a_pass_sees_a_preemptible_workload_exactly_when_one_runs() -> None:
             state = PoolState(PoolSnapshot(pool="p", workloads=workloads))
             wanted = any(w.phase == "running" and w.is_preemptible() for w in workloads)
             assert state.any_preemptible is wanted, mix
+
+
+def test_labels_listed_in_another_order_decide_alike() -> None:
+    """Rule decisions are cached per labels as a workload lists them; the same labels listed
+    in another order must get the same decisions: the same plan, word for word, with the
+    running workloads' quotas counted alike and the waiting ones queued and placed alike."""
+    rules = (
+        RuleSpec(selector="project=a,team=x", priority=5, quota=3),
+        RuleSpec(selector="team=x", priority=2, quota=4),
+        RuleSpec(selector="workload-type=job", priority=1),
+    )
+    types = tuple(
+        MachineTypeState(
+            machine_type=f"t{i}",
+            partitions=(
+                PartitionState(name="team", size=6, rules=rules),
+                PartitionState(name="any", size=4),
+            ),
+        )
+        for i in range(3)
+    )
+    labels = ({"project": "a", "team": "x"}, {"team": "x"}, {"project": "b", "team": "x"}, {})
+    for seed in range(40):
+        rng = random.Random(seed)
+        workloads, machines = [], []
+        for n in range(30):
+            running = n < 12
+            wid = f"w{n:02d}"
+            workloads.append(
+                Workload(
+                    workload_id=wid,
+                    workload_type=rng.choice(("job", "service")),
+                    labels=dict(rng.choice(labels)),
+                    priority=rng.randint(0, 2),
+                    num_nodes=rng.choice((1, 2)),
+                    group_order=tuple(rng.sample(["t0", "t1", "t2"], 2)),
+                    submitted_at=float(rng.randint(0, 9)),
+                    phase="running" if running else "pending",
+                    started_at=0.0 if running else None,
+                )
+            )
+            if running:
+                machines.append(
+                    Machine(
+                        machine_id=f"m{n}",
+                        machine_type=f"t{n % 3}",
+                        partition="team",
+                        workload_id=wid,
+                    )
+                )
+        machines += [
+            Machine(
+                machine_id=f"i{n}",
+                machine_type=f"t{n % 3}",
+                partition=rng.choice(("team", "any")),
+                idle_since=float(rng.randint(0, 3)),
+            )
+            for n in range(8)
+        ]
+        snap = PoolSnapshot(
+            pool="p", machine_types=types, machines=tuple(machines), workloads=tuple(workloads)
+        )
+        flipped = snap.model_copy(
+            update={
+                "workloads": tuple(
+                    w.model_copy(update={"labels": dict(reversed(w.labels.items()))})
+                    for w in workloads
+                )
+            }
+        )
+        plan = schedule(snap, 100.0, replacement_budget=0)
+        assert plan.placements, "the case places nothing: it would show nothing"
+        assert schedule(flipped, 100.0, replacement_budget=0) == plan
