@@ -94,11 +94,10 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
-@pytest.fixture
-def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
-    """Build real Corral installations (API, workers, beat as processes) on the test's Redis;
-    everything they started, local instances included, is stopped afterwards."""
-    from harness import LOCAL_ONLY, System, kill_agents
+def _systems(home: Path, redis_url: str) -> tuple[Callable[..., Any], list[Any]]:
+    """A function that builds Corral installations under ``home`` on ``redis_url``, and the
+    list of those it built."""
+    from harness import LOCAL_ONLY, System
 
     systems: list[System] = []
 
@@ -107,11 +106,41 @@ def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
     ) -> System:
         cloud = local_cloud or FIXTURES / "localcloud" / "runtime.yaml"
         env = {**LOCAL_ONLY, **(env or {})}  # the local cloud unless the test names its clouds
-        system = System(tmp_path / f"home{len(systems)}", redis_url, cloud, env, **timers)
+        system = System(home / f"home{len(systems)}", redis_url, cloud, env, **timers)
         systems.append(system)
         return system
 
-    yield make
+    return make, systems
+
+
+def _stop_all(systems: list[Any]) -> None:
+    from harness import kill_agents
+
     for system in systems:
         system.stop(grace_s=0)
         kill_agents(system)
+
+
+@pytest.fixture
+def make_system(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Any]]:
+    """Build real Corral installations (API, workers, beat as processes) on the test's Redis;
+    everything they started, local instances included, is stopped afterwards."""
+    make, systems = _systems(tmp_path, redis_url)
+    yield make
+    _stop_all(systems)
+
+
+@pytest.fixture(scope="module")
+def make_module_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    """``make_system`` for an installation that a whole test module shares: started once, not
+    once per test (each start is about 7 s of CPU for the API, the workers and beat). For the
+    tests of a module that each use requests, names and pools of their own, and neither stop
+    nor restart a component (those start their own with ``make_system``). It runs on a
+    redis-server of the module's own: other tests flush the session's."""
+    server = RedisServer(tmp_path_factory.mktemp("module-redis"))
+    make, systems = _systems(tmp_path_factory.mktemp("module-homes"), server.url)
+    try:
+        yield make
+    finally:
+        _stop_all(systems)
+        server.stop()

@@ -38,6 +38,9 @@ FAST_TIMERS = {
     "TERMINATE_GRACE_S": "2",
 }
 
+ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED"})  # a request's last states
+MACHINE_UP = frozenset({"REQUESTED", "RUNNING", "TERMINATING"})  # a machine that holds capacity
+
 # The local cloud alone: without credentials AWS and GCP are left out of every route anyway,
 # yet each API and worker process would import their SDKs to find that out (about 2 s of CPU
 # per process for GCP's alone). Tests that exercise the other clouds name their own.
@@ -214,6 +217,22 @@ class System:
             last = {k: seen.get(k) for k in ("state", "error", "attempts")}
             raise pytest.fail.Exception(f"{exc} (last seen: {last})") from None
         return seen
+
+    def take_all_down(self, timeout_s: float = 60) -> None:
+        """Take every request down (`corral down --all`) and wait until each has ended and no
+        machine is left up: the next test on an installation a module shares finds the local
+        cloud's capacity free."""
+        done = self.cli("down", "--all")
+        assert done.returncode == 0, done.stdout + done.stderr
+
+        def ended() -> bool:
+            requests = self.get("/v1/requests?limit=1000").json()["requests"]
+            instances = self.get("/v1/instances").json()["instances"]
+            return all(r["state"] in ENDED for r in requests) and all(
+                i["state"] not in MACHINE_UP for i in instances
+            )
+
+        wait_for(ended, timeout_s, "every request to end, machines and all", self.home / "logs")
 
     def stop(self, grace_s: float = 10) -> None:
         """SIGTERM every process, SIGKILL what is left after ``grace_s``. A test's teardown

@@ -3,10 +3,13 @@ the shared memory of sold-out zones, and throttling retried in place."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
+
+from corral.services.state.blocks import BlockStore
 
 from harness import REPO, System, wait_for
 
@@ -15,13 +18,26 @@ pytestmark = pytest.mark.integration
 CLOUD = REPO / "tests" / "fixtures" / "localcloud" / "failover.yaml"
 
 
-def _system(make_system: Callable[..., System]) -> System:
-    system = make_system(CLOUD, BLOCKED_TTL_S="120")
+@pytest.fixture(scope="module")
+def shared(make_module_system: Callable[..., System]) -> System:
+    """One installation for the tests on failover.yaml: each launches instance types no other
+    one runs, and starts with no scope remembered (``system``)."""
+    system = make_module_system(CLOUD, BLOCKED_TTL_S="120")
     system.start_api()
     system.start_worker("schedule")
     system.start_worker("provision")
     system.start_beat()
     return system
+
+
+@pytest.fixture
+def system(shared: System) -> Iterator[System]:
+    """The shared installation with its memory of failed scopes emptied, as on a fresh one (a
+    quota error blocks its whole region, every instance type)."""
+    client = redis.Redis.from_url(shared.env["CORRAL_REDIS_URL"])
+    BlockStore(client).clear()
+    yield shared
+    client.close()
 
 
 def _trail(req: dict[str, Any]) -> list[tuple[str, str]]:
@@ -35,8 +51,7 @@ def gpu(accelerators: str, **resources: Any) -> dict[str, Any]:
     }
 
 
-def test_sold_out_region_then_memory_of_it(make_system: Callable[..., System]) -> None:
-    system = _system(make_system)
+def test_sold_out_region_then_memory_of_it(system: System) -> None:
     first = system.wait_state(system.submit(gpu("A100:8")), {"RUNNING", "FAILED"})
     assert first["state"] == "RUNNING"
     assert _trail(first) == [("east-a", "capacity"), ("east-b", "capacity"), ("west-a", "ok")]
@@ -49,15 +64,13 @@ def test_sold_out_region_then_memory_of_it(make_system: Callable[..., System]) -
     assert "remembered as capacity" in second["attempts"][0]["error"]
 
 
-def test_quota_skips_the_rest_of_the_region(make_system: Callable[..., System]) -> None:
-    system = _system(make_system)
+def test_quota_skips_the_rest_of_the_region(system: System) -> None:
     req = system.wait_state(system.submit(gpu("V100:4")), {"RUNNING", "FAILED"})
     assert req["state"] == "RUNNING"
     assert _trail(req) == [("east-a", "quota"), ("east-b", "blocked"), ("west-a", "ok")]
 
 
-def test_pinned_region_never_leaves_it(make_system: Callable[..., System]) -> None:
-    system = _system(make_system)
+def test_pinned_region_never_leaves_it(system: System) -> None:
     pinned = {**gpu("A100:8", region="east"), "retry_until_up": False}  # fail fast
     req = system.wait_state(system.submit(pinned), {"RUNNING", "FAILED"})
     assert req["state"] == "FAILED"
@@ -68,8 +81,7 @@ def test_pinned_region_never_leaves_it(make_system: Callable[..., System]) -> No
     assert "east-a" in shown.stdout and "capacity" in shown.stdout
 
 
-def test_throttling_is_retried_in_the_same_zone(make_system: Callable[..., System]) -> None:
-    system = _system(make_system)
+def test_throttling_is_retried_in_the_same_zone(system: System) -> None:
     task = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
     req = system.wait_state(system.submit(task), {"RUNNING", "FAILED"})
     assert req["state"] == "RUNNING"

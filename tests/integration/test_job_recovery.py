@@ -19,8 +19,11 @@ pytestmark = pytest.mark.integration
 WHERE = {"cloud": "local", "instance_type": "cpu-2"}
 
 
-def _system(make_system: Callable[..., System]) -> System:
-    system = make_system()
+@pytest.fixture(scope="module")
+def system(make_module_system: Callable[..., System]) -> System:
+    """One installation for the module (the pool test's passes every half second): each test
+    launches requests of its own, and the pool is the pool test's alone."""
+    system = make_module_system(POOL_REBALANCE_INTERVAL_S="0.5")
     system.start_api()
     system.start_worker("schedule")
     system.start_worker("provision")
@@ -29,9 +32,8 @@ def _system(make_system: Callable[..., System]) -> System:
 
 
 def test_a_failing_job_restarts_up_to_its_limit_then_fails_with_every_run_shown(
-    make_system: Callable[..., System],
+    system: System,
 ) -> None:
-    system = _system(make_system)
     rid = system.submit(
         {
             "name": "flaky",
@@ -55,9 +57,8 @@ def test_a_failing_job_restarts_up_to_its_limit_then_fails_with_every_run_shown(
 
 
 def test_a_listed_exit_code_always_restarts_and_the_job_then_succeeds(
-    make_system: Callable[..., System], tmp_path: Path
+    system: System, tmp_path: Path
 ) -> None:
-    system = _system(make_system)
     marker = tmp_path / "second-time"
     run = f"if [ -e {marker} ]; then echo recovered; exit 0; fi; touch {marker}; exit 33"
     rid = system.submit(
@@ -101,16 +102,8 @@ COMPUTE = {
 
 
 def test_a_pool_workload_that_fails_restarts_in_its_pool_then_succeeds(
-    make_system: Callable[..., System], tmp_path: Path
+    system: System, tmp_path: Path
 ) -> None:
-    system = make_system(
-        Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "pools.yaml",
-        POOL_REBALANCE_INTERVAL_S="0.5",
-    )
-    system.start_api()
-    system.start_worker("schedule")
-    system.start_worker("provision")
-    system.start_beat()
     pool = tmp_path / "small.yaml"
     pool.write_text(yaml.safe_dump(POOL))
     assert system.cli("pools", "apply", str(pool), "--name", "small").returncode == 0

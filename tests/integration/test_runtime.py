@@ -21,8 +21,11 @@ SERVICE = {
 }
 
 
-def _full_system(make_system: Callable[..., System]) -> System:
-    system = make_system()
+@pytest.fixture(scope="module")
+def system(make_module_system: Callable[..., System]) -> System:
+    """One installation for the module: each test launches requests of its own, and none
+    stops a component (a killed machine is the local cloud's, not the system's)."""
+    system = make_module_system()
     system.start_api()
     for role in ("schedule", "provision", "autoscale"):
         system.start_worker(role)
@@ -41,10 +44,7 @@ def _alive(pid: int) -> bool:
     )
 
 
-def test_service_runs_until_terminated_and_leaves_no_process(
-    make_system: Callable[..., System],
-) -> None:
-    system = _full_system(make_system)
+def test_service_runs_until_terminated_and_leaves_no_process(system: System) -> None:
     rid = system.submit(SERVICE)
     req = system.wait_state(rid, {"RUNNING"}, 60)
     [inst] = req["instances"]
@@ -60,8 +60,7 @@ def test_service_runs_until_terminated_and_leaves_no_process(
     assert agent_pids([inst["provider_id"]]) == []
 
 
-def test_job_runs_to_success_and_its_output_is_kept(make_system: Callable[..., System]) -> None:
-    system = _full_system(make_system)
+def test_job_runs_to_success_and_its_output_is_kept(system: System) -> None:
     ok = system.submit(
         {
             "name": "ok",
@@ -85,8 +84,7 @@ def test_job_runs_to_success_and_its_output_is_kept(make_system: Callable[..., S
     )
 
 
-def test_lost_instance_is_relaunched_through_the_chain(make_system: Callable[..., System]) -> None:
-    system = _full_system(make_system)
+def test_lost_instance_is_relaunched_through_the_chain(system: System) -> None:
     rid = system.submit(SERVICE)
     first = system.wait_state(rid, {"RUNNING"}, 60)["instances"][0]
     os.killpg(first["pid"], signal.SIGKILL)  # the machine dies under the service

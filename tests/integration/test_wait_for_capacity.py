@@ -6,11 +6,14 @@ retries) and runs once the zone's machine is let go; `--fail-fast` fails at once
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+
+from corral.services.state.blocks import BlockStore
 
 from harness import REPO, System
 
@@ -26,13 +29,25 @@ TIMERS = {
 SERVICE = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
 
 
-def _system(make_system: Callable[..., System]) -> System:
-    system = make_system(CLOUD, **TIMERS)
+@pytest.fixture(scope="module")
+def shared(make_module_system: Callable[..., System]) -> System:
+    system = make_module_system(CLOUD, **TIMERS)
     system.start_api()
     system.start_worker("schedule")
     system.start_worker("provision")
     system.start_beat()
     return system
+
+
+@pytest.fixture
+def system(shared: System) -> Iterator[System]:
+    """The module's installation as a fresh one: what a test leaves is taken down, its zone's
+    machine freed, and no sold-out zone is remembered when the next test starts."""
+    yield shared
+    shared.take_all_down()
+    client = redis.Redis.from_url(shared.env["CORRAL_REDIS_URL"])
+    BlockStore(client).clear()
+    client.close()
 
 
 def _fill_the_zone(system: System) -> str:
@@ -56,8 +71,7 @@ def _why(system: System, rid: str) -> dict[str, Any]:
     return found
 
 
-def test_a_request_waits_for_capacity_then_runs(make_system: Callable[..., System]) -> None:
-    system = _system(make_system)
+def test_a_request_waits_for_capacity_then_runs(system: System) -> None:
     blocker = _fill_the_zone(system)
     rid = system.submit(SERVICE)
     waiting = system.wait_state(rid, {"WAITING", "RUNNING", "FAILED"}, 60)
@@ -95,8 +109,7 @@ def test_a_request_waits_for_capacity_then_runs(make_system: Callable[..., Syste
     assert done["instances"][0]["zone"] == "solo-a"
 
 
-def test_fail_fast_fails_at_once(make_system: Callable[..., System], tmp_path: Path) -> None:
-    system = _system(make_system)
+def test_fail_fast_fails_at_once(system: System, tmp_path: Path) -> None:
     _fill_the_zone(system)
     launched = system.cli("launch", "--fail-fast", "--detach", str(_task_file(tmp_path)))
     assert launched.returncode == 0, launched.stderr
@@ -109,9 +122,8 @@ def test_fail_fast_fails_at_once(make_system: Callable[..., System], tmp_path: P
 
 
 def test_a_passed_max_wait_fails_the_request_naming_the_deadline(
-    make_system: Callable[..., System], tmp_path: Path
+    system: System, tmp_path: Path
 ) -> None:
-    system = _system(make_system)
     _fill_the_zone(system)
     launched = system.cli("launch", "--max-wait", "6s", "--detach", str(_task_file(tmp_path)))
     assert launched.returncode == 0, launched.stderr
