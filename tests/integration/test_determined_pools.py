@@ -6,6 +6,7 @@ preemption with requeue, fallback pools, and tasks that can never fit refused at
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,9 @@ MASTER = FIXTURES / "pools" / "master-local.yaml"
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def system(make_system: Any) -> System:
-    system: System = make_system(CLOUD, POOL_REBALANCE_INTERVAL_S="0.5")
+@pytest.fixture(scope="module")
+def shared(make_module_system: Any) -> System:
+    system: System = make_module_system(CLOUD, POOL_REBALANCE_INTERVAL_S="0.5")
     system.start_api()
     system.start_worker("schedule")
     system.start_worker("provision")
@@ -31,6 +32,14 @@ def system(make_system: Any) -> System:
     done = system.cli("pools", "apply", str(MASTER), "--name", "determined")
     assert done.returncode == 0, done.stderr
     return system
+
+
+@pytest.fixture
+def system(shared: System) -> Iterator[System]:
+    """The module's installation: what a test launched is taken down after it (its idle
+    agents go as their pools say: the spill pool's after 30 s)."""
+    yield shared
+    shared.take_all_down()
 
 
 def launch(system: System, tmp: Path, name: str, **fields: Any) -> str:
@@ -63,6 +72,7 @@ def test_a_task_that_can_never_fit_is_refused_at_submit(system: System, tmp_path
         "no-pool": ({"resource_pool": "nope", "slots": 1}, "nope"),
         "static": ({"resource_pool": "static", "slots": 1}, "static pool"),
     }
+    before = _request_ids(system)
     for name, (resources, expected) in cases.items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump({"name": name, "resources": resources, "run": "true"}))
@@ -70,21 +80,29 @@ def test_a_task_that_can_never_fit_is_refused_at_submit(system: System, tmp_path
         assert done.returncode == 2, (name, done.stdout, done.stderr)
         assert expected in done.stderr, (name, done.stderr)
         assert "Traceback" not in done.stderr
-    with system.client() as c:
-        assert c.get("/v1/requests").json()["requests"] == []  # nothing was queued
+    assert _request_ids(system) == before  # nothing was queued
+
+
+def _request_ids(system: System) -> set[str]:
+    return {r["id"] for r in system.get("/v1/requests?limit=1000").json()["requests"]}
 
 
 def test_zero_slot_tasks_run_on_the_aux_pool_and_idle_agents_are_reaped(
     system: System, tmp_path: Path
 ) -> None:
+    earlier = {a["id"] for a in agents(system)}  # an earlier test's, on their way out
+
+    def new_agents() -> list[dict[str, Any]]:
+        return [a for a in agents(system) if a["id"] not in earlier]
+
     rid = launch(system, tmp_path, "board", resources={"slots": 0}, run="echo board")
     done = system.wait_state(rid, {"SUCCEEDED"}, 60)
     assert why(system, rid)["code"] in ("not_queued", "queued", "started")
     [instance] = done["instances"]
     assert instance["instance_type"] == "cpu-2"
-    assert [a["pool"] for a in agents(system)] in (["aux"], [])
+    assert [a["pool"] for a in new_agents()] in (["aux"], [])
     # max_idle_agent_period is 2 s and min_instances 0: the idle agent goes.
-    wait_for(lambda: agents(system) == [], 30, "the idle aux agent to be reaped")
+    wait_for(lambda: new_agents() == [], 30, "the idle aux agent to be reaped")
 
 
 def test_priority_preemption_requeues_and_fallback_pools_take_overflow(
