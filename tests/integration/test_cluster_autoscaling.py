@@ -56,6 +56,13 @@ def _system(make_system: Callable[..., System], cloud: str, **timers: str) -> Sy
     return system
 
 
+@pytest.fixture(scope="module")
+def shared(make_module_system: Callable[..., System]) -> System:
+    """One installation on cluster.yaml for the tests that neither stop a component nor
+    change a timer; each ends with the cluster down and every node's process gone."""
+    return _system(make_module_system, "cluster.yaml")
+
+
 def _view(system: System) -> dict[str, Any]:
     resp = system.get(f"/v1/clusters/{NAME}")  # the kept-open client: waits look ten times a second
     assert resp.status_code == 200, resp.text
@@ -130,9 +137,9 @@ def _down(system: System) -> None:
 
 
 def test_demand_steers_node_types_caps_launches_and_reaps_idle_nodes(
-    make_system: Callable[..., System], tmp_path: Path
+    shared: System, tmp_path: Path
 ) -> None:
-    system = _system(make_system, "cluster.yaml")
+    system = shared
     made = _up(system, _cluster_file(tmp_path, upscaling_speed=0.5))
     assert made["name"] == NAME and made["cloud"] == "local"
 
@@ -283,15 +290,13 @@ def test_killed_autoscaling_worker_launches_nothing_twice(
     _down(system)
 
 
-def test_work_queued_on_a_node_is_demand(
-    make_system: Callable[..., System], tmp_path: Path
-) -> None:
+def test_work_queued_on_a_node_is_demand(shared: System, tmp_path: Path) -> None:
     # The head's workload reports queued work through CORRAL_DEMAND_FILE; no `cluster demand`.
     queued = json.dumps({"bundles": [{"resources": {"Custom2": 1}, "count": 1}]})
     cluster = _cluster_file(
         tmp_path, head_setup_commands=[f"echo '{queued}' > \"$CORRAL_DEMAND_FILE\""]
     )
-    system = _system(make_system, "cluster.yaml")
+    system = shared
     _up(system, cluster)
     # Custom2 exists only on gpu_1_ondemand: the queued bundle brings one up.
     view = _wait_nodes(system, {HEAD: 2, "gpu_1_ondemand": 1}, timeout_s=60)
