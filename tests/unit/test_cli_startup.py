@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
+
 # Never on the start-up path: the Celery/Redis stack, the API server and its client, cloud SDKs,
 # and the core's heavier decision modules. A command imports them when it runs.
 STARTUP_FORBIDDEN = (
@@ -271,3 +273,35 @@ def test_run_lets_other_exceptions_through() -> None:
     result = _python("-c", ESCAPING, "other")
     assert result.returncode == 1
     assert "KeyError: 'not a mistake of the user'" in result.stderr
+
+
+# A worker process's warm-up builds every enabled cloud's provider to ask for its credentials.
+# Without Google Cloud credentials the Compute Engine SDK (about a second of CPU to import) is
+# never needed, so it must not load; a process with credentials loads it at warm-up as before.
+WARM_UP = """
+import json, sys
+from corral.services.runtime.deps import deps, warm_up
+warm_up()
+print(json.dumps({"clouds": list(deps().launchable_clouds()),
+                  "enabled": list(deps().settings.clouds), "modules": sorted(sys.modules)}))
+"""
+
+
+def test_a_worker_warm_up_without_gcp_credentials_leaves_the_compute_sdk_unloaded(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),  # no gcloud or AWS credential files
+        "CORRAL_HOME": str(tmp_path / "home"),
+        "CORRAL_LOCAL_CLOUD_FILE": str(REPO / "tests/fixtures/localcloud/runtime.yaml"),
+        "CORRAL_REDIS_URL": "redis://127.0.0.1:1/0",  # never reached: no command is sent
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", WARM_UP], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert "gcp" in seen["enabled"] and "gcp" not in seen["clouds"]
+    assert "corral.services.providers.gcp.provider" in seen["modules"]  # the provider was built
+    assert _loaded(seen["modules"], ("google.cloud.compute_v1",)) == []

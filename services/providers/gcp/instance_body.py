@@ -12,8 +12,8 @@ import json
 import re
 import shlex
 import uuid
+from typing import TYPE_CHECKING
 
-from google.cloud import compute_v1
 from google.protobuf.json_format import ParseError
 
 from corral.services.providers.base import (
@@ -24,6 +24,11 @@ from corral.services.providers.base import (
     LaunchSpec,
 )
 from corral.shared.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from google.cloud import compute_v1
+else:  # the SDK loads when first used (see compute_sdk)
+    from corral.services.providers.gcp import compute_sdk as compute_v1
 
 # The images a launch boots when neither the task (resources.image_id) nor the seed's boot disk
 # names one: Debian's public family, and for GPU machines a family of Google's Deep Learning VM

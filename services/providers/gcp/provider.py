@@ -17,14 +17,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import google.auth
 from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry
 from google.api_core.client_options import ClientOptions
 from google.auth import exceptions as auth_exceptions
-from google.cloud import compute_v1
 
 from corral.services.providers.base import (
     TAG_ATTEMPT,
@@ -56,10 +55,14 @@ from corral.shared.errors import (
 )
 from corral.shared.ports import port_text
 
+if TYPE_CHECKING:
+    from google.cloud import compute_v1
+else:  # the SDK loads when first used (see compute_sdk)
+    from corral.services.providers.gcp import compute_sdk as compute_v1
+
 log = logging.getLogger("corral.providers.gcp")
 
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
-DONE = compute_v1.Operation.Status.DONE
 
 # GCE instance status -> Corral's provider state.
 STATES: dict[str, str] = {
@@ -297,7 +300,8 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         ``wait`` holds the call until the operation is done (up to about two minutes on the
         API's side); a call that runs out of time first is simply made again."""
         api = self._api()
-        while op.status != DONE:
+        done = compute_v1.Operation.Status.DONE
+        while op.status != done:
             left_s = deadline - time.monotonic()
             if left_s <= 0:
                 return LaunchTimeoutError(
