@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from corral.services.settings import Settings
 from corral.services.state.users import BOOTSTRAP_ADMIN, Role
@@ -73,6 +74,14 @@ def configured_token(settings: Settings) -> str | None:
 
 def principal_of(request: Request, given: str) -> Principal | None:
     """The principal a bearer token names, or None. 503 when no first admin is configured."""
+    found = _first_admin(request, given)
+    if found is None and given:
+        found = _user(request, given)
+    return found
+
+
+def _first_admin(request: Request, given: str) -> Principal | None:
+    """The first admin, if ``given`` is its token (no I/O). 503 when none is configured."""
     expected: str | None = request.app.state.api_token
     if expected is None:
         raise HTTPException(
@@ -82,21 +91,27 @@ def principal_of(request: Request, given: str) -> Principal | None:
         )
     if hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8")):
         return Principal(BOOTSTRAP_ADMIN, "admin")
-    if not given:
-        return None
+    return None
+
+
+def _user(request: Request, given: str) -> Principal | None:
+    """The user whose token this is (read from Redis), or None."""
     user = request.app.state.deps.access.verify(given)
     if user is None:
         return None
     return Principal(user.name, user.role, tuple(user.projects))
 
 
-def caller(
+async def caller(
     request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
 ) -> Principal:
     """A dependency of every user route: 503 if no token is configured, 401 if none or an
-    unknown (or revoked) one is sent (a node's token is refused here)."""
+    unknown (or revoked) one is sent (a node's token is refused here). The first admin's
+    token is checked on the event loop; a user's is looked up in Redis in the thread pool."""
     given = credentials.credentials if credentials is not None else ""
-    found = principal_of(request, given)
+    found = _first_admin(request, given)
+    if found is None and given:
+        found = await run_in_threadpool(_user, request, given)
     if found is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -110,7 +125,7 @@ def caller(
 require_token = caller
 
 
-def require_admin(who: Principal = Depends(caller)) -> Principal:
+async def require_admin(who: Principal = Depends(caller)) -> Principal:
     """Admins only (users, projects, quotas, pools, clusters): 403 for the others."""
     if not who.is_admin:
         raise HTTPException(
@@ -119,7 +134,7 @@ def require_admin(who: Principal = Depends(caller)) -> Principal:
     return who
 
 
-def require_writer(who: Principal = Depends(caller)) -> Principal:
+async def require_writer(who: Principal = Depends(caller)) -> Principal:
     """Admins and members (submit, cancel, terminate, exec, upload): 403 for a viewer."""
     if who.role == "viewer":
         raise HTTPException(
