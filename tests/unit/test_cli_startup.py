@@ -146,6 +146,19 @@ def test_a_command_loads_its_own_module(
         assert f"corral.services.cli.{not_loaded}" not in modules
 
 
+def test_run_worker_reads_its_queues_without_loading_celery(tmp_path: Path) -> None:
+    """`corral run worker` execs Celery, which loads Celery and the task code itself: what the
+    command loads before that is paid twice per worker start. An unknown role stops it just
+    before the exec, with what it loaded to read the role's queues."""
+    report = tmp_path / "modules.json"
+    result = _python("-c", RUN_MAIN, str(report), "run", "worker", "--role", "nope")
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(report.read_text())
+    assert outcome["code"] == 2  # refused: the roles are read, nothing was started
+    assert "corral.services.queues.task_names" in outcome["modules"]
+    assert _loaded(outcome["modules"], ("celery", "kombu", "redis")) == []
+
+
 def _names(app: Any) -> set[str]:
     commands = {c.name for c in app.registered_commands}
     return commands | {g.name for g in app.registered_groups}
