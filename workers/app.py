@@ -99,14 +99,17 @@ worker_hooks.connect()  # /metrics, task counts and log context in every worker 
 
 @worker_process_init.connect
 def _warm_up(**_: Any) -> None:
-    """A pool process loads the clouds' SDKs and credentials in the background as it starts:
-    its first task (an admission after a worker restarted) need not wait seconds for them."""
+    """A pool process loads the clouds' SDKs, their credentials and the catalog in the
+    background as it starts: its first task (an admission after a worker restarted) need not
+    wait seconds for them."""
 
     def warm() -> None:
-        from corral.services.runtime.deps import warm_up  # here: beat and Flower need none
+        # Imported here: beat and Flower need none of it.
+        from corral.services.runtime.deps import deps
+        from corral.services.runtime.planning import warm_up
 
         try:
-            warm_up()
+            warm_up(deps())
         except Exception:  # only a warm-up: the first task builds whatever is missing
             logging.getLogger("corral.workers").exception("warm-up failed")
 

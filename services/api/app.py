@@ -36,6 +36,8 @@ from corral.services.console.routes import pages as console_pages
 from corral.services.console.routes import router as console_router
 from corral.services.observability.api_metrics import install as install_observability
 from corral.services.observability.events import EventMetrics
+from corral.services.queues import dispatch
+from corral.services.runtime import planning
 from corral.services.runtime.deps import Deps
 from corral.services.settings import Settings, get_settings
 from corral.services.state.outage import api_pulse_interval_s
@@ -52,8 +54,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        # Load the clouds' SDKs and credentials while the API starts, not in its first submit
-        # (seconds on a busy machine; every submit routes over the launchable clouds).
+        # Load the clouds' SDKs and credentials (and the rest _warm_up names) while the API
+        # starts, not in its first submit (seconds on a busy machine).
         threading.Thread(target=_warm_up, args=(deps,), name="warm-up", daemon=True).start()
         stop = threading.Event()
         pulse = threading.Thread(target=_pulse, args=(deps, stop), name="pulse", daemon=True)
@@ -106,8 +108,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _warm_up(deps: Deps) -> None:
+    """The clouds' SDKs and credentials, the catalog, and the publishing side with the queues
+    a submit sends to, made ready before the first submit needs them."""
     try:
-        deps.launchable_clouds()
+        planning.warm_up(deps)
+        clouds = deps.launchable_clouds()
+        queues = (dispatch.SCHEDULE_QUEUE, *(dispatch.provision_queue(c) for c in clouds))
+        dispatch.warm_up(queues, deps.settings)
     except Exception:  # only a warm-up: the first request builds whatever is missing
         logging.getLogger("corral.api").exception("warm-up failed")
 

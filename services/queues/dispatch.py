@@ -7,6 +7,7 @@ once in :mod:`.task_names` and read from here as well.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -82,6 +83,7 @@ __all__ = [
     "stop",
     "terminate",
     "tick_cluster",
+    "warm_up",
     "watch_boots",
 ]
 
@@ -158,6 +160,20 @@ def _producer(redis_url: str, prefix: str) -> Celery:
         celery_config(settings.model_copy(update={"redis_url": redis_url, "prefix": prefix}))
     )
     return app
+
+
+def warm_up(queues: Iterable[str], settings: Settings | None = None) -> None:
+    """Build the publishing side now: the Celery app, its result backend, a broker connection,
+    and these queues declared on it. Else the first task sent to each queue pays for them
+    (milliseconds each, once per process). Declaring a queue that exists changes nothing."""
+    settings = settings or get_settings()
+    if not settings.redis_url:
+        return
+    app = _producer(settings.redis_url, settings.prefix)
+    app.backend  # noqa: B018 (a cached property: built here, not in the first send)
+    with app.producer_or_acquire() as producer:
+        for queue in queues:
+            producer.maybe_declare(app.amqp.queues[queue])
 
 
 def send(

@@ -153,9 +153,3 @@ def deps() -> Deps:
         if _DEPS is None:
             _DEPS = Deps(get_settings(), store_listeners=tuple(_STORE_LISTENERS))
         return _DEPS
-
-
-def warm_up() -> None:
-    """Build this process's dependencies and ask every cloud for its credentials now (loading
-    a cloud SDK and its credential chain takes seconds), so the first task does not wait."""
-    deps().launchable_clouds()

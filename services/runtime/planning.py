@@ -46,6 +46,14 @@ def catalog_for(deps: Deps) -> Catalog:
     return _with_listed(str(path), mtime_ns, tuple(listed)) if listed else base
 
 
+def warm_up(deps: Deps) -> None:
+    """Ask every cloud for its credentials and read the catalog now (a cloud SDK and its
+    credential chain take seconds to load, the price lists tens of milliseconds), so that a
+    process's first request or task does not wait for them."""
+    deps.launchable_clouds()
+    catalog_for(deps)
+
+
 def plan_launch(deps: Deps, task: Task) -> Plan:
     """The failover chain for ``task`` over the clouds that can launch here. Remembered blocks
     are not applied here: the failover steps pass over them and say so in the account."""

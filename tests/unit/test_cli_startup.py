@@ -293,8 +293,9 @@ def test_run_lets_other_exceptions_through() -> None:
 # never needed, so it must not load; a process with credentials loads it at warm-up as before.
 WARM_UP = """
 import json, sys
-from corral.services.runtime.deps import deps, warm_up
-warm_up()
+from corral.services.runtime.deps import deps
+from corral.services.runtime.planning import warm_up
+warm_up(deps())
 print(json.dumps({"clouds": list(deps().launchable_clouds()),
                   "enabled": list(deps().settings.clouds), "modules": sorted(sys.modules)}))
 """
