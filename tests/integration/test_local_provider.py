@@ -279,6 +279,24 @@ def test_the_same_attempt_twice_launches_once(provider: LocalProvider) -> None:
     assert len(provider.describe()) == 2
 
 
+def test_an_id_taken_already_is_refused_and_the_launch_takes_nothing(
+    provider: LocalProvider,
+) -> None:
+    # The reserve script sees a taken id by the SADD to the set of every instance (no EXISTS
+    # per record): the ids it added before the taken one are taken out again.
+    [old] = provider.launch(spec())
+    state, keys = provider.state, provider.state.keys
+    s = spec(count=2)
+    pool = keys.pool(s.zone, s.instance_type)
+    records = provider._new_records(s, pool, "on_demand", None)
+    records[1].id = old.provider_id
+    before = (state.instance_ids(), state.r.scard(pool), state.record(old.provider_id))
+    assert state.reserve(pool, 8, s.attempt_id, "start:t", records, 5.0) == (-2, 0)
+    after = (state.instance_ids(), state.r.scard(pool), state.record(old.provider_id))
+    assert after == before and records[0].id not in after[0]
+    assert state.attempt_value(s.attempt_id) is None and state.record(records[0].id) is None
+
+
 def test_the_same_attempt_from_racing_callers_launches_once(provider: LocalProvider) -> None:
     s = spec("lab-east-slow", count=2)  # a launch delay keeps the first caller busy
     results: list[list[str]] = []

@@ -184,23 +184,31 @@ class InstanceRecord:
 # KEYS: pool, instances, attempt, high-water hash, start lease, record keys...   ARGV: limit,
 # lease token, ids JSON, attempt TTL, lease ms, record JSONs... (one per record key, each a flat
 # {field: string}). Returns {1, used} on success, {0, used} when full, {-1, 0} when the attempt
-# is bound already (another caller launched it), {-2, 0} when an id is already taken. The
-# high-water hash keeps the most slots a pool ever had in use.
+# is bound already (another caller launched it), {-2, 0} when an id is already taken. An id is
+# taken when it is in the set of every instance (which holds each id as long as its record
+# exists: an id leaves it only once its record expired): the SADD that adds it says so, so no
+# EXISTS per record is needed (a Redis command less per machine); on a collision, practically
+# never, the ids this call added are taken out again. The high-water hash keeps the most slots
+# a pool ever had in use.
 _RESERVE = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, 0} end
 local n = #KEYS - 5
 local used = redis.call('SCARD', KEYS[1])
 if used + n > tonumber(ARGV[1]) then return {0, used} end
+local recs = {}
 for i = 6, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then return {-2, 0} end
+  recs[i] = cjson.decode(ARGV[i])
+  if redis.call('SADD', KEYS[2], recs[i]['id']) == 0 then
+    for j = 6, i - 1 do redis.call('SREM', KEYS[2], recs[j]['id']) end
+    return {-2, 0}
+  end
 end
 for i = 6, #KEYS do
-  local rec = cjson.decode(ARGV[i])
+  local rec = recs[i]
   local flat = {}
   for f, v in pairs(rec) do flat[#flat + 1] = f; flat[#flat + 1] = v end
   redis.call('HSET', KEYS[i], unpack(flat))
   redis.call('SADD', KEYS[1], rec['id'])
-  redis.call('SADD', KEYS[2], rec['id'])
 end
 redis.call('SET', KEYS[5], ARGV[2], 'PX', tonumber(ARGV[5]))
 redis.call('SET', KEYS[3], ARGV[3], 'EX', tonumber(ARGV[4]))
