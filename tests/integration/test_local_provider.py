@@ -149,11 +149,19 @@ def test_describe_reads_an_ended_record_once_and_forgets_it_with_the_cloud(
     assert hgetalls() - before == 1  # the live service's record only
     assert (seen[job.provider_id].state, seen[job.provider_id].exit_code) == ("terminated", 3)
     assert seen[svc.provider_id].state in ("pending", "running")
-    # A fresh provider (another process) reads it, as any first look does.
+    # A fresh provider (another process) reads it, as any first look does: its record, and
+    # no heartbeat (an ended record is reported as it is); the live one's with its beat.
     other = LocalProvider(
         CLOUD, provider.redis_url, prefix=provider.prefix, log_dir=provider.log_dir
     )
+    assert r.exists(provider.state.keys.heartbeat(job.provider_id))  # the agent's last beat
+    gets = int(r.info("commandstats").get("cmdstat_get", {}).get("calls", 0))
     assert state_of(other, job.provider_id).exit_code == 3
+    assert int(r.info("commandstats")["cmdstat_get"]["calls"]) - gets == 1  # the service's
+    read = {i: (rec, beat) for i, rec, beat in other.state.records_and_heartbeats(
+        [job.provider_id, svc.provider_id, "li-missing"])}  # fmt: skip
+    assert read[job.provider_id][0] is not None and read[job.provider_id][1] is None
+    assert read[svc.provider_id][1] is not None and read["li-missing"] == (None, None)
     provider.state.forget(job.provider_id)  # its record expired: the cloud forgot it
     assert job.provider_id not in {i.provider_id for i in provider.describe()}
     provider.terminate([svc.provider_id])

@@ -249,6 +249,25 @@ redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
 return 1
 """
 
+# Read records and, for each one that has not ended, its agent's last heartbeat: an ended
+# record is reported as it is (derive_state never looks at its beat), so its heartbeat is not
+# read (a quick job is usually over at the boot watch's first look: a GET less per machine).
+# KEYS: record, heartbeat, record, heartbeat... Returns {fields (flat; none: no record), beat
+# (nil: none, or not read)} per record.
+_RECORDS = """
+local out = {}
+for i = 1, #KEYS, 2 do
+  local rec = redis.call('HGETALL', KEYS[i])
+  local live = #rec > 0
+  for j = 1, #rec, 2 do
+    if rec[j] == 'ended_at' then live = false; break end
+  end
+  out[#out + 1] = rec
+  out[#out + 1] = live and redis.call('GET', KEYS[i + 1]) or false
+end
+return out
+"""
+
 # Delete a key only if it still holds the value we set (a claim we own).
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -274,6 +293,7 @@ class CloudState:
         self._finish = client.register_script(_FINISH)
         self._release = client.register_script(_RELEASE)
         self._set_state = client.register_script(_SET_STATE)
+        self._records = client.register_script(_RECORDS)
 
     # --- attempts and capacity -------------------------------------------------------------
     def launched_ids(self, attempt_ids: list[str]) -> list[str]:
@@ -357,12 +377,16 @@ class CloudState:
     def records_and_heartbeats(
         self, ids: list[str]
     ) -> list[tuple[str, InstanceRecord | None, dict[str, Any] | None]]:
-        """Each id with its record and last heartbeat (None where missing), in one round trip."""
-        pipe = self.r.pipeline(transaction=False)
-        for iid in ids:
-            pipe.hgetall(self.keys.record(iid))
-            pipe.get(self.keys.heartbeat(iid))
-        return self._with_beats(ids, pipe.execute())
+        """Each id with its record and last heartbeat (None where missing, and for an ended
+        record, whose beat no reader needs), in one round trip."""
+        if not ids:
+            return []
+        keys = [k for iid in ids for k in (self.keys.record(iid), self.keys.heartbeat(iid))]
+        replies = self._records(keys=keys)
+        flat = replies[0::2]
+        records = [dict(zip(f[0::2], f[1::2], strict=True)) for f in flat]
+        beats = replies[1::2]
+        return self._with_beats(ids, [x for pair in zip(records, beats, strict=True) for x in pair])
 
     @staticmethod
     def _with_beats(
