@@ -12,7 +12,6 @@ Key layout (``P`` is the prefix, "corral" by default; ids and states as stored):
     P:requests:state:<STATE>        zset  id -> created_at (requests in that state)
     P:requests:project:<project>    zset  id -> created_at (a project's requests)
     P:instance:<id>                 hash {version, json}: one Instance
-    P:instances:created             zset  id -> created_at (every instance)
     P:instances:request:<req id>    zset  id -> created_at (a request's instances)
     P:instances:state:<STATE>       zset  id -> created_at (instances in that state)
     P:events:<req id>               list of JSON {"at", "text"}: the request's progress log
@@ -22,9 +21,11 @@ Key layout (``P`` is the prefix, "corral" by default; ids and states as stored):
 
 The state indexes are sorted sets scored by creation time, so listing the requests of one
 state in order reads only that set. Every index is changed in the same script as the record,
-so an index never disagrees with a record it points at. A request submitted under an
-idempotency key is created in the same script that records it under the key, so two
-submissions racing with one key create one request.
+so an index never disagrees with a record it points at. An instance is in exactly one state
+index, so every instance is their union: no index of all instances is written at each
+creation (an older version wrote ``P:instances:created``; retention still removes ids from
+it). A request submitted under an idempotency key is created in the same script that records
+it under the key, so two submissions racing with one key create one request.
 """
 
 from __future__ import annotations
@@ -225,7 +226,6 @@ class Store:
         """Store a new instance; False (and nothing written) if its id already exists."""
         keys = [
             self._instance_key(inst.id),
-            self._key("instances", "created"),
             self._key("instances", "request", inst.request_id),
             self._instance_state_key(inst.state),
         ]
@@ -325,10 +325,10 @@ class Store:
         wanted = None if states is None else frozenset(states)
         if request_id is not None:
             index_keys = [self._key("instances", "request", request_id)]
-        elif wanted is not None:
-            index_keys = [self._instance_state_key(s) for s in wanted]
-        else:
-            index_keys = [self._key("instances", "created")]
+        else:  # every instance is in the index of its state (all of them: every instance)
+            index_keys = [
+                self._instance_state_key(s) for s in (InstanceState if wanted is None else wanted)
+            ]
         pipe = self._r.pipeline(transaction=False)
         for key in index_keys:
             pipe.zrange(key, 0, -1)

@@ -295,6 +295,10 @@ def test_instance_indexes(store: Store) -> None:
     assert ids(store.list_instances(states=both)) == ["a-0", "b-0", "b-1"]
     assert ids(store.list_instances(request_id="req-b", states=running)) == ["b-1"]
     assert store.list_instances(request_id="req-a", states=running) == []
+    # Every instance, whatever its state, read from the state indexes: no index of all of
+    # them is written at each creation.
+    assert ids(store.list_instances()) == ["a-0", "b-0", "b-1"]
+    assert not store._r.exists(store._key("instances", "created"))
 
     def reparent(i: Instance) -> bool:
         i.request_id = "req-a"
