@@ -198,12 +198,18 @@ def test_terminate_stops_the_task_and_what_it_left_in_the_background(
 def test_a_launch_beyond_capacity_is_a_capacity_error(provider: LocalProvider) -> None:
     for _ in range(4):
         provider.launch(spec("lab-east-b"))
+    full = spec("lab-east-b")
     with pytest.raises(CapacityError) as info:
-        provider.launch(spec("lab-east-b"))
+        provider.launch(full)
     assert info.value.scope == Scope.ZONE
+    # The refused attempt is left unbound (its script binds it first and takes that back):
+    # the same attempt launches once a slot is free.
+    assert provider.state.attempt_value(full.attempt_id) is None
     with pytest.raises(CapacityError):
         provider.launch(spec("lab-east-a", "gpu-a100-8"))  # offered, but sold out
     assert len(provider.describe()) == 4
+    provider.terminate([provider.describe()[0].provider_id])
+    assert len(provider.launch(full)) == 1
 
 
 def test_twenty_concurrent_launches_never_overcount(provider: LocalProvider) -> None:

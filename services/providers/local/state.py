@@ -189,17 +189,22 @@ class InstanceRecord:
 # exists: an id leaves it only once its record expired): the SADD that adds it says so, so no
 # EXISTS per record is needed (a Redis command less per machine); on a collision, practically
 # never, the ids this call added are taken out again. The high-water hash keeps the most slots
-# a pool ever had in use.
+# a pool ever had in use. The attempt is bound first, by a SET NX that says whether another
+# caller bound it already (no EXISTS before it), and unbound again when the call takes nothing.
 _RESERVE = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, 0} end
+if not redis.call('SET', KEYS[3], ARGV[3], 'NX', 'EX', tonumber(ARGV[4])) then return {-1, 0} end
 local n = #KEYS - 5
 local used = redis.call('SCARD', KEYS[1])
-if used + n > tonumber(ARGV[1]) then return {0, used} end
+if used + n > tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[3])
+  return {0, used}
+end
 local recs = {}
 for i = 6, #KEYS do
   recs[i] = cjson.decode(ARGV[i])
   if redis.call('SADD', KEYS[2], recs[i]['id']) == 0 then
     for j = 6, i - 1 do redis.call('SREM', KEYS[2], recs[j]['id']) end
+    redis.call('DEL', KEYS[3])
     return {-2, 0}
   end
 end
@@ -211,7 +216,6 @@ for i = 6, #KEYS do
   redis.call('SADD', KEYS[1], rec['id'])
 end
 redis.call('SET', KEYS[5], ARGV[2], 'PX', tonumber(ARGV[5]))
-redis.call('SET', KEYS[3], ARGV[3], 'EX', tonumber(ARGV[4]))
 local now_used = used + n  -- every id is new (checked above), so each SADD added one
 local high = tonumber(redis.call('HGET', KEYS[4], KEYS[1]) or '0')
 if now_used > high then redis.call('HSET', KEYS[4], KEYS[1], now_used) end
