@@ -493,11 +493,18 @@ class Store:
                 cas_keys: list[str] = []
                 args: list[str | int | float] = []
                 for before, after in writes:
-                    if isinstance(before, LaunchRequest):
-                        key, state_key = self._request_key(before.id), self._request_state_key
+                    if isinstance(before, LaunchRequest) and isinstance(after, LaunchRequest):
+                        cas_keys += [
+                            self._request_key(before.id),
+                            self._request_state_key(before.state),
+                            self._request_state_key(after.state),
+                        ]
                     else:
-                        key, state_key = self._instance_key(before.id), self._instance_state_key
-                    cas_keys += [key, state_key(before.state), state_key(after.state)]
+                        cas_keys += [
+                            self._instance_key(before.id),
+                            self._instance_state_key(before.state),
+                            self._instance_state_key(after.state),
+                        ]
                     args += [after.id, before.version, after.version, after.model_dump_json(),
                              after.created_at]  # fmt: skip
                 written = int(self._cas_all(keys=cas_keys, args=args))
