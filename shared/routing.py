@@ -106,6 +106,14 @@ def route(task: Task, view: RegistryView) -> Route | Refusal:
     return route_with_plan(task, view)[0]
 
 
+def reads_pools(task: Task) -> bool:
+    """Whether routing ``task`` looks at the registered pools (``RegistryView.machine_pools``
+    and ``master``): only a task with a compute config, a resource pool or slots can go to a
+    pool. For any other, a view without the pools routes the same (and reads none)."""
+    res = task.resources
+    return task.compute_config is not None or res.resource_pool is not None or res.slots is not None
+
+
 def route_with_plan(task: Task, view: RegistryView) -> tuple[Route | Refusal, Plan | None]:
     """:func:`route`, with the failover chain it planned for a direct route (None for the
     others): the request carries it, so admission does not plan it again."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from corral.services.providers.base import (
@@ -450,18 +451,7 @@ def _instance_up(
     """Node ``node`` of the attempt reported in: its instance RUNNING (created if the attempt
     died before it recorded it); with ``done`` (its job's run is over already, exit code 0),
     RUNNING and TERMINATED in the same write. Returns the instance id."""
-
-    def up(i: Instance) -> bool:
-        if i.state != InstanceState.REQUESTED:
-            return False  # already up, or let go meanwhile
-        i.pid = pi.pid
-        i.address = pi.address or i.address
-        i.move(InstanceState.RUNNING, now, "the provider reports it running")
-        if done:
-            i.exit_code = 0
-            i.move(InstanceState.TERMINATED, now, "its job exited with code 0")
-        return True
-
+    up = _moved_up(pi, now, done)
     # Recorded REQUESTED by its attempt, as a rule: moved up; created only if it is missing.
     instance_id = instance_id_for(attempt_id, node)
     if deps.store.update_instance(instance_id, up) is not None:
@@ -474,6 +464,24 @@ def _instance_up(
     if not deps.store.create_instance(inst):  # created meanwhile: move that one up
         deps.store.update_instance(inst.id, up)
     return inst.id
+
+
+def _moved_up(pi: ProviderInstance, now: float, done: bool) -> Callable[[Instance], bool]:
+    """The change that moves a REQUESTED instance up as ``pi`` reports it (see
+    :func:`_instance_up`), for a compare-and-set."""
+
+    def up(i: Instance) -> bool:
+        if i.state != InstanceState.REQUESTED:
+            return False  # already up, or let go meanwhile
+        i.pid = pi.pid
+        i.address = pi.address or i.address
+        i.move(InstanceState.RUNNING, now, "the provider reports it running")
+        if done:
+            i.exit_code = 0
+            i.move(InstanceState.TERMINATED, now, "its job exited with code 0")
+        return True
+
+    return up
 
 
 def _job_over(req: LaunchRequest, launched: list[ProviderInstance]) -> bool:
@@ -525,9 +533,7 @@ def _on_launched(
 ) -> str:
     now = deps.now()
     done = current is not None and _job_over(current, launched)
-    ids: list[str] = []
-    for node, pi in enumerate(launched):
-        ids.append(_instance_up(deps, request_id, attempt_id, cand, node, pi, now, done))
+    ids = [instance_id_for(attempt_id, node) for node in range(len(launched))]
     why = "the job's run exited 0"
 
     def run(r: LaunchRequest) -> bool:
@@ -541,7 +547,17 @@ def _on_launched(
             r.move(RequestState.SUCCEEDED, now, why)
         return True
 
-    updated = deps.store.update_request(request_id, run, current=current)
+    # The instances up and the request RUNNING in one compare-and-set over all of them;
+    # one by one when an instance is missing (its attempt died before it recorded it), which
+    # creates it before the request names it.
+    ups = {iid: _moved_up(pi, now, done) for iid, pi in zip(ids, launched, strict=True)}
+    together = deps.store.update_together(request_id, run, ups, current=current)
+    if together is not None:
+        updated: LaunchRequest | None = together[0]
+    else:
+        for node, pi in enumerate(launched):
+            _instance_up(deps, request_id, attempt_id, cand, node, pi, now, done)
+        updated = deps.store.update_request(request_id, run, current=current)
     target = RequestState.SUCCEEDED if done else RequestState.RUNNING
     if updated is not None and updated.state == target and set(ids) <= set(updated.instance_ids):
         lines = [f"state: RUNNING ({', '.join(ids)})"] + ([f"state: SUCCEEDED ({why})"] * done)

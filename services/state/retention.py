@@ -126,7 +126,7 @@ def _delete_request(
         pipe.zrem(store._project_key(req.project), req.id)
     for inst in instances:
         pipe.delete(store._instance_key(inst.id))
-        pipe.zrem(store._key("instances", "created"), inst.id)
+        pipe.zrem(store._key("instances", "created"), inst.id)  # an older version's index
         for istate in InstanceState:
             pipe.zrem(store._instance_state_key(istate), inst.id)
     pipe.delete(store._key("instances", "request", req.id))

@@ -12,7 +12,6 @@ Key layout (``P`` is the prefix, "corral" by default; ids and states as stored):
     P:requests:state:<STATE>        zset  id -> created_at (requests in that state)
     P:requests:project:<project>    zset  id -> created_at (a project's requests)
     P:instance:<id>                 hash {version, json}: one Instance
-    P:instances:created             zset  id -> created_at (every instance)
     P:instances:request:<req id>    zset  id -> created_at (a request's instances)
     P:instances:state:<STATE>       zset  id -> created_at (instances in that state)
     P:events:<req id>               list of JSON {"at", "text"}: the request's progress log
@@ -22,9 +21,11 @@ Key layout (``P`` is the prefix, "corral" by default; ids and states as stored):
 
 The state indexes are sorted sets scored by creation time, so listing the requests of one
 state in order reads only that set. Every index is changed in the same script as the record,
-so an index never disagrees with a record it points at. A request submitted under an
-idempotency key is created in the same script that records it under the key, so two
-submissions racing with one key create one request.
+so an index never disagrees with a record it points at. An instance is in exactly one state
+index, so every instance is their union: no index of all instances is written at each
+creation (an older version wrote ``P:instances:created``; retention still removes ids from
+it). A request submitted under an idempotency key is created in the same script that records
+it under the key, so two submissions racing with one key create one request.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from redis import Redis
@@ -90,6 +91,26 @@ end
 return 1
 """
 
+# _CAS for several records at once, all or none: KEYS three per record (its hash, old and new
+# state index), ARGV five per record (id, expected version, new version, json, score).
+# Returns 1 if all were written, 0 if one's version moved on, -1 if one is gone (then none).
+_CAS_ALL = """
+for i = 0, #KEYS / 3 - 1 do
+  local current = redis.call('HGET', KEYS[3 * i + 1], 'version')
+  if not current then return -1 end
+  if current ~= ARGV[5 * i + 2] then return 0 end
+end
+for i = 0, #KEYS / 3 - 1 do
+  local k, a = 3 * i, 5 * i
+  redis.call('HSET', KEYS[k + 1], 'version', ARGV[a + 3], 'json', ARGV[a + 4])
+  if KEYS[k + 2] ~= KEYS[k + 3] then
+    redis.call('ZREM', KEYS[k + 2], ARGV[a + 1])
+    redis.call('ZADD', KEYS[k + 3], ARGV[a + 5], ARGV[a + 1])
+  end
+end
+return 1
+"""
+
 # KEYS[1] the claim; ARGV[1] the owner, ARGV[2] the new TTL in ms. Extends it only if that
 # owner still holds it.
 _RENEW = """
@@ -136,6 +157,7 @@ class Store:
         self.listeners: tuple[WriteListener, ...] = tuple(listeners)
         self._create = redis.register_script(_CREATE)
         self._cas = redis.register_script(_CAS)
+        self._cas_all = redis.register_script(_CAS_ALL)
         self._release = redis.register_script(_RELEASE)
         self._renew = redis.register_script(_RENEW)
         self._create_keyed = redis.register_script(_CREATE_KEYED)
@@ -225,7 +247,6 @@ class Store:
         """Store a new instance; False (and nothing written) if its id already exists."""
         keys = [
             self._instance_key(inst.id),
-            self._key("instances", "created"),
             self._key("instances", "request", inst.request_id),
             self._instance_state_key(inst.state),
         ]
@@ -325,10 +346,10 @@ class Store:
         wanted = None if states is None else frozenset(states)
         if request_id is not None:
             index_keys = [self._key("instances", "request", request_id)]
-        elif wanted is not None:
-            index_keys = [self._instance_state_key(s) for s in wanted]
-        else:
-            index_keys = [self._key("instances", "created")]
+        else:  # every instance is in the index of its state (all of them: every instance)
+            index_keys = [
+                self._instance_state_key(s) for s in (InstanceState if wanted is None else wanted)
+            ]
         pipe = self._r.pipeline(transaction=False)
         for key in index_keys:
             pipe.zrange(key, 0, -1)
@@ -438,6 +459,90 @@ class Store:
             _backoff(attempt)
         raise WriteConflict(f"{key}: still losing to other writers after {retries} retries")
 
+    def update_together(
+        self,
+        request_id: str,
+        fn: Callable[[LaunchRequest], bool],
+        instance_fns: Mapping[str, Callable[[Instance], bool]],
+        *,
+        current: LaunchRequest | None = None,
+        retries: int = 50,
+    ) -> tuple[LaunchRequest, list[Instance]] | None:
+        """Change some of a request's instances (id -> its function, in ``instance_fns``)
+        and the request with ``fn``, as :meth:`update_instance` and :meth:`update_request`
+        would one after the other, in one compare-and-set over all of them (all written or
+        none; a lost race reads them all again and calls the functions again): one script,
+        not one per record.
+        Returns the request and the instances as written (or as read, where a function asked
+        for no change); None, with nothing written, when any of them does not exist (the
+        caller takes the one-by-one way, which creates what is missing). ``current``: as for
+        :meth:`update_request`."""
+        n = len(instance_fns)
+        keys = [self._instance_key(i) for i in instance_fns] + [self._request_key(request_id)]
+        models: list[type[Any]] = [Instance] * n + [LaunchRequest]
+        fns: list[Callable[[Any], bool]] = [*instance_fns.values(), fn]
+        carried: list[Any] = [None] * n + [_carried(current, request_id)]
+        for attempt in range(retries + 1):
+            currents = self._read_for_update(keys, models, carried)
+            if currents is None:
+                return None
+            carried = [None] * len(keys)  # a lost race reads every record again
+            works = [_changed(c, f) for c, f in zip(currents, fns, strict=True)]
+            writes = [(c, w) for c, w in zip(currents, works, strict=True) if w is not None]
+            if writes:
+                cas_keys: list[str] = []
+                args: list[str | int | float] = []
+                for before, after in writes:
+                    if isinstance(before, LaunchRequest) and isinstance(after, LaunchRequest):
+                        cas_keys += [
+                            self._request_key(before.id),
+                            self._request_state_key(before.state),
+                            self._request_state_key(after.state),
+                        ]
+                    else:
+                        cas_keys += [
+                            self._instance_key(before.id),
+                            self._instance_state_key(before.state),
+                            self._instance_state_key(after.state),
+                        ]
+                    args += [after.id, before.version, after.version, after.model_dump_json(),
+                             after.created_at]  # fmt: skip
+                written = int(self._cas_all(keys=cas_keys, args=args))
+                if written == -1:
+                    return None
+                if written == 0:
+                    _backoff(attempt)
+                    continue
+                for listener in self.listeners:
+                    for before, after in writes:
+                        listener.written(before, after)
+            out = [w if w is not None else c for c, w in zip(currents, works, strict=True)]
+            req = out[-1]
+            assert isinstance(req, LaunchRequest)
+            return req, [i for i in out[:-1] if isinstance(i, Instance)]
+        raise WriteConflict(f"{request_id}: still losing to other writers after {retries} retries")
+
+    def _read_for_update(
+        self, keys: list[str], models: list[type[Any]], carried: list[Any]
+    ) -> list[Any] | None:
+        """The records at ``keys`` (of ``models``): the carried ones as given, the rest read
+        in one round trip; None if one is missing."""
+        pipe = self._r.pipeline(transaction=False)
+        wanted = [k for k, c in zip(keys, carried, strict=True) if c is None]
+        for key in wanted:
+            pipe.hget(key, "json")
+        raws = iter(pipe.execute() if wanted else [])
+        out: list[Any] = []
+        for model, held in zip(models, carried, strict=True):
+            if held is not None:
+                out.append(held)
+                continue
+            raw = next(raws)
+            if raw is None:
+                return None
+            out.append(model.model_validate_json(raw))
+        return out
+
     # ---- progress log ---------------------------------------------------------------------
 
     def append_event(self, request_id: str, text: str, now: float) -> int:
@@ -497,6 +602,20 @@ def _carried(record: RecordT | None, record_id: str) -> RecordT | None:
 def _text(value: Any) -> str:
     """A member or value from Redis as text, whether the client decodes responses or not."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _changed(current: RecordT, fn: Callable[[RecordT], bool]) -> RecordT | None:
+    """``fn`` applied to a copy of ``current``: the copy, its version bumped, if ``fn`` asked
+    for it to be written; None for no change."""
+    work = current.model_copy(deep=True)
+    wanted = fn(work)
+    if wanted is not True and wanted is not False:
+        raise TypeError(f"update function must return True or False, not {wanted!r}")
+    if not wanted:
+        return None
+    _check_change(current, work)
+    work.version = current.version + 1
+    return work
 
 
 def _check_change(before: LaunchRequest | Instance, after: LaunchRequest | Instance) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
 
 from harness import System, wait_for
@@ -30,6 +31,17 @@ def _watch(broker: str, seen: list[dict[str, Any]], stop: threading.Event) -> No
                 return
 
 
+def _count_messages(url: str, channels: list[str], stop: threading.Event) -> None:
+    """Count the event messages published on the broker (a message may carry many events)."""
+    sub = redis.Redis.from_url(url).pubsub()
+    sub.psubscribe("*celeryev/task.*")
+    while not stop.is_set():
+        msg = sub.get_message(timeout=0.2)
+        if msg is not None and msg["type"] == "pmessage":
+            channels.append(msg["channel"].decode())
+    sub.close()
+
+
 def test_beats_ticks_send_no_events_and_a_users_request_does(
     make_system: Callable[..., System],
 ) -> None:
@@ -40,6 +52,13 @@ def test_beats_ticks_send_no_events_and_a_users_request_does(
         target=_watch, args=(system.env["CORRAL_REDIS_URL"], seen, stop), daemon=True
     )
     watcher.start()
+    channels: list[str] = []
+    counter = threading.Thread(
+        target=_count_messages,
+        args=(system.env["CORRAL_REDIS_URL"], channels, stop),
+        daemon=True,
+    )
+    counter.start()
     try:
         system.start_api()
         system.start_worker("schedule")
@@ -57,6 +76,7 @@ def test_beats_ticks_send_no_events_and_a_users_request_does(
     finally:
         stop.set()
         watcher.join(5)
+        counter.join(5)
     names = {e.get("name") for e in seen if e["type"] in ("task-received", "task-sent")}
     assert "corral.schedule.admit" in names  # the user's request shows
     tasks = {e.get("name") for e in seen if e["type"].startswith("task-")}
@@ -64,3 +84,8 @@ def test_beats_ticks_send_no_events_and_a_users_request_does(
     where = {e.get("hostname", "") for e in seen if e["type"] == "task-received"}
     assert any(h.startswith("provision") for h in where), where
     assert not (tasks & PERIODIC), tasks & PERIODIC
+    # A worker sends its task events together (received and started, at least, go out in one
+    # message), not one message each: fewer messages than events.
+    from_workers = [e for e in seen if e["type"].startswith("task-") and e["type"] != "task-sent"]
+    messages = [c for c in channels if not c.endswith("task.sent")]
+    assert from_workers and len(messages) < len(from_workers), (len(messages), len(from_workers))

@@ -149,11 +149,19 @@ def test_describe_reads_an_ended_record_once_and_forgets_it_with_the_cloud(
     assert hgetalls() - before == 1  # the live service's record only
     assert (seen[job.provider_id].state, seen[job.provider_id].exit_code) == ("terminated", 3)
     assert seen[svc.provider_id].state in ("pending", "running")
-    # A fresh provider (another process) reads it, as any first look does.
+    # A fresh provider (another process) reads it, as any first look does: its record, and
+    # no heartbeat (an ended record is reported as it is); the live one's with its beat.
     other = LocalProvider(
         CLOUD, provider.redis_url, prefix=provider.prefix, log_dir=provider.log_dir
     )
+    assert r.exists(provider.state.keys.heartbeat(job.provider_id))  # the agent's last beat
+    gets = int(r.info("commandstats").get("cmdstat_get", {}).get("calls", 0))
     assert state_of(other, job.provider_id).exit_code == 3
+    assert int(r.info("commandstats")["cmdstat_get"]["calls"]) - gets == 1  # the service's
+    read = {i: (rec, beat) for i, rec, beat in other.state.records_and_heartbeats(
+        [job.provider_id, svc.provider_id, "li-missing"])}  # fmt: skip
+    assert read[job.provider_id][0] is not None and read[job.provider_id][1] is None
+    assert read[svc.provider_id][1] is not None and read["li-missing"] == (None, None)
     provider.state.forget(job.provider_id)  # its record expired: the cloud forgot it
     assert job.provider_id not in {i.provider_id for i in provider.describe()}
     provider.terminate([svc.provider_id])
@@ -190,12 +198,18 @@ def test_terminate_stops_the_task_and_what_it_left_in_the_background(
 def test_a_launch_beyond_capacity_is_a_capacity_error(provider: LocalProvider) -> None:
     for _ in range(4):
         provider.launch(spec("lab-east-b"))
+    full = spec("lab-east-b")
     with pytest.raises(CapacityError) as info:
-        provider.launch(spec("lab-east-b"))
+        provider.launch(full)
     assert info.value.scope == Scope.ZONE
+    # The refused attempt is left unbound (its script binds it first and takes that back):
+    # the same attempt launches once a slot is free.
+    assert provider.state.attempt_value(full.attempt_id) is None
     with pytest.raises(CapacityError):
         provider.launch(spec("lab-east-a", "gpu-a100-8"))  # offered, but sold out
     assert len(provider.describe()) == 4
+    provider.terminate([provider.describe()[0].provider_id])
+    assert len(provider.launch(full)) == 1
 
 
 def test_twenty_concurrent_launches_never_overcount(provider: LocalProvider) -> None:
@@ -277,6 +291,24 @@ def test_the_same_attempt_twice_launches_once(provider: LocalProvider) -> None:
     again = provider.launch(s)
     assert [i.provider_id for i in again] == [i.provider_id for i in first]
     assert len(provider.describe()) == 2
+
+
+def test_an_id_taken_already_is_refused_and_the_launch_takes_nothing(
+    provider: LocalProvider,
+) -> None:
+    # The reserve script sees a taken id by the SADD to the set of every instance (no EXISTS
+    # per record): the ids it added before the taken one are taken out again.
+    [old] = provider.launch(spec())
+    state, keys = provider.state, provider.state.keys
+    s = spec(count=2)
+    pool = keys.pool(s.zone, s.instance_type)
+    records = provider._new_records(s, pool, "on_demand", None)
+    records[1].id = old.provider_id
+    before = (state.instance_ids(), state.r.scard(pool), state.record(old.provider_id))
+    assert state.reserve(pool, 8, s.attempt_id, "start:t", records, 5.0) == (-2, 0)
+    after = (state.instance_ids(), state.r.scard(pool), state.record(old.provider_id))
+    assert after == before and records[0].id not in after[0]
+    assert state.attempt_value(s.attempt_id) is None and state.record(records[0].id) is None
 
 
 def test_the_same_attempt_from_racing_callers_launches_once(provider: LocalProvider) -> None:

@@ -295,6 +295,10 @@ def test_instance_indexes(store: Store) -> None:
     assert ids(store.list_instances(states=both)) == ["a-0", "b-0", "b-1"]
     assert ids(store.list_instances(request_id="req-b", states=running)) == ["b-1"]
     assert store.list_instances(request_id="req-a", states=running) == []
+    # Every instance, whatever its state, read from the state indexes: no index of all of
+    # them is written at each creation.
+    assert ids(store.list_instances()) == ["a-0", "b-0", "b-1"]
+    assert not store._r.exists(store._key("instances", "created"))
 
     def reparent(i: Instance) -> bool:
         i.request_id = "req-a"
@@ -303,6 +307,57 @@ def test_instance_indexes(store: Store) -> None:
     with pytest.raises(ValueError, match="request_id"):
         store.update_instance("b-1", reparent)
     assert store.update_instance("nope", lambda i: True) is None
+
+
+def test_a_request_and_its_instances_change_together_or_not_at_all(
+    store: Store, client: redis.Redis
+) -> None:
+    store.create_request(new_request())
+    for node in (0, 1):
+        store.create_instance(new_instance(f"i-{node}", "req-1", node))
+    seen: list[tuple[str, str]] = []
+
+    class Told:
+        def created(self, record: LaunchRequest | Instance) -> None: ...
+
+        def written(
+            self, before: LaunchRequest | Instance, after: LaunchRequest | Instance
+        ) -> None:
+            seen.append((after.id, after.state.value))
+
+    store.listeners = (Told(),)
+    runs = {"req-1": 0, "i-0": 0, "i-1": 0}
+
+    def up(i: Instance) -> bool:
+        runs[i.id] += 1
+        if i.state != InstanceState.REQUESTED:
+            return False
+        i.move(InstanceState.RUNNING, 130.0, "up")
+        return True
+
+    def run(r: LaunchRequest) -> bool:
+        runs[r.id] += 1
+        if runs[r.id] == 1:  # another writer gets in between this read and the write
+            store.update_instance("i-1", lambda i: i.move(InstanceState.RUNNING, 120.0, "x"))
+        r.labels["up"] = "yes"
+        return True
+
+    got = store.update_together("req-1", run, {"i-0": up, "i-1": up})
+    assert got is not None
+    req, insts = got
+    # The lost race wrote nothing: every record was read again and every function run again;
+    # i-1, up meanwhile, is left as it is (its function asked for no change).
+    assert runs == {"req-1": 2, "i-0": 2, "i-1": 2}
+    assert req.version == 1 and req.labels["up"] == "yes"
+    assert [(i.id, i.version, i.state) for i in insts] == [
+        ("i-0", 1, InstanceState.RUNNING), ("i-1", 1, InstanceState.RUNNING),
+    ]  # fmt: skip
+    assert store.get_instance("i-0") == insts[0] and store.get_request("req-1") == req
+    assert ids(store.list_instances(states=[InstanceState.RUNNING])) == ["i-0", "i-1"]
+    assert seen == [("i-1", "RUNNING"), ("i-0", "RUNNING"), ("req-1", "PENDING")]
+    # One of them missing: nothing written, None (the caller goes one by one).
+    assert store.update_together("req-1", run, {"i-0": up, "i-9": up}) is None
+    assert raw_version(client, "req-1") == 1
 
 
 def test_works_with_a_decoding_client(redis_url: str) -> None:

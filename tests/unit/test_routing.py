@@ -23,6 +23,7 @@ from corral.shared.routing import (
     Refusal,
     RegistryView,
     pool_of,
+    reads_pools,
     route,
 )
 
@@ -51,6 +52,30 @@ def test_a_plain_task_goes_direct_and_an_impossible_one_is_refused() -> None:
     assert route(_task(resources={"cpus": 1}), _view()) == Direct()
     refused = route(_task(resources={"accelerators": "H100:64"}), _view())
     assert isinstance(refused, Refusal) and refused.reasons
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"resources": {"cpus": 1}},
+        {"resources": {"accelerators": "H100:64"}},
+        {"resources": {"cloud": "local"}, "num_nodes": 2},
+        {"compute_config": SMALL},
+        {"compute_config": "compute.yaml"},
+        {"resources": {"resource_pool": "default"}},
+        {"resources": {"slots": 1}},
+    ],
+)
+def test_a_task_that_does_not_read_the_pools_routes_the_same_without_them(
+    fields: dict[str, Any],
+) -> None:
+    # Submit reads the registered pools from Redis only for a task routing looks them up for.
+    task = _task(**fields)
+    full, bare = _view(master=True), _view(pools=False, master=False)
+    if not reads_pools(task):
+        assert route(task, bare) == route(task, full)
+    else:  # each of these goes to (or is refused by) a pool once one is registered
+        assert route(task, full) != Direct()
 
 
 def test_a_compute_config_naming_a_pool_is_its_workload() -> None:

@@ -107,11 +107,13 @@ def delete_pool(deps: Deps, name: str) -> dict[str, Any]:
     return {"name": name, "deleted": True, "machines_terminated": terminated}
 
 
-def registry_view(deps: Deps) -> RegistryView:
-    """The registry as :func:`corral.shared.routing.route` reads it."""
+def registry_view(deps: Deps, pools: bool = True) -> RegistryView:
+    """The registry as :func:`corral.shared.routing.route` reads it; without the registered
+    pools (nothing read from Redis) when ``pools`` is False, for a task that routing would not
+    look at them for (:func:`corral.shared.routing.reads_pools`)."""
     machine_pools: dict[str, MachinePool] = {}
     master = None
-    for name in deps.pools.names():
+    for name in deps.pools.names() if pools else ():
         record = deps.pools.get(name)
         if record is None:
             continue

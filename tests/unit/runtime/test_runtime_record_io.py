@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from runtime_driver import Driver
 
 from corral.services.runtime import launch, requests
@@ -31,6 +32,7 @@ def io(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     it, or its creation)."""
     seen: Counter[str] = Counter()
     get, update, create = Store.get_request, Store._update, Store.create_request
+    together = Store.update_together
 
     def counted_get(self: Store, request_id: str) -> LaunchRequest | None:
         seen["reads"] += 1
@@ -56,9 +58,24 @@ def io(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         seen["writes"] += 1
         return create(self, req)
 
+    def counted_together(
+        self: Store, request_id: str, fn: Callable[[Any], bool], *args: Any, **kwargs: Any
+    ) -> Any:
+        first = [kwargs.get("current") is not None]
+
+        def counted(r: Any) -> bool:
+            handed = first.pop() if first else False
+            seen["reads"] += 0 if handed else 1
+            wrote = fn(r)
+            seen["writes"] += int(wrote)
+            return wrote
+
+        return together(self, request_id, counted, *args, **kwargs)
+
     monkeypatch.setattr(Store, "get_request", counted_get)
     monkeypatch.setattr(Store, "_update", counted_update)
     monkeypatch.setattr(Store, "create_request", counted_create)
+    monkeypatch.setattr(Store, "update_together", counted_together)
     yield seen
 
 
@@ -124,3 +141,29 @@ def test_an_attempt_started_in_its_own_task_does_not_look_up_its_boot(
     assert looked == [first.key]
     (kept,) = driver.deps.boots.of("local")
     assert kept.deadline == first.deadline
+
+
+def test_one_direct_launch_costs_a_few_redis_commands(driver: Driver, redis_url: str) -> None:
+    # Every Redis command the runtime sends for one launch that is up at once, submit to
+    # RUNNING (the queues are the driver's and the cloud is the fake: the broker, the local
+    # cloud and its agents are not counted here; the launch-cost benchmark counts them all).
+    client = redis.Redis.from_url(redis_url)
+    skip = {"cmdstat_info", "cmdstat_hello", "cmdstat_client|setinfo", "cmdstat_script|load"}
+
+    def calls() -> Counter[str]:
+        stats = client.info("commandstats")
+        return Counter({k: int(v["calls"]) for k, v in stats.items() if k not in skip})
+
+    requests.submit(driver.deps, Task.model_validate(SERVICE))  # connections and scripts warm
+    driver.run()
+    before = calls()
+    rid = requests.submit(driver.deps, Task.model_validate(SERVICE)).id
+    driver.run()
+    took = calls() - before
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    print(f"\none launch: {sum(took.values())} commands: {dict(took)}")
+    # 48 before this round: the registered pools read at submit (a plain task cannot go to
+    # one), the index of every instance, one script per record at RUNNING (now one for the
+    # instance and the request together).
+    assert sum(took.values()) == 45
