@@ -24,7 +24,7 @@ import yaml
 from corral.services.state.pool_store import pool_ledgers
 from corral.services.state.store import Store
 
-from harness import ENDED, MACHINE_UP, System, wait_for
+from harness import System, wait_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CLOUD = FIXTURES / "localcloud" / "pools.yaml"
@@ -67,27 +67,7 @@ def pools_system(shared: System) -> Iterator[System]:
     """The module's installation as a fresh one: after the test, its requests end, its pools
     are deleted and their machines terminated."""
     yield shared
-    clear(shared)
-
-
-def clear(system: System, timeout_s: float = 60) -> None:
-    """Every request ended, every pool deleted, no machine up (a pool refuses deletion while
-    a workload still holds it, so it is asked again until the workloads are gone)."""
-    down = system.cli("down", "--all")  # not its exit code: nothing may be left to take down
-
-    def cleared() -> bool:
-        requests = system.get("/v1/requests?limit=1000").json()["requests"]
-        if any(r["state"] not in ENDED for r in requests):
-            return False
-        for pool in system.get("/v1/pools").json()["pools"]:
-            with system.client() as c:
-                c.delete(f"/v1/pools/{pool['name']}")
-        if system.get("/v1/pools").json()["pools"]:
-            return False
-        instances = system.get("/v1/instances").json()["instances"]
-        return all(i["state"] not in MACHINE_UP for i in instances)
-
-    wait_for(cleared, timeout_s, f"requests, pools, machines gone ({down.stderr})")
+    shared.clear()
 
 
 def apply(system: System, path: Path, name: str = POOL) -> None:
