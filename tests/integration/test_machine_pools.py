@@ -93,11 +93,15 @@ def launch(system: System, path: Path) -> str:
 
 
 def pool_view(system: System, name: str = POOL) -> dict[str, Any]:
-    with system.client() as c:
-        resp = c.get(f"/v1/pools/{name}")
+    resp = system.get(f"/v1/pools/{name}")
     assert resp.status_code == 200, resp.text
     data: dict[str, Any] = resp.json()
     return data
+
+
+def why_code(system: System, request_id: str) -> str:
+    """Why the request waits, in one word, of the API (for a look repeated in a wait)."""
+    return str(system.get(f"/v1/requests/{request_id}/why").json()["code"])
 
 
 def why(system: System, request_id: str) -> dict[str, Any]:
@@ -178,7 +182,7 @@ def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
     assert placed(system, ids[2]) == [("ondemand-a100", "on_demand")] * 2
 
     late = launch(system, task_file(tmp_path, "late", num_nodes=2, run="echo done"))
-    wait_for(lambda: why(system, late)["code"] == "partition_full", 20, "late to wait")
+    wait_for(lambda: why_code(system, late) == "partition_full", 20, "late to wait")
     assert system.request(late)["state"] == "PENDING"
     explained = why(system, late)["reason"]
     assert "reserved-a100/any: 2 of 2 held" in explained, explained
@@ -251,8 +255,7 @@ def store(system: System) -> Store:
 
 
 def history(system: System, request_id: str) -> list[dict[str, Any]]:
-    with system.client() as c:
-        resp = c.get(f"/v1/requests/{request_id}/events")
+    resp = system.get(f"/v1/requests/{request_id}/events")
     assert resp.status_code == 200, resp.text
     events: list[dict[str, Any]] = resp.json()["events"]
     return events

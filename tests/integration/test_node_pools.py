@@ -87,9 +87,13 @@ def _why(system: System, request_id: str) -> dict[str, Any]:
     return data
 
 
+def _why_code(system: System, request_id: str) -> str:
+    """Why the request waits, in one word, of the API (for a look repeated in a wait)."""
+    return str(system.get(f"/v1/requests/{request_id}/why").json()["code"])
+
+
 def _pool(system: System, name: str) -> dict[str, Any]:
-    with system.client() as c:
-        resp = c.get(f"/v1/pools/{name}")
+    resp = system.get(f"/v1/pools/{name}")
     assert resp.status_code == 200, resp.text
     data: dict[str, Any] = resp.json()
     return data
@@ -105,8 +109,7 @@ def _ec2(system: System, provider_id: str) -> str:
 
 
 def _events(system: System, request_id: str) -> list[str]:
-    with system.client() as c:
-        resp = c.get(f"/v1/requests/{request_id}/events")
+    resp = system.get(f"/v1/requests/{request_id}/events")
     assert resp.status_code == 200, resp.text
     return [str(e["text"]) for e in resp.json()["events"]]
 
@@ -140,7 +143,7 @@ def test_the_seed_pool_runs_workloads_on_ec2_machines_and_the_third_waits(
     )
 
     third = _launch(system, tmp_path, "train-3", compute_config=compute, num_nodes=3, run=run)
-    wait_for(lambda: _why(system, third)["code"] == "partition_full", 30, "the third to wait")
+    wait_for(lambda: _why_code(system, third) == "partition_full", 30, "the third to wait")
     assert system.request(third)["state"] == "PENDING"
     assert "2 of 2 held" in _why(system, third)["reason"]
 
@@ -286,9 +289,14 @@ def test_a_ray_cluster_on_ec2_grows_for_queued_work_and_reaps_its_idle_node(
     done = system.cli("cluster", "up", str(cluster), "--json")
     assert done.returncode == 0, done.stderr
 
-    def running() -> dict[str, int]:
+    def running(cli: bool = False) -> dict[str, int]:
+        """Running nodes by type, of the API (a look in a wait) or of `corral cluster status`."""
         out: dict[str, int] = {}
-        view = json.loads(system.cli("cluster", "status", data["cluster_name"], "--json").stdout)
+        name = data["cluster_name"]
+        if cli:
+            view = json.loads(system.cli("cluster", "status", name, "--json").stdout)
+        else:
+            view = system.get(f"/v1/clusters/{name}").json()
         for node in view["nodes"]:
             if node["state"] == "RUNNING":
                 out[node["node_type"]] = out.get(node["node_type"], 0) + 1
@@ -305,6 +313,6 @@ def test_a_ray_cluster_on_ec2_grows_for_queued_work_and_reaps_its_idle_node(
     # The work is taken (nothing queued): the GPU node goes idle and is reaped after 3 s.
     (node.root / "demand.json").write_text("{}")
     wait_for(lambda: "gpu_1_ondemand" not in running(), 90, "the idle GPU node reaped")
-    assert node.alive() and running() == {"cpu_4_ondemand": 2}
+    assert node.alive() and running(cli=True) == {"cpu_4_ondemand": 2}
     done = system.cli("cluster", "down", data["cluster_name"])
     assert done.returncode == 0, done.stderr

@@ -224,6 +224,16 @@ def _system(make_system: Callable[..., System], tmp: Path, ray_bin: Path) -> Sys
 
 
 def _view(system: System, name: str = NAME) -> dict[str, Any]:
+    """The cluster as the API shows it: a look repeated in a wait (a `corral cluster status`
+    per look would start a Python process ten times a second)."""
+    resp = system.get(f"/v1/clusters/{name}")
+    assert resp.status_code == 200, resp.text
+    view: dict[str, Any] = resp.json()
+    return view
+
+
+def _cli_view(system: System, name: str = NAME) -> dict[str, Any]:
+    """The cluster as `corral cluster status --json` prints it (the same document)."""
     done = system.cli("cluster", "status", name, "--json")
     assert done.returncode == 0, done.stderr
     view: dict[str, Any] = json.loads(done.stdout)
@@ -270,7 +280,7 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
         return _ray_nodes(view) == Counter({"head": 1})
 
     wait_for(head_reports, 120, "the head's Ray to report", system.home / "logs")
-    view = _view(system)
+    view = _cli_view(system)
     assert view["ray"]["gcs_address"].endswith(f":{port}")
     assert [n["node_type"] for n in view["nodes"]] == ["head"]
 
@@ -339,7 +349,7 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
     assert down.returncode == 0, down.stderr
 
     def all_gone() -> bool:
-        listed = json.loads(system.cli("cluster", "list", "--json").stdout)["clusters"]
+        listed = system.get("/v1/clusters").json()["clusters"]
         return not listed and not _marked_processes(system)
 
     wait_for(all_gone, 60, "the cluster and every process of it to be gone", system.home / "logs")
@@ -377,7 +387,7 @@ def test_a_failing_setup_command_fails_its_node_with_the_exit_code_and_is_retrie
         return len(_view(system, name)["failed_nodes"]) >= 2  # failed, launched again, failed again
 
     wait_for(failed_twice, 90, "the bad node to fail twice", system.home / "logs")
-    view = _view(system, name)
+    view = _cli_view(system, name)
     failed_ids = {f["id"] for f in view["failed_nodes"]}
     for f in view["failed_nodes"]:
         assert f["node_type"] == "bad"
@@ -424,7 +434,7 @@ def test_ray_job_submit_reaches_the_heads_dashboard_that_cluster_status_names(
         return (_view(system, name).get("ray") or {}).get("dashboard")
 
     wait_for(dashboard, 150, "the head to report its dashboard", system.home / "logs")
-    address = dashboard()
+    address = _cli_view(system, name)["ray"]["dashboard"]
     assert address == f"http://127.0.0.1:{dash_port}", address
     job = subprocess.run(
         [
