@@ -235,6 +235,29 @@ class System:
         what = f"every request to end, machines and all (down: {done.stdout}{done.stderr})"
         wait_for(ended, timeout_s, what, self.home / "logs")
 
+    def clear(self, timeout_s: float = 60) -> None:
+        """Everything a test left on an installation a module shares, gone: clusters taken
+        down, requests ended, pools deleted and no machine up. A pool refuses deletion while a
+        workload holds it: it is asked again until none does."""
+        for cluster in self.get("/v1/clusters").json()["clusters"]:
+            self._call("DELETE", f"/v1/clusters/{cluster['name']}")
+        down = self.cli("down", "--all")  # not its exit code (see take_all_down)
+
+        def cleared() -> bool:
+            requests = self.get("/v1/requests?limit=1000").json()["requests"]
+            if any(r["state"] not in ENDED for r in requests):
+                return False
+            pools = self.get("/v1/pools").json()["pools"]
+            for pool in pools:
+                self._call("DELETE", f"/v1/pools/{pool['name']}")
+            if pools or self.get("/v1/clusters").json()["clusters"]:
+                return False
+            instances = self.get("/v1/instances").json()["instances"]
+            return all(i["state"] not in MACHINE_UP for i in instances)
+
+        what = f"requests, pools, clusters and machines to be gone (down: {down.stderr})"
+        wait_for(cleared, timeout_s, what, self.home / "logs")
+
     def stop(self, grace_s: float = 10) -> None:
         """SIGTERM every process, SIGKILL what is left after ``grace_s``. A test's teardown
         passes 0: nothing there has work to finish, and a Celery worker's warm shutdown

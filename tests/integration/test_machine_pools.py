@@ -1,7 +1,11 @@
 """Machine pools at run time, on a real system (API, scheduling and provisioning workers, beat)
 and the local cloud: the seed's pool and compute config (instance types and reservation id
 changed to local ones) filling reserved -> spot -> on-demand, preemption with requeue, the
-thrash guard, replacement, and four schedulers racing on one partition."""
+thrash guard, replacement, and four schedulers racing on one partition.
+
+The tests that need no installation of their own share one (``pools_system``): each applies
+pools of its own names, and after it every request is taken down, every pool deleted and every
+machine gone, so the next finds the local cloud (and its reservation) free."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,11 @@ POOL = "demo-machine-pool"  # the name the seed's compute config uses
 pytestmark = pytest.mark.integration
 
 
+# The shared installation's: the thrash test's guard (2 s) is everyone's; only preemption
+# reads it, and only the preemption tests preempt.
+MIN_RUNTIME_S = 2.0
+
+
 def start(make_system: Any, workers: int = 1, **timers: str) -> System:
     system: System = make_system(
         CLOUD,
@@ -44,6 +54,20 @@ def start(make_system: Any, workers: int = 1, **timers: str) -> System:
     system.start_worker("provision")
     system.start_beat()
     return system
+
+
+@pytest.fixture(scope="module")
+def shared(make_module_system: Callable[..., System]) -> System:
+    # pool_min_machines only matters where idle machines are reaped: the reaping test's pool.
+    return start(make_module_system, MIN_RUNTIME_S=str(MIN_RUNTIME_S), POOL_MIN_MACHINES="1")
+
+
+@pytest.fixture
+def pools_system(shared: System) -> Iterator[System]:
+    """The module's installation as a fresh one: after the test, its requests end, its pools
+    are deleted and their machines terminated."""
+    yield shared
+    shared.clear()
 
 
 def apply(system: System, path: Path, name: str = POOL) -> None:
@@ -69,11 +93,15 @@ def launch(system: System, path: Path) -> str:
 
 
 def pool_view(system: System, name: str = POOL) -> dict[str, Any]:
-    with system.client() as c:
-        resp = c.get(f"/v1/pools/{name}")
+    resp = system.get(f"/v1/pools/{name}")
     assert resp.status_code == 200, resp.text
     data: dict[str, Any] = resp.json()
     return data
+
+
+def why_code(system: System, request_id: str) -> str:
+    """Why the request waits, in one word, of the API (for a look repeated in a wait)."""
+    return str(system.get(f"/v1/requests/{request_id}/why").json()["code"])
 
 
 def why(system: System, request_id: str) -> dict[str, Any]:
@@ -133,9 +161,9 @@ class SizeWatch:
 
 
 def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
-    make_system: Any, tmp_path: Path
+    pools_system: System, tmp_path: Path
 ) -> None:
-    system = start(make_system)
+    system = pools_system
     apply(system, SEED_POOL)
     watch = SizeWatch(system)
     ids = []
@@ -154,7 +182,7 @@ def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
     assert placed(system, ids[2]) == [("ondemand-a100", "on_demand")] * 2
 
     late = launch(system, task_file(tmp_path, "late", num_nodes=2, run="echo done"))
-    wait_for(lambda: why(system, late)["code"] == "partition_full", 20, "late to wait")
+    wait_for(lambda: why_code(system, late) == "partition_full", 20, "late to wait")
     assert system.request(late)["state"] == "PENDING"
     explained = why(system, late)["reason"]
     assert "reserved-a100/any: 2 of 2 held" in explained, explained
@@ -202,17 +230,23 @@ SMALL_POOL = {
         }
     ],
 }
-SMALL_COMPUTE = {
-    "worker_nodes": [
-        {"instance_type": "cpu", "flags": {"cloud_deployment": {"machine_pool": "small"}}}
-    ]
-}
 
 
-def small_pool(system: System, tmp: Path) -> None:
-    path = tmp / "small.yaml"
+def small_compute(pool: str = "small") -> dict[str, Any]:
+    """A compute config of one ``cpu`` node from ``pool``."""
+    flags = {"cloud_deployment": {"machine_pool": pool}}
+    return {"worker_nodes": [{"instance_type": "cpu", "flags": flags}]}
+
+
+SMALL_COMPUTE = small_compute()
+
+
+def small_pool(system: System, tmp: Path, name: str = "small") -> dict[str, Any]:
+    """SMALL_POOL registered as ``name``; the compute config that uses it."""
+    path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(SMALL_POOL))
-    apply(system, path, "small")
+    apply(system, path, name)
+    return small_compute(name)
 
 
 def store(system: System) -> Store:
@@ -221,34 +255,33 @@ def store(system: System) -> Store:
 
 
 def history(system: System, request_id: str) -> list[dict[str, Any]]:
-    with system.client() as c:
-        resp = c.get(f"/v1/requests/{request_id}/events")
+    resp = system.get(f"/v1/requests/{request_id}/events")
     assert resp.status_code == 200, resp.text
     events: list[dict[str, Any]] = resp.json()["events"]
     return events
 
 
 def test_a_higher_priority_workload_preempts_the_newest_lowest_which_requeues(
-    make_system: Any, tmp_path: Path
+    pools_system: System, tmp_path: Path
 ) -> None:
-    system = start(make_system)
-    small_pool(system, tmp_path)
+    system = pools_system
+    compute = small_pool(system, tmp_path, "small-preempt")
     low = []
     for i in range(2):
         low.append(
             launch(
                 system,
-                task_file(tmp_path, f"low-{i}", SMALL_COMPUTE, priority=0, run="sleep 300"),
+                task_file(tmp_path, f"low-{i}", compute, priority=0, run="sleep 300"),
             )
         )
         system.wait_state(low[-1], {"RUNNING"}, 60)
-    time.sleep(1.2)  # past min_runtime_s
+    time.sleep(MIN_RUNTIME_S + 0.2)  # past min_runtime_s
     high = launch(
         system,
         task_file(
             tmp_path,
             "high",
-            SMALL_COMPUTE,
+            compute,
             priority=10,
             run="sleep 3",
             scheduling={"on_full": "preempt"},
@@ -266,7 +299,7 @@ def test_a_higher_priority_workload_preempts_the_newest_lowest_which_requeues(
         "the victim's work to stop",
     )
     # A later low workload queues behind the preempted one, which keeps its place.
-    later = launch(system, task_file(tmp_path, "low-later", SMALL_COMPUTE, run="sleep 300"))
+    later = launch(system, task_file(tmp_path, "low-later", compute, run="sleep 300"))
     system.wait_state(high, {"SUCCEEDED"}, 60)
     system.wait_state(low[1], {"RUNNING"}, 30)
     assert system.request(later)["state"] == "PENDING"
@@ -275,15 +308,15 @@ def test_a_higher_priority_workload_preempts_the_newest_lowest_which_requeues(
 
 
 def test_no_thrash_under_a_stream_of_alternating_priorities(
-    make_system: Any, tmp_path: Path
+    pools_system: System, tmp_path: Path
 ) -> None:
-    min_runtime_s = 2.0
-    system = start(make_system, MIN_RUNTIME_S=str(min_runtime_s))
-    small_pool(system, tmp_path)
+    min_runtime_s = MIN_RUNTIME_S
+    system = pools_system
+    compute = small_pool(system, tmp_path, "small-thrash")
     ids = []
     for i in range(8):
         fields = {"priority": 5 * (i % 2), "run": "sleep 2.5", "scheduling": {"on_full": "preempt"}}
-        ids.append(launch(system, task_file(tmp_path, f"w{i}", SMALL_COMPUTE, **fields)))
+        ids.append(launch(system, task_file(tmp_path, f"w{i}", compute, **fields)))
         time.sleep(0.4)
     for rid in ids:
         system.wait_state(rid, {"SUCCEEDED"}, 120)
@@ -309,14 +342,23 @@ def test_no_thrash_under_a_stream_of_alternating_priorities(
     assert len(preemptors) == len(set(preemptors)) <= 4, preemptions
 
 
+def seed_compute(pool: str) -> dict[str, Any]:
+    """The seed's compute config with its workers from ``pool``."""
+    compute: dict[str, Any] = yaml.safe_load(SEED_COMPUTE.read_text())
+    for node in compute["worker_nodes"]:
+        node["flags"]["cloud_deployment"]["machine_pool"] = pool
+    return compute
+
+
 def test_replacement_moves_a_fallen_back_workload_to_the_reservation(
-    make_system: Any, tmp_path: Path
+    pools_system: System, tmp_path: Path
 ) -> None:
-    system = start(make_system, POOL_REBALANCE_INTERVAL_S="0.5")
-    apply(system, SEED_POOL)
-    compute = yaml.safe_load(SEED_COMPUTE.read_text())
+    system = pools_system
+    pool = "replacing-pool"
+    apply(system, SEED_POOL, pool)
+    compute = seed_compute(pool)
     compute["flags"]["replacement_threshold"] = "2s"
-    steady = yaml.safe_load(SEED_COMPUTE.read_text())  # the blockers never move
+    steady = seed_compute(pool)  # the blockers never move
     steady["flags"]["instance_ranking_strategy"][0]["ranker_config"]["enable_replacement"] = False
     blockers = []
     for name in ("hold-reserved", "hold-spot"):
@@ -340,7 +382,9 @@ def test_replacement_moves_a_fallen_back_workload_to_the_reservation(
     wait_for(moved, 30, "the mover to run on the reservation")
     assert time.time() - freed_at >= 2.0  # not before the threshold
     wait_for(
-        lambda: all(m["machine_type"] != "ondemand-a100" for m in pool_view(system)["machines"]),
+        lambda: all(
+            m["machine_type"] != "ondemand-a100" for m in pool_view(system, pool)["machines"]
+        ),
         20,
         "the on-demand machine to be retired",
     )
@@ -378,9 +422,9 @@ def test_four_schedulers_racing_on_one_partition_never_exceed_its_size(
 
 
 def test_idle_machines_are_reaped_past_their_limit_reserved_last(
-    make_system: Any, tmp_path: Path
+    pools_system: System, tmp_path: Path
 ) -> None:
-    system = start(make_system, POOL_MIN_MACHINES="1")
+    system = pools_system  # pool_min_machines = 1
     template = {"instance_type": "cpu-2"}
     reserved = {
         **template,

@@ -2,11 +2,16 @@
 (or the Compute API fake), the test takes the boot script the cloud received (RunInstances
 UserData, the startup-script metadata) and runs it in a sandbox folder as the VM would, with
 nothing but the system's Python on PATH. The agent installs itself from the API's wheel,
-registers, runs the work and reports it through the API."""
+registers, runs the work and reports it through the API.
+
+The AWS tests share one installation and one moto (``aws``; each test's requests are its own,
+and what it left is taken down after it). Machines lost, reclaimed or cut off by an API outage
+are test_node_recovery's, on installations of their own: moto keeps one EC2 for the whole
+test process, and an installation terminates every Corral machine it does not own (a stray),
+so no other AWS installation may run beside this module's."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -18,14 +23,13 @@ import pytest
 from cloud_vms import (
     AWS_ENV,
     Fleet,
-    Metadata,
     Vm,
+    aws_agents_system,
     aws_script,
-    aws_scripts,
+    ec2_client,
     ec2_state,
     gcp_env,
     gcp_script,
-    gcp_scripts,
     start_with_agents,
 )
 from fakes.aws_faults import FaultyMoto
@@ -53,22 +57,22 @@ def _no_secrets(script: str, system: System) -> None:
             assert f"={value}" not in script  # no cloud key
 
 
-@pytest.fixture
-def aws(make_system: Callable[..., System]) -> Iterator[tuple[System, FaultyMoto]]:
+@pytest.fixture(scope="module")
+def shared_aws(
+    make_module_system: Callable[..., System],
+) -> Iterator[tuple[System, FaultyMoto]]:
     with FaultyMoto() as moto:
-        env = {
-            **AWS_ENV,
-            "CORRAL_CLOUDS": json.dumps(["aws"]),
-            "CORRAL_AWS_ENDPOINT_URL": moto.url,
-            "CORRAL_AWS_DEFAULT_IMAGE_ID": "ami-12c6146b",
-            "CORRAL_NODE_HEARTBEAT_S": "0.5",
-        }
-        yield (
-            start_with_agents(
-                make_system(env=env, ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
-            ),
-            moto,
-        )
+        yield aws_agents_system(make_module_system, moto), moto
+
+
+@pytest.fixture
+def aws(
+    shared_aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
+) -> Iterator[tuple[System, FaultyMoto]]:
+    """The module's AWS installation as a fresh one: after the test its requests and cluster
+    are taken down and their machines gone (before the test's played machines are killed)."""
+    yield shared_aws
+    shared_aws[0].clear()
 
 
 def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
@@ -215,10 +219,7 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
 
 def _ec2_states(moto: FaultyMoto, request_id: str) -> set[str]:
     """The EC2 states of the request's machines (moto's state outlives one test's server)."""
-    import boto3
-
-    ec2 = boto3.client("ec2", endpoint_url=moto.url, region_name="us-east-1", **{
-        "aws_access_key_id": "testing", "aws_secret_access_key": "testing"})  # fmt: skip
+    ec2 = ec2_client(moto.url)
     filters = [{"Name": "tag:corral-request", "Values": [request_id]}]
     pages = ec2.describe_instances(Filters=filters)["Reservations"]
     return {i["State"]["Name"] for r in pages for i in r["Instances"]}
@@ -258,86 +259,6 @@ def test_gcp_a_job_runs_on_its_agent_and_a_failing_one_fails(
         assert "serving on gce" in system.cli("logs", svc).stdout
 
 
-def _instances_of(system: System, request_id: str) -> dict[str, str]:
-    """The request's instances: id -> state."""
-    return {i["id"]: i["state"] for i in system.request(request_id)["instances"]}
-
-
-def test_aws_a_silent_agent_is_lost_and_its_request_relaunched_on_a_new_machine(
-    aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
-) -> None:
-    system, moto = aws
-    rid = system.submit({**AWS_TASK, "name": "svc", "setup": "echo first machine"})
-    first = vms(aws_script(moto, rid))
-    [old] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
-    first.crash()  # no last report: its heartbeats just stop
-    tagged = {"corral-request": rid}
-    wait_for(lambda: len(aws_scripts(moto, **tagged)) == 2, 60, "the relaunch to reach EC2")
-    vms(aws_scripts(moto, **tagged)[-1])
-    wait_for(
-        lambda: list(_instances_of(system, rid).values()) == ["LOST", "RUNNING"],
-        60,
-        "the request RUNNING again on a new machine",
-    )
-    done = system.request(rid)
-    assert done["state"] == "RUNNING" and done["relaunches"] == 1
-    assert [r["outcome"] for r in done["runs"]] == ["lost", "running"]
-    assert done["instances"][1]["zone"] != old["zone"]  # the silent zone is remembered
-    wait_for(lambda: ec2_state(moto.url, old["provider_id"]) == "terminated", 30, "the old VM gone")
-
-
-def test_aws_a_spot_interruption_notice_starts_recovery_before_the_machine_goes(
-    aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
-) -> None:
-    system, moto = aws
-    metadata = Metadata()
-    try:
-        spot = {"resources": {**AWS_TASK["resources"], "use_spot": True}}
-        rid = system.submit({**spot, "name": "spot-svc", "setup": "echo on spot"})
-        vm = vms(aws_script(moto, rid), metadata.url)
-        [old] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
-        assert old["market"] == "spot"
-        wait_for(lambda: metadata.calls > 0, 20, "the agent to look at its metadata")
-        metadata.interrupt_spot()
-        tagged = {"corral-request": rid}
-        wait_for(lambda: len(aws_scripts(moto, **tagged)) == 2, 60, "the relaunch to reach EC2")
-        # Recovery started while the machine still runs: the cloud had only warned.
-        with system.client() as c:
-            events = [e["text"] for e in c.get(f"/v1/requests/{rid}/events").json()["events"]]
-        assert any("reclaiming" in e and "spot interruption" in e for e in events), events
-        vms(aws_scripts(moto, **tagged)[-1], metadata.url)
-        wait_for(
-            lambda: list(_instances_of(system, rid).values()) == ["LOST", "RUNNING"],
-            60,
-            "the request RUNNING again",
-        )
-        # Terminated by Corral, the warned machine's agent is refused and stops by itself.
-        wait_for(lambda: not vm.alive(), 30, "the warned machine's agent to stop")
-    finally:
-        metadata.close()
-
-
-def test_gcp_a_preempted_machine_is_relaunched(
-    make_system: Callable[..., System], vms: Callable[..., Vm]
-) -> None:
-    metadata = Metadata()
-    with FakeCompute(project="corral-test") as fake:
-        system = start_with_agents(
-            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
-        )
-        task = {"resources": {**GCP_TASK["resources"], "use_spot": True}}
-        rid = system.submit({**task, "name": "preemptible", "setup": "echo up"})
-        vm = vms(gcp_script(fake, rid), metadata.url)
-        system.wait_state(rid, {"RUNNING"}, 60)
-        metadata.preempted = True
-        tagged = {"corral-request": rid}
-        wait_for(lambda: len(gcp_scripts(fake, **tagged)) == 2, 60, "the relaunch insert")
-        wait_for(lambda: not vm.alive(), 30, "the preempted machine's agent to stop")
-        [lost] = [i for i in system.request(rid)["instances"] if i["state"] == "LOST"]
-        assert lost["market"] == "spot"
-    metadata.close()
-
-
 def test_aws_a_jobs_workdir_and_file_mounts_come_through_the_api_with_its_node_token(
     aws: tuple[System, FaultyMoto], vms: Callable[[str], Vm], tmp_path: Path
 ) -> None:
@@ -371,40 +292,6 @@ def test_aws_a_jobs_workdir_and_file_mounts_come_through_the_api_with_its_node_t
     assert "/sky_workdir" in out
     # Another node's token (or none) gets no bundle.
     assert httpx.get(f"{system.api_url}/v1/node/bundle").status_code == 401
-
-
-def test_aws_an_api_outage_loses_no_machine_and_jobs_end_by_their_exit_codes(
-    aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
-) -> None:
-    """Issue #23 item 8: the agents report through the API; with the API down for twice the
-    heartbeat timeout, their silence is the control plane's, not theirs. No machine is LOST,
-    nothing is relaunched, and a job that ended meanwhile ends by its exit code once its
-    agent's last report gets through."""
-    system, moto = aws
-    timeout_s = 6.0  # the fixture's HEARTBEAT_TIMEOUT_S
-    svc = system.submit({**AWS_TASK, "name": "svc", "setup": "echo serving"})
-    ok = system.submit({**AWS_TASK, "name": "ok", "run": "sleep 4; echo done"})
-    bad = system.submit({**AWS_TASK, "name": "bad", "run": "sleep 4; exit 3"})
-    for rid in (svc, ok, bad):
-        vms(aws_script(moto, rid))
-    for rid in (svc, ok, bad):
-        system.wait_state(rid, {"RUNNING"}, 60)
-    port = int(system.api_url.rsplit(":", 1)[1])
-    system.kill("api")  # a crash: no clean shutdown
-    time.sleep(2 * timeout_s)  # the jobs end meanwhile; nobody can hear them say so
-    # The workers and beat kept looking all along (the boot watch, reconcile): nothing moved.
-    system.start_api(port)
-    done = system.wait_state(ok, {"SUCCEEDED", "FAILED"}, 60)
-    assert done["state"] == "SUCCEEDED" and done["exit_code"] == 0, done
-    done = system.wait_state(bad, {"SUCCEEDED", "FAILED"}, 60)
-    assert done["state"] == "FAILED" and done["exit_code"] == 3, done
-    time.sleep(timeout_s)  # a whole timeout after the API is back: still nothing lost
-    for rid in (svc, ok, bad):
-        seen = system.request(rid)
-        assert seen["relaunches"] == 0, seen
-        assert "LOST" not in _instances_of(system, rid).values(), seen
-        assert len(aws_scripts(moto, **{"corral-request": rid})) == 1  # nothing launched again
-    assert system.request(svc)["state"] == "RUNNING"
 
 
 def test_aws_a_ray_cluster_nodes_run_the_launcher_steps_and_cluster_exec_reaches_them(

@@ -1,7 +1,11 @@
 """Pools on a real cloud path: machine pools and Determined pools whose machines are EC2
 instances (moto) running the node agent, every machine played on this one as it is launched
 (tests/cloud_vms.py). Work reaches the machines as assignments through the API; idle machines
-are reaped; a machine whose agent falls silent leaves its pool and its work runs again."""
+are reaped; a machine whose agent falls silent leaves its pool and its work runs again.
+
+The tests share one installation, one moto and one player (each test's pool or cluster has a
+name of its own); after each, its requests, pools and cluster are taken down and every machine
+is gone. None stops or restarts a part of Corral."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cloud_vms import AWS_ENV, Fleet, Player, ec2_state, start_with_agents
+from cloud_vms import AWS_ENV, Fleet, Player, Vm, ec2_state, start_with_agents
 from fakes.aws_faults import FaultyMoto
 from harness import System, wait_for
 
@@ -25,9 +29,11 @@ SEED_COMPUTE = SEEDS / "anyscale-compute-config-aws.yaml"
 POOL = "demo-machine-pool"
 
 
-@pytest.fixture
-def aws(make_system: Callable[..., System], tmp_path: Path) -> Iterator[tuple[System, Player]]:
-    fleet = Fleet(tmp_path / "vms")
+@pytest.fixture(scope="module")
+def shared(
+    make_module_system: Callable[..., System], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[System, Player]]:
+    fleet = Fleet(tmp_path_factory.mktemp("vms"))
     with FaultyMoto() as moto:
         env = {
             **AWS_ENV,
@@ -36,7 +42,7 @@ def aws(make_system: Callable[..., System], tmp_path: Path) -> Iterator[tuple[Sy
             "CORRAL_AWS_DEFAULT_IMAGE_ID": "ami-12c6146b",
             "CORRAL_NODE_HEARTBEAT_S": "0.5",
         }
-        system = make_system(
+        system = make_module_system(
             env=env,
             ATTEMPT_DEADLINE_S="60",
             MIN_RUNTIME_S="1",
@@ -47,6 +53,18 @@ def aws(make_system: Callable[..., System], tmp_path: Path) -> Iterator[tuple[Sy
                 yield start_with_agents(system), player
         finally:
             fleet.kill_all()
+
+
+@pytest.fixture
+def aws(shared: tuple[System, Player]) -> Iterator[tuple[System, Player]]:
+    """The module's installation as a fresh one: what the test left is taken down after it."""
+    yield shared
+    shared[0].clear(timeout_s=90)
+
+
+def _played_since(player: Player, earlier: set[str]) -> list[Vm]:
+    """The machines played since ``earlier`` (the boot scripts played before), oldest first."""
+    return [vm for script, vm in list(player.played.items()) if script not in earlier]
 
 
 def _launch(system: System, tmp: Path, name: str, **fields: Any) -> str:
@@ -69,9 +87,13 @@ def _why(system: System, request_id: str) -> dict[str, Any]:
     return data
 
 
+def _why_code(system: System, request_id: str) -> str:
+    """Why the request waits, in one word, of the API (for a look repeated in a wait)."""
+    return str(system.get(f"/v1/requests/{request_id}/why").json()["code"])
+
+
 def _pool(system: System, name: str) -> dict[str, Any]:
-    with system.client() as c:
-        resp = c.get(f"/v1/pools/{name}")
+    resp = system.get(f"/v1/pools/{name}")
     assert resp.status_code == 200, resp.text
     data: dict[str, Any] = resp.json()
     return data
@@ -87,8 +109,7 @@ def _ec2(system: System, provider_id: str) -> str:
 
 
 def _events(system: System, request_id: str) -> list[str]:
-    with system.client() as c:
-        resp = c.get(f"/v1/requests/{request_id}/events")
+    resp = system.get(f"/v1/requests/{request_id}/events")
     assert resp.status_code == 200, resp.text
     return [str(e["text"]) for e in resp.json()["events"]]
 
@@ -122,7 +143,7 @@ def test_the_seed_pool_runs_workloads_on_ec2_machines_and_the_third_waits(
     )
 
     third = _launch(system, tmp_path, "train-3", compute_config=compute, num_nodes=3, run=run)
-    wait_for(lambda: _why(system, third)["code"] == "partition_full", 30, "the third to wait")
+    wait_for(lambda: _why_code(system, third) == "partition_full", 30, "the third to wait")
     assert system.request(third)["state"] == "PENDING"
     assert "2 of 2 held" in _why(system, third)["reason"]
 
@@ -161,6 +182,7 @@ def test_a_job_ends_by_its_exit_code_an_idle_machine_is_reaped_and_a_lost_one_re
     aws: tuple[System, Player], tmp_path: Path
 ) -> None:
     system, player = aws
+    earlier = set(player.played)
     pool_file = tmp_path / "small.yaml"
     pool_file.write_text(yaml.safe_dump(SMALL_POOL))
     _apply(system, pool_file, "small")
@@ -176,7 +198,7 @@ def test_a_job_ends_by_its_exit_code_an_idle_machine_is_reaped_and_a_lost_one_re
         "idle reaping",
     )
     wait_for(lambda: not _pool(system, "small")["machines"], 30, "the reaped machine to leave")
-    [vm] = [v for v in player.played.values() if v.node.startswith("aws/")]
+    [vm] = [v for v in _played_since(player, earlier) if v.node.startswith("aws/")]
     wait_for(lambda: not vm.alive(), 30, "the reaped machine's agent to stop (token refused)")
 
     # A service whose machine dies: the machine leaves the pool, the work runs on a new one.
@@ -256,6 +278,7 @@ def test_a_ray_cluster_on_ec2_grows_for_queued_work_and_reaps_its_idle_node(
     aws: tuple[System, Player], tmp_path: Path
 ) -> None:
     system, player = aws
+    earlier = set(player.played)
     system.start_worker("autoscale")
     data = yaml.safe_load(RAY_SEED.read_text())
     data["idle_timeout_minutes"] = 0.05  # 3 s
@@ -266,9 +289,14 @@ def test_a_ray_cluster_on_ec2_grows_for_queued_work_and_reaps_its_idle_node(
     done = system.cli("cluster", "up", str(cluster), "--json")
     assert done.returncode == 0, done.stderr
 
-    def running() -> dict[str, int]:
+    def running(cli: bool = False) -> dict[str, int]:
+        """Running nodes by type, of the API (a look in a wait) or of `corral cluster status`."""
         out: dict[str, int] = {}
-        view = json.loads(system.cli("cluster", "status", data["cluster_name"], "--json").stdout)
+        name = data["cluster_name"]
+        if cli:
+            view = json.loads(system.cli("cluster", "status", name, "--json").stdout)
+        else:
+            view = system.get(f"/v1/clusters/{name}").json()
         for node in view["nodes"]:
             if node["state"] == "RUNNING":
                 out[node["node_type"]] = out.get(node["node_type"], 0) + 1
@@ -278,13 +306,13 @@ def test_a_ray_cluster_on_ec2_grows_for_queued_work_and_reaps_its_idle_node(
     wait_for(lambda: running() == {"cpu_4_ondemand": 2}, 120, "the head and its min worker")
     # A node's workload (a Ray head's pending tasks) queues work only a GPU type has
     # (Custom2): its agent reports it with its heartbeats, and the autoscaler brings one up.
-    node = next(iter(player.played.values()))
+    node = _played_since(player, earlier)[0]
     queued = {"bundles": [{"resources": {"Custom2": 1}, "count": 1}]}
     (node.root / "demand.json").write_text(json.dumps(queued))
     wait_for(lambda: running().get("gpu_1_ondemand") == 1, 120, "a GPU node for the queued work")
     # The work is taken (nothing queued): the GPU node goes idle and is reaped after 3 s.
     (node.root / "demand.json").write_text("{}")
     wait_for(lambda: "gpu_1_ondemand" not in running(), 90, "the idle GPU node reaped")
-    assert node.alive() and running() == {"cpu_4_ondemand": 2}
+    assert node.alive() and running(cli=True) == {"cpu_4_ondemand": 2}
     done = system.cli("cluster", "down", data["cluster_name"])
     assert done.returncode == 0, done.stderr

@@ -12,6 +12,9 @@ Translated from Ray's own cases:
   ::test_scheduled_task_no_pending_demand (tasks needing a custom resource bring up the type
   that has it, then leave no pending demand);
 - ::test_idle_termination (an idle worker is terminated after idle_timeout, the head never).
+
+The tests share one installation (``system``), each with a cluster of its own name; after each
+its cluster is down and every process of its machines gone.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import shutil
 import signal
 import subprocess
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,14 +118,15 @@ def ray_bin() -> Path:
     return python.parent
 
 
-def _cluster_file(tmp: Path, port: int, dash_port: int, **extra: Any) -> Path:
-    temp_dir = Path("/tmp") / f"cr-{port}"
+def _cluster_file(tmp: Path, port: int, dash_port: int, name: str = NAME, **extra: Any) -> Path:
+    temp_dir = Path("/tmp") / f"{RAY_TMP_PREFIX}{port}"
+    PORTS_USED.add(str(port))  # no_leftovers removes the folder
     free = tmp / "free_port.sh"
     free.write_text(FREE_PORT)
     free.chmod(0o755)  # short: Ray's socket paths must fit 107 bytes
     (tmp / "data.txt").write_text("mounted-by-corral\n")
     data: dict[str, Any] = {
-        "cluster_name": NAME,
+        "cluster_name": name,
         "max_workers": 4,
         "upscaling_speed": 10,
         "idle_timeout_minutes": 0.3,  # 18 s
@@ -160,7 +164,7 @@ def _cluster_file(tmp: Path, port: int, dash_port: int, **extra: Any) -> Path:
         ],
         **extra,
     }
-    path = tmp / "ray-lab.yaml"
+    path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -178,6 +182,26 @@ def no_leftovers() -> Any:
     for folder in Path("/tmp").glob(f"{RAY_TMP_PREFIX}*"):
         if folder.name.removeprefix(RAY_TMP_PREFIX) in PORTS_USED:
             shutil.rmtree(folder, ignore_errors=True)  # Ray's session folder (its logs)
+
+
+@pytest.fixture(scope="module")
+def shared(
+    make_module_system: Callable[..., System], tmp_path_factory: pytest.TempPathFactory
+) -> System:
+    # Ray's bin folder on the nodes' PATH whether or not Ray is there yet: the tests that run
+    # Ray ask for ``ray_bin`` (which installs it); the launcher-steps test needs none.
+    from ray_venv import RAY_VENV
+
+    return _system(make_module_system, tmp_path_factory.mktemp("ray-cloud"), RAY_VENV / "bin")
+
+
+@pytest.fixture
+def system(shared: System, no_leftovers: list[System]) -> Iterator[System]:
+    """The module's installation as a fresh one: after the test its cluster is down and its
+    machines gone (then ``no_leftovers`` kills whatever of them is left)."""
+    no_leftovers.append(shared)
+    yield shared
+    shared.clear(timeout_s=120)
 
 
 def _system(make_system: Callable[..., System], tmp: Path, ray_bin: Path) -> System:
@@ -199,8 +223,18 @@ def _system(make_system: Callable[..., System], tmp: Path, ray_bin: Path) -> Sys
     return system
 
 
-def _view(system: System) -> dict[str, Any]:
-    done = system.cli("cluster", "status", NAME, "--json")
+def _view(system: System, name: str = NAME) -> dict[str, Any]:
+    """The cluster as the API shows it: a look repeated in a wait (a `corral cluster status`
+    per look would start a Python process ten times a second)."""
+    resp = system.get(f"/v1/clusters/{name}")
+    assert resp.status_code == 200, resp.text
+    view: dict[str, Any] = resp.json()
+    return view
+
+
+def _cli_view(system: System, name: str = NAME) -> dict[str, Any]:
+    """The cluster as `corral cluster status --json` prints it (the same document)."""
+    done = system.cli("cluster", "status", name, "--json")
     assert done.returncode == 0, done.stderr
     view: dict[str, Any] = json.loads(done.stdout)
     return view
@@ -233,11 +267,9 @@ def _marked_processes(system: System) -> list[int]:
 
 @pytest.mark.timeout(600)  # Ray starts four raylets on this (shared, 2-core) host
 def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
-    make_system: Callable[..., System], tmp_path: Path, ray_bin: Path, no_leftovers: Any
+    system: System, tmp_path: Path, ray_bin: Path
 ) -> None:
     port, dash_port = free_port(), free_port()
-    system = _system(make_system, tmp_path, ray_bin)
-    no_leftovers.append(system)
     up = system.cli("cluster", "up", str(_cluster_file(tmp_path, port, dash_port)))
     assert up.returncode == 0, up.stderr
     assert "file mounts: 1 paths" in up.stdout
@@ -248,7 +280,7 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
         return _ray_nodes(view) == Counter({"head": 1})
 
     wait_for(head_reports, 120, "the head's Ray to report", system.home / "logs")
-    view = _view(system)
+    view = _cli_view(system)
     assert view["ray"]["gcs_address"].endswith(f":{port}")
     assert [n["node_type"] for n in view["nodes"]] == ["head"]
 
@@ -317,29 +349,22 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
     assert down.returncode == 0, down.stderr
 
     def all_gone() -> bool:
-        listed = json.loads(system.cli("cluster", "list", "--json").stdout)["clusters"]
+        listed = system.get("/v1/clusters").json()["clusters"]
         return not listed and not _marked_processes(system)
 
     wait_for(all_gone, 60, "the cluster and every process of it to be gone", system.home / "logs")
 
 
 def test_a_failing_setup_command_fails_its_node_with_the_exit_code_and_is_retried(
-    make_system: Callable[..., System], tmp_path: Path
+    system: System, tmp_path: Path
 ) -> None:
     # No Ray needed: the launcher's steps alone. Ray's launcher marks a node whose setup
     # command fails "update-failed" and terminates it; the autoscaler launches again (here for
     # min_workers). Ray: python/ray/tests/test_autoscaler.py, the cases run with
     # MockProcessRunner(fail_cmds=...) (testScaleUpFailure-style update failures).
-    cloud = tmp_path / "cloud.yaml"
-    cloud.write_text(LOCAL_CLOUD)
-    system = make_system(cloud)
-    system.start_api()
-    for role in ("schedule", "provision"):
-        system.start_worker(role)
-    system.start_worker("autoscale")
-    system.start_beat()
+    name = "ray-bad-setup"
     cluster = {
-        "cluster_name": NAME,
+        "cluster_name": name,
         "provider": {"type": "local"},
         "head_node_type": "head",
         "available_node_types": {
@@ -359,10 +384,10 @@ def test_a_failing_setup_command_fails_its_node_with_the_exit_code_and_is_retrie
     assert up.returncode == 0, up.stderr
 
     def failed_twice() -> bool:
-        return len(_view(system)["failed_nodes"]) >= 2  # failed, launched again, failed again
+        return len(_view(system, name)["failed_nodes"]) >= 2  # failed, launched again, failed again
 
     wait_for(failed_twice, 90, "the bad node to fail twice", system.home / "logs")
-    view = _view(system)
+    view = _cli_view(system, name)
     failed_ids = {f["id"] for f in view["failed_nodes"]}
     for f in view["failed_nodes"]:
         assert f["node_type"] == "bad"
@@ -370,32 +395,31 @@ def test_a_failing_setup_command_fails_its_node_with_the_exit_code_and_is_retrie
     # A failed node is no capacity: not among the cluster's nodes, not in its count.
     assert not failed_ids & {n["id"] for n in view["nodes"]}
     assert view["by_type"].get("bad", 0) <= 1
-    shown = system.cli("cluster", "status", NAME)
+    shown = system.cli("cluster", "status", name)
     assert "setup command 2 exited 3: exit 3" in shown.stdout, shown.stdout
     # The node's own log, through `corral logs`, has each command's output and the failure.
     logs = system.cli("logs", sorted(failed_ids)[0])
     assert "before-the-failure" in logs.stdout
     assert "[corral-launcher] FAILED setup command 2 exited 3" in logs.stdout
     # `cluster exec` runs through the head's agent (as on a cloud node): output and exit code.
-    ran = system.cli("cluster", "exec", NAME, "--", "echo on-$CORRAL_CLUSTER; exit 5")
-    assert ran.returncode == 5 and ran.stdout.strip() == f"on-{NAME}", (ran.stdout, ran.stderr)
-    missing = system.cli("cluster", "exec", NAME, "--node", "nope", "--", "true")
+    ran = system.cli("cluster", "exec", name, "--", "echo on-$CORRAL_CLUSTER; exit 5")
+    assert ran.returncode == 5 and ran.stdout.strip() == f"on-{name}", (ran.stdout, ran.stderr)
+    missing = system.cli("cluster", "exec", name, "--node", "nope", "--", "true")
     assert missing.returncode == 1 and "no running node nope" in missing.stderr, missing.stderr
-    down = system.cli("cluster", "down", NAME)
+    down = system.cli("cluster", "down", name)
     assert down.returncode == 0, down.stderr
 
 
 @pytest.mark.timeout(300)
 def test_ray_job_submit_reaches_the_heads_dashboard_that_cluster_status_names(
-    make_system: Callable[..., System], tmp_path: Path, ray_bin: Path, no_leftovers: Any
+    system: System, tmp_path: Path, ray_bin: Path
 ) -> None:
     """Issue: "the head's dashboard / job-submission address in `cluster status` so `ray job
     submit` works". A head-only cluster with the dashboard on; `ray job submit` to the address
     `cluster status --json` gives runs the entrypoint on the head and prints its output."""
     port, dash_port = free_port(), free_port()
-    system = _system(make_system, tmp_path, ray_bin)
-    no_leftovers.append(system)
-    path = _cluster_file(tmp_path, port, dash_port, max_workers=0)
+    name = "ray-dashboard"
+    path = _cluster_file(tmp_path, port, dash_port, name, max_workers=0)
     data = yaml.safe_load(path.read_text())
     data["head_start_ray_commands"] = [
         c.replace(
@@ -407,10 +431,10 @@ def test_ray_job_submit_reaches_the_heads_dashboard_that_cluster_status_names(
     assert system.cli("cluster", "up", str(path)).returncode == 0
 
     def dashboard() -> str | None:
-        return (_view(system).get("ray") or {}).get("dashboard")
+        return (_view(system, name).get("ray") or {}).get("dashboard")
 
     wait_for(dashboard, 150, "the head to report its dashboard", system.home / "logs")
-    address = dashboard()
+    address = _cli_view(system, name)["ray"]["dashboard"]
     assert address == f"http://127.0.0.1:{dash_port}", address
     job = subprocess.run(
         [
@@ -429,4 +453,4 @@ def test_ray_job_submit_reaches_the_heads_dashboard_that_cluster_status_names(
         timeout=200,
     )
     assert job.returncode == 0 and "job-ran-on-the-head" in job.stdout, (job.stdout, job.stderr)
-    assert system.cli("cluster", "down", NAME).returncode == 0
+    assert system.cli("cluster", "down", name).returncode == 0
