@@ -425,22 +425,18 @@ class Store:
         carried: RecordT | None = None,
     ) -> RecordT | None:
         for attempt in range(retries + 1):
+            copy = None
             if carried is not None:
                 current, carried = carried, None  # the caller's read: no second one
-                work = current.model_copy(deep=True)
             else:
                 raw = self._r.hget(key, "json")
                 if raw is None:
                     return None
                 current = model.model_validate_json(raw)
-                work = model.model_validate_json(raw)  # a second parse: cheaper than a deep copy
-            wanted = fn(work)
-            if wanted is not True and wanted is not False:
-                raise TypeError(f"update function must return True or False, not {wanted!r}")
-            if not wanted:
+                copy = model.model_validate_json(raw)  # a second parse: cheaper than a deep copy
+            work = _changed(current, fn, copy)
+            if work is None:
                 return current
-            _check_change(current, work)
-            work.version = current.version + 1
             keys = [key, state_key(current.state), state_key(work.state)]
             args: list[str | int | float] = [
                 work.id,
@@ -604,10 +600,12 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _changed(current: RecordT, fn: Callable[[RecordT], bool]) -> RecordT | None:
-    """``fn`` applied to a copy of ``current``: the copy, its version bumped, if ``fn`` asked
-    for it to be written; None for no change."""
-    work = current.model_copy(deep=True)
+def _changed(
+    current: RecordT, fn: Callable[[RecordT], bool], copy: RecordT | None = None
+) -> RecordT | None:
+    """``fn`` applied to a copy of ``current`` (``copy``, when the caller made one): the copy,
+    its version bumped, if ``fn`` asked for it to be written; None for no change."""
+    work = current.model_copy(deep=True) if copy is None else copy
     wanted = fn(work)
     if wanted is not True and wanted is not False:
         raise TypeError(f"update function must return True or False, not {wanted!r}")
