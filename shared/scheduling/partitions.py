@@ -442,34 +442,41 @@ class PoolState:
         lid = self._label_of.get(wid)
         if lid is None:
             lid = self.label_id(workload)
-        books = self._books_by_order.get(workload.group_order)
-        if books is None:
-            books = self.books_for(workload)
+        order: Iterable[str] = workload.group_order
+        if len(workload.group_order) > 1 and len(set(order)) < len(workload.group_order):
+            order = dict.fromkeys(order)
+        group_of = self.books_of_type.get
         found: list[tuple[Book, int, int | None]] = []
-        for book in books:
-            room = book.size - book.held
-            if book.reserved_total:
-                room -= book.reserved_total - book.reserved.get(wid, 0)
-            if room <= 0:
-                continue
-            access = book.access_by_labels.get(lid) or self.access(book, workload)
-            if access.denial is not None:
-                continue
-            quota, rule = access.quota, access.rule
-            if quota is not None and rule is not None:
-                quota_room = quota - book.rule_used[rule]
-                if book.reserved:
-                    quota_room -= book.rule_reserved_for_others(rule, wid)
-                if quota_room < room:
-                    room = quota_room
-                    if room <= 0:
-                        continue
-            if room >= remaining:
-                found.append((book, remaining, rule))
-                remaining = 0
+        for machine_type in order:  # its machine types' partitions, in its group order
+            group = group_of(machine_type)
+            if group is None:
+                continue  # not a machine type of this pool
+            for book in group:
+                room = book.size - book.held
+                if book.reserved_total:
+                    room -= book.reserved_total - book.reserved.get(wid, 0)
+                if room <= 0:
+                    continue
+                access = book.access_by_labels.get(lid) or self.access(book, workload)
+                if access.denial is not None:
+                    continue
+                quota, rule = access.quota, access.rule
+                if quota is not None and rule is not None:
+                    quota_room = quota - book.rule_used[rule]
+                    if book.reserved:
+                        quota_room -= book.rule_reserved_for_others(rule, wid)
+                    if quota_room < room:
+                        room = quota_room
+                        if room <= 0:
+                            continue
+                if room >= remaining:
+                    found.append((book, remaining, rule))
+                    remaining = 0
+                    break
+                found.append((book, room, rule))
+                remaining -= room
+            if not remaining:
                 break
-            found.append((book, room, rule))
-            remaining -= room
         if remaining:
             return None
         takes: list[tuple[Book, int]] = []
