@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain, repeat
-from operator import attrgetter, neg
+from operator import attrgetter, itemgetter, neg
 
 from . import trusted
 from .model import (
@@ -34,7 +34,7 @@ from .model import (
     Preemption,
     Workload,
 )
-from .partitions import Book, PoolState
+from .partitions import FIELDS, Book, PoolState
 from .preemption import Choice, choose_victims, protected
 from .reaping import plan_machine_reaps
 from .replacement import plan_replacements
@@ -132,30 +132,32 @@ def queue(state: PoolState) -> list[Workload]:
     # rules to it, filled as asked. Read for the whole queue at C speed. Rule priorities are
     # never below 0: a workload none of whose machine types is in the pool has 0.
     tables: dict[int, _BestIn] = {}
-    lids = state.label_ids(waiting)
+    fields = list(map(FIELDS, waiting))
+    lids = state.label_ids(waiting, fields)
     for lid, workload in zip(lids, waiting, strict=True):
         if lid not in tables:
             tables[lid] = _BestIn(state, workload)
     lookups = map(attrgetter("__getitem__"), map(tables.__getitem__, lids))
-    rules_of = map(map, repeat(state.rules_of_type.get), map(_GROUP_ORDER, waiting))
+    rules_of = map(map, repeat(state.rules_of_type.get), map(_GROUP_ORDER, fields))
     best = map(max, map(chain, repeat((0,)), map(map, lookups, rules_of)))
     # Sorted on each key in turn, least significant first (a stable sort of keys of one type
     # each compares faster than tuples do). Ids are unique: no two workloads tie.
     order = list(range(len(waiting)))
     for keys in (
-        list(map(_WORKLOAD_ID, waiting)),
-        list(map(_SUBMITTED_AT, waiting)),
-        list(map(neg, map(_PRIORITY, waiting))),
+        list(map(_WORKLOAD_ID, fields)),
+        list(map(_SUBMITTED_AT, fields)),
+        list(map(neg, map(_PRIORITY, fields))),
         list(map(neg, best)),
     ):
         order.sort(key=keys.__getitem__)
     return list(map(waiting.__getitem__, order))
 
 
-_GROUP_ORDER = attrgetter("group_order")
-_PRIORITY = attrgetter("priority")
-_SUBMITTED_AT = attrgetter("submitted_at")
-_WORKLOAD_ID = attrgetter("workload_id")
+# Read from the workloads' FIELDS.
+_GROUP_ORDER = itemgetter("group_order")
+_PRIORITY = itemgetter("priority")
+_SUBMITTED_AT = itemgetter("submitted_at")
+_WORKLOAD_ID = itemgetter("workload_id")
 
 
 class _BestIn(dict[tuple[int, ...] | None, int]):

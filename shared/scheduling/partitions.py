@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress, repeat
-from operator import attrgetter, is_, itemgetter
+from itertools import compress
+from operator import attrgetter, itemgetter
 
 from . import trusted
 from .model import (
@@ -151,11 +151,16 @@ def labels_of(key: LabelsKey) -> dict[str, str]:
     return {**dict(own), "workload-type": workload_type}
 
 
-_WORKLOAD_ID = attrgetter("workload_id")
-_WORKLOAD_TYPE = attrgetter("workload_type")
-_LABELS = attrgetter("labels")
 _SECOND = itemgetter(1)
-_PHASE = attrgetter("phase")
+# A model's fields as stored (pydantic keeps them in the instance dict). A pydantic model
+# answers every attribute read through its own hook, several times the cost of a plain
+# object's; the pass's loops over thousands of machines and workloads read the dict instead.
+FIELDS = attrgetter("__dict__")
+_ID_FIELD = itemgetter("workload_id")
+_PHASE_FIELD = itemgetter("phase")
+_TYPE_FIELD = itemgetter("workload_type")
+_LABELS_FIELD = itemgetter("labels")
+_PREEMPTIBLE_AND_TYPE = itemgetter("preemptible", "workload_type")
 
 
 class PoolState:
@@ -199,19 +204,22 @@ class PoolState:
             )
             self.books.update((b.key, b) for b in books)
         workloads = snapshot.workloads
+        fields = list(map(FIELDS, workloads))
         self.workloads: dict[str, Workload] = dict(
-            zip(map(attrgetter("workload_id"), workloads), workloads, strict=True)
+            zip(map(_ID_FIELD, fields), workloads, strict=True)
         )
         # Workloads giving their machines back: never placed or chosen as victims again.
         self.stopping: set[str] = set()
-        phases = list(map(_PHASE, workloads))
+        phases = list(map(_PHASE_FIELD, fields))
         if "stopping" in phases:
             self.stopping = {w.workload_id for w in workloads if w.phase == "stopping"}
-        # The workloads by id in their order, and their phases, for the filters below.
+        # The workloads by id in their order, their fields and phases, for the filters below.
         self._known: Sequence[Workload] = workloads
         if len(self.workloads) < len(workloads):  # an id given twice: its last one counts
             self._known = tuple(self.workloads.values())
-            phases = list(map(_PHASE, self._known))
+            fields = list(map(FIELDS, self._known))
+            phases = list(map(_PHASE_FIELD, fields))
+        self._known_fields = fields
         self._phases = phases
         self._holds: dict[str, set[BookKey]] = defaultdict(set)  # workload id -> held partitions
         # Workloads' labels as small ids: rule decisions are cached per partition and label id
@@ -251,15 +259,9 @@ class PoolState:
         no partition has a victim; worked out when a pass first looks for one)."""
         # Workload.is_preemptible, read at C speed: its own setting when set (True in any),
         # else preemptible as a job (a job among those without a setting).
-        known = self._known
-        running = list(compress(known, map("running".__eq__, self._phases)))
-        own = list(map(attrgetter("preemptible"), running))
-        if True in own:
-            return True
-        if None not in own:
-            return False
-        unset = compress(running, map(is_, own, repeat(None)))
-        return "job" in map(attrgetter("workload_type"), unset)
+        running = compress(self._known_fields, map("running".__eq__, self._phases))
+        kinds = set(map(_PREEMPTIBLE_AND_TYPE, running))
+        return any(own or (own is None and kind == "job") for own, kind in kinds)
 
     def pending(self) -> list[Workload]:
         """The snapshot's pending workloads, in snapshot order."""
@@ -271,23 +273,23 @@ class PoolState:
 
     # ----------------------------------------------------------------- reading the snapshot
     def _book_machines(self, machines: Sequence[Machine]) -> None:
-        # One pass over the machines, their fields read in one call each. Idle machines are
+        # One pass over the machines, their fields read from their dicts. Idle machines are
         # gathered per partition as (idle since, id, minus their place), to sort without a key
         # function. An owner's rule is read from the decisions cached per labels; who holds
         # what is kept for the holders (read only by preemption, see ``holder_ids``).
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
         idle_of: defaultdict[BookKey, list[tuple[float, str, int]]] = defaultdict(list)
         held_keys, held_by = self._held_by
-        fields = attrgetter("machine_type", "partition", "workload_id", "idle_since", "machine_id")
         place = 0
-        for machine_type, partition, owner_id, since, machine_id in map(fields, machines):
+        for machine in map(FIELDS, machines):
             place -= 1
-            key = (machine_type, partition)
+            key = (machine["machine_type"], machine["partition"])
             book = books.get(key)
             if book is None:
                 continue  # a partition the pool no longer defines counts nowhere
+            owner_id = machine["workload_id"]
             if owner_id is None:
-                idle_of[key].append((since or 0.0, machine_id, place))
+                idle_of[key].append((machine["idle_since"] or 0.0, machine["machine_id"], place))
                 continue
             book.held += 1
             held_keys.append(key)
@@ -296,7 +298,8 @@ class PoolState:
                 continue  # no rule, no quota to count against
             owner = workloads.get(owner_id)
             if owner is not None:
-                lid = label_ids.get((owner.workload_type, tuple(owner.labels.items())))
+                own = owner.__dict__
+                lid = label_ids.get((own["workload_type"], tuple(own["labels"].items())))
                 access = book.access_by_labels.get(lid) if lid is not None else None
                 rule = (access or self.access(book, owner)).rule
                 if rule is not None:
@@ -336,17 +339,22 @@ class PoolState:
             lid = self.label_ids([workload])[0]
         return lid
 
-    def label_ids(self, workloads: Sequence[Workload]) -> list[int]:
-        """``label_id`` of each of these workloads, worked out together at C speed."""
-        own = map(tuple, map(dict.items, map(_LABELS, workloads)))
-        keys = list(zip(map(_WORKLOAD_TYPE, workloads), own, strict=True))
+    def label_ids(
+        self, workloads: Sequence[Workload], fields: Sequence[dict[str, object]] | None = None
+    ) -> list[int]:
+        """``label_id`` of each of these workloads, worked out together at C speed
+        (``fields``: their ``FIELDS``, when the caller has them)."""
+        if fields is None:
+            fields = list(map(FIELDS, workloads))
+        own = map(tuple, map(dict.items, map(_LABELS_FIELD, fields)))
+        keys = list(zip(map(_TYPE_FIELD, fields), own, strict=True))
         ids = self._label_ids
         for key in dict.fromkeys(keys):
             if key not in ids:
                 ids[key] = len(self._label_keys)
                 self._label_keys.append(key)
         out = list(map(ids.__getitem__, keys))
-        self._label_of.update(zip(map(_WORKLOAD_ID, workloads), out, strict=True))
+        self._label_of.update(zip(map(_ID_FIELD, fields), out, strict=True))
         return out
 
     def access(self, book: Book, workload: Workload) -> Access:
