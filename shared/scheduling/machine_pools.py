@@ -19,9 +19,9 @@ decision itself, which is what ``corral why`` shows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
-from operator import attrgetter, itemgetter, neg
+from operator import attrgetter, itemgetter, mul, neg, not_
 
 from . import trusted
 from .model import (
@@ -34,7 +34,7 @@ from .model import (
     Preemption,
     Workload,
 )
-from .partitions import FIELDS, Book, PoolState
+from .partitions import FIELDS, Access, Book, PoolState
 from .preemption import Choice, choose_victims, protected
 from .reaping import plan_machine_reaps
 from .replacement import plan_replacements
@@ -70,7 +70,8 @@ def schedule(
         # room is enough. (Then nothing alike was told it waits since the last move: alike
         # work, without held room, finds the same room.) A move forgets what alike work was
         # told, as after _decide.
-        if workload.on_full == "fallback" and not holds_room(workload.workload_id):
+        own = workload.__dict__  # its fields (see FIELDS)
+        if own["on_full"] == "fallback" and not holds_room(own["workload_id"]):
             done = fit_and_take(workload)
             if done is not None:
                 placements.append(_placed(workload, *done))
@@ -137,9 +138,18 @@ def queue(state: PoolState) -> list[Workload]:
     for lid, workload in zip(lids, waiting, strict=True):
         if lid not in tables:
             tables[lid] = _BestIn(state, workload)
-    lookups = map(attrgetter("__getitem__"), map(tables.__getitem__, lids))
-    rules_of = map(map, repeat(state.rules_of_type.get), map(_GROUP_ORDER, fields))
-    best = map(max, map(chain, repeat((0,)), map(map, lookups, rules_of)))
+    groups = map(_GROUP_ORDER, fields)
+    same = _same_everywhere(state, tables)
+    best: Iterable[int]
+    if same is not None:
+        # Every machine type gives each set of labels the same: a workload has it when any of
+        # its machine types is in the pool.
+        in_pool = map(not_, map(state.types.keys().isdisjoint, groups))
+        best = map(mul, map(same.__getitem__, lids), in_pool)
+    else:
+        lookups = map(attrgetter("__getitem__"), map(tables.__getitem__, lids))
+        rules_of = map(map, repeat(state.rules_of_type.get), groups)
+        best = map(max, map(chain, repeat((0,)), map(map, lookups, rules_of)))
     # Sorted on each key in turn, least significant first (a stable sort of keys of one type
     # each compares faster than tuples do). Ids are unique: no two workloads tie.
     order = list(range(len(waiting)))
@@ -153,6 +163,23 @@ def queue(state: PoolState) -> list[Workload]:
     return list(map(waiting.__getitem__, order))
 
 
+def _same_everywhere(state: PoolState, tables: dict[int, _BestIn]) -> dict[int, int] | None:
+    """Label id -> the best rule priority, when every machine type of the pool gives each set
+    of labels the same (its partitions' rules alike, or alike in what they give; looked at
+    only for a pool with few kinds of rules), else None."""
+    kinds = set(state.rules_of_type.values())
+    if len(kinds) > _FEW_KINDS:
+        return None
+    out = {}
+    for lid, table in tables.items():
+        found = set(map(table.__getitem__, kinds))
+        if len(found) != 1:
+            return None
+        out[lid] = found.pop()
+    return out
+
+
+_FEW_KINDS = 8
 # Read from the workloads' FIELDS.
 _GROUP_ORDER = itemgetter("group_order")
 _PRIORITY = itemgetter("priority")
@@ -287,11 +314,12 @@ def _placed(
             where = book.on(count)
         else:
             where = ", ".join([book.on(count) for book, count in takes])
-    order = workload.group_order
+    own = workload.__dict__  # its fields (see FIELDS)
+    order = own["group_order"]
     if takes and order and takes[0][0].machine_type != order[0]:
         where = f"{where} ({order[0]} had no room for it)"
     return trusted.placement(
-        workload.workload_id, tuple(nodes), f"placed {workload.num_nodes} node(s): {where}"
+        own["workload_id"], tuple(nodes), f"placed {own['num_nodes']} node(s): {where}"
     )
 
 
@@ -358,8 +386,9 @@ def explain_pending(
         allowed_cap += book.size if access.quota is None else min(book.size, access.quota)
         room = state.room(book, workload)
         free_total += room
-        parts.append(_book_status(state, book, workload))
-        bare = book.size - book.held - book.reserved_for_others(workload.workload_id)
+        others = book.reserved_for_others(workload.workload_id)
+        parts.append(_book_status(book, access, others))
+        bare = book.size - book.held - others
         if access.quota is not None and room < max(0, bare):
             quota_bound = True
     code: PendingCode
@@ -373,8 +402,12 @@ def explain_pending(
     else:
         code = "quota_reached" if quota_bound else "partition_full"
         head = f"needs {workload.num_nodes} node(s), {free_total} free to it"
-    young = protected(state, workload, now, min_runtime_s)
-    if young and code in ("partition_full", "quota_reached"):
+    young = (
+        protected(state, workload, now, min_runtime_s)
+        if code in ("partition_full", "quota_reached")
+        else None
+    )
+    if young:
         names = ", ".join(sorted(w.workload_id for w in young))
         head += f"; lower work ({names}) has run less than min_runtime_s"
     if workload.preempted_by and code in ("partition_full", "quota_reached"):
@@ -388,9 +421,8 @@ def explain_pending(
     )
 
 
-def _book_status(state: PoolState, book: Book, workload: Workload) -> str:
-    access = state.access(book, workload)
-    others = book.reserved_for_others(workload.workload_id)
+def _book_status(book: Book, access: Access, others: int) -> str:
+    """What a partition holds, as ``corral why`` shows it (``others``: held for others)."""
     text = f"{book.label}: {book.held} of {book.size} held"
     if others:
         text += f", {others} held for others"

@@ -445,13 +445,14 @@ class PoolState:
         """``fit`` in its own group order, then ``take`` of each partition it found, when the
         free room is enough (None, nothing booked, when it is not): for a workload holding no
         room, as one walk (the rule found for each partition is the one it books against)."""
-        wid = workload.workload_id
-        remaining = workload.num_nodes
+        own = workload.__dict__  # its fields (see FIELDS)
+        wid = own["workload_id"]
+        remaining = own["num_nodes"]
         lid = self._label_of.get(wid)
         if lid is None:
             lid = self.label_id(workload)
-        order: Iterable[str] = workload.group_order
-        if len(workload.group_order) > 1 and len(set(order)) < len(workload.group_order):
+        order: Iterable[str] = own["group_order"]
+        if len(own["group_order"]) > 1 and len(set(order)) < len(own["group_order"]):
             order = dict.fromkeys(order)
         group_of = self.books_of_type.get
         found: list[tuple[Book, int, int | None]] = []
