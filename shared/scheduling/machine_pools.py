@@ -64,14 +64,14 @@ def schedule(
     preemptions: list[Preemption] = []
     pending: list[Pending] = []
     verdicts: dict[VerdictKey, Pending] | None = {} if reuse_verdicts else None
-    holds_room, fit_and_take = state.holds_room, state.fit_and_take
+    holding, fit_and_take = state.holding, state.fit_and_take
     for workload in queue(state):
         # The common case first, as _decide would take it: no room held for it, and the free
         # room is enough. (Then nothing alike was told it waits since the last move: alike
         # work, without held room, finds the same room.) A move forgets what alike work was
         # told, as after _decide.
         own = workload.__dict__  # its fields (see FIELDS)
-        if own["on_full"] == "fallback" and not holds_room(own["workload_id"]):
+        if own["on_full"] == "fallback" and own["workload_id"] not in holding:
             done = fit_and_take(workload)
             if done is not None:
                 placements.append(_placed(workload, *done))
@@ -135,9 +135,11 @@ def queue(state: PoolState) -> list[Workload]:
     tables: dict[int, _BestIn] = {}
     fields = list(map(FIELDS, waiting))
     lids = state.label_ids(waiting, fields)
+    # A machine type of each kind of rules, to read them from.
+    example = {rules: t for t, rules in reversed(state.rules_of_type.items())}
     for lid, workload in zip(lids, waiting, strict=True):
         if lid not in tables:
-            tables[lid] = _BestIn(state, workload)
+            tables[lid] = _BestIn(state, workload, example)
     groups = map(_GROUP_ORDER, fields)
     same = _same_everywhere(state, tables)
     best: Iterable[int]
@@ -192,11 +194,12 @@ class _BestIn(dict[tuple[int, ...] | None, int]):
     a machine type of the pool) -> the best rule priority its partitions give, worked out
     when first read."""
 
-    def __init__(self, state: PoolState, workload: Workload) -> None:
+    def __init__(
+        self, state: PoolState, workload: Workload, example: dict[tuple[int, ...], str]
+    ) -> None:
         super().__init__()
         self.state, self.workload = state, workload
-        # A machine type of each kind of rules, to read them from.
-        self.example = {rules: t for t, rules in reversed(state.rules_of_type.items())}
+        self.example = example  # a machine type of each kind of rules, to read them from
 
     def __missing__(self, rules: tuple[int, ...] | None) -> int:
         best = 0

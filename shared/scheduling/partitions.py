@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress
-from operator import attrgetter, itemgetter
+from itertools import compress, repeat
+from operator import attrgetter, eq, itemgetter
 
 from . import trusted
 from .model import (
@@ -59,10 +59,31 @@ class Access:
         return self.denial is None
 
 
-@dataclass(slots=True)
 class Book:
-    """One partition's machines during a pass."""
+    """One partition's machines during a pass (made many times a pass: a plain class whose
+    constructor only stores)."""
 
+    __slots__ = (
+        "access_by_labels",
+        "counted",
+        "free_since",
+        "held",
+        "holders",
+        "idle",
+        "key",
+        "label",
+        "launch_node",
+        "machine_type",
+        "market",
+        "name",
+        "rank_in_type",
+        "reserved",
+        "reserved_rule",
+        "reserved_total",
+        "rule_used",
+        "rules",
+        "size",
+    )
     machine_type: str
     name: str
     size: int
@@ -70,25 +91,55 @@ class Book:
     free_since: float | None
     rules: tuple[CompiledRule, ...]
     rank_in_type: int  # the partition's position in its machine type
-    held: int = 0  # machines held by workloads (running, stopping, or placed this pass)
-    idle: list[str] = field(default_factory=list)  # idle machine ids; the next to use is last
-    rule_used: list[int] = field(default_factory=list)  # machines held, per rule
-    reserved: dict[str, int] = field(default_factory=dict)  # workload id -> machines held for it
-    reserved_total: int = 0
-    reserved_rule: dict[str, int | None] = field(default_factory=dict)  # its owner's rule
-    key: BookKey = ("", "")  # (machine type, partition), set from the two at construction
+    held: int  # machines held by workloads (running, stopping, or placed this pass)
+    idle: list[str]  # idle machine ids; the next to use is last
+    rule_used: list[int]  # machines held, per rule
+    reserved: dict[str, int]  # workload id -> machines held for it
+    reserved_total: int
+    reserved_rule: dict[str, int | None]  # its owner's rule
+    key: BookKey  # (machine type, partition)
     # The rule decision per set of labels (see PoolState.label_id), filled as the pass asks;
     # shared by the partitions whose rules are the same object (the decision is the rules').
-    access_by_labels: dict[int, Access] = field(default_factory=dict)
+    access_by_labels: dict[int, Access]
     # Who holds its machines, in snapshot order: filled when first asked (PoolState.holder_ids).
-    holders: dict[str, None] = field(default_factory=dict)
-    label: str = ""  # "type/partition", for messages
-    counted: dict[int, str] = field(default_factory=dict)  # n -> "n on type/partition"
-    launch_node: NodeAssignment | None = None  # a node to launch here (frozen: shared)
+    holders: dict[str, None]
+    label: str  # "type/partition", for messages
+    counted: dict[int, str]  # n -> "n on type/partition"
+    launch_node: NodeAssignment | None  # a node to launch here (frozen: shared)
 
-    def __post_init__(self) -> None:
-        self.key = (self.machine_type, self.name)
-        self.label = f"{self.machine_type}/{self.name}"
+    def __init__(
+        self,
+        machine_type: str,
+        name: str,
+        size: int,
+        market: str,
+        free_since: float | None,
+        rules: tuple[CompiledRule, ...],
+        rank_in_type: int,
+        access_by_labels: dict[int, Access],
+    ) -> None:
+        self.machine_type = machine_type
+        self.name = name
+        self.size = size
+        self.market = market
+        self.free_since = free_since
+        self.rules = rules
+        self.rank_in_type = rank_in_type
+        self.held = 0
+        self.idle = []
+        self.rule_used = [0] * len(rules)
+        self.reserved = {}
+        self.reserved_total = 0
+        self.reserved_rule = {}
+        self.key = (machine_type, name)
+        self.access_by_labels = access_by_labels
+        self.holders = {}
+        self.label = f"{machine_type}/{name}"
+        self.counted = {}
+        self.launch_node = None
+
+    def __repr__(self) -> str:
+        return f"Book({self.label}, {self.held} of {self.size} held)"
 
     def on(self, count: int) -> str:
         """``"<count> on <label>"``, as placements say it (made once per count)."""
@@ -194,8 +245,7 @@ class PoolState:
                         p.free_since,
                         rules[0],
                         rank,
-                        rule_used=[0] * len(p.rules),
-                        access_by_labels=rules[1],
+                        rules[1],
                     )
                 )
             self.books_of_type[machine_type.machine_type] = books
@@ -221,7 +271,8 @@ class PoolState:
             phases = list(map(_PHASE_FIELD, fields))
         self._known_fields = fields
         self._phases = phases
-        self._holds: dict[str, set[BookKey]] = defaultdict(set)  # workload id -> held partitions
+        # Workload id -> the partitions holding room for it (read, never changed, outside).
+        self.holding: dict[str, set[BookKey]] = defaultdict(set)
         # Workloads' labels as small ids: rule decisions are cached per partition and label id
         # (hashing an int, not a tuple of label pairs, on every look).
         self._label_ids: dict[LabelsKey, int] = {}
@@ -233,7 +284,6 @@ class PoolState:
         self.holders_by_age: dict[
             tuple[BookKey, float, float], tuple[list[Workload], list[Workload]]
         ] = {}
-        self._held_by: tuple[list[BookKey], list[str]] = ([], [])
         self._holders_booked = False
         self._book_machines(snapshot.machines)
         self._book_reservations(snapshot.reservations)
@@ -259,27 +309,26 @@ class PoolState:
         no partition has a victim; worked out when a pass first looks for one)."""
         # Workload.is_preemptible, read at C speed: its own setting when set (True in any),
         # else preemptible as a job (a job among those without a setting).
-        running = compress(self._known_fields, map("running".__eq__, self._phases))
+        running = compress(self._known_fields, map(eq, self._phases, repeat("running")))
         kinds = set(map(_PREEMPTIBLE_AND_TYPE, running))
         return any(own or (own is None and kind == "job") for own, kind in kinds)
 
     def pending(self) -> list[Workload]:
         """The snapshot's pending workloads, in snapshot order."""
-        return list(compress(self._known, map("pending".__eq__, self._phases)))
+        return list(compress(self._known, map(eq, self._phases, repeat("pending"))))
 
     def holds_room(self, workload_id: str) -> bool:
         """Whether room is held (reserved) for this workload anywhere."""
-        return workload_id in self._holds
+        return workload_id in self.holding
 
     # ----------------------------------------------------------------- reading the snapshot
     def _book_machines(self, machines: Sequence[Machine]) -> None:
         # One pass over the machines, their fields read from their dicts. Idle machines are
         # gathered per partition as (idle since, id, minus their place), to sort without a key
-        # function. An owner's rule is read from the decisions cached per labels; who holds
-        # what is kept for the holders (read only by preemption, see ``holder_ids``).
+        # function. An owner's rule is read from the decisions cached per labels. Who holds
+        # what is read again only when preemption asks (see ``holder_ids``).
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
         idle_of: defaultdict[BookKey, list[tuple[float, str, int]]] = defaultdict(list)
-        held_keys, held_by = self._held_by
         place = 0
         for machine in map(FIELDS, machines):
             place -= 1
@@ -292,8 +341,6 @@ class PoolState:
                 idle_of[key].append((machine["idle_since"] or 0.0, machine["machine_id"], place))
                 continue
             book.held += 1
-            held_keys.append(key)
-            held_by.append(owner_id)
             if not book.rules:
                 continue  # no rule, no quota to count against
             owner = workloads.get(owner_id)
@@ -319,8 +366,12 @@ class PoolState:
             return
         self._holders_booked = True
         books = self.books
-        for key, owner in zip(*self._held_by, strict=True):
-            books[key].holders[owner] = None
+        for machine in map(FIELDS, self.snapshot.machines):
+            owner = machine["workload_id"]
+            if owner is not None:
+                book = books.get((machine["machine_type"], machine["partition"]))
+                if book is not None:
+                    book.holders[owner] = None
 
     def _book_reservations(self, reservations: Iterable[Reservation]) -> None:
         for reservation in reservations:
@@ -504,9 +555,7 @@ class PoolState:
                 count -= len(used)
             if count:
                 if book.launch_node is None:
-                    book.launch_node = NodeAssignment(
-                        machine_type=book.machine_type, partition=book.name, machine_id=None
-                    )
+                    book.launch_node = trusted.node(book.machine_type, book.name, None)
                 nodes.extend([book.launch_node] * count)
         return takes, nodes
 
@@ -550,9 +599,7 @@ class PoolState:
             out = trusted.nodes(book.machine_type, book.name, used)
         if len(out) < count:
             if book.launch_node is None:
-                book.launch_node = NodeAssignment(
-                    machine_type=book.machine_type, partition=book.name, machine_id=None
-                )
+                book.launch_node = trusted.node(book.machine_type, book.name, None)
             out.extend([book.launch_node] * (count - len(out)))
         return out
 
@@ -562,12 +609,12 @@ class PoolState:
         book.reserved[wid] = book.reserved.get(wid, 0) + count
         book.reserved_total += count
         book.reserved_rule[wid] = self.access(book, workload).rule
-        self._holds[wid].add(book.key)
+        self.holding[wid].add(book.key)
 
     def drop_reservations(self, workload_id: str) -> None:
-        if not self._holds:
+        if not self.holding:
             return
-        for key in self._holds.pop(workload_id, ()):
+        for key in self.holding.pop(workload_id, ()):
             book = self.books[key]
             book.reserved_total -= book.reserved.pop(workload_id, 0)
             book.reserved_rule.pop(workload_id, None)
