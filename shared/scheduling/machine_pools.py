@@ -19,9 +19,10 @@ decision itself, which is what ``corral why`` shows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter, mul, neg, not_
+from typing import Any
 
 from . import trusted
 from .model import (
@@ -72,9 +73,9 @@ def schedule(
         # told, as after _decide.
         own = workload.__dict__  # its fields (see FIELDS)
         if own["on_full"] == "fallback" and own["workload_id"] not in holding:
-            done = fit_and_take(workload)
+            done = fit_and_take(workload, own)
             if done is not None:
-                placements.append(_placed(workload, *done))
+                placements.append(_placed(own, *done))
                 if verdicts:
                     verdicts.clear()
                 continue
@@ -301,23 +302,23 @@ def _place(state: PoolState, workload: Workload, takes: Sequence[tuple[Book, int
         for book, count in takes:
             nodes.extend(state.take(book, workload, count))
         where = ", ".join(f"{count} on {book.label}" for book, count in takes)
-    return _placed(workload, takes, nodes, where)
+    return _placed(workload.__dict__, takes, nodes, where)
 
 
 def _placed(
-    workload: Workload,
+    own: Mapping[str, Any],
     takes: Sequence[tuple[Book, int]],
     nodes: Sequence[NodeAssignment],
     where: str | None = None,
 ) -> Placement:
-    """The placement of these nodes, booked in these partitions (``where``: as text)."""
+    """The placement of these nodes for the workload whose FIELDS are ``own``, booked in
+    these partitions (``where``: as text)."""
     if where is None:
         if len(takes) == 1:
             book, count = takes[0]
             where = book.on(count)
         else:
             where = ", ".join([book.on(count) for book, count in takes])
-    own = workload.__dict__  # its fields (see FIELDS)
     order = own["group_order"]
     if takes and order and takes[0][0].machine_type != order[0]:
         where = f"{where} ({order[0]} had no room for it)"
@@ -416,11 +417,11 @@ def explain_pending(
     if workload.preempted_by and code in ("partition_full", "quota_reached"):
         code = "preempted"
         head = f"preempted by {workload.preempted_by}, queued at its original place; " + head
-    return Pending(
-        workload_id=workload.workload_id,
-        code=code,
-        reason=head + (": " + "; ".join(parts) if parts else ""),
-        preempted_by=workload.preempted_by,
+    return trusted.pending(
+        workload.workload_id,
+        code,
+        head + (": " + "; ".join(parts) if parts else ""),
+        workload.preempted_by,
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
 from operator import attrgetter, eq, itemgetter
+from typing import Any
 
 from . import trusted
 from .model import (
@@ -491,12 +492,12 @@ class PoolState:
         return takes, remaining
 
     def fit_and_take(
-        self, workload: Workload
+        self, workload: Workload, own: Mapping[str, Any]
     ) -> tuple[list[tuple[Book, int]], list[NodeAssignment]] | None:
         """``fit`` in its own group order, then ``take`` of each partition it found, when the
         free room is enough (None, nothing booked, when it is not): for a workload holding no
-        room, as one walk (the rule found for each partition is the one it books against)."""
-        own = workload.__dict__  # its fields (see FIELDS)
+        room, as one walk (the rule found for each partition is the one it books against).
+        ``own``: its FIELDS."""
         wid = own["workload_id"]
         remaining = own["num_nodes"]
         lid = self._label_of.get(wid)
@@ -548,6 +549,9 @@ class PoolState:
                 book.rule_used[rule] += count
             idle = book.idle
             if idle:
+                if count == 1:
+                    nodes.append(trusted.node(book.machine_type, book.name, idle.pop()))
+                    continue
                 used = idle[-count:]  # the warmest, taken from the end
                 del idle[-count:]
                 used.reverse()
