@@ -67,11 +67,17 @@ def schedule(
     verdicts: dict[VerdictKey, Pending] | None = {} if reuse_verdicts else None
     holding, fit_and_take = state.holding, state.fit_and_take
     for workload in queue(state):
-        # The common case first, as _decide would take it: no room held for it, and the free
-        # room is enough. (Then nothing alike was told it waits since the last move: alike
-        # work, without held room, finds the same room.) A move forgets what alike work was
-        # told, as after _decide.
+        # The common cases first, as _decide would take them: no room held for it, and alike
+        # work was told it waits since the last move (then so is it), or the free room is
+        # enough. A move forgets what alike work was told, as after _decide.
         own = workload.__dict__  # its fields (see FIELDS)
+        kind = None  # its verdict key, when looked up and not found
+        if verdicts and own["workload_id"] not in holding:
+            kind = _verdict_key(state, workload)
+            known = verdicts.get(kind)
+            if known is not None:
+                pending.append(trusted.pending_for(known, own["workload_id"]))
+                continue
         if own["on_full"] == "fallback" and own["workload_id"] not in holding:
             done = fit_and_take(workload, own)
             if done is not None:
@@ -93,6 +99,7 @@ def schedule(
             pending,
             verdicts,
             fits_now,
+            kind,
         )
         if verdicts and len(placements) + len(preemptions) != moves:
             verdicts.clear()  # the room changed: what alike workloads were told may not hold
@@ -212,19 +219,20 @@ class _BestIn(dict[tuple[int, ...] | None, int]):
 
 
 # What decides whether a workload without held room can be placed or can preempt, and what
-# it is told: its labels (rules), group order, nodes, mode, own priority, its preemptor.
-VerdictKey = tuple[tuple[tuple[str, str], ...], tuple[str, ...], int, str, int, str | None]
+# it is told: its labels (their label id: rules), group order, nodes, mode, own priority, its
+# preemptor.
+VerdictKey = tuple[int, tuple[str, ...], int, str, int, str | None]
 
 
-def _verdict_key(workload: Workload) -> VerdictKey:
-    labels = tuple(sorted(workload.selector_labels().items()))
+def _verdict_key(state: PoolState, workload: Workload) -> VerdictKey:
+    own = workload.__dict__  # its fields (see FIELDS)
     return (
-        labels,
-        workload.group_order,
-        workload.num_nodes,
-        workload.on_full,
-        workload.priority,
-        workload.preempted_by,  # a preempted workload is told who preempted it
+        state.label_id(workload),
+        own["group_order"],
+        own["num_nodes"],
+        own["on_full"],
+        own["priority"],
+        own["preempted_by"],  # a preempted workload is told who preempted it
     )
 
 
@@ -238,19 +246,21 @@ def _decide(
     pending: list[Pending],
     verdicts: dict[VerdictKey, Pending] | None = None,
     fits_now: bool | None = None,
+    kind: VerdictKey | None = None,
 ) -> None:
     """Place, preempt for, or explain one workload. ``verdicts``: kinds of workload found
     unplaceable, with no victim to take, since the pass last placed or preempted. Nothing
     changed since, so another of the same kind waits for the very same reason, and is told
     so without walking the partitions again: a pass over a long queue that cannot move costs
     the kinds waiting, not the queue. Any placement or preemption forgets them all.
-    ``fits_now``: False when the caller just found its free room short (None: not known)."""
+    ``fits_now``: False when the caller just found its free room short (None: not known).
+    ``kind``: its verdict key, when the caller just looked it up and found nothing."""
     books = state.books_for(workload)
     wid = workload.workload_id
     held = [b for b in books if b.reserved.get(wid)] if state.holds_room(wid) else []
-    key = None  # its kind, worked out only when a verdict is looked up or kept
-    if not held and verdicts:
-        key = _verdict_key(workload)
+    key = kind  # its kind, worked out only when a verdict is looked up or kept
+    if not held and verdicts and key is None:
+        key = _verdict_key(state, workload)
         known = verdicts.get(key)
         if known is not None:
             pending.append(trusted.pending_for(known, wid))
@@ -283,7 +293,7 @@ def _decide(
         why = explain_pending(state, workload, now, min_runtime_s)
         pending.append(why)
         if not held and verdicts is not None:
-            verdicts[key if key is not None else _verdict_key(workload)] = why
+            verdicts[key if key is not None else _verdict_key(state, workload)] = why
     elif not choice.victims:
         placements.append(_place(state, workload, [(state.books[k], n) for k, n in choice.takes]))
     else:
