@@ -19,9 +19,10 @@ decision itself, which is what ``corral why`` shows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain, repeat
-from operator import attrgetter, neg
+from operator import attrgetter, itemgetter, mul, neg, not_
+from typing import Any
 
 from . import trusted
 from .model import (
@@ -34,7 +35,7 @@ from .model import (
     Preemption,
     Workload,
 )
-from .partitions import Book, PoolState
+from .partitions import FIELDS, Access, Book, PoolState
 from .preemption import Choice, choose_victims, protected
 from .reaping import plan_machine_reaps
 from .replacement import plan_replacements
@@ -64,16 +65,23 @@ def schedule(
     preemptions: list[Preemption] = []
     pending: list[Pending] = []
     verdicts: dict[VerdictKey, Pending] | None = {} if reuse_verdicts else None
-    holds_room, fit_and_take = state.holds_room, state.fit_and_take
+    holding, fit_and_take = state.holding, state.fit_and_take
     for workload in queue(state):
-        # The common case first, as _decide would take it: no room held for it, and the free
-        # room is enough. (Then nothing alike was told it waits since the last move: alike
-        # work, without held room, finds the same room.) A move forgets what alike work was
-        # told, as after _decide.
-        if workload.on_full == "fallback" and not holds_room(workload.workload_id):
-            done = fit_and_take(workload)
+        # The common cases first, as _decide would take them: no room held for it, and alike
+        # work was told it waits since the last move (then so is it), or the free room is
+        # enough. A move forgets what alike work was told, as after _decide.
+        own = workload.__dict__  # its fields (see FIELDS)
+        kind = None  # its verdict key, when looked up and not found
+        if verdicts and own["workload_id"] not in holding:
+            kind = _verdict_key(state, workload)
+            known = verdicts.get(kind)
+            if known is not None:
+                pending.append(trusted.pending_for(known, own["workload_id"]))
+                continue
+        if own["on_full"] == "fallback" and own["workload_id"] not in holding:
+            done = fit_and_take(workload, own)
             if done is not None:
-                placements.append(_placed(workload, *done))
+                placements.append(_placed(own, *done))
                 if verdicts:
                     verdicts.clear()
                 continue
@@ -91,6 +99,7 @@ def schedule(
             pending,
             verdicts,
             fits_now,
+            kind,
         )
         if verdicts and len(placements) + len(preemptions) != moves:
             verdicts.clear()  # the room changed: what alike workloads were told may not hold
@@ -132,30 +141,60 @@ def queue(state: PoolState) -> list[Workload]:
     # rules to it, filled as asked. Read for the whole queue at C speed. Rule priorities are
     # never below 0: a workload none of whose machine types is in the pool has 0.
     tables: dict[int, _BestIn] = {}
-    lids = state.label_ids(waiting)
+    fields = list(map(FIELDS, waiting))
+    lids = state.label_ids(waiting, fields)
+    # A machine type of each kind of rules, to read them from.
+    example = {rules: t for t, rules in reversed(state.rules_of_type.items())}
     for lid, workload in zip(lids, waiting, strict=True):
         if lid not in tables:
-            tables[lid] = _BestIn(state, workload)
-    lookups = map(attrgetter("__getitem__"), map(tables.__getitem__, lids))
-    rules_of = map(map, repeat(state.rules_of_type.get), map(_GROUP_ORDER, waiting))
-    best = map(max, map(chain, repeat((0,)), map(map, lookups, rules_of)))
+            tables[lid] = _BestIn(state, workload, example)
+    groups = map(_GROUP_ORDER, fields)
+    same = _same_everywhere(state, tables)
+    best: Iterable[int]
+    if same is not None:
+        # Every machine type gives each set of labels the same: a workload has it when any of
+        # its machine types is in the pool.
+        in_pool = map(not_, map(state.types.keys().isdisjoint, groups))
+        best = map(mul, map(same.__getitem__, lids), in_pool)
+    else:
+        lookups = map(attrgetter("__getitem__"), map(tables.__getitem__, lids))
+        rules_of = map(map, repeat(state.rules_of_type.get), groups)
+        best = map(max, map(chain, repeat((0,)), map(map, lookups, rules_of)))
     # Sorted on each key in turn, least significant first (a stable sort of keys of one type
     # each compares faster than tuples do). Ids are unique: no two workloads tie.
     order = list(range(len(waiting)))
     for keys in (
-        list(map(_WORKLOAD_ID, waiting)),
-        list(map(_SUBMITTED_AT, waiting)),
-        list(map(neg, map(_PRIORITY, waiting))),
+        list(map(_WORKLOAD_ID, fields)),
+        list(map(_SUBMITTED_AT, fields)),
+        list(map(neg, map(_PRIORITY, fields))),
         list(map(neg, best)),
     ):
         order.sort(key=keys.__getitem__)
     return list(map(waiting.__getitem__, order))
 
 
-_GROUP_ORDER = attrgetter("group_order")
-_PRIORITY = attrgetter("priority")
-_SUBMITTED_AT = attrgetter("submitted_at")
-_WORKLOAD_ID = attrgetter("workload_id")
+def _same_everywhere(state: PoolState, tables: dict[int, _BestIn]) -> dict[int, int] | None:
+    """Label id -> the best rule priority, when every machine type of the pool gives each set
+    of labels the same (its partitions' rules alike, or alike in what they give; looked at
+    only for a pool with few kinds of rules), else None."""
+    kinds = set(state.rules_of_type.values())
+    if len(kinds) > _FEW_KINDS:
+        return None
+    out = {}
+    for lid, table in tables.items():
+        found = set(map(table.__getitem__, kinds))
+        if len(found) != 1:
+            return None
+        out[lid] = found.pop()
+    return out
+
+
+_FEW_KINDS = 8
+# Read from the workloads' FIELDS.
+_GROUP_ORDER = itemgetter("group_order")
+_PRIORITY = itemgetter("priority")
+_SUBMITTED_AT = itemgetter("submitted_at")
+_WORKLOAD_ID = itemgetter("workload_id")
 
 
 class _BestIn(dict[tuple[int, ...] | None, int]):
@@ -163,11 +202,12 @@ class _BestIn(dict[tuple[int, ...] | None, int]):
     a machine type of the pool) -> the best rule priority its partitions give, worked out
     when first read."""
 
-    def __init__(self, state: PoolState, workload: Workload) -> None:
+    def __init__(
+        self, state: PoolState, workload: Workload, example: dict[tuple[int, ...], str]
+    ) -> None:
         super().__init__()
         self.state, self.workload = state, workload
-        # A machine type of each kind of rules, to read them from.
-        self.example = {rules: t for t, rules in reversed(state.rules_of_type.items())}
+        self.example = example  # a machine type of each kind of rules, to read them from
 
     def __missing__(self, rules: tuple[int, ...] | None) -> int:
         best = 0
@@ -179,19 +219,20 @@ class _BestIn(dict[tuple[int, ...] | None, int]):
 
 
 # What decides whether a workload without held room can be placed or can preempt, and what
-# it is told: its labels (rules), group order, nodes, mode, own priority, its preemptor.
-VerdictKey = tuple[tuple[tuple[str, str], ...], tuple[str, ...], int, str, int, str | None]
+# it is told: its labels (their label id: rules), group order, nodes, mode, own priority, its
+# preemptor.
+VerdictKey = tuple[int, tuple[str, ...], int, str, int, str | None]
 
 
-def _verdict_key(workload: Workload) -> VerdictKey:
-    labels = tuple(sorted(workload.selector_labels().items()))
+def _verdict_key(state: PoolState, workload: Workload) -> VerdictKey:
+    own = workload.__dict__  # its fields (see FIELDS)
     return (
-        labels,
-        workload.group_order,
-        workload.num_nodes,
-        workload.on_full,
-        workload.priority,
-        workload.preempted_by,  # a preempted workload is told who preempted it
+        state.label_id(workload),
+        own["group_order"],
+        own["num_nodes"],
+        own["on_full"],
+        own["priority"],
+        own["preempted_by"],  # a preempted workload is told who preempted it
     )
 
 
@@ -205,19 +246,21 @@ def _decide(
     pending: list[Pending],
     verdicts: dict[VerdictKey, Pending] | None = None,
     fits_now: bool | None = None,
+    kind: VerdictKey | None = None,
 ) -> None:
     """Place, preempt for, or explain one workload. ``verdicts``: kinds of workload found
     unplaceable, with no victim to take, since the pass last placed or preempted. Nothing
     changed since, so another of the same kind waits for the very same reason, and is told
     so without walking the partitions again: a pass over a long queue that cannot move costs
     the kinds waiting, not the queue. Any placement or preemption forgets them all.
-    ``fits_now``: False when the caller just found its free room short (None: not known)."""
+    ``fits_now``: False when the caller just found its free room short (None: not known).
+    ``kind``: its verdict key, when the caller just looked it up and found nothing."""
     books = state.books_for(workload)
     wid = workload.workload_id
     held = [b for b in books if b.reserved.get(wid)] if state.holds_room(wid) else []
-    key = None  # its kind, worked out only when a verdict is looked up or kept
-    if not held and verdicts:
-        key = _verdict_key(workload)
+    key = kind  # its kind, worked out only when a verdict is looked up or kept
+    if not held and verdicts and key is None:
+        key = _verdict_key(state, workload)
         known = verdicts.get(key)
         if known is not None:
             pending.append(trusted.pending_for(known, wid))
@@ -250,7 +293,7 @@ def _decide(
         why = explain_pending(state, workload, now, min_runtime_s)
         pending.append(why)
         if not held and verdicts is not None:
-            verdicts[key if key is not None else _verdict_key(workload)] = why
+            verdicts[key if key is not None else _verdict_key(state, workload)] = why
     elif not choice.victims:
         placements.append(_place(state, workload, [(state.books[k], n) for k, n in choice.takes]))
     else:
@@ -269,27 +312,28 @@ def _place(state: PoolState, workload: Workload, takes: Sequence[tuple[Book, int
         for book, count in takes:
             nodes.extend(state.take(book, workload, count))
         where = ", ".join(f"{count} on {book.label}" for book, count in takes)
-    return _placed(workload, takes, nodes, where)
+    return _placed(workload.__dict__, takes, nodes, where)
 
 
 def _placed(
-    workload: Workload,
+    own: Mapping[str, Any],
     takes: Sequence[tuple[Book, int]],
     nodes: Sequence[NodeAssignment],
     where: str | None = None,
 ) -> Placement:
-    """The placement of these nodes, booked in these partitions (``where``: as text)."""
+    """The placement of these nodes for the workload whose FIELDS are ``own``, booked in
+    these partitions (``where``: as text)."""
     if where is None:
         if len(takes) == 1:
             book, count = takes[0]
             where = book.on(count)
         else:
             where = ", ".join([book.on(count) for book, count in takes])
-    order = workload.group_order
+    order = own["group_order"]
     if takes and order and takes[0][0].machine_type != order[0]:
         where = f"{where} ({order[0]} had no room for it)"
     return trusted.placement(
-        workload.workload_id, tuple(nodes), f"placed {workload.num_nodes} node(s): {where}"
+        own["workload_id"], tuple(nodes), f"placed {own['num_nodes']} node(s): {where}"
     )
 
 
@@ -356,8 +400,9 @@ def explain_pending(
         allowed_cap += book.size if access.quota is None else min(book.size, access.quota)
         room = state.room(book, workload)
         free_total += room
-        parts.append(_book_status(state, book, workload))
-        bare = book.size - book.held - book.reserved_for_others(workload.workload_id)
+        others = book.reserved_for_others(workload.workload_id)
+        parts.append(_book_status(book, access, others))
+        bare = book.size - book.held - others
         if access.quota is not None and room < max(0, bare):
             quota_bound = True
     code: PendingCode
@@ -371,24 +416,27 @@ def explain_pending(
     else:
         code = "quota_reached" if quota_bound else "partition_full"
         head = f"needs {workload.num_nodes} node(s), {free_total} free to it"
-    young = protected(state, workload, now, min_runtime_s)
-    if young and code in ("partition_full", "quota_reached"):
+    young = (
+        protected(state, workload, now, min_runtime_s)
+        if code in ("partition_full", "quota_reached")
+        else None
+    )
+    if young:
         names = ", ".join(sorted(w.workload_id for w in young))
         head += f"; lower work ({names}) has run less than min_runtime_s"
     if workload.preempted_by and code in ("partition_full", "quota_reached"):
         code = "preempted"
         head = f"preempted by {workload.preempted_by}, queued at its original place; " + head
-    return Pending(
-        workload_id=workload.workload_id,
-        code=code,
-        reason=head + (": " + "; ".join(parts) if parts else ""),
-        preempted_by=workload.preempted_by,
+    return trusted.pending(
+        workload.workload_id,
+        code,
+        head + (": " + "; ".join(parts) if parts else ""),
+        workload.preempted_by,
     )
 
 
-def _book_status(state: PoolState, book: Book, workload: Workload) -> str:
-    access = state.access(book, workload)
-    others = book.reserved_for_others(workload.workload_id)
+def _book_status(book: Book, access: Access, others: int) -> str:
+    """What a partition holds, as ``corral why`` shows it (``others``: held for others)."""
     text = f"{book.label}: {book.held} of {book.size} held"
     if others:
         text += f", {others} held for others"

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
-from operator import attrgetter, is_, itemgetter
+from operator import attrgetter, eq, itemgetter
+from typing import Any
 
 from . import trusted
 from .model import (
@@ -59,10 +60,31 @@ class Access:
         return self.denial is None
 
 
-@dataclass(slots=True)
 class Book:
-    """One partition's machines during a pass."""
+    """One partition's machines during a pass (made many times a pass: a plain class whose
+    constructor only stores)."""
 
+    __slots__ = (
+        "access_by_labels",
+        "counted",
+        "free_since",
+        "held",
+        "holders",
+        "idle",
+        "key",
+        "label",
+        "launch_node",
+        "machine_type",
+        "market",
+        "name",
+        "rank_in_type",
+        "reserved",
+        "reserved_rule",
+        "reserved_total",
+        "rule_used",
+        "rules",
+        "size",
+    )
     machine_type: str
     name: str
     size: int
@@ -70,25 +92,55 @@ class Book:
     free_since: float | None
     rules: tuple[CompiledRule, ...]
     rank_in_type: int  # the partition's position in its machine type
-    held: int = 0  # machines held by workloads (running, stopping, or placed this pass)
-    idle: list[str] = field(default_factory=list)  # idle machine ids; the next to use is last
-    rule_used: list[int] = field(default_factory=list)  # machines held, per rule
-    reserved: dict[str, int] = field(default_factory=dict)  # workload id -> machines held for it
-    reserved_total: int = 0
-    reserved_rule: dict[str, int | None] = field(default_factory=dict)  # its owner's rule
-    key: BookKey = ("", "")  # (machine type, partition), set from the two at construction
+    held: int  # machines held by workloads (running, stopping, or placed this pass)
+    idle: list[str]  # idle machine ids; the next to use is last
+    rule_used: list[int]  # machines held, per rule
+    reserved: dict[str, int]  # workload id -> machines held for it
+    reserved_total: int
+    reserved_rule: dict[str, int | None]  # its owner's rule
+    key: BookKey  # (machine type, partition)
     # The rule decision per set of labels (see PoolState.label_id), filled as the pass asks;
     # shared by the partitions whose rules are the same object (the decision is the rules').
-    access_by_labels: dict[int, Access] = field(default_factory=dict)
+    access_by_labels: dict[int, Access]
     # Who holds its machines, in snapshot order: filled when first asked (PoolState.holder_ids).
-    holders: dict[str, None] = field(default_factory=dict)
-    label: str = ""  # "type/partition", for messages
-    counted: dict[int, str] = field(default_factory=dict)  # n -> "n on type/partition"
-    launch_node: NodeAssignment | None = None  # a node to launch here (frozen: shared)
+    holders: dict[str, None]
+    label: str  # "type/partition", for messages
+    counted: dict[int, str]  # n -> "n on type/partition"
+    launch_node: NodeAssignment | None  # a node to launch here (frozen: shared)
 
-    def __post_init__(self) -> None:
-        self.key = (self.machine_type, self.name)
-        self.label = f"{self.machine_type}/{self.name}"
+    def __init__(
+        self,
+        machine_type: str,
+        name: str,
+        size: int,
+        market: str,
+        free_since: float | None,
+        rules: tuple[CompiledRule, ...],
+        rank_in_type: int,
+        access_by_labels: dict[int, Access],
+    ) -> None:
+        self.machine_type = machine_type
+        self.name = name
+        self.size = size
+        self.market = market
+        self.free_since = free_since
+        self.rules = rules
+        self.rank_in_type = rank_in_type
+        self.held = 0
+        self.idle = []
+        self.rule_used = [0] * len(rules)
+        self.reserved = {}
+        self.reserved_total = 0
+        self.reserved_rule = {}
+        self.key = (machine_type, name)
+        self.access_by_labels = access_by_labels
+        self.holders = {}
+        self.label = f"{machine_type}/{name}"
+        self.counted = {}
+        self.launch_node = None
+
+    def __repr__(self) -> str:
+        return f"Book({self.label}, {self.held} of {self.size} held)"
 
     def on(self, count: int) -> str:
         """``"<count> on <label>"``, as placements say it (made once per count)."""
@@ -151,11 +203,16 @@ def labels_of(key: LabelsKey) -> dict[str, str]:
     return {**dict(own), "workload-type": workload_type}
 
 
-_WORKLOAD_ID = attrgetter("workload_id")
-_WORKLOAD_TYPE = attrgetter("workload_type")
-_LABELS = attrgetter("labels")
 _SECOND = itemgetter(1)
-_PHASE = attrgetter("phase")
+# A model's fields as stored (pydantic keeps them in the instance dict). A pydantic model
+# answers every attribute read through its own hook, several times the cost of a plain
+# object's; the pass's loops over thousands of machines and workloads read the dict instead.
+FIELDS = attrgetter("__dict__")
+_ID_FIELD = itemgetter("workload_id")
+_PHASE_FIELD = itemgetter("phase")
+_TYPE_FIELD = itemgetter("workload_type")
+_LABELS_FIELD = itemgetter("labels")
+_PREEMPTIBLE_AND_TYPE = itemgetter("preemptible", "workload_type")
 
 
 class PoolState:
@@ -189,8 +246,7 @@ class PoolState:
                         p.free_since,
                         rules[0],
                         rank,
-                        rule_used=[0] * len(p.rules),
-                        access_by_labels=rules[1],
+                        rules[1],
                     )
                 )
             self.books_of_type[machine_type.machine_type] = books
@@ -199,21 +255,25 @@ class PoolState:
             )
             self.books.update((b.key, b) for b in books)
         workloads = snapshot.workloads
+        fields = list(map(FIELDS, workloads))
         self.workloads: dict[str, Workload] = dict(
-            zip(map(attrgetter("workload_id"), workloads), workloads, strict=True)
+            zip(map(_ID_FIELD, fields), workloads, strict=True)
         )
         # Workloads giving their machines back: never placed or chosen as victims again.
         self.stopping: set[str] = set()
-        phases = list(map(_PHASE, workloads))
+        phases = list(map(_PHASE_FIELD, fields))
         if "stopping" in phases:
             self.stopping = {w.workload_id for w in workloads if w.phase == "stopping"}
-        # The workloads by id in their order, and their phases, for the filters below.
+        # The workloads by id in their order, their fields and phases, for the filters below.
         self._known: Sequence[Workload] = workloads
         if len(self.workloads) < len(workloads):  # an id given twice: its last one counts
             self._known = tuple(self.workloads.values())
-            phases = list(map(_PHASE, self._known))
+            fields = list(map(FIELDS, self._known))
+            phases = list(map(_PHASE_FIELD, fields))
+        self._known_fields = fields
         self._phases = phases
-        self._holds: dict[str, set[BookKey]] = defaultdict(set)  # workload id -> held partitions
+        # Workload id -> the partitions holding room for it (read, never changed, outside).
+        self.holding: dict[str, set[BookKey]] = defaultdict(set)
         # Workloads' labels as small ids: rule decisions are cached per partition and label id
         # (hashing an int, not a tuple of label pairs, on every look).
         self._label_ids: dict[LabelsKey, int] = {}
@@ -225,7 +285,6 @@ class PoolState:
         self.holders_by_age: dict[
             tuple[BookKey, float, float], tuple[list[Workload], list[Workload]]
         ] = {}
-        self._held_by: tuple[list[BookKey], list[str]] = ([], [])
         self._holders_booked = False
         self._book_machines(snapshot.machines)
         self._book_reservations(snapshot.reservations)
@@ -251,52 +310,44 @@ class PoolState:
         no partition has a victim; worked out when a pass first looks for one)."""
         # Workload.is_preemptible, read at C speed: its own setting when set (True in any),
         # else preemptible as a job (a job among those without a setting).
-        known = self._known
-        running = list(compress(known, map("running".__eq__, self._phases)))
-        own = list(map(attrgetter("preemptible"), running))
-        if True in own:
-            return True
-        if None not in own:
-            return False
-        unset = compress(running, map(is_, own, repeat(None)))
-        return "job" in map(attrgetter("workload_type"), unset)
+        running = compress(self._known_fields, map(eq, self._phases, repeat("running")))
+        kinds = set(map(_PREEMPTIBLE_AND_TYPE, running))
+        return any(own or (own is None and kind == "job") for own, kind in kinds)
 
     def pending(self) -> list[Workload]:
         """The snapshot's pending workloads, in snapshot order."""
-        return list(compress(self._known, map("pending".__eq__, self._phases)))
+        return list(compress(self._known, map(eq, self._phases, repeat("pending"))))
 
     def holds_room(self, workload_id: str) -> bool:
         """Whether room is held (reserved) for this workload anywhere."""
-        return workload_id in self._holds
+        return workload_id in self.holding
 
     # ----------------------------------------------------------------- reading the snapshot
     def _book_machines(self, machines: Sequence[Machine]) -> None:
-        # One pass over the machines, their fields read in one call each. Idle machines are
+        # One pass over the machines, their fields read from their dicts. Idle machines are
         # gathered per partition as (idle since, id, minus their place), to sort without a key
-        # function. An owner's rule is read from the decisions cached per labels; who holds
-        # what is kept for the holders (read only by preemption, see ``holder_ids``).
+        # function. An owner's rule is read from the decisions cached per labels. Who holds
+        # what is read again only when preemption asks (see ``holder_ids``).
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
         idle_of: defaultdict[BookKey, list[tuple[float, str, int]]] = defaultdict(list)
-        held_keys, held_by = self._held_by
-        fields = attrgetter("machine_type", "partition", "workload_id", "idle_since", "machine_id")
         place = 0
-        for machine_type, partition, owner_id, since, machine_id in map(fields, machines):
+        for machine in map(FIELDS, machines):
             place -= 1
-            key = (machine_type, partition)
+            key = (machine["machine_type"], machine["partition"])
             book = books.get(key)
             if book is None:
                 continue  # a partition the pool no longer defines counts nowhere
+            owner_id = machine["workload_id"]
             if owner_id is None:
-                idle_of[key].append((since or 0.0, machine_id, place))
+                idle_of[key].append((machine["idle_since"] or 0.0, machine["machine_id"], place))
                 continue
             book.held += 1
-            held_keys.append(key)
-            held_by.append(owner_id)
             if not book.rules:
                 continue  # no rule, no quota to count against
             owner = workloads.get(owner_id)
             if owner is not None:
-                lid = label_ids.get((owner.workload_type, tuple(owner.labels.items())))
+                own = owner.__dict__
+                lid = label_ids.get((own["workload_type"], tuple(own["labels"].items())))
                 access = book.access_by_labels.get(lid) if lid is not None else None
                 rule = (access or self.access(book, owner)).rule
                 if rule is not None:
@@ -316,8 +367,12 @@ class PoolState:
             return
         self._holders_booked = True
         books = self.books
-        for key, owner in zip(*self._held_by, strict=True):
-            books[key].holders[owner] = None
+        for machine in map(FIELDS, self.snapshot.machines):
+            owner = machine["workload_id"]
+            if owner is not None:
+                book = books.get((machine["machine_type"], machine["partition"]))
+                if book is not None:
+                    book.holders[owner] = None
 
     def _book_reservations(self, reservations: Iterable[Reservation]) -> None:
         for reservation in reservations:
@@ -336,17 +391,22 @@ class PoolState:
             lid = self.label_ids([workload])[0]
         return lid
 
-    def label_ids(self, workloads: Sequence[Workload]) -> list[int]:
-        """``label_id`` of each of these workloads, worked out together at C speed."""
-        own = map(tuple, map(dict.items, map(_LABELS, workloads)))
-        keys = list(zip(map(_WORKLOAD_TYPE, workloads), own, strict=True))
+    def label_ids(
+        self, workloads: Sequence[Workload], fields: Sequence[dict[str, object]] | None = None
+    ) -> list[int]:
+        """``label_id`` of each of these workloads, worked out together at C speed
+        (``fields``: their ``FIELDS``, when the caller has them)."""
+        if fields is None:
+            fields = list(map(FIELDS, workloads))
+        own = map(tuple, map(dict.items, map(_LABELS_FIELD, fields)))
+        keys = list(zip(map(_TYPE_FIELD, fields), own, strict=True))
         ids = self._label_ids
         for key in dict.fromkeys(keys):
             if key not in ids:
                 ids[key] = len(self._label_keys)
                 self._label_keys.append(key)
         out = list(map(ids.__getitem__, keys))
-        self._label_of.update(zip(map(_WORKLOAD_ID, workloads), out, strict=True))
+        self._label_of.update(zip(map(_ID_FIELD, fields), out, strict=True))
         return out
 
     def access(self, book: Book, workload: Workload) -> Access:
@@ -432,44 +492,52 @@ class PoolState:
         return takes, remaining
 
     def fit_and_take(
-        self, workload: Workload
+        self, workload: Workload, own: Mapping[str, Any]
     ) -> tuple[list[tuple[Book, int]], list[NodeAssignment]] | None:
         """``fit`` in its own group order, then ``take`` of each partition it found, when the
         free room is enough (None, nothing booked, when it is not): for a workload holding no
-        room, as one walk (the rule found for each partition is the one it books against)."""
-        wid = workload.workload_id
-        remaining = workload.num_nodes
+        room, as one walk (the rule found for each partition is the one it books against).
+        ``own``: its FIELDS."""
+        wid = own["workload_id"]
+        remaining = own["num_nodes"]
         lid = self._label_of.get(wid)
         if lid is None:
             lid = self.label_id(workload)
-        books = self._books_by_order.get(workload.group_order)
-        if books is None:
-            books = self.books_for(workload)
+        order: Iterable[str] = own["group_order"]
+        if len(own["group_order"]) > 1 and len(set(order)) < len(own["group_order"]):
+            order = dict.fromkeys(order)
+        group_of = self.books_of_type.get
         found: list[tuple[Book, int, int | None]] = []
-        for book in books:
-            room = book.size - book.held
-            if book.reserved_total:
-                room -= book.reserved_total - book.reserved.get(wid, 0)
-            if room <= 0:
-                continue
-            access = book.access_by_labels.get(lid) or self.access(book, workload)
-            if access.denial is not None:
-                continue
-            quota, rule = access.quota, access.rule
-            if quota is not None and rule is not None:
-                quota_room = quota - book.rule_used[rule]
-                if book.reserved:
-                    quota_room -= book.rule_reserved_for_others(rule, wid)
-                if quota_room < room:
-                    room = quota_room
-                    if room <= 0:
-                        continue
-            if room >= remaining:
-                found.append((book, remaining, rule))
-                remaining = 0
+        for machine_type in order:  # its machine types' partitions, in its group order
+            group = group_of(machine_type)
+            if group is None:
+                continue  # not a machine type of this pool
+            for book in group:
+                room = book.size - book.held
+                if book.reserved_total:
+                    room -= book.reserved_total - book.reserved.get(wid, 0)
+                if room <= 0:
+                    continue
+                access = book.access_by_labels.get(lid) or self.access(book, workload)
+                if access.denial is not None:
+                    continue
+                quota, rule = access.quota, access.rule
+                if quota is not None and rule is not None:
+                    quota_room = quota - book.rule_used[rule]
+                    if book.reserved:
+                        quota_room -= book.rule_reserved_for_others(rule, wid)
+                    if quota_room < room:
+                        room = quota_room
+                        if room <= 0:
+                            continue
+                if room >= remaining:
+                    found.append((book, remaining, rule))
+                    remaining = 0
+                    break
+                found.append((book, room, rule))
+                remaining -= room
+            if not remaining:
                 break
-            found.append((book, room, rule))
-            remaining -= room
         if remaining:
             return None
         takes: list[tuple[Book, int]] = []
@@ -481,6 +549,9 @@ class PoolState:
                 book.rule_used[rule] += count
             idle = book.idle
             if idle:
+                if count == 1:
+                    nodes.append(trusted.node(book.machine_type, book.name, idle.pop()))
+                    continue
                 used = idle[-count:]  # the warmest, taken from the end
                 del idle[-count:]
                 used.reverse()
@@ -488,9 +559,7 @@ class PoolState:
                 count -= len(used)
             if count:
                 if book.launch_node is None:
-                    book.launch_node = NodeAssignment(
-                        machine_type=book.machine_type, partition=book.name, machine_id=None
-                    )
+                    book.launch_node = trusted.node(book.machine_type, book.name, None)
                 nodes.extend([book.launch_node] * count)
         return takes, nodes
 
@@ -534,9 +603,7 @@ class PoolState:
             out = trusted.nodes(book.machine_type, book.name, used)
         if len(out) < count:
             if book.launch_node is None:
-                book.launch_node = NodeAssignment(
-                    machine_type=book.machine_type, partition=book.name, machine_id=None
-                )
+                book.launch_node = trusted.node(book.machine_type, book.name, None)
             out.extend([book.launch_node] * (count - len(out)))
         return out
 
@@ -546,12 +613,12 @@ class PoolState:
         book.reserved[wid] = book.reserved.get(wid, 0) + count
         book.reserved_total += count
         book.reserved_rule[wid] = self.access(book, workload).rule
-        self._holds[wid].add(book.key)
+        self.holding[wid].add(book.key)
 
     def drop_reservations(self, workload_id: str) -> None:
-        if not self._holds:
+        if not self.holding:
             return
-        for key in self._holds.pop(workload_id, ()):
+        for key in self.holding.pop(workload_id, ()):
             book = self.books[key]
             book.reserved_total -= book.reserved.pop(workload_id, 0)
             book.reserved_rule.pop(workload_id, None)

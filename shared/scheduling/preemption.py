@@ -236,6 +236,8 @@ def protected(
     state: PoolState, preemptor: Workload, now: float, min_runtime_s: float
 ) -> list[Workload]:
     """Lower, preemptible running work spared only because it has not run ``min_runtime_s``."""
+    if not state.any_preemptible:
+        return []  # no running work may be preempted, young or not
     out: dict[str, Workload] = {}
     for book in state.books_for(preemptor):
         if not state.access(book, preemptor).allowed:

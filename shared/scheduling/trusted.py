@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from .model import NodeAssignment, Pending, Placement
+from .model import NodeAssignment, Pending, PendingCode, Placement
 
 _new = object.__new__
 # The four slots' own setters, called directly (as ``object.__setattr__`` ends up doing, without
@@ -53,7 +53,16 @@ _PLACEMENT_FIELDS = {"workload_id", "nodes", "reason"}
 
 def node(machine_type: str, partition: str, machine_id: str | None) -> NodeAssignment:
     """``NodeAssignment(machine_type=..., partition=..., machine_id=...)``."""
-    return nodes(machine_type, partition, [machine_id])[0]
+    if not _NODE_PLAIN:
+        return NodeAssignment(machine_type=machine_type, partition=partition, machine_id=machine_id)
+    made = _new(NodeAssignment)
+    _set_dict(
+        made, {"machine_type": machine_type, "partition": partition, "machine_id": machine_id}
+    )
+    _set_fields(made, _NODE_FIELDS)
+    _set_extra(made, None)
+    _set_private(made, None)
+    return made
 
 
 def nodes(
@@ -65,18 +74,7 @@ def nodes(
             NodeAssignment(machine_type=machine_type, partition=partition, machine_id=m)
             for m in machine_ids
         ]
-    out = []
-    for machine_id in machine_ids:
-        made = _new(NodeAssignment)
-        _set_dict(
-            made,
-            {"machine_type": machine_type, "partition": partition, "machine_id": machine_id},
-        )
-        _set_fields(made, _NODE_FIELDS)
-        _set_extra(made, None)
-        _set_private(made, None)
-        out.append(made)
-    return out
+    return [node(machine_type, partition, machine_id) for machine_id in machine_ids]
 
 
 def placement(workload_id: str, nodes: tuple[NodeAssignment, ...], reason: str) -> Placement:
@@ -86,6 +84,31 @@ def placement(workload_id: str, nodes: tuple[NodeAssignment, ...], reason: str) 
     made = _new(Placement)
     _set_dict(made, {"workload_id": workload_id, "nodes": nodes, "reason": reason})
     _set_fields(made, _PLACEMENT_FIELDS)
+    _set_extra(made, None)
+    _set_private(made, None)
+    return made
+
+
+_PENDING_FIELDS = {"workload_id", "code", "reason", "preempted_by"}
+
+
+def pending(workload_id: str, code: PendingCode, reason: str, preempted_by: str | None) -> Pending:
+    """``Pending(workload_id=..., code=..., reason=..., preempted_by=...)`` (``budget`` left
+    unset, as that call leaves it)."""
+    if not _PENDING_PLAIN:
+        return Pending(workload_id=workload_id, code=code, reason=reason, preempted_by=preempted_by)
+    made = _new(Pending)
+    _set_dict(
+        made,
+        {
+            "workload_id": workload_id,
+            "code": code,
+            "reason": reason,
+            "preempted_by": preempted_by,
+            "budget": None,
+        },
+    )
+    _set_fields(made, _PENDING_FIELDS)
     _set_extra(made, None)
     _set_private(made, None)
     return made

@@ -41,6 +41,9 @@ from corral.shared.scheduling import (
     schedule,
     schedule_pool,
 )
+from corral.shared.scheduling.machine_pools import queue
+from corral.shared.scheduling.model import DEFAULT_RULE_PRIORITY
+from corral.shared.scheduling.partitions import PoolState
 from corral.shared.scheduling.selectors import matches
 
 # derandomize: the same examples on every run and machine; no example database on disk.
@@ -456,3 +459,72 @@ def test_determined_never_overbooks_an_agent(pool: DetPoolSnapshot) -> None:
     waiting = {p.task_id for p in plan.pending}
     assert started | waiting == {t.task_id for t in pool.tasks if not t.is_running()}
     assert not started & waiting
+
+
+# --------------------------------------------------------------------------- the queue's order
+@st.composite
+def queue_cases(draw: Any) -> tuple[PoolSnapshot, bool]:
+    """A pool whose machine types each have their own rules, or one whose machine types all
+    share one list of partitions (the same rule objects, as a pool file's defaults give
+    them), and waiting work, some of it asking for a machine type the pool lacks."""
+    shared = draw(st.booleans())
+    if shared:
+        parts = tuple(draw(st.lists(PARTITION, min_size=1, max_size=2, unique_by=lambda p: p.name)))
+        types = tuple(
+            MachineTypeState(machine_type=t, market="spot", partitions=parts)
+            for t in TYPES[: draw(st.integers(1, 3))]
+        )
+    else:
+        types = draw(machine_types())
+    waiting = []
+    for i in range(draw(st.integers(1, 12))):
+        w = draw(workload(i))
+        order = draw(st.sampled_from((w.group_order, ("t9",), (), ("t9", *w.group_order))))
+        submitted = float(draw(st.integers(0, 3)))  # ties, broken by id
+        waiting.append(w.model_copy(update={"group_order": order, "submitted_at": submitted}))
+    snap = PoolSnapshot(pool="p", machine_types=types, workloads=tuple(waiting))
+    return snap, shared
+
+
+def naive_queue(snap: PoolSnapshot) -> list[str]:
+    """The queue's order as the module docstring states it, from the rules read one by one."""
+    by_type = {t.machine_type: t for t in snap.machine_types}
+
+    def rule_priority(p: PartitionState, w: Workload) -> int:
+        if not p.rules:
+            return DEFAULT_RULE_PRIORITY
+        index, allowed = first_rule(p, w)
+        if index is None or not allowed:
+            return 0
+        rule = p.rules[index]
+        return DEFAULT_RULE_PRIORITY if rule.priority is None else rule.priority
+
+    def best(w: Workload) -> int:
+        found = [
+            rule_priority(p, w)
+            for t in w.group_order
+            if t in by_type
+            for p in by_type[t].partitions
+        ]
+        return max(found, default=0)
+
+    waiting = [w for w in snap.workloads if w.phase == "pending"]
+    waiting.sort(key=lambda w: (-best(w), -w.priority, w.submitted_at, w.workload_id))
+    return [w.workload_id for w in waiting]
+
+
+def test_the_queue_orders_as_its_rules_say() -> None:
+    """Pools whose machine types all give a set of labels the same, and pools where they
+    differ (the queue reads the two another way), both order as the oracle does."""
+    seen: Counter[bool] = Counter()
+
+    @SEEDED
+    @given(queue_cases())
+    def check(case: tuple[PoolSnapshot, bool]) -> None:
+        snap, shared = case
+        got = [w.workload_id for w in queue(PoolState(snap))]
+        assert got == naive_queue(snap)
+        seen[shared] += 1
+
+    check()
+    assert seen[True] >= 30 and seen[False] >= 30, seen

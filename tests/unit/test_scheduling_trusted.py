@@ -70,3 +70,17 @@ def test_the_builders_check_the_models_they_bypass() -> None:
     """If pydantic or the models change shape, the builders fall back to the constructors."""
     assert trusted._NODE_PLAIN and trusted._PLACEMENT_PLAIN and trusted._PENDING_PLAIN
     assert not trusted._plain(NodeAssignment, ("machine_type", "partition"))
+
+
+def test_a_built_pending_is_the_validated_one() -> None:
+    for preempted_by in (None, "w0"):
+        built = trusted.pending("w1", "partition_full", "full", preempted_by)
+        made = Pending(
+            workload_id="w1", code="partition_full", reason="full", preempted_by=preempted_by
+        )
+        assert type(built) is Pending
+        assert built == made and hash(built) == hash(made)
+        assert built.model_fields_set == made.model_fields_set
+        assert built.model_dump_json() == made.model_dump_json()
+        assert built.model_dump(exclude_unset=True) == made.model_dump(exclude_unset=True)
+        assert pickle.loads(pickle.dumps(built)) == made
