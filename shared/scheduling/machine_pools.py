@@ -394,11 +394,11 @@ def explain_pending(
     quota_bound = False
     for book in books:
         access = state.access(book, workload)
-        if not access.allowed:
+        if access.denial is not None:
             parts.append(f"{book.label}: {access.denial}")
             continue
         allowed_cap += book.size if access.quota is None else min(book.size, access.quota)
-        room = state.room(book, workload)
+        room = state.room(book, workload, access=access)
         free_total += room
         others = book.reserved_for_others(workload.workload_id)
         parts.append(_book_status(book, access, others))

@@ -28,9 +28,9 @@ from .model import (
     Machine,
     MachineTypeState,
     NodeAssignment,
-    PartitionState,
     PoolSnapshot,
     Reservation,
+    RuleSpec,
     Workload,
 )
 from .selectors import Selector, compile_selector
@@ -116,8 +116,8 @@ class Book:
         market: str,
         free_since: float | None,
         rules: tuple[CompiledRule, ...],
-        rank_in_type: int,
         access_by_labels: dict[int, Access],
+        rank_in_type: int,
     ) -> None:
         self.machine_type = machine_type
         self.name = name
@@ -162,7 +162,7 @@ class Book:
         )
 
 
-def compile_rules(partition: PartitionState) -> tuple[CompiledRule, ...]:
+def compile_rules(rules: Iterable[RuleSpec]) -> tuple[CompiledRule, ...]:
     """A partition's rules with their selectors compiled (ValueError names a bad selector)."""
     return tuple(
         CompiledRule(
@@ -170,7 +170,7 @@ def compile_rules(partition: PartitionState) -> tuple[CompiledRule, ...]:
             DEFAULT_RULE_PRIORITY if rule.priority is None else rule.priority,
             rule.quota,
         )
-        for rule in partition.rules
+        for rule in rules
     )
 
 
@@ -230,30 +230,23 @@ class PoolState:
         # Partitions with the same rules (the same rule objects, as a pool file's defaults
         # give them) compile them once and share the rule decisions: the rules alone decide.
         compiled: dict[tuple[int, ...], tuple[tuple[CompiledRule, ...], dict[int, Access]]] = {}
-        for machine_type in snapshot.machine_types:
+        all_books = self.books
+        for machine_type in map(FIELDS, snapshot.machine_types):
+            type_name, market = machine_type["machine_type"], machine_type["market"]
             books = []
-            for rank, p in enumerate(machine_type.partitions):
-                same = tuple(map(id, p.rules))  # the snapshot keeps the rules alive all pass
+            kinds = []
+            for rank, p in enumerate(map(FIELDS, machine_type["partitions"])):
+                # the snapshot keeps the rules alive all pass
+                same = tuple(map(id, p["rules"]))
                 rules = compiled.get(same)
                 if rules is None:
-                    rules = compiled[same] = (compile_rules(p), {})
-                books.append(
-                    Book(
-                        machine_type.machine_type,
-                        p.name,
-                        p.size,
-                        machine_type.market,
-                        p.free_since,
-                        rules[0],
-                        rank,
-                        rules[1],
-                    )
-                )
-            self.books_of_type[machine_type.machine_type] = books
-            self.rules_of_type[machine_type.machine_type] = tuple(
-                id(b.access_by_labels) for b in books
-            )
-            self.books.update((b.key, b) for b in books)
+                    rules = compiled[same] = (compile_rules(p["rules"]), {})
+                book = Book(type_name, p["name"], p["size"], market, p["free_since"], *rules, rank)
+                books.append(book)
+                kinds.append(id(rules[1]))
+                all_books[book.key] = book
+            self.books_of_type[type_name] = books
+            self.rules_of_type[type_name] = tuple(kinds)
         workloads = snapshot.workloads
         fields = list(map(FIELDS, workloads))
         self.workloads: dict[str, Workload] = dict(
@@ -563,9 +556,17 @@ class PoolState:
                 nodes.extend([book.launch_node] * count)
         return takes, nodes
 
-    def room(self, book: Book, workload: Workload, freed: Freed | None = None) -> int:
-        """Machines of this partition the workload could take now (with ``freed`` released)."""
-        access = self.access(book, workload)
+    def room(
+        self,
+        book: Book,
+        workload: Workload,
+        freed: Freed | None = None,
+        access: Access | None = None,
+    ) -> int:
+        """Machines of this partition the workload could take now (with ``freed`` released;
+        ``access``: its rule decision here, when the caller has it)."""
+        if access is None:
+            access = self.access(book, workload)
         if access.denial is not None:
             return 0
         wid = workload.workload_id
