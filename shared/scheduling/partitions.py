@@ -317,22 +317,20 @@ class PoolState:
 
     # ----------------------------------------------------------------- reading the snapshot
     def _book_machines(self, machines: Sequence[Machine]) -> None:
-        # One pass over the machines, their fields read from their dicts. Idle machines are
-        # gathered per partition as (idle since, id, minus their place), to sort without a key
+        # One pass over the machines, last first, their fields read from their dicts. Idle
+        # machines are gathered per partition as (idle since, id), to sort without a key
         # function. An owner's rule is read from the decisions cached per labels. Who holds
         # what is read again only when preemption asks (see ``holder_ids``).
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
-        idle_of: defaultdict[BookKey, list[tuple[float, str, int]]] = defaultdict(list)
-        place = 0
-        for machine in map(FIELDS, machines):
-            place -= 1
+        idle_of: defaultdict[BookKey, list[tuple[float, str]]] = defaultdict(list)
+        for machine in map(FIELDS, reversed(machines)):
             key = (machine["machine_type"], machine["partition"])
             book = books.get(key)
             if book is None:
                 continue  # a partition the pool no longer defines counts nowhere
             owner_id = machine["workload_id"]
             if owner_id is None:
-                idle_of[key].append((machine["idle_since"] or 0.0, machine["machine_id"], place))
+                idle_of[key].append((machine["idle_since"] or 0.0, machine["machine_id"]))
                 continue
             book.held += 1
             if not book.rules:
@@ -346,8 +344,8 @@ class PoolState:
                 if rule is not None:
                     book.rule_used[rule] += 1
         # The most recently idle is used first (it is warmest); the longest idle are left to
-        # the reaper. Popped from the end: each partition's in ascending order (ties in
-        # snapshot order).
+        # the reaper. Popped from the end: each partition's in ascending order, ties (an id
+        # given twice) in the order gathered, so the first in the snapshot is popped first.
         for key, mine in idle_of.items():
             if len(mine) > 1:
                 mine.sort()
