@@ -27,7 +27,7 @@ typecheck:
 imports:
 	$(VENV)/bin/lint-imports
 
-ray-venv:  ## Ray for the real-Ray tests, in build/ray-venv (the tests make it when missing)
+ray-venv:  ## Ray for the real-Ray tests, in ~/.cache/corral (tests/ray_venv.py; the tests make it when missing)
 	$(PY) tests/ray_venv.py
 
 chart:  ## the Helm chart (lint, template, schemas, Pod Security, alerts) and the image lock

@@ -42,8 +42,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive quietly $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 # Ray for the tests that run real Ray clusters (tests/ray_venv.py; never a dependency of
-# Corral itself): a virtualenv of its own, build/ray-venv. The tests make it when missing too.
-echo "setup: Ray for the tests in build/ray-venv"
+# Corral itself): a virtualenv of its own in ~/.cache/corral, outside the clone, so a fresh
+# clone on this machine (CI's) finds it made. The tests make it when missing too.
+echo "setup: Ray for the tests in ~/.cache/corral"
 .venv/bin/python tests/ray_venv.py || echo "setup: Ray could not be installed; the real-Ray tests will try again"
 
 echo "setup: done ($(.venv/bin/corral --version 2>/dev/null || echo corral), redis-server $(redis-server --version | sed -n "s/.*v=\([^ ]*\).*/\1/p"))"

@@ -221,6 +221,8 @@ class LogShipper(threading.Thread):
                     return True
                 try:
                     got = self.link.call("POST", f"/v1/node/logs?offset={self.offset}", raw=chunk)
+                except Dismissed:
+                    return True  # the node has ended: no later try will be taken either
                 except LinkError:
                     return False
                 held = int(got.get("held", self.offset))

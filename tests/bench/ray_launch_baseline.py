@@ -4,7 +4,7 @@ local processes, started by the autoscaler itself: no setup commands, no `ray st
 
     RAY_PYTHON ray_launch_baseline.py --port P --temp-dir DIR --out FILE
 
-Run with build/ray-venv's Python by tests/bench/test_bench_ray_launch.py. It writes the
+Run with the tests' Ray venv's Python by tests/bench/test_bench_ray_launch.py. It writes the
 config Ray's ``AutoscalingCluster`` would (without its ``ray stop --force``, which would stop
 every Ray on this shared host), starts a head with ``RAY_FAKE_CLUSTER=1`` and
 ``AUTOSCALER_UPDATE_INTERVAL_S=1``, submits one task needing a resource only the worker type

@@ -3,9 +3,10 @@ nodes, against Ray's own ``ResourceDemandScheduler.get_nodes_to_launch`` fed the
 queue in the same run (and with its own 1,000-bundle clip), and against a naive in-process
 baseline (bundle by bundle, first fit).
 
-Ray runs in a virtualenv of its own under build/ray-venv (created here when missing, ``ray``
-from PyPI), as a subprocess running tests/bench/ray_baseline.py on the scenario as JSON. When
-Ray cannot be installed the benchmark says so and compares with the naive baseline only.
+Ray runs in a virtualenv of its own in ~/.cache/corral (tests/ray_venv.py: created here when
+missing, ``ray`` from PyPI), as a subprocess running tests/bench/ray_baseline.py on the scenario
+as JSON. When Ray cannot be installed the benchmark says so and compares with the naive baseline
+only.
 ``CORRAL_BENCH_SCALE=small``: 1,000 bundles on 100 nodes, Ray skipped (CI downloads nothing).
 
 Corral's decision must hold every bundle, add no more nodes than the naive baseline, stay

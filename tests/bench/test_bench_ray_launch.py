@@ -2,9 +2,9 @@
 against Ray's own autoscaler, side by side in one run on the same cluster (a head that takes
 no tasks, one worker type that alone has the task's resource).
 
-Corral: the local cloud, Ray from build/ray-venv on the nodes (tests/ray_venv.py), the demand
-read from Ray's GCS by the head's agent. Its time is broken down from the decision record and
-the worker's log (each launcher step is stamped): Corral's decision (submission to the tick
+Corral: the local cloud, Ray from the tests' Ray venv on the nodes (tests/ray_venv.py), the
+demand read from Ray's GCS by the head's agent. Its time is broken down from the decision record
+and the worker's log (each launcher step is stamped): Corral's decision (submission to the tick
 that launched the worker), launch (to the machine running its first step), setup, `ray start`,
 then Ray joining and running the task.
 Ray: its autoscaler with the fake multi-node provider (tests/bench/ray_launch_baseline.py),

@@ -29,7 +29,11 @@ def test_provisioning_worker_killed_mid_attempt_many_times(
     system = make_system(
         REPO / "tests" / "fixtures" / "localcloud" / "crash.yaml",
         ATTEMPT_DEADLINE_S="4",
-        VISIBILITY_TIMEOUT_S="5",
+        # The killed worker's attempt comes back when the broker's visibility timeout passes,
+        # and runs once the dead holder's claim (claim_ttl_s, 3 s) has lapsed: a timeout of 3 s
+        # waits for nothing more (at 5 s each trial waited 2 s past the claim). A copy delivered
+        # while the first still runs finds the attempt claimed: one instance per request holds.
+        VISIBILITY_TIMEOUT_S="3",
         BLOCKED_TTL_S="1",
     )
     system.start_api()

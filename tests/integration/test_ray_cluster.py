@@ -1,10 +1,10 @@
 """A Ray cluster on the local cloud, with real Ray: Corral runs Ray's launcher steps on every
 node, scales on the demand Ray's GCS reports, and ends idle Ray nodes' machines.
 
-Ray comes from build/ray-venv (tests/ray_venv.py installs it when missing); its ``bin`` is on
-the nodes' PATH, as on a machine image with Ray installed. Every node is a local-cloud machine
-on this host: Ray runs several raylets on one host, as its own multi-node tests do. Ray is kept
-small: a head that takes no tasks (``CPU: 0``), one CPU per worker, 80 MB object stores.
+Ray comes from the tests' Ray venv (tests/ray_venv.py installs it when missing); its ``bin`` is
+on the nodes' PATH, as on a machine image with Ray installed. Every node is a local-cloud
+machine on this host: Ray runs several raylets on one host, as its own multi-node tests do. Ray
+is kept small: a head that takes no tasks (``CPU: 0``), one CPU per worker, 80 MB object stores.
 
 Translated from Ray's own cases:
 - python/ray/autoscaler/v2/tests/test_e2e.py::test_autoscaler_all_gangs_scheduled (a STRICT_SPREAD
@@ -109,7 +109,7 @@ print(json.dumps({"results": results, "pg_nodes": nodes, "status": status,
 
 @pytest.fixture(scope="session")
 def ray_bin() -> Path:
-    """build/ray-venv's bin folder, Ray installed there by the tests themselves."""
+    """The Ray venv's bin folder, Ray installed there by the tests themselves."""
     from ray_venv import ray_python
 
     python, how = ray_python()
