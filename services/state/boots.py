@@ -55,6 +55,13 @@ class BootBook:
         raw = self.client.hvals(self._key(cloud))
         return sorted((Boot.model_validate_json(v) for v in raw), key=lambda b: b.deadline)
 
+    def keys(self, cloud: str) -> set[str]:
+        """The attempt ids of ``cloud``'s launches on their way up (the boots not read)."""
+        return {
+            k.decode() if isinstance(k, bytes) else str(k)
+            for k in self.client.hkeys(self._key(cloud))
+        }
+
     def get(self, cloud: str, attempt_id: str) -> Boot | None:
         raw = self.client.hget(self._key(cloud), attempt_id)
         return None if raw is None else Boot.model_validate_json(raw)
