@@ -225,19 +225,22 @@ return {1, used + n}
 
 # End an instance once: set its final state and free its capacity slot; with the agent's last
 # beat (ARGV[6] set), write it too, in the same step (the heartbeat key, the record's activity
-# and last_beat_at, and first_heartbeat_at if the agent was never heard).
+# and last_beat_at, and first_heartbeat_at if the agent was never heard and the record has
+# none: read with the record's end, written in the same HSET).
 # KEYS: record, pool, heartbeat   ARGV: state, exit code ('' = none), reason, now, record TTL,
 # beat JSON ('' = none), beat TTL ms, activity, beat time, first ('1': never heard). Returns 1
 # when this call ended it, 0 when it had ended already or is unknown (an unknown record gets no
 # beat either).
 _FINISH = """
-local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at')
+local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at', 'first_heartbeat_at')
 if not held[1] then return 0 end
 local fields = {}
 if ARGV[6] ~= '' then
   redis.call('SET', KEYS[3], ARGV[6], 'PX', tonumber(ARGV[7]))
   fields = {'activity', ARGV[8], 'last_beat_at', ARGV[9]}
-  if ARGV[10] == '1' then redis.call('HSETNX', KEYS[1], 'first_heartbeat_at', ARGV[9]) end
+  if ARGV[10] == '1' and not held[3] then
+    fields[5] = 'first_heartbeat_at'; fields[6] = ARGV[9]
+  end
 end
 if held[2] then
   if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
