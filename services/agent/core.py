@@ -356,9 +356,13 @@ class Agent:
         with ``keep``, what it left running in the background stays (see :meth:`_stop_kept`)."""
         self.activity = activity
         child = self._spawn(script, self.work.workdir, self.work.envs, container=True)
-        # After the spawn: a link may send the child's pid with it. It takes no commands: they
-        # wait for the next beat of the interval (a poll less per run, a quick job's only).
-        self._beat(force=True, execs=False)
+        # A beat after the spawn (a link may carry the child's pid; no commands: they wait for
+        # the interval's beat), unless the child is over at once: its final report says it all.
+        quick_until = time.monotonic() + QUICK_EXIT_S
+        while child.poll() is None and not self.stopping and time.monotonic() < quick_until:
+            self._select(max(0.0, quick_until - time.monotonic()))  # woken by its SIGCHLD
+        if child.poll() is None:
+            self._beat(force=True, execs=False)
         while child.poll() is None and not self.stopping:
             self._wait(child)
         code = (
@@ -792,4 +796,5 @@ def _private(name: str) -> bool:
 
 MAX_DEMAND_BYTES = 256 * 1024
 FINISH_PATIENCE_S = 600.0  # how long the agent keeps trying to write its final record
+QUICK_EXIT_S = 0.05  # a setup or run over this soon sends no beat of its own (see _run_phase)
 GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at

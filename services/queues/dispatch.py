@@ -189,7 +189,12 @@ def send(
     if not settings.redis_url:
         raise RuntimeError("CORRAL_REDIS_URL is not set (start the system with `corral up`)")
     app = _producer(settings.redis_url, settings.prefix)
-    result = app.send_task(name, args=list(args), queue=queue, countdown=countdown)
+    # Not declared at each send (Celery would, once per broker connection: a few Redis
+    # commands for every connection a burst of concurrent sends opens): on Redis a message to
+    # a queue, sent by the default exchange, is pushed onto the queue's list whether or not
+    # anyone declared it; the workers declare the queues they consume, and warm_up those a
+    # process sends to.
+    result = app.send_task(name, args=list(args), queue=queue, countdown=countdown, declare=[])
     return str(result.id)
 
 

@@ -24,9 +24,11 @@ from corral.services.queues import dispatch
 from corral.services.runtime import provisioning
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.launch import finish, watch_interval, watch_soon
+from corral.services.runtime.failover import capacity_freed
+from corral.services.runtime.launch import finish_all, watch_interval, watch_soon
 from corral.services.runtime.pooled import launching
 from corral.services.state.boots import Boot
+from corral.shared.blocking import Placed
 from corral.shared.errors import ProviderError
 from corral.shared.liveness import deadline_passed
 from corral.shared.observe import boot_verdict
@@ -69,20 +71,30 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
         # Its machines register through the API: an API outage holds their boots too.
         outage_end = max(outage_end, deps.outage.api_heard_since())
     grace_s = deps.settings.timers.heartbeat_timeout_s
-    for boot in boots:
-        found = by_attempt.get(boot.key, [])
-        late = deadline_passed(boot.deadline, now, outage_end, grace_s)
-        verdict = boot_verdict(found, boot.spec.count, late=late)
-        counts[verdict] += 1
-        if verdict == "booting":
-            continue
-        try:
-            _finish_one(deps, boot, verdict, found)
-        except Exception:  # left in the book: the next look finishes it
-            counts["errors"] += 1
-            log.exception("could not finish the boot of %s; trying again next look", boot.key)
-            continue
-        finish(deps, boot)
+    done: list[Boot] = []
+    freed: list[Placed] = []  # places of quick jobs' machines let go in this look
+    try:
+        for boot in boots:
+            found = by_attempt.get(boot.key, [])
+            late = deadline_passed(boot.deadline, now, outage_end, grace_s)
+            verdict = boot_verdict(found, boot.spec.count, late=late)
+            counts[verdict] += 1
+            if verdict == "booting":
+                continue
+            try:
+                _finish_one(deps, boot, verdict, found, freed)
+            except Exception:  # left in the book: the next look finishes it
+                counts["errors"] += 1
+                log.exception("could not finish the boot of %s; trying again next look", boot.key)
+                continue
+            done.append(boot)
+    finally:
+        # What this look finished leaves the book in one command, and the capacity its ended
+        # jobs freed is told once (one read of the blocks and of the waiting requests per
+        # look, not per launch). A look killed before this finishes them again next look
+        # (finishing is idempotent).
+        finish_all(deps, done)
+        capacity_freed(deps, freed)
 
 
 def _describe(provider: Any, boots: list[Boot], outage_end: float) -> list[ProviderInstance]:
@@ -96,10 +108,12 @@ def _describe(provider: Any, boots: list[Boot], outage_end: float) -> list[Provi
     return list(provider.describe())
 
 
-def _finish_one(deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstance]) -> None:
+def _finish_one(
+    deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstance], freed: list[Placed]
+) -> None:
     match boot.kind, verdict:
         case "attempt", "up":
-            provisioning.booted(deps, boot, found)
+            provisioning.booted(deps, boot, found, freed=freed)
         case "attempt", _:
             provisioning.boot_failed(deps, boot, verdict)
         case "pool_machine", "up":

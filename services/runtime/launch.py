@@ -81,6 +81,14 @@ def finish(deps: Deps, boot: Boot) -> None:
     deps.boots.remove(boot)
 
 
+def finish_all(deps: Deps, boots: Sequence[Boot]) -> None:
+    """:func:`finish` for several launches at once (a boot watch's look): their places freed,
+    and they leave the book in one command per cloud."""
+    for boot in boots:
+        deps.limits.release(boot.spec.cloud, boot.spec.region, boot.key)
+    deps.boots.remove_all(boots)
+
+
 def watch_interval(deps: Deps, cloud: str) -> float:
     provider = deps.provider(cloud)
     return max(deps.settings.timers.boot_watch_interval_s, float(provider.poll_interval_s))

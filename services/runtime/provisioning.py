@@ -50,7 +50,7 @@ from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
 from corral.services.state.boots import Boot
 from corral.shared.autoscaler.launcher import CLUSTER_LABEL
-from corral.shared.blocking import is_blocked
+from corral.shared.blocking import Placed, is_blocked
 from corral.shared.bundles import node_copied
 from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError, Scope, ThrottledError
@@ -316,14 +316,18 @@ def _failed(
     )
 
 
-def booted(deps: Deps, boot: Boot, found: list[ProviderInstance]) -> str:
+def booted(
+    deps: Deps, boot: Boot, found: list[ProviderInstance], freed: list[Placed] | None = None
+) -> str:
     """The boot watch saw every machine of an attempt up: the request is RUNNING (or, if it
-    moved on meanwhile, the machines are let go)."""
+    moved on meanwhile, the machines are let go). ``freed``: see :func:`_let_go`."""
     req = deps.store.get_request(boot.spec.request_id)
     if req is None or not 0 <= boot.step < len(req.chain):
         return "missing"
     step, cand = boot.step, req.chain[boot.step]
-    return _on_launched(deps, req.id, step, boot.key, cand, by_node(found), current=req)
+    return _on_launched(
+        deps, req.id, step, boot.key, cand, by_node(found), current=req, freed=freed
+    )
 
 
 def boot_failed(deps: Deps, boot: Boot, verdict: str) -> str:
@@ -502,17 +506,23 @@ def _let_go(
     launched: list[ProviderInstance],
     attempt_id: str,
     cand: ChainStep,
+    freed: list[Placed] | None = None,
 ) -> None:
     """A job ended at its first look: its machines are let go (a cloud VM outlives the agent
     that reported the end), and whatever else of the request still runs: nothing, when no
     other attempt of it ever launched (its only instances are the ones just written ended;
-    no list of them is read)."""
+    no list of them is read). ``freed``: where a caller that lets several go at once (a boot
+    watch's look) collects the places freed, to tell them in one go; else they are told now
+    (:func:`failover.capacity_freed`)."""
     for pi in launched:
         try:
             deps.provider(pi.cloud).terminate([pi.provider_id], zone=pi.zone)
         except ProviderError as exc:  # reconcile's stray cleaning ends it later
             log.warning("could not terminate %s after its job ended: %s", pi.provider_id, exc)
-    capacity_freed(deps, [cand] * len(launched))
+    if freed is None:
+        capacity_freed(deps, [cand] * len(launched))
+    else:
+        freed.extend([cand] * len(launched))
     others = [a for a in req.attempts if a.attempt_id != attempt_id and a.outcome != "blocked"]
     if not others:
         return
@@ -530,6 +540,7 @@ def _on_launched(
     cand: ChainStep,
     launched: list[ProviderInstance],
     current: LaunchRequest | None = None,
+    freed: list[Placed] | None = None,
 ) -> str:
     now = deps.now()
     done = current is not None and _job_over(current, launched)
@@ -563,7 +574,7 @@ def _on_launched(
         lines = [f"state: RUNNING ({', '.join(ids)})"] + ([f"state: SUCCEEDED ({why})"] * done)
         deps.store.append_events(request_id, lines, now)
         if done:
-            _let_go(deps, updated, launched, attempt_id, cand)
+            _let_go(deps, updated, launched, attempt_id, cand, freed)
             return "ended"
         return "running"
     # Cancelled, or another attempt won, while we launched: what we got must not leak, and

@@ -64,6 +64,7 @@ log = logging.getLogger("corral.reconcile")
 
 LIVE = (InstanceState.REQUESTED, InstanceState.RUNNING, InstanceState.TERMINATING)
 _NOT_ENDED = frozenset(InstanceState) - {InstanceState.TERMINATED, InstanceState.FAILED}
+_UP = frozenset({InstanceState.RUNNING, InstanceState.TERMINATING})  # what a pass checks
 
 
 def reconcile(deps: Deps) -> dict[str, int]:
@@ -76,8 +77,8 @@ def reconcile(deps: Deps) -> dict[str, int]:
         now = deps.now()
         counts["blocks_expired"] = deps.blocks.expire(now)
         by_cloud = _observed(deps, counts)
-        _check_instances(deps, by_cloud, counts)
-        _clean_strays(deps, by_cloud, counts)
+        checked = _check_instances(deps, by_cloud, counts)
+        _clean_strays(deps, by_cloud, counts, checked)
         _unstick(deps, counts)
         failover.wake_due(deps, counts)  # WAITING requests whose retry is due
         _recheck_running(deps, counts)
@@ -102,12 +103,14 @@ def _observed(deps: Deps, counts: dict[str, int]) -> dict[str, dict[str, Provide
 
 def _check_instances(
     deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]], counts: dict[str, int]
-) -> None:
-    for inst in deps.store.list_instances(states=set(LIVE)):
+) -> list[Instance]:
+    """The RUNNING and TERMINATING instances checked against what their clouds report (a
+    REQUESTED one is booting: the boot watch finishes it, up or failed, runtime/boots.py, so
+    it is not read here); returns them as read."""
+    read = deps.store.list_instances(states=_UP)
+    for inst in read:
         if inst.machine_type is not None:
             continue  # a pool workload's node: its machine is the pool's (runtime/pooled/)
-        if inst.state == InstanceState.REQUESTED:
-            continue  # booting: the boot watch finishes it, up or failed (runtime/boots.py)
         seen = by_cloud.get(inst.cloud)
         if seen is None:
             continue  # no provider to ask in this process
@@ -133,6 +136,7 @@ def _check_instances(
                 counts["lost"] += 1
                 # A silence is the control plane's inference, not the cloud's word: no block.
                 _lost(deps, inst, look.why, block=look.clouds_word)
+    return read
 
 
 def _move(
@@ -385,8 +389,12 @@ def _runs(by_cloud: dict[str, dict[str, ProviderInstance]], cloud: str, provider
 
 
 def _clean_strays(
-    deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]], counts: dict[str, int]
+    deps: Deps,
+    by_cloud: dict[str, dict[str, ProviderInstance]],
+    counts: dict[str, int],
+    checked: list[Instance],
 ) -> None:
+    """``checked``: the RUNNING and TERMINATING instances this pass read already."""
     up = {
         c: [p for p in seen.values() if p.state in ("pending", "running")]
         for c, seen in by_cloud.items()
@@ -395,10 +403,17 @@ def _clean_strays(
         return
     # The machines of instances that have not ended (a lost one may still run: it is known,
     # and its relaunch cleans it up); an ended instance's machine still up is judged by its
-    # request (_is_stray), so a pass reads what lives, not every instance ever recorded.
-    known = {i.provider_id for i in deps.store.list_instances(states=_NOT_ENDED) if i.provider_id}
+    # request (_is_stray), so a pass reads what lives, not every instance ever recorded. A
+    # booting machine is known by its launch in the boot book (one read per cloud), not by
+    # its REQUESTED instance (one read each); one not booked is judged by its attempt.
+    rest = deps.store.list_instances(states=_NOT_ENDED - _UP - {InstanceState.REQUESTED})
+    known = {i.provider_id for i in [*checked, *rest] if i.provider_id}
     for cloud, machines in up.items():
-        strays = [p for p in machines if p.provider_id not in known and _is_stray(deps, p)]
+        unknown = [p for p in machines if p.provider_id not in known]
+        booking = deps.boots.keys(cloud) if any(p.tags.get(TAG_ATTEMPT) for p in unknown) else ()
+        strays = [
+            p for p in unknown if p.tags.get(TAG_ATTEMPT) not in booking and _is_stray(deps, p)
+        ]
         if strays:
             counts["strays"] += len(strays)
             log.warning(

@@ -9,6 +9,8 @@ so a burst of launches schedules one watch, not one each.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import redis
 
 from corral.shared.launches import Boot
@@ -41,10 +43,24 @@ class BootBook:
         """Stop watching ``boot``; True if this call removed it."""
         return int(self.client.hdel(self._key(boot.spec.cloud), boot.key)) == 1
 
+    def remove_all(self, boots: Sequence[Boot]) -> int:
+        """Stop watching every boot of ``boots``, one command per cloud; how many it removed."""
+        by_cloud: dict[str, list[str]] = {}
+        for boot in boots:
+            by_cloud.setdefault(boot.spec.cloud, []).append(boot.key)
+        return sum(int(self.client.hdel(self._key(c), *keys)) for c, keys in by_cloud.items())
+
     def of(self, cloud: str) -> list[Boot]:
         """Every launch of ``cloud`` on its way up, oldest deadline first."""
         raw = self.client.hvals(self._key(cloud))
         return sorted((Boot.model_validate_json(v) for v in raw), key=lambda b: b.deadline)
+
+    def keys(self, cloud: str) -> set[str]:
+        """The attempt ids of ``cloud``'s launches on their way up (the boots not read)."""
+        return {
+            k.decode() if isinstance(k, bytes) else str(k)
+            for k in self.client.hkeys(self._key(cloud))
+        }
 
     def get(self, cloud: str, attempt_id: str) -> Boot | None:
         raw = self.client.hget(self._key(cloud), attempt_id)

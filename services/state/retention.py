@@ -119,7 +119,7 @@ def _delete_request(
 ) -> None:
     pipe = store._r.pipeline(transaction=True)
     pipe.delete(store._request_key(req.id), store._key("events", req.id))
-    pipe.zrem(store._key("requests", "created"), req.id)
+    pipe.zrem(store._key("requests", "created"), req.id)  # an older version's index
     for state in RequestState:
         pipe.zrem(store._request_state_key(state), req.id)
     if req.project is not None:

@@ -8,7 +8,6 @@ again and recomputes. Each successful write bumps ``version`` by exactly 1.
 Key layout (``P`` is the prefix, "corral" by default; ids and states as stored)::
 
     P:request:<id>                  hash {version, json}: one LaunchRequest
-    P:requests:created              zset  id -> created_at (every request)
     P:requests:state:<STATE>        zset  id -> created_at (requests in that state)
     P:requests:project:<project>    zset  id -> created_at (a project's requests)
     P:instance:<id>                 hash {version, json}: one Instance
@@ -24,8 +23,9 @@ state in order reads only that set. Every index is changed in the same script as
 so an index never disagrees with a record it points at. An instance is in exactly one state
 index, so every instance is their union: no index of all instances is written at each
 creation (an older version wrote ``P:instances:created``; retention still removes ids from
-it). A request submitted under an idempotency key is created in the same script that records
-it under the key, so two submissions racing with one key create one request.
+it). The same holds for requests (an older version wrote ``P:requests:created``). A request
+submitted under an idempotency key is created in the same script that records it under the
+key, so two submissions racing with one key create one request.
 """
 
 from __future__ import annotations
@@ -194,7 +194,6 @@ class Store:
         retried task that creates the same request twice is harmless."""
         keys = [
             self._request_key(req.id),
-            self._key("requests", "created"),
             self._request_state_key(req.state),
             *self._project_index(req),
         ]
@@ -212,7 +211,6 @@ class Store:
         keys = [
             self._key("submission", key),
             self._request_key(req.id),
-            self._key("requests", "created"),
             self._request_state_key(req.state),
             *self._project_index(req),
         ]
@@ -290,14 +288,23 @@ class Store:
             return []
         if projects is not None:
             return self._project_requests(projects, state, limit, oldest_first)
-        key = self._key("requests", "created") if state is None else self._request_state_key(state)
-        if created_before is not None:
-            ids = self._r.zrangebyscore(key, "-inf", created_before, start=0, num=limit)
-        elif oldest_first:
-            ids = self._r.zrange(key, 0, limit - 1)
-        else:
-            ids = self._r.zrevrange(key, 0, limit - 1)
-        found = self._load(LaunchRequest, (self._request_key(_text(i)) for i in ids))
+        # Every request is in exactly one state index: all of them are their union.
+        states = list(RequestState) if state is None else [state]
+        pipe = self._r.pipeline(transaction=False)
+        for key in map(self._request_state_key, states):
+            if created_before is not None:
+                pipe.zrangebyscore(key, "-inf", created_before, start=0, num=limit, withscores=True)
+            elif oldest_first:
+                pipe.zrange(key, 0, limit - 1, withscores=True)
+            else:
+                pipe.zrevrange(key, 0, limit - 1, withscores=True)
+        # In the order one index would give: by creation time, then by id.
+        scored = sorted(
+            ((float(score), _text(i)) for batch in pipe.execute() for i, score in batch),
+            reverse=created_before is None and not oldest_first,
+        )
+        ids = [i for _, i in scored[:limit]]
+        found = self._load(LaunchRequest, (self._request_key(i) for i in ids))
         # A request may have moved on between reading the index and reading the records.
         return [r for r in found if state is None or r.state == state]
 
@@ -335,8 +342,12 @@ class Store:
 
     def count_requests(self, state: RequestState | None = None) -> int:
         """How many requests there are (in ``state`` if given), without reading them."""
-        key = self._key("requests", "created") if state is None else self._request_state_key(state)
-        return int(self._r.zcard(key))
+        if state is not None:
+            return int(self._r.zcard(self._request_state_key(state)))
+        pipe = self._r.pipeline(transaction=False)
+        for each in RequestState:  # every request is in exactly one state index
+            pipe.zcard(self._request_state_key(each))
+        return sum(int(n) for n in pipe.execute())
 
     def list_instances(
         self, request_id: str | None = None, states: Iterable[InstanceState] | None = None

@@ -305,7 +305,7 @@ def test_an_id_taken_already_is_refused_and_the_launch_takes_nothing(
     records = provider._new_records(s, pool, "on_demand", None)
     records[1].id = old.provider_id
     before = (state.instance_ids(), state.r.scard(pool), state.record(old.provider_id))
-    assert state.reserve(pool, 8, s.attempt_id, "start:t", records, 5.0) == (-2, 0)
+    assert state.reserve(pool, 8, s.attempt_id, records) == (-2, 0)
     after = (state.instance_ids(), state.r.scard(pool), state.record(old.provider_id))
     assert after == before and records[0].id not in after[0]
     assert state.attempt_value(s.attempt_id) is None and state.record(records[0].id) is None

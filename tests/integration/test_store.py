@@ -80,7 +80,7 @@ def test_every_key_starts_with_the_prefix(store: Store, client: redis.Redis) -> 
     store.append_event("req-1", "placed", 101.0)
     store.claim("launch:req-1", "worker-a", 10)
     keys = sorted(k.decode() for k in client.keys("*"))
-    assert len(keys) >= 8
+    assert len(keys) >= 7  # no index of every request: each is in its state's index
     assert all(k.startswith(f"{PREFIX}:") for k in keys), keys
 
 

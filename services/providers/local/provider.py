@@ -71,7 +71,7 @@ LOG_READ_MAX_BYTES = 1024 * 1024  # one follower's read of a log
 
 log = logging.getLogger(__name__)
 ATTEMPT_POLL_S = 0.05
-CLAIM_MARGIN_S = 3.0  # how long a launch may hold its claim (it starts agents; they boot later)
+CLAIM_MARGIN_S = 3.0  # how long the caller that binds an attempt has to start its agents
 
 # The zone's injected error kinds as the typed errors a real cloud's SDK errors become.
 INJECTED: dict[str, tuple[type[ProviderError], str]] = {
@@ -147,8 +147,7 @@ class LocalProvider:
             # The attempt is taken by the script that binds its capacity (no claim of its own
             # before it: a Redis command less per launch); a caller that finds it bound waits
             # for the agents that caller starts.
-            token = f"start:{secrets.token_hex(8)}"  # the start lease's
-            launched = self._bind_and_start(spec, token, pool, limit, market, reservation_id)
+            launched = self._bind_and_start(spec, pool, limit, market, reservation_id)
             if launched is not None:
                 return launched
             ids = self._await_attempt(spec.attempt_id, CLAIM_MARGIN_S + self.attempt_wait_s)
@@ -224,7 +223,6 @@ class LocalProvider:
     def _bind_and_start(
         self,
         spec: LaunchSpec,
-        token: str,
         pool: str,
         limit: int,
         market: str,
@@ -233,20 +231,17 @@ class LocalProvider:
         """Launch the attempt if no caller has bound it yet; None if one has."""
         if self._play_injected_error(spec):
             return None
-        # The start lease is taken with the binding of the capacity to the attempt: a caller
-        # that sees the binding finds the lease held, or it would start the same agents again.
-        # If this process dies before it started them, the lease lapses and a redelivered
-        # attempt starts them instead of waiting on machines nobody will start.
+        # Whoever binds the capacity to the attempt starts its agents, within CLAIM_MARGIN_S
+        # of the records' creation: a caller that sees the binding waits that long for them,
+        # or it would start the same agents again. If this process dies before it started
+        # them, a redelivered attempt starts them after that margin instead of waiting on
+        # machines nobody will start (_finish_boot).
         delay_s = self.cloud.zone(spec.zone).launch_delay_s
         records = self._new_records(spec, pool, market, reservation_id)
-        status, used = self.state.reserve(
-            pool, limit, spec.attempt_id, token, records, CLAIM_MARGIN_S
-        )
+        status, used = self.state.reserve(pool, limit, spec.attempt_id, records)
         if status == -2:  # an id collision: practically impossible, but never reuse an id
             records = self._new_records(spec, pool, market, reservation_id)
-            status, used = self.state.reserve(
-                pool, limit, spec.attempt_id, token, records, CLAIM_MARGIN_S
-            )
+            status, used = self.state.reserve(pool, limit, spec.attempt_id, records)
         if status == 0:
             what = f"reservation {reservation_id}" if reservation_id else spec.zone
             raise CapacityError(
@@ -266,7 +261,7 @@ class LocalProvider:
             self._roll_back(records)
             self.state.unbind_attempt(spec.attempt_id, records)
             raise ProviderError(f"could not start the node agent: {exc}") from exc
-        # Pids written and the records' states read back in one round trip.
+        # Pids written in one round trip (read back only where a terminate came meanwhile).
         states = self.state.started(records)
         # A terminate() that came while we were starting them saw no pid to signal: finish it.
         read = list(zip(records, states, strict=True))
@@ -280,18 +275,22 @@ class LocalProvider:
 
     def _finish_boot(self, spec: LaunchSpec, ids: list[str]) -> None:
         """Start the agents of a bound attempt whose launcher died before it started them
-        (each boots for what is left of the zone's launch delay)."""
+        (each boots for what is left of the zone's launch delay). Its launcher has
+        CLAIM_MARGIN_S from the records' creation to start them; after that, one caller (the
+        one that takes the resume lease) starts what is left."""
         boot = self.state.keys.start_lease(spec.attempt_id)
         delay_s = self.cloud.zone(spec.zone).launch_delay_s
-        deadline = time.monotonic() + CLAIM_MARGIN_S
+        deadline = time.monotonic() + 2 * CLAIM_MARGIN_S
         lease_ms = int(CLAIM_MARGIN_S * 1000)
         while time.monotonic() < deadline:
-            if not self._unborn(ids):
+            unborn = self._unborn(ids)
+            if not unborn:
                 return
             token = f"resume:{secrets.token_hex(8)}"
-            if self.state.r.set(boot, token, nx=True, px=lease_ms):
-                # Look again now that the lease is ours: the launcher may have finished (and
-                # let go of the lease) between our look and our taking it.
+            launcher_s = max(rec.created_at for rec in unborn) + CLAIM_MARGIN_S
+            if time.time() >= launcher_s and self.state.r.set(boot, token, nx=True, px=lease_ms):
+                # Look again now that the lease is ours: the launcher may have started them
+                # (late) between our look and our taking it.
                 unborn = self._unborn(ids)
                 try:
                     for rec in unborn:
@@ -300,7 +299,7 @@ class LocalProvider:
                 finally:  # what did start is recorded either way (the lease lapses)
                     self.state.started(unborn)
                 return
-            time.sleep(ATTEMPT_POLL_S)  # the launcher is alive and still booting them
+            time.sleep(ATTEMPT_POLL_S)  # its launcher's time, or another caller's lease
         raise ThrottledError(f"attempt {spec.attempt_id} is still booting elsewhere; retry")
 
     def _unborn(self, ids: list[str]) -> list[InstanceRecord]:
@@ -646,7 +645,11 @@ class LocalProvider:
         records = [rec for rec in map(self._record_to_end, provider_ids) if rec is not None]
         live = [rec for rec in records if not rec.ended]
         for rec in live:
-            self.state.set_state(rec.id, TERMINATING)
+            # The pid as recorded now: an agent started since the record was read is
+            # signalled; one not started yet is stopped by its starter (CloudState.started).
+            pid = self.state.set_state(rec.id, TERMINATING)
+            if pid:
+                rec.pid = pid
             self._signal(rec.pid, rec.id, signal.SIGTERM)
         self._wait_gone(records, self.terminate_grace_s)
         for rec in records:

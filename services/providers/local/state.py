@@ -22,9 +22,10 @@ hints). Every key starts with ``<prefix>:local:``:
 ``attempt:<attempt id>``           the JSON list of the instance ids that attempt created, bound
                                    by the script that takes their capacity (a worker of an
                                    earlier version wrote ``pending:<token>`` before it)
-``attempt:<attempt id>:boot``      the start lease: the token of whoever starts the attempt's
-                                   agents, set with the binding for a few seconds (it lapses;
-                                   once their pids are written nobody needs it)
+``attempt:<attempt id>:boot``      the resume lease: the token of a caller that starts the
+                                   agents of an attempt whose launcher died before it started
+                                   them (its launcher has a few seconds from the records'
+                                   creation to start them, no key of its own); it lapses
 ``pool:<zone>:<type>``             set of live instance ids on the zone's on-demand/spot capacity
 ``reservation:<id>``               set of live instance ids on a reservation
 ``faults:<zone>:<type>``           how many launches met the zone's injected error
@@ -80,7 +81,7 @@ class Keys:
         return f"{self.base}:attempt:{attempt_id}"
 
     def start_lease(self, attempt_id: str) -> str:
-        """Held while someone starts the attempt's agents (see CloudState.reserve)."""
+        """Held while a caller starts the agents of an attempt whose launcher died."""
         return f"{self.base}:attempt:{attempt_id}:boot"
 
     def pool(self, zone: str, instance_type: str) -> str:
@@ -178,44 +179,44 @@ class InstanceRecord:
         return self.ended_at is not None
 
 
-# Take `count` capacity slots at once (all or none), bind them to the attempt and take the
-# attempt's start lease (held by whoever starts the agents: a caller that sees the binding finds
-# the lease held until they are started, or until it lapses with a launcher that died).
-# KEYS: pool, instances, attempt, high-water hash, start lease, record keys...   ARGV: limit,
-# lease token, ids JSON, attempt TTL, lease ms, record JSONs... (one per record key, each a flat
-# {field: string}). Returns {1, used} on success, {0, used} when full, {-1, 0} when the attempt
-# is bound already (another caller launched it), {-2, 0} when an id is already taken. An id is
-# taken when it is in the set of every instance (which holds each id as long as its record
-# exists: an id leaves it only once its record expired): the SADD that adds it says so, so no
-# EXISTS per record is needed (a Redis command less per machine); on a collision, practically
-# never, the ids this call added are taken out again. The high-water hash keeps the most slots
-# a pool ever had in use. The attempt is bound first, by a SET NX that says whether another
-# caller bound it already (no EXISTS before it), and unbound again when the call takes nothing.
+# Take `count` capacity slots at once (all or none) and bind them to the attempt. Whoever binds
+# the attempt starts its agents; a caller that sees the binding waits for them, and starts
+# them itself only once the binder had its time to (the records' created_at plus a margin:
+# no start lease is written here, a Redis command less per launch).
+# KEYS: pool, instances, attempt, high-water hash, record keys...   ARGV: limit, ids JSON,
+# attempt TTL, record JSONs... (one per record key, each a flat {field: string}). Returns
+# {1, used} on success, {0, used} when full, {-1, 0} when the attempt is bound already
+# (another caller launched it), {-2, 0} when an id is already taken. An id is taken when it is
+# in the set of every instance (which holds each id as long as its record exists: an id
+# leaves it only once its record expired): the SADD that adds it says so, so no EXISTS per
+# record is needed (a Redis command less per machine); on a collision, practically never, the
+# ids this call added are taken out again. The high-water hash keeps the most slots a pool
+# ever had in use. The attempt is bound first, by a SET NX that says whether another caller
+# bound it already (no EXISTS before it), and unbound again when the call takes nothing.
 _RESERVE = """
-if not redis.call('SET', KEYS[3], ARGV[3], 'NX', 'EX', tonumber(ARGV[4])) then return {-1, 0} end
-local n = #KEYS - 5
+if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'EX', tonumber(ARGV[3])) then return {-1, 0} end
+local n = #KEYS - 4
 local used = redis.call('SCARD', KEYS[1])
 if used + n > tonumber(ARGV[1]) then
   redis.call('DEL', KEYS[3])
   return {0, used}
 end
 local recs = {}
-for i = 6, #KEYS do
-  recs[i] = cjson.decode(ARGV[i])
+for i = 5, #KEYS do
+  recs[i] = cjson.decode(ARGV[i - 1])
   if redis.call('SADD', KEYS[2], recs[i]['id']) == 0 then
-    for j = 6, i - 1 do redis.call('SREM', KEYS[2], recs[j]['id']) end
+    for j = 5, i - 1 do redis.call('SREM', KEYS[2], recs[j]['id']) end
     redis.call('DEL', KEYS[3])
     return {-2, 0}
   end
 end
-for i = 6, #KEYS do
+for i = 5, #KEYS do
   local rec = recs[i]
   local flat = {}
   for f, v in pairs(rec) do flat[#flat + 1] = f; flat[#flat + 1] = v end
   redis.call('HSET', KEYS[i], unpack(flat))
   redis.call('SADD', KEYS[1], rec['id'])
 end
-redis.call('SET', KEYS[5], ARGV[2], 'PX', tonumber(ARGV[5]))
 local now_used = used + n  -- every id is new (checked above), so each SADD added one
 local high = tonumber(redis.call('HGET', KEYS[4], KEYS[1]) or '0')
 if now_used > high then redis.call('HSET', KEYS[4], KEYS[1], now_used) end
@@ -224,19 +225,22 @@ return {1, used + n}
 
 # End an instance once: set its final state and free its capacity slot; with the agent's last
 # beat (ARGV[6] set), write it too, in the same step (the heartbeat key, the record's activity
-# and last_beat_at, and first_heartbeat_at if the agent was never heard).
+# and last_beat_at, and first_heartbeat_at if the agent was never heard and the record has
+# none: read with the record's end, written in the same HSET).
 # KEYS: record, pool, heartbeat   ARGV: state, exit code ('' = none), reason, now, record TTL,
 # beat JSON ('' = none), beat TTL ms, activity, beat time, first ('1': never heard). Returns 1
 # when this call ended it, 0 when it had ended already or is unknown (an unknown record gets no
 # beat either).
 _FINISH = """
-local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at')
+local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at', 'first_heartbeat_at')
 if not held[1] then return 0 end
 local fields = {}
 if ARGV[6] ~= '' then
   redis.call('SET', KEYS[3], ARGV[6], 'PX', tonumber(ARGV[7]))
   fields = {'activity', ARGV[8], 'last_beat_at', ARGV[9]}
-  if ARGV[10] == '1' then redis.call('HSETNX', KEYS[1], 'first_heartbeat_at', ARGV[9]) end
+  if ARGV[10] == '1' and not held[3] then
+    fields[5] = 'first_heartbeat_at'; fields[6] = ARGV[9]
+  end
 end
 if held[2] then
   if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
@@ -278,12 +282,16 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# Set the state field unless the instance has ended.
+# Set the state field unless the instance has ended or is unknown (then -1). Returns the
+# agent's pid as recorded; 0 when none is yet, and then its pid field is set to 0: the mark
+# that tells whoever is starting the agent (CloudState.started) that it must stop it.
 _SET_STATE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('HEXISTS', KEYS[1], 'ended_at') == 1 then return 0 end
+local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at', 'pid')
+if not held[1] or held[2] then return -1 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1])
-return 1
+if held[3] then return tonumber(held[3]) end
+redis.call('HSET', KEYS[1], 'pid', '0')
+return 0
 """
 
 
@@ -328,41 +336,45 @@ class CloudState:
         self.release_attempt(attempt_id, json.dumps([rec.id for rec in records]))
 
     def reserve(
-        self,
-        pool: str,
-        limit: int,
-        attempt_id: str,
-        token: str,
-        records: list[InstanceRecord],
-        lease_s: float,
+        self, pool: str, limit: int, attempt_id: str, records: list[InstanceRecord]
     ) -> tuple[int, int]:
         """Atomically take ``len(records)`` slots of ``pool`` (at most ``limit`` live), write
-        the records, bind their ids to the attempt and take its start lease
-        (:meth:`Keys.start_lease`, ``token`` for ``lease_s``), unless the attempt is bound
-        already. Returns (status, used): status 1 done, 0 full, -1 the attempt was bound
-        already, -2 an id collided."""
+        the records and bind their ids to the attempt, unless the attempt is bound already.
+        Returns (status, used): status 1 done, 0 full, -1 the attempt was bound already, -2
+        an id collided."""
         ids = json.dumps([rec.id for rec in records])
         keys = [pool, self.keys.instances, self.keys.attempt(attempt_id), self.keys.high_water]
-        keys += [self.keys.start_lease(attempt_id)]
         keys += [self.keys.record(rec.id) for rec in records]
-        args: list[str | int] = [limit, token, ids, ATTEMPT_TTL_S, max(1, int(lease_s * 1000))]
+        args: list[str | int] = [limit, ids, ATTEMPT_TTL_S]
         args += [json.dumps(rec.to_hash()) for rec in records]
         status, used = self._reserve(keys=keys, args=args)
         return int(status), int(used)
 
     def started(self, records: list[InstanceRecord]) -> list[str | None]:
-        """The agents of ``records`` were started: their pids written and each record's state
-        read back (a terminate may have come meanwhile; None: no record), in one round trip.
-        The attempt's start lease is left to lapse (it is short): whoever wants it next looks
-        for agents not started first, and finds none once the pids are written."""
+        """The agents of ``records`` were started: their pids written, and the state of each
+        record a terminate came to meanwhile (None: no record). A pid is written only where
+        none is (one command, in one round trip for all): a terminate that found no pid to
+        signal left one (0, see ``_SET_STATE``), so only those records are written again and
+        read back; the others are as the launch wrote them (PENDING). A caller that would
+        start the agents of the attempt itself looks for agents not started first, and finds
+        none once the pids are written."""
+        started = [rec for rec in records if rec.pid is not None]
         pipe = self.r.pipeline(transaction=False)
-        for rec in records:
-            if rec.pid is not None:
+        for rec in started:
+            pipe.hsetnx(self.keys.record(rec.id), "pid", str(rec.pid))
+        written = dict(zip((r.id for r in started), pipe.execute() if started else [], strict=True))
+        marked = [rec for rec in records if not written.get(rec.id, 1)]
+        states: dict[str, str | None] = {rec.id: PENDING for rec in records}
+        if marked:
+            pipe = self.r.pipeline(transaction=False)
+            for rec in marked:
                 pipe.hset(self.keys.record(rec.id), "pid", str(rec.pid))
-        for rec in records:
-            pipe.hget(self.keys.record(rec.id), "state")
-        replies = pipe.execute()[-len(records) :] if records else []
-        return [None if state is None else str(state) for state in replies]
+            for rec in marked:
+                pipe.hget(self.keys.record(rec.id), "state")
+            replies = pipe.execute()[len(marked) :]
+            for rec, state in zip(marked, replies, strict=True):
+                states[rec.id] = None if state is None else str(state)
+        return [states[rec.id] for rec in records]
 
     def high_water(self) -> dict[str, int]:
         """Per pool key, the most instances it ever held at once (tests check capacity by it)."""
@@ -414,9 +426,11 @@ class CloudState:
     def set_fields(self, instance_id: str, **fields: str | int | float) -> None:
         self.r.hset(self.keys.record(instance_id), mapping={k: str(v) for k, v in fields.items()})
 
-    def set_state(self, instance_id: str, state: str) -> bool:
-        """Set a live instance's state; False if it has ended or is unknown."""
-        return bool(self._set_state(keys=[self.keys.record(instance_id)], args=[state]))
+    def set_state(self, instance_id: str, state: str) -> int | None:
+        """Set a live instance's state; None if it has ended or is unknown, else its agent's
+        pid as recorded now (0: not started yet; its starter will stop it)."""
+        pid = int(self._set_state(keys=[self.keys.record(instance_id)], args=[state]))
+        return None if pid < 0 else pid
 
     def finish(
         self,
