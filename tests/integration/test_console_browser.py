@@ -103,7 +103,10 @@ def console(demo: Any, browser: Any) -> Console:
     assert "/console/login" in browser.current_url  # not signed in: to the sign-in page
     browser.find_element("id", "token").send_keys("not-the-token")
     browser.find_element("id", "sign-in").click()
-    assert browser.find_element("id", "failed").text.startswith("That token was not")
+    # The form posts and the browser loads the answer: on a loaded machine the old page is
+    # still shown for a moment, so the refusal is waited for rather than read at once.
+    failed = _until(lambda: browser.find_elements("id", "failed"), 30, "the refusal")
+    assert failed[0].text.startswith("That token was not")
     browser.find_element("id", "token").send_keys(system.token)
     browser.find_element("id", "sign-in").click()
     _until(lambda: browser.current_url.endswith("/console/requests"), 30, "the sign-in")
