@@ -145,9 +145,9 @@ def queue(state: PoolState) -> list[Workload]:
     lids = state.label_ids(waiting, fields)
     # A machine type of each kind of rules, to read them from.
     example = {rules: t for t, rules in reversed(state.rules_of_type.items())}
-    for lid, workload in zip(lids, waiting, strict=True):
-        if lid not in tables:
-            tables[lid] = _BestIn(state, workload, example)
+    # One workload of each set of labels (the last: any gives the same decisions).
+    for lid, workload in dict(zip(lids, waiting, strict=True)).items():
+        tables[lid] = _BestIn(state, workload, example)
     groups = map(_GROUP_ORDER, fields)
     same = _same_everywhere(state, tables)
     best: Iterable[int]
