@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # Load the clouds' SDKs and credentials (and the rest _warm_up names) while the API
         # starts, not in its first submit (seconds on a busy machine).
-        threading.Thread(target=_warm_up, args=(deps,), name="warm-up", daemon=True).start()
+        threading.Thread(target=_warm_up, args=(deps, _app), name="warm-up", daemon=True).start()
         stop = threading.Event()
         pulse = threading.Thread(target=_pulse, args=(deps, stop), name="pulse", daemon=True)
         pulse.start()
@@ -107,16 +107,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def _warm_up(deps: Deps) -> None:
-    """The clouds' SDKs and credentials, the catalog, and the publishing side with the queues
-    a submit sends to, made ready before the first submit needs them."""
+def _warm_up(deps: Deps, app: FastAPI | None = None) -> None:
+    """The clouds' SDKs and credentials, the catalog, the publishing side with the queues a
+    submit sends to, and the routes' request handling, made ready before the first submit
+    needs them."""
     try:
+        if app is not None:
+            build_routes(app)
         planning.warm_up(deps)
         clouds = deps.launchable_clouds()
         queues = (dispatch.SCHEDULE_QUEUE, *(dispatch.provision_queue(c) for c in clouds))
         dispatch.warm_up(queues, deps.settings)
     except Exception:  # only a warm-up: the first request builds whatever is missing
         logging.getLogger("corral.api").exception("warm-up failed")
+
+
+def build_routes(app: FastAPI) -> None:
+    """FastAPI builds an included router's routes for serving (each endpoint's dependencies
+    read from its signature) when the first request reaches that router: about 13 ms of CPU
+    in the API's first submit, 1-50 ms for the other routers. Built here instead, at start.
+    (Its routers offer it as ``effective_candidates``; a FastAPI without it builds nothing
+    here and serves as it always does.)"""
+    todo = list(app.router.routes)
+    while todo:
+        build = getattr(todo.pop(), "effective_candidates", None)
+        if callable(build):
+            todo.extend(build())  # an included router's own included routers, built in turn
 
 
 def _pulse(deps: Deps, stop: threading.Event) -> None:

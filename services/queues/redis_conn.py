@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -185,11 +186,26 @@ class PatientRetry(Retry):
                 time.sleep(wait)
 
 
+@cache
+def driver_options() -> dict[str, Any]:
+    """The library name and version a connection reports (``CLIENT SETINFO``), found once per
+    process. redis-py 7.1 and later look its version up in the installed packages' metadata
+    for every connection they open unless given it: about 1 ms of CPU each, which an API
+    opening its pools' connections under a burst of submits paid a few dozen times. The same
+    name and version are reported either way. (Older redis-py read it once, at import.)"""
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:
+        return {}
+    return {"driver_info": DriverInfo()}
+
+
 def client_options(
     patience_s: float, decode_responses: bool = False, socket_timeout_s: float = SOCKET_TIMEOUT_S
 ) -> dict[str, Any]:
     """The options of every Redis connection Corral opens (see the module's docstring)."""
     return {
+        **driver_options(),
         "decode_responses": decode_responses,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "socket_timeout": socket_timeout_s,

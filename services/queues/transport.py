@@ -30,6 +30,8 @@ from typing import Any
 import redis
 from kombu.transport import redis as kombu_redis
 
+from corral.services.queues.redis_conn import driver_options
+
 
 class _ClosedChannelGuard:
     """A channel whose connection was closed says so with a connection error; and one client
@@ -42,7 +44,11 @@ class _ClosedChannelGuard:
     def _connparams(self, asynchronous: bool = False) -> Any:
         if self.connection is None or self.connection.client is None:
             raise redis.exceptions.ConnectionError("this broker channel's connection is closed")
-        return super()._connparams(asynchronous)  # type: ignore[misc]
+        params = super()._connparams(asynchronous)  # type: ignore[misc]
+        # Each channel opens connections of its own (two pools): their library version is
+        # found once per process, not looked up in the packages' metadata for each.
+        params.update(driver_options())
+        return params
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         """kombu builds a new ``redis.Redis`` for every publish, event and acknowledgement

@@ -12,7 +12,7 @@ from corral.shared.budgets import Budget, load_budgets
 from corral.shared.catalog import Catalog, load_catalog
 from corral.shared.catalog.offering import Offering
 from corral.shared.config.task import Task
-from corral.shared.planner import Plan, plan
+from corral.shared.planner import Plan, plan, request_specs
 
 
 @lru_cache(maxsize=4)
@@ -66,10 +66,14 @@ def clouds_left_out(deps: Deps, task: Task) -> dict[str, str]:
     not named: a ``cloud: local`` task hears nothing about AWS credentials."""
     catalog = catalog_for(deps)
     launchable = set(deps.launchable_clouds())
+    others = [cloud for cloud in catalog.clouds if cloud not in launchable]
+    pinned = {spec.cloud for spec in request_specs(task.resources)} if others else set()
+    if others and None not in pinned:
+        # Every alternative of the task names its cloud: no other cloud could serve it, and
+        # the planner is asked about these only (admission asks this of every launch).
+        others = [cloud for cloud in others if cloud in pinned]
     left: dict[str, str] = {}
-    for cloud in catalog.clouds:
-        if cloud in launchable:
-            continue
+    for cloud in others:
         if not plan(task, catalog, clouds=(cloud,)).candidates:
             continue
         enabled = cloud in deps.settings.clouds

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+import redis
+import redis.utils
 
 from corral.services.cli.supervisor import masked_url
 from corral.services.providers.local.agent_redis import MiniRedis
@@ -10,6 +12,7 @@ from corral.services.queues.redis_conn import (
     RedisUrlError,
     broker_options,
     broker_url,
+    connect,
     parse_redis_url,
 )
 
@@ -46,3 +49,18 @@ def test_the_agents_client_reads_sentinel_urls() -> None:
 def test_a_sentinel_url_prints_without_its_passwords() -> None:
     printed = masked_url(SENTINEL)
     assert "pw" not in printed and printed.count("***") == 2
+
+
+def test_a_new_connection_looks_no_package_metadata_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis-py 7.1+ reads its own version from the installed packages' metadata for each
+    connection it makes (about 1 ms of CPU) unless a client gives it: Corral's give it, found
+    once per process, and report the same name and version."""
+    client = connect("redis://127.0.0.1:1/0", patience_s=0.1)  # nothing is dialled here
+    looked_up: list[int] = []
+    real = redis.utils.get_lib_version
+    monkeypatch.setattr(redis.utils, "get_lib_version", lambda: looked_up.append(1) or real())
+    made = [client.connection_pool.make_connection() for _ in range(3)]
+    assert looked_up == []
+    info = getattr(made[0], "driver_info", None)  # redis-py 7.1+
+    if info is not None:
+        assert (info.formatted_name, info.lib_version) == ("redis-py", redis.__version__)
