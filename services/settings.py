@@ -28,6 +28,9 @@ class Timers(BaseModel):
     heartbeat_timeout_s: float = 10.0  # no heartbeat for this long: the instance is LOST
     reconcile_interval_s: float = 2.0  # beat: compare the store with what providers report
     attempt_deadline_s: float = 60.0  # one provisioning attempt; past it the region is unhealthy
+    # A started machine's agents must report again within this of `corral start`, or the
+    # request is STOPPED again and its machines stopped; unset: attempt_deadline_s.
+    start_deadline_s: float | None = Field(None, gt=0)
     throttle_backoff_s: float = 0.5  # first wait before retrying a throttled zone (doubles)
     throttle_retries: int = 3  # retries in place before a throttled zone counts as failed
     blocked_ttl_s: float = 180.0  # how long a sold-out scope is remembered

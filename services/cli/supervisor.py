@@ -102,6 +102,7 @@ class Child:
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     _log: IO[bytes] | None = field(default=None, repr=False)
+    _terminated: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> None:
         self._log = self.log_path.open("ab")
@@ -116,12 +117,20 @@ class Child:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def terminate(self) -> None:
+        """SIGTERM its process group, once per process (as the sequential stop sent it)."""
+        if self.proc is None or self.proc.poll() is not None or self._terminated is self.proc:
+            return
+        self._terminated = self.proc
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+
     def stop(self, grace_s: float) -> None:
+        """SIGTERM (unless :meth:`terminate` did), SIGKILL after ``grace_s``."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
+            self.terminate()
             try:
                 self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
@@ -249,8 +258,13 @@ class Supervisor:
     def stop(self, stop_instances: Callable[[], int]) -> None:
         self.stopping = True
         grace = self.settings.timers.terminate_grace_s
+        # Every process is told at once and given the same grace: one after another, each
+        # Celery worker's warm shutdown in turn, an idle installation took 5-6 s to stop.
         for child in reversed(self.children):
-            child.stop(grace)
+            child.terminate()
+        deadline = time.monotonic() + grace
+        for child in reversed(self.children):
+            child.stop(max(0.0, deadline - time.monotonic()))
         try:
             n = stop_instances()
             if n:

@@ -224,17 +224,24 @@ def watch_starting(
             why = "every machine's agent reported again"
             if _move_request(deps, req.id, RequestState.STARTING, RequestState.RUNNING, why):
                 counts["started"] += 1
-        elif deps.now() - started_at > deps.settings.timers.attempt_deadline_s:
+        elif deps.now() - started_at > start_deadline_s(deps):
             _start_failed(deps, req.id, silent, counts)
+
+
+def start_deadline_s(deps: Deps) -> float:
+    """How long a started machine's agents have to report again: ``start_deadline_s``, or
+    ``attempt_deadline_s`` when that is unset (a start is a boot)."""
+    timers = deps.settings.timers
+    return timers.start_deadline_s or timers.attempt_deadline_s
 
 
 def _start_failed(
     deps: Deps, request_id: str, silent: list[Instance], counts: dict[str, int]
 ) -> None:
-    """Machines started but whose agents did not report within ``attempt_deadline_s``: the
+    """Machines started but whose agents did not report within ``start_deadline_s``: the
     request is STOPPED again and those machines stopped (not left billing unseen); a machine
     that did report goes back to STOPPED with them (the request is stopped whole)."""
-    deadline_s = deps.settings.timers.attempt_deadline_s
+    deadline_s = start_deadline_s(deps)
     why = f"its machines' agents did not report within {deadline_s:g} s of the start"
     req = _move_request(deps, request_id, RequestState.STARTING, RequestState.STOPPED, why)
     if req is None:

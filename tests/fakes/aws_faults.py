@@ -192,6 +192,11 @@ class FaultyMoto:
         with self._lock:
             return [r for r in self._recorded if r.action == action]
 
+    def all_requests(self) -> list[Recorded]:
+        """Every recorded request, of every action, oldest first."""
+        with self._lock:
+            return list(self._recorded)
+
     def clear_requests(self) -> None:
         with self._lock:
             self._recorded.clear()
