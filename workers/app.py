@@ -115,8 +115,7 @@ def _warm_up(**_: Any) -> None:
             found = deps()
             warm_up(found)
             clouds = found.launchable_clouds()
-            queues = (dispatch.SCHEDULE_QUEUE, *(dispatch.provision_queue(c) for c in clouds))
-            dispatch.warm_up(queues, found.settings)
+            dispatch.warm_up(dispatch.sending_queues(clouds), found.settings)
             found.redis.ping()
         except Exception:  # only a warm-up: the first task builds whatever is missing
             logging.getLogger("corral.workers").exception("warm-up failed")

@@ -116,8 +116,7 @@ def _warm_up(deps: Deps, app: FastAPI | None = None) -> None:
             build_routes(app)
         planning.warm_up(deps)
         clouds = deps.launchable_clouds()
-        queues = (dispatch.SCHEDULE_QUEUE, *(dispatch.provision_queue(c) for c in clouds))
-        dispatch.warm_up(queues, deps.settings)
+        dispatch.warm_up(dispatch.sending_queues(clouds), deps.settings)
     except Exception:  # only a warm-up: the first request builds whatever is missing
         logging.getLogger("corral.api").exception("warm-up failed")
 

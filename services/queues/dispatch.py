@@ -162,6 +162,12 @@ def _producer(redis_url: str, prefix: str) -> Celery:
     return app
 
 
+def sending_queues(clouds: Iterable[str]) -> tuple[str, ...]:
+    """The queues the API and the workers send to, with these clouds launchable: scheduling,
+    and each cloud's provisioning (what their warm-ups declare)."""
+    return (SCHEDULE_QUEUE, *(provision_queue(cloud) for cloud in clouds))
+
+
 def warm_up(queues: Iterable[str], settings: Settings | None = None) -> None:
     """Build the publishing side now: the Celery app, its result backend, a broker connection,
     and these queues declared on it. Else the first task sent to each queue pays for them
