@@ -50,7 +50,7 @@ def _spec(run: str) -> LaunchSpec:
 def _listening(name: str) -> bool:
     try:
         return launcher.ask(name, {"ping": True}, timeout_s=1.0) == {"pong": True}
-    except (ConnectionRefusedError, ConnectionResetError, FileNotFoundError):
+    except launcher.GONE:  # a launcher that is exiting may break our request off
         return False
 
 

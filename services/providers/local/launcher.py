@@ -59,13 +59,14 @@ class LauncherError(Exception):
     """The launcher could not be reached or could not start the agent."""
 
 
-# No launcher listens, or one was exiting with our connection not yet accepted: nothing started.
-_GONE = (ConnectionRefusedError, ConnectionResetError, FileNotFoundError)
+# No launcher listens, or one was exiting with our connection not yet accepted or not yet read
+# (our request then meets a reset or a broken pipe): nothing started.
+GONE = (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, FileNotFoundError)
 
 
 def ask(name: str, request: dict[str, Any], timeout_s: float = 10.0) -> dict[str, Any]:
-    """Send one request to the launcher ``name``; its answer. ConnectionRefusedError,
-    ConnectionResetError or FileNotFoundError when no launcher of that name listens."""
+    """Send one request to the launcher ``name``; its answer. One of :data:`GONE` when no
+    launcher of that name listens (or the one that did is exiting)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout_s)
         conn.connect(address(name))
@@ -114,7 +115,7 @@ def start_agent(
     listens (several processes may race to: all but one launcher exit at once). The pid."""
     try:
         return int(ask(name, request)["pid"])
-    except _GONE:
+    except GONE:
         pass
     argv = [python, "-m", __name__, "--name", name, "--idle-exit-s", str(idle_exit_s)]
     proc = subprocess.Popen(
@@ -133,7 +134,7 @@ def start_agent(
     while True:
         try:
             return int(ask(name, request)["pid"])
-        except _GONE:
+        except GONE:
             if time.monotonic() > deadline:
                 raise LauncherError(
                     f"the local launcher did not come up ({' '.join(argv)})"
