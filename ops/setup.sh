@@ -24,6 +24,13 @@ quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check --up
 echo "setup: installing corral (editable) with its dev tools"
 quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 .venv/bin/python -c 'import corral.shared, corral.services' >/dev/null
+# The project's own bytecode, compiled once here. An editable install compiles none of it, and
+# where PYTHONDONTWRITEBYTECODE is set (this machine sets it) no process writes it either: each
+# `corral` process (the API, every worker and beat, each CLI call) compiled every module it
+# imported, about a quarter of the instructions of an API's or a worker's start. A module
+# changed later is compiled again in memory by whoever imports it (its source is newer).
+echo "setup: compiling corral's modules"
+quietly .venv/bin/python -m compileall -q -j 0 shared services workers
 
 # System packages the tests use: redis-server (tests start their own on a free port),
 # redis-sentinel (the Sentinel failover test starts its own sentinels), Debian's
