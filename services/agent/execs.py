@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -33,7 +34,7 @@ class Execs:
     def __init__(self) -> None:
         self.running: dict[str, Running] = {}
         self.sessions: dict[str, Session] = {}  # corral attach, port-forward (their threads)
-        self.folder = tempfile.mkdtemp(prefix="corral-exec-")
+        self.folder = ""  # made by the first command, removed by stop_all
 
     def step(
         self, link: Any, workdir: str | None, env: dict[str, str], wrap: Wrap | None = None
@@ -65,6 +66,8 @@ class Execs:
     def _start(
         self, xid: str, command: str, workdir: str | None, env: dict[str, str], wrap: Wrap
     ) -> None:
+        if not self.folder:
+            self.folder = tempfile.mkdtemp(prefix="corral-exec-")
         path = os.path.join(self.folder, f"{xid}.out")
         with open(path, "wb") as out:
             child = subprocess.Popen(
@@ -91,3 +94,6 @@ class Execs:
         for run in self.running.values():
             with contextlib.suppress(OSError):
                 os.killpg(run.child.pid, signal.SIGKILL)
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = ""

@@ -1,0 +1,51 @@
+"""The agent's `corral exec` runner keeps its output files in a folder of its own: made by the
+first command, removed when the agent ends (an agent that runs no command leaves nothing)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from corral.services.agent.execs import Execs
+
+
+class Link:
+    """What the agent's link would carry to the control plane, kept here."""
+
+    def __init__(self, commands: list[dict[str, Any]]) -> None:
+        self.commands = commands
+        self.output = b""
+        self.codes: dict[str, int] = {}
+
+    def take_execs(self) -> list[dict[str, Any]]:
+        taken, self.commands = self.commands, []
+        return taken
+
+    def exec_output(self, xid: str, piece: bytes) -> None:
+        self.output += piece
+
+    def exec_done(self, xid: str, code: int) -> None:
+        self.codes[xid] = code
+
+
+def test_an_agent_that_runs_no_command_makes_no_folder() -> None:
+    execs = Execs()
+    execs.step(Link([]), None, dict(os.environ))
+    assert execs.folder == ""
+    execs.stop_all()
+
+
+def test_a_commands_output_is_shipped_and_its_folder_goes_with_the_agent() -> None:
+    execs, link = Execs(), Link([{"id": "x1", "command": "echo hi; exit 3"}])
+    execs.step(link, None, dict(os.environ))
+    folder = execs.folder
+    assert os.path.isdir(folder)
+    assert oct(os.stat(folder).st_mode & 0o777) == "0o700"
+    deadline = time.monotonic() + 10
+    while "x1" not in link.codes and time.monotonic() < deadline:
+        time.sleep(0.02)
+        execs.step(link, None, dict(os.environ))
+    assert link.codes == {"x1": 3} and link.output == b"hi\n"
+    execs.stop_all()
+    assert not os.path.exists(folder)
