@@ -15,7 +15,7 @@ import pytest
 
 from corral.services.providers.base import LaunchSpec
 from corral.services.providers.local import launcher
-from corral.services.providers.local.provider import pid_belongs_to
+from corral.services.providers.local.processes import pid_belongs_to
 from corral.shared.config.localcloud import load_local_cloud
 
 from harness import REPO, wait_for

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from corral.services.providers.base import LaunchSpec, ProviderInstance
-from corral.services.providers.local.provider import LocalProvider, pid_belongs_to
+from corral.services.providers.local.processes import pid_belongs_to
+from corral.services.providers.local.provider import LocalProvider
 from corral.shared.config.localcloud import parse_local_cloud
 from corral.shared.errors import (
     AuthError,

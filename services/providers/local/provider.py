@@ -37,6 +37,11 @@ from corral.services.providers.base import (
     status_view,
 )
 from corral.services.providers.local import launcher
+from corral.services.providers.local.processes import (
+    kill_group,
+    pid_belongs_to,
+    task_groups,
+)
 from corral.services.providers.local.state import (
     ENDED_RECORD_TTL_S,
     LOST,
@@ -655,8 +660,8 @@ class LocalProvider:
         for rec in records:
             self._signal(rec.pid, rec.id, signal.SIGKILL)
             final = rec if rec.ended else self.state.record(rec.id) or rec
-            for child in _task_groups(final):
-                _kill_group(child, signal.SIGKILL)  # the agent could not stop its task
+            for child in task_groups(final):
+                kill_group(child, signal.SIGKILL)  # the agent could not stop its task
         self._wait_gone(records, 2.0)
         for rec in records:
             if not rec.ended:
@@ -682,10 +687,10 @@ class LocalProvider:
                 continue
             alive = rec.pid is not None and self.pid_belongs_to(rec.pid, rec.id)
             if alive:
-                _kill_group(rec.pid, signal.SIGKILL)  # type: ignore[arg-type]
+                kill_group(rec.pid, signal.SIGKILL)  # type: ignore[arg-type]
                 killed += 1
-            for child in _task_groups(rec):
-                _kill_group(child, signal.SIGKILL)  # the task has a session of its own
+            for child in task_groups(rec):
+                kill_group(child, signal.SIGKILL)  # the task has a session of its own
         return killed
 
     def _signal(self, pid: int | None, instance_id: str, sig: signal.Signals) -> None:
@@ -712,72 +717,6 @@ class LocalProvider:
 def _expired(rec: InstanceRecord, now: float) -> bool:
     """Whether an ended record may have expired by now (read it again to know)."""
     return now - (rec.ended_at or 0.0) >= ENDED_RECORD_TTL_S
-
-
-def pid_belongs_to(pid: int, instance_id: str) -> bool:
-    """Whether ``pid`` is a live agent or task of this instance: an agent the launcher forked
-    carries the instance id as its name, one started directly carries it as a word of its
-    command line. False for a foreign or reused pid, a zombie (its command line is empty), or
-    a process that is gone."""
-    if pid <= 0:
-        return False
-    if not Path("/proc/self").exists():
-        return instance_id.encode() in _ps_command(pid).split(b"\0")  # no /proc (macOS)
-    # A process that has just exec'd shows an empty command line for a moment (the kernel sets
-    # its argv pages after waking the parent), as does a zombie: wait out the first case only.
-    for _ in range(50):
-        try:
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if raw:
-                if instance_id.encode() in raw.split(b"\0"):
-                    return True
-                comm = Path(f"/proc/{pid}/comm").read_text().strip()
-                return comm == launcher.comm_name(instance_id)
-            if _proc_state(pid) in ("Z", "X", ""):
-                return False
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            return False
-        time.sleep(0.002)
-    return False
-
-
-def task_belongs_to(pid: int, instance_id: str) -> bool:
-    """Whether ``pid`` runs this instance's task: its environment names the instance (bash
-    may exec the script's command, so the command line need not mention it)."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-    return f"CORRAL_INSTANCE_ID={instance_id}".encode() in environ.split(b"\0")
-
-
-def _task_groups(rec: InstanceRecord) -> list[int]:
-    """The process groups of the instance's task and assignments still alive (by leader)."""
-    leaders = {rec.child_pid, *rec.child_pids} - {None}
-    return sorted(pid for pid in leaders if pid is not None and task_belongs_to(pid, rec.id))
-
-
-def _proc_state(pid: int) -> str:
-    """The one-letter state from /proc/<pid>/stat (Z for a zombie); empty if unreadable."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    # The command name in parentheses may hold spaces: the state follows the last ")".
-    return stat.rpartition(")")[2].split()[0] if ")" in stat else ""
-
-
-def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _ps_command(pid: int) -> bytes:
-    """The command line of ``pid`` as NUL-separated words, from ps (empty if gone)."""
-    proc = subprocess.run(
-        ["ps", "-p", str(pid), "-o", "command="], capture_output=True, check=False
-    )
-    return b"\0".join(proc.stdout.split())
 
 
 def _reservation_id(spec: LaunchSpec) -> str | None:

@@ -36,6 +36,7 @@ hints). Every key starts with ``<prefix>:local:``:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -159,24 +160,29 @@ class InstanceRecord:
     @classmethod
     def from_hash(cls, raw: dict[str, str]) -> InstanceRecord:
         """Read a record back from ``HGETALL``; unknown fields are ignored."""
-        values: dict[str, Any] = {}
-        for name in cls.__dataclass_fields__:
-            if name not in raw:
-                continue
-            text = raw[name]
-            if name in cls._JSON:
-                values[name] = json.loads(text)
-            elif name in cls._FLOAT:
-                values[name] = float(text)
-            elif name in cls._INT:
-                values[name] = int(text)
-            else:
-                values[name] = text
-        return cls(**values)
+        # A boot watch reads every booting machine's record on every look: one table lookup
+        # per field, and the empty JSON values most records hold are not parsed.
+        read = _FIELD_READERS
+        return cls(**{name: read[name](text) for name, text in raw.items() if name in read})
 
     @property
     def ended(self) -> bool:
         return self.ended_at is not None
+
+
+def _json_field(text: str) -> Any:
+    return {} if text == "{}" else [] if text == "[]" else json.loads(text)
+
+
+def _field_reader(name: str) -> Callable[[str], Any]:
+    if name in InstanceRecord._JSON:
+        return _json_field
+    if name in InstanceRecord._FLOAT:
+        return float
+    return int if name in InstanceRecord._INT else str
+
+
+_FIELD_READERS = {name: _field_reader(name) for name in InstanceRecord.__dataclass_fields__}
 
 
 # Take `count` capacity slots at once (all or none) and bind them to the attempt. Whoever binds
