@@ -320,17 +320,25 @@ class PoolState:
         # One pass over the machines, last first, their fields read from their dicts. Idle
         # machines are gathered per partition as (idle since, id), to sort without a key
         # function. An owner's rule is read from the decisions cached per labels. Who holds
-        # what is read again only when preemption asks (see ``holder_ids``).
+        # what is read again only when preemption asks (see ``holder_ids``). Machines come
+        # mostly grouped by partition: the partition is looked up only when it changes.
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
-        idle_of: defaultdict[BookKey, list[tuple[float, str]]] = defaultdict(list)
+        idle_of: dict[Book, list[tuple[float, str]]] = {}
+        machine_type = partition = None
+        book: Book | None = None
+        idle: list[tuple[float, str]] = []
         for machine in map(FIELDS, reversed(machines)):
-            key = (machine["machine_type"], machine["partition"])
-            book = books.get(key)
-            if book is None:
-                continue  # a partition the pool no longer defines counts nowhere
+            if machine["machine_type"] != machine_type or machine["partition"] != partition:
+                machine_type, partition = machine["machine_type"], machine["partition"]
+                book = books.get((machine_type, partition))
+                if book is None:
+                    continue  # a partition the pool no longer defines counts nowhere
+                idle = idle_of.setdefault(book, [])
+            elif book is None:
+                continue
             owner_id = machine["workload_id"]
             if owner_id is None:
-                idle_of[key].append((machine["idle_since"] or 0.0, machine["machine_id"]))
+                idle.append((machine["idle_since"] or 0.0, machine["machine_id"]))
                 continue
             book.held += 1
             if not book.rules:
@@ -346,10 +354,10 @@ class PoolState:
         # The most recently idle is used first (it is warmest); the longest idle are left to
         # the reaper. Popped from the end: each partition's in ascending order, ties (an id
         # given twice) in the order gathered, so the first in the snapshot is popped first.
-        for key, mine in idle_of.items():
+        for book, mine in idle_of.items():
             if len(mine) > 1:
                 mine.sort()
-            books[key].idle = list(map(_SECOND, mine))
+            book.idle = list(map(_SECOND, mine))
 
     def _book_holders(self) -> None:
         """Fill each partition's holders (who holds its machines, in snapshot order): only
