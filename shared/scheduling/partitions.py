@@ -215,6 +215,20 @@ _LABELS_FIELD = itemgetter("labels")
 _PREEMPTIBLE_AND_TYPE = itemgetter("preemptible", "workload_type")
 
 
+class _LabelIds(dict[LabelsKey, int]):
+    """Label ids by :func:`labels_key`: a key not seen before gets the next id when first
+    read (and is added to ``listed``, indexed by id)."""
+
+    def __init__(self, keys: list[LabelsKey]) -> None:
+        super().__init__()
+        self.listed = keys
+
+    def __missing__(self, key: LabelsKey) -> int:
+        lid = self[key] = len(self.listed)
+        self.listed.append(key)
+        return lid
+
+
 class PoolState:
     """Books by partition, machines by workload, and a cache of rule decisions."""
 
@@ -269,8 +283,8 @@ class PoolState:
         self.holding: dict[str, set[BookKey]] = defaultdict(set)
         # Workloads' labels as small ids: rule decisions are cached per partition and label id
         # (hashing an int, not a tuple of label pairs, on every look).
-        self._label_ids: dict[LabelsKey, int] = {}
         self._label_keys: list[LabelsKey] = []
+        self._label_ids = _LabelIds(self._label_keys)
         self._label_of: dict[str, int] = {}  # workload id -> label id
         self._books_by_order: dict[tuple[str, ...], list[Book]] = {}
         # (partition, now, min_runtime_s) -> its running preemptible holders, run long enough
@@ -398,14 +412,8 @@ class PoolState:
         if fields is None:
             fields = list(map(FIELDS, workloads))
         own = map(tuple, map(dict.items, map(_LABELS_FIELD, fields)))
-        keys = list(zip(map(_TYPE_FIELD, fields), own, strict=True))
-        ids = self._label_ids
-        for key in dict.fromkeys(keys):
-            if key not in ids:
-                ids[key] = len(self._label_keys)
-                self._label_keys.append(key)
-        out = list(map(ids.__getitem__, keys))
-        self._label_of.update(zip(map(_ID_FIELD, fields), out, strict=True))
+        out = list(map(self._label_ids.__getitem__, zip(map(_TYPE_FIELD, fields), own)))
+        self._label_of.update(zip(map(_ID_FIELD, fields), out))
         return out
 
     def access(self, book: Book, workload: Workload) -> Access:
