@@ -510,12 +510,14 @@ class PoolState:
         lid = self._label_of.get(wid)
         if lid is None:
             lid = self.label_id(workload)
-        order: Iterable[str] = own["group_order"]
-        if len(own["group_order"]) > 1 and len(set(order)) < len(own["group_order"]):
-            order = dict.fromkeys(order)
         group_of = self.books_of_type.get
         found: list[tuple[Book, int, int | None]] = []
-        for machine_type in order:  # its machine types' partitions, in its group order
+        # The machine types walked, once the walk goes on past the first: one its group order
+        # names twice is walked once (most walks end in the first; none is set up for them).
+        walked: list[str] | None = None
+        for machine_type in own["group_order"]:  # its machine types' partitions, in order
+            if walked is not None and machine_type in walked:
+                continue
             group = group_of(machine_type)
             if group is None:
                 continue  # not a machine type of this pool
@@ -545,6 +547,10 @@ class PoolState:
                 remaining -= room
             if not remaining:
                 break
+            if walked is None:
+                walked = [machine_type]
+            else:
+                walked.append(machine_type)
         if remaining:
             return None
         takes: list[tuple[Book, int]] = []
