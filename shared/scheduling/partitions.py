@@ -212,7 +212,6 @@ _ID_FIELD = itemgetter("workload_id")
 _PHASE_FIELD = itemgetter("phase")
 _TYPE_FIELD = itemgetter("workload_type")
 _LABELS_FIELD = itemgetter("labels")
-_PREEMPTIBLE_AND_TYPE = itemgetter("preemptible", "workload_type")
 
 
 class _LabelIds(dict[LabelsKey, int]):
@@ -315,11 +314,15 @@ class PoolState:
     def any_preemptible(self) -> bool:
         """Whether any workload of the snapshot runs and may be preempted (when none does,
         no partition has a victim; worked out when a pass first looks for one)."""
-        # Workload.is_preemptible, read at C speed: its own setting when set (True in any),
-        # else preemptible as a job (a job among those without a setting).
-        running = compress(self._known_fields, map(eq, self._phases, repeat("running")))
-        kinds = set(map(_PREEMPTIBLE_AND_TYPE, running))
-        return any(own or (own is None and kind == "job") for own, kind in kinds)
+        # Workload.is_preemptible, read from the fields: its own setting when set, else
+        # preemptible as a job. (A plain loop: filtering the running and collecting their
+        # kinds at C speed cost half as much again, each step of a map being a call.)
+        for phase, own in zip(self._phases, self._known_fields):
+            if phase == "running":
+                setting = own["preemptible"]
+                if setting or (setting is None and own["workload_type"] == "job"):
+                    return True
+        return False
 
     def pending(self) -> list[Workload]:
         """The snapshot's pending workloads, in snapshot order."""
