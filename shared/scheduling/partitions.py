@@ -514,7 +514,7 @@ class PoolState:
         if lid is None:
             lid = self.label_id(workload)
         group_of = self.books_of_type.get
-        found: list[tuple[Book, int, int | None]] = []
+        found: list[tuple[Book, int]] = []  # nodes per partition
         # The machine types walked, once the walk goes on past the first: one its group order
         # names twice is walked once (most walks end in the first; none is set up for them).
         walked: list[str] | None = None
@@ -543,10 +543,10 @@ class PoolState:
                         if room <= 0:
                             continue
                 if room >= remaining:
-                    found.append((book, remaining, rule))
+                    found.append((book, remaining))
                     remaining = 0
                     break
-                found.append((book, room, rule))
+                found.append((book, room))
                 remaining -= room
             if not remaining:
                 break
@@ -556,11 +556,10 @@ class PoolState:
                 walked.append(machine_type)
         if remaining:
             return None
-        takes: list[tuple[Book, int]] = []
         nodes: list[NodeAssignment] = []
-        for book, count, rule in found:
-            takes.append((book, count))
+        for book, count in found:
             book.held += count
+            rule = book.access_by_labels[lid].rule  # as the walk found it
             if rule is not None:
                 book.rule_used[rule] += count
             idle = book.idle
@@ -577,7 +576,7 @@ class PoolState:
                 if book.launch_node is None:
                     book.launch_node = trusted.node(book.machine_type, book.name, None)
                 nodes.extend([book.launch_node] * count)
-        return takes, nodes
+        return found, nodes
 
     def room(
         self,
