@@ -254,9 +254,19 @@ class PoolState:
                 rules = compiled.get(same)
                 if rules is None:
                     rules = compiled[same] = (compile_rules(p["rules"]), {})
-                book = Book(type_name, p["name"], p["size"], market, p["free_since"], *rules, rank)
+                compiled_rules, decisions = rules
+                book = Book(
+                    type_name,
+                    p["name"],
+                    p["size"],
+                    market,
+                    p["free_since"],
+                    compiled_rules,
+                    decisions,
+                    rank,
+                )
                 books.append(book)
-                kinds.append(id(rules[1]))
+                kinds.append(id(decisions))
                 all_books[book.key] = book
             self.books_of_type[type_name] = books
             self.rules_of_type[type_name] = tuple(kinds)
@@ -317,7 +327,7 @@ class PoolState:
         # Workload.is_preemptible, read from the fields: its own setting when set, else
         # preemptible as a job. (A plain loop: filtering the running and collecting their
         # kinds at C speed cost half as much again, each step of a map being a call.)
-        for phase, own in zip(self._phases, self._known_fields):
+        for phase, own in zip(self._phases, self._known_fields, strict=True):
             if phase == "running":
                 setting = own["preemptible"]
                 if setting or (setting is None and own["workload_type"] == "job"):
@@ -415,8 +425,9 @@ class PoolState:
         if fields is None:
             fields = list(map(FIELDS, workloads))
         own = map(tuple, map(dict.items, map(_LABELS_FIELD, fields)))
-        out = list(map(self._label_ids.__getitem__, zip(map(_TYPE_FIELD, fields), own)))
-        self._label_of.update(zip(map(_ID_FIELD, fields), out))
+        keys = zip(map(_TYPE_FIELD, fields), own, strict=True)
+        out = list(map(self._label_ids.__getitem__, keys))
+        self._label_of.update(zip(map(_ID_FIELD, fields), out, strict=True))
         return out
 
     def access(self, book: Book, workload: Workload) -> Access:
