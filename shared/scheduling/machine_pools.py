@@ -81,7 +81,8 @@ def schedule(
         if own["on_full"] == "fallback" and own["workload_id"] not in holding:
             done = fit_and_take(workload, own)
             if done is not None:
-                placements.append(_placed(own, *done))
+                takes, nodes = done
+                placements.append(_placed(own, takes, nodes))
                 if verdicts:
                     verdicts.clear()
                 continue

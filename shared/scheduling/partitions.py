@@ -212,7 +212,20 @@ _ID_FIELD = itemgetter("workload_id")
 _PHASE_FIELD = itemgetter("phase")
 _TYPE_FIELD = itemgetter("workload_type")
 _LABELS_FIELD = itemgetter("labels")
-_PREEMPTIBLE_AND_TYPE = itemgetter("preemptible", "workload_type")
+
+
+class _LabelIds(dict[LabelsKey, int]):
+    """Label ids by :func:`labels_key`: a key not seen before gets the next id when first
+    read (and is added to ``listed``, indexed by id)."""
+
+    def __init__(self, keys: list[LabelsKey]) -> None:
+        super().__init__()
+        self.listed = keys
+
+    def __missing__(self, key: LabelsKey) -> int:
+        lid = self[key] = len(self.listed)
+        self.listed.append(key)
+        return lid
 
 
 class PoolState:
@@ -241,9 +254,19 @@ class PoolState:
                 rules = compiled.get(same)
                 if rules is None:
                     rules = compiled[same] = (compile_rules(p["rules"]), {})
-                book = Book(type_name, p["name"], p["size"], market, p["free_since"], *rules, rank)
+                compiled_rules, decisions = rules
+                book = Book(
+                    type_name,
+                    p["name"],
+                    p["size"],
+                    market,
+                    p["free_since"],
+                    compiled_rules,
+                    decisions,
+                    rank,
+                )
                 books.append(book)
-                kinds.append(id(rules[1]))
+                kinds.append(id(decisions))
                 all_books[book.key] = book
             self.books_of_type[type_name] = books
             self.rules_of_type[type_name] = tuple(kinds)
@@ -269,8 +292,8 @@ class PoolState:
         self.holding: dict[str, set[BookKey]] = defaultdict(set)
         # Workloads' labels as small ids: rule decisions are cached per partition and label id
         # (hashing an int, not a tuple of label pairs, on every look).
-        self._label_ids: dict[LabelsKey, int] = {}
         self._label_keys: list[LabelsKey] = []
+        self._label_ids = _LabelIds(self._label_keys)
         self._label_of: dict[str, int] = {}  # workload id -> label id
         self._books_by_order: dict[tuple[str, ...], list[Book]] = {}
         # (partition, now, min_runtime_s) -> its running preemptible holders, run long enough
@@ -301,11 +324,15 @@ class PoolState:
     def any_preemptible(self) -> bool:
         """Whether any workload of the snapshot runs and may be preempted (when none does,
         no partition has a victim; worked out when a pass first looks for one)."""
-        # Workload.is_preemptible, read at C speed: its own setting when set (True in any),
-        # else preemptible as a job (a job among those without a setting).
-        running = compress(self._known_fields, map(eq, self._phases, repeat("running")))
-        kinds = set(map(_PREEMPTIBLE_AND_TYPE, running))
-        return any(own or (own is None and kind == "job") for own, kind in kinds)
+        # Workload.is_preemptible, read from the fields: its own setting when set, else
+        # preemptible as a job. (A plain loop: filtering the running and collecting their
+        # kinds at C speed cost half as much again, each step of a map being a call.)
+        for phase, own in zip(self._phases, self._known_fields, strict=True):
+            if phase == "running":
+                setting = own["preemptible"]
+                if setting or (setting is None and own["workload_type"] == "job"):
+                    return True
+        return False
 
     def pending(self) -> list[Workload]:
         """The snapshot's pending workloads, in snapshot order."""
@@ -320,17 +347,25 @@ class PoolState:
         # One pass over the machines, last first, their fields read from their dicts. Idle
         # machines are gathered per partition as (idle since, id), to sort without a key
         # function. An owner's rule is read from the decisions cached per labels. Who holds
-        # what is read again only when preemption asks (see ``holder_ids``).
+        # what is read again only when preemption asks (see ``holder_ids``). Machines come
+        # mostly grouped by partition: the partition is looked up only when it changes.
         books, workloads, label_ids = self.books, self.workloads, self._label_ids
-        idle_of: defaultdict[BookKey, list[tuple[float, str]]] = defaultdict(list)
+        idle_of: dict[Book, list[tuple[float, str]]] = {}
+        machine_type = partition = None
+        book: Book | None = None
+        idle: list[tuple[float, str]] = []
         for machine in map(FIELDS, reversed(machines)):
-            key = (machine["machine_type"], machine["partition"])
-            book = books.get(key)
-            if book is None:
-                continue  # a partition the pool no longer defines counts nowhere
+            if machine["machine_type"] != machine_type or machine["partition"] != partition:
+                machine_type, partition = machine["machine_type"], machine["partition"]
+                book = books.get((machine_type, partition))
+                if book is None:
+                    continue  # a partition the pool no longer defines counts nowhere
+                idle = idle_of.setdefault(book, [])
+            elif book is None:
+                continue
             owner_id = machine["workload_id"]
             if owner_id is None:
-                idle_of[key].append((machine["idle_since"] or 0.0, machine["machine_id"]))
+                idle.append((machine["idle_since"] or 0.0, machine["machine_id"]))
                 continue
             book.held += 1
             if not book.rules:
@@ -346,10 +381,10 @@ class PoolState:
         # The most recently idle is used first (it is warmest); the longest idle are left to
         # the reaper. Popped from the end: each partition's in ascending order, ties (an id
         # given twice) in the order gathered, so the first in the snapshot is popped first.
-        for key, mine in idle_of.items():
+        for book, mine in idle_of.items():
             if len(mine) > 1:
                 mine.sort()
-            books[key].idle = list(map(_SECOND, mine))
+            book.idle = list(map(_SECOND, mine))
 
     def _book_holders(self) -> None:
         """Fill each partition's holders (who holds its machines, in snapshot order): only
@@ -390,13 +425,8 @@ class PoolState:
         if fields is None:
             fields = list(map(FIELDS, workloads))
         own = map(tuple, map(dict.items, map(_LABELS_FIELD, fields)))
-        keys = list(zip(map(_TYPE_FIELD, fields), own, strict=True))
-        ids = self._label_ids
-        for key in dict.fromkeys(keys):
-            if key not in ids:
-                ids[key] = len(self._label_keys)
-                self._label_keys.append(key)
-        out = list(map(ids.__getitem__, keys))
+        keys = zip(map(_TYPE_FIELD, fields), own, strict=True)
+        out = list(map(self._label_ids.__getitem__, keys))
         self._label_of.update(zip(map(_ID_FIELD, fields), out, strict=True))
         return out
 
@@ -494,12 +524,14 @@ class PoolState:
         lid = self._label_of.get(wid)
         if lid is None:
             lid = self.label_id(workload)
-        order: Iterable[str] = own["group_order"]
-        if len(own["group_order"]) > 1 and len(set(order)) < len(own["group_order"]):
-            order = dict.fromkeys(order)
         group_of = self.books_of_type.get
-        found: list[tuple[Book, int, int | None]] = []
-        for machine_type in order:  # its machine types' partitions, in its group order
+        found: list[tuple[Book, int]] = []  # nodes per partition
+        # The machine types walked, once the walk goes on past the first: one its group order
+        # names twice is walked once (most walks end in the first; none is set up for them).
+        walked: list[str] | None = None
+        for machine_type in own["group_order"]:  # its machine types' partitions, in order
+            if walked is not None and machine_type in walked:
+                continue
             group = group_of(machine_type)
             if group is None:
                 continue  # not a machine type of this pool
@@ -522,20 +554,23 @@ class PoolState:
                         if room <= 0:
                             continue
                 if room >= remaining:
-                    found.append((book, remaining, rule))
+                    found.append((book, remaining))
                     remaining = 0
                     break
-                found.append((book, room, rule))
+                found.append((book, room))
                 remaining -= room
             if not remaining:
                 break
+            if walked is None:
+                walked = [machine_type]
+            else:
+                walked.append(machine_type)
         if remaining:
             return None
-        takes: list[tuple[Book, int]] = []
         nodes: list[NodeAssignment] = []
-        for book, count, rule in found:
-            takes.append((book, count))
+        for book, count in found:
             book.held += count
+            rule = book.access_by_labels[lid].rule  # as the walk found it
             if rule is not None:
                 book.rule_used[rule] += count
             idle = book.idle
@@ -552,7 +587,7 @@ class PoolState:
                 if book.launch_node is None:
                     book.launch_node = trusted.node(book.machine_type, book.name, None)
                 nodes.extend([book.launch_node] * count)
-        return takes, nodes
+        return found, nodes
 
     def room(
         self,

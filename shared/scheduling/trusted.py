@@ -74,7 +74,17 @@ def nodes(
             NodeAssignment(machine_type=machine_type, partition=partition, machine_id=m)
             for m in machine_ids
         ]
-    return [node(machine_type, partition, machine_id) for machine_id in machine_ids]
+    out = []
+    for machine_id in machine_ids:  # node(), without a call per node
+        made = _new(NodeAssignment)
+        _set_dict(
+            made, {"machine_type": machine_type, "partition": partition, "machine_id": machine_id}
+        )
+        _set_fields(made, _NODE_FIELDS)
+        _set_extra(made, None)
+        _set_private(made, None)
+        out.append(made)
+    return out
 
 
 def placement(workload_id: str, nodes: tuple[NodeAssignment, ...], reason: str) -> Placement:

@@ -140,6 +140,25 @@ def test_nodes_span_groups_as_they_fill() -> None:
     )
 
 
+def test_a_machine_type_named_twice_in_the_group_order_counts_once() -> None:
+    one_each = tuple(
+        MachineTypeState(machine_type=t, partitions=(PartitionState(name="x", size=1),))
+        for t in ("a", "b")
+    )
+    snap = PoolSnapshot(
+        pool="p",
+        machine_types=one_each,
+        workloads=(
+            Workload(workload_id="three", num_nodes=3, group_order=("a", "b", "a"), submitted_at=0),
+            Workload(workload_id="two", num_nodes=2, group_order=("a", "a", "b"), submitted_at=1),
+        ),
+    )
+    plan = schedule(snap, 10.0)
+    assert [p.workload_id for p in plan.placements] == ["two"]
+    assert plan.placements[0].reason == "placed 2 node(s): 1 on a/x, 1 on b/x"
+    assert [p.workload_id for p in plan.pending] == ["three"]
+
+
 def test_idle_warm_machine_is_used_before_launching() -> None:
     sim = Sim()
     sim.submit(job("a", 1.0))
