@@ -101,6 +101,8 @@ def test_a_launcher_name_is_taken_once(redis_url: str, tmp_path: Path) -> None:
     assert _listening(name)
     with pytest.raises(launcher.LauncherError, match="bad: \\['log'\\]"):
         launcher.ask(name, {"argv": [], "name": "li-x"})  # refused, nothing forked
+    with pytest.raises(launcher.LauncherError, match=r"cannot open the log .*nosuchdir"):
+        launcher.ask(name, {**request, "name": "li-x", "log": str(tmp_path / "nosuchdir" / "a")})
     launcher.stop(name)
     wait_for(lambda: not _listening(name), 5, "the launcher to stop")
 

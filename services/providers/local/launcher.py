@@ -12,12 +12,13 @@ agents share the launcher's pages).
 It listens on an abstract Unix socket (Linux; no file to clean up, no path length limit) named
 by the provider. A request is one JSON line ``{"argv": [...], "log": path, "env": {...},
 "name": instance id, "record": {...}}`` (the record's hash fields, handed to the agent so it
-does not read them back; optional); the answer is ``{"pid": n}`` once the child runs, or
+does not read them back; optional); the answer is ``{"pid": n}`` once the child is forked, or
 ``{"error": ...}`` (``{"ping": true}`` answers ``{"pong": true}``).
 The child leads a session of its own (it outlives the launcher and the worker that asked),
-writes to the instance's log file, and names itself after the instance (``/proc/<pid>/comm``,
-as the provider identifies an agent by pid and name). ``{"quit": true}`` stops the launcher;
-so does an idle spell of ``--idle-exit-s``. Its agents keep running either way.
+writes to the instance's log file, and carries the instance's name from the fork on
+(``/proc/<pid>/comm``, as the provider identifies an agent by pid and name).
+``{"quit": true}`` stops the launcher; so does an idle spell of ``--idle-exit-s``. Its agents
+keep running either way.
 
 Only the standard library and the agent's own modules: never redis-py or celery.
 """
@@ -159,12 +160,9 @@ def _reap() -> None:
             return
 
 
-def _child(
-    request: dict[str, Any], listener: socket.socket, conn: socket.socket, ready: int
-) -> None:
-    """In the forked child: become the instance's agent; never returns. ``ready`` is closed
-    once the child carries the instance's name, so the answer never names a pid that does
-    not yet look like the instance's agent."""
+def _child(request: dict[str, Any], listener: socket.socket, conn: socket.socket, log: int) -> None:
+    """In the forked child (named after its instance from birth, ``log`` its open log
+    file): become the instance's agent; never returns."""
     code = 1
     try:
         listener.close()
@@ -176,14 +174,10 @@ def _child(
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
-        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
         os.environ.update({str(k): str(v) for k, v in request.get("env", {}).items()})
-        with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
-            comm.write(comm_name(str(request["name"])))
-        os.close(ready)
         sys.argv = ["corral-agent", *request["argv"]]
         record = request.get("record")
         code = agent.main(
@@ -237,19 +231,42 @@ def _handle(conn: socket.socket, listener: socket.socket) -> bool:
             return True
         sys.stdout.flush()
         sys.stderr.flush()
-        ready_r, ready_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(ready_r)
-            _child(request, listener, conn, ready_w)
-        os.close(ready_w)
+        # The child carries its instance's name from birth (a fork copies the name): this
+        # process takes the name for the fork and gives its own back. So the answer never names
+        # a pid that does not look like the instance's agent, and need not wait for the child
+        # to be scheduled to rename itself (under load, most of what a start cost).
+        # The log is opened here, so it exists once the answer is sent, and a log that cannot
+        # be opened is the asker's error, not a child that dies unseen.
         try:
-            while os.read(ready_r, 64):
-                pass  # EOF: the child named itself (or died trying)
-        finally:
-            os.close(ready_r)
+            log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError as exc:
+            error = {"error": f"cannot open the log {request['log']}: {exc.strerror}"}
+            conn.sendall(json.dumps(error).encode() + b"\n")
+            return True
+        own = _name()
+        _rename(comm_name(request["name"]))
+        try:
+            pid = os.fork()
+        except OSError:
+            _rename(own)
+            os.close(log)
+            raise
+        if pid == 0:
+            _child(request, listener, conn, log)
+        _rename(own)
+        os.close(log)
         conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
     return True
+
+
+def _name() -> str:
+    with open("/proc/self/comm", encoding="utf-8", errors="replace") as fh:
+        return fh.read().strip()
+
+
+def _rename(name: str) -> None:
+    with open("/proc/self/comm", "w", encoding="utf-8") as fh:
+        fh.write(name)
 
 
 def serve(name: str, idle_exit_s: float) -> int:
