@@ -16,9 +16,9 @@ from corral.services.providers.local.state import InstanceRecord
 def pid_belongs_to(pid: int, instance_id: str) -> bool:
     """Whether ``pid`` is a live agent or task of this instance: an agent the launcher forked
     carries the instance id as its name, one started directly carries it as a word of its
-    command line. False for a foreign or reused pid, a zombie (its command line is empty), or
-    a process that is gone. (Plain ``open``, not ``Path``: a boot watch asks this of every
-    booting machine on every look, and three paths built per call were half its cost.)"""
+    command line. False for a foreign or reused pid, a zombie, or a process that is gone.
+    (Plain ``open``, not ``Path``: a boot watch asks this of every booting machine on every
+    look, and three paths built per call were half its cost.)"""
     if pid <= 0:
         return False
     if not HAS_PROC:
