@@ -249,8 +249,17 @@ class SentinelGroup:
         self._sentinel_argv = [sentinel] if sentinel else [server]
         self._sentinel_flag = [] if sentinel else ["--sentinel"]
         master = free_port()
-        self._server("master", server, master, [])
+        # No wait for more replicas before the first sync (Redis waits 5 s by default).
+        self._server("master", server, master, ["--repl-diskless-sync-delay", "0"])
         self._server("replica", server, free_port(), ["--replicaof", "127.0.0.1", str(master)])
+        _wait_port(master, "master")
+        # The sentinels start once the replica has synced: a sentinel learns of replicas only
+        # from the master's INFO, which it reads on connecting and then every 10 s. Started
+        # beside the replica, a sentinel could read INFO before the replica connected; a master
+        # killed within those 10 s then has no replica any sentinel knows of, and every
+        # election ends in -failover-abort-no-good-slave (seen in CI, installations started
+        # in about 5 s).
+        wait_for(self._replica_synced, 30, "the replica to sync with the master")
         for i in range(3):
             port = free_port()
             conf = base / f"sentinel-{i}.conf"
@@ -265,8 +274,8 @@ class SentinelGroup:
             self.ports[f"sentinel-{i}"] = port
         for name, port in self.ports.items():
             _wait_port(port, name)
-        wait_for(self._replica_synced, 30, "the replica to sync with the master")
         wait_for(lambda: self.master_port() == master, 30, "the sentinels to agree")
+        wait_for(self._sentinels_ready, 30, "every sentinel to know the replica and its peers")
 
     @property
     def url(self) -> str:
@@ -294,6 +303,31 @@ class SentinelGroup:
             return False
         return info.get("master_link_status") == "up"
 
+    def _sentinels_ready(self) -> bool:
+        """Every sentinel lists the replica as healthy (flags just "slave", its link to the
+        master up) and knows the two other sentinels, so any of them can win an election
+        and find a replica to promote."""
+        for i in range(3):
+            try:
+                client = redis.Redis(
+                    port=self.ports[f"sentinel-{i}"], socket_timeout=1, decode_responses=True
+                )
+                replicas = client.execute_command("SENTINEL", "REPLICAS", self.MASTER_NAME)
+                peers = client.execute_command("SENTINEL", "SENTINELS", self.MASTER_NAME)
+            except redis.RedisError:
+                return False
+            fields = [_pairs(r) for r in replicas]
+            good = [
+                f
+                for f in fields
+                if f.get("flags") == "slave"
+                and f.get("master-link-status") == "ok"
+                and f.get("port") == str(self.ports["replica"])
+            ]
+            if not good or len(peers) < 2:
+                return False
+        return True
+
     def master_port(self) -> int | None:
         """The master's port as the first sentinel that answers says."""
         for i in range(3):
@@ -309,8 +343,18 @@ class SentinelGroup:
         return None
 
     def tails(self, lines: int = 15) -> str:
-        """The end of every process's log (for a failure's message)."""
+        """The end of every process's log and each sentinel's view of the replicas (for a
+        failure's message: an election that found no good replica says why only there)."""
         out = []
+        for i in range(3):
+            try:
+                client = redis.Redis(
+                    port=self.ports[f"sentinel-{i}"], socket_timeout=1, decode_responses=True
+                )
+                view = client.execute_command("SENTINEL", "REPLICAS", self.MASTER_NAME)
+                out.append(f"--- sentinel-{i} replicas ---\n{[_pairs(r) for r in view]}")
+            except redis.RedisError as exc:
+                out.append(f"--- sentinel-{i} replicas ---\n{exc}")
         for name in self.procs:
             text = (self.base / f"{name}.log").read_text(errors="replace").splitlines()
             out.append(f"--- {name} ---\n" + "\n".join(text[-lines:]))
@@ -336,6 +380,14 @@ class SentinelGroup:
             except Exception:
                 proc.kill()
                 proc.wait()
+
+
+def _pairs(reply: object) -> dict[str, str]:
+    """A sentinel's flat [key, value, ...] reply (or redis-py's parsed dict) as a dict."""
+    if isinstance(reply, dict):
+        return {str(k): str(v) for k, v in reply.items()}
+    items = list(reply)  # type: ignore[call-overload]
+    return {str(k): str(v) for k, v in zip(items[::2], items[1::2], strict=True)}
 
 
 def _wait_port(port: int, what: str) -> None:

@@ -58,7 +58,10 @@ def test_master_killed_during_launches_fails_over_and_loses_nothing(tmp_path: Pa
         refused = [i for i, rid in enumerate(got) if rid is None]
         promoted = group.master_port() not in (None, old)
         assert not refused, f"{refused[:3]}; promoted: {promoted}\n{group.tails()}"
-        wait_for(lambda: group.master_port() not in (None, old), 30, "the replica's promotion")
+        try:
+            wait_for(lambda: group.master_port() not in (None, old), 30, "the replica's promotion")
+        except pytest.fail.Exception as exc:
+            raise AssertionError(f"{exc}\n{group.tails()}") from None
 
         rows = wait_settled(system.api_url, headers, ids, timeout_s=120)
         store = connect(group.url, patience_s=10, decode_responses=True)
