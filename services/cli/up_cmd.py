@@ -23,11 +23,24 @@ CELERY_APP = "corral.workers.app"
 BEAT_SCHEDULER = "corral.workers.resilience:BeatScheduler"
 
 
+# The worker's and beat's entry point, a module run by name (services never import workers).
+START_MODULE = "corral.workers.start"
+
+
 def _exec_celery(args: list[str]) -> None:
     """Replace this process with a Celery command (services never import worker code)."""
-    argv = [sys.executable, "-m", "celery", "-A", CELERY_APP, *args]
+    _exec([sys.executable, "-m", "celery", "-A", CELERY_APP, *args])
+
+
+def _exec_start(args: list[str]) -> None:
+    """Replace this process with a worker or beat of the app, started without Celery's
+    command line, which loads every plugin's command first (see corral.workers.start)."""
+    _exec([sys.executable, "-m", START_MODULE, *args])
+
+
+def _exec(argv: list[str]) -> None:
     sys.stdout.flush()
-    os.execv(sys.executable, argv)
+    os.execv(argv[0], argv)
 
 
 def worker(
@@ -51,23 +64,16 @@ def worker(
     settings = get_settings()
     # Prometheus's multiprocess mode for the prefork pool: set before Celery starts.
     os.environ.update(worker_environment(settings, role, metrics_port or settings.metrics_port))
-    _exec_celery(
+    _exec_start(
         [
             *_quiet(settings),
             "worker",
-            "-Q",
+            "--queues",
             ",".join(queues[role]),
-            "-n",
+            "--hostname",
             name or f"{role}-{os.getpid()}@%h",
-            "--pool",
-            "prefork",
-            "-c",
+            "--concurrency",
             str(concurrency or settings.worker_concurrency),
-            "-E",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "INFO",
         ]
     )
 
@@ -76,8 +82,7 @@ def beat() -> None:
     """Run beat (redbeat: a Redis lock keeps a second beat on standby)."""
     from corral.services.settings import get_settings
 
-    quiet = _quiet(get_settings())
-    _exec_celery([*quiet, "beat", "-S", BEAT_SCHEDULER, "--loglevel", "INFO"])
+    _exec_start([*_quiet(get_settings()), "beat", "--scheduler", BEAT_SCHEDULER])
 
 
 def _quiet(settings: Settings) -> list[str]:

@@ -64,7 +64,8 @@ def _role(pid: int) -> str | None:
         what = words[words.index("run") + 1]
         if what in ("api", "worker", "beat"):
             return what
-    if any("celery" in w for w in words) and "flower" not in words:  # `corral run` execs it
+    # `corral run` execs corral.workers.start (or Celery's command line, run by hand)
+    if any("celery" in w or w == "corral.workers.start" for w in words) and "flower" not in words:
         if "beat" in words:
             return "beat"
         if "worker" in words:

@@ -64,7 +64,7 @@ def test_up_runs_supervises_stops_and_recovers(tmp_path: Path) -> None:
         [scheduler] = [
             p
             for p in processes_of(home)
-            if b"\0-Q\0schedule\0" in Path(f"/proc/{p}/cmdline").read_bytes()
+            if b"\0--queues\0schedule\0" in Path(f"/proc/{p}/cmdline").read_bytes()
             and _ppid(p) == up.proc.pid
         ]
         os.kill(scheduler, signal.SIGKILL)
