@@ -88,6 +88,17 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 @pytest.fixture
+def own_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's alone, for a test that stops it (the session's serves
+    every other test)."""
+    data = tmp_path / "own-redis"
+    data.mkdir()
+    server = RedisServer(data)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     """A clean database on the session's redis-server."""
     redis_server.flush()

@@ -188,6 +188,17 @@ class BeatScheduler(RedBeatScheduler):  # type: ignore[misc]
         self._failures = 0
         return interval
 
+    def close(self) -> None:
+        """Release the lock and stop, Redis or not: beat's SIGTERM handler closes the scheduler
+        before it exits, and an unreachable Redis raised from there into the tick loop, which
+        rode it out as an outage, so a beat told to stop during an outage never stopped. The
+        lock it could not release expires after ``beat_lock_timeout_s``."""
+        try:
+            super().close()
+        except UNREACHABLE as exc:
+            log.warning("beat: Redis unreachable while stopping (%s); the lock will expire", exc)
+            self.lock = None
+
     def _leading(self) -> bool:
         """Whether this beat holds the lock, taking it if it is free (never waiting: a beat
         that lost its lock in an outage must not block its ticks)."""

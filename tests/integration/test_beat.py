@@ -1,17 +1,20 @@
 """Two beat processes never both fire (celery-redbeat's lock in Redis), and the standby takes
-over when the leader dies."""
+over when the leader dies; a beat told to stop while Redis is down stops."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from harness import System, wait_for
+from harness import LOCAL_ONLY, REPO, System, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -41,3 +44,27 @@ def test_two_beats_fire_once_and_the_standby_takes_over(make_system: Callable[..
     before = _queued(client, "provision")
     wait_for(lambda: _queued(client, "provision") > before + 2, 30, "the standby beat to fire")
     assert second.poll() is None
+
+
+def test_a_beat_told_to_stop_while_redis_is_down_stops(
+    tmp_path: Path, own_redis_server: Any
+) -> None:
+    server = own_redis_server
+    cloud = REPO / "tests/fixtures/localcloud/runtime.yaml"
+    # Redis unreachable for 2 s is an outage to this beat (30 s as shipped).
+    system = System(tmp_path / "home", server.url, cloud, LOCAL_ONLY, REDIS_PATIENCE_S="2")
+    try:
+        beat = system.start_beat()
+        log = system.home / "logs" / "beat.log"
+        wait_for(lambda: "Acquired lock" in log.read_text(errors="replace"), 60, "beat to lead")
+        server.stop()
+        wait_for(lambda: "Redis unreachable" in log.read_text(errors="replace"), 30, "the outage")
+        os.killpg(beat.pid, signal.SIGTERM)
+        try:
+            code = beat.wait(15)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"beat did not stop on SIGTERM\n{log.read_text(errors='replace')[-2000:]}")
+        assert code == 0, log.read_text(errors="replace")[-2000:]
+        assert "the lock will expire" in log.read_text(errors="replace")
+    finally:
+        system.stop(grace_s=0)
