@@ -16,7 +16,7 @@ the client's HTTP moved to the standard library (no httpx, httpcore, trio or any
 settings were read without pydantic-settings and `corral NAME` loaded only NAME's command
 module: about 9-13x and 12-15x on a machine at a load average of 6 to 16.
 
-``CORRAL_BENCH_SCALE=small``: 3 runs per case; full: 9.
+``CORRAL_BENCH_SCALE=small``: 5 runs per case; full: 9.
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ def _once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def test_cli_start_against_a_bare_interpreter(tmp_path: Path) -> None:
-    runs = 3 if os.environ.get("CORRAL_BENCH_SCALE") == "small" else 9
+    # Five at the small size: of three, one slow sample of the bare interpreter or a quick one
+    # moved the ratio past its ceiling once (20.3x where runs read 14.8-15.5x).
+    runs = 5 if os.environ.get("CORRAL_BENCH_SCALE") == "small" else 9
     env = {
         **os.environ,
         "CORRAL_HOME": str(tmp_path / "home"),
