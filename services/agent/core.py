@@ -40,6 +40,7 @@ from corral.services.agent.container import Container, container_name, run_argv
 from corral.services.agent.execs import Execs
 from corral.services.agent.probe import ReadinessWatch
 from corral.services.agent.processes import (
+    await_group_gone,
     group_alive,
     kill_group,
     kill_marked,
@@ -558,6 +559,9 @@ class Agent:
         """End the assignment (killing what is left of its group) and record its result."""
         if job.child is not None:
             kill_group(job.child.pid, signal.SIGKILL)
+            # The result says its processes are gone: a SIGKILLed one takes a moment to exit.
+            if not await_group_gone(job.child.pid, KILLED_EXIT_WAIT_S):
+                say(f"assignment {job.id}: process group {job.child.pid} outlived SIGKILL")
         if reason == "withdrawn":
             say(f"assignment {job.id}: withdrawn")
         elif reason == "setup_failed":
@@ -797,4 +801,5 @@ def _private(name: str) -> bool:
 MAX_DEMAND_BYTES = 256 * 1024
 FINISH_PATIENCE_S = 600.0  # how long the agent keeps trying to write its final record
 QUICK_EXIT_S = 0.05  # a setup or run over this soon sends no beat of its own (see _run_phase)
+KILLED_EXIT_WAIT_S = 1.0  # how long a result waits for its SIGKILLed processes to exit
 GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at

@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 
 
@@ -29,6 +30,33 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _live_members(pgid: int, proc: Path) -> bool:
+    """Whether a process of group ``pgid`` is still alive (not a zombie), by /proc."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def await_group_gone(pgid: int, timeout_s: float, poll_s: float = 0.005) -> bool:
+    """Wait up to ``timeout_s`` until no live process is left in group ``pgid`` (a
+    SIGKILLed process takes a moment to exit; zombies count as gone). True if it went."""
+    proc = Path("/proc")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not group_alive(pgid) or (proc.is_dir() and not _live_members(pgid, proc)):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
 
 
 def ray_python(envs: dict[str, str]) -> str | None:
