@@ -40,9 +40,9 @@ from corral.services.agent.container import Container, container_name, run_argv
 from corral.services.agent.execs import Execs
 from corral.services.agent.probe import ReadinessWatch
 from corral.services.agent.processes import (
-    await_group_gone,
     group_alive,
     kill_group,
+    kill_group_now,
     kill_marked,
     ray_python,
     shell_exit_code,
@@ -544,11 +544,9 @@ class Agent:
         the grace period is over."""
         child = job.child
         late = job.stop_by is not None and time.monotonic() >= job.stop_by
-        if child is None:
-            self._close_job(job, "withdrawn")
-        elif job.phase == "serving":
-            # Setup has ended; its service lives on in the group until it goes or is killed.
-            if late or not group_alive(child.pid):
+        if job.phase == "serving" or child is None:
+            # A service's setup has ended; it lives on in the group until it goes or is killed.
+            if child is None or late or not group_alive(child.pid):
                 self._close_job(job, "withdrawn")
         elif child.poll() is not None or late:
             kill_group(child.pid, signal.SIGKILL)
@@ -557,11 +555,8 @@ class Agent:
 
     def _close_job(self, job: Assignment, reason: str, exit_code: int | None = None) -> None:
         """End the assignment (killing what is left of its group) and record its result."""
-        if job.child is not None:
-            kill_group(job.child.pid, signal.SIGKILL)
-            # The result says its processes are gone: a SIGKILLed one takes a moment to exit.
-            if not await_group_gone(job.child.pid, KILLED_EXIT_WAIT_S):
-                say(f"assignment {job.id}: process group {job.child.pid} outlived SIGKILL")
+        if job.child is not None and not kill_group_now(job.child.pid):
+            say(f"assignment {job.id}: process group {job.child.pid} outlived SIGKILL")
         if reason == "withdrawn":
             say(f"assignment {job.id}: withdrawn")
         elif reason == "setup_failed":
@@ -801,5 +796,4 @@ def _private(name: str) -> bool:
 MAX_DEMAND_BYTES = 256 * 1024
 FINISH_PATIENCE_S = 600.0  # how long the agent keeps trying to write its final record
 QUICK_EXIT_S = 0.05  # a setup or run over this soon sends no beat of its own (see _run_phase)
-KILLED_EXIT_WAIT_S = 1.0  # how long a result waits for its SIGKILLed processes to exit
 GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at

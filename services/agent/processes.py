@@ -46,9 +46,16 @@ def _live_members(pgid: int, proc: Path) -> bool:
     return False
 
 
+def kill_group_now(pgid: int, wait_s: float = 1.0) -> bool:
+    """SIGKILL group ``pgid`` and wait up to ``wait_s`` for its processes to exit (a killed
+    process takes a moment to go), so what reports them gone is true. True if they went."""
+    kill_group(pgid, signal.SIGKILL)
+    return await_group_gone(pgid, wait_s)
+
+
 def await_group_gone(pgid: int, timeout_s: float, poll_s: float = 0.005) -> bool:
-    """Wait up to ``timeout_s`` until no live process is left in group ``pgid`` (a
-    SIGKILLed process takes a moment to exit; zombies count as gone). True if it went."""
+    """Wait up to ``timeout_s`` until no live process is left in group ``pgid`` (zombies
+    count as gone). True if it went."""
     proc = Path("/proc")
     deadline = time.monotonic() + timeout_s
     while True:

@@ -76,6 +76,34 @@ def _cpu_by_session(sessions: set[int]) -> dict[int, float]:
     return {session: n / TICKS for session, n in ticks.items()}
 
 
+def _machine_cpu_s(system: System) -> dict[str, float]:
+    """CPU seconds of what the launches cost outside the control plane, by /proc: the local
+    cloud's launcher(s), the machines' agents (alive until terminated) and this test process
+    (its HTTP client threads)."""
+    r = redis.Redis.from_url(system.env["CORRAL_REDIS_URL"], decode_responses=True)
+    agents = {
+        int(p)
+        for iid in r.smembers("corral:local:instances")
+        if (p := r.hget(f"corral:local:instance:{iid}", "pid"))
+    }
+    cpu = {"launcher": 0.0, "agents": 0.0}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used = sum(int(f) for f in fields[11:13]) / TICKS
+        if int(entry.name) in agents:
+            cpu["agents"] += used
+        elif b"providers.local.launcher" in cmdline:
+            cpu["launcher"] += used
+    cpu["test client"] = sum(os.times()[:2])
+    return cpu
+
+
 def _redis_pid(url: str) -> int:
     return int(redis.Redis.from_url(url).info("server")["process_id"])
 
@@ -171,14 +199,17 @@ def test_time_to_running_is_the_boot_not_the_worker_slots(
     sessions = set(roles)
     noop_cpu = _noop_cpu_per_task(system, sessions, 500)
     before = _cpu_by_session(sessions)
+    machine_before = _machine_cpu_s(system)
     wall_start = time.time()
     took, ids = _launches(system, count)
     after = _cpu_by_session(sessions)
+    machine = {k: v - machine_before.get(k, 0.0) for k, v in _machine_cpu_s(system).items()}
     launch_cpu = (sum(after.values()) - sum(before.values())) / count
     per_role = ", ".join(
         f"{roles[s]} {(after[s] - before[s]) * 1000 / count:.1f}" for s in sorted(sessions)
     )
-    print(f"\n{_timeline(system, ids, wall_start)}; CPU ms per launch: {per_role}")
+    outside = ", ".join(f"{k} {v * 1000 / count:.1f}" for k, v in machine.items())
+    print(f"\n{_timeline(system, ids, wall_start)}; CPU ms per launch: {per_role}; {outside}")
     with system.client() as c:
         for rid in ids:
             c.post(f"/v1/requests/{rid}/terminate")
