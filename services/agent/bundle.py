@@ -14,9 +14,11 @@ import io
 import os
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tarfile
 
 WORKDIR_MEMBER = "workdir"
 
@@ -44,6 +46,8 @@ def mount_path(home: Path, target: str, *, jail: bool) -> Path:
 def unpack(data: bytes, spec: dict[str, Any], workdir: Path, home: Path, *, jail: bool) -> None:
     """Check ``data`` against ``spec["sha256"]`` and unpack its workdir and mounts. ``jail``:
     absolute targets go under ``home`` too (the local cloud)."""
+    import tarfile  # here: only a task with files needs it (the launcher forks lighter)
+
     digest = hashlib.sha256(data).hexdigest()
     if digest != spec.get("sha256"):
         raise BundleError(f"bundle checksum {digest} is not the task's {spec.get('sha256')}")

@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import urllib.request
 
 PROBE_ENV = "CORRAL_READINESS_PROBE"
 PROBE_EVERY_S = 1.0
-# The probe asks the node itself: never through a proxy the environment names.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class ReadinessWatch(threading.Thread):
@@ -37,6 +36,7 @@ class ReadinessWatch(threading.Thread):
         self.ready: bool | None = None  # None: no verdict yet (within the initial delay)
         self._began = time.monotonic()
         self._stop = threading.Event()
+        self._opener: urllib.request.OpenerDirector | None = None
 
     @classmethod
     def from_envs(cls, envs: dict[str, str]) -> ReadinessWatch | None:
@@ -64,6 +64,13 @@ class ReadinessWatch(threading.Thread):
 
     def once(self) -> bool:
         """One probe: True when the service answered 200 within the timeout."""
+        # Imported here: urllib.request (with ssl and email) triples what the local cloud's
+        # launcher holds, and so what each fork of it costs, for the services that probe.
+        import urllib.error
+        import urllib.request
+
+        if self._opener is None:  # the node itself: never through a proxy the env names
+            self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         data = None
         headers = dict(self.headers)
         if self.post_data is not None:
@@ -73,7 +80,7 @@ class ReadinessWatch(threading.Thread):
             self.url, data=data, headers=headers, method="POST" if data is not None else "GET"
         )
         try:
-            with _OPENER.open(req, timeout=self.timeout_s) as resp:
+            with self._opener.open(req, timeout=self.timeout_s) as resp:
                 return int(resp.status) == 200
         except (urllib.error.URLError, OSError, ValueError):
             return False

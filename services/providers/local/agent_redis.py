@@ -16,7 +16,6 @@ from __future__ import annotations
 import builtins
 import hashlib
 import socket
-import ssl
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -135,6 +134,8 @@ class MiniRedis:
                 else:
                     sock = socket.create_connection((self.host, self.port), self.connect_timeout_s)
                 if self.tls:
+                    import ssl  # here: only rediss:// needs it (the launcher forks lighter)
+
                     context = ssl.create_default_context()
                     sock = context.wrap_socket(sock, server_hostname=self.host)
             except OSError as exc:
