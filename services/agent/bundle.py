@@ -14,6 +14,7 @@ import io
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,8 +83,16 @@ def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], prefix: str, 
         os.chmod(out, 0o755 if m.mode & 0o100 else 0o644)
 
 
-def clone(url: str, ref: str | None, workdir: Path) -> None:
-    """A git workdir: cloned into ``workdir`` and checked out at ``ref``."""
+def _run(argv: list[str]) -> tuple[int, str]:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return done.returncode, done.stderr
+
+
+def clone(
+    url: str, ref: str | None, workdir: Path, run: Callable[[list[str]], tuple[int, str]] = _run
+) -> None:
+    """A git workdir: cloned into ``workdir`` and checked out at ``ref``; ``run`` runs each
+    git command (the agent's heartbeats while it does), its exit code and stderr."""
     if workdir.exists() and any(workdir.iterdir()):
         return  # cloned on an earlier boot of this machine
     workdir.parent.mkdir(parents=True, exist_ok=True)
@@ -91,6 +100,6 @@ def clone(url: str, ref: str | None, workdir: Path) -> None:
     if ref:
         steps.append(["git", "-C", str(workdir), "checkout", "--quiet", ref])
     for argv in steps:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise BundleError(f"{' '.join(argv[:2])} {url}: {done.stderr.strip()[-500:]}")
+        code, said = run(argv)
+        if code != 0:
+            raise BundleError(f"{' '.join(argv[:2])} {url}: {said.strip()[-500:]}")

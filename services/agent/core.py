@@ -45,6 +45,7 @@ from corral.services.agent.processes import (
     kill_group_now,
     kill_marked,
     ray_python,
+    run_beating,
     shell_exit_code,
 )
 
@@ -277,7 +278,7 @@ class Agent:
         git = files.get("git")
         if git:
             say(f"cloning {git.get('url')} at {git.get('ref') or 'its default branch'}")
-            clone(str(git["url"]), git.get("ref"), workdir)
+            clone(str(git["url"]), git.get("ref"), workdir, self._run_beating)
         if (bundle and bundle.get("workdir")) or git:
             rec.workdir = str(workdir)
         if files.get("home"):  # a local machine: its folder is its home
@@ -331,18 +332,15 @@ class Agent:
         say(f"copying {source} to {target}")
         env = self._env({**self.work.envs, **({"HOME": str(home)} if files.get("home") else {})})
         copier = str(Path(__file__).with_name("s3copy.py"))  # standard library and boto3 only
-        done = subprocess.run(
-            [sys.executable, copier, source, str(dest)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        said = done.stderr.decode(errors="replace").strip()
-        if done.returncode != 0:
+        code, said = self._run_beating([sys.executable, copier, source, str(dest)], env)
+        if code != 0:
             raise BundleError(f"file_mounts.{target}: {said[-800:] or 'the copy failed'}")
         for line in said.splitlines()[-3:]:
             say(line)
+
+    def _run_beating(self, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+        """Run a copy or a clone with the heartbeat going (a big one takes minutes)."""
+        return run_beating(argv, env, self._wait, self._stop_child)
 
     def _boot(self) -> None:
         """The machine boots: silent (no heartbeat, so it is "pending") for the zone's launch
@@ -624,10 +622,12 @@ class Agent:
             child.wait()
         return shell_exit_code(child.returncode)
 
-    def _wait(self, child: subprocess.Popen[bytes] | None) -> None:
-        """Sleep until the next heartbeat is due or a signal arrives, then beat if due."""
+    def _wait(self, child: subprocess.Popen[bytes] | None) -> bool:
+        """Sleep until the next heartbeat is due or a signal arrives, then beat if due; False
+        once the agent is stopping."""
         self._sleep(child)
         self._beat()
+        return not self.stopping
 
     def _sleep(self, child: subprocess.Popen[bytes] | None) -> None:
         """Sleep until the next heartbeat is due or a signal arrives (or ``child`` ended)."""

@@ -8,7 +8,10 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -20,6 +23,34 @@ def shell_exit_code(returncode: int) -> int:
 def kill_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+Child = subprocess.Popen[bytes]
+
+
+def run_beating(
+    argv: list[str],
+    env: dict[str, str] | None,
+    wait: Callable[[Child], bool],
+    stop: Callable[[Child], int],
+) -> tuple[int, str]:
+    """Run ``argv`` to its end (its own session, stdout discarded), calling ``wait(child)``
+    while it runs: the agent heartbeats there, so a long copy or clone is not a silent node.
+    ``wait`` returning False (the agent is stopping) ends it with ``stop``. Its exit code as a
+    shell reads it, and the tail of its stderr (kept in a file: no pipe fills and stalls it)."""
+    with tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
+            start_new_session=True,
+        )  # fmt: skip
+        while child.poll() is None and wait(child):
+            pass
+        code = stop(child) if child.poll() is None else shell_exit_code(child.returncode)
+        errors.seek(max(0, errors.seek(0, os.SEEK_END) - STDERR_TAIL_BYTES))
+        return code, errors.read().decode(errors="replace").strip()
+
+
+STDERR_TAIL_BYTES = 4096
 
 
 def group_alive(pgid: int) -> bool:

@@ -1,5 +1,6 @@
-"""The agent's process groups: a SIGKILLed group is waited for until its members have exited,
-so an assignment's result never reports processes gone that are still there."""
+"""The agent's processes: a SIGKILLed group is waited for until its members have exited, so an
+assignment's result never reports processes gone that are still there; a copy or a clone runs
+with the heartbeat going."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
+import pytest
+
+from corral.services.agent.bundle import BundleError, clone
 from corral.services.agent.processes import (
     await_group_gone,
     group_alive,
     kill_group,
     kill_group_now,
+    run_beating,
 )
 
 
@@ -75,3 +81,47 @@ def _state(pid: int) -> str:
             return fh.read().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
         return ""
+
+
+def test_run_beating_calls_wait_while_the_child_runs_and_keeps_its_stderr() -> None:
+    """A copy or a clone is run with the heartbeat going: ``wait`` is called until it ends
+    (a big copy had the agent silent for its whole length, and the node was taken for lost)."""
+    calls: list[float] = []
+
+    def wait(child: subprocess.Popen[bytes]) -> bool:
+        calls.append(time.monotonic())
+        time.sleep(0.05)
+        return True
+
+    script = "sleep 0.6; echo first >&2; head -c 20000 /dev/zero | tr '\\0' x >&2; echo; exit 3"
+    code, said = run_beating(["bash", "-c", script], None, wait, lambda c: -1)
+    assert code == 3
+    assert len(calls) >= 8, calls  # about 0.6 s of 0.05 s waits: called throughout
+    assert len(said) <= 4096 and said.endswith("x" * 100)  # the tail, not a full pipe's stall
+
+
+def test_run_beating_stops_the_child_when_the_agent_stops() -> None:
+    stopped: list[int] = []
+
+    def stop(child: subprocess.Popen[bytes]) -> int:
+        kill_group(child.pid, signal.SIGKILL)
+        child.wait()
+        stopped.append(child.pid)
+        return 137
+
+    started = time.monotonic()
+    code, _ = run_beating(["sleep", "30"], None, lambda c: False, stop)
+    assert (code, len(stopped)) == (137, 1)
+    assert time.monotonic() - started < 5
+
+
+def test_clone_runs_git_through_the_runner_it_is_given(tmp_path: Path) -> None:
+    ran: list[list[str]] = []
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        ran.append(argv)
+        return (0, "") if argv[1] == "clone" else (128, "fatal: no such ref v9")
+
+    with pytest.raises(BundleError, match=r"git -C .*fatal: no such ref v9"):
+        clone("https://example.invalid/repo.git", "v9", tmp_path / "wd", run)
+    assert [argv[1] for argv in ran] == ["clone", "-C"]
