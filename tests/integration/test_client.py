@@ -525,8 +525,16 @@ def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(
         # test sends it): the node's pty follows.
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 132, 0, 0))
         proc.send_signal(signal.SIGWINCH)
-        time.sleep(2)
-        os.write(master, b"stty size; exit 7\r")
+        # Asked until the node's pty has the new size (the resize travels through the API and
+        # the agent), rather than a fixed pause: once a second, each answer read as it comes.
+        resized = len(seen)
+        while b"50 132" not in seen[resized:] and time.monotonic() < deadline:
+            os.write(master, b"stty size\r")
+            asked = time.monotonic()
+            while b"50 132" not in seen[resized:] and time.monotonic() - asked < 1:
+                if select.select([master], [], [], 0.2)[0]:
+                    seen += os.read(master, 65536)
+        os.write(master, b"exit 7\r")
         while time.monotonic() < deadline and proc.poll() is None:
             if select.select([master], [], [], 0.5)[0]:
                 try:

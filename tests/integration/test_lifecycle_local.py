@@ -54,7 +54,19 @@ def test_an_idle_service_ends_after_its_idle_minutes_and_a_busy_one_stays(
 ) -> None:
     """resources.autostop with 0.05 idle minutes (3 s): the idle service (setup only, nothing
     running) is torn down by beat's reconcile (the local cloud cannot stop a machine); one
-    whose run is still going is not idle, so it stays. `launch -i N --down` sets it too."""
+    whose run is still going is not idle, so it stays. `launch -i N --down` sets it too.
+
+    The command line's launch goes first, so its idle minutes pass while the other two's do
+    (one wait for idleness, not two in a row)."""
+    # The command line's spelling: `-i 0.05 --down` over a task without autostop.
+    svc = tmp_path / "svc.yaml"
+    svc.write_text(
+        "name: cli-idle\nresources: {cloud: local, instance_type: cpu-2}\nsetup: 'true'\n"
+    )
+    got = system.cli("launch", str(svc), "--idle-minutes-to-autostop", "0.05", "--down", "-d")
+    assert got.returncode == 0, got.stderr
+    rid = got.stdout.split()[0]
+
     idle = system.submit(
         {
             "name": "idle",
@@ -84,14 +96,6 @@ def test_an_idle_service_ends_after_its_idle_minutes_and_a_busy_one_stays(
     assert system.request(busy)["state"] == "RUNNING"  # its run still goes: never idle
     system.cli("down", busy)
 
-    # The command line's spelling: `-i 0.05 --down` over a task without autostop.
-    svc = tmp_path / "svc.yaml"
-    svc.write_text(
-        "name: cli-idle\nresources: {cloud: local, instance_type: cpu-2}\nsetup: 'true'\n"
-    )
-    got = system.cli("launch", str(svc), "--idle-minutes-to-autostop", "0.05", "--down", "-d")
-    assert got.returncode == 0, got.stderr
-    rid = got.stdout.split()[0]
     done = system.wait_state(rid, {"TERMINATED", "FAILED"}, 60)
     assert done["state"] == "TERMINATED", done
 
@@ -134,10 +138,11 @@ def test_a_service_is_ready_only_once_its_readiness_probe_passes(system: System)
         first = system.wait_state(rid, {"RUNNING"}, 60)
         assert first["endpoints"] == [f"127.0.0.1:{port}"]
         assert first["ready"] is False, first
-        shown = system.cli("status", rid)
-        assert "not ready" in shown.stdout, shown.stdout
+        # Looked at first: a loaded host's `corral status` can take seconds of the server's 4.
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{port}/", timeout=1)  # nothing listens yet
+        shown = system.cli("status", rid)
+        assert "not ready" in shown.stdout, shown.stdout
 
         wait_for(lambda: system.request(rid)["ready"] is True, 60, "the probe to pass")
         assert "(ready)" in system.cli("status", rid).stdout

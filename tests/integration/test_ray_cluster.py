@@ -4,7 +4,9 @@ node, scales on the demand Ray's GCS reports, and ends idle Ray nodes' machines.
 Ray comes from the tests' Ray venv (tests/ray_venv.py installs it when missing); its ``bin`` is
 on the nodes' PATH, as on a machine image with Ray installed. Every node is a local-cloud
 machine on this host: Ray runs several raylets on one host, as its own multi-node tests do. Ray
-is kept small: a head that takes no tasks (``CPU: 0``), one CPU per worker, 80 MB object stores.
+is kept small: a head that takes no tasks (``CPU: 0``), one CPU per worker, 80 MB object stores,
+and no log monitor on any node (no driver here prints its workers' logs: each node's log
+monitor is one more Python process started on these two cores).
 
 Translated from Ray's own cases:
 - python/ray/autoscaler/v2/tests/test_e2e.py::test_autoscaler_all_gangs_scheduled (a STRICT_SPREAD
@@ -130,7 +132,10 @@ def _cluster_file(tmp: Path, port: int, dash_port: int, name: str = NAME, **extr
         "cluster_name": name,
         "max_workers": 4,
         "upscaling_speed": 10,
-        "idle_timeout_minutes": 0.3,  # 18 s
+        # 12 s: long against the autoscaler's pass (RECONCILE_INTERVAL_S, 0.5 s) and the 10 s
+        # the test may wait after the driver released the wb nodes to see both in Corral's list
+        # of Ray's nodes; a node pending demand is packed onto is never reaped as idle anyway.
+        "idle_timeout_minutes": 0.2,
         "provider": {"type": "local"},
         "head_node_type": "head",
         "available_node_types": {
@@ -151,7 +156,7 @@ def _cluster_file(tmp: Path, port: int, dash_port: int, name: str = NAME, **extr
         "head_start_ray_commands": [
             f"ray start --head --port={port} --num-cpus=0 --include-dashboard=false "
             f"--dashboard-port={dash_port} --object-store-memory={OBJECT_STORE} "
-            f"--temp-dir={temp_dir} --disable-usage-stats"
+            f"--temp-dir={temp_dir} --disable-usage-stats --include-log-monitor=false"
         ],
         # Several raylets on one host: each worker's ports are its own (Ray's defaults for the
         # agents' ports are fixed numbers, which the second raylet on a host cannot bind).
@@ -161,7 +166,7 @@ def _cluster_file(tmp: Path, port: int, dash_port: int, name: str = NAME, **extr
         "worker_start_ray_commands": [
             f"flock {tmp}/ray-start.lock ray start --address=$RAY_HEAD_IP:{port} "
             f"--object-store-memory={OBJECT_STORE} --disable-usage-stats "
-            + " ".join(f"--{p}=$({free})" for p in WORKER_PORTS)
+            "--include-log-monitor=false " + " ".join(f"--{p}=$({free})" for p in WORKER_PORTS)
         ],
         **extra,
     }
@@ -324,7 +329,7 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
     assert "setup on wa (" + wa_node + ")" in system.cli("logs", wa_node).stdout
     # Corral's list of Ray's nodes is its last read of the GCS, one autoscaler pass: on a
     # loaded host it may trail the driver, which saw both wb nodes, by a pass or two (well
-    # inside the 18 s the wb nodes idle before they go).
+    # inside the 12 s the wb nodes idle before they go).
     ray_nodes = _ray_nodes(view)
     deadline = time.monotonic() + 10
     while ray_nodes["wb"] < 2 and time.monotonic() < deadline:
@@ -338,7 +343,7 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
     status = system.cli("cluster", "exec", NAME, "--", "ray", "status")
     assert status.returncode == 0 and "Node status" in status.stdout, status.stderr
 
-    # Idle: after the idle timeout (18 s) every worker's machine is terminated, and Ray sees
+    # Idle: after the idle timeout (12 s) every worker's machine is terminated, and Ray sees
     # them gone; the head stays.
     def workers_gone() -> bool:
         v = _view(system)
