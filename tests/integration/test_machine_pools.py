@@ -3,9 +3,9 @@ and the local cloud: the seed's pool and compute config (instance types and rese
 changed to local ones) filling reserved -> spot -> on-demand, preemption with requeue, the
 thrash guard, replacement, and four schedulers racing on one partition.
 
-The tests that need no installation of their own share one (``pools_system``): each applies
-pools of its own names, and after it every request is taken down, every pool deleted and every
-machine gone, so the next finds the local cloud (and its reservation) free."""
+Every test shares one installation (``pools_system``): each applies pools of its own names,
+and after it every request is taken down, every pool deleted and every machine gone, so the
+next finds the local cloud (and its reservation) free."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ pytestmark = pytest.mark.integration
 MIN_RUNTIME_S = 2.0
 
 
-def start(make_system: Any, workers: int = 1, **timers: str) -> System:
+def start(make_system: Any, workers: int = 1, cloud: Path = CLOUD, **timers: str) -> System:
     system: System = make_system(
-        CLOUD,
+        cloud,
         MIN_RUNTIME_S=timers.pop("MIN_RUNTIME_S", "1"),
         POOL_REBALANCE_INTERVAL_S=timers.pop("POOL_REBALANCE_INTERVAL_S", "0.5"),
         REPLACEMENT_GUARD_S=timers.pop("REPLACEMENT_GUARD_S", "30"),
@@ -56,10 +56,37 @@ def start(make_system: Any, workers: int = 1, **timers: str) -> System:
     return system
 
 
+def shared_cloud(tmp: Path) -> Path:
+    """pools.yaml with one more instance type, cpu-4, sold out (capacity 0): the sent-back
+    test's third machine, which cannot launch. No other test asks for it."""
+    cloud = yaml.safe_load(CLOUD.read_text())
+    cloud["instance_types"].append(
+        {"name": "cpu-4", "vcpus": 4, "memory_gib": 8, "price_usd_per_hour": 0.20}
+    )
+    [zone] = cloud["regions"][0]["zones"]
+    zone["capacity"]["cpu-4"] = 0
+    path = tmp / "pools-and-sold-out.yaml"
+    path.write_text(yaml.safe_dump(cloud))
+    return path
+
+
 @pytest.fixture(scope="module")
-def shared(make_module_system: Callable[..., System]) -> System:
-    # pool_min_machines only matters where idle machines are reaped: the reaping test's pool.
-    return start(make_module_system, MIN_RUNTIME_S=str(MIN_RUNTIME_S), POOL_MIN_MACHINES="1")
+def shared(
+    make_module_system: Callable[..., System], tmp_path_factory: pytest.TempPathFactory
+) -> System:
+    # Four scheduling workers and two provisioning ones, for the racing test: an installation
+    # of its own cost a whole start (eight processes, about 10 s of CPU); the other tests
+    # only gain from placing through four racing schedulers. pool_min_machines only matters
+    # where idle machines are reaped: the reaping test's pool.
+    system = start(
+        make_module_system,
+        workers=4,
+        cloud=shared_cloud(tmp_path_factory.mktemp("pools-cloud")),
+        MIN_RUNTIME_S=str(MIN_RUNTIME_S),
+        POOL_MIN_MACHINES="1",
+    )
+    system.start_worker("provision")
+    return system
 
 
 @pytest.fixture
@@ -314,9 +341,12 @@ def test_no_thrash_under_a_stream_of_alternating_priorities(
     system = pools_system
     compute = small_pool(system, tmp_path, "small-thrash")
     ids = []
+    # Submitted to the API, not with `corral launch`: the stream is its 0.4 s apart (a CLI
+    # process per launch, most of a second on a loaded machine, spread it out, and the run
+    # waited for the launches rather than for the work).
     for i in range(8):
         fields = {"priority": 5 * (i % 2), "run": "sleep 2.5", "scheduling": {"on_full": "preempt"}}
-        ids.append(launch(system, task_file(tmp_path, f"w{i}", compute, **fields)))
+        ids.append(system.submit({"name": f"w{i}", "compute_config": compute, **fields}))
         time.sleep(0.4)
     for rid in ids:
         system.wait_state(rid, {"SUCCEEDED"}, 120)
@@ -398,10 +428,9 @@ def test_replacement_moves_a_fallen_back_workload_to_the_reservation(
 
 
 def test_four_schedulers_racing_on_one_partition_never_exceed_its_size(
-    make_system: Any, tmp_path: Path
+    pools_system: System, tmp_path: Path
 ) -> None:
-    system = start(make_system, workers=4)
-    system.start_worker("provision")
+    system = pools_system  # four scheduling workers, two provisioning ones
     pool = {
         **SMALL_POOL,
         "machine_types": [
@@ -477,28 +506,14 @@ def test_idle_machines_are_reaped_past_their_limit_reserved_last(
 
 
 def test_a_placement_sent_back_by_a_failed_launch_leaves_no_running_record_behind(
-    make_system: Any, tmp_path: Path
+    pools_system: System, tmp_path: Path
 ) -> None:
     """A three-node workload gets two warm-able machines up and a third that cannot launch
     (its type is sold out): the workload goes back to the queue and is placed again, as often
     as the launch fails. The records of a placement that was sent back end with it: the
     request never shows more running nodes than it asked for, all of one placement (seen in
     CI on a loaded machine as eight running nodes for two three-node requests)."""
-    cloud = tmp_path / "sold-out.yaml"
-    cloud.write_text(
-        "instance_types:\n"
-        "  - {name: cpu-2, vcpus: 2, memory_gib: 4, price_usd_per_hour: 0.10}\n"
-        "  - {name: cpu-4, vcpus: 4, memory_gib: 8, price_usd_per_hour: 0.20}\n"
-        "regions:\n"
-        "  - name: lab-east\n"
-        "    zones:\n"
-        "      - {name: lab-east-a, capacity: {cpu-2: 4, cpu-4: 0}}\n"
-    )
-    system = make_system(cloud, MIN_RUNTIME_S="1", POOL_REBALANCE_INTERVAL_S="0.5")
-    system.start_api()
-    system.start_worker("schedule")
-    system.start_worker("provision")
-    system.start_beat()
+    system = pools_system  # its cloud's cpu-4 is sold out (capacity 0)
     pool = {
         "kind": "ANYSCALE_MANAGED",
         "machine_types": [
