@@ -62,7 +62,12 @@ def shared_aws(
     make_module_system: Callable[..., System],
 ) -> Iterator[tuple[System, FaultyMoto]]:
     with FaultyMoto() as moto:
-        yield aws_agents_system(make_module_system, moto), moto
+        system = aws_agents_system(make_module_system, moto)
+        # The Ray cluster test's autoscale worker, started with the others: its start-up
+        # (seconds of CPU) overlaps theirs instead of slowing that test's CLI calls, and no
+        # backlog of beat's autoscale ticks waits for it (it has no work without a cluster).
+        system.start_worker("autoscale")
+        yield system, moto
 
 
 @pytest.fixture
@@ -82,18 +87,25 @@ def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
     rid = system.submit(
         {**AWS_TASK, "name": "hello", "run": "echo hello from the vm rank=$CORRAL_NODE_RANK"}
     )
+    # The failing run of the second part is launched beside it (its machine is played with
+    # this one's, each request on a machine of its own).
+    bad = system.submit({**AWS_TASK, "name": "bad", "run": "echo about to fail; exit 7"})
     script = aws_script(moto, rid)
     _no_secrets(script, system)
-    # EC2 says running, but nothing registered yet: the machine is not up.
-    time.sleep(2)
-    assert system.request(rid)["state"] == "PROVISIONING"
     follower = subprocess.Popen(
         [CORRAL, "logs", rid, "--follow"],
         env={**system.env, "CORRAL_API_URL": system.api_url},
         stdout=subprocess.PIPE,
         text=True,
     )
+    bad_script = aws_script(moto, bad)
+    # EC2 says running, but nothing registered yet: the machines are not up (2 s: four
+    # reconcile passes at FAST_TIMERS' 0.5 s).
+    time.sleep(2)
+    assert system.request(rid)["state"] == "PROVISIONING"
+    assert system.request(bad)["state"] == "PROVISIONING"
     vm = vms(script)
+    vms(bad_script)
     done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
     assert done["state"] == "SUCCEEDED", done
     assert done["exit_code"] == 0
@@ -108,11 +120,9 @@ def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
     assert resp.status_code == 403, resp.text
 
     # A failing run ends FAILED with its exit code, its output kept.
-    rid = system.submit({**AWS_TASK, "name": "bad", "run": "echo about to fail; exit 7"})
-    vms(aws_script(moto, rid))
-    done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
+    done = system.wait_state(bad, {"SUCCEEDED", "FAILED"}, 90)
     assert done["state"] == "FAILED" and done["exit_code"] == 7, done
-    assert "about to fail" in system.cli("logs", rid).stdout
+    assert "about to fail" in system.cli("logs", bad).stdout
 
 
 def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
@@ -125,9 +135,7 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
     vm_other = vms(aws_script(moto, other))
     system.wait_state(svc, {"RUNNING"}, 60)
     system.wait_state(other, {"RUNNING"}, 60)
-    time.sleep(3)  # several heartbeats: still up, still RUNNING
-    assert system.request(svc)["state"] == "RUNNING"
-    assert vm.alive()
+    running = time.monotonic()
     wait_for(lambda: "service set up" in system.cli("logs", svc).stdout, 20, "the setup's output")
 
     # The node token acts on its own node only: the routes take no node id, and nothing
@@ -162,6 +170,9 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
             ).status_code
             == 401
         )
+    time.sleep(max(0.0, running + 3 - time.monotonic()))  # 3 s RUNNING: several heartbeats
+    assert system.request(svc)["state"] == "RUNNING"  # still up, still RUNNING
+    assert vm.alive()
 
     # corral exec reaches the played VM through its agent (issue 24): output and exit code.
     ran = system.cli("exec", svc, "--", "echo on-the-vm $CORRAL_REQUEST_ID; exit 6")
@@ -232,26 +243,29 @@ def test_gcp_a_job_runs_on_its_agent_and_a_failing_one_fails(
         system = start_with_agents(
             make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
         )
+        # A job, a failing job and a service, launched and played side by side (each on a
+        # machine of its own): their outcomes are each one's own.
         rid = system.submit({**GCP_TASK, "name": "hello", "run": "echo hello from gce"})
+        bad = system.submit({**GCP_TASK, "name": "bad", "run": "echo failing; exit 3"})
+        svc = system.submit({**GCP_TASK, "name": "svc", "setup": "echo serving on gce"})
         script = gcp_script(fake, rid)
         _no_secrets(script, system)
-        time.sleep(2)
-        assert system.request(rid)["state"] == "PROVISIONING"
+        scripts = [gcp_script(fake, bad), gcp_script(fake, svc)]
+        time.sleep(2)  # four reconcile passes (FAST_TIMERS): nothing registered, not up
+        for each in (rid, bad, svc):
+            assert system.request(each)["state"] == "PROVISIONING"
         vms(script)
+        _, vm = [vms(s) for s in scripts]
         done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
         assert done["state"] == "SUCCEEDED", done
-        assert "hello from gce" in system.cli("logs", rid).stdout
-
-        rid = system.submit({**GCP_TASK, "name": "bad", "run": "echo failing; exit 3"})
-        vms(gcp_script(fake, rid))
-        done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
+        done = system.wait_state(bad, {"SUCCEEDED", "FAILED"}, 90)
         assert done["state"] == "FAILED" and done["exit_code"] == 3, done
 
         # A service keeps running until terminated; its agent then stops (its token refused).
-        svc = system.submit({**GCP_TASK, "name": "svc", "setup": "echo serving on gce"})
-        vm = vms(gcp_script(fake, svc))
         system.wait_state(svc, {"RUNNING"}, 60)
-        time.sleep(2)  # several heartbeats
+        running = time.monotonic()
+        assert "hello from gce" in system.cli("logs", rid).stdout
+        time.sleep(max(0.0, running + 2 - time.monotonic()))  # 2 s RUNNING: several heartbeats
         assert system.request(svc)["state"] == "RUNNING" and vm.alive()
         assert system.cli("terminate", svc).returncode == 0
         system.wait_state(svc, {"TERMINATED"}, 60)
@@ -303,8 +317,7 @@ def test_aws_a_ray_cluster_nodes_run_the_launcher_steps_and_cluster_exec_reaches
     reaches it through the agent, with the command's exit code."""
     import yaml
 
-    system, moto = aws
-    system.start_worker("autoscale")
+    system, moto = aws  # its autoscale worker started with the module's installation
     data = tmp_path / "data.txt"
     data.write_text("mounted-on-the-cloud-head\n")
     cluster = {

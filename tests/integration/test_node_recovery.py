@@ -45,11 +45,22 @@ def vms(tmp_path: Path) -> Iterator[Callable[..., Vm]]:
     fleet.kill_all()
 
 
+# How long an agent's silence takes to lose its machine here: six of its 0.5 s heartbeats
+# (aws_agents_system's 6 s, halved, as FAST_TIMERS has it for the local cloud's agents). The
+# ratios the tests rest on hold: an agent's backoff while the API is away is capped at a third
+# of it, and the API outage test stays down for twice it.
+HEARTBEAT_TIMEOUT_S = 3.0
+
+
 @pytest.fixture
 def aws(make_system: Callable[..., System]) -> Iterator[tuple[System, FaultyMoto]]:
-    """An AWS installation of the test's own."""
+    """An AWS installation of the test's own, machines lost after HEARTBEAT_TIMEOUT_S."""
+
+    def make(**kwargs: object) -> System:
+        return make_system(**{**kwargs, "HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S)})
+
     with FaultyMoto() as moto:
-        yield aws_agents_system(make_system, moto), moto
+        yield aws_agents_system(make, moto), moto
 
 
 def _instances_of(system: System, request_id: str) -> dict[str, str]:
@@ -91,10 +102,12 @@ def test_aws_a_spot_interruption_notice_starts_recovery_before_the_machine_goes(
         vm = vms(aws_script(moto, rid), metadata.url)
         [old] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
         assert old["market"] == "spot"
-        wait_for(lambda: metadata.calls > 0, 20, "the agent to look at its metadata")
+        # The notice is posted as soon as the machine runs: the agent's next look at its
+        # metadata (every 5 s, the agent's own interval) finds it.
         metadata.interrupt_spot()
         tagged = {"corral-request": rid}
         wait_for(lambda: len(aws_scripts(moto, **tagged)) == 2, 60, "the relaunch to reach EC2")
+        assert metadata.calls > 0  # the agent looked (IMDSv2: a session token, then a GET)
         # Recovery started while the machine still runs: the cloud had only warned.
         with system.client() as c:
             events = [e["text"] for e in c.get(f"/v1/requests/{rid}/events").json()["events"]]
@@ -140,24 +153,33 @@ def test_aws_an_api_outage_loses_no_machine_and_jobs_end_by_their_exit_codes(
     nothing is relaunched, and a job that ended meanwhile ends by its exit code once its
     agent's last report gets through."""
     system, moto = aws
-    timeout_s = 6.0  # the fixture's HEARTBEAT_TIMEOUT_S
+    timeout_s = HEARTBEAT_TIMEOUT_S
+    # The jobs run until the test lets them end, during the outage (a file on their machine):
+    # they are RUNNING when it begins and have ended well before it is over.
+    wait_go = "until [ -e ~/outage-began ]; do sleep 0.1; done"
     svc = system.submit({**AWS_TASK, "name": "svc", "setup": "echo serving"})
-    ok = system.submit({**AWS_TASK, "name": "ok", "run": "sleep 4; echo done"})
-    bad = system.submit({**AWS_TASK, "name": "bad", "run": "sleep 4; exit 3"})
-    for rid in (svc, ok, bad):
-        vms(aws_script(moto, rid))
+    ok = system.submit({**AWS_TASK, "name": "ok", "run": f"{wait_go}; echo done"})
+    bad = system.submit({**AWS_TASK, "name": "bad", "run": f"{wait_go}; exit 3"})
+    machines = {rid: vms(aws_script(moto, rid)) for rid in (svc, ok, bad)}
     for rid in (svc, ok, bad):
         system.wait_state(rid, {"RUNNING"}, 60)
     port = int(system.api_url.rsplit(":", 1)[1])
     system.kill("api")  # a crash: no clean shutdown
-    time.sleep(2 * timeout_s)  # the jobs end meanwhile; nobody can hear them say so
+    down = time.monotonic()
+    for rid in (ok, bad):
+        (machines[rid].root / "outage-began").touch()  # the jobs end; nobody can hear them
+    time.sleep(max(0.0, down + 2 * timeout_s - time.monotonic()))
     # The workers and beat kept looking all along (the boot watch, reconcile): nothing moved.
     system.start_api(port)
+    assert system.api_url  # waits for it to answer
+    back = time.monotonic()
     done = system.wait_state(ok, {"SUCCEEDED", "FAILED"}, 60)
     assert done["state"] == "SUCCEEDED" and done["exit_code"] == 0, done
     done = system.wait_state(bad, {"SUCCEEDED", "FAILED"}, 60)
     assert done["state"] == "FAILED" and done["exit_code"] == 3, done
-    time.sleep(timeout_s)  # a whole timeout after the API is back: still nothing lost
+    # A whole timeout after the API is back, and two reconcile passes more (FAST_TIMERS: one
+    # every 0.5 s) for a verdict to show: still nothing lost.
+    time.sleep(max(0.0, back + timeout_s + 1.0 - time.monotonic()))
     for rid in (svc, ok, bad):
         seen = system.request(rid)
         assert seen["relaunches"] == 0, seen

@@ -31,6 +31,10 @@ from harness import System, wait_for
 
 pytestmark = pytest.mark.integration
 
+# The heartbeat timeout of the stop/start tests (their agents beat every 0.5 s): a stopped
+# machine is then watched for longer than it, so a stopped service taken for lost would show.
+SILENT_S = "3"
+
 AWS_TASK = {"resources": {"cloud": "aws", "instance_type": "m5.large", "region": "us-east-1"}}
 
 
@@ -51,9 +55,11 @@ def aws(make_system: Callable[..., System]) -> Iterator[tuple[System, FaultyMoto
             "CORRAL_AWS_DEFAULT_IMAGE_ID": "ami-12c6146b",
             "CORRAL_NODE_HEARTBEAT_S": "0.5",
         }
+        # Silent after 3 s (six 0.5 s heartbeats): shorter than the 4 s a stopped machine is
+        # watched saying nothing, so taking its silence for a lost machine would show.
         yield (
             start_with_agents(
-                make_system(env=env, ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
+                make_system(env=env, ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S=SILENT_S)
             ),
             moto,
         )
@@ -140,7 +146,9 @@ def test_aws_a_service_stops_and_starts_again_on_its_agents_report(
     wait_for(lambda: ec2_state(moto.url, pid) == "stopped", 30, "moto to say stopped")
     vm.power_off()  # the machine shuts down: its agent's last report, no end
     assert vm.token == token
-    time.sleep(3)  # several reconcile passes: a stopped service is neither lost nor relaunched
+    # Past the heartbeat timeout, several reconcile passes: a stopped service that says
+    # nothing is neither lost nor relaunched.
+    time.sleep(float(SILENT_S) + 1)
     assert system.request(rid)["state"] == "STOPPED"
     assert len(moto.requests("RunInstances")) == 1
     assert set(_ids(moto, "StopInstances")) == {pid}  # (asked again while it still ran: fine)
@@ -173,7 +181,7 @@ def test_gcp_a_service_stops_and_starts_again_on_its_agents_report(
     task = {"resources": {"cloud": "gcp", "instance_type": "n2-standard-2"}}
     with FakeCompute(project="corral-test") as fake:
         system = start_with_agents(
-            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
+            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S=SILENT_S)
         )
         rid = system.submit({**task, "name": "svc", "setup": "echo gce service up"})
         vm = vms(gcp_script(fake, rid))
@@ -185,7 +193,7 @@ def test_gcp_a_service_stops_and_starts_again_on_its_agents_report(
             lambda: ("stop", zone, name) in fake.power_calls, 30, f"instances.stop {fake.calls}"
         )
         vm.power_off()
-        time.sleep(3)  # reconcile passes: neither lost nor relaunched
+        time.sleep(float(SILENT_S) + 1)  # past the heartbeat timeout: neither lost nor relaunched
         assert system.request(rid)["state"] == "STOPPED"
         assert len(fake.inserts) == 1
         assert system.cli("start", rid).returncode == 0
@@ -213,10 +221,11 @@ def test_aws_a_start_whose_agent_never_reports_is_stopped_again(
             "CORRAL_NODE_HEARTBEAT_S": "0.5",
         }
         # A start deadline of its own, shorter than the launch's (a first boot installs the
-        # agent; a start waits for nothing of the kind here).
+        # agent; a start waits for nothing of the kind here): 3 s, six reconcile passes
+        # (FAST_TIMERS), and six of the agent's 0.5 s heartbeats it would have sent.
         system = start_with_agents(
             make_system(
-                env=env, ATTEMPT_DEADLINE_S="60", START_DEADLINE_S="5", HEARTBEAT_TIMEOUT_S="6"
+                env=env, ATTEMPT_DEADLINE_S="60", START_DEADLINE_S="3", HEARTBEAT_TIMEOUT_S="6"
             )
         )
         rid = system.submit({**AWS_TASK, "name": "svc", "setup": "true"})
@@ -228,12 +237,12 @@ def test_aws_a_start_whose_agent_never_reports_is_stopped_again(
         vm.power_off()
         assert system.cli("start", rid).returncode == 0
         wait_for(lambda: pid in _ids(moto, "StartInstances"), 30, "StartInstances")
-        # Not booted again: nothing reports. STOPPED again after the 5 s start deadline.
+        # Not booted again: nothing reports. STOPPED again after the 3 s start deadline.
         done = system.wait_state(rid, {"STOPPED", "RUNNING"}, 60)
         assert done["state"] == "STOPPED", done
         with system.client() as c:
             texts = [e["text"] for e in c.get(f"/v1/requests/{rid}/events").json()["events"]]
-        assert any("did not report within 5 s of the start" in t for t in texts), texts
+        assert any("did not report within 3 s of the start" in t for t in texts), texts
 
         def stopped_after_start() -> bool:
             actions = _actions_on(moto, pid)
