@@ -47,6 +47,20 @@ MACHINE_UP = frozenset({"REQUESTED", "RUNNING", "TERMINATING"})  # a machine tha
 LOCAL_ONLY = {"CORRAL_CLOUDS": '["local"]'}
 
 
+def one_zone_cloud(path: Path, capacity: int, boot_s: float = 0.0) -> Path:
+    """Write a local cloud of one zone (lab-a) with room for ``capacity`` cpu-2 machines that
+    take ``boot_s`` to boot; its path."""
+    path.write_text(
+        "instance_types:\n"
+        "  - {name: cpu-2, vcpus: 2, memory_gib: 4, price_usd_per_hour: 0.10}\n"
+        "regions:\n"
+        "  - name: lab\n"
+        "    zones:\n"
+        f"      - {{name: lab-a, capacity: {{cpu-2: {capacity}}}, launch_delay_s: {boot_s}}}\n"
+    )
+    return path
+
+
 def free_port() -> int:
     import socket
 

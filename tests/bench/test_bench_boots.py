@@ -27,7 +27,7 @@ from celery import Celery
 from corral.services.queues import dispatch
 from corral.services.settings import Settings
 
-from harness import System, wait_for
+from harness import System, one_zone_cloud, wait_for
 
 pytestmark = [pytest.mark.bench, pytest.mark.integration]
 
@@ -39,18 +39,6 @@ def _runs() -> list[tuple[int, float]]:
     if os.environ.get("CORRAL_BENCH_SCALE") == "small":
         return [(50, 4.0)]
     return [(50, 10.0), (500, 10.0), (1000, 10.0)]
-
-
-def _cloud(path: Path, boot_s: float, capacity: int) -> Path:
-    path.write_text(
-        "instance_types:\n"
-        "  - {name: cpu-2, vcpus: 2, memory_gib: 4, price_usd_per_hour: 0.10}\n"
-        "regions:\n"
-        "  - name: lab\n"
-        "    zones:\n"
-        f"      - {{name: lab-a, capacity: {{cpu-2: {capacity}}}, launch_delay_s: {boot_s}}}\n"
-    )
-    return path
 
 
 def _cpu_s(sessions: set[int]) -> float:
@@ -184,7 +172,7 @@ def _launches(system: System, count: int) -> tuple[float, list[str]]:
 def test_time_to_running_is_the_boot_not_the_worker_slots(
     make_system: Callable[..., System], tmp_path: Path, count: int, boot_s: float
 ) -> None:
-    cloud = _cloud(tmp_path / f"boot-{count}.yaml", boot_s, count + 10)
+    cloud = one_zone_cloud(tmp_path / f"boot-{count}.yaml", count + 10, boot_s)
     # The machines' agents report as shipped (every second): the test harness's quick 0.2 s
     # beat from 1,000 agents is 5,000 Redis writes a second on the cores being measured.
     system = make_system(

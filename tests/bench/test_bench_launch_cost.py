@@ -29,7 +29,7 @@ import httpx
 import pytest
 import redis
 
-from harness import Up, processes_of, wait_for
+from harness import Up, one_zone_cloud, processes_of, wait_for
 
 pytestmark = [pytest.mark.bench, pytest.mark.integration]
 
@@ -41,18 +41,6 @@ IDLE_S = 6.0 if SMALL else 40.0
 # waits for their warm-up to end). At the small size the figures are a stall guard only.
 SETTLE_S = 3.0 if SMALL else 10.0
 ROLES = ("api", "worker", "beat", "redis")
-
-
-def _cloud(path: Path, capacity: int) -> Path:
-    path.write_text(
-        "instance_types:\n"
-        "  - {name: cpu-2, vcpus: 2, memory_gib: 4, price_usd_per_hour: 0.10}\n"
-        "regions:\n"
-        "  - name: lab\n"
-        "    zones:\n"
-        f"      - {{name: lab-a, capacity: {{cpu-2: {capacity}}}}}\n"
-    )
-    return path
 
 
 def _role(pid: int) -> str | None:
@@ -114,7 +102,7 @@ def _commands(client: redis.Redis) -> Counter[str]:
 
 def test_control_plane_cost_per_launch(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    up = Up(home, _cloud(tmp_path / "cloud.yaml", JOBS + 10), timers={})
+    up = Up(home, one_zone_cloud(tmp_path / "cloud.yaml", JOBS + 10), timers={})
     try:
         api = up.wait_line(r"\[up\] api\s+(http://127\.0\.0\.1:\d+)", 120).group(1)
         up.wait_line(r"API token in", 60)

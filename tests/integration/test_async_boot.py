@@ -16,26 +16,12 @@ import httpx
 import pytest
 import redis
 
-from harness import REPO, System, Up, agent_pids, wait_for
+from harness import REPO, System, Up, agent_pids, one_zone_cloud, wait_for
 
 pytestmark = pytest.mark.integration
 
 CLOUDS = REPO / "tests" / "fixtures" / "localcloud"
 SERVICE = {"resources": {"cloud": "local", "instance_type": "cpu-2"}}
-
-
-def _boot_cloud(tmp: Path, boot_s: float) -> Path:
-    """boot8.yaml with a boot of ``boot_s`` instead of 8 s: one zone, room for every launch."""
-    path = tmp / f"boot{boot_s:g}.yaml"
-    path.write_text(
-        "instance_types:\n"
-        "  - {name: cpu-2, vcpus: 2, memory_gib: 4, price_usd_per_hour: 0.10}\n"
-        "regions:\n"
-        "  - name: lab\n"
-        "    zones:\n"
-        f"      - {{name: lab-a, capacity: {{cpu-2: 64}}, launch_delay_s: {boot_s}}}\n"
-    )
-    return path
 
 
 # The boot of the forty-launch test and of the killed-worker one (it was 8 s; each test waits
@@ -70,7 +56,7 @@ def test_forty_launches_with_a_4s_boot_run_within_three_boots(tmp_path: Path) ->
     """`corral up` as shipped (default timers and worker concurrency): 40 services submitted
     together on a cloud whose machines take 4 s to boot are all RUNNING well before they could
     be one after another (the speed target itself is the boots benchmark's)."""
-    up = Up(tmp_path / "home", _boot_cloud(tmp_path, BOOT_S), timers={})
+    up = Up(tmp_path / "home", one_zone_cloud(tmp_path / "boot.yaml", 64, BOOT_S), timers={})
     # One client for every call: a client per call cost this process about 20 ms of CPU, 40
     # calls per look and ten looks a second, CPU the booting machines were short of.
     api = httpx.Client()
@@ -142,7 +128,7 @@ def test_boots_outlive_a_killed_provisioning_worker(
 ) -> None:
     """SIGKILL the only provisioning worker while 20 machines boot, start another: every
     request RUNNING on one instance, none launched twice, none leaked."""
-    system = make_system(_boot_cloud(tmp_path, BOOT_S))
+    system = make_system(one_zone_cloud(tmp_path / "boot.yaml", 64, BOOT_S))
     system.start_api()
     system.start_worker("schedule")
     worker = system.start_worker("provision", "provision-a")
