@@ -8,6 +8,7 @@ CORRAL_FUZZ_EXAMPLES sets the examples per operation (``make fuzz`` runs many mo
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -49,7 +50,13 @@ def _app(redis_url: str, home: Path, redis_patience_s: float = 30.0) -> Any:
 # per operation) still pulses the placeholder: no patience there, or every operation's
 # teardown waits out the pulse's 5 s join while it retries a port nobody listens on.
 APP = _app("redis://127.0.0.1:1/0", Path("/nonexistent"), redis_patience_s=0.0)
-schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
+# The app's own document, as it serves it, without serving it (from_asgi would): serving
+# runs the lifespan, whose warm-up and pulse threads then ran beside the rest of collection,
+# and CPython 3.11's AST state is shared between threads (pytest's assertion rewriting of
+# another module failed once with "AST constructor recursion depth mismatch").
+schema = schemathesis.openapi.from_dict(json.loads(json.dumps(APP.openapi())))
+schema.app = APP  # case.call() goes to the app in this process, as from_asgi binds it
+schema.location = "/openapi.json"
 
 
 @pytest.fixture(autouse=True)
