@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from corral.services.client import Client
+
 from harness import System, wait_for
 from local_processes import is_agent
 
@@ -83,21 +85,32 @@ def _wait_nodes(system: System, want: dict[str, int], timeout_s: float = 45) -> 
         states = {n["state"] for n in seen["nodes"]}
         return _running(seen) == Counter(want) and states == {"RUNNING"}
 
-    wait_for(reached, timeout_s, f"nodes {want} (last: {seen.get('nodes')})", system.home / "logs")
+    try:
+        wait_for(reached, timeout_s, f"nodes {want}", system.home / "logs")
+    except pytest.fail.Exception as exc:  # the last look, not the empty one before the wait
+        raise pytest.fail.Exception(f"{exc}\n(last seen: {seen.get('nodes')})") from None
     return seen
 
 
-def _demand(system: System, tmp: Path, text: str) -> None:
-    path = tmp / "demand.yaml"
-    path.write_text(text)
-    done = system.cli("cluster", "demand", NAME, str(path))
-    assert done.returncode == 0, done.stderr
+def _api(system: System) -> Client:
+    """The client the `corral cluster` commands use, called in this process: a `corral` process
+    per call cost most of a second of CPU on a loaded machine, and a test makes up to eight.
+    The commands themselves are run once each, in the first test."""
+    return Client(system.api_url, system.token)
+
+
+def _demand(system: System, text: str) -> None:
+    """`corral cluster demand NAME FILE` with a file holding ``text``."""
+    with _api(system) as client:
+        client.set_demand(NAME, text, "demand.yaml")
 
 
 def _up(system: System, cluster: Path) -> dict[str, Any]:
-    done = system.cli("cluster", "up", str(cluster), "--cloud", "local", "--json")
-    assert done.returncode == 0, done.stderr
-    made: dict[str, Any] = json.loads(done.stdout)
+    """`corral cluster up FILE --cloud local` (a file without file mounts)."""
+    with _api(system) as client:
+        made: dict[str, Any] = client.create_cluster(
+            cluster.read_text(), str(cluster), "local"
+        ).document()
     return made
 
 
@@ -122,25 +135,35 @@ def _launched(view: dict[str, Any]) -> list[dict[str, int]]:
     return [d["launch"] for d in view["decisions"] if d["launch"]]
 
 
-def _down(system: System) -> None:
-    done = system.cli("cluster", "down", NAME)
-    assert done.returncode == 0, done.stderr
+def _down(system: System, cli: bool = False) -> None:
+    """Take the cluster down (with `corral cluster down` when ``cli``) and wait until it is
+    gone with every node's process."""
+    if cli:
+        done = system.cli("cluster", "down", NAME)
+        assert done.returncode == 0, done.stderr
+    else:
+        with _api(system) as client:
+            client.delete_cluster(NAME)
 
     # Watched through the API (a `corral cluster list` per look started a Python process ten
-    # times a second), then the command line's list is read once: nothing comes back.
+    # times a second).
     def gone() -> bool:
         listed = system.get("/v1/clusters")
         return listed.status_code == 200 and not listed.json()["clusters"] and not _agents(system)
 
     wait_for(gone, 40, "the cluster to be gone with all its processes", system.home / "logs")
-    assert json.loads(system.cli("cluster", "list", "--json").stdout)["clusters"] == []
 
 
 def test_demand_steers_node_types_caps_launches_and_reaps_idle_nodes(
     shared: System, tmp_path: Path
 ) -> None:
     system = shared
-    made = _up(system, _cluster_file(tmp_path, upscaling_speed=0.5))
+    # The `corral cluster` commands, each once against a real API (the rest of this module
+    # calls their client in process).
+    cluster = _cluster_file(tmp_path, upscaling_speed=0.5)
+    done = system.cli("cluster", "up", str(cluster), "--cloud", "local", "--json")
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout)
     assert made["name"] == NAME and made["cloud"] == "local"
 
     # Up: the head and cpu_4_ondemand's min_workers (1), nothing else.
@@ -154,7 +177,10 @@ def test_demand_steers_node_types_caps_launches_and_reaps_idle_nodes(
 
     # CPU-only work that no running node holds: a CPU type, though gpu_8_ondemand (32 CPUs)
     # would hold both bundles on one node.
-    _demand(system, tmp_path, "bundles: [{resources: {CPU: 8}, count: 2}]\n")
+    demand = tmp_path / "demand.yaml"
+    demand.write_text("bundles: [{resources: {CPU: 8}, count: 2}]\n")
+    done = system.cli("cluster", "demand", NAME, str(demand))
+    assert done.returncode == 0, done.stderr
     view = _wait_nodes(system, {HEAD: 2, "cpu_16_spot": 1})
     assert _launched(view)[-1] == {"cpu_16_spot": 1}
 
@@ -162,7 +188,6 @@ def test_demand_steers_node_types_caps_launches_and_reaps_idle_nodes(
     # with it, 2 per node), Custom1 to cpu_16_spot (one runs already, a second is needed).
     _demand(
         system,
-        tmp_path,
         "bundles:\n"
         "  - {resources: {GPU: 4}}\n"
         "  - {resources: {Custom2: 2}, count: 2}\n"
@@ -177,7 +202,7 @@ def test_demand_steers_node_types_caps_launches_and_reaps_idle_nodes(
     # request_resources), which Ray lets past its upscaling cap (max(5, 0.5 x 2 running of the
     # type) = 5): all 8 are launched at once. The GPU nodes, no longer asked for, go idle
     # meanwhile and are reaped. (The cap on pending work: tests/unit/test_ray_peer_cases.py.)
-    _demand(system, tmp_path, "bundles: [{resources: {Custom1: 1}, count: 10}]\n")
+    _demand(system, "bundles: [{resources: {Custom1: 1}, count: 10}]\n")
     most_in_flight = 0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -197,11 +222,12 @@ def test_demand_steers_node_types_caps_launches_and_reaps_idle_nodes(
 
     # No demand: every idle worker goes after 3 s, but never below min_workers (the first
     # cpu_4_ondemand worker stays), and never the head.
-    _demand(system, tmp_path, "")
+    _demand(system, "")
     view = _wait_nodes(system, {HEAD: 2}, 30)
     assert {n["id"] for n in view["nodes"]} == first
     assert any("min_workers 1" in r for r in view["last_decision"]["reasons"])
-    _down(system)
+    _down(system, cli=True)
+    assert json.loads(system.cli("cluster", "list", "--json").stdout)["clusters"] == []
 
 
 def test_sold_out_type_is_cooled_down_and_used_again_after(
@@ -217,7 +243,7 @@ def test_sold_out_type_is_cooled_down_and_used_again_after(
     _up(system, _cluster_file(tmp_path))
     _wait_nodes(system, {HEAD: 2})
 
-    _demand(system, tmp_path, "bundles: [{resources: {GPU: 1}}]\n")
+    _demand(system, "bundles: [{resources: {GPU: 1}}]\n")
     # The K80 launch fails for capacity: the type is cooled down, the next type that holds
     # the bundle (gpu_8_ondemand) is launched instead.
     view = _wait_nodes(system, {HEAD: 2, "gpu_8_ondemand": 1})
@@ -227,10 +253,10 @@ def test_sold_out_type_is_cooled_down_and_used_again_after(
     assert any("gpu_1_ondemand is cooled down" in r for r in fell_back)
 
     # No demand: the V100 node is reaped; once the cool-down ends the K80 type is used again.
-    _demand(system, tmp_path, "")
+    _demand(system, "")
     _wait_nodes(system, {HEAD: 2})
     wait_for(lambda: not _view(system)["cooldowns"], 20, "the cool-down to end")
-    _demand(system, tmp_path, "bundles: [{resources: {GPU: 1}}]\n")
+    _demand(system, "bundles: [{resources: {GPU: 1}}]\n")
     view = _wait_nodes(system, {HEAD: 2, "gpu_1_ondemand": 1})
     assert _launched(view)[-1] == {"gpu_1_ondemand": 1}
     _down(system)
@@ -247,8 +273,15 @@ def test_killed_autoscaling_worker_launches_nothing_twice(
     _up(system, _cluster_file(tmp_path))
     _wait_nodes(system, {HEAD: 2})
 
-    # A worker killed (SIGKILL) just as it ticks on a new demand; another takes over.
-    _demand(system, tmp_path, "bundles: [{resources: {Custom1: 1}, count: 3}]\n")
+    # A worker killed (SIGKILL) just as it ticks on a new demand; another takes over. The
+    # demand is set with the command, not in process: returning a tenth of a second sooner
+    # moved the kill into the tick's submits, between a node's request being created and
+    # admitted. The next tick's catch-up skips a request that exists, so that one waited for
+    # reconcile to hand it on (attempt_deadline_s + 30 s: 45 s, this wait's whole timeout).
+    demand = tmp_path / "demand.yaml"
+    demand.write_text("bundles: [{resources: {Custom1: 1}, count: 3}]\n")
+    done = system.cli("cluster", "demand", NAME, str(demand))
+    assert done.returncode == 0, done.stderr
     time.sleep(0.05)
     os.killpg(system.procs["autoscale-0"].pid, signal.SIGKILL)
     system.start_worker("autoscale", name="autoscale-1")

@@ -10,14 +10,18 @@ scheduling and a provisioning worker, beat; agents as local processes):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from corral.services.client import Client, ClientError
 
 from harness import LOCAL_ONLY, System, kill_agents, wait_for
 
@@ -41,6 +45,14 @@ def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     finally:
         system.stop(grace_s=0)
         kill_agents(system)
+
+
+def _down(system: System, request_id: str) -> None:
+    """What `corral down ID` asks of the API, from this process (a `corral` process is most
+    of a second of CPU; the commands this module checks run as the user runs them). A clean-up:
+    a request that ended meanwhile is no failure."""
+    with Client(system.api_url, system.token) as client, contextlib.suppress(ClientError):
+        client.terminate(request_id)
 
 
 def _free_port() -> int:
@@ -94,7 +106,7 @@ def test_an_idle_service_ends_after_its_idle_minutes_and_a_busy_one_stays(
     assert "cannot stop a machine" in why["text"], texts
     assert why["at"] - ran >= 3.0, texts  # not before its idle minutes (0.05 = 3 s)
     assert system.request(busy)["state"] == "RUNNING"  # its run still goes: never idle
-    system.cli("down", busy)
+    _down(system, busy)
 
     done = system.wait_state(rid, {"TERMINATED", "FAILED"}, 60)
     assert done["state"] == "TERMINATED", done
@@ -104,19 +116,28 @@ def test_stop_and_start_are_refused_on_the_local_cloud(system: System) -> None:
     rid = system.submit({"name": "no-stop", "resources": LOCAL, "setup": "true"})
     system.wait_state(rid, {"RUNNING"}, 60)
     try:
+        # The four commands at once (each is most of a second of start-up): every one is
+        # refused, so none changes what the others see.
+        commands = {
+            "stop": ("stop", rid),
+            "start": ("start", rid),
+            "stop --json": ("stop", rid, "--json"),
+            "unknown": ("stop", "no-such-request"),  # an unknown request: exit 2 too
+        }
+        with ThreadPoolExecutor(len(commands)) as pool:
+            runs = {key: pool.submit(system.cli, *args) for key, args in commands.items()}
         for command in ("stop", "start"):
-            got = system.cli(command, rid)
+            got = runs[command].result()
             assert got.returncode == 2, (command, got.stdout, got.stderr)
             assert "the local cloud cannot stop a machine" in got.stderr, got.stderr
             assert "Traceback" not in got.stderr
-        stopped = system.cli("stop", rid, "--json")
+        stopped = runs["stop --json"].result()
         assert stopped.returncode == 2
         assert "cannot stop" in json.loads(stopped.stdout)["error"]
         assert system.request(rid)["state"] == "RUNNING"
-        # An unknown request: exit 2 too.
-        assert system.cli("stop", "no-such-request").returncode == 2
+        assert runs["unknown"].result().returncode == 2
     finally:
-        system.cli("down", rid)
+        _down(system, rid)
 
 
 def test_a_service_is_ready_only_once_its_readiness_probe_passes(system: System) -> None:
@@ -145,8 +166,11 @@ def test_a_service_is_ready_only_once_its_readiness_probe_passes(system: System)
         assert "not ready" in shown.stdout, shown.stdout
 
         wait_for(lambda: system.request(rid)["ready"] is True, 60, "the probe to pass")
-        assert "(ready)" in system.cli("status", rid).stdout
-        assert json.loads(system.cli("status", rid, "--json").stdout)["ready"] is True
+        with ThreadPoolExecutor(2) as pool:  # both looks at once: neither changes anything
+            table = pool.submit(system.cli, "status", rid)
+            as_json = pool.submit(system.cli, "status", rid, "--json")
+        assert "(ready)" in table.result().stdout
+        assert json.loads(as_json.result().stdout)["ready"] is True
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200
     finally:
-        system.cli("down", rid)
+        _down(system, rid)

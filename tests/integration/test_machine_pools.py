@@ -9,7 +9,6 @@ next finds the local cloud (and its reservation) free."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import Counter
@@ -21,6 +20,8 @@ import pytest
 import redis
 import yaml
 
+from corral.services.cli.pools_api_cmd import pool_body
+from corral.services.client import Client
 from corral.services.state.pool_store import pool_ledgers
 from corral.services.state.store import Store
 
@@ -97,9 +98,18 @@ def pools_system(shared: System) -> Iterator[System]:
     shared.clear()
 
 
+def api(system: System) -> Client:
+    """The client `corral launch`, `pools apply`, `why` and `terminate` use, called in this
+    process: a `corral` process per call cost most of a second of CPU on a loaded machine,
+    about a third of this module's time (the commands' own output: test_pools_api.py,
+    test_cli_runtime.py)."""
+    return Client(system.api_url, system.token)
+
+
 def apply(system: System, path: Path, name: str = POOL) -> None:
-    done = system.cli("pools", "apply", str(path), "--name", name)
-    assert done.returncode == 0, done.stderr
+    """``corral pools apply PATH --name NAME``: the file read and checked as the command does."""
+    with api(system) as client:
+        client.apply_pool(**pool_body(path, name, None))
 
 
 def task_file(
@@ -114,9 +124,14 @@ def task_file(
 
 
 def launch(system: System, path: Path) -> str:
-    done = system.cli("launch", str(path), "--json")
-    assert done.returncode == 0, done.stderr
-    return str(json.loads(done.stdout)["id"])
+    """``corral launch PATH``: its compute config path inlined as the command does."""
+    with api(system) as client:
+        return str(client.launch(path).id)
+
+
+def terminate(system: System, request_id: str) -> None:
+    with api(system) as client:
+        client.terminate(request_id)
 
 
 def pool_view(system: System, name: str = POOL) -> dict[str, Any]:
@@ -132,10 +147,10 @@ def why_code(system: System, request_id: str) -> str:
 
 
 def why(system: System, request_id: str) -> dict[str, Any]:
-    done = system.cli("why", request_id, "--json")
-    assert done.returncode == 0, done.stderr
-    data: dict[str, Any] = json.loads(done.stdout)
-    return data
+    """What `corral why ID --json` prints."""
+    with api(system) as client:
+        found: dict[str, Any] = client.why(request_id).document()
+    return found
 
 
 def placed(system: System, request_id: str) -> list[tuple[str, str]]:
@@ -218,7 +233,7 @@ def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
     reserved_before = {
         m["id"] for m in pool_view(system)["machines"] if m["machine_type"] == "reserved-a100"
     }
-    assert system.cli("terminate", ids[0]).returncode == 0
+    terminate(system, ids[0])
     done = system.wait_state(late, {"SUCCEEDED"}, 60)
     assert {i["machine_type"] for i in done["instances"]} == {"reserved-a100", "head_node"}
     assert all(i["state"] == "TERMINATED" for i in done["instances"])
@@ -247,7 +262,7 @@ def test_the_seed_pool_fills_reserved_then_spot_then_on_demand(
     }
 
 
-SMALL_POOL = {
+SMALL_POOL: dict[str, Any] = {
     "kind": "ANYSCALE_MANAGED",
     "machine_types": [
         {
@@ -303,6 +318,10 @@ def test_a_higher_priority_workload_preempts_the_newest_lowest_which_requeues(
         )
         system.wait_state(low[-1], {"RUNNING"}, 60)
     time.sleep(MIN_RUNTIME_S + 0.2)  # past min_runtime_s
+    # The high workload runs until the test lets it end (its agent is a process on this
+    # machine): until the later low workload is seen queued, not a sleep that guessed how long
+    # the steps before take.
+    release = tmp_path / "high-may-end"
     high = launch(
         system,
         task_file(
@@ -310,7 +329,7 @@ def test_a_higher_priority_workload_preempts_the_newest_lowest_which_requeues(
             "high",
             compute,
             priority=10,
-            run="sleep 3",
+            run=f"while [ ! -e {release} ]; do sleep 0.1; done",
             scheduling={"on_full": "preempt"},
         ),
     )
@@ -327,6 +346,8 @@ def test_a_higher_priority_workload_preempts_the_newest_lowest_which_requeues(
     )
     # A later low workload queues behind the preempted one, which keeps its place.
     later = launch(system, task_file(tmp_path, "low-later", compute, run="sleep 300"))
+    wait_for(lambda: why_code(system, later) == "partition_full", 20, "low-later to queue")
+    release.touch()
     system.wait_state(high, {"SUCCEEDED"}, 60)
     system.wait_state(low[1], {"RUNNING"}, 30)
     assert system.request(later)["state"] == "PENDING"
@@ -403,7 +424,7 @@ def test_replacement_moves_a_fallen_back_workload_to_the_reservation(
     system.wait_state(mover, {"RUNNING"}, 60)
     assert placed(system, mover) == [("ondemand-a100", "on_demand")]
 
-    assert system.cli("terminate", blockers[0]).returncode == 0  # the reservation frees
+    terminate(system, blockers[0])  # the reservation frees
     freed_at = time.time()
 
     def moved() -> bool:
@@ -435,7 +456,7 @@ def test_four_schedulers_racing_on_one_partition_never_exceed_its_size(
         **SMALL_POOL,
         "machine_types": [
             {**SMALL_POOL["machine_types"][0], "partitions": [{"name": "shared", "size": 3}]}
-        ],  # type: ignore[index]
+        ],
     }
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(pool))
@@ -501,8 +522,9 @@ def test_idle_machines_are_reaped_past_their_limit_reserved_last(
     time.sleep(3)  # the reserved one stays: the pool keeps pool_min_machines = 1
     assert [m["machine_type"] for m in pool_view(system, "reaped")["machines"]] == ["reserved"]
     gone = machines["ondemand"]["provider_id"]
-    local = system.cli("instances", "--json")
-    assert gone not in local.stdout or '"TERMINATED"' in local.stdout
+    with api(system) as client:
+        left = [i.state for i in client.instances() if i.provider_id == gone]
+    assert set(left) <= {"TERMINATED"}, left
 
 
 def test_a_placement_sent_back_by_a_failed_launch_leaves_no_running_record_behind(
@@ -551,4 +573,4 @@ def test_a_placement_sent_back_by_a_failed_launch_leaves_no_running_record_behin
     assert len({i.placement for i in running}) <= 1, running
     ended = [i for i in records if "sent back" in (i.history[-1].reason or "")]
     assert ended, "the first placement's records ended when it was sent back"
-    assert system.cli("terminate", rid).returncode == 0
+    terminate(system, rid)

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from harness import CORRAL
+from corral.services.client import Client
+
+from harness import CORRAL, System
 
 pytestmark = pytest.mark.integration
 
@@ -24,11 +27,30 @@ LOCAL = FIXTURES / "localcloud" / "pools.yaml"
 TYPES = ["reserved-a100", "spot-a100", "ondemand-a100"]
 
 
-@pytest.fixture
-def system(make_system: Callable[..., Any]) -> Any:
-    system = make_system(LOCAL)
+@pytest.fixture(scope="module")
+def shared(make_module_system: Callable[..., System]) -> System:
+    """One API for the module: its start is seconds of CPU, and no test here stops it."""
+    system = make_module_system(LOCAL)
     system.start_api()
     return system
+
+
+@pytest.fixture
+def system(shared: System) -> Iterator[System]:
+    """The module's API as a fresh one: the pools a test registered are deleted after it (no
+    test here launches on them, so none has a machine)."""
+    yield shared
+    with Client(shared.api_url, shared.token) as client:
+        for pool in client.pools():
+            client.delete_pool(pool.name)
+
+
+def _pools(system: System) -> list[dict[str, Any]]:
+    """The registered pools, of the API (`pools list --json` itself is checked once)."""
+    resp = system.get("/v1/pools")
+    assert resp.status_code == 200, resp.text
+    found: list[dict[str, Any]] = resp.json()["pools"]
+    return found
 
 
 def _json(done: subprocess.CompletedProcess[str]) -> Any:
@@ -74,29 +96,33 @@ def test_apply_list_replace_and_delete(system: Any, tmp_path: Path) -> None:
         system.cli("pools", "apply", str(bigger), "--name", "demo-machine-pool", "--json")
     )
     assert again["replaced"] is True and again["file"] == "bigger.yaml"
-    [pool] = _json(system.cli("pools", "list", "--json"))["pools"]
+    [pool] = _pools(system)
     assert {p["size"] for t in pool["machine_types"] for p in t["partitions"]} == {3}
 
     # The file's stem is the default name.
     stem = _json(system.cli("pools", "apply", str(POOL), "--json"))
     assert stem["name"] == "seed-pool-local" and stem["replaced"] is False
-    names = [p["name"] for p in _json(system.cli("pools", "list", "--json"))["pools"]]
-    assert sorted(names) == ["demo-machine-pool", "seed-pool-local"]
+    assert sorted(p["name"] for p in _pools(system)) == ["demo-machine-pool", "seed-pool-local"]
 
     gone = system.cli("pools", "delete", "demo-machine-pool")
     assert gone.returncode == 0, gone.stderr
     assert gone.stdout == "deleted pool demo-machine-pool (0 machines terminated)\n"
-    names = [p["name"] for p in _json(system.cli("pools", "list", "--json"))["pools"]]
-    assert names == ["seed-pool-local"]
+    assert [p["name"] for p in _pools(system)] == ["seed-pool-local"]
 
 
 def test_unknown_names_are_exit_2_with_a_clear_message(system: Any) -> None:
-    for args in (("pools", "delete", "nope"), ("why", "r-nope")):
-        done = system.cli(*args)
+    # Each command once (both at once: a `corral` process is most of a second of start-up).
+    cases = {
+        ("pools", "delete", "nope"): "no pool 'nope' is registered",
+        ("why", "r-nope"): "no launch request with id 'r-nope'",
+    }
+    with ThreadPoolExecutor(len(cases)) as pool:
+        runs = {args: pool.submit(system.cli, *args) for args in cases}
+    for args, message in cases.items():
+        done = runs[args].result()
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr
-    assert "no pool 'nope' is registered" in system.cli("pools", "delete", "nope").stderr
-    assert "no launch request with id 'r-nope'" in system.cli("why", "r-nope").stderr
+        assert message in done.stderr, (args, done.stderr)
 
 
 def test_writes_without_the_token_are_401(system: Any) -> None:
@@ -110,17 +136,20 @@ def test_writes_without_the_token_are_401(system: Any) -> None:
     )
     assert done.returncode == 2
     assert "unauthorized" in done.stderr
-    assert _json(system.cli("pools", "list", "--json"))["pools"] == []
+    assert _pools(system) == []
 
 
 def test_why_a_plain_request_says_where_it_is_on_its_chain(system: Any) -> None:
     request_id = system.submit(
         {"name": "plain", "resources": {"cloud": "local", "instance_type": "cpu-2"}, "run": "true"}
     )
-    found = _json(system.cli("why", request_id, "--json"))
+    with ThreadPoolExecutor(2) as pool:  # both at once: neither changes anything
+        as_json = pool.submit(system.cli, "why", request_id, "--json")
+        as_line = pool.submit(system.cli, "why", request_id)
+    found = _json(as_json.result())
     assert (found["id"], found["pool"]) == (request_id, None)
     assert found["code"] in {"planning", "provisioning", "running", "succeeded"}, found
     assert isinstance(found["tried"], list) and isinstance(found["blocked"], list)
-    line = system.cli("why", request_id)
+    line = as_line.result()
     assert line.returncode == 0, line.stderr
     assert line.stdout.startswith(f"{request_id} ")
