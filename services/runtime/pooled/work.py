@@ -302,7 +302,11 @@ def record_instance(
         r.instance_ids = [*r.instance_ids, inst_id]
         return True
 
-    deps.store.update_request(request_id, link)
+    linked = deps.store.update_request(request_id, link)
+    if linked is not None and linked.is_terminal:
+        # The request ended while this placement was being written (a cancel): its sweep of
+        # the records may have listed them before this one existed, so it ends here.
+        end_instances(deps, request_id, f"its request ended ({linked.state.value})")
 
 
 def end_stale_records(
