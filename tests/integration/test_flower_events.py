@@ -6,9 +6,10 @@ with Celery's event receiver on the broker."""
 
 from __future__ import annotations
 
+import re
 import threading
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,10 +43,17 @@ def _count_messages(url: str, channels: list[str], stop: threading.Event) -> Non
     sub.close()
 
 
+def _ran(logs: Path) -> dict[str, int]:
+    """How many times a worker ran each periodic task, as their logs say (not how many it
+    received: a copy that expired before it started is discarded)."""
+    text = "".join(f.read_text(errors="replace") for f in logs.glob("*.log"))
+    return {t: len(re.findall(rf"Task {re.escape(t)}\[[^]]+\] succeeded", text)) for t in PERIODIC}
+
+
 def test_beats_ticks_send_no_events_and_a_users_request_does(
     make_system: Callable[..., System],
 ) -> None:
-    system = make_system(RECONCILE_INTERVAL_S="0.5", POOL_REBALANCE_INTERVAL_S="1")
+    system = make_system(RECONCILE_INTERVAL_S="0.5", POOL_REBALANCE_INTERVAL_S="0.5")
     seen: list[dict[str, Any]] = []
     stop = threading.Event()
     watcher = threading.Thread(
@@ -72,7 +80,18 @@ def test_beats_ticks_send_no_events_and_a_users_request_does(
             {"resources": {"cloud": "local", "instance_type": "cpu-2"}, "run": "true"}
         )
         system.wait_state(request_id, {"RUNNING", "SUCCEEDED"}, 90)
-        time.sleep(4)  # eight reconcile intervals, four rebalances: each would have shown
+        # Until each periodic task has run three more times (every half second) while the
+        # receiver hears the broker: the events of all but the last of those runs, had any
+        # been sent, went out 0.5 s or more before the end, five times the workers' event
+        # flush interval. (A fixed 4 s sleep here also passed when beat never ticked.)
+        logs = system.home / "logs"
+        before = _ran(logs)
+        wait_for(
+            lambda: all(n >= before[t] + 3 for t, n in _ran(logs).items()),
+            30,
+            "each periodic task to run three times more",
+            logs,
+        )
     finally:
         stop.set()
         watcher.join(5)

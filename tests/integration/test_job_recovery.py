@@ -61,6 +61,9 @@ def test_a_listed_exit_code_always_restarts_and_the_job_then_succeeds(
 ) -> None:
     marker = tmp_path / "second-time"
     run = f"if [ -e {marker} ]; then echo recovered; exit 0; fi; touch {marker}; exit 33"
+    # Without job_recovery a failing job fails at once (checked below): submitted first, it
+    # runs while the other restarts.
+    plain = system.submit({"name": "plain", "resources": WHERE, "run": "exit 33"})
     rid = system.submit(
         {
             "name": "nccl-timeout",
@@ -79,7 +82,6 @@ def test_a_listed_exit_code_always_restarts_and_the_job_then_succeeds(
     assert len(as_json["runs"]) == 2 and as_json["cost_usd"] > 0
 
     # Without job_recovery a failing job fails at once: one run.
-    plain = system.submit({"name": "plain", "resources": WHERE, "run": "exit 33"})
     done = system.wait_state(plain, {"FAILED", "SUCCEEDED"}, 60)
     assert done["state"] == "FAILED" and len(done["runs"]) == 1
 

@@ -29,6 +29,12 @@ def test_master_killed_during_launches_fails_over_and_loses_nothing(tmp_path: Pa
         group.url,
         REPO / "tests/fixtures/localcloud/crash.yaml",  # machines boot in a second
         BLOCKED_TTL_S="180",
+        # Redis unreachable for 10 s is an outage (30 s as shipped). The failover is over 2-3 s
+        # after the kill (1 s to be judged down, one election), so a client that follows it
+        # rides through either way. A call in flight at the kill (a submit in the API, a task
+        # in a pool process) stays on the dead master until its patience is spent, then fails
+        # and is sent again: at 30 s the launches settled half a minute after the kill.
+        REDIS_PATIENCE_S="10",
     )
     try:
         system.start_api()
@@ -38,9 +44,11 @@ def test_master_killed_during_launches_fails_over_and_loses_nothing(tmp_path: Pa
         beat_log = system.home / "logs" / "beat.log"
         wait_for(lambda: "Acquired lock" in beat_log.read_text(), 60, "beat to lead")
         headers = {"Authorization": f"Bearer {system.token}"}
-        # Everything is up and talking through the sentinels before the fault.
+        # Everything is up and talking through the sentinels before the fault, and the
+        # sentinels (which came to know each other while Corral started) can fail over.
         warm = system.submit({**SERVICE, "name": "warm"})
         system.wait_state(warm, {"RUNNING"}, 60)
+        group.wait_ready()
 
         old = group.ports["master"]
         killer = threading.Timer(1.0, group.kill_master)
@@ -81,7 +89,7 @@ def test_master_killed_during_launches_fails_over_and_loses_nothing(tmp_path: Pa
         wait_for(only_ours, 60, "leftovers to be terminated", system.home / "logs")
         cancel_all(system.api_url, headers, [*ids, warm])
     finally:
-        system.stop()
+        system.stop(grace_s=0)  # nothing left to finish: every request was cancelled
         kill_agents(system)
         group.stop()
 
