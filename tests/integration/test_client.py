@@ -18,9 +18,12 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -28,6 +31,7 @@ from celery import Celery
 
 from corral.services.client import (
     Client,
+    ClientError,
     Impossible,
     InstanceRow,
     InvalidTask,
@@ -35,7 +39,7 @@ from corral.services.client import (
     SubmissionView,
 )
 
-from harness import CORRAL, System, kill_agents, wait_for
+from harness import CORRAL, LOCAL_ONLY, System, kill_agents, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +51,7 @@ WARM_UP = {
     "resources": {"cloud": "local", "instance_type": "cpu-2"},
     "run": "true",
 }
+T = TypeVar("T")
 IMPOSSIBLE = {"resources": {"cloud": "local", "accelerators": "H100:64"}, "run": "true"}
 
 
@@ -54,7 +59,9 @@ IMPOSSIBLE = {"resources": {"cloud": "local", "accelerators": "H100:64"}, "run":
 def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     redis_server.flush()
     home = tmp_path_factory.mktemp("client-home")
-    system = System(home, redis_server.url, LOCAL_CLOUD)
+    # The local cloud alone: every test launches there, and each process of the installation
+    # would otherwise load the other clouds' SDKs to find it has no credentials for them.
+    system = System(home, redis_server.url, LOCAL_CLOUD, LOCAL_ONLY)
     try:
         system.start_api()
         system.start_worker("schedule")
@@ -223,11 +230,39 @@ def test_logs_follow_gives_each_line_of_a_two_node_job_once(system: System) -> N
     assert "replaced" not in out
 
 
-def _cli(system: System, *args: str, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
+def _cli(
+    system: System,
+    *args: str,
+    cwd: Path | None = None,
+    stdin: str | None = None,
+    timeout_s: float = 90,
+) -> subprocess.CompletedProcess[str]:
     env = {**system.env, "CORRAL_API_URL": system.api_url}
     return subprocess.run(
-        [CORRAL, *args], env=env, capture_output=True, text=True, timeout=timeout_s
+        [CORRAL, *args],
+        cwd=cwd,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
+
+
+def _at_once(*calls: Callable[[], T]) -> list[T]:
+    """Independent calls (commands, mostly) made at the same time, their results in the order
+    given. A `corral` command is a Python start-up (CPU), then a wait on the system (a job's
+    run, a node's next beat): one after another they left the second core idle and their
+    waits end to end. Each command keeps its own timeout, so none outlives the test."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [future.result() for future in [pool.submit(call) for call in calls]]
+
+
+def _down(system: System, request_id: str) -> None:
+    """A test's cleanup: the request terminated through the API (no CLI process for it); one
+    that ended already is refused, as `corral down` would be, and that is fine here."""
+    with Client(system.api_url, system.token, timeout_s=30) as client, suppress(ClientError):
+        client.terminate(request_id)
 
 
 def test_launch_follows_a_job_to_its_end_and_exits_with_its_exit_code(
@@ -241,28 +276,28 @@ def test_launch_follows_a_job_to_its_end_and_exits_with_its_exit_code(
         "name: exits-3\nresources: {cloud: local, instance_type: cpu-2}\n"
         "run: 'echo first-line; sleep 2; echo last-line; exit 3'\n"
     )
-    done = _cli(system, "launch", str(failing))
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("name: ok\nresources: {cloud: local, instance_type: cpu-2}\nrun: echo fine\n")
+    done, fine, detached = _at_once(
+        partial(_cli, system, "launch", str(failing)),
+        partial(_cli, system, "launch", str(ok)),
+        partial(_cli, system, "launch", str(ok), "--detach"),
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.index("first-line") < done.stdout.index("last-line")
     assert done.stdout.count("last-line") == 1
     assert "FAILED" in done.stdout
 
-    ok = tmp_path / "ok.yaml"
-    ok.write_text("name: ok\nresources: {cloud: local, instance_type: cpu-2}\nrun: echo fine\n")
-    done = _cli(system, "launch", str(ok))
-    assert done.returncode == 0 and "fine" in done.stdout, done.stdout + done.stderr
+    assert fine.returncode == 0 and "fine" in fine.stdout, fine.stdout + fine.stderr
 
-    detached = _cli(system, "launch", str(ok), "--detach")
     assert detached.returncode == 0 and detached.stdout.strip().startswith("r-"), detached
 
 
-def test_terminate_takes_several_ids_and_down_all_takes_everything_down(
-    system: System, tmp_path: Path
-) -> None:
-    svc = tmp_path / "svc.yaml"
-    svc.write_text("resources: {cloud: local, instance_type: cpu-2}\n")  # no run: a service
-    ids = [_cli(system, "launch", str(svc), "-d").stdout.strip() for _ in range(3)]
+def test_terminate_takes_several_ids_and_down_all_takes_everything_down(system: System) -> None:
+    # Launched through the API: the commands under test are terminate and down.
+    svc = {"resources": {"cloud": "local", "instance_type": "cpu-2"}}  # no run: a service
     with Client(system.api_url, system.token, timeout_s=30) as client:
+        ids = [client.launch(svc).id for _ in range(3)]
         for rid in ids:
             assert client.wait(rid, timeout_s=60).state == "RUNNING"
     two = _cli(system, "terminate", ids[0], ids[1], "--json")
@@ -309,7 +344,7 @@ def test_a_services_port_answers_at_the_endpoint_status_prints(
 
         wait_for(answers, 30, "the service to answer at its endpoint")
     finally:
-        _cli(system, "down", rid)
+        _down(system, rid)
 
 
 def test_workdir_and_file_mounts_reach_the_node_and_run_starts_in_the_workdir(
@@ -339,15 +374,7 @@ def test_workdir_and_file_mounts_reach_the_node_and_run_starts_in_the_workdir(
         "  cat ~/weights.bin\n"
         "  cat /etc/app/configs/a.yaml 2>/dev/null || cat ~/etc/app/configs/a.yaml\n"
     )
-    env = {**system.env, "CORRAL_API_URL": system.api_url}
-    done = subprocess.run(
-        [CORRAL, "launch", "job.yaml"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _cli(system, "launch", "job.yaml", cwd=project, timeout_s=120)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert "nested-content" in out and "no-git" in out and "sky_workdir" in out
@@ -381,21 +408,24 @@ def test_a_git_workdir_is_cloned_at_its_ref(system: System, tmp_path: Path) -> N
 def test_files_corral_cannot_ship_are_refused_naming_the_field(
     system: System, tmp_path: Path
 ) -> None:
-    job = tmp_path / "gs.yaml"
-    for source, said in [
+    cases = [
         ("gs://bucket/key", "gs:// sources are not supported yet"),
         ("r2://bucket/key", "r2:// sources are not supported yet"),
         ("{name: data, mode: MOUNT}", "a storage mapping (mode: MOUNT or COPY) is not supported"),
         ("s3://", "expected s3://BUCKET[/KEY]"),
-    ]:
+    ]
+    jobs = [tmp_path / f"mounts-{n}.yaml" for n in range(len(cases))]
+    for job, (source, _) in zip(jobs, cases, strict=True):
         job.write_text(
             "resources: {cloud: local, instance_type: cpu-2}\n"
             f"file_mounts: {{/data: {source}}}\nrun: 'true'\n"
         )
-        done = _cli(system, "launch", str(job))
+    refused = _at_once(*(partial(_cli, system, "launch", str(job)) for job in jobs))
+    for job, (_, said), done in zip(jobs, cases, refused, strict=True):
         assert done.returncode == 2, done.stderr
         assert f"{job}" in done.stderr and "file_mounts" in done.stderr, done.stderr
         assert said in done.stderr and "/data" in done.stderr, done.stderr
+    job = tmp_path / "big.yaml"
     big = tmp_path / "big"
     big.mkdir()
     (big / "blob").write_bytes(os.urandom(300_000))
@@ -407,87 +437,69 @@ def test_files_corral_cannot_ship_are_refused_naming_the_field(
     assert done.returncode == 2 and "over the limit of 100,000" in done.stderr, done.stderr
 
 
-def test_exec_runs_a_command_on_a_running_node_and_returns_its_exit_code(
-    system: System, tmp_path: Path
-) -> None:
+def test_exec_runs_a_command_on_a_running_node_and_returns_its_exit_code(system: System) -> None:
     """Issue 24: a way in. `corral exec ID -- CMD` goes through the machine's agent: the
     command runs with the task's environment, its output (stdout and stderr) streams back and
     its exit code is the command's."""
-    svc = tmp_path / "svc.yaml"
-    svc.write_text(
-        "resources: {cloud: local, instance_type: cpu-2}\nenvs: {GREETING: hello-from-task}\n"
+    rid = _service(
+        system,
+        "resources: {cloud: local, instance_type: cpu-2}\nenvs: {GREETING: hello-from-task}\n",
     )
-    launched = _cli(system, "launch", str(svc), "-d")
-    assert launched.returncode == 0, launched.stderr
-    rid = launched.stdout.strip()
     try:
-        with Client(system.api_url, system.token, timeout_s=30) as client:
-            assert client.wait(rid, timeout_s=60).state == "RUNNING"
-        done = _cli(system, "exec", rid, "--", 'echo "$GREETING"; echo to-stderr >&2; exit 5')
+        # Each exec is its own command on the node, with its own output and exit code.
+        done, two, no_node = _at_once(
+            partial(
+                _cli, system, "exec", rid, "--", 'echo "$GREETING"; echo to-stderr >&2; exit 5'
+            ),
+            partial(_cli, system, "exec", rid, "--", "echo", "two words"),
+            partial(_cli, system, "exec", rid, "--node", "3", "--", "true"),
+        )
         assert done.returncode == 5, done.stdout + done.stderr
         assert "hello-from-task" in done.stdout and "to-stderr" in done.stdout
-        two = _cli(system, "exec", rid, "--", "echo", "two words")
+        assert "two words" not in done.stdout
         assert two.returncode == 0 and "two words" in two.stdout
-        assert _cli(system, "exec", rid, "--node", "3", "--", "true").returncode == 2
+        assert "hello-from-task" not in two.stdout
+        assert no_node.returncode == 2
     finally:
-        _cli(system, "down", rid)
+        _down(system, rid)
 
 
-def _service(system: System, tmp_path: Path, text: str) -> str:
-    """A service launched on the local cloud, RUNNING: its request id."""
-    svc = tmp_path / "svc.yaml"
-    svc.write_text(text)
-    launched = _cli(system, "launch", str(svc), "-d")
-    assert launched.returncode == 0, launched.stderr
-    rid = launched.stdout.strip()
+def _service(system: System, text: str) -> str:
+    """A service (``text``: its YAML) launched on the local cloud, RUNNING: its request id.
+    Launched through the API: the tests that use it are about what comes after."""
     with Client(system.api_url, system.token, timeout_s=30) as client:
+        rid = client.launch(text).id
         assert client.wait(rid, timeout_s=60).state == "RUNNING"
     return rid
 
 
-def test_attach_relays_a_shell_through_the_agent_and_returns_its_exit_code(
-    system: System, tmp_path: Path
-) -> None:
+def test_attach_relays_a_shell_through_the_agent_and_returns_its_exit_code(system: System) -> None:
     """Issue 24: a way in. `corral attach ID` is a shell on the node relayed through the API
     and the agent (docs/attach.md). Without a terminal, stdin is the shell's script: its
     output comes back and its exit code is the command's."""
     rid = _service(
         system,
-        tmp_path,
         "resources: {cloud: local, instance_type: cpu-2}\nenvs: {GREETING: hello-attach}\n",
     )
-    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    # a larger stdin than one write, and its output back in order
+    script = "".join(f"echo line-{i}\n" for i in range(5000))
     try:
-        done = subprocess.run(
-            [CORRAL, "attach", rid],
-            input='echo hi; echo "$GREETING"; exit 3\n',
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        # Each attach is a shell of its own on the node: neither sees the other's lines.
+        done, big, no_node = _at_once(
+            partial(_cli, system, "attach", rid, stdin='echo hi; echo "$GREETING"; exit 3\n'),
+            partial(_cli, system, "attach", rid, stdin=script),
+            partial(_cli, system, "attach", rid, "--node", "2"),
         )
         assert done.returncode == 3, done.stdout + done.stderr
         assert done.stdout.splitlines() == ["hi", "hello-attach"]
-        # a larger stdin than one write, and its output back in order
-        script = "".join(f"echo line-{i}\n" for i in range(5000))
-        big = subprocess.run(
-            [CORRAL, "attach", rid],
-            input=script,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
         assert big.returncode == 0, big.stderr
         assert big.stdout.splitlines() == [f"line-{i}" for i in range(5000)]
-        assert _cli(system, "attach", rid, "--node", "2").returncode == 2
+        assert no_node.returncode == 2
     finally:
-        _cli(system, "down", rid)
+        _down(system, rid)
 
 
-def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(
-    system: System, tmp_path: Path
-) -> None:
+def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(system: System) -> None:
     """With a terminal (a pty here, 40 rows by 120 columns), attach puts it in raw mode and
     the shell on the node gets a pty of that size, resized when the terminal is; its exit
     code is the command's."""
@@ -496,7 +508,7 @@ def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(
     import struct
     import termios
 
-    rid = _service(system, tmp_path, "resources: {cloud: local, instance_type: cpu-2}\n")
+    rid = _service(system, "resources: {cloud: local, instance_type: cpu-2}\n")
     env = {**system.env, "CORRAL_API_URL": system.api_url}
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
@@ -547,7 +559,7 @@ def test_attach_with_a_terminal_gives_the_shell_a_pty_of_its_size(
         if proc.poll() is None:
             proc.kill()
         os.close(master)
-        _cli(system, "down", rid)
+        _down(system, rid)
 
 
 def test_port_forward_reaches_a_services_port_on_the_node(system: System, tmp_path: Path) -> None:
@@ -560,7 +572,6 @@ def test_port_forward_reaches_a_services_port_on_the_node(system: System, tmp_pa
     (tmp_path / "site" / "hello.txt").write_text("hello through the relay\n")
     rid = _service(
         system,
-        tmp_path,
         "resources: {cloud: local, instance_type: cpu-2}\n"
         f"run: cd {tmp_path / 'site'} && exec python3 -m http.server {port} --bind 127.0.0.1\n",
     )
@@ -590,13 +601,16 @@ def test_port_forward_reaches_a_services_port_on_the_node(system: System, tmp_pa
         # several connections at once, each its own session
         blob = os.urandom(300_000)
         (tmp_path / "site" / "blob.bin").write_bytes(blob)
-        for _ in range(3):
-            got = httpx.get(f"http://127.0.0.1:{local}/blob.bin", timeout=30)
-            assert got.content == blob
+
+        def fetch(_: int) -> bytes:
+            return httpx.get(f"http://127.0.0.1:{local}/blob.bin", timeout=30).content
+
+        with ThreadPoolExecutor(3) as pool:
+            assert list(pool.map(fetch, range(3))) == [blob] * 3
     finally:
         forward.terminate()
         forward.wait(10)
-        _cli(system, "down", rid)
+        _down(system, rid)
 
 
 FAKE_DOCKER = """#!/usr/bin/env python3
@@ -645,15 +659,7 @@ def test_a_docker_image_runs_setup_and_run_in_its_container(system: System, tmp_
         "setup: echo setup-in-$IN_FAKE_CONTAINER\n"
         "run: cat marker.txt; echo run-in-$IN_FAKE_CONTAINER; echo $SECRETISH; exit 4\n"
     )
-    env = {**system.env, "CORRAL_API_URL": system.api_url}
-    done = subprocess.run(
-        [CORRAL, "launch", "job.yaml"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _cli(system, "launch", "job.yaml", cwd=project, timeout_s=120)
     assert done.returncode == 4, done.stdout + done.stderr
     argvs = [json.loads(line) for line in calls.read_text().splitlines()]
     run, setup, job, rm = argvs
@@ -683,29 +689,24 @@ def test_exec_and_attach_reach_inside_a_services_container(system: System, tmp_p
     calls = tmp_path / "docker-calls.jsonl"
     rid = _service(
         system,
-        tmp_path,
         "resources: {cloud: local, instance_type: cpu-2, image_id: 'docker:ubuntu:22.04'}\n"
         f"envs: {{PATH: '{bin_dir}:{os.environ['PATH']}', FAKE_DOCKER_LOG: '{calls}'}}\n",
     )
-    env = {**system.env, "CORRAL_API_URL": system.api_url}
     try:
-        ran = _cli(system, "exec", rid, "--", "echo exec-in-$IN_FAKE_CONTAINER; exit 2")
-        assert ran.returncode == 2 and "exec-in-corral-" in ran.stdout, ran.stdout + ran.stderr
-        attached = subprocess.run(
-            [CORRAL, "attach", rid],
-            input="echo attach-in-$IN_FAKE_CONTAINER\n",
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        ran, attached = _at_once(
+            partial(_cli, system, "exec", rid, "--", "echo exec-in-$IN_FAKE_CONTAINER; exit 2"),
+            partial(_cli, system, "attach", rid, stdin="echo attach-in-$IN_FAKE_CONTAINER\n"),
         )
+        assert ran.returncode == 2 and "exec-in-corral-" in ran.stdout, ran.stdout + ran.stderr
         assert attached.returncode == 0, attached.stdout + attached.stderr
         assert attached.stdout.startswith("attach-in-corral-"), attached.stdout
         argvs = [json.loads(line) for line in calls.read_text().splitlines()]
         assert [a[0] for a in argvs] == ["run", "exec", "exec"]
-        assert argvs[2][:2] == ["exec", "-i"] and argvs[2][-1] == "bash"
+        # The two ran at once, in either order: attach's is the one with stdin (-i), a shell.
+        [shell] = [a for a in argvs[1:] if a[:2] == ["exec", "-i"]]
+        assert shell[-1] == "bash"
     finally:
-        _cli(system, "down", rid)
+        _down(system, rid)
 
 
 def test_a_docker_image_on_a_node_without_docker_fails_saying_so(
@@ -764,15 +765,17 @@ def test_s3_file_mounts_are_copied_by_the_node_with_its_own_credentials(
             "file_mounts:\n  /data: s3://corral-data/set\n  ~/model.bin: s3://corral-data/model.bin\n"
             "run: cat ~/data/a.txt ~/data/sub/b.txt ~/model.bin\n"
         )
-        done = _cli(system, "launch", str(job))
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "object-a\nobject-b\nweights-from-s3" in done.stdout
-        job.write_text(
+        nothing = tmp_path / "s3-missing.yaml"
+        nothing.write_text(
             "resources: {cloud: local, instance_type: cpu-2}\n"
             f"envs: {{{envs}}}\n"
             "file_mounts: {/data: s3://corral-data/nothing-here}\nrun: echo never-run\n"
         )
-        missing = _cli(system, "launch", str(job))
+        done, missing = _at_once(
+            partial(_cli, system, "launch", str(job)), partial(_cli, system, "launch", str(nothing))
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "object-a\nobject-b\nweights-from-s3" in done.stdout
         both = missing.stdout + missing.stderr
         assert missing.returncode != 0 and "never-run" not in both
         assert "s3://corral-data/nothing-here: no such object" in both, both

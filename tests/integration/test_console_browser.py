@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,7 @@ def _until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
         time.sleep(0.25)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def _start_chromium() -> Any:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -45,13 +45,29 @@ def browser() -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
                 "--disable-dev-shm-usage"):  # fmt: skip
         options.add_argument(arg)
-    SHOTS.mkdir(parents=True, exist_ok=True)
     chrome = webdriver.Chrome(service=Service(driver), options=options)
     chrome.set_page_load_timeout(60)
-    try:
-        yield chrome
-    finally:
-        chrome.quit()
+    return chrome
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _chromium() -> Iterator[Future[Any]]:
+    """Chromium, started in a thread as the module begins (autouse: before the ``demo``
+    fixture), so it comes up while the demo's installation does: selenium's import and the
+    browser's start are seconds of the module, the demo's start mostly a wait on its requests."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(1) as pool:
+        starting = pool.submit(_start_chromium)
+        try:
+            yield starting
+        finally:
+            if starting.exception() is None:
+                starting.result().quit()
+
+
+@pytest.fixture(scope="module")
+def browser(_chromium: Future[Any]) -> Any:
+    return _chromium.result(timeout=120)
 
 
 class Console:
