@@ -72,6 +72,15 @@ class Timers(BaseModel):
     # A boot watch looks at a cloud's machines on their way up this often (never more often
     # than the provider's own poll interval): one describe per cloud and region per look.
     boot_watch_interval_s: float = 0.5
+    # The shortest time between two looks at AWS's, Google Cloud's or a Kubernetes cluster's
+    # machines, hence the boot watch's floor there: EC2's DescribeInstances is rate-limited per
+    # account, Compute Engine's list calls count against the project's quota (the local cloud
+    # reads its own records in Redis every 0.05 s).
+    cloud_poll_interval_s: float = Field(2.0, gt=0)
+    # How often a cloud machine's node agent looks at its instance metadata for the cloud's
+    # warning that it takes the machine back: AWS posts a spot interruption notice two minutes
+    # ahead and suggests looking every 5 s; Compute Engine gives a preempted VM 30 s.
+    node_notice_poll_s: float = Field(5.0, gt=0)
     # Redis outages (a restart, a Sentinel failover, a pause). A Redis call or a publish that
     # meets a dead connection is tried again, with backoff, for this long before it fails: a
     # restart or a failover shorter than this is ridden through by every process.

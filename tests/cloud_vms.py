@@ -78,6 +78,7 @@ class Vm:
 
     def __init__(self, root: Path, script: str, metadata_url: str = "off") -> None:
         self.root = root
+        self._member: int | None = None  # a process of the machine last seen running
         root.mkdir(parents=True)
         (root / "boot.sh").write_text(script)
         env = {
@@ -131,11 +132,36 @@ class Vm:
         wait_for(lambda: not self.alive(), 20, "the played machine's processes to die")
 
     def alive(self) -> bool:
+        """Whether a process of the machine still runs. Its agent, started by the boot script
+        with nohup, is an orphan: once ended, it is a zombie until init reaps it, and an init
+        may do so only every few seconds (about every 2 s on the CI machine). A zombie runs
+        nothing: it is not counted, so a wait for the machine to stop ends when it stops."""
+        pgid = self.proc.pid
         try:
-            os.killpg(self.proc.pid, 0)
+            os.killpg(pgid, 0)
         except ProcessLookupError:
             return False
-        return True
+        # The member seen running last time is looked at first: a look at every process is
+        # tens of milliseconds on a busy machine, and waits ask ten times a second.
+        if self._member is None or not _runs_in(self._member, pgid):
+            self._member = next((p for p in _pids() if _runs_in(p, pgid)), None)
+        return self._member is not None
+
+
+def _pids() -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+
+
+def _runs_in(pid: int, pgid: int) -> bool:
+    """Whether the process runs in the group (a zombie, ended, not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # After the command's closing parenthesis: its state, its parent's pid, its group.
+    state, _parent, group = stat.rsplit(b")", 1)[-1].split()[:3]
+    return int(group) == pgid and state not in (b"Z", b"X")  # X: dead, as it goes
 
 
 class Fleet:
@@ -297,8 +323,19 @@ def aws_agents_system(make_system: Callable[..., System], moto: FaultyMoto) -> S
     return start_with_agents(system)
 
 
+# The played clouds' polls, shortened as FAST_TIMERS shortens the runtime's: the boot watch
+# looks at EC2, the Compute API fake and the fake cluster every 0.5 s (boot_watch_interval_s'
+# floor) rather than every 2 s, the rate-limit floor of a real cloud; an agent looks at its
+# metadata for a spot notice or preemption every 0.5 s, not every 5 s. A test that names one of
+# them (make_system's timers) keeps its own.
+PLAYED_CLOUD_TIMERS = {"CLOUD_POLL_INTERVAL_S": "0.5", "NODE_NOTICE_POLL_S": "0.5"}
+
+
 def start_with_agents(system: System) -> System:
-    """API, workers and beat, with cloud machines booting the node agent against this API."""
+    """API, workers and beat, with cloud machines booting the node agent against this API
+    (the played clouds polled as PLAYED_CLOUD_TIMERS has it)."""
+    for name, value in PLAYED_CLOUD_TIMERS.items():
+        system.env.setdefault(f"CORRAL_TIMERS__{name}", value)
     # The machines reach the API here (the address is known before the API answers).
     system.env["CORRAL_NODE_API_URL"] = system.start_api()
     system.start_worker("schedule")

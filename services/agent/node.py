@@ -250,9 +250,9 @@ class NodeLink(HttpLink):
         super().finish(exit_code, reason, now, beat)
 
 
-# Where a machine reads its own metadata, by cloud; and how often it looks for a warning
-# (AWS posts a spot interruption notice two minutes ahead and suggests polling every 5 s;
-# Compute Engine gives a preempted VM 30 s).
+# Where a machine reads its own metadata, by cloud; and how often it looks for a warning unless
+# told otherwise (--notice-poll-s; AWS posts a spot interruption notice two minutes ahead and
+# suggests polling every 5 s; Compute Engine gives a preempted VM 30 s).
 METADATA_URLS = {"aws": "http://169.254.169.254", "gcp": "http://metadata.google.internal"}
 NOTICE_POLL_S = 5.0
 METADATA_TIMEOUT_S = 2.0
@@ -263,16 +263,19 @@ class NoticeWatch(threading.Thread):
     machine back (EC2's ``spot/instance-action``, Compute Engine's ``instance/preempted``) and
     relays it to the control plane once, so recovery starts before the machine goes."""
 
-    def __init__(self, link: HttpLink, cloud: str, base_url: str) -> None:
+    def __init__(
+        self, link: HttpLink, cloud: str, base_url: str, poll_s: float = NOTICE_POLL_S
+    ) -> None:
         super().__init__(name="corral-notice-watch", daemon=True)
         self.link = link
         self.cloud = cloud
         self.base = base_url.rstrip("/")
+        self.poll_s = poll_s
         self._stop = threading.Event()
         self._unreachable = False
 
     def run(self) -> None:
-        while not self._stop.wait(NOTICE_POLL_S):
+        while not self._stop.wait(self.poll_s):
             try:
                 what = self.look()
             except (OSError, ValueError) as exc:
@@ -369,6 +372,12 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="the instance metadata service (default: the cloud's own; 'off': do not look)",
     )
+    parser.add_argument(
+        "--notice-poll-s",
+        type=float,
+        default=NOTICE_POLL_S,
+        help="how often to look at the metadata for the cloud's warning (seconds)",
+    )
     args = parser.parse_args(argv)
     try:
         token = args.token_file.read_text(encoding="utf-8").strip()
@@ -397,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     link.shipper.start()
     metadata = args.metadata_url or METADATA_URLS.get(args.cloud or "", "")
     if metadata and metadata != "off":
-        NoticeWatch(link, args.cloud or "", metadata).start()
+        NoticeWatch(link, args.cloud or "", metadata, args.notice_poll_s).start()
     agent = Agent(
         link,
         Work(

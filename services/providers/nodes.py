@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+from corral.services.agent.node import NOTICE_POLL_S
 from corral.services.providers.agent_wheel import agent_wheel_sha256
 from corral.services.providers.base import (
     TAG_ATTEMPT,
@@ -27,6 +28,7 @@ from corral.services.providers.base import (
     checked_assignment,
     status_view,
 )
+from corral.services.settings import get_settings
 from corral.services.state.nodes import NodeBook, NodeName, NodeView
 from corral.shared.errors import InvalidRequestError
 
@@ -143,7 +145,10 @@ class NodeAgents:
         source: str | None = None,
         source_sha256: str | None = None,
         kill_grace_s: float = 10.0,
+        notice_poll_s: float | None = None,
     ) -> None:
+        """``notice_poll_s``: how often the agents look at their instance metadata for the
+        cloud's warning (None: the settings' ``timers.node_notice_poll_s``, 5 s as shipped)."""
         self.cloud = cloud
         self.book = book
         self.api_url = api_url.rstrip("/")
@@ -151,6 +156,9 @@ class NodeAgents:
         # The hash the boot script checks: the served wheel's, or the one given with a source.
         self.source_sha256 = source_sha256 or (None if source else agent_wheel_sha256())
         self.kill_grace_s = kill_grace_s
+        if notice_poll_s is None:
+            notice_poll_s = get_settings().timers.node_notice_poll_s
+        self.notice_poll_s = notice_poll_s
         warn_if_plain_http(self.api_url)
         if self.source_sha256 is None:
             log.warning(
@@ -227,12 +235,17 @@ class NodeAgents:
                 '"$py" -m pip install --quiet --disable-pip-version-check --no-deps '
                 f'--target "$root/agent" {q(self.source)} >> node.log 2>&1'
             )
+        # Named only when it is not the agent's own default: an agent installed from a source
+        # of its own (node_agent_source) may predate the option.
+        poll = ""
+        if self.notice_poll_s != NOTICE_POLL_S:
+            poll = f"--notice-poll-s {self.notice_poll_s:g} "
         lines.append(
             f'PYTHONPATH="$root/agent" nohup "$py" -m {AGENT_MODULE} --api {q(self.api_url)} '
             f'--token-file "$root/node-token" --log "$root/node.log" --cloud {q(self.cloud)} '
             '${machine:+--provider-id "$machine"} '
             '--metadata-url "${CORRAL_NODE_METADATA_URL:-}" '
-            f"--kill-grace-s {self.kill_grace_s:g} >> node.log 2>&1 < /dev/null &"
+            f"{poll}--kill-grace-s {self.kill_grace_s:g} >> node.log 2>&1 < /dev/null &"
         )
         return "\n".join(lines) + "\n"
 

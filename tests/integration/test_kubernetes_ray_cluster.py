@@ -18,6 +18,7 @@ import subprocess
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +250,23 @@ def test_show_gpus_and_plan_list_the_clusters_gpus_live(kube: FakeKube, tmp_path
         "CORRAL_HOME": str(tmp_path / "home"),
         "CORRAL_CLOUDS": json.dumps(["kubernetes", "aws", "gcp", "local"]),
     }
-    done = _cli(env, "show-gpus", "--json")
+    task = tmp_path / "task.yaml"
+    task.write_text("resources: {accelerators: A100:4}\nrun: nvidia-smi\n")
+    off = {**env, "CORRAL_CLOUDS": json.dumps(["aws", "gcp", "local"])}
+    # The five commands run at once: each only reads the cluster, and each is a Python
+    # process's start-up (about a second of CPU) that need not wait for the one before.
+    runs = {
+        "gpus": (env, "show-gpus", "--json"),
+        "a100": (env, "show-gpus", "A100:4", "--cloud", "kubernetes"),
+        "plan": (env, "plan", str(task), "--json"),
+        "table": (env, "plan", str(task)),
+        "off": (off, "show-gpus", "A100", "--json"),
+    }
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = {name: pool.submit(_cli, *run) for name, run in runs.items()}
+    ran = {name: future.result() for name, future in futures.items()}
+
+    done = ran["gpus"]
     assert done.returncode == 0, done.stderr
     a100 = next(a for a in json.loads(done.stdout)["accelerators"] if a["name"] == "A100")
     assert "kubernetes" in a100["clouds"] and 4 in a100["counts"]
@@ -258,13 +275,11 @@ def test_show_gpus_and_plan_list_the_clusters_gpus_live(kube: FakeKube, tmp_path
         ("48CPU--340GB--A100:4", 4, CONTEXT)
     ]
     assert here[0]["price_usd_per_hour"] == 0.0
-    done = _cli(env, "show-gpus", "A100:4", "--cloud", "kubernetes")
+    done = ran["a100"]
     assert done.returncode == 0, done.stderr
     assert "48CPU--340GB--A100:4" in done.stdout and "kubernetes" in done.stdout
 
-    task = tmp_path / "task.yaml"
-    task.write_text("resources: {accelerators: A100:4}\nrun: nvidia-smi\n")
-    done = _cli(env, "plan", str(task), "--json")
+    done = ran["plan"]
     assert done.returncode == 0, done.stderr
     chain = json.loads(done.stdout)["candidates"]
     first = chain[0]
@@ -275,12 +290,11 @@ def test_show_gpus_and_plan_list_the_clusters_gpus_live(kube: FakeKube, tmp_path
     )
     assert first["chosen"] and first["credentials"]
     assert {c["cloud"] for c in chain[1:]} >= {"gcp"}  # the clouds follow, by price
-    table = _cli(env, "plan", str(task))
+    table = ran["table"]
     assert table.returncode == 0, table.stderr
     assert table.stdout.index("Kubernetes") < table.stdout.index("GCP")
 
     # The cloud off: the cluster is not listed (the shipped catalogs only).
-    off = {**env, "CORRAL_CLOUDS": json.dumps(["aws", "gcp", "local"])}
-    done = _cli(off, "show-gpus", "A100", "--json")
+    done = ran["off"]
     assert done.returncode == 0, done.stderr
     assert "kubernetes" not in {o["cloud"] for o in json.loads(done.stdout)["offerings"]}

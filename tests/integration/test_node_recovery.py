@@ -2,10 +2,14 @@
 test_node_agents): a machine whose agent falls silent, one the cloud reclaims (EC2's spot
 interruption notice, Compute Engine's preemption), and the API stopped while machines run.
 
-Each test has an installation and a moto of its own: the relaunch a test causes, and the zone
-it marks silent, are its own. moto keeps one EC2 for the whole test process, and an
-installation terminates every Corral machine it does not own (a stray): test_node_agents'
-shared installation is gone before this module starts."""
+The silent agent and the spot notice share one AWS installation and one moto (the class
+TestOneAwsInstallation): each test's request, its relaunch and its machines are its own, and
+what it left is taken down after it; the zone one marks silent or reclaiming is not the other's
+to assert on. The API outage stops a part of Corral, so it has an installation of its own, as
+the Compute Engine test has. moto keeps one EC2 for the whole test process, and an installation
+terminates every Corral machine it does not own (a stray), so no two AWS installations run at
+once: the class's is stopped when its tests are done, and test_node_agents' shared installation
+is gone before this module starts."""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from cloud_vms import (
 )
 from fakes.aws_faults import FaultyMoto
 from fakes.gcp_compute import FakeCompute
-from harness import System, wait_for
+from harness import System, kill_agents, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -52,15 +56,46 @@ def vms(tmp_path: Path) -> Iterator[Callable[..., Vm]]:
 HEARTBEAT_TIMEOUT_S = 3.0
 
 
-@pytest.fixture
-def aws(make_system: Callable[..., System]) -> Iterator[tuple[System, FaultyMoto]]:
-    """An AWS installation of the test's own, machines lost after HEARTBEAT_TIMEOUT_S."""
+def _aws_system(make_system: Callable[..., System], moto: FaultyMoto) -> System:
+    """An AWS installation on ``moto``, started, machines lost after HEARTBEAT_TIMEOUT_S."""
 
     def make(**kwargs: object) -> System:
         return make_system(**{**kwargs, "HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S)})
 
+    return aws_agents_system(make, moto)
+
+
+@pytest.fixture
+def aws(make_system: Callable[..., System]) -> Iterator[tuple[System, FaultyMoto]]:
+    """An AWS installation of the test's own."""
     with FaultyMoto() as moto:
-        yield aws_agents_system(make, moto), moto
+        yield _aws_system(make_system, moto), moto
+
+
+@pytest.fixture(scope="class")
+def class_aws(
+    make_module_system: Callable[..., System],
+) -> Iterator[tuple[System, FaultyMoto]]:
+    """One AWS installation for a class's tests (an installation's start is seconds of CPU
+    for the API, the workers and beat), stopped once they are done: the module's other AWS
+    installation must not run beside it."""
+    with FaultyMoto() as moto:
+        system = _aws_system(make_module_system, moto)
+        try:
+            yield system, moto
+        finally:
+            system.stop(grace_s=0)
+            kill_agents(system)
+
+
+@pytest.fixture
+def shared_aws(
+    class_aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
+) -> Iterator[tuple[System, FaultyMoto]]:
+    """The class's installation as a fresh one: after the test its requests are taken down
+    and their machines gone (before the test's played machines are killed)."""
+    yield class_aws
+    class_aws[0].take_all_down()
 
 
 def _instances_of(system: System, request_id: str) -> dict[str, str]:
@@ -68,60 +103,64 @@ def _instances_of(system: System, request_id: str) -> dict[str, str]:
     return {i["id"]: i["state"] for i in system.request(request_id)["instances"]}
 
 
-def test_aws_a_silent_agent_is_lost_and_its_request_relaunched_on_a_new_machine(
-    aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
-) -> None:
-    system, moto = aws
-    rid = system.submit({**AWS_TASK, "name": "svc", "setup": "echo first machine"})
-    first = vms(aws_script(moto, rid))
-    [old] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
-    first.crash()  # no last report: its heartbeats just stop
-    tagged = {"corral-request": rid}
-    wait_for(lambda: len(aws_scripts(moto, **tagged)) == 2, 60, "the relaunch to reach EC2")
-    vms(aws_scripts(moto, **tagged)[-1])
-    wait_for(
-        lambda: list(_instances_of(system, rid).values()) == ["LOST", "RUNNING"],
-        60,
-        "the request RUNNING again on a new machine",
-    )
-    done = system.request(rid)
-    assert done["state"] == "RUNNING" and done["relaunches"] == 1
-    assert [r["outcome"] for r in done["runs"]] == ["lost", "running"]
-    assert done["instances"][1]["zone"] != old["zone"]  # the silent zone is remembered
-    wait_for(lambda: ec2_state(moto.url, old["provider_id"]) == "terminated", 30, "the old VM gone")
+class TestOneAwsInstallation:
+    """A silent agent and a spot notice, on the class's AWS installation (class_aws)."""
 
-
-def test_aws_a_spot_interruption_notice_starts_recovery_before_the_machine_goes(
-    aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
-) -> None:
-    system, moto = aws
-    metadata = Metadata()
-    try:
-        spot = {"resources": {**AWS_TASK["resources"], "use_spot": True}}
-        rid = system.submit({**spot, "name": "spot-svc", "setup": "echo on spot"})
-        vm = vms(aws_script(moto, rid), metadata.url)
+    def test_aws_a_silent_agent_is_lost_and_its_request_relaunched_on_a_new_machine(
+        self, shared_aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
+    ) -> None:
+        system, moto = shared_aws
+        rid = system.submit({**AWS_TASK, "name": "svc", "setup": "echo first machine"})
+        first = vms(aws_script(moto, rid))
         [old] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
-        assert old["market"] == "spot"
-        # The notice is posted as soon as the machine runs: the agent's next look at its
-        # metadata (every 5 s, the agent's own interval) finds it.
-        metadata.interrupt_spot()
+        first.crash()  # no last report: its heartbeats just stop
         tagged = {"corral-request": rid}
         wait_for(lambda: len(aws_scripts(moto, **tagged)) == 2, 60, "the relaunch to reach EC2")
-        assert metadata.calls > 0  # the agent looked (IMDSv2: a session token, then a GET)
-        # Recovery started while the machine still runs: the cloud had only warned.
-        with system.client() as c:
-            events = [e["text"] for e in c.get(f"/v1/requests/{rid}/events").json()["events"]]
-        assert any("reclaiming" in e and "spot interruption" in e for e in events), events
-        vms(aws_scripts(moto, **tagged)[-1], metadata.url)
+        vms(aws_scripts(moto, **tagged)[-1])
         wait_for(
             lambda: list(_instances_of(system, rid).values()) == ["LOST", "RUNNING"],
             60,
-            "the request RUNNING again",
+            "the request RUNNING again on a new machine",
         )
-        # Terminated by Corral, the warned machine's agent is refused and stops by itself.
-        wait_for(lambda: not vm.alive(), 30, "the warned machine's agent to stop")
-    finally:
-        metadata.close()
+        done = system.request(rid)
+        assert done["state"] == "RUNNING" and done["relaunches"] == 1
+        assert [r["outcome"] for r in done["runs"]] == ["lost", "running"]
+        assert done["instances"][1]["zone"] != old["zone"]  # the silent zone is remembered
+        wait_for(
+            lambda: ec2_state(moto.url, old["provider_id"]) == "terminated", 30, "the old VM gone"
+        )
+
+    def test_aws_a_spot_interruption_notice_starts_recovery_before_the_machine_goes(
+        self, shared_aws: tuple[System, FaultyMoto], vms: Callable[..., Vm]
+    ) -> None:
+        system, moto = shared_aws
+        metadata = Metadata()
+        try:
+            spot = {"resources": {**AWS_TASK["resources"], "use_spot": True}}
+            rid = system.submit({**spot, "name": "spot-svc", "setup": "echo on spot"})
+            vm = vms(aws_script(moto, rid), metadata.url)
+            [old] = system.wait_state(rid, {"RUNNING"}, 60)["instances"]
+            assert old["market"] == "spot"
+            # The notice is posted as soon as the machine runs: the agent's next look at its
+            # metadata finds it (every 0.5 s here, cloud_vms.PLAYED_CLOUD_TIMERS; 5 s as shipped).
+            metadata.interrupt_spot()
+            tagged = {"corral-request": rid}
+            wait_for(lambda: len(aws_scripts(moto, **tagged)) == 2, 60, "the relaunch to reach EC2")
+            assert metadata.calls > 0  # the agent looked (IMDSv2: a session token, then a GET)
+            # Recovery started while the machine still runs: the cloud had only warned.
+            with system.client() as c:
+                events = [e["text"] for e in c.get(f"/v1/requests/{rid}/events").json()["events"]]
+            assert any("reclaiming" in e and "spot interruption" in e for e in events), events
+            vms(aws_scripts(moto, **tagged)[-1], metadata.url)
+            wait_for(
+                lambda: list(_instances_of(system, rid).values()) == ["LOST", "RUNNING"],
+                60,
+                "the request RUNNING again",
+            )
+            # Terminated by Corral, the warned machine's agent is refused and stops by itself.
+            wait_for(lambda: not vm.alive(), 30, "the warned machine's agent to stop")
+        finally:
+            metadata.close()
 
 
 def test_gcp_a_preempted_machine_is_relaunched(

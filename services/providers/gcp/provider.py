@@ -45,6 +45,7 @@ from corral.services.providers.gcp.instance_body import (
     nodes_of,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
+from corral.services.settings import get_settings
 from corral.services.state.nodes import NodeBook
 from corral.shared.errors import (
     AuthError,
@@ -97,7 +98,7 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
     """Google Compute Engine. Thread-safe; clients are built on first use."""
 
     name = "gcp"
-    poll_interval_s = 2.0  # list calls count against the project's API quota
+    poll_interval_s: float  # list calls count against the project's API quota (see __init__)
 
     def __init__(
         self,
@@ -115,8 +116,14 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         credentials_recheck_s: float = 300.0,
         nodes: NodeAgents | None = None,
         log_book: NodeBook | None = None,
+        poll_interval_s: float | None = None,
     ) -> None:
-        """``nodes``: boot the node agent on every machine (None: a blind startup-script)."""
+        """``nodes``: boot the node agent on every machine (None: a blind startup-script).
+        ``poll_interval_s``: the shortest time between two looks at the machines (None: the
+        settings' ``timers.cloud_poll_interval_s``, 2 s as shipped)."""
+        if poll_interval_s is None:
+            poll_interval_s = get_settings().timers.cloud_poll_interval_s
+        self.poll_interval_s = poll_interval_s
         self.project = project
         self.nodes = nodes
         # Where its machines' agents ship their output (the API reads it with no agents of

@@ -55,6 +55,7 @@ from corral.services.providers.kubernetes.pods import (
     shape_name,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
+from corral.services.settings import get_settings
 from corral.shared.catalog.offering import Offering as CatalogOffering
 from corral.shared.errors import (
     AuthError,
@@ -90,7 +91,7 @@ class KubernetesProvider(NodeBookLogs):
     """Pods on one or more kubeconfig contexts. Thread-safe; clients built on first use."""
 
     name = "kubernetes"
-    poll_interval_s = 2.0
+    poll_interval_s: float  # every look lists pods on the API server (see __init__)
     can_stop = False  # a pod cannot be stopped and started again: it is deleted
 
     def __init__(
@@ -105,10 +106,16 @@ class KubernetesProvider(NodeBookLogs):
         throttle_retries: int = 3,
         nodes: NodeAgents | None = None,
         log_book: Any = None,
+        poll_interval_s: float | None = None,
     ) -> None:
         """``contexts``: the kubeconfig contexts Corral launches in (None: the current one, or
         ``in-cluster`` inside a pod). ``schedule_wait_s``: how long a launch waits for the
-        scheduler before an Unschedulable pod counts as no capacity."""
+        scheduler before an Unschedulable pod counts as no capacity. ``poll_interval_s``: the
+        shortest time between two looks at the pods (None: the settings'
+        ``timers.cloud_poll_interval_s``, 2 s as shipped)."""
+        if poll_interval_s is None:
+            poll_interval_s = get_settings().timers.cloud_poll_interval_s
+        self.poll_interval_s = poll_interval_s
         self.kubeconfig = kubeconfig
         self._contexts = tuple(contexts) if contexts else None
         self.namespaces = tuple(namespaces)
