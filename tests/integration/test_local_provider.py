@@ -51,6 +51,9 @@ regions:
       - name: lab-east-slow
         capacity: {cpu-2: 4}
         launch_delay_s: 0.3
+      - name: lab-east-long-boot
+        capacity: {cpu-2: 1}
+        launch_delay_s: 60
   - name: lab-faults
     zones:
       - name: faults-a
@@ -447,6 +450,32 @@ def test_describe_during_a_launch_never_calls_the_booting_node_lost(
     seen.update(i.state for i in provider.describe())
     assert "pending" in seen and "lost" not in seen
     wait_for(lambda: state_of(provider, launched[0].provider_id).state == "running", what="running")
+
+
+def _voluntary_switches(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        [line] = [line for line in fh if line.startswith("voluntary_ctxt_switches:")]
+    return int(line.split()[1])
+
+
+def test_a_booting_machine_sleeps_until_its_boot_ends_or_it_is_terminated(
+    provider: LocalProvider,
+) -> None:
+    # A booting machine is a process on this host, but should cost it what a VM booting in a
+    # cloud does: nothing. It used to wake ten times a second to look for a terminate.
+    [inst] = provider.launch(spec("lab-east-long-boot"))
+    assert inst.pid is not None and state_of(provider, inst.provider_id).state == "pending"
+    time.sleep(0.3)  # past its start
+    before = _voluntary_switches(inst.pid)
+    time.sleep(2.0)
+    woke = _voluntary_switches(inst.pid) - before
+    assert woke <= 2, f"the booting agent woke {woke} times in 2 s"
+    started = time.monotonic()
+    provider.terminate([inst.provider_id])  # returns once the process is gone
+    took = time.monotonic() - started
+    assert not pid_belongs_to(inst.pid, inst.provider_id)
+    assert took < 2.0, f"a terminate during the boot took {took:.1f} s"
+    assert state_of(provider, inst.provider_id).state == "terminated"
 
 
 def test_an_agent_whose_heartbeats_stop_is_lost(redis_url: str, tmp_path: Path) -> None:
