@@ -28,7 +28,6 @@ from corral.services.providers.base import (
     checked_assignment,
     status_view,
 )
-from corral.services.settings import get_settings
 from corral.services.state.nodes import NodeBook, NodeName, NodeView
 from corral.shared.errors import InvalidRequestError
 
@@ -145,10 +144,11 @@ class NodeAgents:
         source: str | None = None,
         source_sha256: str | None = None,
         kill_grace_s: float = 10.0,
-        notice_poll_s: float | None = None,
+        notice_poll_s: float = NOTICE_POLL_S,
     ) -> None:
         """``notice_poll_s``: how often the agents look at their instance metadata for the
-        cloud's warning (None: the settings' ``timers.node_notice_poll_s``, 5 s as shipped)."""
+        cloud's warning (the registry passes the settings' ``timers.node_notice_poll_s``; 5 s as
+        shipped)."""
         self.cloud = cloud
         self.book = book
         self.api_url = api_url.rstrip("/")
@@ -156,8 +156,6 @@ class NodeAgents:
         # The hash the boot script checks: the served wheel's, or the one given with a source.
         self.source_sha256 = source_sha256 or (None if source else agent_wheel_sha256())
         self.kill_grace_s = kill_grace_s
-        if notice_poll_s is None:
-            notice_poll_s = get_settings().timers.node_notice_poll_s
         self.notice_poll_s = notice_poll_s
         warn_if_plain_http(self.api_url)
         if self.source_sha256 is None:

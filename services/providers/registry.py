@@ -83,6 +83,7 @@ def _node_agents(settings: Settings, cloud: str) -> Any:
         settings.node_api_url,
         source=settings.node_agent_source,
         source_sha256=settings.node_agent_sha256,
+        notice_poll_s=settings.timers.node_notice_poll_s,
     )
 
 
@@ -95,6 +96,7 @@ def _aws(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         default_gpu_image_id=settings.aws_default_gpu_image_id,
         nodes=_node_agents(settings, "aws"),
         log_book=_node_book(settings),
+        poll_interval_s=settings.timers.cloud_poll_interval_s,
     )
 
 
@@ -115,6 +117,7 @@ def _gcp(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         image=settings.gcp_default_image or DEFAULT_IMAGE,
         gpu_image=settings.gcp_default_gpu_image or DEFAULT_GPU_IMAGE,
         log_book=_node_book(settings),
+        poll_interval_s=settings.timers.cloud_poll_interval_s,
     )
 
 
@@ -136,6 +139,7 @@ def _kubernetes(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         schedule_wait_s=settings.kubernetes_schedule_wait_s,
         nodes=_node_agents(settings, "kubernetes"),
         log_book=_node_book(settings),
+        poll_interval_s=settings.timers.cloud_poll_interval_s,
     )
 
 

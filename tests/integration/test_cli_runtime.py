@@ -15,8 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
@@ -40,6 +39,8 @@ from corral.services.client import (
 )
 from corral.services.settings import Settings
 from corral.services.state.store import Store
+
+from harness import at_once
 
 pytestmark = pytest.mark.integration
 
@@ -135,13 +136,6 @@ def corral(
         [CORRAL, *args], capture_output=True, text=True, env=_env(**base, **env),
         timeout=60,
     )  # fmt: skip
-
-
-def at_once(*calls: Callable[[], T]) -> list[T]:
-    """Independent commands run at the same time, their results in the order given: each is
-    mostly a Python start-up (CPU), and one after another they left the second core idle."""
-    with ThreadPoolExecutor(len(calls)) as pool:
-        return [future.result() for future in [pool.submit(call) for call in calls]]
 
 
 @pytest.fixture

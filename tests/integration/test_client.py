@@ -18,7 +18,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from functools import partial
@@ -39,7 +39,7 @@ from corral.services.client import (
     SubmissionView,
 )
 
-from harness import CORRAL, LOCAL_ONLY, System, kill_agents, wait_for
+from harness import CORRAL, LOCAL_ONLY, System, at_once, kill_agents, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -249,15 +249,6 @@ def _cli(
     )
 
 
-def _at_once(*calls: Callable[[], T]) -> list[T]:
-    """Independent calls (commands, mostly) made at the same time, their results in the order
-    given. A `corral` command is a Python start-up (CPU), then a wait on the system (a job's
-    run, a node's next beat): one after another they left the second core idle and their
-    waits end to end. Each command keeps its own timeout, so none outlives the test."""
-    with ThreadPoolExecutor(len(calls)) as pool:
-        return [future.result() for future in [pool.submit(call) for call in calls]]
-
-
 def _down(system: System, request_id: str) -> None:
     """A test's cleanup: the request terminated through the API (no CLI process for it); one
     that ended already is refused, as `corral down` would be, and that is fine here."""
@@ -278,7 +269,7 @@ def test_launch_follows_a_job_to_its_end_and_exits_with_its_exit_code(
     )
     ok = tmp_path / "ok.yaml"
     ok.write_text("name: ok\nresources: {cloud: local, instance_type: cpu-2}\nrun: echo fine\n")
-    done, fine, detached = _at_once(
+    done, fine, detached = at_once(
         partial(_cli, system, "launch", str(failing)),
         partial(_cli, system, "launch", str(ok)),
         partial(_cli, system, "launch", str(ok), "--detach"),
@@ -420,7 +411,7 @@ def test_files_corral_cannot_ship_are_refused_naming_the_field(
             "resources: {cloud: local, instance_type: cpu-2}\n"
             f"file_mounts: {{/data: {source}}}\nrun: 'true'\n"
         )
-    refused = _at_once(*(partial(_cli, system, "launch", str(job)) for job in jobs))
+    refused = at_once(*(partial(_cli, system, "launch", str(job)) for job in jobs))
     for job, (_, said), done in zip(jobs, cases, refused, strict=True):
         assert done.returncode == 2, done.stderr
         assert f"{job}" in done.stderr and "file_mounts" in done.stderr, done.stderr
@@ -447,7 +438,7 @@ def test_exec_runs_a_command_on_a_running_node_and_returns_its_exit_code(system:
     )
     try:
         # Each exec is its own command on the node, with its own output and exit code.
-        done, two, no_node = _at_once(
+        done, two, no_node = at_once(
             partial(
                 _cli, system, "exec", rid, "--", 'echo "$GREETING"; echo to-stderr >&2; exit 5'
             ),
@@ -485,7 +476,7 @@ def test_attach_relays_a_shell_through_the_agent_and_returns_its_exit_code(syste
     script = "".join(f"echo line-{i}\n" for i in range(5000))
     try:
         # Each attach is a shell of its own on the node: neither sees the other's lines.
-        done, big, no_node = _at_once(
+        done, big, no_node = at_once(
             partial(_cli, system, "attach", rid, stdin='echo hi; echo "$GREETING"; exit 3\n'),
             partial(_cli, system, "attach", rid, stdin=script),
             partial(_cli, system, "attach", rid, "--node", "2"),
@@ -693,7 +684,7 @@ def test_exec_and_attach_reach_inside_a_services_container(system: System, tmp_p
         f"envs: {{PATH: '{bin_dir}:{os.environ['PATH']}', FAKE_DOCKER_LOG: '{calls}'}}\n",
     )
     try:
-        ran, attached = _at_once(
+        ran, attached = at_once(
             partial(_cli, system, "exec", rid, "--", "echo exec-in-$IN_FAKE_CONTAINER; exit 2"),
             partial(_cli, system, "attach", rid, stdin="echo attach-in-$IN_FAKE_CONTAINER\n"),
         )
@@ -771,7 +762,7 @@ def test_s3_file_mounts_are_copied_by_the_node_with_its_own_credentials(
             f"envs: {{{envs}}}\n"
             "file_mounts: {/data: s3://corral-data/nothing-here}\nrun: echo never-run\n"
         )
-        done, missing = _at_once(
+        done, missing = at_once(
             partial(_cli, system, "launch", str(job)), partial(_cli, system, "launch", str(nothing))
         )
         assert done.returncode == 0, done.stdout + done.stderr

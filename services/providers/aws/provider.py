@@ -47,7 +47,6 @@ from corral.services.providers.base import (
     ProviderInstance,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
-from corral.services.settings import get_settings
 from corral.services.state.nodes import NodeBook
 from corral.shared.errors import (
     AuthError,
@@ -111,17 +110,15 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
         credentials_ttl_s: float = 60.0,
         nodes: NodeAgents | None = None,
         log_book: NodeBook | None = None,
-        poll_interval_s: float | None = None,
+        poll_interval_s: float = 2.0,
     ) -> None:
         """``regions``: where ``describe`` looks (None: the catalog's AWS regions).
         ``sdk_max_attempts``: botocore's tries for describe and terminate (launches get one).
         ``terminate_attempts``: Corral's own tries of a teardown before it raises.
         ``launch_resends``: resends of a RunInstances that got no answer (same ClientToken).
         ``nodes``: boot the node agent on every machine (None: a blind boot script).
-        ``poll_interval_s``: the shortest time between two looks at the machines (None: the
-        settings' ``timers.cloud_poll_interval_s``, 2 s as shipped)."""
-        if poll_interval_s is None:
-            poll_interval_s = get_settings().timers.cloud_poll_interval_s
+        ``poll_interval_s``: the shortest time between two looks at the machines
+        (the registry passes the settings' ``timers.cloud_poll_interval_s``; 2 s as shipped)."""
         self.poll_interval_s = poll_interval_s
         self.nodes = nodes
         # Where its machines' agents ship their output (the API reads it with no agents of

@@ -45,7 +45,6 @@ from corral.services.providers.gcp.instance_body import (
     nodes_of,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
-from corral.services.settings import get_settings
 from corral.services.state.nodes import NodeBook
 from corral.shared.errors import (
     AuthError,
@@ -116,13 +115,11 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         credentials_recheck_s: float = 300.0,
         nodes: NodeAgents | None = None,
         log_book: NodeBook | None = None,
-        poll_interval_s: float | None = None,
+        poll_interval_s: float = 2.0,
     ) -> None:
         """``nodes``: boot the node agent on every machine (None: a blind startup-script).
-        ``poll_interval_s``: the shortest time between two looks at the machines (None: the
-        settings' ``timers.cloud_poll_interval_s``, 2 s as shipped)."""
-        if poll_interval_s is None:
-            poll_interval_s = get_settings().timers.cloud_poll_interval_s
+        ``poll_interval_s``: the shortest time between two looks at the machines
+        (the registry passes the settings' ``timers.cloud_poll_interval_s``; 2 s as shipped)."""
         self.poll_interval_s = poll_interval_s
         self.project = project
         self.nodes = nodes

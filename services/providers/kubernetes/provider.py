@@ -55,7 +55,6 @@ from corral.services.providers.kubernetes.pods import (
     shape_name,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
-from corral.services.settings import get_settings
 from corral.shared.catalog.offering import Offering as CatalogOffering
 from corral.shared.errors import (
     AuthError,
@@ -106,15 +105,13 @@ class KubernetesProvider(NodeBookLogs):
         throttle_retries: int = 3,
         nodes: NodeAgents | None = None,
         log_book: Any = None,
-        poll_interval_s: float | None = None,
+        poll_interval_s: float = 2.0,
     ) -> None:
         """``contexts``: the kubeconfig contexts Corral launches in (None: the current one, or
         ``in-cluster`` inside a pod). ``schedule_wait_s``: how long a launch waits for the
         scheduler before an Unschedulable pod counts as no capacity. ``poll_interval_s``: the
-        shortest time between two looks at the pods (None: the settings'
-        ``timers.cloud_poll_interval_s``, 2 s as shipped)."""
-        if poll_interval_s is None:
-            poll_interval_s = get_settings().timers.cloud_poll_interval_s
+        shortest time between two looks at the pods (the registry passes the settings'
+        ``timers.cloud_poll_interval_s``; 2 s as shipped)."""
         self.poll_interval_s = poll_interval_s
         self.kubeconfig = kubeconfig
         self._contexts = tuple(contexts) if contexts else None
