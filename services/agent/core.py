@@ -345,9 +345,8 @@ class Agent:
     def _boot(self) -> None:
         """The machine boots: silent (no heartbeat, so it is "pending") for the zone's launch
         delay, as a cloud VM is between the launch call and its first report. A terminate
-        while it boots ends it at once: SIGTERM wakes the wait through the self-pipe, so a
-        booting machine costs nothing until then (1,000 of them polling ten times a second
-        were a tenth of a core, on the cores the launches share)."""
+        while it boots ends it at once: SIGTERM wakes the wait (the self-pipe), so a booting
+        machine costs nothing until then (not ten wake-ups a second, as it used to)."""
         until = time.monotonic() + self.boot_delay_s
         while not self.stopping and (left := until - time.monotonic()) > 0:
             self._select(left)
