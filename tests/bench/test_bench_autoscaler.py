@@ -273,7 +273,10 @@ def test_autoscaler_decision_against_ray_and_a_naive_baseline(tmp_path: Path) ->
     demand = Demand(bundles=[{"resources": d, "count": 1} for d in s.demands])
 
     small = os.environ.get("CORRAL_BENCH_SCALE") == "small"
-    corral_s, decision = best_of(3, lambda: decide_detailed(s.spec, s.nodes, demand, now=0.0))
+    # At the small size a decision is about 6 ms: best of 9, so one noisy sample on the shared
+    # machine does not decide the ratio (a CI run read 4.99 x with best of 3, others 6 x).
+    repeats = 9 if small else 3
+    corral_s, decision = best_of(repeats, lambda: decide_detailed(s.spec, s.nodes, demand, now=0.0))
     plan = decision.plan
     assert plan.unsatisfiable == [] and plan.waiting == [], plan.reasons
     assert plan.terminate == []
@@ -281,7 +284,9 @@ def test_autoscaler_decision_against_ray_and_a_naive_baseline(tmp_path: Path) ->
     assert held == bundles
 
     # The naive baseline takes tens of seconds at full scale: timed once there.
-    naive_s, (naive_launch, naive_unplaced) = best_of(3 if small else 1, lambda: naive_plan(s))
+    naive_s, (naive_launch, naive_unplaced) = best_of(
+        repeats if small else 1, lambda: naive_plan(s)
+    )
 
     corral_nodes = sum(plan.launch.values())
     naive_nodes = sum(naive_launch.values())
