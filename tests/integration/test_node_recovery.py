@@ -152,11 +152,18 @@ class TestOneAwsInstallation:
                 events = [e["text"] for e in c.get(f"/v1/requests/{rid}/events").json()["events"]]
             assert any("reclaiming" in e and "spot interruption" in e for e in events), events
             vms(aws_scripts(moto, **tagged)[-1], metadata.url)
-            wait_for(
-                lambda: list(_instances_of(system, rid).values()) == ["LOST", "RUNNING"],
-                60,
-                "the request RUNNING again",
-            )
+            seen: dict[str, str] = {}
+
+            def running_again() -> bool:
+                seen.update(_instances_of(system, rid))
+                return list(seen.values()) == ["LOST", "RUNNING"]
+
+            # The machines' last states and the logs go into the message if it times out (a
+            # loaded CI run timed out here once, with neither to tell why).
+            try:
+                wait_for(running_again, 60, "the request RUNNING again", system.home / "logs")
+            except pytest.fail.Exception as exc:
+                raise pytest.fail.Exception(f"{exc} (its machines: {seen})") from None
             # Terminated by Corral, the warned machine's agent is refused and stops by itself.
             wait_for(lambda: not vm.alive(), 30, "the warned machine's agent to stop")
         finally:
