@@ -135,6 +135,7 @@ class TestOneAwsInstallation:
     ) -> None:
         system, moto = shared_aws
         metadata = Metadata()
+        fresh = Metadata()  # the replacement is another machine: its metadata holds no notice
         try:
             spot = {"resources": {**AWS_TASK["resources"], "use_spot": True}}
             rid = system.submit({**spot, "name": "spot-svc", "setup": "echo on spot"})
@@ -151,23 +152,29 @@ class TestOneAwsInstallation:
             with system.client() as c:
                 events = [e["text"] for e in c.get(f"/v1/requests/{rid}/events").json()["events"]]
             assert any("reclaiming" in e and "spot interruption" in e for e in events), events
-            vms(aws_scripts(moto, **tagged)[-1], metadata.url)
+            # Booted against the warned machine's metadata, the replacement read the same notice
+            # and was reclaimed in turn (the test then watched for a RUNNING window of one 0.5 s
+            # notice poll, and two loaded CI runs missed it).
+            vms(aws_scripts(moto, **tagged)[-1], fresh.url)
             seen: dict[str, str] = {}
 
             def running_again() -> bool:
                 seen.update(_instances_of(system, rid))
                 return list(seen.values()) == ["LOST", "RUNNING"]
 
-            # The machines' last states and the logs go into the message if it times out (a
-            # loaded CI run timed out here once, with neither to tell why).
+            # The machines' last states and the logs go into the message if it times out.
             try:
                 wait_for(running_again, 60, "the request RUNNING again", system.home / "logs")
             except pytest.fail.Exception as exc:
                 raise pytest.fail.Exception(f"{exc} (its machines: {seen})") from None
             # Terminated by Corral, the warned machine's agent is refused and stops by itself.
             wait_for(lambda: not vm.alive(), 30, "the warned machine's agent to stop")
+            # The replacement, unwarned, stays: nothing was launched a third time.
+            assert list(_instances_of(system, rid).values()) == ["LOST", "RUNNING"]
+            assert len(aws_scripts(moto, **tagged)) == 2
         finally:
             metadata.close()
+            fresh.close()
 
 
 def test_gcp_a_preempted_machine_is_relaunched(
