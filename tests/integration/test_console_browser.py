@@ -87,11 +87,12 @@ class Console:
                 and self.browser.execute_script("return document.readyState") == "complete"
             )
 
-        # On a loaded machine a navigation can be dropped (the browser stays where it was):
-        # asked again, up to three times, before the page is said not to load.
-        for _ in range(3):
+        # A navigation can be dropped (the browser stays where it was: one still finishing
+        # supersedes it): asked again every 2 s, up to ten times, before the page is said not
+        # to load. (Once asked again after 20 s, that wait was a third of this module's time.)
+        for _ in range(10):
             self.browser.get(url)
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 2
             while not shown() and time.monotonic() < deadline:
                 time.sleep(0.25)
             if shown():
@@ -125,7 +126,17 @@ def console(demo: Any, browser: Any) -> Console:
     assert failed[0].text.startswith("That token was not")
     browser.find_element("id", "token").send_keys(system.token)
     browser.find_element("id", "sign-in").click()
-    _until(lambda: browser.current_url.endswith("/console/requests"), 30, "the sign-in")
+    # Until the requests page has loaded, not only its address: a navigation asked for while
+    # the sign-in's is still loading is dropped (the first page a test opened then waited out).
+    _until(
+        lambda: (
+            browser.current_url.endswith("/console/requests")
+            and browser.execute_script("return document.readyState") == "complete"
+            and browser.find_elements("id", "requests")
+        ),
+        30,
+        "the sign-in",
+    )
     return Console(browser, system.api_url)
 
 
