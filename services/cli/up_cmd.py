@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from corral.services.cli.output import EXIT_INPUT, out
+from corral.services.cli.output import EXIT_INPUT, err, out
 
 if TYPE_CHECKING:
     from corral.services.cli.supervisor import Supervisor
@@ -61,7 +61,7 @@ def worker(
     if role not in queues:
         out.print(f"unknown role {role!r}: expected one of {', '.join(queues)}")
         raise typer.Exit(EXIT_INPUT)
-    settings = get_settings()
+    settings = _with_redis(get_settings())
     # Prometheus's multiprocess mode for the prefork pool: set before Celery starts.
     os.environ.update(worker_environment(settings, role, metrics_port or settings.metrics_port))
     _exec_start(
@@ -82,7 +82,19 @@ def beat() -> None:
     """Run beat (redbeat: a Redis lock keeps a second beat on standby)."""
     from corral.services.settings import get_settings
 
-    _exec_start([*_quiet(get_settings()), "beat", "--scheduler", BEAT_SCHEDULER])
+    _exec_start([*_quiet(_with_redis(get_settings())), "beat", "--scheduler", BEAT_SCHEDULER])
+
+
+def _with_redis(settings: Settings) -> Settings:
+    """``settings`` when they name a Redis; otherwise the missing setting said and exit code 2
+    (the worker or beat exec'd without one stopped on a traceback from the app's set-up)."""
+    if not settings.redis_url:
+        err.print(
+            "CORRAL_REDIS_URL is not set: a worker or beat needs the Redis the API uses "
+            "(`corral up` sets it for what it starts)"
+        )
+        raise typer.Exit(EXIT_INPUT)
+    return settings
 
 
 def _quiet(settings: Settings) -> list[str]:

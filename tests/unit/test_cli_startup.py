@@ -9,6 +9,7 @@ No timings are asserted (the machine is noisy): the modules loaded are what is c
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -319,3 +320,20 @@ def test_a_worker_warm_up_without_gcp_credentials_leaves_the_compute_sdk_unloade
     assert "gcp" in seen["enabled"] and "gcp" not in seen["clouds"]
     assert "corral.services.providers.gcp.provider" in seen["modules"]  # the provider was built
     assert _loaded(seen["modules"], ("google.cloud.compute_v1",)) == []
+
+
+@pytest.mark.parametrize("args", [["worker", "--role", "provision"], ["beat"]])
+def test_a_worker_or_beat_without_a_redis_url_says_so_with_exit_2(
+    args: list[str], tmp_path: Path
+) -> None:
+    """Started by hand without CORRAL_REDIS_URL, a worker or beat stops before its exec with the
+    setting named (it was a traceback from the Celery app's set-up, exit code 1)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env["CORRAL_HOME"] = str(tmp_path / "home")
+    corral = str(Path(sys.executable).parent / "corral")
+    done = subprocess.run(
+        [corral, "run", *args], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "CORRAL_REDIS_URL is not set" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
