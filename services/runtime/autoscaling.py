@@ -59,6 +59,10 @@ LABEL_LAUNCH_HASH = "corral-launch-hash"
 SOLD_OUT_OUTCOMES = frozenset({"capacity", "quota", "blocked"})
 RACE_RETRIES = 20  # recomputations after losing the commit to another writer
 RESEND_TERMINATE_S = 10.0  # a node still running this long after its cancel is cancelled again
+# A node's request still PENDING (never admitted) this long after it was written: the submitter
+# may have died between storing it and publishing its admission, which is handed on again
+# (admission is idempotent). Reconcile's sweep would, but only after the attempt deadline + 30 s.
+RESEND_ADMIT_S = 10.0
 BUSY_ACTIVITIES = frozenset({"setup", "running"})  # the agent's activities that are not idle
 PENDING_REQUEST_STATES = frozenset(
     {RequestState.PENDING, RequestState.PROVISIONING, RequestState.WAITING, RequestState.PREEMPTED}
@@ -557,7 +561,8 @@ def cancel_node(deps: Deps, request_id: str) -> None:
 
 def catch_up(deps: Deps, rec: ClusterRecord) -> None:
     """Carry out what an earlier, interrupted tick committed: submit committed nodes that have
-    no request yet, cancel again leaving nodes whose cancel has not taken effect."""
+    no request yet, admit again those whose request was stored but never admitted, cancel
+    again leaving nodes whose cancel has not taken effect."""
     now = deps.now()
     for node in rec.live_nodes():
         sent = node.terminate_sent_at
@@ -565,12 +570,40 @@ def catch_up(deps: Deps, rec: ClusterRecord) -> None:
         if sent is None and req is None:
             submit_node(deps, rec, node)
         elif (
+            sent is None
+            and req is not None
+            and req.state == RequestState.PENDING
+            and now - req.updated_at > RESEND_ADMIT_S
+        ):
+            _admit_again(deps, req, now)
+        elif (
             sent is not None
             and req is not None
             and not req.is_terminal
             and (now - sent > RESEND_TERMINATE_S or req.state in PENDING_REQUEST_STATES)
         ):
             cancel_node(deps, node.request_id)
+
+
+def _admit_again(deps: Deps, req: LaunchRequest, now: float) -> None:
+    """Hand a node's long-PENDING request to admission again, at most once per
+    :data:`RESEND_ADMIT_S` (its ``updated_at`` moved with a compare-and-set first: a backlog
+    of admissions already queued is not doubled at every tick)."""
+    seen = req.updated_at
+
+    def touch(r: LaunchRequest) -> bool:
+        if r.state != RequestState.PENDING or r.updated_at != seen:
+            return False
+        r.updated_at = now
+        return True
+
+    updated = deps.store.update_request(req.id, touch)
+    if updated is None or updated.updated_at != now:
+        return  # admitted or changed meanwhile
+    deps.store.append_event(
+        req.id, f"still PENDING after {RESEND_ADMIT_S:g} s: admitted again", now
+    )
+    requests.admit_if_pending(deps, updated)
 
 
 def wind_down(deps: Deps, rec: ClusterRecord) -> str:

@@ -170,11 +170,11 @@ def _held(deps: Deps, key: str) -> Submitted | None:
     deps.store.count_submission(key)
     stored = deps.store.get_request(found.request_id)
     assert stored is not None  # created in the same script as the key's record
-    _admit_if_pending(deps, stored)
+    admit_if_pending(deps, stored)
     return Submitted(stored, created=False)
 
 
-def _admit_if_pending(deps: Deps, req: LaunchRequest) -> None:
+def admit_if_pending(deps: Deps, req: LaunchRequest) -> None:
     """Hand a still PENDING request to scheduling again: the first submitter may have died
     between storing it and publishing it (admission is idempotent)."""
     if req.state == RequestState.PENDING:
@@ -196,7 +196,7 @@ def _accept(deps: Deps, task: Task, key: str | None, owner: Owner) -> Submitted:
     if created:
         dispatch.admit(stored.id, settings=deps.settings, cloud=first_cloud(stored))
     else:  # another submission under the key won the race
-        _admit_if_pending(deps, stored)
+        admit_if_pending(deps, stored)
     return Submitted(stored, created=created)
 
 
