@@ -16,6 +16,7 @@ import pytest
 
 from corral.services.cli import up_cmd
 from corral.services.queues.task_names import role_queues
+from corral.services.settings import get_settings
 from corral.workers import start
 
 
@@ -29,8 +30,14 @@ def _exec_argv(monkeypatch: pytest.MonkeyPatch, call: Any) -> list[str]:
 
     monkeypatch.setattr(up_cmd.os, "execv", caught)
     monkeypatch.setenv("CORRAL_REDIS_URL", "redis://127.0.0.1:1/0")
-    with pytest.raises(SystemExit):
-        call()
+    # The settings are read afresh: a worker or beat refuses to start without a Redis URL, and
+    # settings cached by an earlier test of this process may lack one.
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(SystemExit):
+            call()
+    finally:
+        get_settings.cache_clear()
     [argv] = seen
     return argv
 
@@ -58,13 +65,7 @@ def test_a_beat_command_line_names_the_resilient_scheduler(
 
 def test_json_logs_start_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRAL_LOG_FORMAT", "json")
-    from corral.services.settings import get_settings
-
-    get_settings.cache_clear()
-    try:
-        argv = _exec_argv(monkeypatch, lambda: up_cmd.worker(role="schedule"))
-    finally:
-        get_settings.cache_clear()
+    argv = _exec_argv(monkeypatch, lambda: up_cmd.worker(role="schedule"))
     assert start._parser().parse_args(argv[3:]).quiet
 
 
