@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from corral.services.providers.base import LaunchSpec, ProviderInstance
+from corral.services.providers.local import launcher
 from corral.services.providers.local.processes import pid_belongs_to
 from corral.services.providers.local.provider import LocalProvider
 from corral.shared.config.localcloud import parse_local_cloud
@@ -452,30 +453,68 @@ def test_describe_during_a_launch_never_calls_the_booting_node_lost(
     wait_for(lambda: state_of(provider, launched[0].provider_id).state == "running", what="running")
 
 
-def _voluntary_switches(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-        [line] = [line for line in fh if line.startswith("voluntary_ctxt_switches:")]
-    return int(line.split()[1])
-
-
-def test_a_booting_machine_sleeps_until_its_boot_ends_or_it_is_terminated(
+def test_a_booting_machine_costs_the_host_nothing_until_its_boot_ends(
     provider: LocalProvider,
 ) -> None:
-    # A booting machine is a process on this host, but should cost it what a VM booting in a
-    # cloud does: nothing. It used to wake ten times a second to look for a terminate.
+    # A booting machine should cost this host what a VM booting in a cloud costs: nothing. Its
+    # agent used to be forked at the launch and sleep through the boot (a thousand launches
+    # spent a third of their CPU on forks); the launcher now keeps the start for the boot's end.
+    assert provider._launcher is not None
     [inst] = provider.launch(spec("lab-east-long-boot"))
-    assert inst.pid is not None and state_of(provider, inst.provider_id).state == "pending"
-    time.sleep(0.3)  # past its start
-    before = _voluntary_switches(inst.pid)
-    time.sleep(2.0)
-    woke = _voluntary_switches(inst.pid) - before
-    assert woke <= 2, f"the booting agent woke {woke} times in 2 s"
+    assert inst.pid is None and state_of(provider, inst.provider_id).state == "pending"
+    assert processes_of(inst.provider_id) == []
+    assert inst.provider_id in launcher.ask(provider._launcher, {"kept": True})["kept"]
     started = time.monotonic()
-    provider.terminate([inst.provider_id])  # returns once the process is gone
+    provider.terminate([inst.provider_id])
     took = time.monotonic() - started
-    assert not pid_belongs_to(inst.pid, inst.provider_id)
     assert took < 2.0, f"a terminate during the boot took {took:.1f} s"
     assert state_of(provider, inst.provider_id).state == "terminated"
+    # Its start is dropped: the machine never comes up.
+    assert inst.provider_id not in launcher.ask(provider._launcher, {"kept": True})["kept"]
+
+
+def test_an_agent_started_after_its_machine_was_terminated_does_not_run(
+    provider: LocalProvider, tmp_path: Path
+) -> None:
+    """The launcher starts the agent at the boot's end; a terminate that came during the boot
+    and could not reach the launcher (its cancel lost) still wins: the agent finds its machine
+    terminating when it records its pid, and exits without running anything."""
+    marker = tmp_path / "ran"
+    [inst] = provider.launch(spec("lab-east-slow", run=f"touch {marker}; sleep 30"))
+    assert inst.pid is None
+    assert provider.state.set_state(inst.provider_id, "terminating") == 0  # no cancel sent
+    log = Path(provider.state.record(inst.provider_id).log_path)  # type: ignore[union-attr]
+    wait_for(lambda: "not starting" in log.read_text(), 10, "the agent's refusal")
+    assert "the instance is terminating" in log.read_text()
+    time.sleep(0.3)
+    assert processes_of(inst.provider_id) == [] and not marker.exists()
+    rec = provider.state.record(inst.provider_id)
+    assert rec is not None and rec.pid == 0 and rec.first_heartbeat_at is None
+
+
+def test_an_agent_started_at_its_boots_end_records_its_own_pid(provider: LocalProvider) -> None:
+    [inst] = provider.launch(spec("lab-east-slow", run="sleep 30"))
+    assert inst.pid is None
+    wait_for(lambda: state_of(provider, inst.provider_id).state == "running", what="running")
+    up = state_of(provider, inst.provider_id)
+    assert up.pid is not None and processes_of(inst.provider_id)[0] == up.pid
+    assert pid_belongs_to(up.pid, inst.provider_id)
+    # A second agent for the same machine (a resumed launch that started one too) does not run.
+    second = launcher.start_agent(
+        provider._launcher or "",
+        provider.python,
+        {
+            "argv": ["--instance-id", inst.provider_id, "--prefix", provider.prefix, "--own-pid"],
+            "log": str(provider.log_dir / "second.log"),
+            "env": {"CORRAL_REDIS_URL": provider.redis_url},
+            "name": inst.provider_id,
+        },
+    )
+    log = provider.log_dir / "second.log"
+    wait_for(lambda: "not starting" in log.read_text(), 10, "the second agent's refusal")
+    assert "the instance is already started" in log.read_text()
+    assert second is not None and not pid_belongs_to(second, inst.provider_id)
+    provider.terminate([inst.provider_id])
 
 
 def test_an_agent_whose_heartbeats_stop_is_lost(redis_url: str, tmp_path: Path) -> None:

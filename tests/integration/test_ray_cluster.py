@@ -321,7 +321,9 @@ def test_ray_demand_launches_workers_that_run_ray_and_idle_ones_go(
         view["decisions"],
         view["failed_nodes"],
     )
-    assert all("start_ray command 1 exited" in f["failure"] for f in view["failed_nodes"])
+    assert all("start_ray command 1 exited" in f["failure"] for f in view["failed_nodes"]), view[
+        "failed_nodes"
+    ]
     # The tasks ran on one Ray node, started by Corral as its wa node (RAY_CLOUD_INSTANCE_ID
     # is the Corral node id; the node's own log says so). It may be gone already: idle since
     # its tasks ended, while the placement group waited for the wb nodes.

@@ -6,7 +6,10 @@
 
 ``--boot-delay-s`` plays a VM's boot: the agent stays silent that long before it starts (the
 provider passes the zone's ``launch_delay_s``), so a launch call returns at once and the machine
-reports in later, as on a real cloud.
+reports in later, as on a real cloud. On Linux the launcher plays the boot instead (it forks the
+agent once the boot is over: see launcher.py), and the agent, with ``--own-pid``, records its
+own pid first, and runs only if its machine is still waiting for it (not terminated meanwhile,
+no other agent started for it).
 
 It reads its task (setup, run, envs, workdir) from its instance record, written to Redis by the
 provider before the process starts (and handed to it by the launcher, which forks it: then it is
@@ -44,7 +47,8 @@ import random
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from corral.services.agent.core import Agent, FinalBeat, LinkError, Work, say
 from corral.services.providers.local.agent_redis import MiniRedis, RedisError
@@ -67,6 +71,8 @@ from corral.shared.execs import (
     exec_queue_key,
     session_stream_key,
 )
+
+T = TypeVar("T")
 
 
 class RedisLink:
@@ -295,23 +301,27 @@ class RedisLink:
 RECORD_PATIENCE_S = 600.0  # an agent started while Redis is away waits this long for it
 
 
-def _read_record(state: CloudState, instance_id: str) -> InstanceRecord | None:
-    """The instance's record, read again with backoff while Redis cannot be reached (the
-    machine was started just before a Redis restart or failover): a control-plane outage must
-    not kill the machine."""
+def _patiently(call: Callable[[], T], what: str) -> T:
+    """``call()``, again with backoff while Redis cannot be reached (the machine was started
+    just before a Redis restart or failover): a control-plane outage must not kill it."""
     deadline = time.monotonic() + RECORD_PATIENCE_S
     wait_s, said = 0.1, False
     while True:
         try:
-            return state.record(instance_id)
+            return call()
         except RedisError as exc:
             if time.monotonic() + wait_s > deadline:
                 raise
             if not said:
-                say(f"cannot read the instance record yet ({exc}); retrying")
+                say(f"cannot {what} yet ({exc}); retrying")
                 said = True
             time.sleep(wait_s * random.uniform(0.5, 1.0))
             wait_s = min(wait_s * 2, 2.0)
+
+
+def _read_record(state: CloudState, instance_id: str) -> InstanceRecord | None:
+    """The instance's record (see :func:`_patiently`)."""
+    return _patiently(lambda: state.record(instance_id), "read the instance record")
 
 
 def main(argv: list[str] | None = None, record: dict[str, str] | None = None) -> int:
@@ -330,6 +340,13 @@ def main(argv: list[str] | None = None, record: dict[str, str] | None = None) ->
     parser.add_argument("--heartbeat-ttl-s", type=float, default=None)
     parser.add_argument("--kill-grace-s", type=float, default=5.0)
     parser.add_argument("--boot-delay-s", type=float, default=0.0)
+    parser.add_argument(
+        "--own-pid",
+        action="store_true",
+        help="record this process's pid in the instance record before anything else, and run "
+        "only if the instance still waits for its agent (the launcher started it at its "
+        "boot's end)",
+    )
     parser.add_argument(
         "--redis-url-stdin",
         action="store_true",
@@ -351,6 +368,12 @@ def main(argv: list[str] | None = None, record: dict[str, str] | None = None) ->
         say(f"no record for {args.instance_id}; nothing to run")
         return 2
     rec.pid = os.getpid()
+    if args.own_pid:
+        iid, pid = rec.id, rec.pid
+        why = _patiently(lambda: state.claim_start(iid, pid), "record the agent's pid")
+        if why != "ok":
+            say(f"not starting: the instance is {why}")
+            return 0
     work = Work(
         setup=rec.setup, run=rec.run, envs=dict(rec.envs), workdir=rec.workdir, files=rec.files
     )

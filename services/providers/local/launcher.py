@@ -11,14 +11,25 @@ agents share the launcher's pages).
 
 It listens on an abstract Unix socket (Linux; no file to clean up, no path length limit) named
 by the provider. A request is one JSON line ``{"argv": [...], "log": path, "env": {...},
-"name": instance id, "record": {...}}`` (the record's hash fields, handed to the agent so it
-does not read them back; optional); the answer is ``{"pid": n}`` once the child is forked, or
-``{"error": ...}`` (``{"ping": true}`` answers ``{"pong": true}``).
+"name": instance id, "record": {...}, "start_in_s": s}`` (the record's hash fields, handed to
+the agent so it does not read them back; optional); the answer is ``{"pid": n}`` once the child
+is forked, or ``{"error": ...}`` (``{"ping": true}`` answers ``{"pong": true}``).
 The child leads a session of its own (it outlives the launcher and the worker that asked),
 writes to the instance's log file, and carries the instance's name from the fork on
 (``/proc/<pid>/comm``, as the provider identifies an agent by pid and name).
-``{"quit": true}`` stops the launcher; so does an idle spell of ``--idle-exit-s``. Its agents
-keep running either way.
+
+A machine boots (the zone's launch delay) before its agent starts. With ``start_in_s`` the
+launcher keeps the request and forks the agent once that time has passed: the answer is
+``{"deferred": true}`` at once, and the agent records its own pid when it starts (the provider
+never learns it). So a booting machine costs this host nothing, as a VM booting in a cloud
+costs the caller nothing: no process, no fork in the launch call (a burst of a thousand
+launches used to spend a third of its CPU forking agents that then slept). ``{"cancel":
+[names]}`` drops the kept starts of those instances (a terminate during the boot); ``{"kept":
+true}`` answers ``{"kept": [names]}``.
+
+``{"quit": true}`` stops the launcher, and the starts it kept are dropped (those machines
+never come up: a power cut); an idle spell of ``--idle-exit-s`` with none kept stops it too.
+Its agents keep running either way.
 
 Only the standard library and the agent's own modules: never redis-py or celery.
 """
@@ -27,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import heapq
 import json
 import os
 import select
@@ -44,6 +56,8 @@ from corral.services.providers.local import agent
 
 COMM_LEN = 15  # the kernel keeps this many bytes of a process's name
 PUBLIC_SETTINGS = frozenset({"CORRAL_HOME"})
+MAX_START_IN_S = 24 * 3600.0  # the longest boot a kept start may wait out
+MAX_KEPT = 100_000  # kept starts at once (each a request of a few kilobytes)
 
 
 def address(name: str) -> str:
@@ -109,13 +123,18 @@ def public_env() -> dict[str, str]:
     }
 
 
+def _pid(answer: dict[str, Any]) -> int | None:
+    return None if answer.get("deferred") else int(answer["pid"])
+
+
 def start_agent(
     name: str, python: str, request: dict[str, Any], *, idle_exit_s: float = 60.0
-) -> int:
+) -> int | None:
     """Start an agent through the launcher ``name``, starting the launcher first when none
-    listens (several processes may race to: all but one launcher exit at once). The pid."""
+    listens (several processes may race to: all but one launcher exit at once). The pid; None
+    when the start is kept for later (``start_in_s``)."""
     try:
-        return int(ask(name, request)["pid"])
+        return _pid(ask(name, request))
     except GONE:
         pass
     argv = [python, "-m", __name__, "--name", name, "--idle-exit-s", str(idle_exit_s)]
@@ -134,13 +153,21 @@ def start_agent(
     deadline = time.monotonic() + 10.0
     while True:
         try:
-            return int(ask(name, request)["pid"])
+            return _pid(ask(name, request))
         except GONE:
             if time.monotonic() > deadline:
                 raise LauncherError(
                     f"the local launcher did not come up ({' '.join(argv)})"
                 ) from None
             time.sleep(0.01)
+
+
+def cancel(name: str, instance_ids: list[str]) -> int:
+    """Drop the kept starts of these instances; how many were kept (0 if no launcher listens)."""
+    try:
+        return int(ask(name, {"cancel": list(instance_ids)}, timeout_s=2.0)["cancelled"])
+    except GONE:
+        return 0
 
 
 def stop(name: str) -> None:
@@ -160,13 +187,16 @@ def _reap() -> None:
             return
 
 
-def _child(request: dict[str, Any], listener: socket.socket, conn: socket.socket, log: int) -> None:
+def _child(
+    request: dict[str, Any], listener: socket.socket, conn: socket.socket | None, log: int
+) -> None:
     """In the forked child (named after its instance from birth, ``log`` its open log
     file): become the instance's agent; never returns."""
     code = 1
     try:
         listener.close()
-        conn.close()
+        if conn is not None:
+            conn.close()
         signal.set_wakeup_fd(-1)
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -195,7 +225,50 @@ def _child(request: dict[str, Any], listener: socket.socket, conn: socket.socket
         os._exit(code)
 
 
-def _handle(conn: socket.socket, listener: socket.socket) -> bool:
+class Kept:
+    """The starts kept for later, by due time (monotonic); a cancelled one stays in the heap
+    until its time comes and is skipped then."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str]] = []
+        self._requests: dict[str, dict[str, Any]] = {}
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def add(self, due: float, request: dict[str, Any]) -> None:
+        self._seq += 1
+        self._requests[request["name"]] = request
+        heapq.heappush(self._heap, (due, self._seq, request["name"]))
+
+    def cancel(self, names: list[str]) -> int:
+        return sum(self._requests.pop(str(n), None) is not None for n in names)
+
+    def names(self) -> list[str]:
+        return sorted(self._requests)
+
+    def wait_s(self, now: float) -> float | None:
+        """Seconds until the next start is due (None: none kept)."""
+        while self._heap and self._heap[0][2] not in self._requests:
+            heapq.heappop(self._heap)  # cancelled
+        return max(0.0, self._heap[0][0] - now) if self._heap else None
+
+    def due(self, now: float) -> list[dict[str, Any]]:
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            _, _, name = heapq.heappop(self._heap)
+            request = self._requests.pop(name, None)
+            if request is not None:
+                out.append(request)
+        return out
+
+
+def _answer(conn: socket.socket, answer: dict[str, Any]) -> None:
+    conn.sendall(json.dumps(answer).encode() + b"\n")
+
+
+def _handle(conn: socket.socket, listener: socket.socket, kept: Kept) -> bool:
     """Serve one request; False when asked to quit."""
     conn.settimeout(5.0)
     # An abstract socket has no file permissions: only our own user may start processes.
@@ -209,54 +282,93 @@ def _handle(conn: socket.socket, listener: socket.socket) -> bool:
         try:
             request = json.loads(line)
         except ValueError:
-            conn.sendall(b'{"error": "not a JSON line"}\n')
+            _answer(conn, {"error": "not a JSON line"})
             return True
         if not isinstance(request, dict):
-            conn.sendall(b'{"error": "not a JSON object"}\n')
+            _answer(conn, {"error": "not a JSON object"})
             return True
         if request.get("quit"):
-            conn.sendall(b'{"quit": true}\n')
+            _answer(conn, {"quit": True})
             return False
         if request.get("ping"):
-            conn.sendall(b'{"pong": true}\n')
+            _answer(conn, {"pong": True})
+            return True
+        if request.get("kept"):
+            _answer(conn, {"kept": kept.names()})
+            return True
+        if isinstance(request.get("cancel"), list):
+            _answer(conn, {"cancelled": kept.cancel(request["cancel"])})
             return True
         malformed = [
             key
             for key, kind in (("argv", list), ("log", str), ("name", str))
             if not isinstance(request.get(key), kind)
         ]
+        start_in_s = request.get("start_in_s", 0)
+        if not isinstance(start_in_s, int | float) or not 0 <= start_in_s <= MAX_START_IN_S:
+            malformed.append("start_in_s")
         if malformed or not isinstance(request.get("env", {}), dict):
-            error = {"error": f"a start request needs argv, log, name and env; bad: {malformed}"}
-            conn.sendall(json.dumps(error).encode() + b"\n")
+            error = f"a start request needs argv, log, name and env; bad: {malformed}"
+            _answer(conn, {"error": error})
             return True
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # The child carries its instance's name from birth (a fork copies the name): this
-        # process takes the name for the fork and gives its own back. So the answer never names
-        # a pid that does not look like the instance's agent, and need not wait for the child
-        # to be scheduled to rename itself (under load, most of what a start cost).
         # The log is opened here, so it exists once the answer is sent, and a log that cannot
         # be opened is the asker's error, not a child that dies unseen.
         try:
-            log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            log = _open_log(request["log"])
         except OSError as exc:
-            error = {"error": f"cannot open the log {request['log']}: {exc.strerror}"}
-            conn.sendall(json.dumps(error).encode() + b"\n")
+            _answer(conn, {"error": f"cannot open the log {request['log']}: {exc.strerror}"})
             return True
-        own = _name()
-        _rename(comm_name(request["name"]))
-        try:
-            pid = os.fork()
-        except OSError:
-            _rename(own)
+        if start_in_s > 0:
             os.close(log)
-            raise
-        if pid == 0:
-            _child(request, listener, conn, log)
+            if len(kept) >= MAX_KEPT:
+                _answer(conn, {"error": f"{MAX_KEPT} starts are kept already; retry later"})
+                return True
+            kept.add(time.monotonic() + start_in_s, request)
+            _answer(conn, {"deferred": True})
+            return True
+        pid = _fork(request, listener, conn, log)
+        _answer(conn, {"pid": pid})
+    return True
+
+
+def _open_log(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+
+def _fork(
+    request: dict[str, Any], listener: socket.socket, conn: socket.socket | None, log: int
+) -> int:
+    """Fork the agent of ``request`` (``log`` its open log file, closed here); its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The child carries its instance's name from birth (a fork copies the name): this
+    # process takes the name for the fork and gives its own back. So the answer never names
+    # a pid that does not look like the instance's agent, and need not wait for the child
+    # to be scheduled to rename itself (under load, most of what a start cost).
+    own = _name()
+    _rename(comm_name(request["name"]))
+    try:
+        pid = os.fork()
+    except OSError:
         _rename(own)
         os.close(log)
-        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-    return True
+        raise
+    if pid == 0:
+        _child(request, listener, conn, log)
+    _rename(own)
+    os.close(log)
+    return pid
+
+
+def _start_due(kept: Kept, listener: socket.socket) -> None:
+    """Fork the agents whose boot has ended. A log that cannot be opened now (its folder
+    removed meanwhile) leaves that machine without an agent: the provider finds it lost once
+    its start timeout passed, as a VM that never came up."""
+    for request in kept.due(time.monotonic()):
+        try:
+            _fork(request, listener, None, _open_log(request["log"]))
+        except OSError as exc:
+            print(f"[corral-launcher] could not start {request['name']}: {exc}", file=sys.stderr)
 
 
 def _name() -> str:
@@ -284,21 +396,25 @@ def serve(name: str, idle_exit_s: float) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
     last = time.monotonic()
+    kept = Kept()
     while True:
-        ready, _, _ = select.select([listener.fileno(), wake_r], [], [], 1.0)
+        wait_s = kept.wait_s(time.monotonic())
+        timeout_s = 1.0 if wait_s is None else min(1.0, wait_s)
+        ready, _, _ = select.select([listener.fileno(), wake_r], [], [], timeout_s)
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
         _reap()
+        _start_due(kept, listener)
         if listener.fileno() in ready:
             conn, _ = listener.accept()
             last = time.monotonic()
             try:
-                if not _handle(conn, listener):
+                if not _handle(conn, listener, kept):
                     return 0
             except OSError:
                 continue  # the asker went away; the child (if any) runs on
-        elif time.monotonic() - last > idle_exit_s:
+        elif not kept and time.monotonic() - last > idle_exit_s:
             return 0
 
 

@@ -310,7 +310,7 @@ class LocalProvider:
     def _unborn(self, ids: list[str]) -> list[InstanceRecord]:
         """The attempt's instances whose agent was never started."""
         records = [r for r in map(self.state.record, ids) if r is not None]
-        return [r for r in records if r.pid is None and r.state == PENDING]
+        return [r for r in records if r.pid is None and r.start_at is None and r.state == PENDING]
 
     def _play_injected_error(self, spec: LaunchSpec) -> bool:
         """Raise the zone's injected error when its turn comes. True (nothing played): the
@@ -408,23 +408,34 @@ class LocalProvider:
             str(self.heartbeat_timeout_s),
             "--kill-grace-s",
             str(self.terminate_grace_s / 2),
-            "--boot-delay-s",
-            str(boot_delay_s),
         ]
         # The Redis URL may hold a password: the environment, not the command line.
         env = {"CORRAL_REDIS_URL": self.redis_url}
-        pid = None
         if self._launcher is not None:
-            request = {"argv": args, "log": rec.log_path, "env": env, "name": rec.id}
-            request["record"] = rec.to_hash()  # the agent need not read it back from Redis
+            # The launcher plays the boot: it forks the agent once the boot is over (no
+            # process before then), and that agent records its own pid.
+            later = ["--own-pid"] if boot_delay_s > 0 else []
+            request: dict[str, Any] = {
+                "argv": [*args, *later],
+                "log": rec.log_path,
+                "env": env,
+                "name": rec.id,
+                "record": rec.to_hash(),  # the agent need not read it back from Redis
+            }
+            if later:
+                request["start_in_s"] = boot_delay_s
             try:
                 pid = launcher.start_agent(self._launcher, self.python, request)
             except (OSError, ValueError, launcher.LauncherError) as exc:
                 log.warning("local launcher unavailable (%s); starting agents directly", exc)
                 self._launcher = None
-        if pid is None:
-            pid = self._spawn_agent(rec, args, env)
-        rec.pid = pid  # recorded by the caller (CloudState.started), with its others
+            else:
+                # Recorded by the caller (CloudState.started), with its others.
+                rec.pid = pid
+                rec.start_at = time.time() + boot_delay_s if pid is None else None
+                return
+        args += ["--boot-delay-s", str(boot_delay_s)]
+        rec.pid = self._spawn_agent(rec, args, env)
 
     def _spawn_agent(self, rec: InstanceRecord, args: list[str], env: dict[str, str]) -> int:
         # The Redis URL goes through a pipe, not the agent's environment: a task can read its
@@ -529,6 +540,10 @@ class LocalProvider:
         """Derive the state; record the end of an instance whose process vanished."""
         if rec.ended:
             return rec
+        now = time.time()
+        start_timeout_s = self.start_timeout_s + self._boot_delay(rec.zone)
+        if rec.pid is None and rec.state == PENDING and now - rec.created_at < start_timeout_s:
+            return rec  # booting, its agent not started yet: the record says it all
         alive = rec.pid is not None and self.pid_belongs_to(rec.pid, rec.id)
         if not alive:
             # Read again: it may have just written its final record, or just been started.
@@ -540,10 +555,10 @@ class LocalProvider:
             rec,
             beat,
             alive=alive,
-            now=time.time(),
+            now=now,
             heartbeat_timeout_s=self.heartbeat_timeout_s,
             # Booting machines are silent for the zone's launch delay: not lost yet.
-            start_timeout_s=self.start_timeout_s + self._boot_delay(rec.zone),
+            start_timeout_s=start_timeout_s,
             outage_end=outage_end,
         )
         if not alive and state == LOST:
@@ -649,13 +664,22 @@ class LocalProvider:
         # (a look just saw the machine end) is not read again, and nothing of it is written.
         records = [rec for rec in map(self._record_to_end, provider_ids) if rec is not None]
         live = [rec for rec in records if not rec.ended]
+        unstarted = []
         for rec in live:
             # The pid as recorded now: an agent started since the record was read is
-            # signalled; one not started yet is stopped by its starter (CloudState.started).
+            # signalled; one not started yet is stopped by its starter (CloudState.started),
+            # or does not start (the launcher keeps it for its boot's end: told below).
             pid = self.state.set_state(rec.id, TERMINATING)
             if pid:
                 rec.pid = pid
+            elif pid == 0:
+                unstarted.append(rec.id)
             self._signal(rec.pid, rec.id, signal.SIGTERM)
+        if unstarted and self._launcher is not None:
+            # It would start and, finding its machine terminating, exit at once: a fork
+            # saved. Nothing lost if the launcher cannot be asked.
+            with contextlib.suppress(OSError, ValueError, launcher.LauncherError):
+                launcher.cancel(self._launcher, unstarted)
         self._wait_gone(records, self.terminate_grace_s)
         for rec in records:
             self._signal(rec.pid, rec.id, signal.SIGKILL)

@@ -127,6 +127,9 @@ class InstanceRecord:
     reservation_id: str | None = None
     state: str = PENDING
     pid: int | None = None  # the agent process
+    # When the launcher starts the agent (its boot's end; it was handed the start then): no
+    # agent has started before it, and none is to be started by anyone else.
+    start_at: float | None = None
     child_pid: int | None = None  # the agent's current setup/run process (a group leader)
     child_pids: list[int] = field(default_factory=list)  # every assignment's group leader
     first_heartbeat_at: float | None = None
@@ -139,6 +142,7 @@ class InstanceRecord:
     _JSON = ("accelerators", "tags", "envs", "child_pids", "files")
     _FLOAT = (
         "created_at",
+        "start_at",
         "vcpus",
         "memory_gib",
         "first_heartbeat_at",
@@ -301,6 +305,20 @@ return 0
 """
 
 
+# An agent the launcher started at its boot's end records its own pid (no one else knows it),
+# and only if the machine is still to start: pending, not ended, no other agent's pid (a
+# terminate during the boot left its state and a pid of 0; a resumed launch started one).
+# Returns 'ok' or why not (the state, 'already started' or 'gone').
+_CLAIM_START = """
+local held = redis.call('HMGET', KEYS[1], 'id', 'ended_at', 'state', 'pid')
+if not held[1] then return 'gone' end
+if held[2] or held[3] ~= ARGV[2] then return held[3] or 'ended' end
+if held[4] and held[4] ~= ARGV[1] then return 'already started' end
+redis.call('HSET', KEYS[1], 'pid', ARGV[1])
+return 'ok'
+"""
+
+
 class CloudState:
     """Reads and atomic writes on the local cloud's records."""
 
@@ -312,6 +330,7 @@ class CloudState:
         self._release = client.register_script(_RELEASE)
         self._set_state = client.register_script(_SET_STATE)
         self._records = client.register_script(_RECORDS)
+        self._claim_start = client.register_script(_CLAIM_START)
 
     # --- attempts and capacity -------------------------------------------------------------
     def launched_ids(self, attempt_ids: list[str]) -> list[str]:
@@ -363,14 +382,25 @@ class CloudState:
         signal left one (0, see ``_SET_STATE``), so only those records are written again and
         read back; the others are as the launch wrote them (PENDING). A caller that would
         start the agents of the attempt itself looks for agents not started first, and finds
-        none once the pids are written."""
+        none once the pids are written.
+
+        A record whose start the launcher keeps for its boot's end (``start_at``, no pid yet)
+        gets that time written and its state read in the same round trip: the agent checks
+        its state when it starts, and the caller stops what a terminate came to meanwhile."""
         started = [rec for rec in records if rec.pid is not None]
+        kept = [rec for rec in records if rec.pid is None and rec.start_at is not None]
         pipe = self.r.pipeline(transaction=False)
         for rec in started:
             pipe.hsetnx(self.keys.record(rec.id), "pid", str(rec.pid))
-        written = dict(zip((r.id for r in started), pipe.execute() if started else [], strict=True))
+        for rec in kept:
+            pipe.hset(self.keys.record(rec.id), "start_at", repr(rec.start_at))
+            pipe.hget(self.keys.record(rec.id), "state")
+        replies = pipe.execute() if started or kept else []
+        written = dict(zip((r.id for r in started), replies[: len(started)], strict=True))
         marked = [rec for rec in records if not written.get(rec.id, 1)]
         states: dict[str, str | None] = {rec.id: PENDING for rec in records}
+        for rec, state in zip(kept, replies[len(started) + 1 :: 2], strict=True):
+            states[rec.id] = None if state is None else str(state)
         if marked:
             pipe = self.r.pipeline(transaction=False)
             for rec in marked:
@@ -381,6 +411,11 @@ class CloudState:
             for rec, state in zip(marked, replies, strict=True):
                 states[rec.id] = None if state is None else str(state)
         return [states[rec.id] for rec in records]
+
+    def claim_start(self, instance_id: str, pid: int) -> str:
+        """An agent started at its boot's end records its pid: 'ok', or why it must not run
+        (see ``_CLAIM_START``)."""
+        return str(self._claim_start(keys=[self.keys.record(instance_id)], args=[pid, PENDING]))
 
     def high_water(self) -> dict[str, int]:
         """Per pool key, the most instances it ever held at once (tests check capacity by it)."""
