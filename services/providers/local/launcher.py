@@ -388,6 +388,7 @@ def serve(name: str, idle_exit_s: float) -> int:
     except OSError:
         return 0  # another launcher of this name is up: it serves
     listener.listen(128)
+    agent.warm_up()  # once here rather than in every agent forked (see agent.warm_up)
     # SIGCHLD wakes the select below (through the wakeup pipe); children are reaped in the
     # loop, so an ended agent is not left a zombie.
     wake_r, wake_w = os.pipe()
