@@ -22,6 +22,10 @@ class BootBook:
     def __init__(self, client: redis.Redis, prefix: str = "corral") -> None:
         self.client = client
         self.prefix = prefix
+        # Each boot as last read, by its stored JSON: a watch reads every boot of its cloud on
+        # every look, and a boot's JSON does not change while it is in the book, so each is
+        # parsed once (a thousand boots, twice a second).
+        self._read: dict[bytes | str, Boot] = {}
 
     def _key(self, cloud: str) -> str:
         return f"{self.prefix}:boots:{cloud}"
@@ -53,7 +57,16 @@ class BootBook:
     def of(self, cloud: str) -> list[Boot]:
         """Every launch of ``cloud`` on its way up, oldest deadline first."""
         raw = self.client.hvals(self._key(cloud))
-        return sorted((Boot.model_validate_json(v) for v in raw), key=lambda b: b.deadline)
+        known, read = self._read, {}
+        for value in raw:
+            boot = known.get(value)
+            read[value] = boot if boot is not None else Boot.model_validate_json(value)
+        if len(self._read) < 4 * len(read) + 1000:
+            known.update(read)  # boots of other clouds stay known too
+        else:
+            self._read = read  # forget boots that have left the book
+        # Copies: a caller may change what it was given; the next look reads the book's.
+        return sorted((b.model_copy() for b in read.values()), key=lambda b: b.deadline)
 
     def keys(self, cloud: str) -> set[str]:
         """The attempt ids of ``cloud``'s launches on their way up (the boots not read)."""

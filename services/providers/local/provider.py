@@ -73,6 +73,7 @@ AGENT_MODULE = "corral.services.providers.local.agent"
 # this host's (two services asking for one port collide, as two processes would).
 LOCAL_ADDRESS = "127.0.0.1"
 LOG_READ_MAX_BYTES = 1024 * 1024  # one follower's read of a log
+HELD_MAX = 20_000  # live records a provider keeps the fixed fields of
 
 log = logging.getLogger(__name__)
 ATTEMPT_POLL_S = 0.05
@@ -128,6 +129,9 @@ class LocalProvider:
         self.outage = OutageBook(client, prefix, outage_gap_s)
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # logs hold task output
         self._ended: dict[str, InstanceRecord] = {}  # ended records seen (they never change)
+        # Live records read before: a look reads only what changes of them (their fixed
+        # fields, written by the launch, are taken from here).
+        self._held: dict[str, InstanceRecord] = {}
         # One launcher per cloud, shared by every process that launches on it.
         key = f"{python}\0{prefix}\0{self.log_dir.resolve()}\0{redis_url}"
         self._launcher: str | None = (
@@ -513,13 +517,17 @@ class LocalProvider:
         # An ended record never changes (only its expiry is left): read once per process, so a
         # look costs what is still live, not every instance of the last day.
         fresh = [i for i in ids if (e := ended.get(i)) is None or _expired(e, now)]
-        read = {i: (rec, beat) for i, rec, beat in self.state.records_and_heartbeats(fresh)}
+        held = self._held
+        if len(held) > HELD_MAX:
+            held.clear()  # records of machines this process no longer looks at
+        read = {i: (rec, beat) for i, rec, beat in self.state.records_and_heartbeats(fresh, held)}
         out = []
         for iid in ids:
             if iid in read:
                 rec, beat = read[iid]
                 if rec is None:
                     ended.pop(iid, None)
+                    held.pop(iid, None)
                     self.state.forget(iid)
                     continue
                 if tags and any(rec.tags.get(k) != v for k, v in tags.items()):
@@ -527,6 +535,9 @@ class LocalProvider:
                 rec = self._observe(rec, beat, outage_end)
                 if rec.ended:
                     ended[iid] = rec
+                    held.pop(iid, None)
+                else:
+                    held[iid] = rec
             else:
                 rec = ended[iid]
                 if tags and any(rec.tags.get(k) != v for k, v in tags.items()):

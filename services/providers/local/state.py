@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from corral.shared.liveness import silent_too_long
@@ -169,6 +169,22 @@ class InstanceRecord:
         read = _FIELD_READERS
         return cls(**{name: read[name](text) for name, text in raw.items() if name in read})
 
+    def with_changes(self, raw: dict[str, str]) -> InstanceRecord:
+        """This record with the fields that change (:data:`MUTABLE_FIELDS`) as ``raw`` holds
+        them (a brief read; a field it lacks is unset), the rest as they are here."""
+        new = object.__new__(InstanceRecord)
+        values = new.__dict__
+        values.update(self.__dict__)
+        values.update(_UNSET)
+        for name, make in _UNSET_FRESH.items():
+            values[name] = make()
+        values["tags"] = dict(self.tags)  # handed on (ProviderInstance): never shared
+        read = _FIELD_READERS
+        for name in MUTABLE_FIELDS:
+            if name in raw:
+                values[name] = read[name](raw[name])
+        return new
+
     @property
     def ended(self) -> bool:
         return self.ended_at is not None
@@ -267,15 +283,60 @@ redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
 return 1
 """
 
+# What of a record changes after its launch wrote it (the rest is written once, at the launch).
+MUTABLE_FIELDS = (
+    "state",
+    "pid",
+    "start_at",
+    "child_pid",
+    "child_pids",
+    "first_heartbeat_at",
+    "last_beat_at",
+    "activity",
+    "exit_code",
+    "ended_at",
+    "end_reason",
+)
+# The changing fields' values when unset (a brief read leaves out what is unset); a field
+# whose default is made afresh for each record (a list) is made in with_changes.
+_UNSET = {
+    name: f.default
+    for name, f in InstanceRecord.__dataclass_fields__.items()
+    if name in MUTABLE_FIELDS and f.default is not MISSING
+}
+_UNSET_FRESH = {
+    name: f.default_factory
+    for name, f in InstanceRecord.__dataclass_fields__.items()
+    if name in MUTABLE_FIELDS and f.default_factory is not MISSING
+}
+
 # Read records and, for each one that has not ended, its agent's last heartbeat: an ended
 # record is reported as it is (derive_state never looks at its beat), so its heartbeat is not
 # read (a quick job is usually over at the boot watch's first look: a GET less per machine).
+# A record the reader holds already (ARGV[n] '1' for the n-th) is read in brief: its id and
+# the fields that change (a boot watch looks at a thousand booting machines twice a second:
+# their envs, tags and task are the same on every look).
 # KEYS: record, heartbeat, record, heartbeat... Returns {fields (flat; none: no record), beat
 # (nil: none, or not read)} per record.
-_RECORDS = """
+_RECORDS = (
+    """
+local brief_fields = {'id', '"""
+    + "', '".join(MUTABLE_FIELDS)
+    + """'}
 local out = {}
 for i = 1, #KEYS, 2 do
-  local rec = redis.call('HGETALL', KEYS[i])
+  local rec
+  if ARGV[(i + 1) / 2] == '1' then
+    local held = redis.call('HMGET', KEYS[i], unpack(brief_fields))
+    rec = {}
+    if held[1] then
+      for j = 1, #brief_fields do
+        if held[j] then rec[#rec + 1] = brief_fields[j]; rec[#rec + 1] = held[j] end
+      end
+    end
+  else
+    rec = redis.call('HGETALL', KEYS[i])
+  end
   local live = #rec > 0
   for j = 1, #rec, 2 do
     if rec[j] == 'ended_at' then live = false; break end
@@ -285,6 +346,7 @@ for i = 1, #KEYS, 2 do
 end
 return out
 """
+)
 
 # Delete a key only if it still holds the value we set (a claim we own).
 _RELEASE = """
@@ -432,28 +494,28 @@ class CloudState:
         return InstanceRecord.from_hash(raw) if raw else None
 
     def records_and_heartbeats(
-        self, ids: list[str]
+        self, ids: list[str], held: dict[str, InstanceRecord] | None = None
     ) -> list[tuple[str, InstanceRecord | None, dict[str, Any] | None]]:
         """Each id with its record and last heartbeat (None where missing, and for an ended
-        record, whose beat no reader needs), in one round trip."""
+        record, whose beat no reader needs), in one round trip. ``held``: records the caller
+        read before, by id: of those only the fields that change are read, and the rest is
+        taken from the held record."""
         if not ids:
             return []
+        held = held or {}
         keys = [k for iid in ids for k in (self.keys.record(iid), self.keys.heartbeat(iid))]
-        replies = self._records(keys=keys)
-        flat = replies[0::2]
-        records = [dict(zip(f[0::2], f[1::2], strict=True)) for f in flat]
-        beats = replies[1::2]
-        return self._with_beats(ids, [x for pair in zip(records, beats, strict=True) for x in pair])
-
-    @staticmethod
-    def _with_beats(
-        ids: list[str], replies: list[Any]
-    ) -> list[tuple[str, InstanceRecord | None, dict[str, Any] | None]]:
-        """Pairs of HGETALL (record) and GET (heartbeat) replies, one pair per id, read."""
+        brief = ["1" if iid in held else "0" for iid in ids]
+        replies = self._records(keys=keys, args=brief)
         out: list[tuple[str, InstanceRecord | None, dict[str, Any] | None]] = []
         for i, iid in enumerate(ids):
-            raw, beat = replies[2 * i], replies[2 * i + 1]
-            rec = InstanceRecord.from_hash(raw) if raw else None
+            flat, beat = replies[2 * i], replies[2 * i + 1]
+            raw = dict(zip(flat[0::2], flat[1::2], strict=True))
+            if not raw:
+                rec = None
+            elif brief[i] == "1":
+                rec = held[iid].with_changes(raw)
+            else:
+                rec = InstanceRecord.from_hash(raw)
             out.append((iid, rec, json.loads(beat) if beat else None))
         return out
 
