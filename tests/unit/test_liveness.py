@@ -11,6 +11,8 @@ from corral.services.providers.local.state import (
 )
 from corral.shared.liveness import deadline_passed, outage_gap_s, silent_too_long
 
+from local_records import local_record
+
 
 def test_silence_before_an_outage_end_does_not_count() -> None:
     # Silent since t=100, timeout 10: lost at t=111 without an outage...
@@ -32,22 +34,7 @@ def test_the_gap_is_at_most_half_the_heartbeat_timeout() -> None:
 
 
 def _rec(**fields: object) -> InstanceRecord:
-    base: dict[str, object] = {
-        "id": "li-1",
-        "request_id": "r-1",
-        "attempt_id": "a-1",
-        "region": "lab",
-        "zone": "lab-a",
-        "instance_type": "cpu-2",
-        "market": "on_demand",
-        "pool": "p",
-        "log_path": "/dev/null",
-        "created_at": 0.0,
-        "vcpus": 2,
-        "memory_gib": 4,
-        "pid": 1,
-    }
-    return InstanceRecord(**{**base, **fields})
+    return local_record(**{"pid": 1, **fields})
 
 
 def test_an_agent_cut_off_by_an_outage_stays_running_then_is_lost() -> None:

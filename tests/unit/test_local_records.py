@@ -5,26 +5,12 @@ from __future__ import annotations
 
 from corral.services.providers.local.state import MUTABLE_FIELDS, InstanceRecord
 
+from local_records import local_record
+
 
 def _rec(**fields: object) -> InstanceRecord:
-    base: dict[str, object] = {
-        "id": "li-000000000001",
-        "request_id": "r-1",
-        "attempt_id": "a-1",
-        "region": "lab-east",
-        "zone": "lab-east-a",
-        "instance_type": "cpu-2",
-        "market": "on_demand",
-        "pool": "corral:local:pool:lab-east-a:cpu-2",
-        "log_path": "/tmp/li.log",
-        "created_at": 100.0,
-        "vcpus": 2.0,
-        "memory_gib": 4.0,
-        "tags": {"corral-request": "r-1"},
-        "envs": {"A": "1"},
-        "run": "sleep 1",
-    }
-    return InstanceRecord(**{**base, **fields})  # type: ignore[arg-type]
+    launched = {"tags": {"corral-request": "r-1"}, "envs": {"A": "1"}, "run": "sleep 1"}
+    return local_record(**{**launched, **fields})
 
 
 def _brief(rec: InstanceRecord) -> dict[str, str]:
