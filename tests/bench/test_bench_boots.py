@@ -67,7 +67,9 @@ def _cpu_by_session(sessions: set[int]) -> dict[int, float]:
 def _machine_cpu_s(system: System) -> dict[str, float]:
     """CPU seconds of what the launches cost outside the control plane, by /proc: the local
     cloud's launcher(s), the machines' agents (alive until terminated) and this test process
-    (its HTTP client threads)."""
+    (its HTTP client threads). The agents' figure is a lower bound: the kernel here counts a
+    process's CPU in whole clock ticks (its schedstat and sched files read 0), so an agent up
+    for a few seconds, using a few milliseconds, mostly counts as none."""
     r = redis.Redis.from_url(system.env["CORRAL_REDIS_URL"], decode_responses=True)
     agents = {
         int(p)
