@@ -55,6 +55,9 @@ regions:
       - name: lab-east-long-boot
         capacity: {cpu-2: 1}
         launch_delay_s: 60
+      - name: lab-east-boot-1s
+        capacity: {cpu-2: 2}
+        launch_delay_s: 1
   - name: lab-faults
     zones:
       - name: faults-a
@@ -463,7 +466,8 @@ def test_a_booting_machine_costs_the_host_nothing_until_its_boot_ends(
 ) -> None:
     # A booting machine should cost this host what a VM booting in a cloud costs: nothing. Its
     # agent used to be forked at the launch and sleep through the boot (a thousand launches
-    # spent a third of their CPU on forks); the launcher now keeps the start for the boot's end.
+    # spent a third of their CPU on forks); the launcher now keeps the start until shortly
+    # before the boot's end (at most 5 s: this boot is 60 s).
     assert provider._launcher is not None
     [inst] = provider.launch(spec("lab-east-long-boot"))
     assert inst.pid is None and state_of(provider, inst.provider_id).state == "pending"
@@ -476,6 +480,58 @@ def test_a_booting_machine_costs_the_host_nothing_until_its_boot_ends(
     assert state_of(provider, inst.provider_id).state == "terminated"
     # Its start is dropped: the machine never comes up.
     assert inst.provider_id not in launcher.ask(provider._launcher, {"kept": True})["kept"]
+
+
+def test_an_agent_forked_ahead_of_its_boots_end_is_silent_until_then(
+    provider: LocalProvider,
+) -> None:
+    # Boots that end together (a burst of launches) would queue a burst of forks behind their
+    # end: the launcher forks each agent a little ahead (half this 1 s boot) and the agent
+    # waits, unheard, for the boot's end.
+    [inst] = provider.launch(spec("lab-east-boot-1s", run="sleep 30"))
+    rec = provider.state.record(inst.provider_id)
+    assert rec is not None and rec.start_at is not None
+    boot_end = rec.created_at + 1.0
+    assert processes_of(inst.provider_id) == []
+    wait_for(lambda: processes_of(inst.provider_id) != [], 5, "the agent forked ahead")
+    assert time.time() < boot_end, "the agent was forked only at its boot's end"
+    waiting = provider.state.record(inst.provider_id)
+    assert waiting is not None and waiting.pid is None and waiting.first_heartbeat_at is None
+    assert state_of(provider, inst.provider_id).state == "pending"
+    assert inst.provider_id in launcher.ask(provider._launcher or "", {"kept": True})["kept"]
+    wait_for(lambda: state_of(provider, inst.provider_id).state == "running", what="running")
+    up = provider.state.record(inst.provider_id)
+    assert up is not None and up.first_heartbeat_at is not None
+    assert up.first_heartbeat_at >= boot_end
+    assert up.pid is not None and processes_of(inst.provider_id)[0] == up.pid
+    assert inst.provider_id not in launcher.ask(provider._launcher or "", {"kept": True})["kept"]
+    provider.terminate([inst.provider_id])
+
+
+def test_a_terminate_kills_an_agent_that_waits_for_its_boots_end(
+    provider: LocalProvider, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    [inst] = provider.launch(spec("lab-east-boot-1s", run=f"touch {marker}; sleep 30"))
+    wait_for(lambda: processes_of(inst.provider_id) != [], 5, "the agent forked ahead")
+    provider.terminate([inst.provider_id])
+    wait_for(lambda: processes_of(inst.provider_id) == [], 2, "the waiting agent killed")
+    assert state_of(provider, inst.provider_id).state == "terminated"
+    time.sleep(1.2)  # past the boot's end: nothing comes up
+    rec = provider.state.record(inst.provider_id)
+    assert rec is not None and rec.first_heartbeat_at is None and not marker.exists()
+    assert processes_of(inst.provider_id) == []
+
+
+def test_a_launcher_that_quits_kills_the_agents_that_wait(provider: LocalProvider) -> None:
+    [inst] = provider.launch(spec("lab-east-boot-1s"))
+    wait_for(lambda: processes_of(inst.provider_id) != [], 5, "the agent forked ahead")
+    launcher.stop(provider._launcher or "")
+    wait_for(lambda: processes_of(inst.provider_id) == [], 2, "the waiting agent killed")
+    time.sleep(1.2)
+    rec = provider.state.record(inst.provider_id)
+    assert rec is not None and rec.first_heartbeat_at is None  # a power cut: never up
+    provider.terminate([inst.provider_id])
 
 
 def test_an_agent_started_after_its_machine_was_terminated_does_not_run(

@@ -379,9 +379,15 @@ def warm_up() -> None:
     json.loads(json.dumps({"warm": [1.0, "up"]}))
 
 
-def main(argv: list[str] | None = None, record: dict[str, str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    record: dict[str, str] | None = None,
+    not_before: float | None = None,
+) -> int:
     """Run the agent of the instance named by ``argv``. ``record``: its record's hash fields as
-    the provider just wrote them (the launcher passes them on), so it is not read back."""
+    the provider just wrote them (the launcher passes them on), so it is not read back.
+    ``not_before``: the boot's end (``time.monotonic``), for an agent the launcher forked ahead
+    of it: it makes ready, then stays silent until then, as a machine still booting."""
     args = _parser().parse_args(argv)
     url = args.redis_url or os.environ.pop("CORRAL_REDIS_URL", None)
     if args.redis_url_stdin:
@@ -397,6 +403,8 @@ def main(argv: list[str] | None = None, record: dict[str, str] | None = None) ->
         say(f"no record for {args.instance_id}; nothing to run")
         return 2
     rec.pid = os.getpid()
+    if not_before is not None:
+        time.sleep(max(0.0, not_before - time.monotonic()))
     if args.own_pid:
         iid, pid = rec.id, rec.pid
         why = _patiently(lambda: state.claim_start(iid, pid), "record the agent's pid")

@@ -19,17 +19,19 @@ writes to the instance's log file, and carries the instance's name from the fork
 (``/proc/<pid>/comm``, as the provider identifies an agent by pid and name).
 
 A machine boots (the zone's launch delay) before its agent starts. With ``start_in_s`` the
-launcher keeps the request and forks the agent once that time has passed: the answer is
-``{"deferred": true}`` at once, and the agent records its own pid when it starts (the provider
-never learns it). So a booting machine costs this host nothing, as a VM booting in a cloud
-costs the caller nothing: no process, no fork in the launch call (a burst of a thousand
-launches used to spend a third of its CPU forking agents that then slept). ``{"cancel":
-[names]}`` drops the kept starts of those instances (a terminate during the boot); ``{"kept":
+launcher keeps the request: the answer is ``{"deferred": true}`` at once, and the agent records
+its own pid when it starts (the provider never learns it). So a booting machine costs this host
+nothing, as a VM booting in a cloud costs the caller nothing: no process, no fork in the launch
+call (a burst of a thousand launches used to spend a third of its CPU forking agents that then
+slept). The agent is forked a little before the boot's end (``LEAD_S``, at most half the boot)
+and waits silent for it, so boots that end together (a burst of launches) find their agents
+ready rather than queued behind a burst of forks. ``{"cancel": [names]}`` drops the kept starts
+of those instances, killing an agent that waits (a terminate during the boot); ``{"kept":
 true}`` answers ``{"kept": [names]}``.
 
-``{"quit": true}`` stops the launcher, and the starts it kept are dropped (those machines
-never come up: a power cut); an idle spell of ``--idle-exit-s`` with none kept stops it too.
-Its agents keep running either way.
+``{"quit": true}`` stops the launcher, and the starts it kept are dropped, the agents that wait
+killed (those machines never come up: a power cut); an idle spell of ``--idle-exit-s`` with
+none kept stops it too. Its agents that have started keep running either way.
 
 Only the standard library and the agent's own modules: never redis-py or celery.
 """
@@ -49,6 +51,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from corral.services.agent.core import PRIVATE_PREFIXES
@@ -58,6 +61,8 @@ COMM_LEN = 15  # the kernel keeps this many bytes of a process's name
 PUBLIC_SETTINGS = frozenset({"CORRAL_HOME"})
 MAX_START_IN_S = 24 * 3600.0  # the longest boot a kept start may wait out
 MAX_KEPT = 100_000  # kept starts at once (each a request of a few kilobytes)
+LEAD_S = 5.0  # a kept start's agent is forked up to this long before its boot's end (Kept)
+FORK_BATCH_S = 0.05  # forks in a row before the socket is served again
 
 
 def address(name: str) -> str:
@@ -188,10 +193,14 @@ def _reap() -> None:
 
 
 def _child(
-    request: dict[str, Any], listener: socket.socket, conn: socket.socket | None, log: int
+    request: dict[str, Any],
+    listener: socket.socket,
+    conn: socket.socket | None,
+    log: int,
+    not_before: float | None,
 ) -> None:
     """In the forked child (named after its instance from birth, ``log`` its open log
-    file): become the instance's agent; never returns."""
+    file): become the instance's agent, silent until ``not_before``; never returns."""
     code = 1
     try:
         listener.close()
@@ -211,7 +220,9 @@ def _child(
         sys.argv = ["corral-agent", *request["argv"]]
         record = request.get("record")
         code = agent.main(
-            list(request["argv"]), record=record if isinstance(record, dict) else None
+            list(request["argv"]),
+            record=record if isinstance(record, dict) else None,
+            not_before=not_before,
         )
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
@@ -225,43 +236,81 @@ def _child(
         os._exit(code)
 
 
+def lead_s(start_in_s: float) -> float:
+    """How long before its boot's end a kept start's agent is forked: :data:`LEAD_S`, or half
+    the boot when that is shorter."""
+    return min(LEAD_S, start_in_s / 2)
+
+
 class Kept:
-    """The starts kept for later, by due time (monotonic); a cancelled one stays in the heap
-    until its time comes and is skipped then."""
+    """The starts kept for later: each is forked :func:`lead_s` before its boot's end (its
+    agent then waits silent for that end), so a burst of boots ending together does not queue
+    a burst of forks behind it. Until its boot's end a start counts as kept, forked or not: a
+    cancel drops one not forked yet and kills one that waits. A cancelled start stays in the
+    heap until its time comes and is skipped then. Times are ``time.monotonic``."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, str]] = []
-        self._requests: dict[str, dict[str, Any]] = {}
+        self._heap: list[tuple[float, int, str]] = []  # (fork at, order, name)
+        self._requests: dict[str, tuple[float, dict[str, Any]]] = {}  # name -> (due, request)
+        self._waiting: dict[str, tuple[float, int]] = {}  # forked early: name -> (due, pid)
         self._seq = 0
 
     def __len__(self) -> int:
-        return len(self._requests)
+        return len(self._requests) + len(self._waiting)
 
-    def add(self, due: float, request: dict[str, Any]) -> None:
+    def add(self, due: float, request: dict[str, Any], lead: float = 0.0) -> None:
         self._seq += 1
-        self._requests[request["name"]] = request
-        heapq.heappush(self._heap, (due, self._seq, request["name"]))
+        self._requests[request["name"]] = (due, request)
+        heapq.heappush(self._heap, (due - lead, self._seq, request["name"]))
 
     def cancel(self, names: list[str]) -> int:
-        return sum(self._requests.pop(str(n), None) is not None for n in names)
+        """Drop these starts; how many were kept. An agent that waits for its boot's end is
+        killed: it has claimed nothing and run nothing yet. One whose boot has ended is left
+        alone: it checks its machine's state as it claims it (and a terminate signals an agent
+        that has claimed it)."""
+        dropped, now = 0, time.monotonic()
+        for name in map(str, names):
+            dropped += self._requests.pop(name, None) is not None
+            waiting = self._waiting.pop(name, None)
+            if waiting is not None and waiting[0] > now:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(waiting[1], signal.SIGKILL)
+                dropped += 1
+        return dropped
+
+    def drop_all(self) -> None:
+        """Drop every kept start, killing the agents that wait (the launcher stops)."""
+        self.cancel(list(self._requests) + list(self._waiting))
 
     def names(self) -> list[str]:
-        return sorted(self._requests)
+        return sorted({*self._requests, *self._waiting})
 
     def wait_s(self, now: float) -> float | None:
-        """Seconds until the next start is due (None: none kept)."""
+        """Seconds until the next fork or boot's end (None: none kept)."""
         while self._heap and self._heap[0][2] not in self._requests:
             heapq.heappop(self._heap)  # cancelled
-        return max(0.0, self._heap[0][0] - now) if self._heap else None
+        ends = [due for due, _ in self._waiting.values()]
+        if self._heap:
+            ends.append(self._heap[0][0])
+        return max(0.0, min(ends) - now) if ends else None
 
-    def due(self, now: float) -> list[dict[str, Any]]:
-        out = []
+    def to_fork(self, now: float) -> Iterator[tuple[float, dict[str, Any]]]:
+        """The (due, request) of each start whose fork time has come, soonest first, taken
+        as the caller asks for the next one."""
         while self._heap and self._heap[0][0] <= now:
             _, _, name = heapq.heappop(self._heap)
-            request = self._requests.pop(name, None)
-            if request is not None:
-                out.append(request)
-        return out
+            kept = self._requests.pop(name, None)
+            if kept is not None:
+                yield kept
+
+    def forked(self, name: str, due: float, pid: int) -> None:
+        """The agent of ``name`` was forked ahead of its boot's end and waits for it."""
+        self._waiting[name] = (due, pid)
+
+    def settle(self, now: float) -> None:
+        """Forget the waiting agents whose boot has ended: they are on their own now."""
+        for name in [n for n, (due, _) in self._waiting.items() if due <= now]:
+            del self._waiting[name]
 
 
 def _answer(conn: socket.socket, answer: dict[str, Any]) -> None:
@@ -323,7 +372,7 @@ def _handle(conn: socket.socket, listener: socket.socket, kept: Kept) -> bool:
             if len(kept) >= MAX_KEPT:
                 _answer(conn, {"error": f"{MAX_KEPT} starts are kept already; retry later"})
                 return True
-            kept.add(time.monotonic() + start_in_s, request)
+            kept.add(time.monotonic() + start_in_s, request, lead_s(start_in_s))
             _answer(conn, {"deferred": True})
             return True
         pid = _fork(request, listener, conn, log)
@@ -336,7 +385,11 @@ def _open_log(path: str) -> int:
 
 
 def _fork(
-    request: dict[str, Any], listener: socket.socket, conn: socket.socket | None, log: int
+    request: dict[str, Any],
+    listener: socket.socket,
+    conn: socket.socket | None,
+    log: int,
+    not_before: float | None = None,
 ) -> int:
     """Fork the agent of ``request`` (``log`` its open log file, closed here); its pid."""
     sys.stdout.flush()
@@ -354,21 +407,31 @@ def _fork(
         os.close(log)
         raise
     if pid == 0:
-        _child(request, listener, conn, log)
+        _child(request, listener, conn, log, not_before)
     _rename(own)
     os.close(log)
     return pid
 
 
-def _start_due(kept: Kept, listener: socket.socket) -> None:
-    """Fork the agents whose boot has ended. A log that cannot be opened now (its folder
-    removed meanwhile) leaves that machine without an agent: the provider finds it lost once
-    its start timeout passed, as a VM that never came up."""
-    for request in kept.due(time.monotonic()):
+def _start_due(kept: Kept, listener: socket.socket) -> bool:
+    """Fork the agents whose fork time has come, for at most :data:`FORK_BATCH_S` (so a
+    request waiting on the socket is served between batches); True when some are left. A log
+    that cannot be opened now (its folder removed meanwhile) leaves that machine without an
+    agent: the provider finds it lost once its start timeout passed, as a VM that never came
+    up."""
+    now = time.monotonic()
+    kept.settle(now)
+    for due, request in kept.to_fork(now):
         try:
-            _fork(request, listener, None, _open_log(request["log"]))
+            pid = _fork(request, listener, None, _open_log(request["log"]), due)
         except OSError as exc:
             print(f"[corral-launcher] could not start {request['name']}: {exc}", file=sys.stderr)
+        else:
+            if due > time.monotonic():
+                kept.forked(request["name"], due, pid)
+        if time.monotonic() - now > FORK_BATCH_S:
+            return True
+    return False
 
 
 def _name() -> str:
@@ -398,20 +461,22 @@ def serve(name: str, idle_exit_s: float) -> int:
     signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
     last = time.monotonic()
     kept = Kept()
+    more = False
     while True:
-        wait_s = kept.wait_s(time.monotonic())
+        wait_s = 0.0 if more else kept.wait_s(time.monotonic())
         timeout_s = 1.0 if wait_s is None else min(1.0, wait_s)
         ready, _, _ = select.select([listener.fileno(), wake_r], [], [], timeout_s)
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
         _reap()
-        _start_due(kept, listener)
+        more = _start_due(kept, listener)
         if listener.fileno() in ready:
             conn, _ = listener.accept()
             last = time.monotonic()
             try:
                 if not _handle(conn, listener, kept):
+                    kept.drop_all()
                     return 0
             except OSError:
                 continue  # the asker went away; the child (if any) runs on
