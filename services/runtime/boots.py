@@ -73,6 +73,7 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
     grace_s = deps.settings.timers.heartbeat_timeout_s
     done: list[Boot] = []
     freed: list[Placed] = []  # places of quick jobs' machines let go in this look
+    ups: list[tuple[Boot, list[ProviderInstance]]] = []  # attempts up: finished together
     try:
         for boot in boots:
             found = by_attempt.get(boot.key, [])
@@ -81,6 +82,9 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
             counts[verdict] += 1
             if verdict == "booting":
                 continue
+            if boot.kind == "attempt" and verdict == "up":
+                ups.append((boot, found))
+                continue
             try:
                 _finish_one(deps, boot, verdict, found, freed)
             except Exception:  # left in the book: the next look finishes it
@@ -88,6 +92,7 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
                 log.exception("could not finish the boot of %s; trying again next look", boot.key)
                 continue
             done.append(boot)
+        _finish_ups(deps, ups, counts, done, freed)
     finally:
         # What this look finished leaves the book in one command, and the capacity its ended
         # jobs freed is told once (one read of the blocks and of the waiting requests per
@@ -95,6 +100,31 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
         # (finishing is idempotent).
         finish_all(deps, done)
         capacity_freed(deps, freed)
+
+
+def _finish_ups(
+    deps: Deps,
+    ups: list[tuple[Boot, list[ProviderInstance]]],
+    counts: dict[str, int],
+    done: list[Boot],
+    freed: list[Placed],
+) -> None:
+    """The attempts this look saw up, RUNNING in a few round trips for all of them (at a burst's
+    end a look sees hundreds up at once); those that could not be finished stay in the book
+    for the next look."""
+    if not ups:
+        return
+    try:
+        outcomes = provisioning.booted_all(deps, ups, freed=freed)
+    except Exception:
+        counts["errors"] += len(ups)
+        log.exception("could not finish %d boots; trying again next look", len(ups))
+        return
+    for (boot, _), outcome in zip(ups, outcomes, strict=True):
+        if outcome == "error":
+            counts["errors"] += 1
+        else:
+            done.append(boot)
 
 
 def _describe(provider: Any, boots: list[Boot], outage_end: float) -> list[ProviderInstance]:
@@ -112,8 +142,6 @@ def _finish_one(
     deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstance], freed: list[Placed]
 ) -> None:
     match boot.kind, verdict:
-        case "attempt", "up":
-            provisioning.booted(deps, boot, found, freed=freed)
         case "attempt", _:
             provisioning.boot_failed(deps, boot, verdict)
         case "pool_machine", "up":

@@ -49,6 +49,7 @@ from corral.services.runtime.planning import clouds_left_out, left_out_text, pla
 from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
 from corral.services.state.boots import Boot
+from corral.services.state.store import Together
 from corral.shared.autoscaler.launcher import CLUSTER_LABEL
 from corral.shared.blocking import Placed, is_blocked
 from corral.shared.bundles import node_copied
@@ -64,6 +65,8 @@ from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 
 log = logging.getLogger("corral.provisioning")
+
+JOB_EXITED_0 = "the job's run exited 0"
 
 
 class RetryLater(Exception):
@@ -321,13 +324,38 @@ def booted(
 ) -> str:
     """The boot watch saw every machine of an attempt up: the request is RUNNING (or, if it
     moved on meanwhile, the machines are let go). ``freed``: see :func:`_let_go`."""
-    req = deps.store.get_request(boot.spec.request_id)
-    if req is None or not 0 <= boot.step < len(req.chain):
-        return "missing"
-    step, cand = boot.step, req.chain[boot.step]
-    return _on_launched(
-        deps, req.id, step, boot.key, cand, by_node(found), current=req, freed=freed
-    )
+    return booted_all(deps, [(boot, found)], freed)[0]
+
+
+def booted_all(
+    deps: Deps,
+    ups: list[tuple[Boot, list[ProviderInstance]]],
+    freed: list[Placed] | None = None,
+) -> list[str]:
+    """:func:`booted` for every attempt a look saw up, the records read and written in a few
+    round trips for all of them rather than a few for each (at the end of a burst, a look sees
+    hundreds of launches up at once). One outcome per item, in order: "error" for one whose
+    aftermath failed (logged; finishing it again is safe)."""
+    reqs = {r.id: r for r in deps.store.load_requests({b.spec.request_id for b, _ in ups})}
+    outcomes = ["missing"] * len(ups)
+    landings: list[tuple[int, _Landing]] = []
+    for n, (boot, found) in enumerate(ups):
+        req = reqs.get(boot.spec.request_id)
+        if req is None or not 0 <= boot.step < len(req.chain):
+            continue
+        cand = req.chain[boot.step]
+        landings.append((n, _Landing(deps, req.id, boot.step, boot.key, cand, by_node(found), req)))
+    written = deps.store.update_together_many([land.together for _, land in landings])
+    events = []
+    for (n, land), result in zip(landings, written, strict=True):
+        try:
+            outcomes[n] = land.settle(result, freed)
+        except Exception:  # the others go on; the boot watch tries this one again
+            log.exception("could not finish the boot of %s", land.attempt_id)
+            outcomes[n] = "error"
+        events.append((land.request_id, land.events))
+    deps.store.append_events_many(events, deps.now())
+    return outcomes
 
 
 def boot_failed(deps: Deps, boot: Boot, verdict: str) -> str:
@@ -542,44 +570,83 @@ def _on_launched(
     current: LaunchRequest | None = None,
     freed: list[Placed] | None = None,
 ) -> str:
-    now = deps.now()
-    done = current is not None and _job_over(current, launched)
-    ids = [instance_id_for(attempt_id, node) for node in range(len(launched))]
-    why = "the job's run exited 0"
+    land = _Landing(deps, request_id, step, attempt_id, cand, launched, current)
+    t = land.together
+    outcome = land.settle(
+        deps.store.update_together(t.request_id, t.fn, t.instance_fns, current=current), freed
+    )
+    deps.store.append_events(request_id, land.events, deps.now())
+    return outcome
 
-    def run(r: LaunchRequest) -> bool:
-        ended = end_attempt(r, attempt_id, "ok", now)  # the attempt's outcome, in one write
-        if r.state != RequestState.PROVISIONING or r.next_step != step:
+
+class _Landing:
+    """An attempt whose machines are all up, on its way to RUNNING: the change of its request
+    and instances (:attr:`together`, one compare-and-set over all of them), then what follows
+    the write (:meth:`settle`) and the progress lines it leaves (:attr:`events`)."""
+
+    def __init__(
+        self,
+        deps: Deps,
+        request_id: str,
+        step: int,
+        attempt_id: str,
+        cand: ChainStep,
+        launched: list[ProviderInstance],
+        current: LaunchRequest | None,
+    ) -> None:
+        self.deps, self.request_id, self.step, self.attempt_id = deps, request_id, step, attempt_id
+        self.cand, self.launched = cand, launched
+        self.now = now = deps.now()
+        self.done = done = current is not None and _job_over(current, launched)
+        self.ids = [instance_id_for(attempt_id, node) for node in range(len(launched))]
+        self.events: list[str] = []
+        ups = {iid: _moved_up(pi, now, done) for iid, pi in zip(self.ids, launched, strict=True)}
+        self.together = Together(request_id, self._run, ups, current)
+
+    def _run(self, r: LaunchRequest) -> bool:
+        ended = end_attempt(r, self.attempt_id, "ok", self.now)  # the attempt's outcome too
+        if r.state != RequestState.PROVISIONING or r.next_step != self.step:
             return ended
-        r.instance_ids = [*r.instance_ids, *ids]
-        r.move(RequestState.RUNNING, now, f"{len(ids)} instance(s) up in {cand.zone}")
-        if done:
+        r.instance_ids = [*r.instance_ids, *self.ids]
+        r.move(
+            RequestState.RUNNING, self.now, f"{len(self.ids)} instance(s) up in {self.cand.zone}"
+        )
+        if self.done:
             r.exit_code = 0
-            r.move(RequestState.SUCCEEDED, now, why)
+            r.move(RequestState.SUCCEEDED, self.now, JOB_EXITED_0)
         return True
 
-    # The instances up and the request RUNNING in one compare-and-set over all of them;
-    # one by one when an instance is missing (its attempt died before it recorded it), which
-    # creates it before the request names it.
-    ups = {iid: _moved_up(pi, now, done) for iid, pi in zip(ids, launched, strict=True)}
-    together = deps.store.update_together(request_id, run, ups, current=current)
-    if together is not None:
-        updated: LaunchRequest | None = together[0]
-    else:
-        for node, pi in enumerate(launched):
-            _instance_up(deps, request_id, attempt_id, cand, node, pi, now, done)
-        updated = deps.store.update_request(request_id, run, current=current)
-    target = RequestState.SUCCEEDED if done else RequestState.RUNNING
-    if updated is not None and updated.state == target and set(ids) <= set(updated.instance_ids):
-        lines = [f"state: RUNNING ({', '.join(ids)})"] + ([f"state: SUCCEEDED ({why})"] * done)
-        deps.store.append_events(request_id, lines, now)
-        if done:
-            _let_go(deps, updated, launched, attempt_id, cand, freed)
-            return "ended"
-        return "running"
-    # Cancelled, or another attempt won, while we launched: what we got must not leak, and
-    # nothing else of the request may be touched.
-    release_instances(
-        deps, request_id, "the request moved on while it launched", attempt_id=attempt_id
-    )
-    return "released"
+    def settle(
+        self, together: tuple[LaunchRequest, list[Instance]] | None, freed: list[Placed] | None
+    ) -> str:
+        """After the compare-and-set (``together``: its result; None when an instance was
+        missing, its attempt having died before it recorded it: then one by one, creating it
+        before the request names it)."""
+        deps, ids = self.deps, self.ids
+        if together is not None:
+            updated: LaunchRequest | None = together[0]
+        else:
+            for node, pi in enumerate(self.launched):
+                _instance_up(
+                    deps, self.request_id, self.attempt_id, self.cand, node, pi, self.now, self.done
+                )
+            updated = deps.store.update_request(self.request_id, self._run)
+        target = RequestState.SUCCEEDED if self.done else RequestState.RUNNING
+        if (
+            updated is not None
+            and updated.state == target
+            and set(ids) <= set(updated.instance_ids)
+        ):
+            self.events = [f"state: RUNNING ({', '.join(ids)})"]
+            self.events += [f"state: SUCCEEDED ({JOB_EXITED_0})"] * self.done
+            if self.done:
+                _let_go(deps, updated, self.launched, self.attempt_id, self.cand, freed)
+                return "ended"
+            return "running"
+        # Cancelled, or another attempt won, while we launched: what we got must not leak, and
+        # nothing else of the request may be touched.
+        release_instances(
+            deps, self.request_id, "the request moved on while it launched",
+            attempt_id=self.attempt_id,
+        )  # fmt: skip
+        return "released"

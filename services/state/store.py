@@ -34,6 +34,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from redis import Redis
@@ -498,23 +499,7 @@ class Store:
             works = [_changed(c, f, w) for c, f, w in zip(currents, fns, copies, strict=True)]
             writes = [(c, w) for c, w in zip(currents, works, strict=True) if w is not None]
             if writes:
-                cas_keys: list[str] = []
-                args: list[str | int | float] = []
-                for before, after in writes:
-                    if isinstance(before, LaunchRequest) and isinstance(after, LaunchRequest):
-                        cas_keys += [
-                            self._request_key(before.id),
-                            self._request_state_key(before.state),
-                            self._request_state_key(after.state),
-                        ]
-                    else:
-                        cas_keys += [
-                            self._instance_key(before.id),
-                            self._instance_state_key(before.state),
-                            self._instance_state_key(after.state),
-                        ]
-                    args += [after.id, before.version, after.version, after.model_dump_json(),
-                             after.created_at]  # fmt: skip
+                cas_keys, args = _cas_args(self, writes)
                 written = int(self._cas_all(keys=cas_keys, args=args))
                 if written == -1:
                     return None
@@ -529,6 +514,64 @@ class Store:
             assert isinstance(req, LaunchRequest)
             return req, [i for i in out[:-1] if isinstance(i, Instance)]
         raise WriteConflict(f"{request_id}: still losing to other writers after {retries} retries")
+
+    def update_together_many(
+        self, items: Sequence[Together]
+    ) -> list[tuple[LaunchRequest, list[Instance]] | None]:
+        """:meth:`update_together` for several requests at once (a boot watch's look that saw
+        many launches up): every record read in one round trip, every request's
+        compare-and-set sent in one more (each its own script, all or none of that request's
+        records written). A request that lost a race, and only it, goes the one-by-one way
+        (read again, its functions called again). One result per item, in order."""
+        reads: list[tuple[list[Any], list[type[Any]]]] = []
+        pipe = self._r.pipeline(transaction=False)
+        for item in items:
+            keys = [self._instance_key(i) for i in item.instance_fns]
+            keys.append(self._request_key(item.request_id))
+            carried: list[Any] = [None] * len(item.instance_fns)
+            carried.append(_carried(item.current, item.request_id))
+            for key, held in zip(keys, carried, strict=True):
+                if held is None:
+                    pipe.hget(key, "json")
+            reads.append((carried, [Instance] * len(item.instance_fns) + [LaunchRequest]))
+        raws = iter(pipe.execute() if pipe.command_stack else [])
+        results: list[tuple[LaunchRequest, list[Instance]] | None] = [None] * len(items)
+        pending: list[tuple[int, list[tuple[Any, Any]], list[Any]]] = []
+        pipe = self._r.pipeline(transaction=False)
+        for n, (item, (carried, models)) in enumerate(zip(items, reads, strict=True)):
+            currents: list[Any] = []
+            copies: list[Any] = []
+            for model, held in zip(models, carried, strict=True):
+                raw = None if held is not None else next(raws)
+                if held is not None:
+                    currents.append(held)
+                    copies.append(_copy(held))
+                elif raw is not None:
+                    currents.append(model.model_validate_json(raw))
+                    copies.append(model.model_validate_json(raw))
+            if len(currents) < len(models):
+                continue  # one is missing: None, nothing written
+            fns: list[Callable[[Any], bool]] = [*item.instance_fns.values(), item.fn]
+            works = [_changed(c, f, w) for c, f, w in zip(currents, fns, copies, strict=True)]
+            writes = [(c, w) for c, w in zip(currents, works, strict=True) if w is not None]
+            out = [w if w is not None else c for c, w in zip(currents, works, strict=True)]
+            if not writes:
+                results[n] = (out[-1], out[:-1])
+                continue
+            cas_keys, args = _cas_args(self, writes)
+            self._cas_all(keys=cas_keys, args=args, client=pipe)
+            pending.append((n, writes, out))
+        replies = pipe.execute() if pending else []
+        for (n, writes, out), written in zip(pending, replies, strict=True):
+            if int(written) == 1:
+                for listener in self.listeners:
+                    for before, after in writes:
+                        listener.written(before, after)
+                results[n] = (out[-1], out[:-1])
+            elif int(written) == 0:  # lost a race: this one alone, read again
+                item = items[n]
+                results[n] = self.update_together(item.request_id, item.fn, item.instance_fns)
+        return results
 
     def _read_for_update(
         self, keys: list[str], models: list[type[Any]], carried: list[Any]
@@ -570,6 +613,17 @@ class Store:
         entries = [json.dumps({"at": now, "text": text}) for text in texts]
         return int(self._r.rpush(self._key("events", request_id), *entries))
 
+    def append_events_many(self, entries: Sequence[tuple[str, Sequence[str]]], now: float) -> None:
+        """:meth:`append_events` for several requests, in one round trip: (request id, its
+        lines) each."""
+        pipe = self._r.pipeline(transaction=False)
+        for request_id, texts in entries:
+            if texts:
+                lines = [json.dumps({"at": now, "text": text}) for text in texts]
+                pipe.rpush(self._key("events", request_id), *lines)
+        if pipe.command_stack:
+            pipe.execute()
+
     def events(self, request_id: str, after: int = 0) -> list[Event]:
         """The request's progress lines after sequence number ``after`` (0: all), in order."""
         raws = self._r.lrange(self._key("events", request_id), max(after, 0), -1)
@@ -602,6 +656,42 @@ class Store:
         """Free ``key`` if ``owner`` still holds it (never someone else's claim that followed
         an expiry). True if it was released."""
         return int(self._release(keys=[self._key("claim", key)], args=[owner])) == 1
+
+
+@dataclass(frozen=True)
+class Together:
+    """One request's part of :meth:`RedisStore.update_together_many`: the arguments of
+    :meth:`RedisStore.update_together`."""
+
+    request_id: str
+    fn: Callable[[LaunchRequest], bool]
+    instance_fns: Mapping[str, Callable[[Instance], bool]]
+    current: LaunchRequest | None = None
+
+
+def _cas_args(
+    store: Store, writes: list[tuple[Any, Any]]
+) -> tuple[list[str], list[str | int | float]]:
+    """The keys and arguments of one compare-and-set over ``writes`` ((before, after) pairs
+    of requests and instances)."""
+    keys: list[str] = []
+    args: list[str | int | float] = []
+    for before, after in writes:
+        if isinstance(before, LaunchRequest) and isinstance(after, LaunchRequest):
+            keys += [
+                store._request_key(before.id),
+                store._request_state_key(before.state),
+                store._request_state_key(after.state),
+            ]
+        else:
+            keys += [
+                store._instance_key(before.id),
+                store._instance_state_key(before.state),
+                store._instance_state_key(after.state),
+            ]
+        args += [after.id, before.version, after.version, after.model_dump_json(),
+                 after.created_at]  # fmt: skip
+    return keys, args
 
 
 def _carried(record: RecordT | None, record_id: str) -> RecordT | None:

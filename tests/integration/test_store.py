@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from corral.services.state.blocks import BlockStore
-from corral.services.state.store import Store, WriteConflict
+from corral.services.state.store import Store, Together, WriteConflict
 from corral.shared.blocking import Block
 from corral.shared.lifecycle import IllegalTransition, InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
@@ -358,6 +358,68 @@ def test_a_request_and_its_instances_change_together_or_not_at_all(
     # One of them missing: nothing written, None (the caller goes one by one).
     assert store.update_together("req-1", run, {"i-0": up, "i-9": up}) is None
     assert raw_version(client, "req-1") == 1
+
+
+def test_several_requests_change_together_each_all_or_nothing(
+    store: Store, client: redis.Redis
+) -> None:
+    # A boot watch's look that saw many launches up writes them in one batch; each request's
+    # records still change together or not at all, a lost race retries that request alone,
+    # and a missing record leaves its request unwritten (None), as update_together does.
+    for n in range(3):
+        store.create_request(new_request(f"req-{n}"))
+        store.create_instance(new_instance(f"i-{n}", f"req-{n}", 0))
+    runs: dict[str, int] = {}
+
+    def up(i: Instance) -> bool:
+        runs[i.id] = runs.get(i.id, 0) + 1
+        if i.state != InstanceState.REQUESTED:
+            return False
+        i.move(InstanceState.RUNNING, 130.0, "up")
+        return True
+
+    def run(r: LaunchRequest) -> bool:
+        runs[r.id] = runs.get(r.id, 0) + 1
+        if r.id == "req-1" and runs[r.id] == 1:  # another writer, between read and write
+            store.update_request("req-1", lambda x: x.labels.update(other="yes") is None)
+        r.labels["up"] = "yes"
+        return True
+
+    current = store.get_request("req-0")  # handed: not read again
+    got = store.update_together_many(
+        [
+            Together("req-0", run, {"i-0": up}, current),
+            Together("req-1", run, {"i-1": up}),
+            Together("req-2", run, {"i-2": up, "i-9": up}),  # i-9 does not exist
+        ]
+    )
+    first, second, third = got
+    assert first is not None and second is not None and third is None
+    assert first[0].version == 1 and first[0].labels["up"] == "yes"
+    assert [(i.id, i.state) for i in first[1]] == [("i-0", InstanceState.RUNNING)]
+    # req-1 lost its race: read again and written over the other writer's change.
+    assert runs["req-1"] == 2 and runs["i-1"] == 2
+    assert second[0].version == 2 and second[0].labels == {"other": "yes", "up": "yes"}
+    assert store.get_request("req-1") == second[0]
+    assert store.get_instance("i-1") == second[1][0]
+    # req-2: nothing written, its existing instance included.
+    assert raw_version(client, "req-2") == 0
+    assert store.get_instance("i-2").state == InstanceState.REQUESTED  # type: ignore[union-attr]
+    assert ids(store.list_instances(states=[InstanceState.RUNNING])) == ["i-0", "i-1"]
+    assert store.update_together_many([]) == []
+
+
+def test_progress_lines_of_several_requests_in_one_go(store: Store) -> None:
+    store.append_event("req-1", "first", 100.0)
+    store.append_events_many([("req-1", ["up", "done"]), ("req-2", []), ("req-3", ["up"])], 101.0)
+    assert [(e.seq, e.text) for e in store.events("req-1")] == [
+        (1, "first"),
+        (2, "up"),
+        (3, "done"),
+    ]
+    assert store.events("req-2") == []
+    assert [e.at for e in store.events("req-3")] == [101.0]
+    store.append_events_many([], 102.0)
 
 
 def test_works_with_a_decoding_client(redis_url: str) -> None:

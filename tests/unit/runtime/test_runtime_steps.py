@@ -455,3 +455,55 @@ def test_a_job_that_failed_before_the_first_look_is_ended_by_reconcile(driver: D
     assert reconcile.reconcile(driver.deps)["exited"] == 1
     req = driver.deps.store.get_request(rid)
     assert req is not None and req.state == RequestState.FAILED and req.exit_code == 3
+
+
+def test_one_look_finishes_every_launch_it_sees_up_in_one_batch(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At a burst's end a look sees hundreds of launches up at once: they are written in one
+    # batch (update_together_many), each as alone would have been, and one that moved on
+    # meanwhile gets its machine let go while the others run.
+    driver.fake.boot_delay_s = 5.0
+    rids = [_submit(driver) for _ in range(3)]
+    job = _submit(driver, JOB)
+    driver.run(until=lambda: driver.names() == [dispatch.WATCH_BOOTS])
+    assert driver.deps.boots.in_flight("local") == 4
+    gone = rids.pop()
+    driver.deps.store.update_request(
+        gone, lambda r: r.move(RequestState.FAILED, driver.deps.now(), "failed meanwhile")
+    )
+    [job_inst] = driver.deps.store.list_instances(request_id=job)
+    driver.fake.advance(5.0)
+    assert job_inst.provider_id is not None
+    driver.fake.exit(job_inst.provider_id, 0)
+    batches: list[int] = []
+    one_by_one: list[str] = []
+    many, single = driver.deps.store.update_together_many, driver.deps.store.update_together
+
+    def counted_many(items: Any) -> Any:
+        batches.append(len(items))
+        return many(items)
+
+    def counted_single(request_id: str, *args: Any, **kwargs: Any) -> Any:
+        one_by_one.append(request_id)
+        return single(request_id, *args, **kwargs)
+
+    monkeypatch.setattr(driver.deps.store, "update_together_many", counted_many)
+    monkeypatch.setattr(driver.deps.store, "update_together", counted_single)
+    assert driver.step() == {"up": 4}
+    assert batches == [4] and one_by_one == []
+    for rid in rids:
+        req = driver.deps.store.get_request(rid)
+        assert req is not None and req.state == RequestState.RUNNING
+        [inst] = driver.deps.store.list_instances(request_id=rid)
+        assert inst.state == InstanceState.RUNNING and inst.id in req.instance_ids
+        assert [e.text for e in driver.deps.store.events(rid)][-1].startswith("state: RUNNING")
+    ended = driver.deps.store.get_request(job)
+    assert ended is not None and ended.state == RequestState.SUCCEEDED and ended.exit_code == 0
+    moved_on = driver.deps.store.get_request(gone)
+    assert moved_on is not None and moved_on.state == RequestState.FAILED
+    assert moved_on.attempts[-1].outcome == "ok"  # the attempt's own end is still recorded
+    [released] = driver.deps.store.list_instances(request_id=gone)
+    assert ("terminate", [released.provider_id]) in driver.fake.calls
+    assert ("terminate", [job_inst.provider_id]) in driver.fake.calls
+    assert driver.deps.boots.in_flight("local") == 0
