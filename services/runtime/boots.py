@@ -38,6 +38,7 @@ log = logging.getLogger("corral.boots")
 
 def watch(deps: Deps, cloud: str) -> dict[str, int]:
     """One look at ``cloud``'s booting machines; schedules the next look while any boot."""
+    started = deps.now()
     owner = uuid.uuid4().hex
     key = f"boot-watch:{cloud}"
     if not deps.store.claim(key, owner, deps.settings.timers.claim_ttl_s):
@@ -47,7 +48,7 @@ def watch(deps: Deps, cloud: str) -> dict[str, int]:
         boots = deps.boots.of(cloud)
         if boots:
             _look(deps, cloud, boots, counts)
-    _next(deps, cloud)
+    _next(deps, cloud, deps.now() - started)
     return dict(counts)
 
 
@@ -150,12 +151,16 @@ def _finish_one(
             launching.boot_failed(deps, boot, verdict, found)
 
 
-def _next(deps: Deps, cloud: str) -> None:
-    """Schedule the next look while anything boots; else let the next launch schedule one."""
+def _next(deps: Deps, cloud: str, took_s: float = 0.0) -> None:
+    """Schedule the next look while anything boots; else let the next launch schedule one.
+    Looks come an interval apart, start to start: a look that took long (one that finished
+    hundreds of boots at a burst's end) does not push the next one back by its own length,
+    though it leaves a fifth of the interval at least before the next."""
     interval = watch_interval(deps, cloud)
     if deps.boots.in_flight(cloud):
         deps.boots.rearm_watch(cloud, ttl_s=interval * 4 + 5)
-        dispatch.watch_boots(cloud, countdown=interval, settings=deps.settings)
+        countdown = max(interval - max(took_s, 0.0), interval / 5)
+        dispatch.watch_boots(cloud, countdown=countdown, settings=deps.settings)
         return
     deps.boots.end_watch(cloud)
     if deps.boots.in_flight(cloud):  # a launch slipped in between the look and the end

@@ -10,7 +10,15 @@ from runtime_driver import Driver
 
 from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST
 from corral.services.queues import dispatch
-from corral.services.runtime import failover, provisioning, reconcile, requests, termination
+from corral.services.runtime import (
+    boots,
+    failover,
+    launch,
+    provisioning,
+    reconcile,
+    requests,
+    termination,
+)
 from corral.shared.config.task import Task
 from corral.shared.errors import CapacityError, ThrottledError
 from corral.shared.lifecycle import InstanceState, RequestState
@@ -507,3 +515,18 @@ def test_one_look_finishes_every_launch_it_sees_up_in_one_batch(
     assert ("terminate", [released.provider_id]) in driver.fake.calls
     assert ("terminate", [job_inst.provider_id]) in driver.fake.calls
     assert driver.deps.boots.in_flight("local") == 0
+
+
+def test_boot_watch_looks_come_an_interval_apart_start_to_start(driver: Driver) -> None:
+    # A look that took long (hundreds of boots finished at a burst's end) must not push the
+    # next one back by its own length; one longer than the interval still leaves a fifth.
+    driver.fake.boot_delay_s = 60.0
+    _submit(driver)
+    driver.run(until=lambda: driver.names() == [dispatch.WATCH_BOOTS])
+    driver.queue.clear()
+    interval = launch.watch_interval(driver.deps, "local")
+    for took, expected in ((0.0, interval), (interval * 0.6, interval * 0.4), (9.0, interval / 5)):
+        boots._next(driver.deps, "local", took)
+        [looks] = driver.queue
+        assert looks.name == dispatch.WATCH_BOOTS and looks.countdown == pytest.approx(expected)
+        driver.queue.clear()
