@@ -26,7 +26,6 @@ from corral.services.api.auth import Principal, caller, require_writer
 from corral.services.api.routes import get_deps, visible_request
 from corral.services.runtime.deps import Deps
 from corral.services.state.execs import ExecBook
-from corral.services.state.nodes import NodeName
 from corral.shared.execs import (
     MAX_COMMAND_BYTES,
     SESSION_CHUNK_BYTES,
@@ -72,12 +71,8 @@ def _node(deps: Deps, request_id: str, index: int) -> tuple[str, str]:
         raise HTTPException(409, f"request {request_id} has no running node {index}")
     inst = running[-1]
     assert inst.provider_id is not None
-    if inst.cloud == "local" or not inst.attempt_id:
-        node = inst.provider_id
-    else:
-        named = deps.nodes.node_of(inst.cloud, inst.provider_id)
-        node = str(named or NodeName(inst.cloud, inst.attempt_id, inst.node_index))
-    return node, inst.id
+    provider = deps.provider(inst.cloud)
+    return provider.agent_name(inst.provider_id, inst.attempt_id, inst.node_index), inst.id
 
 
 @router.get("/v1/execs/{exec_id}", summary="A command's output from an offset, and its end")

@@ -59,7 +59,8 @@ class Provider(Protocol):
     listed live, so a cloud without a price list plans too), where an instance type can go
     (``zones_of``: the zones offering it, a reservation's own zone), whether its credentials
     are there (``has_credentials``; ``registry.Cloud.credentials_hint`` before
-    its SDK loads) and its machines' output (``read_log``)."""
+    its SDK loads), its machines' output (``read_log``) and what their agents go by
+    (``agent_name``)."""
 
     name: str
     # How often a caller may poll ``describe`` while waiting for instances to come up.
@@ -85,6 +86,11 @@ class Provider(Protocol):
     ) -> tuple[int, bytes]:
         """What the machine's run printed from byte ``offset`` on: (where the bytes start, at
         ``offset`` or later when that part is no longer kept; the bytes). A follower's read."""
+        ...
+
+    def agent_name(self, provider_id: str, attempt_id: str | None, node_index: int) -> str:
+        """The name the machine's agent takes its commands and sessions under (``corral exec``,
+        ``attach``): node ``node_index`` of the attempt that launched it."""
         ...
 
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]: ...

@@ -121,6 +121,15 @@ class NodeBookLogs:
             self.log_book, self.name, provider_id, attempt_id, node_index, tail_bytes
         )
 
+    def agent_name(self, provider_id: str, attempt_id: str | None, node_index: int) -> str:
+        """The node's name in the book: as its agent registered, else as its attempt named it
+        (an agent not yet registered takes it on registering). A machine no attempt launched
+        goes by its id."""
+        if not attempt_id:
+            return provider_id
+        named = self.log_book.node_of(self.name, provider_id) if self.log_book else None
+        return str(named or NodeName(self.name, attempt_id, node_index))
+
     def read_log_since(
         self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
     ) -> tuple[int, bytes]:

@@ -662,6 +662,10 @@ class LocalProvider:
         """The agent's last heartbeat, None when it is silent."""
         return self.state.last_beat(provider_id)
 
+    def agent_name(self, provider_id: str, attempt_id: str | None, node_index: int) -> str:
+        """A local agent goes by its machine's id."""
+        return provider_id
+
     @property
     def node_work(self) -> LocalProvider:
         """Every local machine runs an agent: the provider hands them their work itself."""
