@@ -292,7 +292,7 @@ def _attempt(
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
         found = by_node(launched)
-        return _on_launched(deps, req.id, step, attempt_id, cand, found, current=req)
+        return _Landing(deps, req.id, step, attempt_id, cand, found, req).land()
     return "booting"
 
 
@@ -560,25 +560,6 @@ def _let_go(
         log.warning("could not let go of %s's machines: %s", req.id, exc)
 
 
-def _on_launched(
-    deps: Deps,
-    request_id: str,
-    step: int,
-    attempt_id: str,
-    cand: ChainStep,
-    launched: list[ProviderInstance],
-    current: LaunchRequest | None = None,
-    freed: list[Placed] | None = None,
-) -> str:
-    land = _Landing(deps, request_id, step, attempt_id, cand, launched, current)
-    t = land.together
-    outcome = land.settle(
-        deps.store.update_together(t.request_id, t.fn, t.instance_fns, current=current), freed
-    )
-    deps.store.append_events(request_id, land.events, deps.now())
-    return outcome
-
-
 class _Landing:
     """An attempt whose machines are all up, on its way to RUNNING: the change of its request
     and instances (:attr:`together`, one compare-and-set over all of them), then what follows
@@ -615,6 +596,16 @@ class _Landing:
             r.exit_code = 0
             r.move(RequestState.SUCCEEDED, self.now, JOB_EXITED_0)
         return True
+
+    def land(self) -> str:
+        """This launch alone: its write, what follows it, its progress lines."""
+        t = self.together
+        written = self.deps.store.update_together(
+            t.request_id, t.fn, t.instance_fns, current=t.current
+        )
+        outcome = self.settle(written, None)
+        self.deps.store.append_events(self.request_id, self.events, self.deps.now())
+        return outcome
 
     def settle(
         self, together: tuple[LaunchRequest, list[Instance]] | None, freed: list[Placed] | None
