@@ -10,24 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from corral.shared.errors import Scope
-
-
-class Placed(Protocol):
-    """Anything with a place and a market: a planner candidate, an attempt record."""
-
-    @property
-    def cloud(self) -> str: ...
-    @property
-    def region(self) -> str: ...
-    @property
-    def zone(self) -> str: ...
-    @property
-    def instance_type(self) -> str: ...
-    @property
-    def market(self) -> str: ...
+from corral.shared.placement import Placed as Placed  # its home before placement.py
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from corral.shared.blocking import Block, BlockIndex, Placed, is_blocked
+from corral.shared.blocking import Block, BlockIndex, is_blocked
+from corral.shared.placement import Placed, Placement
 
 
 class Within(StrEnum):
@@ -23,31 +24,6 @@ class Within(StrEnum):
     REGION = "region"  # the failed candidate's region (its other zones)
     CLOUD = "cloud"  # the failed candidate's cloud (its other regions)
     ANY = "any"  # the rest of the chain, any cloud
-
-
-PLACE_FIELDS = ("cloud", "region", "zone", "instance_type", "market")
-
-
-@dataclass(frozen=True, slots=True)
-class Place:
-    """A chain entry as failover reads it (the planner's candidate, a stored chain step, or
-    either's JSON)."""
-
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str
-
-    @classmethod
-    def of(cls, candidate: Placed | Mapping[str, Any]) -> Place:
-        if isinstance(candidate, Place):
-            return candidate
-        if isinstance(candidate, Mapping):
-            get: Any = candidate.__getitem__
-            return cls(*(str(get(f)) for f in PLACE_FIELDS))
-        c = candidate  # a placed candidate's fields are text already
-        return cls(c.cloud, c.region, c.zone, c.instance_type, c.market)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +50,11 @@ def next_step(
     if it lies inside ``within`` of the candidate at ``after``."""
     scope = Within(within)
     index = BlockIndex(blocks)  # a candidate is checked against the blocks that may cover it
-    origin = Place.of(chain[after]) if after >= 0 else None
+    origin = Placement.of(chain[after]) if after >= 0 else None
     passed: list[tuple[int, Block]] = []
     seen: set[Block] = set()
     for i in range(after + 1, len(chain)):
-        place = Place.of(chain[i])
+        place = Placement.of(chain[i])
         hit = is_blocked(place, index.near(place))
         if hit is not None:
             if hit not in seen:
@@ -91,16 +67,16 @@ def next_step(
         return NextStep(
             "escalate",
             None,
-            tuple(p for p in passed if _inside(scope, origin, Place.of(chain[p[0]]))),
+            tuple(p for p in passed if _inside(scope, origin, Placement.of(chain[p[0]]))),
         )
     return NextStep("exhausted", None, tuple(passed))
 
 
-def _inside(scope: Within, origin: Place, place: Place) -> bool:
+def _inside(scope: Within, origin: Placement, place: Placement) -> bool:
     if scope == Within.REGION:
-        return place.cloud == origin.cloud and place.region == origin.region
+        return place.same_region(origin)
     if scope == Within.CLOUD:
-        return place.cloud == origin.cloud
+        return place.same_cloud(origin)
     return True
 
 

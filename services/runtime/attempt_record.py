@@ -12,8 +12,8 @@ from typing import cast
 from corral.services.runtime.deps import Deps
 from corral.shared.blocking import Block
 from corral.shared.errors import ProviderError
-from corral.shared.failover import Place
 from corral.shared.lifecycle import RequestState
+from corral.shared.placement import Placement
 from corral.shared.records import Attempt, AttemptOutcome, ChainStep, LaunchRequest
 
 
@@ -105,7 +105,7 @@ def remember(
     # Slowed by us (the outage is read only for a timeout: the other outcomes never ask).
     if exc.outcome == "timeout" and started_at is not None and deps.outage.last_end() >= started_at:
         return
-    block = Block.from_scope(exc.scope, Place.of(cand))
+    block = Block.from_scope(exc.scope, Placement.of(cand))
     if block is not None:
         deps.blocks.add(
             block,

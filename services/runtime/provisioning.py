@@ -55,10 +55,11 @@ from corral.shared.blocking import Placed, is_blocked
 from corral.shared.bundles import node_copied
 from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError, Scope, ThrottledError
-from corral.shared.failover import Place, Within
+from corral.shared.failover import Within
 from corral.shared.images import image_for_region
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.observe import Seen, observe
+from corral.shared.placement import Placement
 from corral.shared.ports import parse_ports
 from corral.shared.readiness import PROBE_ENV
 from corral.shared.records import ChainStep, Instance, LaunchRequest
@@ -259,7 +260,7 @@ def _attempt(
         return after_failure(deps, req, step, Scope.NONE, inline, written=written)
     if existing is None:  # recorded already: its walk checked the blocks when it chose it
         remembered = deps.blocks.active(now)
-        hit = is_blocked(Place.of(cand), [b.block for b in remembered])
+        hit = is_blocked(Placement.of(cand), [b.block for b in remembered])
         if hit is not None:
             why = next((b for b in remembered if b.block == hit), None)
             reason = f"remembered as {why.outcome}: {why.reason}" if why else "blocked"

@@ -17,21 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import CapacityError, LaunchTimeoutError, ProviderError, ThrottledError
+from ..placement import Placement
 from .scenario import Capacity, OutageSpec, ReservationSpec, Scenario
 
 MARKETS = ("reserved", "spot", "on_demand")
-
-
-@dataclass(frozen=True, slots=True)
-class Place:
-    """Where an instance runs and how it is bought (``reservation``: the reservation's id)."""
-
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str
-    reservation: str | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -39,7 +28,7 @@ class SimInstance:
     """One instance of the simulated cloud, billed from launch to end."""
 
     iid: str
-    place: Place
+    place: Placement
     gpus: int
     price_usd_per_hour: float
     launched_at: float
@@ -110,7 +99,7 @@ class SimCloud:
         self.calls = 0
 
     # ------------------------------------------------------------------ what is there
-    def capacity(self, place: Place, t: float) -> int:
+    def capacity(self, place: Placement, t: float) -> int:
         """Instances of this place's kind the cloud has at ``t`` (a reservation's count)."""
         if place.reservation is not None:
             res = self.reservations[place.reservation]
@@ -119,11 +108,11 @@ class SimCloud:
         steps = self.caps.get((place.cloud, place.zone, place.instance_type, place.market))
         return steps.at(t) if steps else 0
 
-    def free(self, place: Place, t: float) -> int:
+    def free(self, place: Placement, t: float) -> int:
         """Instances one more launch could take now, outages aside."""
         return max(0, self.capacity(place, t) - self.in_use.get(_key(place), 0))
 
-    def outage(self, place: Place, t: float) -> OutageSpec | None:
+    def outage(self, place: Placement, t: float) -> OutageSpec | None:
         """The outage that covers this place at ``t``, if any."""
         for o in self.scenario.outages:
             if (
@@ -145,13 +134,13 @@ class SimCloud:
         """Machines the reservation holds at ``t`` (0 outside its window; unknown: 0)."""
         if reservation not in self.reservations:
             return 0
-        return self.capacity(Place("", "", "", "", "reserved", reservation), t)
+        return self.capacity(Placement("", "", "", "", "reserved", reservation), t)
 
     def reservation_in_use(self, reservation: str) -> int:
         return self.in_use.get(("reservation", reservation), 0)
 
     # ------------------------------------------------------------------ launching
-    def launch(self, place: Place, now: float, key: str, gpus: int) -> SimInstance:
+    def launch(self, place: Placement, now: float, key: str, gpus: int) -> SimInstance:
         """Launch one instance at ``place`` (``key`` names this call, for the draws), or raise
         the error the cloud answers with."""
         self.calls += 1
@@ -184,7 +173,7 @@ class SimCloud:
         self.live[inst.iid] = inst
         return inst
 
-    def price(self, place: Place) -> float:
+    def price(self, place: Placement) -> float:
         """USD per hour of one instance here (a reservation's own price: already paid)."""
         if place.reservation is not None:
             return self.reservations[place.reservation].price_usd_per_hour
@@ -194,7 +183,7 @@ class SimCloud:
         factor = spec.regions[place.region].price_factor
         return spec.instance_types[place.instance_type].price_usd_per_hour * factor
 
-    def preempt_time(self, place: Place, now: float, key: str) -> float | None:
+    def preempt_time(self, place: Placement, now: float, key: str) -> float | None:
         """When a spot instance launched now with this key would be reclaimed (exponential at
         the zone's rate), or None."""
         if place.market != "spot" or place.reservation is not None:
@@ -290,7 +279,7 @@ class SimCloud:
         return iter(self.live.values())
 
 
-def _key(place: Place) -> tuple[str, ...]:
+def _key(place: Placement) -> tuple[str, ...]:
     if place.reservation is not None:
         return ("reservation", place.reservation)
     return (place.cloud, place.zone, place.instance_type, place.market)

@@ -21,7 +21,8 @@ from itertools import repeat
 from ..blocking import Block, is_blocked, place_key
 from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
-from ..failover import WIDER, Place, Within, next_step
+from ..failover import WIDER, Within, next_step
+from ..placement import Placement
 from ..planner import Candidate, Plan, plan
 from ..recovery import Loss, relaunch_after_loss
 from ..waiting import (
@@ -33,7 +34,6 @@ from ..waiting import (
     waits_on,
     woken_by_release,
 )
-from .cloud import Place as CloudPlace
 from .cloud import SimInstance
 from .engine import Sim
 
@@ -268,7 +268,7 @@ class Launcher:
         if try_no == 0 and is_blocked(cand, self._blocks(flow)) is not None:
             self._advance(flow, index, Within.REGION)
             return
-        place = CloudPlace(cand.cloud, cand.region, cand.zone, cand.instance_type, cand.market)
+        place = Placement(cand.cloud, cand.region, cand.zone, cand.instance_type, cand.market)
         gpus = sum(cand.accelerators.values())
         got: list[SimInstance] = []
         flow.tries += 1
@@ -287,7 +287,7 @@ class Launcher:
             return
         except ProviderError as exc:
             self._release(got)
-            self._remember(flow, Block.from_scope(exc.scope, Place.of(cand)))
+            self._remember(flow, Block.from_scope(exc.scope, Placement.of(cand)))
             wait_s = (
                 self.sim.timers.attempt_deadline_s
                 if isinstance(exc, LaunchTimeoutError)
@@ -323,7 +323,7 @@ class Launcher:
         if flow.up and flow.memory is None:
             self._freed([inst.place for inst in flow.instances])
 
-    def _freed(self, places: Sequence[CloudPlace]) -> None:
+    def _freed(self, places: Sequence[Placement]) -> None:
         """Our machines at ``places`` ended on purpose (the runtime's
         ``failover.capacity_freed``): the blocks they lift end, and the oldest
         waiting requests whose chains hold those places walk them now, one per machine."""

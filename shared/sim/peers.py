@@ -32,13 +32,14 @@ from ..autoscaler import resolve_cluster
 from ..config.compute_config import ComputeConfig
 from ..config.task import Task
 from ..errors import ProviderError
+from ..placement import Placement
 from ..planner import Candidate, plan
 from ..reservations import reservation_of
 from ..resource_pools import resolve_pools, route_task
 from ..routing import machine_pool_of
 from ..scheduling import Agent, DetPoolSnapshot, DetScheduler, DetTask, schedule_pool
 from ..scheduling.build import group_order, machine_types_of
-from .cloud import Place, SimInstance
+from .cloud import SimInstance
 from .direct import Launcher
 from .engine import Sim
 from .workload import Arrival, StaticPoolSpec, Workload
@@ -51,7 +52,7 @@ class Need:
     allow per market of its group order (``reserved``, ``spot``, ``on_demand``)."""
 
     task: Task
-    reserved: tuple[Place, ...] = ()
+    reserved: tuple[Placement, ...] = ()
     pool: str | None = None
     sizes: tuple[tuple[str, int], ...] = ()
 
@@ -85,7 +86,7 @@ def _pool_need(task: Task, workload: Workload, sim: Sim) -> Need | None:
             if res is not None:
                 region = sim.cloud.regions[(res.cloud, res.zone)]
                 reserved.append(
-                    Place(res.cloud, region, res.zone, res.instance_type, "on_demand", res.id)
+                    Placement(res.cloud, region, res.zone, res.instance_type, "on_demand", res.id)
                 )
             option: dict[str, Any] = {"instance_type": template.instance_type}
             if template.market_type == "SPOT":
@@ -258,7 +259,7 @@ class GreedyPolicy(_PlainPolicy):
 @dataclass
 class _Wait:
     rid: str
-    candidates: list[tuple[Place, int, int]]  # place, nodes, gpus per node
+    candidates: list[tuple[Placement, int, int]]  # place, nodes, gpus per node
     duration_s: float | None
     instances: list[SimInstance] = field(default_factory=list)
     pool: str | None = None  # a machine pool's workload: held to its sizes per market
@@ -296,7 +297,7 @@ class OraclePolicy(_PlainPolicy):
         )
         self._try(self.waiting[arrival.id])
 
-    def _gpus(self, place: Place) -> int:
+    def _gpus(self, place: Placement) -> int:
         found = self.sim.catalog.instance_type(place.cloud, place.instance_type)
         return found[0].accelerator_count if found else 0
 
@@ -383,8 +384,8 @@ class OraclePolicy(_PlainPolicy):
         return len(self.waiting)
 
 
-def _place(c: Candidate) -> Place:
-    return Place(c.cloud, c.region, c.zone, c.instance_type, c.market)
+def _place(c: Candidate) -> Placement:
+    return Placement(c.cloud, c.region, c.zone, c.instance_type, c.market)
 
 
 class StaticPolicy(_PlainPolicy):
@@ -538,17 +539,17 @@ def size_static(workload: Workload, sim: Sim) -> list[StaticPoolSpec]:
     ]
 
 
-def _static_places(sim: Sim, spec: StaticPoolSpec) -> Iterable[Place]:
+def _static_places(sim: Sim, spec: StaticPoolSpec) -> Iterable[Placement]:
     """Where a static pool's machines go: its reservations first, then on-demand zones,
     cheapest first."""
     for res in sim.cloud.reservations.values():
         if res.cloud == spec.cloud and res.instance_type == spec.instance_type:
             region = sim.cloud.regions[(res.cloud, res.zone)]
-            yield Place(res.cloud, region, res.zone, res.instance_type, "on_demand", res.id)
+            yield Placement(res.cloud, region, res.zone, res.instance_type, "on_demand", res.id)
     offered = sorted(
         sim.catalog.instance_type(spec.cloud, spec.instance_type),
         key=lambda o: o.price_usd_per_hour,
     )
     for o in offered:
         if spec.zone is None or o.zone == spec.zone:
-            yield Place(o.cloud, o.region, o.zone, o.instance_type, "on_demand")
+            yield Placement(o.cloud, o.region, o.zone, o.instance_type, "on_demand")

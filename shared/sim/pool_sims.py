@@ -28,6 +28,7 @@ from ..config.master_config import MasterConfig
 from ..config.task import Task
 from ..errors import ProviderError
 from ..lifecycle import AgentStatus
+from ..placement import Placement
 from ..reservations import reservation_of
 from ..resource_pools import resolve_pools
 from ..routing import pool_limits
@@ -56,7 +57,7 @@ from ..scheduling.quiet import (
     machine_pool_quiet_until,
     machine_pool_settled,
 )
-from .cloud import Place, SimInstance
+from .cloud import SimInstance
 from .engine import Sim
 
 LedgerT = TypeVar("LedgerT", PoolLedger, DetLedger)
@@ -142,7 +143,9 @@ class _Pooled(Generic[LedgerT]):
             reservation = reservation_of(template.advanced_instance_config)
             market = "spot" if template.market_type == "SPOT" else "on_demand"
             for zone, region in self.zones(template, reservation):
-                place = Place(self.cloud, region, zone, template.instance_type, market, reservation)
+                place = Placement(
+                    self.cloud, region, zone, template.instance_type, market, reservation
+                )
                 key = f"{self.name}/{machine_id}/{zone}/{template.instance_type}"
                 try:
                     inst = self.sim.cloud.launch(

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from corral.shared.errors import ERRORS_BY_OUTCOME
-from corral.shared.failover import Place
 from corral.shared.lifecycle import IllegalTransition, InstanceState, RequestState
+from corral.shared.placement import Placement
 from corral.shared.planner import Candidate
 from corral.shared.records import (
     Attempt,
@@ -221,7 +221,7 @@ def test_chain_steps_are_typed_and_stored_as_the_planner_candidate_json() -> Non
     assert back.chain[0].zone == "us-east-1a"
     assert back.chain[0].accelerators == {"A100": 8}
     assert back.chain[0].where() == "aws us-east-1/us-east-1a"
-    assert Place.of(back.chain[0]) == Place.of(cand.to_dict())
+    assert Placement.of(back.chain[0]) == Placement.of(cand.to_dict())
 
 
 def test_chain_step_keeps_fields_it_does_not_know() -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.shared.errors import ProviderError
-from corral.shared.sim.cloud import Place, SimInstance
+from corral.shared.placement import Placement
+from corral.shared.sim.cloud import SimInstance
 from corral.shared.sim.engine import Sim
 from corral.shared.sim.reserved import reserved_demand
 from corral.shared.sim.run import template_names
@@ -38,7 +39,7 @@ def test_only_workloads_of_a_pool_that_names_the_reservation_are_its_demand() ->
 def _launch(sim: Sim, reservation: str, key: str) -> SimInstance:
     res = sim.cloud.reservations[reservation]
     region = sim.cloud.regions[(res.cloud, res.zone)]
-    place = Place(res.cloud, region, res.zone, res.instance_type, "on_demand", reservation)
+    place = Placement(res.cloud, region, res.zone, res.instance_type, "on_demand", reservation)
     for attempt in range(20):  # an API error is drawn now and then: another key
         try:
             return sim.cloud.launch(place, 0.0, f"{key}-{attempt}", 8)

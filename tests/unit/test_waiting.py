@@ -8,7 +8,7 @@ import random
 import pytest
 
 from corral.shared.blocking import Block
-from corral.shared.failover import Place
+from corral.shared.placement import Placement
 from corral.shared.records import Transition
 from corral.shared.waiting import (
     AFTER_EXPIRY_S,
@@ -131,9 +131,9 @@ def test_fail_fast_fails_at_once_whatever_else() -> None:
 
 def test_a_candidate_is_free_once_every_block_covering_it_has_expired() -> None:
     chain = [
-        Place("local", "local", "local-a", "gpu-1", "on_demand"),
-        Place("local", "local", "local-b", "gpu-1", "on_demand"),
-        Place("local", "local", "local-c", "gpu-1", "on_demand"),
+        Placement("local", "local", "local-a", "gpu-1", "on_demand"),
+        Placement("local", "local", "local-b", "gpu-1", "on_demand"),
+        Placement("local", "local", "local-c", "gpu-1", "on_demand"),
     ]
     blocks = [
         (Block("local", "local", "local-a", "gpu-1", "on_demand"), 500.0),
@@ -147,9 +147,9 @@ def test_a_candidate_is_free_once_every_block_covering_it_has_expired() -> None:
 
 def test_a_request_waits_on_the_block_of_each_candidate_that_ends_last() -> None:
     chain = [
-        Place("local", "local", "local-a", "gpu-1", "on_demand"),
-        Place("local", "local", "local-b", "gpu-1", "on_demand"),
-        Place("local", "local", "local-c", "gpu-1", "on_demand"),
+        Placement("local", "local", "local-a", "gpu-1", "on_demand"),
+        Placement("local", "local", "local-b", "gpu-1", "on_demand"),
+        Placement("local", "local", "local-c", "gpu-1", "on_demand"),
     ]
     zone_a = Block("local", zone="local-a")
     exact_b = Block("local", "local", "local-b", "gpu-1", "on_demand")
@@ -206,7 +206,7 @@ def test_terms_are_read_from_the_stored_task(task: dict[str, object], expected: 
 
 
 def test_a_machine_of_ours_ending_lifts_its_place_its_regions_and_its_types_blocks() -> None:
-    place = Place("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
+    place = Placement("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
     assert lifted_by_release(place) == (
         Block("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot"),  # sold out there
         Block("aws", region="us-east-1"),  # a regional quota
@@ -215,9 +215,9 @@ def test_a_machine_of_ours_ending_lifts_its_place_its_regions_and_its_types_bloc
 
 
 def test_each_freed_machine_wakes_the_oldest_waiter_whose_chain_holds_its_place() -> None:
-    a = Place("local", "local", "local-a", "gpu-1", "on_demand")
-    b = Place("local", "local", "local-b", "gpu-1", "on_demand")
-    a_spot = Place("local", "local", "local-a", "gpu-1", "spot")
+    a = Placement("local", "local", "local-a", "gpu-1", "on_demand")
+    b = Placement("local", "local", "local-b", "gpu-1", "on_demand")
+    a_spot = Placement("local", "local", "local-a", "gpu-1", "spot")
     waiting = [
         ("r1", [b]),  # oldest, but not in a freed place
         ("r2", [a_spot, b]),  # a's spot market is not the on-demand room that freed
