@@ -253,6 +253,7 @@ class Kept:
         self._heap: list[tuple[float, int, str]] = []  # (fork at, order, name)
         self._requests: dict[str, tuple[float, dict[str, Any]]] = {}  # name -> (due, request)
         self._waiting: dict[str, tuple[float, int]] = {}  # forked early: name -> (due, pid)
+        self._ends: list[tuple[float, str]] = []  # the waiting ones' boot ends, soonest first
         self._seq = 0
 
     def __len__(self) -> int:
@@ -286,13 +287,10 @@ class Kept:
         return sorted({*self._requests, *self._waiting})
 
     def wait_s(self, now: float) -> float | None:
-        """Seconds until the next fork or boot's end (None: none kept)."""
+        """Seconds until the next fork is due (None: none to fork)."""
         while self._heap and self._heap[0][2] not in self._requests:
             heapq.heappop(self._heap)  # cancelled
-        ends = [due for due, _ in self._waiting.values()]
-        if self._heap:
-            ends.append(self._heap[0][0])
-        return max(0.0, min(ends) - now) if ends else None
+        return max(0.0, self._heap[0][0] - now) if self._heap else None
 
     def to_fork(self, now: float) -> Iterator[tuple[float, dict[str, Any]]]:
         """The (due, request) of each start whose fork time has come, soonest first, taken
@@ -306,11 +304,14 @@ class Kept:
     def forked(self, name: str, due: float, pid: int) -> None:
         """The agent of ``name`` was forked ahead of its boot's end and waits for it."""
         self._waiting[name] = (due, pid)
+        heapq.heappush(self._ends, (due, name))
 
     def settle(self, now: float) -> None:
         """Forget the waiting agents whose boot has ended: they are on their own now."""
-        for name in [n for n, (due, _) in self._waiting.items() if due <= now]:
-            del self._waiting[name]
+        while self._ends and self._ends[0][0] <= now:
+            due, name = heapq.heappop(self._ends)
+            if self._waiting.get(name, (None,))[0] == due:
+                del self._waiting[name]
 
 
 def _answer(conn: socket.socket, answer: dict[str, Any]) -> None:
