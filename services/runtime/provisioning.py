@@ -2,7 +2,7 @@
 record every attempt, remember failed scopes, and never launch twice.
 
 An attempt makes the cloud call, records its instances REQUESTED and returns: the boot watch
-(:mod:`.boots`) sees them up (:func:`booted`) or not (:func:`boot_failed`), and the request
+(:mod:`.boots`) sees them up (:func:`booted_all`) or not (:func:`boot_failed`), and the request
 moves on from there, RUNNING or down its chain.
 
 Each public function here is one Celery task's body (workers/ wraps them). Every one is
@@ -320,23 +320,17 @@ def _failed(
     )
 
 
-def booted(
-    deps: Deps, boot: Boot, found: list[ProviderInstance], freed: list[Placed] | None = None
-) -> str:
-    """The boot watch saw every machine of an attempt up: the request is RUNNING (or, if it
-    moved on meanwhile, the machines are let go). ``freed``: see :func:`_let_go`."""
-    return booted_all(deps, [(boot, found)], freed)[0]
-
-
 def booted_all(
     deps: Deps,
     ups: list[tuple[Boot, list[ProviderInstance]]],
     freed: list[Placed] | None = None,
 ) -> list[str]:
-    """:func:`booted` for every attempt a look saw up, the records read and written in a few
-    round trips for all of them rather than a few for each (at the end of a burst, a look sees
-    hundreds of launches up at once). One outcome per item, in order: "error" for one whose
-    aftermath failed (logged; finishing it again is safe)."""
+    """The boot watch saw every machine of these attempts up: each request is RUNNING (or, if
+    it moved on meanwhile, its machines are let go; ``freed``: see :func:`_let_go`). The
+    records are read and written in a few round trips for all of them rather than a few for
+    each (at the end of a burst, a look sees hundreds of launches up at once). One outcome
+    per item, in order: "error" for one whose aftermath failed (logged; finishing it again is
+    safe)."""
     reqs = {r.id: r for r in deps.store.load_requests({b.spec.request_id for b, _ in ups})}
     outcomes = ["missing"] * len(ups)
     landings: list[tuple[int, _Landing]] = []
