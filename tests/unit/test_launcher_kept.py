@@ -69,3 +69,17 @@ def test_drop_all_kills_every_agent_that_waits(sleeper: subprocess.Popen[bytes])
     kept.forked(str(request["name"]), due, sleeper.pid)
     kept.drop_all()
     assert sleeper.wait(5) == -9 and len(kept) == 0
+
+
+def test_an_agent_that_ended_before_its_boots_end_is_never_signalled(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    # Its pid is free again once the launcher reaped it: a later cancel must not kill
+    # whatever process took that pid.
+    kept = Kept()
+    kept.add(1e12, _request("failed"), lead=5.0)
+    [(due, request)] = list(kept.to_fork(1e12 - 5.0))
+    kept.forked(str(request["name"]), due, sleeper.pid)
+    kept.reaped(sleeper.pid)  # as if it had ended and been collected
+    assert kept.names() == [] and kept.cancel(["failed"]) == 0
+    assert sleeper.poll() is None  # the process now at that pid lives on

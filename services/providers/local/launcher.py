@@ -181,7 +181,7 @@ def stop(name: str) -> None:
         ask(name, {"quit": True}, timeout_s=2.0)
 
 
-def _reap() -> None:
+def _reap(kept: Kept) -> None:
     """Collect every child that ended (agents are the launcher's children until it exits)."""
     while True:
         try:
@@ -190,6 +190,7 @@ def _reap() -> None:
             return
         if pid == 0:
             return
+        kept.reaped(pid)
 
 
 def _child(
@@ -254,6 +255,7 @@ class Kept:
         self._requests: dict[str, tuple[float, dict[str, Any]]] = {}  # name -> (due, request)
         self._waiting: dict[str, tuple[float, int]] = {}  # forked early: name -> (due, pid)
         self._ends: list[tuple[float, str]] = []  # the waiting ones' boot ends, soonest first
+        self._pids: dict[int, str] = {}  # the waiting ones by pid
         self._seq = 0
 
     def __len__(self) -> int:
@@ -273,6 +275,10 @@ class Kept:
         for name in map(str, names):
             dropped += self._requests.pop(name, None) is not None
             waiting = self._waiting.pop(name, None)
+            if waiting is not None:
+                self._pids.pop(waiting[1], None)
+            # Never a reused pid: a child's pid is not given again until it is reaped, and a
+            # reaped one leaves this book first (``reaped``).
             if waiting is not None and waiting[0] > now:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(waiting[1], signal.SIGKILL)
@@ -304,14 +310,23 @@ class Kept:
     def forked(self, name: str, due: float, pid: int) -> None:
         """The agent of ``name`` was forked ahead of its boot's end and waits for it."""
         self._waiting[name] = (due, pid)
+        self._pids[pid] = name
         heapq.heappush(self._ends, (due, name))
+
+    def reaped(self, pid: int) -> None:
+        """Child ``pid`` ended (an agent that waited failed before its boot's end)."""
+        name = self._pids.pop(pid, None)
+        if name is not None:
+            self._waiting.pop(name, None)
 
     def settle(self, now: float) -> None:
         """Forget the waiting agents whose boot has ended: they are on their own now."""
         while self._ends and self._ends[0][0] <= now:
             due, name = heapq.heappop(self._ends)
-            if self._waiting.get(name, (None,))[0] == due:
+            waiting = self._waiting.get(name)
+            if waiting is not None and waiting[0] == due:
                 del self._waiting[name]
+                self._pids.pop(waiting[1], None)
 
 
 def _answer(conn: socket.socket, answer: dict[str, Any]) -> None:
@@ -470,7 +485,7 @@ def serve(name: str, idle_exit_s: float) -> int:
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
-        _reap()
+        _reap(kept)
         more = _start_due(kept, listener)
         if listener.fileno() in ready:
             conn, _ = listener.accept()
