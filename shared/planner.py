@@ -283,8 +283,10 @@ def _clouds_for(
     if spec.cloud not in PROVIDER_CLOUDS and spec.cloud not in (allowed or ()):
         notes.notice(f"{spec.cloud}: Corral has no provider for this cloud; left out of the plan")
     elif spec.cloud not in catalog.clouds:
-        hint = " (pass --local-cloud FILE)" if spec.cloud == "local" else ""
-        notes.reason(f"{spec.describe()}: the {spec.cloud} cloud is not configured{hint}")
+        notes.reason(
+            f"{spec.describe()}: the {spec.cloud} cloud is not configured (nothing lists its "
+            "offerings: no price list, no file, no provider turned on)"
+        )
     elif spec.cloud not in planned:
         notes.reason(f"{spec.describe()}: {spec.cloud} is not among the clouds enabled here")
     return (spec.cloud,) if spec.cloud in planned else ()

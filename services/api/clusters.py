@@ -17,17 +17,19 @@ from pydantic import BaseModel, Field
 
 from corral.services.api.auth import require_token
 from corral.services.api.routes import get_deps
+from corral.services.providers.registry import (
+    ProviderUnavailable,
+    cluster_files,
+    registered_clouds,
+    stand_in_clouds,
+)
 from corral.services.queues import dispatch
 from corral.services.runtime import autoscaling
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.state.clusters import ClusterRecord
-from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.configio import ConfigError, Document, parse_text
 
 router = APIRouter()
-
-CLOUDS = PROVIDER_CLOUDS
-KUBERNETES = "kubernetes"  # a registered cloud: a Ray file for it runs as pods
 
 
 class ClusterBody(BaseModel):
@@ -35,7 +37,7 @@ class ClusterBody(BaseModel):
 
     cluster_yaml: str = Field(description="the cluster file, as written (YAML or JSON)")
     file_name: str = Field("cluster.yaml", description="the file's name, used in issues")
-    cloud: str | None = Field(None, description="play the file on this cloud (local, aws, gcp)")
+    cloud: str | None = Field(None, description="play the file on this cloud (local)")
     name: str | None = Field(None, description="the cluster's name; default: cluster_name")
     mounts: dict[str, Any] | None = Field(
         None,
@@ -80,43 +82,29 @@ def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
     check_problems(cluster, doc)
     cloud = (body.cloud or cluster.provider.type).lower()
     written_for = cluster.provider.type.lower()
-    if cloud == KUBERNETES:
-        _check_kubernetes(deps, cluster, doc)
-    elif cloud not in CLOUDS:
+    players = " or ".join(f"--cloud {c}" for c in stand_in_clouds())
+    try:
+        rules = cluster_files(cloud)
+    except ProviderUnavailable:
         raise doc.error(
             ("provider", "type"),
-            f"Corral has no provider for {written_for!r}; expected one of "
-            f"{', '.join(CLOUDS)} (or play it on the local cloud with --cloud local)",
-        )
-    if cloud not in ("local", written_for):
+            f"Corral has no provider for {cloud!r}; expected one of "
+            f"{', '.join(registered_clouds())} (or play it on another cloud with {players})",
+        ) from None
+    stand_in = rules.stand_in(lambda: deps.local_cloud)
+    if stand_in is None and cloud != written_for:
         raise doc.error(
             ("provider", "type"),
-            f"the file is written for {written_for}; it runs there, or with --cloud local",
+            f"the file is written for {written_for}; it runs there, or with {players}",
         )
-    local = deps.local_cloud if cloud == "local" else None
-    resolved = resolve_cluster(cluster, load_catalog(), cloud, local)
+    found = rules.problems(deps.settings, cluster)
+    if found:
+        raise ConfigError([doc.issue(path, message) for path, message in found])
+    resolved = resolve_cluster(cluster, load_catalog(), stand_in)
     if resolved.problems:
         raise ConfigError([doc.issue(path, message) for path, message in resolved.problems])
     data: dict[str, Any] = cluster.model_dump(mode="json", exclude_none=True, by_alias=True)
     return data
-
-
-def _check_kubernetes(deps: Deps, cluster: Any, doc: Document) -> None:
-    """A file for Kubernetes runs where Corral launches pods: the cloud turned on, and the
-    file's ``provider.namespace`` one Corral watches (its pods are listed there only)."""
-    if KUBERNETES not in deps.settings.clouds:
-        raise doc.error(
-            ("provider", "type"),
-            "the kubernetes cloud is not turned on here; add it to CORRAL_CLOUDS",
-        )
-    namespace = cluster.provider.namespace
-    watched = deps.settings.kubernetes_namespaces
-    if namespace is not None and namespace not in watched:
-        raise doc.error(
-            ("provider", "namespace"),
-            f"namespace {namespace!r} is not one Corral launches in; expected one of "
-            f"{', '.join(watched)} (or add it to CORRAL_KUBERNETES_NAMESPACES)",
-        )
 
 
 def summary(rec: ClusterRecord) -> dict[str, Any]:
@@ -164,8 +152,11 @@ def view(deps: Deps, rec: ClusterRecord) -> dict[str, Any]:
     summary="Register a cluster file; its head and min_workers are launched",
 )
 def create_cluster(body: ClusterBody, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
-    if body.cloud is not None and body.cloud.lower() not in CLOUDS:
-        raise HTTPException(422, {"error": f"cloud {body.cloud!r}: expected one of {CLOUDS}"})
+    clouds = registered_clouds()
+    if body.cloud is not None and body.cloud.lower() not in clouds:
+        raise HTTPException(
+            422, {"error": f"cloud {body.cloud!r}: expected one of {', '.join(clouds)}"}
+        )
     try:
         cluster = _validated(deps, body)
     except ConfigError as exc:
@@ -225,10 +216,8 @@ def _mounts(body: ClusterBody) -> dict[str, Any] | None:
 
 
 def _warnings(rec: ClusterRecord) -> list[str]:
-    """What ``cluster up`` says before any node starts: a docker section on a cloud whose
-    machines have no docker fails every node at its docker step."""
-    import shutil
-
+    """What ``cluster up`` says before any node starts: Ray's autoscaler left out, and what
+    the cloud warns of (a docker section where its machines have no docker)."""
     from corral.shared.autoscaler.launcher import drops_ray_autoscaler
     from corral.shared.config.cluster import Cluster
 
@@ -239,43 +228,7 @@ def _warnings(rec: ClusterRecord) -> list[str]:
             "head_start_ray_commands: --autoscaling-config is dropped: Corral is this "
             "cluster's autoscaler (the head runs Ray's monitor without a config, reporting only)"
         )
-    if autoscaling.record_cloud(rec) == KUBERNETES:
-        return notes + _kubernetes_warnings(cluster)
-    if cluster.docker is None or autoscaling.record_cloud(rec) != "local":
-        return notes
-    if shutil.which("docker") is not None:
-        return notes
-    image = cluster.docker.image or cluster.docker.head_image or cluster.docker.worker_image
-    return [
-        *notes,
-        f"docker: the file runs its commands in a container ({image}), but the local cloud's "
-        "host has no docker: every node will fail at its docker step",
-    ]
-
-
-# What Ray's Kubernetes provider creates for the autoscaler it runs in the head pod.
-RAY_AUTOSCALER_OBJECTS = (
-    "autoscaler_service_account",
-    "autoscaler_role",
-    "autoscaler_role_binding",
-    "services",
-)
-
-
-def _kubernetes_warnings(cluster: Any) -> list[str]:
-    """The provider objects Ray creates and Corral does not: Corral's autoscaler manages the
-    pods from outside the cluster, so the head needs no rights over pods."""
-    provider = cluster.provider.model_dump()
-    named = [key for key in RAY_AUTOSCALER_OBJECTS if provider.get(key)]
-    if not named:
-        return []
-    where = (
-        f"namespace {cluster.provider.namespace}" if cluster.provider.namespace else "its namespace"
-    )
-    return [
-        f"provider.{', provider.'.join(named)}: not created (Corral's autoscaler manages the "
-        f"pods, not one in the head); a pod's serviceAccountName must already exist in {where}"
-    ]
+    return notes + cluster_files(autoscaling.record_cloud(rec)).notes(cluster)
 
 
 @router.get("/v1/clusters", summary="List clusters")

@@ -25,7 +25,7 @@ from corral.services.api.schemas import (
     PoolView,
     WhyView,
 )
-from corral.services.providers.registry import ProviderUnavailable
+from corral.services.providers.registry import ProviderUnavailable, stand_in_clouds, types_from
 from corral.services.runtime import why as whys
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled import registry as pools
@@ -62,19 +62,21 @@ def _sold(deps: Deps, cloud: str, instance_type: str) -> bool:
 
 
 def _machine_pool_cloud(deps: Deps, pool: MachinePool, doc: Document, asked: str | None) -> str:
-    """The cloud a machine pool's launch templates are played on: ``asked``, else local when
-    every instance type is a local one, else the first enabled cloud that sells them all."""
+    """The cloud a machine pool's launch templates are played on: ``asked``, else the first
+    enabled cloud that sells them all, a cloud that plays other clouds' types (the local
+    cloud, by its aliases) first."""
     templates: list[tuple[PathKey, str]] = [
         (("machine_types", i, "launch_templates", j, "instance_type"), t.instance_type)
         for i, machine in enumerate(pool.machine_types)
         for j, t in enumerate(machine.launch_templates)
     ]
     types = sorted({name for _, name in templates})
-    clouds = ["local", *(c for c in deps.settings.clouds if c != "local")]
+    players = stand_in_clouds()
+    clouds = [*players, *(c for c in deps.settings.clouds if c not in players)]
     if asked is not None:
         if asked not in clouds:
             raise _refused(f"cloud {asked!r}: expected one of {', '.join(clouds)}")
-        where = "the local cloud file" if asked == "local" else f"the {asked} catalog"
+        where = types_from(asked)
         unsold = [
             doc.issue(path, f"{name!r} is not an instance type of {where}")
             for path, name in templates
@@ -83,10 +85,10 @@ def _machine_pool_cloud(deps: Deps, pool: MachinePool, doc: Document, asked: str
         if unsold:
             raise ConfigError(unsold)
         return asked
-    for cloud in clouds:  # local first: its types and aliases
+    for cloud in clouds:
         if all(_sold(deps, cloud, name) for name in types):
             return cloud
-    sellers = " or ".join(["the local cloud file", *(f"the {c} catalog" for c in clouds[1:])])
+    sellers = " or ".join(types_from(c) for c in clouds)
     unsold = [
         doc.issue(path, f"no cloud sells {name!r}: it is not in {sellers}")
         for path, name in templates
@@ -98,9 +100,11 @@ def _machine_pool_cloud(deps: Deps, pool: MachinePool, doc: Document, asked: str
 
 
 def _master_config_cloud(deps: Deps, config: MasterConfig, asked: str | None) -> str:
-    """Local when any pool's provider is the local cloud, else the first provider's type;
-    with no provider (static pools), ``asked`` or local. A kubernetes resource manager's
-    pools run on the kubernetes cloud, which must be turned on (CORRAL_CLOUDS)."""
+    """A cloud that plays others' types (the local cloud) when a pool's provider names one,
+    else the first provider's type; with no provider (static pools), ``asked`` or that cloud.
+    A kubernetes resource manager's pools run on the kubernetes cloud, which must be turned on
+    (CORRAL_CLOUDS). (``resource_manager.type`` and ``provider.type`` are the master config's
+    own words.)"""
     manager = config.resource_manager
     if manager is not None and manager.type == "kubernetes":
         if "kubernetes" not in deps.settings.clouds:
@@ -114,9 +118,10 @@ def _master_config_cloud(deps: Deps, config: MasterConfig, asked: str | None) ->
     providers = [p.provider.type for p in config.resource_pools or () if p.provider is not None]
     if config.provisioner is not None:
         providers.append(config.provisioner.type)
+    players = stand_in_clouds()
     if not providers:
-        return asked or "local"
-    cloud = "local" if "local" in providers else providers[0]
+        return asked or players[0]
+    cloud = next((p for p in providers if p in players), providers[0])
     if asked is not None and asked != cloud:
         raise _refused(
             f"cloud {asked!r}: a master config's pools name their cloud in provider.type "

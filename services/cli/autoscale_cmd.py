@@ -31,13 +31,11 @@ from corral.services.cli.output import (
     out,
     print_json,
 )
-from corral.shared.clouds import PROVIDER_CLOUDS
 
 if TYPE_CHECKING:  # the decision core is loaded when the command runs, not at start-up
     from corral.shared.autoscaler import Decision, Node, Plan
     from corral.shared.autoscaler.resources import Resolved
 
-CLOUDS = PROVIDER_CLOUDS
 COOL_DOWN_S = 300.0  # how long --cooled-down holds a type back in the explanation
 
 autoscale = typer.Typer(
@@ -58,14 +56,18 @@ def _resolve(cluster_file: Path, cloud: str | None, local_cloud: Path | None) ->
     from corral.shared.configio import ConfigError
 
     cluster, doc = load_as(cluster_file, Cluster)
-    cloud = cloud or cluster.provider.type.lower()
-    local = None
-    if cloud == "local":
-        from corral.services.settings import get_settings
-        from corral.shared.config.localcloud import load_local_cloud
+    from corral.services.providers.registry import ProviderUnavailable, cluster_files
+    from corral.services.settings import get_settings
+    from corral.shared.config.localcloud import load_local_cloud
 
-        local = load_local_cloud(local_cloud or get_settings().local_cloud_file)
-    resolved = resolve_cluster(cluster, load_catalog(), cloud, local)
+    cloud = cloud or cluster.provider.type.lower()
+    try:  # the cloud that plays the file, if it plays files written for others
+        stand_in = cluster_files(cloud).stand_in(
+            lambda: load_local_cloud(local_cloud or get_settings().local_cloud_file)
+        )
+    except ProviderUnavailable:
+        stand_in = None  # a cloud Corral has no provider for: the file as written
+    resolved = resolve_cluster(cluster, load_catalog(), stand_in)
     if resolved.problems:
         raise ConfigError([doc.issue(path, message) for path, message in resolved.problems])
     return resolved
@@ -180,12 +182,14 @@ def explain(
     is all there is: no bundle can be placed and nothing is to launch or terminate; 2 when
     a file is wrong.
     """
+    from corral.services.providers.registry import registered_clouds
     from corral.shared.autoscaler.decide import decide_detailed
     from corral.shared.autoscaler.model import demand_from_doc
     from corral.shared.configio import ConfigError, load_file
 
-    if cloud is not None and cloud.lower() not in CLOUDS:
-        fail(f"--cloud {cloud}: expected one of {', '.join(CLOUDS)}", EXIT_INPUT)
+    clouds = registered_clouds()
+    if cloud is not None and cloud.lower() not in clouds:
+        fail(f"--cloud {cloud}: expected one of {', '.join(clouds)}", EXIT_INPUT)
     try:
         resolved = _resolve(cluster_file, cloud.lower() if cloud else None, local_cloud)
         demand = demand_from_doc(load_file(demand_file))

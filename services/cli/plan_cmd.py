@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from corral.shared.config.task import Task
     from corral.shared.planner import Candidate, Plan
 
-_CLOUD_NAMES = {"aws": "AWS", "gcp": "GCP", "local": "Local", "kubernetes": "Kubernetes"}
+
+FILE_CLOUD = "local"  # the cloud whose offerings --local-cloud's file lists
 
 
 def register(app: typer.Typer) -> None:
@@ -74,7 +75,7 @@ def _listed(settings: Settings, priced: tuple[str, ...]) -> list[Offering]:
     quiet = settings.model_copy(update={"redis_url": None, "node_api_url": None})
     found: list[Offering] = []
     for cloud in settings.clouds:
-        if cloud in priced or cloud == "local":
+        if cloud in priced:
             continue
         try:
             provider = build_provider(
@@ -121,6 +122,8 @@ def render_table(
     from rich.table import Table
     from rich.text import Text
 
+    from corral.services.providers.registry import display_name
+
     nodes = f"{num_nodes} node" + ("" if num_nodes == 1 else "s")
     table = Table(
         title=f"Considered resources ({nodes}):",
@@ -135,7 +138,7 @@ def render_table(
     table.add_column("CHOSEN", justify="center")
     for n, c in enumerate(_rows(result.candidates, every_zone)):
         spot = "[Spot]" if c.market == "spot" else ""
-        cloud = _CLOUD_NAMES.get(c.cloud, c.cloud)
+        cloud = display_name(c.cloud)
         cells = (
             f"{cloud} (no credentials)" if c.cloud in (no_credentials or ()) else cloud,
             f"{c.instance_type}{spot}",
@@ -188,6 +191,8 @@ def plan_command(
         err.print("nothing can be planned:", markup=False)
         for reason in result.reasons:
             err.print(f"  {reason}", markup=False)
+        if local_cloud is None and FILE_CLOUD not in catalog.clouds:
+            err.print(f"  (the {FILE_CLOUD} cloud plans from a file: --local-cloud FILE)")
         raise typer.Exit(EXIT_NEGATIVE)
     if as_json:
         chain = [

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.services.providers.base import Provider
+from corral.services.providers.cluster_files import ClusterFiles
 from corral.services.settings import (
     Settings,
     aws_credentials_hint,
@@ -33,14 +34,34 @@ def _present() -> bool:
     return True
 
 
+def _plain_files() -> ClusterFiles:
+    return ClusterFiles()
+
+
+def _local_files() -> ClusterFiles:
+    from corral.services.providers.local.cluster_files import LocalClusterFiles
+
+    return LocalClusterFiles()
+
+
+def _pod_files() -> ClusterFiles:
+    from corral.services.providers.kubernetes.cluster_files import PodClusterFiles
+
+    return PodClusterFiles()
+
+
 @dataclass(frozen=True)
 class Cloud:
-    """One cloud Corral launches on: how its provider is built, and a quick look (no SDK
+    """One cloud Corral launches on: how its provider is built, a quick look (no SDK
     loaded) at whether its usual credentials are there (``corral plan`` marks the clouds a
-    launch would leave out)."""
+    launch would leave out), its name as people write it, and what it does with a Ray
+    cluster file (:mod:`.cluster_files`; loaded when asked)."""
 
     build: Builder
     credentials_hint: Callable[[], bool] = _present
+    display_name: str = ""  # "" : the cloud's name
+    types_from: str = ""  # where its instance types are listed; "": "the <name> catalog"
+    cluster_files: Callable[[], ClusterFiles] = _plain_files
 
 
 def _local(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
@@ -122,9 +143,14 @@ def _gcp(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
 
 
 CLOUDS: dict[str, Cloud] = {
-    "local": Cloud(_local),
-    "aws": Cloud(_aws, aws_credentials_hint),
-    "gcp": Cloud(_gcp, gcp_credentials_hint),
+    "local": Cloud(
+        _local,
+        display_name="Local",
+        types_from="the local cloud file",
+        cluster_files=_local_files,
+    ),
+    "aws": Cloud(_aws, aws_credentials_hint, display_name="AWS"),
+    "gcp": Cloud(_gcp, gcp_credentials_hint, display_name="GCP"),
 }
 assert set(CLOUDS) == set(PROVIDER_CLOUDS), "every shipped provider cloud needs an entry"
 
@@ -150,7 +176,15 @@ def register_cloud(name: str, cloud: Cloud) -> None:
 
 # Kubernetes ships as a registered cloud (no catalog: its offerings are its nodes, listed live;
 # its launches go to the plain provision queue). CORRAL_CLOUDS turns it on.
-register_cloud("kubernetes", Cloud(_kubernetes, kubernetes_credentials_hint))
+register_cloud(
+    "kubernetes",
+    Cloud(
+        _kubernetes,
+        kubernetes_credentials_hint,
+        display_name="Kubernetes",
+        cluster_files=_pod_files,
+    ),
+)
 
 
 def registered_clouds() -> tuple[str, ...]:
@@ -165,9 +199,35 @@ def credentials_hint(cloud: str) -> bool:
     return entry is not None and entry.credentials_hint()
 
 
-def build_provider(cloud: str, settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
-    """The provider for ``cloud``; ``local_cloud`` loads the local cloud's file when needed."""
+def _entry(cloud: str) -> Cloud:
     entry = CLOUDS.get(cloud)
     if entry is None:
         raise ProviderUnavailable(f"Corral has no provider for cloud {cloud!r}")
-    return entry.build(settings, local_cloud)
+    return entry
+
+
+def display_name(cloud: str) -> str:
+    """``cloud`` as people write it (``AWS``); an unknown cloud's name as given."""
+    entry = CLOUDS.get(cloud)
+    return (entry.display_name if entry is not None else "") or cloud
+
+
+def types_from(cloud: str) -> str:
+    """Where ``cloud``'s instance types are listed, for messages (``the aws catalog``)."""
+    entry = CLOUDS.get(cloud)
+    return (entry.types_from if entry is not None else "") or f"the {cloud} catalog"
+
+
+def cluster_files(cloud: str) -> ClusterFiles:
+    """What ``cloud`` does with a Ray cluster file (ProviderUnavailable: no such cloud)."""
+    return _entry(cloud).cluster_files()
+
+
+def stand_in_clouds() -> tuple[str, ...]:
+    """The clouds that play a cluster file written for another cloud (``--cloud``)."""
+    return tuple(name for name in CLOUDS if cluster_files(name).plays_others)
+
+
+def build_provider(cloud: str, settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
+    """The provider for ``cloud``; ``local_cloud`` loads the local cloud's file when needed."""
+    return _entry(cloud).build(settings, local_cloud)

@@ -30,6 +30,7 @@ from functools import lru_cache
 from typing import Any
 
 from corral.services.providers.base import node_work_of
+from corral.services.providers.registry import cluster_files
 from corral.services.runtime import cluster_nodes, requests
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.state.clusters import (
@@ -50,7 +51,6 @@ from corral.shared.records import LaunchRequest
 log = logging.getLogger("corral.autoscaling")
 
 LABEL_CLUSTER = CLUSTER_LABEL
-KUBERNETES = "kubernetes"  # a cloud whose node configs are pods
 LABEL_NODE_TYPE = "corral-node-type"
 LABEL_NODE_KIND = "corral-node-kind"
 LABEL_LAUNCH_HASH = "corral-launch-hash"
@@ -76,13 +76,13 @@ def clusters(deps: Deps) -> ClusterStore:
 
 # ---------------------------------------------------------------------------------- the spec
 @lru_cache(maxsize=64)
-def _resolved(uid: str, cluster_json: str, cloud: str | None, local_file: str) -> ClusterSpec:
+def _resolved(uid: str, cluster_json: str, cloud: str, local_file: str) -> ClusterSpec:
     from corral.shared.catalog import load_catalog
     from corral.shared.config.localcloud import load_local_cloud
 
     cluster = Cluster.model_validate(json.loads(cluster_json))
-    local = load_local_cloud(local_file) if cloud == "local" else None
-    return resolve_cluster(cluster, load_catalog(), cloud, local).spec
+    stand_in = cluster_files(cloud).stand_in(lambda: load_local_cloud(local_file))
+    return resolve_cluster(cluster, load_catalog(), stand_in).spec
 
 
 def cluster_spec(deps: Deps, rec: ClusterRecord) -> ClusterSpec:
@@ -107,25 +107,22 @@ def node_task(
     config = launch_config(cluster, node.node_type, head=node.kind == "head")
     setup, launcher_envs = cluster_nodes.launch_script(rec, node, head_ip)
     cloud = record_cloud(rec)
-    resources: dict[str, Any] = {"cloud": cloud, "instance_type": spec.instance_type}
-    region = cluster.provider.model_dump().get("region")
-    if cloud != "local" and isinstance(region, str):
-        resources["region"] = region
     labels = {
         LABEL_CLUSTER: rec.name,
         LABEL_NODE_TYPE: node.node_type,
         LABEL_NODE_KIND: node.kind,
         LABEL_LAUNCH_HASH: node.launch_hash,
     }
-    node_config: dict[str, Any] | None = config.node_config if cloud != "local" else None
-    if cloud == KUBERNETES:
-        resources, node_config = _pod_launch(cluster, config.node_config, labels)
+    rules = cluster_files(cloud)
+    resources, node_config = rules.node_launch(
+        cluster, config.node_config, labels, spec.instance_type
+    )
     return Task.model_validate(
         {
             "name": f"{rec.name}-{node.node_type}",
-            "resources": resources,
-            # The node type's node_config goes to AWS or Google Cloud as written (a pod on
-            # Kubernetes: see _pod_launch).
+            "resources": {"cloud": cloud, **resources},
+            # The node type's node_config goes to the cloud as written (a pod on Kubernetes;
+            # none where another cloud plays the file): the cloud's ClusterFiles say.
             "advanced_instance_config": node_config,
             "setup": setup,
             "envs": {
@@ -140,43 +137,6 @@ def node_task(
             "retry_until_up": False,
         }
     )
-
-
-def _pod_launch(
-    cluster: Cluster, node_config: dict[str, Any], labels: dict[str, str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A Kubernetes node's resources and pod. The pod is the node config's, as Ray's
-    Kubernetes provider creates it (:func:`corral.shared.autoscaler.kube_pods.pod_patch`),
-    labelled with its cluster, node type and kind as Ray labels its pods; the resources its
-    first container states pick the node shape it plans on (the smallest that holds it, of
-    the GPU kind its nodeSelector names), in ``provider.namespace``."""
-    from corral.services.providers.kubernetes.pods import (
-        ACCELERATOR_LABELS,
-        accelerator_name,
-        pod_labels,
-    )
-    from corral.shared.autoscaler.kube_pods import pod_of, pod_patch, pod_resources
-
-    pod, problem = pod_of(node_config)
-    if pod is None:  # the API refused such a file already
-        raise ValueError(f"node_config is no pod: {problem}")
-    cpus, memory_gib, gpus = pod_resources(pod)
-    resources: dict[str, Any] = {"cloud": KUBERNETES, "cpus": cpus, "memory": memory_gib}
-    if gpus:
-        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-        kinds = [
-            name
-            for key in ACCELERATOR_LABELS
-            if key in selector and (name := accelerator_name(key, str(selector[key])))
-        ]
-        if kinds:
-            resources["accelerators"] = {kinds[0]: gpus}
-    if cluster.provider.namespace:
-        resources["zone"] = cluster.provider.namespace
-    patch = pod_patch(pod)
-    meta = patch["metadata"]
-    meta["labels"] = {**(meta.get("labels") or {}), **pod_labels(labels)}
-    return resources, patch
 
 
 def is_ray(rec: ClusterRecord) -> bool:

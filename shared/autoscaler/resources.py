@@ -3,9 +3,10 @@
 - :func:`resolve_cluster`: every node type's resources, filled in from the catalog where the
   file leaves them out (CPU = vCPUs, GPU = accelerator count, ``memory`` in bytes,
   ``accelerator_type:<NAME>: 1``), its bounds and launch hash, as a :class:`ClusterSpec`.
-  Keys the file sets win over the catalog's. ``cloud="local"`` plays an AWS or GCP file on the
-  local cloud: each type takes the local instance type its instance type is aliased to, else
-  the smallest local type with at least its resources.
+  Keys the file sets win over the catalog's. How a node config reads is the file's provider
+  type's (:mod:`.node_configs`). With a stand-in (the local cloud's instance types), an AWS or
+  GCP file is played there: each type takes the local instance type its instance type is
+  aliased to, else the smallest local type with at least its resources.
 - :func:`launch_config`: a node type's launch settings, merged as Ray's cluster launcher
   merges them (see :func:`setup_commands`, :func:`docker_settings`), with the launch hash.
 
@@ -31,6 +32,7 @@ from ..config.localcloud import InstanceType, LocalCloud
 from ..configio import PathKey
 from .kube_pods import pod_of, pod_resources
 from .model import GIB, ClusterSpec, NodeTypeSpec, format_resources
+from .node_configs import NodeConfigs, asks_spot, node_configs
 
 # Ray schedules ``memory`` against what the object store leaves: 30% of a node's memory goes to
 # the object store by default, so a worker offers 70% of its memory as the ``memory`` resource.
@@ -40,7 +42,6 @@ DEFAULT_UPSCALING_SPEED = 1.0
 DEFAULT_IDLE_TIMEOUT_MINUTES = 5.0
 LEGACY_HEAD = "ray.head.default"
 LEGACY_WORKER = "ray.worker.default"
-KUBERNETES = "kubernetes"  # node configs are pod manifests (see kube_pods)
 
 Problem = tuple[PathKey, str]
 
@@ -84,15 +85,6 @@ def _global_max(cluster: Cluster) -> int:
     return cluster.max_workers if cluster.max_workers is not None else DEFAULT_MAX_WORKERS
 
 
-def instance_type_name(cloud: str, node_config: Mapping[str, Any]) -> str | None:
-    """The instance type a node config launches: AWS ``InstanceType``, GCP ``machineType``
-    (the last part of a ``zones/.../machineTypes/NAME`` path too)."""
-    value = node_config.get("machineType" if cloud == "gcp" else "InstanceType")
-    if value is None and cloud not in CATALOG_CLOUDS:
-        value = node_config.get("InstanceType") or node_config.get("machineType")
-    return str(value).rsplit("/", 1)[-1] if value else None
-
-
 def offering_resources(
     vcpus: float, memory_gib: float, gpus: int, accelerator: str | None
 ) -> dict[str, float]:
@@ -107,25 +99,12 @@ def offering_resources(
     return out
 
 
-def _gcp_guest_accelerators(node_config: Mapping[str, Any]) -> tuple[int, str | None]:
-    """GPUs attached to a GCP machine (``guestAccelerators``): count and catalog name."""
-    count, name = 0, None
-    for entry in node_config.get("guestAccelerators") or []:
-        if isinstance(entry, Mapping):
-            count += int(entry.get("acceleratorCount", 1))
-            raw = str(entry.get("acceleratorType", "")).rsplit("/", 1)[-1].lower()
-            for prefix in ("nvidia-tesla-", "nvidia-"):
-                raw = raw.removeprefix(prefix)
-            name = raw.upper() or name
-    return count, name
-
-
 def _catalog_resources(
-    cloud: str, offering: Offering, node_config: Mapping[str, Any]
+    reading: NodeConfigs, offering: Offering, node_config: Mapping[str, Any]
 ) -> dict[str, float]:
     gpus, accelerator = offering.accelerator_count, offering.accelerator
-    if cloud == "gcp" and not gpus:
-        gpus, accelerator = _gcp_guest_accelerators(node_config)
+    if not gpus:
+        gpus, accelerator = reading.attached_gpus(node_config)
     return offering_resources(offering.vcpus, offering.memory_gib, gpus, accelerator)
 
 
@@ -171,16 +150,21 @@ def local_instance_type(
 
 
 def _pick_offering(
-    catalog: Catalog | None, cloud: str, name: str | None, node_config: Mapping[str, Any]
+    catalog: Catalog | None,
+    source: str,
+    reading: NodeConfigs,
+    name: str | None,
+    node_config: Mapping[str, Any],
 ) -> Offering | None:
-    """The catalog row a node config launches. GCP lists an N1 machine bare and with each GPU
-    it can carry: the one with the config's ``guestAccelerators``, else the bare one."""
+    """The catalog row a node config launches. A catalog may list a machine bare and with
+    each GPU it can carry (GCP's N1): the one with the GPUs the config attaches, else the
+    bare one."""
     if catalog is None or name is None:
         return None
-    offerings: tuple[Offering, ...] = catalog.instance_type(cloud, name)
+    offerings: tuple[Offering, ...] = catalog.instance_type(source, name)
     if not offerings:
         return None
-    gpus, accelerator = _gcp_guest_accelerators(node_config) if cloud == "gcp" else (0, None)
+    gpus, accelerator = reading.attached_gpus(node_config)
     for o in offerings:
         if gpus and (o.accelerator, o.accelerator_count) == (accelerator, gpus):
             return o
@@ -192,31 +176,31 @@ def _resolve_type(
     nt: NodeType,
     path: PathKey,
     source: str,
-    cloud: str | None,
     catalog: Catalog | None,
-    local: LocalCloud | None,
+    stand_in: LocalCloud | None,
     out: Resolved,
 ) -> tuple[dict[str, float], str | None, float | None]:
     """One type's resources (catalog, then the file's keys on top), its instance type and its
     on-demand price (the catalog's; None when the catalog does not list it)."""
+    reading = node_configs(source)
     declared = dict(nt.resources or {})
-    itype = instance_type_name(source, nt.node_config)
+    itype = reading.instance_type(nt.node_config)
     # Problems point at the instance type's line when the node config names one.
     where: PathKey = (*path, "node_config")
-    key = next((k for k in ("InstanceType", "machineType") if k in nt.node_config), None)
+    key = reading.type_key(nt.node_config)
     if key is not None and path:
         where = (*where, key)
-    offering = _pick_offering(catalog, source, itype, nt.node_config)
-    detected = _catalog_resources(source, offering, nt.node_config) if offering else {}
-    if source == KUBERNETES:
+    offering = _pick_offering(catalog, source, reading, itype, nt.node_config)
+    detected = _catalog_resources(reading, offering, nt.node_config) if offering else {}
+    if reading.pods:
         legacy = {LEGACY_HEAD: ("head_node",), LEGACY_WORKER: ("worker_nodes",)}
         at: PathKey = (*path, "node_config") if path else legacy.get(name, ())
         from_pod = _pod_resources(nt.node_config, at, out)
         if from_pod is None:
             return declared, None, None
         detected = from_pod
-    if cloud == "local" and local is not None:
-        found = local_instance_type(itype, {**detected, **declared}, local)
+    if stand_in is not None:
+        found = local_instance_type(itype, {**detected, **declared}, stand_in)
         if found is None:
             what = itype or "its resources"
             out.problems.append((where, f"no local instance type plays {what}; add an alias"))
@@ -225,7 +209,7 @@ def _resolve_type(
         out.notices.append(f"{name}: {itype or 'node'} runs as local {local_type.name} ({how})")
         local_price = local_type.price_usd_per_hour
         return {**_local_resources(local_type), **declared}, local_type.name, local_price
-    if source == KUBERNETES:
+    if reading.pods:
         return {**detected, **declared}, None, 0.0  # the cluster is already paid for
     if offering is None and nt.resources is None:
         catalog_name = f"the {source} catalog" if source in CATALOG_CLOUDS else "any catalog"
@@ -237,7 +221,7 @@ def _resolve_type(
     price: float | None = None
     if offering is not None:
         price = offering.price_usd_per_hour
-        if _asks_spot(nt.node_config) and offering.spot_price_usd_per_hour is not None:
+        if asks_spot(nt.node_config) and offering.spot_price_usd_per_hour is not None:
             price = offering.spot_price_usd_per_hour
     return {**detected, **declared}, itype, price
 
@@ -272,27 +256,12 @@ def _pod_resources(
     return found
 
 
-def _asks_spot(node_config: Mapping[str, Any]) -> bool:
-    """Whether a node config launches spot (AWS ``InstanceMarketOptions``) or preemptible
-    (GCP ``scheduling``) capacity."""
-    market = node_config.get("InstanceMarketOptions")
-    if isinstance(market, Mapping) and str(market.get("MarketType", "")).lower() == "spot":
-        return True
-    sched = node_config.get("scheduling")
-    if isinstance(sched, Mapping):
-        model = str(sched.get("provisioningModel", sched.get("provisioning_model", "")))
-        return bool(sched.get("preemptible")) or model.upper() == "SPOT"
-    return False
-
-
 def resolve_cluster(
-    cluster: Cluster,
-    catalog: Catalog | None,
-    cloud: str | None = None,
-    local: LocalCloud | None = None,
+    cluster: Cluster, catalog: Catalog | None, stand_in: LocalCloud | None = None
 ) -> Resolved:
-    """The autoscaler's view of a cluster file. ``cloud`` defaults to the provider's type;
-    ``"local"`` needs ``local`` (the local cloud file)."""
+    """The autoscaler's view of a cluster file, on the cloud it is written for; with
+    ``stand_in``, played on the cloud whose instance types those are (each node type takes the
+    one that plays it)."""
     source = cluster.provider.type.lower()
     entries = node_type_entries(cluster)
     head = head_node_type(cluster)
@@ -305,7 +274,7 @@ def resolve_cluster(
     types: dict[str, NodeTypeSpec] = {}
     global_max = _global_max(cluster)
     for name, nt, path in entries:
-        resources, itype, price = _resolve_type(name, nt, path, source, cloud, catalog, local, out)
+        resources, itype, price = _resolve_type(name, nt, path, source, catalog, stand_in, out)
         low = nt.min_workers or 0
         high = nt.max_workers if nt.max_workers is not None else global_max
         types[name] = NodeTypeSpec(

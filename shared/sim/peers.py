@@ -136,7 +136,7 @@ def _ray_need(arrival: Arrival, workload: Workload, sim: Sim) -> Need | None:
     assert arrival.ray is not None
     cluster = workload.clusters[arrival.ray.cluster]
     cloud = cluster.provider.type.lower()
-    spec = resolve_cluster(cluster, sim.catalog, cloud).spec
+    spec = resolve_cluster(cluster, sim.catalog).spec
     bundles = [(b.resources, b.count) for b in arrival.ray.bundles]
     for name, t in spec.node_types.items():
         if name == spec.head_node_type:

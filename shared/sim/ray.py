@@ -38,7 +38,7 @@ class RaySim:
     def __init__(self, sim: Sim, name: str, cluster: Cluster, launcher: Launcher) -> None:
         self.sim, self.name, self.launcher = sim, name, launcher
         self.cloud = cluster.provider.type.lower()
-        self.spec = resolve_cluster(cluster, sim.catalog, self.cloud).spec
+        self.spec = resolve_cluster(cluster, sim.catalog).spec
         region = cluster.provider.model_dump().get("region")
         self.region = region if isinstance(region, str) else None
         self.nodes: dict[str, _Node] = {}

@@ -181,7 +181,7 @@ aliases: {p2.xlarge: gpus}
     assert "cpu_16_spot: m4.4xlarge runs as local big" in ran.stderr
     bad = explain(CLUSTER, "--demand", demand, "--cloud", "azure")
     assert bad.returncode == 2
-    assert "expected one of aws, gcp, local" in bad.stderr
+    assert "expected one of local, aws, gcp, kubernetes" in bad.stderr
 
 
 # (file, text, line, field, what the message must say)

@@ -154,9 +154,7 @@ aliases:
 
 def test_local_cloud_plays_aws_types_by_alias_or_the_smallest_that_fits() -> None:
     local = parse_local_cloud(LOCAL, "local.yaml")
-    resolved = resolve_cluster(
-        seed("ray-cluster-node-types.yaml"), load_catalog(), cloud="local", local=local
-    )
+    resolved = resolve_cluster(seed("ray-cluster-node-types.yaml"), load_catalog(), local)
     assert resolved.problems == []
     types = resolved.spec.node_types
     assert types["gpu_1_ondemand"].instance_type == "gpu-l4-1"  # the alias
@@ -275,3 +273,25 @@ def test_launch_config_serializes(name: str) -> None:
     for node_type in cluster.available_node_types or {}:
         config = launch_config(cluster, node_type)
         assert config.model_validate_json(config.model_dump_json()) == config
+
+
+def test_a_node_config_reads_as_its_files_provider_type_writes_it() -> None:
+    """Ray passes node_config to the cloud's API as written: an AWS file names InstanceType,
+    a GCP file machineType (a path's last part) and attaches guestAccelerators; a provider
+    type Ray has no reading for takes either key and attaches nothing."""
+    from corral.shared.autoscaler.node_configs import node_configs
+
+    gcp = {
+        "machineType": "zones/us-central1-a/machineTypes/n1-standard-8",
+        "guestAccelerators": [{"acceleratorType": "nvidia-tesla-v100", "acceleratorCount": 2}],
+    }
+    assert node_configs("gcp").instance_type(gcp) == "n1-standard-8"
+    assert node_configs("GCP").attached_gpus(gcp) == (2, "V100")
+    assert node_configs("aws").instance_type(gcp) is None  # not an AWS key
+    assert node_configs("aws").instance_type({"InstanceType": "p3.2xlarge"}) == "p3.2xlarge"
+    assert node_configs("aws").attached_gpus(gcp) == (0, None)
+    moon = node_configs("moon")
+    assert moon.instance_type({"machineType": "big"}) == "big"
+    assert moon.type_key({"InstanceType": "x"}) == "InstanceType"
+    assert moon.attached_gpus(gcp) == (0, None) and not moon.pods
+    assert node_configs("kubernetes").pods

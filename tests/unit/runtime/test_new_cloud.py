@@ -107,3 +107,67 @@ def test_its_machines_logs_are_read_through_its_provider(lambda_driver: Driver) 
     _lambda(lambda_driver).logs[inst.provider_id] = b"hello from the moon of lambda\n"
     text = requests.read_logs(lambda_driver.deps, rid)
     assert text == f"==> {inst.id} ({inst.provider_id}) <==\nhello from the moon of lambda\n"
+
+
+RAY_FILE = {
+    "cluster_name": "moon",
+    "provider": {"type": "lambda", "region": "us-west-1"},
+    "head_node_type": "head",
+    "available_node_types": {
+        "head": {
+            "node_config": {"InstanceType": "cpu_8x", "SshKeyName": "moon-key"},
+            "resources": {"CPU": 8},
+            "max_workers": 0,
+        },
+    },
+}
+
+
+def _ray_node(cloud: str | None) -> tuple[Any, Any]:
+    from corral.services.state.clusters import ClusterNode, ClusterRecord
+
+    rec = ClusterRecord(
+        name="moon",
+        uid="u1",
+        file_name="moon.yaml",
+        cluster=RAY_FILE,
+        cloud=cloud,
+        created_at=0.0,
+        updated_at=0.0,
+    )
+    node = ClusterNode(
+        request_id="r-1", node_type="head", kind="head", launch_hash="h", committed_at=0.0
+    )
+    return rec, node
+
+
+def test_a_ray_file_for_the_new_cloud_launches_its_node_config_as_written(
+    lambda_driver: Driver,
+) -> None:
+    """No rules of its own: its node configs go to its provider as written, in the file's
+    region (what Ray's cluster launcher does for any cloud's file)."""
+    from corral.services.runtime.autoscaling import node_task
+
+    assert registry.stand_in_clouds() == ("local",)  # it plays no other cloud's files
+    task = node_task(lambda_driver.deps, *_ray_node(None))
+    res = task.resources
+    assert (res.cloud, res.region, res.instance_type) == ("lambda", "us-west-1", "cpu_8x")
+    assert task.advanced_instance_config == {"InstanceType": "cpu_8x", "SshKeyName": "moon-key"}
+
+
+def test_the_local_cloud_plays_a_ray_file_written_for_the_new_cloud(
+    lambda_driver: Driver,
+) -> None:
+    """Played on the local cloud, the file's node configs and region are the other cloud's:
+    the node launches a local type with its resources, with no node config."""
+    from corral.services.runtime.autoscaling import cluster_spec, node_task
+
+    rec, node = _ray_node("local")
+    assert cluster_spec(lambda_driver.deps, rec).node_types["head"].instance_type is not None
+    task = node_task(lambda_driver.deps, rec, node)
+    res = task.resources
+    assert res.cloud == "local" and res.region is None
+    assert (
+        res.instance_type == cluster_spec(lambda_driver.deps, rec).node_types["head"].instance_type
+    )
+    assert task.advanced_instance_config is None
