@@ -1,87 +1,19 @@
 """Blocked scopes: the parts of the search space that failover has ruled out for a while.
 
-A :class:`Block` names a cloud and, optionally, a region, a zone, an instance type and a
-market; a field left None matches anything. Failover turns a provider error's
-:class:`~corral.shared.errors.Scope` into a block with :meth:`Block.from_scope`, and the planner
-leaves every blocked candidate out of the chain.
+A :class:`~corral.shared.placement.Block` names a cloud and, optionally, a region, a zone, an
+instance type and a market; a field left None matches anything. Failover turns a provider
+error's :class:`~corral.shared.errors.Scope` at a placement into a block with
+:meth:`~corral.shared.placement.Placement.block_for`, and the planner leaves every blocked
+candidate out of the chain. Here: looking blocks up fast over many candidates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
-from corral.shared.errors import Scope
-from corral.shared.placement import Placed as Placed  # its home before placement.py
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """A blocked scope. None fields are wildcards; ``cloud`` is always set."""
-
-    cloud: str
-    region: str | None = None
-    zone: str | None = None
-    instance_type: str | None = None
-    market: str | None = None
-
-    def covers(self, cloud: str, region: str, zone: str, instance_type: str, market: str) -> bool:
-        """True when a launch at this place, of this type and market, falls inside the block."""
-        return (
-            self.cloud == cloud
-            and (self.region is None or self.region == region)
-            and (self.zone is None or self.zone == zone)
-            and (self.instance_type is None or self.instance_type == instance_type)
-            and (self.market is None or self.market == market)
-        )
-
-    def matches(self, candidate: Placed) -> bool:
-        """True when ``candidate`` falls inside the block."""
-        c = candidate
-        return self.covers(c.cloud, c.region, c.zone, c.instance_type, c.market)
-
-    @classmethod
-    def from_scope(cls, scope: Scope | str, candidate: Placed) -> Block | None:
-        """The block a failure of ``scope`` at ``candidate`` calls for; None when nothing is to
-        be blocked (retry in place) or the request itself is wrong (fail fast)."""
-        c = candidate
-        match Scope(scope):
-            case Scope.ZONE:  # sold out: this type and market in this zone
-                return cls(c.cloud, c.region, c.zone, c.instance_type, c.market)
-            case Scope.REGION:  # a regional quota or a hung region: every type, every market
-                return cls(c.cloud, region=c.region)
-            case Scope.INSTANCE_TYPE:  # e.g. GCP's GPUS_ALL_REGIONS quota: the type everywhere
-                return cls(c.cloud, instance_type=c.instance_type, market=c.market)
-            case Scope.CLOUD:  # credentials or permissions: nothing on this cloud can work
-                return cls(c.cloud)
-            case _:  # NONE and REQUEST block nothing
-                return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "cloud": self.cloud,
-            "region": self.region,
-            "zone": self.zone,
-            "instance_type": self.instance_type,
-            "market": self.market,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Block:
-        return cls(
-            cloud=str(data["cloud"]),
-            region=data.get("region"),
-            zone=data.get("zone"),
-            instance_type=data.get("instance_type"),
-            market=data.get("market"),
-        )
-
-    def __str__(self) -> str:
-        place = self.zone or self.region or "every region"
-        what = self.instance_type or "every instance type"
-        market = f" ({self.market})" if self.market else ""
-        return f"{self.cloud} {place}: {what}{market}"
+# A block is a partial placement: it lives with the placement value (its earlier home was here).
+from corral.shared.placement import Block as Block
+from corral.shared.placement import Placed as Placed
 
 
 def is_blocked(candidate: Placed, blocks: Iterable[Block]) -> Block | None:

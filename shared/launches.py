@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from corral.shared.errors import InvalidRequestError
+from corral.shared.placement import Placement, PlacementFields
 
 # Tags (AWS) / labels (GCP) / agent fields (local) that mark what Corral created.
 TAG_MANAGED = "corral-managed"
@@ -32,16 +33,12 @@ def check_env_names(names: Iterable[str]) -> None:
         raise InvalidRequestError(f"not valid environment variable names: {', '.join(bad)}")
 
 
-class LaunchSpec(BaseModel):
-    """One attempt: ``count`` instances of one type and market in one zone."""
+class LaunchSpec(PlacementFields):
+    """One attempt: ``count`` instances of one type and market in one zone (its place)."""
 
+    market: str = "on_demand"  # on_demand | spot | reserved
     request_id: str
     attempt_id: str
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str = "on_demand"  # on_demand | spot | reserved
     count: int = 1
     reservation_id: str | None = None
     accelerators: dict[str, int] = Field(default_factory=dict)  # e.g. GCP N1 guest GPUs
@@ -61,16 +58,19 @@ class LaunchSpec(BaseModel):
     # (workdir and file_mounts; shared/bundles.py). The agent puts them in place first.
     files: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def place(self) -> Placement:
+        """Where it launches, its reservation among it."""
+        return Placement(
+            self.cloud, self.region, self.zone, self.instance_type, self.market, self.reservation_id
+        )
 
-class ProviderInstance(BaseModel):
-    """An instance as the provider reports it."""
 
-    provider_id: str
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
+class ProviderInstance(PlacementFields):
+    """An instance as the provider reports it: its id and where it is."""
+
     market: str = "on_demand"
+    provider_id: str
     state: str  # pending | running | terminating | terminated | lost
     pid: int | None = None  # local cloud only
     address: str | None = None  # where it is reached: a public IP, else a private one

@@ -1,9 +1,15 @@
-"""Where a machine runs and how it is bought: one value for failover's chain and the
-simulator's cloud (the cloud, region, zone, instance type, market and, when it is bought from
-one, the reservation).
+"""Where a machine runs and how it is bought, as one value.
 
-Block matching takes any value with these fields (:class:`Placed`), this one among them; the
-scope checks failover walks by are its methods.
+:class:`Placement` is the cloud, region, zone, instance type, market and, when the machine is
+bought from one, the reservation. Every record, step, run and view that says where something
+runs carries it: the plain values hold one (a planner candidate, a run, a pool machine's
+work), and the stored records and API views declare its fields once, through
+:class:`PlacementFields` (their JSON stays flat: ``{"cloud": ..., "zone": ...}``), and give it
+back as ``.place``. The simulator's cloud speaks it too.
+
+Failover's scopes and blocks are its methods: :meth:`Placement.within` (the same region, the
+same cloud, anywhere), :meth:`Placement.block_for` (what a failure of a scope there rules out)
+and :meth:`Placement.in_block`. A :class:`Block` is a partial placement (None: any).
 """
 
 from __future__ import annotations
@@ -11,6 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from corral.shared.errors import Scope
 
 FIELDS = ("cloud", "region", "zone", "instance_type", "market")
 
@@ -40,7 +50,7 @@ class Placement:
     region: str
     zone: str
     instance_type: str
-    market: str
+    market: str  # on_demand | spot | reserved
     reservation: str | None = None
 
     @classmethod
@@ -51,12 +61,129 @@ class Placement:
         if isinstance(candidate, Mapping):
             get: Any = candidate.__getitem__
             return cls(*(str(get(f)) for f in FIELDS))
+        place = getattr(candidate, "place", None)
+        if isinstance(place, Placement):
+            return place
         c = candidate  # a placed candidate's fields are text already
         return cls(c.cloud, c.region, c.zone, c.instance_type, c.market)
 
+    def fields(self) -> dict[str, str]:
+        """The five fields as the flat JSON of every record and view writes them."""
+        return {
+            "cloud": self.cloud,
+            "region": self.region,
+            "zone": self.zone,
+            "instance_type": self.instance_type,
+            "market": self.market,
+        }
+
+    def where(self) -> str:
+        """``aws us-east-1/us-east-1a``, for events and errors."""
+        return f"{self.cloud} {self.region}/{self.zone}"
+
+    # ----------------------------------------------------------------- failover's scopes
     def same_region(self, other: Placement) -> bool:
         """In ``other``'s region (of the same cloud)."""
         return self.cloud == other.cloud and self.region == other.region
 
     def same_cloud(self, other: Placement) -> bool:
         return self.cloud == other.cloud
+
+    def within(self, scope: str, origin: Placement) -> bool:
+        """Inside ``scope`` of ``origin``: ``region`` (its other zones), ``cloud`` (its other
+        regions) or ``any``."""
+        if scope == "region":
+            return self.same_region(origin)
+        if scope == "cloud":
+            return self.same_cloud(origin)
+        return True
+
+    # ------------------------------------------------------------------------- blocks
+    def block_for(self, scope: Scope | str) -> Block | None:
+        """What a failure of ``scope`` here rules out; None when nothing is (retry in place)
+        or the request itself is wrong (fail fast)."""
+        return Block.from_scope(scope, self)
+
+    def in_block(self, block: Block) -> bool:
+        return block.matches(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A blocked scope: a partial placement. None fields are wildcards; ``cloud`` is always
+    set."""
+
+    cloud: str
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    market: str | None = None
+
+    def matches(self, candidate: Placed) -> bool:
+        """True when ``candidate`` (any placed value) falls inside the block."""
+        c = candidate
+        return (
+            self.cloud == c.cloud
+            and (self.region is None or self.region == c.region)
+            and (self.zone is None or self.zone == c.zone)
+            and (self.instance_type is None or self.instance_type == c.instance_type)
+            and (self.market is None or self.market == c.market)
+        )
+
+    @classmethod
+    def from_scope(cls, scope: Scope | str, candidate: Placed) -> Block | None:
+        """The block a failure of ``scope`` at ``candidate`` calls for (see
+        :meth:`Placement.block_for`)."""
+        c = candidate
+        match Scope(scope):
+            case Scope.ZONE:  # sold out: this type and market in this zone
+                return cls(c.cloud, c.region, c.zone, c.instance_type, c.market)
+            case Scope.REGION:  # a regional quota or a hung region: every type, every market
+                return cls(c.cloud, region=c.region)
+            case Scope.INSTANCE_TYPE:  # e.g. GCP's GPUS_ALL_REGIONS quota: the type everywhere
+                return cls(c.cloud, instance_type=c.instance_type, market=c.market)
+            case Scope.CLOUD:  # credentials or permissions: nothing on this cloud can work
+                return cls(c.cloud)
+            case _:  # NONE and REQUEST block nothing
+                return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cloud": self.cloud,
+            "region": self.region,
+            "zone": self.zone,
+            "instance_type": self.instance_type,
+            "market": self.market,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Block:
+        return cls(
+            cloud=str(data["cloud"]),
+            region=data.get("region"),
+            zone=data.get("zone"),
+            instance_type=data.get("instance_type"),
+            market=data.get("market"),
+        )
+
+    def __str__(self) -> str:
+        place = self.zone or self.region or "every region"
+        what = self.instance_type or "every instance type"
+        market = f" ({self.market})" if self.market else ""
+        return f"{self.cloud} {place}: {what}{market}"
+
+
+class PlacementFields(BaseModel):
+    """The placement's fields, declared once for every stored record and API view that
+    carries one (attempts, chain steps, instances, launches, what a provider reports; the
+    attempt, instance and run views), so their JSON stays flat; ``.place`` is the value."""
+
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str  # on_demand | spot | reserved
+
+    @property
+    def place(self) -> Placement:
+        return Placement(self.cloud, self.region, self.zone, self.instance_type, self.market)

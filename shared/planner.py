@@ -50,6 +50,7 @@ from corral.shared.catalog.ordering import (
 from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.config.task import Resources, Task
 from corral.shared.images import image_regions
+from corral.shared.placement import Placement
 
 # A CPU task that states neither cpus nor memory gets a general-purpose machine of this size.
 DEFAULT_MIN_CPUS = 4.0
@@ -58,18 +59,36 @@ DEFAULT_MIN_MEMORY_GIB = 16.0
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One step of a failover chain: ``num_nodes`` instances of one type, market and zone."""
+    """One step of a failover chain: ``num_nodes`` instances of one type and market in one
+    zone (its ``place``), with what each node has and costs."""
 
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
+    place: Placement
     accelerators: dict[str, int]  # name -> count per node; empty for CPU-only types
     vcpus: float
     memory_gib: float
-    market: str  # on_demand | spot | reserved
     price_usd_per_hour: float  # per node
     num_nodes: int = 1
+
+    # Its place's fields read as its own (a candidate is placed: blocks and scopes take it).
+    @property
+    def cloud(self) -> str:
+        return self.place.cloud
+
+    @property
+    def region(self) -> str:
+        return self.place.region
+
+    @property
+    def zone(self) -> str:
+        return self.place.zone
+
+    @property
+    def instance_type(self) -> str:
+        return self.place.instance_type
+
+    @property
+    def market(self) -> str:
+        return self.place.market
 
     @property
     def cost_usd_per_hour(self) -> float:
@@ -78,15 +97,16 @@ class Candidate:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with the cost; the shape ``corral plan --json`` prints."""
+        p = self.place
         return {
-            "cloud": self.cloud,
-            "region": self.region,
-            "zone": self.zone,
-            "instance_type": self.instance_type,
+            "cloud": p.cloud,
+            "region": p.region,
+            "zone": p.zone,
+            "instance_type": p.instance_type,
             "accelerators": dict(self.accelerators),
             "vcpus": self.vcpus,
             "memory_gib": self.memory_gib,
-            "market": self.market,
+            "market": p.market,
             "price_usd_per_hour": self.price_usd_per_hour,
             "num_nodes": self.num_nodes,
             "cost_usd_per_hour": round(self.cost_usd_per_hour, 6),
@@ -96,14 +116,10 @@ class Candidate:
     def from_dict(cls, data: dict[str, Any]) -> Candidate:
         """The inverse of :meth:`to_dict` (extra keys such as ``chosen`` are ignored)."""
         return cls(
-            cloud=str(data["cloud"]),
-            region=str(data["region"]),
-            zone=str(data["zone"]),
-            instance_type=str(data["instance_type"]),
+            place=Placement.of(data),
             accelerators={str(k): int(v) for k, v in dict(data.get("accelerators") or {}).items()},
             vcpus=float(data["vcpus"]),
             memory_gib=float(data["memory_gib"]),
-            market=str(data["market"]),
             price_usd_per_hour=float(data["price_usd_per_hour"]),
             num_nodes=int(data.get("num_nodes", 1)),
         )
@@ -350,14 +366,10 @@ def _tier_groups(
 
 def _candidate(o: Offering, market: str, price: float, num_nodes: int) -> Candidate:
     return Candidate(
-        cloud=o.cloud,
-        region=o.region,
-        zone=o.zone,
-        instance_type=o.instance_type,
+        place=Placement(o.cloud, o.region, o.zone, o.instance_type, market),
         accelerators={o.accelerator: o.accelerator_count} if o.accelerator else {},
         vcpus=o.vcpus,
         memory_gib=o.memory_gib,
-        market=market,
         price_usd_per_hour=price,
         num_nodes=num_nodes,
     )

@@ -25,6 +25,7 @@ from corral.shared.lifecycle import (
     RequestState,
     check_move,
 )
+from corral.shared.placement import PlacementFields
 from corral.shared.planner import Candidate
 from corral.shared.ports import endpoints, parse_ports
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute, Route
@@ -49,15 +50,10 @@ class Transition(_Record):
     reason: str  # for a person reading `corral status`: "user cancelled", "capacity in us-east-1a"
 
 
-class Attempt(_Record):
-    """One try of one candidate of the chain: a type and market in one zone."""
+class Attempt(PlacementFields, _Record):
+    """One try of one candidate of the chain: a type and market in one zone (its place)."""
 
     attempt_id: str  # unique; the provider's idempotency key for this launch
-    cloud: str  # aws | gcp | local
-    region: str
-    zone: str
-    instance_type: str
-    market: str  # on_demand | spot | reserved
     outcome: AttemptOutcome | None = None  # None while the attempt runs
     error: str | None = None  # the provider's message (with its code) when it failed
     started_at: float
@@ -71,26 +67,13 @@ class Attempt(_Record):
 
     def to_public(self) -> dict[str, Any]:
         """The attempt as the CLI and API show it."""
-        return {
-            "cloud": self.cloud,
-            "region": self.region,
-            "zone": self.zone,
-            "instance_type": self.instance_type,
-            "market": self.market,
-            "outcome": self.outcome,
-            "error": self.error,
-        }
+        return {**self.place.fields(), "outcome": self.outcome, "error": self.error}
 
 
-class ChainStep(_Record):
+class ChainStep(PlacementFields, _Record):
     """One candidate of a request's failover chain as stored: the planner's
     :class:`~corral.shared.planner.Candidate` in the JSON form ``corral plan --json`` prints."""
 
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str  # on_demand | spot | reserved
     accelerators: dict[str, int] = Field(default_factory=dict)  # name -> count per node
     vcpus: float = 0.0
     memory_gib: float = 0.0
@@ -104,7 +87,7 @@ class ChainStep(_Record):
 
     def where(self) -> str:
         """``aws us-east-1/us-east-1a``, for events and errors."""
-        return f"{self.cloud} {self.region}/{self.zone}"
+        return self.place.where()
 
 
 class Waiting(_Record):
@@ -258,19 +241,14 @@ class LaunchRequest(_Record):
         return endpoints(head.address if head else None, parse_ports(ports))
 
 
-class Instance(_Record):
-    """One machine: one node of one request, launched by one attempt."""
+class Instance(PlacementFields, _Record):
+    """One machine: one node of one request, launched by one attempt, at its place."""
 
     id: str  # Corral's id, stable across the cloud's
     request_id: str
     node_index: int  # 0..n-1 within its request (0 is the head of a multi-node request)
     provider_id: str | None = None  # the cloud's id; None until the cloud returns one
     attempt_id: str | None = None  # the attempt that launched it (its nodes share it)
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str  # on_demand | spot | reserved
     machine_type: str | None = None  # the pool machine type it serves, if any
     state: InstanceState = InstanceState.REQUESTED
     version: int = 0  # bumped by the store on every write; compare-and-set checks it

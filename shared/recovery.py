@@ -17,9 +17,9 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from .blocking import Placed
 from .config.task import JobRecovery
 from .lifecycle import InstanceState
+from .placement import Placed, Placement
 from .records import Instance
 
 EAGER_NEXT_REGION = "EAGER_NEXT_REGION"  # SkyPilot's default strategy
@@ -128,14 +128,10 @@ def relaunch_after_loss(
 
 @dataclass(frozen=True)
 class Run:
-    """One launch of a request's machines, as ``corral status`` shows it."""
+    """One launch of a request's machines (at one place), as ``corral status`` shows it."""
 
     attempt_id: str
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str
+    place: Placement
     nodes: int
     started_at: float  # the cloud accepted the launch (billing starts)
     ended_at: float | None  # every machine ended; None while any runs
@@ -145,11 +141,7 @@ class Run:
     def to_public(self) -> dict[str, object]:
         return {
             "attempt_id": self.attempt_id,
-            "cloud": self.cloud,
-            "region": self.region,
-            "zone": self.zone,
-            "instance_type": self.instance_type,
-            "market": self.market,
+            **self.place.fields(),
             "nodes": self.nodes,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
@@ -179,11 +171,7 @@ def _run(key: str, nodes: list[Instance], now: float) -> Run:
     costs = [_cost(i, now) for i in nodes]
     return Run(
         attempt_id=key,
-        cloud=first.cloud,
-        region=first.region,
-        zone=first.zone,
-        instance_type=first.instance_type,
-        market=first.market,
+        place=first.place,
         nodes=len(nodes),
         started_at=min(i.created_at for i in nodes),
         ended_at=ended_at,

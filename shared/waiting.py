@@ -162,7 +162,7 @@ def waits_on(
         place = place_key(c)
         last = exact.get(place)
         for block, until in wide.get(c.cloud, ()):
-            if block.covers(*place) and (last is None or until > last[1]):
+            if block.matches(c) and (last is None or until > last[1]):
                 last = (block, until)
         if last is not None:
             out.append(last)

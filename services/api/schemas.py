@@ -10,20 +10,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.shared.placement import PlacementFields
 
-class AttemptView(BaseModel):
+
+class AttemptView(PlacementFields):
     """One launch tried: a type and market in one zone, and how it ended."""
 
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str
     outcome: str | None = Field(None, description="ok, capacity, quota, ...; null while running")
     error: str | None = Field(None, description="the provider's message when the attempt failed")
 
 
-class InstanceView(BaseModel):
+class InstanceView(PlacementFields):
     """One machine of a request."""
 
     id: str
@@ -32,11 +29,6 @@ class InstanceView(BaseModel):
     address: str | None = Field(
         None, description="where the machine is reached: a public IP, else a private one"
     )
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str
     machine_type: str | None = Field(
         None, description="the machine pool's machine type it runs on; None off pools"
     )
@@ -47,16 +39,11 @@ class InstanceView(BaseModel):
     )
 
 
-class RunView(BaseModel):
+class RunView(PlacementFields):
     """One launch of the request's machines that came up: the first, each relaunch after a
     lost or reclaimed machine, each restart of a failed job (``job_recovery``)."""
 
     attempt_id: str
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str
     nodes: int
     started_at: float = Field(description="when the cloud accepted the launch (seconds)")
     ended_at: float | None = Field(None, description="when its last machine ended")

@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.shared.placement import PlacementFields
+
 # A request in one of these states will not change again; RUNNING or one of these is what
 # `wait` waits for.
 ENDED_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED"})
@@ -33,30 +35,20 @@ class View(BaseModel):
 # ---- requests -------------------------------------------------------------------------------
 
 
-class AttemptView(View):
+class AttemptView(PlacementFields, View):
     """One launch tried: a type and market in one zone, and how it ended (None: running)."""
 
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str
     outcome: str | None = None
     error: str | None = None
 
 
-class InstanceView(View):
+class InstanceView(PlacementFields, View):
     """One machine of a request."""
 
     id: str
     provider_id: str | None = None
     pid: int | None = None
     address: str | None = None  # where the machine is reached, once known
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str
     machine_type: str | None = None
     state: str
     exit_code: int | None = None
@@ -69,16 +61,11 @@ class InstanceRow(InstanceView):
     request_id: str
 
 
-class RunView(View):
+class RunView(PlacementFields, View):
     """One launch of a request's machines that came up: the first, a relaunch after a lost
     machine, a restart of a failed job."""
 
     attempt_id: str
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    market: str
     nodes: int
     started_at: float
     ended_at: float | None = None

@@ -62,11 +62,7 @@ def add_attempt(
     r.attempts.append(
         Attempt(
             attempt_id=attempt_id,
-            cloud=cand.cloud,
-            region=cand.region,
-            zone=cand.zone,
-            instance_type=cand.instance_type,
-            market=cand.market,
+            **Placement.of(cand).fields(),
             outcome=cast(AttemptOutcome | None, outcome),
             error=error,
             started_at=now,

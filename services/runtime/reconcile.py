@@ -264,13 +264,7 @@ def _lost(deps: Deps, inst: Instance, why: str, block: bool = True) -> None:
     now = deps.now()
     timers = deps.settings.timers
     if block:
-        scope = Block(
-            cloud=inst.cloud,
-            region=inst.region,
-            zone=inst.zone,
-            instance_type=inst.instance_type,
-            market=inst.market,
-        )
+        scope = Block(**inst.place.fields())  # its type and market in its zone
         reason = f"{inst.id} lost: {why}"
         deps.blocks.add(scope, now=now, ttl_s=timers.blocked_ttl_s, reason=reason, outcome="lost")
     req = deps.store.get_request(inst.request_id)

@@ -57,7 +57,7 @@ def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> di
     blocked = [
         {"scope": str(b), "until": until, "reason": why}
         for b, until, why in blocks
-        if any(b.covers(c.cloud, c.region, c.zone, c.instance_type, c.market) for c in ahead)
+        if any(b.matches(c) for c in ahead)
     ]
     state = req.state
     if state == RequestState.PENDING:

@@ -21,6 +21,7 @@ import pytest
 from corral.shared.blocking import Block
 from corral.shared.catalog import Catalog, load_catalog
 from corral.shared.config.task import Task
+from corral.shared.placement import Placement
 from corral.shared.planner import PROVIDER_CLOUDS, Candidate, Spec, plan, request_specs
 
 FLOOR = 3.0  # the planner must plan at least this many times as many tasks per second
@@ -100,18 +101,15 @@ def naive_plan(task: Task, catalog: Catalog, blocked: Iterable[Block] = ()) -> l
     out = []
     for _tier, i, market, price in rows:
         o = offerings[i]
-        if any(b.covers(o.cloud, o.region, o.zone, o.instance_type, market) for b in blocks):
+        place = Placement(o.cloud, o.region, o.zone, o.instance_type, market)
+        if any(b.matches(place) for b in blocks):
             continue
         out.append(
             Candidate(
-                o.cloud,
-                o.region,
-                o.zone,
-                o.instance_type,
+                place,
                 {o.accelerator: o.accelerator_count} if o.accelerator else {},
                 o.vcpus,
                 o.memory_gib,
-                market,
                 price,
                 task.num_nodes,
             )

@@ -8,6 +8,7 @@ import pytest
 
 from corral.shared.blocking import Block, BlockIndex, blocks_by_cloud, is_blocked
 from corral.shared.errors import CapacityError, QuotaError, Scope, ThrottledError
+from corral.shared.placement import Placement
 from corral.shared.planner import Candidate
 from corral.shared.waiting import blocking_expiries
 
@@ -19,7 +20,8 @@ def cand(
     instance_type: str = "p4d.24xlarge",
     market: str = "on_demand",
 ) -> Candidate:
-    return Candidate(cloud, region, zone, instance_type, {"A100": 8}, 96, 1152, market, 32.77, 1)
+    place = Placement(cloud, region, zone, instance_type, market)
+    return Candidate(place, {"A100": 8}, 96, 1152, 32.77, 1)
 
 
 HERE = cand()

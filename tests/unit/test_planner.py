@@ -16,6 +16,7 @@ from corral.shared.catalog.offering import Offering
 from corral.shared.config.task import Resources, Task
 from corral.shared.errors import Scope
 from corral.shared.images import ImageChoice, image_for_region
+from corral.shared.placement import Placement
 from corral.shared.planner import (
     DEFAULT_MIN_CPUS,
     DEFAULT_MIN_MEMORY_GIB,
@@ -529,15 +530,12 @@ def block_sets(draw: st.DrawFn) -> list[Block]:
     picks = draw(st.lists(st.sampled_from(CATALOG.offerings), max_size=4))
     out = []
     for o in picks:
+        market = draw(st.sampled_from(["on_demand", "spot"]))
         c = Candidate(
-            o.cloud,
-            o.region,
-            o.zone,
-            o.instance_type,
+            Placement(o.cloud, o.region, o.zone, o.instance_type, market),
             {},
             o.vcpus,
             o.memory_gib,
-            draw(st.sampled_from(["on_demand", "spot"])),
             1.0,
             1,
         )

@@ -198,14 +198,10 @@ def test_instance_to_public_keys_in_cli_order() -> None:
 
 def _candidate() -> Candidate:
     return Candidate(
-        cloud="aws",
-        region="us-east-1",
-        zone="us-east-1a",
-        instance_type="p4d.24xlarge",
+        place=Placement("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot"),
         accelerators={"A100": 8},
         vcpus=96,
         memory_gib=1152,
-        market="spot",
         price_usd_per_hour=9.8,
         num_nodes=2,
     )

@@ -19,22 +19,24 @@ from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import price_of
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.placement import Placement
 from corral.shared.records import Instance, LaunchRequest
 from corral.shared.recovery import Restart, restart_after
 
 
 @dataclass(frozen=True)
 class Machine:
-    """Where an assignment runs: a pooled machine as the cloud knows it."""
+    """Where an assignment runs: a pooled machine as the cloud knows it (its place: what its
+    ledger recorded when it came up; a part it left out is empty, its market on demand)."""
 
     machine_id: str
-    cloud: str
     provider_id: str
-    region: str | None = None
-    zone: str | None = None
-    instance_type: str | None = None
-    market: str | None = None
+    place: Placement
     machine_type: str | None = None  # a machine pool's type; None for a Determined agent
+
+    @property
+    def cloud(self) -> str:
+        return self.place.cloud
 
 
 def as_machine(machine_id: str, pooled: Any) -> Machine | None:
@@ -42,16 +44,15 @@ def as_machine(machine_id: str, pooled: Any) -> Machine | None:
     until it is up (no provider id yet)."""
     if not pooled.provider_id or not pooled.cloud:
         return None
-    return Machine(
-        machine_id=machine_id,
-        cloud=pooled.cloud,
-        provider_id=pooled.provider_id,
-        region=pooled.region,
-        zone=pooled.zone,
-        instance_type=pooled.instance_type,
-        market=pooled.market,
-        machine_type=getattr(pooled, "machine_type", None),
+    machine_type = getattr(pooled, "machine_type", None)
+    place = Placement(
+        pooled.cloud,
+        pooled.region or "",
+        pooled.zone or "",
+        pooled.instance_type or machine_type or "",
+        pooled.market or "on_demand",
     )
+    return Machine(machine_id, pooled.provider_id, place, machine_type)
 
 
 def agents(deps: Deps, machine: Machine) -> NodeWork | None:
@@ -273,6 +274,7 @@ def record_instance(
     of ``placement`` (its nodes' records share it), priced as the catalog prices the machine."""
     now = deps.now()
     inst_id = instance_id_for(aid)
+    place = machine.place
     inst = Instance.new(
         inst_id,
         request_id,
@@ -281,15 +283,11 @@ def record_instance(
         f"assigned pooled machine {machine.machine_id}",
         provider_id=machine.provider_id,
         attempt_id=aid,
-        cloud=machine.cloud,
-        region=machine.region or "",
-        zone=machine.zone or "",
-        instance_type=machine.instance_type or machine.machine_type or "",
-        market=machine.market or "on_demand",
-        machine_type=machine.machine_type or machine.instance_type,
+        **place.fields(),
+        machine_type=machine.machine_type or place.instance_type or None,
         placement=placement,
         price_usd_per_hour=price_of(
-            deps, machine.cloud, machine.instance_type or "", machine.zone, machine.market
+            deps, place.cloud, place.instance_type, place.zone or None, place.market
         ),
     )
     inst.move(InstanceState.RUNNING, now, "its pooled machine runs the work")

@@ -9,16 +9,13 @@ from collections.abc import Callable
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled.work import Machine, record_instance
 from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.placement import Placement
 from corral.shared.records import LaunchRequest
 
 MACHINE = Machine(
     machine_id="m-1",
-    cloud="local",
     provider_id="local-1",
-    region="lab-east",
-    zone="lab-east-a",
-    instance_type="gpu-a100-8",
-    market="on_demand",
+    place=Placement("local", "lab-east", "lab-east-a", "gpu-a100-8", "on_demand"),
 )
 
 
