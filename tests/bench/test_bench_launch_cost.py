@@ -22,6 +22,7 @@ import concurrent.futures
 import os
 import re
 import time
+import timeit
 from collections import Counter
 from pathlib import Path
 
@@ -165,15 +166,27 @@ def test_control_plane_cost_per_launch(tmp_path: Path) -> None:
     top = sorted(by_command.items(), key=lambda kv: -kv[1])[:8]
     cmds = ((cmd2["total"] - cmd1["total"]) - (cmd1["total"] - cmd0["total"]) * scale) / JOBS
     idle_ms_s = sum(cpu1[r] - cpu0[r] for r in ROLES) / idle_s * 1000
+    ref_us = _reference_loop_us()
     print(
         f"\nlaunch cost: {JOBS} short jobs over HTTP on `corral up` in {busy_s:.1f} s; "
         f"control-plane CPU {cpu_ms:.1f} ms per launch (target <= 10: "
         + ", ".join(f"{r} {v:.1f}" for r, v in per_role.items())
         + f"); Redis {cmds:.0f} commands per launch (target <= 60); idle: "
         f"{idle_ms_s:.1f} ms CPU and {(cmd1['total'] - cmd0['total']) / idle_s:.0f} commands "
-        "per second; most per launch: " + ", ".join(f"{c} {n:.0f}" for c, n in top)
+        "per second; most per launch: "
+        + ", ".join(f"{c} {n:.0f}" for c, n in top)
+        + f"; this machine's reference loop (timeit 'sum(range(10000))'): {ref_us:.0f} us"
     )
     assert cpu_ms < 500 and cmds < 5000  # a stall guard, not the target (a shared machine)
+
+
+def _reference_loop_us() -> float:
+    """How fast this machine is now: one pure-Python loop, best of five (what ``python3 -m
+    timeit 'sum(range(10000))'`` prints), so figures from sessions on machines of other speeds
+    can be read side by side."""
+    timer = timeit.Timer("sum(range(10000))")
+    loops, _ = timer.autorange()
+    return min(timer.repeat(5, loops)) / loops * 1e6
 
 
 def _settle(pids: dict[int, str], quiet_ms_s: float = 60.0, limit_s: float = 90.0) -> None:
