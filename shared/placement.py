@@ -69,13 +69,7 @@ class Placement:
 
     def fields(self) -> dict[str, str]:
         """The five fields as the flat JSON of every record and view writes them."""
-        return {
-            "cloud": self.cloud,
-            "region": self.region,
-            "zone": self.zone,
-            "instance_type": self.instance_type,
-            "market": self.market,
-        }
+        return {name: getattr(self, name) for name in FIELDS}
 
     def where(self) -> str:
         """``aws us-east-1/us-east-1a``, for events and errors."""
@@ -148,13 +142,7 @@ class Block:
                 return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "cloud": self.cloud,
-            "region": self.region,
-            "zone": self.zone,
-            "instance_type": self.instance_type,
-            "market": self.market,
-        }
+        return {name: getattr(self, name) for name in FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Block:
