@@ -1,8 +1,10 @@
 """The one registry of clouds and their providers: how each cloud's provider is built from the
-settings, and whether its credentials look present before its SDK loads. The shipped clouds are
-:data:`corral.shared.clouds.PROVIDER_CLOUDS`; each maps to its package, imported on first use
-(cloud SDKs load lazily). A new cloud is one package and one line: ``register_cloud(name,
-Cloud(build))`` (its settings beside it), as ``tests/fakes/moon`` shows."""
+settings, whether its credentials look present before its SDK loads, its name as people write
+it, where its instance types are listed, and what it does with a Ray cluster file. The shipped
+clouds are :data:`corral.shared.clouds.PROVIDER_CLOUDS` and Kubernetes; each maps to its
+package, imported on first use (cloud SDKs load lazily). A new cloud is one package and one
+line: ``register_cloud(name, Cloud(build))`` (its settings beside it), as
+``tests/fakes/lambda_cloud`` shows."""
 
 from __future__ import annotations
 
