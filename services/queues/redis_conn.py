@@ -230,7 +230,8 @@ def connect(
         return redis.Redis.from_url(url, **options)
     from redis.sentinel import Sentinel
 
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    # redis-py types Sentinel from 8.2 on; before it, these calls are untyped.
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(target.sentinels),
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         socket_timeout=CONNECT_TIMEOUT_S,
@@ -240,7 +241,7 @@ def connect(
         },
     )
     assert target.master_name is not None
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         target.master_name,
         redis_class=redis.Redis,
         db=target.db,
