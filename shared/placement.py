@@ -9,7 +9,8 @@ back as ``.place``. The simulator's cloud speaks it too.
 
 Failover's scopes and blocks are its methods: :meth:`Placement.within` (the same region, the
 same cloud, anywhere), :meth:`Placement.block_for` (what a failure of a scope there rules out)
-and :meth:`Placement.in_block`. A :class:`Block` is a partial placement (None: any).
+and :meth:`Placement.in_block`. A :class:`Pattern` is a partial placement (None: any): what a
+request's alternative pins, and, as a :class:`Block`, what a failure rules out.
 """
 
 from __future__ import annotations
@@ -103,26 +104,34 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
-class Block:
-    """A blocked scope: a partial placement. None fields are wildcards; ``cloud`` is always
-    set."""
+class Pattern:
+    """A partial placement: what a request pins (a planner :class:`~corral.shared.planner.Spec`)
+    or a failure rules out (a :class:`Block`). A None field matches any value."""
 
-    cloud: str
+    cloud: str | None = None
     region: str | None = None
     zone: str | None = None
     instance_type: str | None = None
     market: str | None = None
 
     def matches(self, candidate: Placed) -> bool:
-        """True when ``candidate`` (any placed value) falls inside the block."""
+        """True when ``candidate`` (any placed value) falls inside the pattern."""
         c = candidate
         return (
-            self.cloud == c.cloud
+            (self.cloud is None or self.cloud == c.cloud)
             and (self.region is None or self.region == c.region)
             and (self.zone is None or self.zone == c.zone)
             and (self.instance_type is None or self.instance_type == c.instance_type)
             and (self.market is None or self.market == c.market)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Block(Pattern):
+    """A blocked scope: a partial placement whose ``cloud`` is always set (blocks are looked
+    up by cloud)."""
+
+    cloud: str
 
     @classmethod
     def from_scope(cls, scope: Scope | str, candidate: Placed) -> Block | None:

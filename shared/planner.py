@@ -50,7 +50,7 @@ from corral.shared.catalog.ordering import (
 from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.config.task import Resources, Task
 from corral.shared.images import image_regions
-from corral.shared.placement import Placement
+from corral.shared.placement import Pattern, Placement
 
 # A CPU task that states neither cpus nor memory gets a general-purpose machine of this size.
 DEFAULT_MIN_CPUS = 4.0
@@ -145,31 +145,32 @@ class Spec:
     one accelerator option. Specs of equal ``rank`` form one tier (cheapest first)."""
 
     rank: tuple[int, int]  # (ordered position, accelerator-list position)
-    cloud: str | None
-    region: str | None
-    zone: str | None
-    instance_type: str | None
+    where: Pattern  # what it pins of the placement; its market is always set
     accelerator: AcceleratorOption | None
-    market: str
     min_cpus: float | None
     min_memory_gib: float | None
     # The regions a per-region image_id names (None: any region).
     regions: frozenset[str] | None = None
 
+    @property
+    def market(self) -> str:
+        return self.where.market or MARKET_ON_DEMAND
+
     def describe(self) -> str:
         """``A100:8 on gcp in us-central1 (spot)``: the request part, for reasons."""
+        w = self.where
         what = [str(self.accelerator)] if self.accelerator else []
-        if self.instance_type:
-            what.append(self.instance_type)
+        if w.instance_type:
+            what.append(w.instance_type)
         if not what:
             sizes = [
                 f"{self.min_cpus:g}+ vCPUs" if self.min_cpus else "",
                 f"{self.min_memory_gib:g}+ GiB" if self.min_memory_gib else "",
             ]
             what.append("CPU machine " + ", ".join(s for s in sizes if s))
-        where = [f"on {self.cloud}"] if self.cloud else []
-        if self.zone or self.region:
-            where.append(f"in {self.zone or self.region}")
+        where = [f"on {w.cloud}"] if w.cloud else []
+        if w.zone or w.region:
+            where.append(f"in {w.zone or w.region}")
         elif self.regions is not None:
             where.append(f"in {', '.join(sorted(self.regions))} (the regions of its image_id)")
         market = " (spot)" if self.market == MARKET_SPOT else ""
@@ -187,19 +188,22 @@ def _specs_of(outer: Resources, item: Resources | None, tier: int) -> list[Spec]
     request = holder.accelerator_request()
     cpus_from = item if item is not None and item.cpus is not None else outer
     memory_from = item if item is not None and item.memory is not None else outer
+    where = Pattern(
+        cloud=_pick(item, outer, "cloud"),
+        region=_pick(item, outer, "region"),
+        zone=_pick(item, outer, "zone"),
+        instance_type=_pick(item, outer, "instance_type"),
+        market=MARKET_SPOT if _pick(item, outer, "use_spot") else MARKET_ON_DEMAND,
+    )
     base: dict[str, Any] = {
-        "cloud": _pick(item, outer, "cloud"),
-        "region": _pick(item, outer, "region"),
-        "zone": _pick(item, outer, "zone"),
-        "instance_type": _pick(item, outer, "instance_type"),
-        "market": MARKET_SPOT if _pick(item, outer, "use_spot") else MARKET_ON_DEMAND,
+        "where": where,
         "min_cpus": cpus_from.min_cpus(),
         "min_memory_gib": memory_from.min_memory_gib(),
         "regions": image_regions(_pick(item, outer, "image_id")),
     }
     if request is None:
         if (
-            base["instance_type"] is None
+            where.instance_type is None
             and base["min_cpus"] is None
             and (base["min_memory_gib"] is None)
         ):
@@ -230,8 +234,8 @@ def _groups_for(catalog: Catalog, spec: Spec, cloud: str) -> list[GroupKey]:
         key: GroupKey = (cloud, spec.accelerator.name, spec.accelerator.count)
         return [key] if key in catalog.by_group else []
     offerings = catalog.offerings
-    if spec.instance_type is not None:
-        indices = catalog.by_instance_type.get((cloud, spec.instance_type.lower()), ())
+    if spec.where.instance_type is not None:
+        indices = catalog.by_instance_type.get((cloud, spec.where.instance_type.lower()), ())
         groups = list(
             dict.fromkeys(
                 (cloud, offerings[i].accelerator, offerings[i].accelerator_count) for i in indices
@@ -248,7 +252,7 @@ def _narrowing(catalog: Catalog, spec: Spec) -> Callable[[int], bool] | None:
     """A test for the offerings a spec accepts beyond its group, type and region; None if
     it accepts them all."""
     offerings: Sequence[Offering] = catalog.offerings
-    zone, min_cpus, min_mem = spec.zone, spec.min_cpus, spec.min_memory_gib
+    zone, min_cpus, min_mem = spec.where.zone, spec.min_cpus, spec.min_memory_gib
     if zone is None and min_cpus is None and min_mem is None:
         return None
 
@@ -267,14 +271,14 @@ def spec_runs(catalog: Catalog, spec: Spec, cloud: str) -> list[tuple[GroupKey, 
     """For one cloud: each usable group with its ordered region runs narrowed to ``spec``."""
     out = []
     keep = _narrowing(catalog, spec)
-    type_lower = spec.instance_type.lower() if spec.instance_type else None
+    type_lower = spec.where.instance_type.lower() if spec.where.instance_type else None
     for group in _groups_for(catalog, spec, cloud):
         if type_lower is None:
             runs = group_runs(catalog, spec.market, group)
         else:
             runs = type_runs(catalog, spec.market, group, type_lower)
-        if spec.region is not None:
-            runs = tuple(r for r in runs if r.region == spec.region)
+        if spec.where.region is not None:
+            runs = tuple(r for r in runs if r.region == spec.where.region)
         if spec.regions is not None:
             runs = tuple(r for r in runs if r.region in spec.regions)
         if keep is not None and runs:
@@ -294,25 +298,26 @@ def _clouds_for(
         planned = tuple(c for c in catalog.clouds if c in allowed)
     else:
         planned = tuple(c for c in catalog.clouds if c in PROVIDER_CLOUDS)
-    if spec.cloud is None:
+    cloud = spec.where.cloud
+    if cloud is None:
         return planned
-    if spec.cloud not in PROVIDER_CLOUDS and spec.cloud not in (allowed or ()):
-        notes.notice(f"{spec.cloud}: Corral has no provider for this cloud; left out of the plan")
-    elif spec.cloud not in catalog.clouds:
+    if cloud not in PROVIDER_CLOUDS and cloud not in (allowed or ()):
+        notes.notice(f"{cloud}: Corral has no provider for this cloud; left out of the plan")
+    elif cloud not in catalog.clouds:
         notes.reason(
-            f"{spec.describe()}: the {spec.cloud} cloud is not configured (nothing lists its "
+            f"{spec.describe()}: the {cloud} cloud is not configured (nothing lists its "
             "offerings: no price list, no file, no provider turned on)"
         )
-    elif spec.cloud not in planned:
-        notes.reason(f"{spec.describe()}: {spec.cloud} is not among the clouds enabled here")
-    return (spec.cloud,) if spec.cloud in planned else ()
+    elif cloud not in planned:
+        notes.reason(f"{spec.describe()}: {cloud} is not among the clouds enabled here")
+    return (cloud,) if cloud in planned else ()
 
 
 def _unknown_place(catalog: Catalog, spec: Spec, clouds: Iterable[str]) -> str:
     """`` (no region X in the catalog)`` when the spec names a place no cloud has."""
     for kind, name, index in (
-        ("region", spec.region, catalog.by_region),
-        ("zone", spec.zone, catalog.by_zone),
+        ("region", spec.where.region, catalog.by_region),
+        ("zone", spec.where.zone, catalog.by_zone),
     ):
         if name is not None and not any((cloud, name) in index for cloud in clouds):
             return f" (the catalog has no {kind} {name} there)"

@@ -67,7 +67,7 @@ def clouds_left_out(deps: Deps, task: Task) -> dict[str, str]:
     catalog = catalog_for(deps)
     launchable = set(deps.launchable_clouds())
     others = [cloud for cloud in catalog.clouds if cloud not in launchable]
-    pinned = {spec.cloud for spec in request_specs(task.resources)} if others else set()
+    pinned = {spec.where.cloud for spec in request_specs(task.resources)} if others else set()
     if others and None not in pinned:
         # Every alternative of the task names its cloud: no other cloud could serve it, and
         # the planner is asked about these only (admission asks this of every launch).

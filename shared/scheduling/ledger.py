@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from ..budgets import BudgetSpend
 from ..lifecycle import MACHINE_TRANSITIONS, MachineStatus
+from ..placement import Placement
 from .model import (
     Machine,
     MachineTypeState,
@@ -271,15 +272,17 @@ def add_workload(ledger: PoolLedger, workload: Workload) -> bool:
     return True
 
 
-def machine_up(ledger: PoolLedger, machine_id: str, **where: str | None) -> PoolMachine | None:
-    """A launching machine came up (``where``: provider_id, cloud, region, zone, ...). The
+def machine_up(
+    ledger: PoolLedger, machine_id: str, provider_id: str, at: Placement | None = None
+) -> PoolMachine | None:
+    """A launching machine came up as the cloud's ``provider_id``, ``at`` its placement. The
     machine a replacement retires starts retiring now. None if the machine is unknown."""
     machine = ledger.machines.get(machine_id)
     if machine is None:
         return None
     if machine.status == MachineStatus.LAUNCHING:
         machine.move(MachineStatus.UP)
-        machine.place(where)
+        machine.settle(provider_id, at)
         old = ledger.machines.get(machine.replaces or "")
         if old is not None and old.workload_id == machine.workload_id:
             old.move(MachineStatus.RETIRING)

@@ -1,5 +1,6 @@
-"""What a pool's machine and a Determined pool's agent have in common: where the cloud put it,
-when it last went idle, and a status that moves only along its lifecycle's table
+"""What a pool's machine and a Determined pool's agent have in common: where the cloud put it
+(its id there and its :class:`~corral.shared.placement.Placement`, both unknown until it is
+up), when it last went idle, and a status that moves only along its lifecycle's table
 (:data:`~corral.shared.lifecycle.MACHINE_TRANSITIONS`,
 :data:`~corral.shared.lifecycle.AGENT_TRANSITIONS`)."""
 
@@ -12,9 +13,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from ..lifecycle import check_move
-
-# Where the cloud put a machine, as the provider reports it once the machine is up.
-PLACE_FIELDS = ("provider_id", "cloud", "region", "zone", "instance_type", "market")
+from ..placement import FIELDS, Placement
 
 
 class PooledMachine(BaseModel):
@@ -27,6 +26,7 @@ class PooledMachine(BaseModel):
     created_at: float
     idle_since: float | None = None
     provider_id: str | None = None  # the cloud's id, once up
+    # The placement's fields, flat in the stored JSON; each None until the machine is up.
     cloud: str | None = None
     region: str | None = None
     zone: str | None = None
@@ -46,9 +46,17 @@ class PooledMachine(BaseModel):
         self.status = to
         return True
 
-    def place(self, where: Mapping[str, Any]) -> None:
-        """Record where the cloud put it (only the fields of :data:`PLACE_FIELDS`)."""
-        for name, value in where.items():
-            if name not in PLACE_FIELDS:
-                raise ValueError(f"{self.KIND} {self.key}: {name!r} is not a place field")
-            setattr(self, name, value)
+    def settle(self, provider_id: str, at: Placement | None = None) -> None:
+        """Record where the cloud put it: its id there and, when known, its placement."""
+        self.provider_id = provider_id
+        if at is not None:
+            for name, value in at.fields().items():
+                setattr(self, name, value)
+
+    @property
+    def place(self) -> Placement | None:
+        """Where the cloud put it; None until it is up (or while a field is unknown)."""
+        values = [getattr(self, name) for name in FIELDS]
+        if any(v is None for v in values):
+            return None
+        return Placement(*values)

@@ -19,6 +19,7 @@ the seeded draws keyed on them) are those of a run that skips nothing; with
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from ..budgets import Budget
@@ -292,10 +293,7 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         self.launching.discard(mid)
         if inst.ended_at is not None or mid not in self.ledger.machines:
             return
-        p = inst.place
-        machine_up(self.ledger, mid, cloud=p.cloud, region=p.region, zone=p.zone,
-                   instance_type=p.instance_type, market="reserved" if p.reservation else p.market,
-                   provider_id=inst.iid)  # fmt: skip
+        machine_up(self.ledger, mid, inst.iid, _billed(inst.place))
         self.sync()
         self.dirty()
 
@@ -439,9 +437,7 @@ class DeterminedSim(_Pooled[DetLedger]):
         if inst.ended_at is not None or agent is None or agent.status != AgentStatus.LAUNCHING:
             return
         agent.move(AgentStatus.UP)
-        p = inst.place
-        agent.place({"cloud": p.cloud, "zone": p.zone, "region": p.region, "market": p.market,
-                     "provider_id": inst.iid})  # fmt: skip
+        agent.settle(inst.iid, inst.place)
         agent.idle_since = self.sim.now
         self.sync()
         self.dirty()
@@ -480,3 +476,8 @@ class DeterminedSim(_Pooled[DetLedger]):
             self.started.discard(tid)
         self.dirty()
         return True
+
+
+def _billed(place: Placement) -> Placement:
+    """A machine bought from a reservation is billed, and counted, as reserved."""
+    return replace(place, market="reserved") if place.reservation else place

@@ -33,24 +33,25 @@ pytestmark = pytest.mark.bench
 # --------------------------------------------------------------------------- naive baseline
 def _accepts(spec: Spec, o: Any, allowed: frozenset[str], bare_types: set[tuple[str, str]]) -> bool:
     """Does one spec accept one offering? A plain restatement of the planner's rules."""
-    if o.cloud not in allowed or (spec.cloud is not None and o.cloud != spec.cloud):
+    w = spec.where
+    if o.cloud not in allowed or (w.cloud is not None and o.cloud != w.cloud):
         return False
-    if spec.region is not None and o.region != spec.region:
+    if w.region is not None and o.region != w.region:
         return False
-    if spec.zone is not None and o.zone != spec.zone:
+    if w.zone is not None and o.zone != w.zone:
         return False
     if spec.min_cpus is not None and o.vcpus < spec.min_cpus:
         return False
     if spec.min_memory_gib is not None and o.memory_gib < spec.min_memory_gib:
         return False
-    if spec.instance_type is not None and o.instance_type.lower() != spec.instance_type.lower():
+    if w.instance_type is not None and o.instance_type.lower() != w.instance_type.lower():
         return False
     if spec.accelerator is not None:
         return (o.accelerator, o.accelerator_count) == (
             spec.accelerator.name,
             spec.accelerator.count,
         )
-    if spec.instance_type is not None:
+    if w.instance_type is not None:
         # A type sold both bare and with GPUs: without accelerators, only the bare one.
         return o.accelerator is None or (o.cloud, o.instance_type.lower()) not in bare_types
     return o.accelerator is None

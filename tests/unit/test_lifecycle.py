@@ -26,6 +26,7 @@ from corral.shared.lifecycle import (
     check_move,
     is_transition,
 )
+from corral.shared.placement import Placement
 from corral.shared.scheduling.det_ledger import DetAgent
 from corral.shared.scheduling.ledger import PoolMachine
 
@@ -214,9 +215,11 @@ def test_agents_move_along_their_table_and_keep_their_json() -> None:
     ):
         agent.move(AgentStatus.REAPING)
     agent.move(AgentStatus.UP)
-    agent.place({"provider_id": "i-1", "zone": "us-east-1a"})
+    assert agent.place is None  # not up anywhere yet
+    at = Placement("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
+    agent.settle("i-1", at)
     stored = agent.model_dump(mode="json")
     assert stored["status"] == "up" and stored["provider_id"] == "i-1"
+    assert stored["zone"] == "us-east-1a" and stored["market"] == "spot"  # flat, as before
     assert DetAgent.model_validate(stored) == agent
-    with pytest.raises(ValueError, match="'slots' is not a place field"):
-        agent.place({"slots": 0})
+    assert DetAgent.model_validate(stored).place == at

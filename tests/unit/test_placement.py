@@ -1,15 +1,18 @@
 """The placement value: one place and market for every record, step, run and view, with
-failover's scopes and blocks as its methods."""
+failover's scopes and blocks as its methods; a pattern (a request's pins, a block) is a
+partial one."""
 
 from __future__ import annotations
 
 import pytest
 
 from corral.services.api.schemas import InstanceView
+from corral.shared.config.task import Resources
 from corral.shared.errors import Scope
-from corral.shared.placement import Block, Placement
-from corral.shared.planner import Candidate
+from corral.shared.placement import Block, Pattern, Placement
+from corral.shared.planner import Candidate, request_specs
 from corral.shared.records import Attempt, ChainStep
+from corral.shared.scheduling.ledger import PoolMachine
 
 HERE = Placement("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
 OTHER_ZONE = Placement("aws", "us-east-1", "us-east-1b", "p4d.24xlarge", "spot")
@@ -43,14 +46,32 @@ def test_a_failure_blocks_what_its_scope_rules_out_and_no_more() -> None:
     assert HERE.block_for(Scope.NONE) is None and HERE.block_for(Scope.REQUEST) is None
 
 
+def test_a_pattern_is_a_partial_placement_and_a_block_is_one_with_its_cloud() -> None:
+    assert Pattern().matches(HERE) and Pattern().matches(OTHER_CLOUD)  # pins nothing
+    spot_in_region = Pattern(region="us-east-1", market="spot")
+    assert spot_in_region.matches(OTHER_ZONE) and not spot_in_region.matches(OTHER_REGION)
+    assert not Pattern(market="on_demand").matches(HERE)
+    block = HERE.block_for(Scope.REGION)
+    assert isinstance(block, Pattern) and block == Block("aws", region="us-east-1")
+    assert block != Pattern("aws", region="us-east-1")  # a block is not any pattern
+    # A request's alternatives pin what their resources name, the market always.
+    specs = request_specs(Resources.model_validate({"cloud": "aws", "use_spot": True}))
+    assert [s.where for s in specs] == [Pattern(cloud="aws", market="spot")]
+    assert specs[0].where.matches(HERE) and not specs[0].where.matches(OTHER_CLOUD)
+
+
 def test_every_holder_gives_back_the_same_value_and_keeps_its_json_flat() -> None:
+    machine = PoolMachine(machine_id="m-1", machine_type="gpu", partition="p", created_at=0.0)
+    assert machine.place is None  # a pool machine has none until it is up
+    machine.settle("i-1", HERE)
     candidate = Candidate(HERE, {"A100": 8}, 96, 1152, 9.8)
     step = ChainStep.of(candidate)
     attempt = Attempt(attempt_id="a-1", started_at=0.0, **HERE.fields())
     view = InstanceView(id="i-1", state="RUNNING", **HERE.fields())
-    for holder in (candidate, step, attempt, view):
+    for holder in (candidate, step, attempt, view, machine):
         assert holder.place == HERE and Placement.of(holder) == HERE
-    for doc in (candidate.to_dict(), step.model_dump(), attempt.to_public(), view.model_dump()):
+    docs = (candidate.to_dict(), step.model_dump(), attempt.to_public(), view.model_dump())
+    for doc in (*docs, machine.model_dump(mode="json")):
         assert {k: doc[k] for k in HERE.fields()} == HERE.fields()
         assert "place" not in doc
     assert Placement.of(candidate.to_dict()) == HERE  # a stored chain step's JSON too

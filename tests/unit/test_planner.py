@@ -23,6 +23,7 @@ from corral.shared.planner import (
     Candidate,
     Plan,
     plan,
+    request_specs,
 )
 
 CATALOG = load_catalog()
@@ -598,8 +599,10 @@ def test_every_candidate_matches_and_none_is_blocked(
     t = Task.model_validate(data)
     free = plan(t, CATALOG)
     result = plan(t, CATALOG, blocked=blocks)
+    pinned = [spec.where for spec in request_specs(t.resources)]  # each alternative's pattern
     for c in result.candidates:
         assert _accepts(data, c), c
+        assert any(where.matches(c) for where in pinned), c
         assert is_blocked(c, blocks) is None
     # blocking only removes: the rest keeps its order
     assert result.candidates == [c for c in free.candidates if is_blocked(c, blocks) is None]

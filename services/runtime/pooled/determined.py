@@ -26,6 +26,7 @@ from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import AgentStatus, RequestState
+from corral.shared.placement import Placement
 from corral.shared.records import LaunchRequest
 from corral.shared.resource_pools import ResolvedPools, resolve_pools
 from corral.shared.routing import DeterminedRoute, pool_limits
@@ -157,13 +158,13 @@ class DeterminedPools:
         return LaunchOrder(self.cloud_of(record, machine), [template])
 
     def machine_up(
-        self, ledger: DetLedger, machine_id: str, where: dict[str, Any], now: float
+        self, ledger: DetLedger, machine_id: str, provider_id: str, at: Placement, now: float
     ) -> bool:
         found = ledger.agents.get(machine_id)
         if found is None or found.status != AgentStatus.LAUNCHING:
             return False
         found.move(AgentStatus.UP)
-        found.place(where)
+        found.settle(provider_id, at)
         found.idle_since = now
         return True
 

@@ -6,6 +6,7 @@ machine up in the ledger (:func:`booted`), or failed so that its work waits agai
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from typing import Any
@@ -137,17 +138,10 @@ def _up(
     market: str,
 ) -> str:
     """Record the launched machine up; terminate it if its pool let it go meanwhile."""
-    where = {
-        "provider_id": got.provider_id,
-        "cloud": got.cloud,
-        "region": got.region,
-        "zone": got.zone,
-        "instance_type": got.instance_type,
-        "market": market,
-    }
+    at = dataclasses.replace(got.place, market=market)
     now = deps.now()
     updated = kind.ledgers(deps).update(
-        record.name, lambda led: kind.machine_up(led, machine_id, where, now)
+        record.name, lambda led: kind.machine_up(led, machine_id, got.provider_id, at, now)
     )
     if updated is None or machine_id not in kind.machines(updated):
         deps.provider(got.cloud).terminate([got.provider_id])

@@ -27,6 +27,7 @@ from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.machine_pool import LaunchTemplate, MachinePool
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import RequestState
+from corral.shared.placement import Placement
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import pool_of
 from corral.shared.scheduling import MachineTypeState
@@ -161,12 +162,12 @@ class MachinePools:
         return LaunchOrder(record.cloud, templates, _workload_config(deps, machine))
 
     def machine_up(
-        self, ledger: PoolLedger, machine_id: str, where: dict[str, Any], now: float
+        self, ledger: PoolLedger, machine_id: str, provider_id: str, at: Placement, now: float
     ) -> bool:
         machine = ledger.machines.get(machine_id)
         if machine is None or machine.status != "launching":
             return False
-        machine_up(ledger, machine_id, **where)
+        machine_up(ledger, machine_id, provider_id, at)
         return True
 
     def machine_failed(self, ledger: PoolLedger, machine_id: str, now: float) -> bool:
@@ -450,9 +451,8 @@ def _retire(deps: Deps, name: str, ledger: PoolLedger, machine: PoolMachine) -> 
     )
     if successor is not None and not _serving(deps, successor, ledger):
         return False  # the better machine is not running the work yet: keep this one
-    if machine.provider_id and machine.cloud:
-        log.info("terminating pool machine %s (retired)", machine.machine_id)
-        deps.provider(machine.cloud).terminate([machine.provider_id], zone=machine.zone)
+    if work.terminate(deps, machine):
+        log.info("terminated pool machine %s (retired)", machine.machine_id)
     deps.ledgers.update(name, lambda led: machine_gone(led, machine.machine_id) is not None)
     if successor is not None:
         deps.ledgers.update(name, lambda led: _clear_replaces(led, successor.machine_id))

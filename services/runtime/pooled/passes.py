@@ -126,10 +126,9 @@ def _sync_machine(
         with_work = getattr(machine, "workload_id", None) and not getattr(machine, "head", False)
         if with_work and ended is not None and deps.now() - ended < REAP_GRACE_S:
             return False
-        if machine.provider_id and machine.cloud:
+        if work.terminate(deps, machine):
             why = "its workload's own config" if with_work else "idle past its limit"
-            log.info("terminating pool machine %s (reaped: %s)", machine_id, why)
-            deps.provider(machine.cloud).terminate([machine.provider_id], zone=machine.zone)
+            log.info("terminated pool machine %s (reaped: %s)", machine_id, why)
         kind.ledgers(deps).update(record.name, lambda led: kind.drop_machine(led, machine_id))
         return True
     return kind.sync_machine(deps, record, ledger, machine_id, machine)
@@ -187,7 +186,7 @@ def _drop(
     kind.ledgers(deps).update(record.name, lose)
     log.warning("pool %s: machine %s %s", record.name, mid, why)
     with contextlib.suppress(ProviderError):  # what remains of it is a stray for reconcile
-        deps.provider(str(machine.cloud)).terminate([str(machine.provider_id)], zone=machine.zone)
+        work.terminate(deps, machine)
     for wid in sent_back:
         work.end_instances(deps, wid, f"pool machine {mid} {why}")
         deps.store.append_event(

@@ -13,6 +13,7 @@ from corral.services.state.docstore import DocStore
 from corral.services.state.pool_store import PoolKind as KindName
 from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
+from corral.shared.placement import Placement
 from corral.shared.records import LaunchRequest
 from corral.shared.scheduling.pooled import PooledMachine
 
@@ -92,8 +93,11 @@ class PoolKind(Protocol):
         ...
 
     def machine_up(
-        self, ledger: Any, machine_id: str, where: dict[str, Any], now: float
-    ) -> bool: ...
+        self, ledger: Any, machine_id: str, provider_id: str, at: Placement, now: float
+    ) -> bool:
+        """``machine_id`` came up as the cloud's ``provider_id``, ``at`` its placement: False
+        if the ledger no longer waits for it."""
+        ...
 
     def machine_failed(self, ledger: Any, machine_id: str, now: float) -> bool: ...
 

@@ -8,6 +8,7 @@ from typing import Any
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import catalog_for
+from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.kind_registry import KINDS, kind_named
 from corral.services.state.pool_store import PoolKind as KindName
 from corral.services.state.pool_store import PoolRecord
@@ -98,8 +99,7 @@ def delete_pool(deps: Deps, name: str) -> dict[str, Any]:
         )
     terminated = []
     for machine_id, machine in (kind.machines(ledger) if ledger else {}).items():
-        if machine.provider_id and machine.cloud:
-            deps.provider(machine.cloud).terminate([machine.provider_id], zone=machine.zone)
+        if work.terminate(deps, machine):
             terminated.append(machine_id)
     for each in KINDS.values():
         each.ledgers(deps).delete(name)

@@ -55,6 +55,15 @@ def as_machine(machine_id: str, pooled: Any) -> Machine | None:
     return Machine(machine_id, pooled.provider_id, place, machine_type)
 
 
+def terminate(deps: Deps, pooled: Any) -> bool:
+    """Terminate a pool machine or a Determined agent at its cloud: False (nothing done) when
+    it never came up."""
+    if not pooled.provider_id or not pooled.cloud:
+        return False
+    deps.provider(pooled.cloud).terminate([pooled.provider_id], zone=pooled.zone)
+    return True
+
+
 def agents(deps: Deps, machine: Machine) -> NodeWork | None:
     """The agents of the machine's cloud, which take assignments (the local cloud's, and AWS
     and Google Cloud machines booted with the node agent); None for a cloud whose machines run
