@@ -1,7 +1,8 @@
 """A cloud machine's agent: the agent core, reporting to Corral's HTTP API with its node token.
 
     python3 -m corral.services.agent.node --api URL --token-file FILE --log FILE \\
-        [--cloud aws|gcp] [--metadata-url URL|off] [--provider-id ID] [--kill-grace-s 10]
+        [--notice ec2-imds|gce-metadata] [--metadata-url URL|off] [--provider-id ID] \\
+        [--kill-grace-s 10]
 
 The boot script Corral gives the machine (AWS UserData, Google Cloud's startup-script)
 installs this package and starts it, its output appended to ``--log``. It registers (the
@@ -11,7 +12,9 @@ does (:mod:`.core`), heartbeating through the API. The log file is shipped to th
 grows (``corral logs`` reads it there). The token is read from a file, never the command
 line; it names this node only, and stops working once the node has ended: refused (HTTP 403),
 the agent stops its work and exits. On a cloud's machine it also watches the instance metadata
-for a spot interruption or preemption notice and relays it (:class:`NoticeWatch`).
+for a spot interruption or preemption notice and relays it (:class:`NoticeWatch`); the boot
+script names the metadata service's protocol (``--notice``), which its provider declares: the
+agent knows protocols, not clouds.
 
 Standard library only.
 """
@@ -250,10 +253,14 @@ class NodeLink(HttpLink):
         super().finish(exit_code, reason, now, beat)
 
 
-# Where a machine reads its own metadata, by cloud; and how often it looks for a warning unless
-# told otherwise (--notice-poll-s; AWS posts a spot interruption notice two minutes ahead and
-# suggests polling every 5 s; Compute Engine gives a preempted VM 30 s).
-METADATA_URLS = {"aws": "http://169.254.169.254", "gcp": "http://metadata.google.internal"}
+# The instance metadata services a machine reads its cloud's warning from, by protocol (the
+# provider names it in the boot script: --notice), each with its usual address; and how often
+# the agent looks unless told otherwise (--notice-poll-s; EC2 posts a spot interruption notice
+# two minutes ahead and suggests polling every 5 s; Compute Engine gives a preempted VM 30 s).
+METADATA_URLS = {
+    "ec2-imds": "http://169.254.169.254",
+    "gce-metadata": "http://metadata.google.internal",
+}
 NOTICE_POLL_S = 5.0
 METADATA_TIMEOUT_S = 2.0
 
@@ -264,11 +271,11 @@ class NoticeWatch(threading.Thread):
     relays it to the control plane once, so recovery starts before the machine goes."""
 
     def __init__(
-        self, link: HttpLink, cloud: str, base_url: str, poll_s: float = NOTICE_POLL_S
+        self, link: HttpLink, notice: str, base_url: str, poll_s: float = NOTICE_POLL_S
     ) -> None:
         super().__init__(name="corral-notice-watch", daemon=True)
         self.link = link
-        self.cloud = cloud
+        self.notice = notice  # a key of METADATA_URLS: the metadata service's protocol
         self.base = base_url.rstrip("/")
         self.poll_s = poll_s
         self._stop = threading.Event()
@@ -292,10 +299,10 @@ class NoticeWatch(threading.Thread):
 
     def look(self) -> str | None:
         """The cloud's warning, if it gave one (None: none yet)."""
-        if self.cloud == "aws":
-            return self._aws()
-        if self.cloud == "gcp":
-            return self._gcp()
+        if self.notice == "ec2-imds":
+            return self._ec2()
+        if self.notice == "gce-metadata":
+            return self._gce()
         return None
 
     def _get(self, path: str, headers: dict[str, str], method: str = "GET") -> bytes | None:
@@ -309,7 +316,7 @@ class NoticeWatch(threading.Thread):
                 return None  # no such item: no warning
             raise
 
-    def _aws(self) -> str | None:
+    def _ec2(self) -> str | None:
         # IMDSv2: a session token first, then the item (404 until a notice is posted).
         ttl = {"X-aws-ec2-metadata-token-ttl-seconds": "60"}
         token = self._get("/latest/api/token", ttl, method="PUT") or b""
@@ -322,7 +329,7 @@ class NoticeWatch(threading.Thread):
         action = json.loads(item).get("action", "terminate")
         return f"spot interruption ({action})"
 
-    def _gcp(self) -> str | None:
+    def _gce(self) -> str | None:
         flag = self._get("/computeMetadata/v1/instance/preempted", {"Metadata-Flavor": "Google"})
         return "preempted" if flag and flag.strip().upper() == b"TRUE" else None
 
@@ -366,11 +373,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--provider-id", default=None, help="the cloud's id for this machine")
     parser.add_argument("--kill-grace-s", type=float, default=10.0)
     parser.add_argument("--register-wait-s", type=float, default=600.0)
-    parser.add_argument("--cloud", default=None, help="aws | gcp: where to look for notices")
+    parser.add_argument(
+        "--notice",
+        default=None,
+        choices=sorted(METADATA_URLS),
+        help="the instance metadata service to watch for the cloud's warning (its protocol)",
+    )
     parser.add_argument(
         "--metadata-url",
         default="",
-        help="the instance metadata service (default: the cloud's own; 'off': do not look)",
+        help="the metadata service's address (default: the protocol's usual; 'off': do not look)",
     )
     parser.add_argument(
         "--notice-poll-s",
@@ -404,9 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     say(f"registered as {answer.get('node')}")
     link.shipper = LogShipper(link, args.log)
     link.shipper.start()
-    metadata = args.metadata_url or METADATA_URLS.get(args.cloud or "", "")
-    if metadata and metadata != "off":
-        NoticeWatch(link, args.cloud or "", metadata, args.notice_poll_s).start()
+    metadata = args.metadata_url or METADATA_URLS.get(args.notice or "", "")
+    if args.notice and metadata and metadata != "off":
+        NoticeWatch(link, args.notice, metadata, args.notice_poll_s).start()
     agent = Agent(
         link,
         Work(

@@ -153,12 +153,15 @@ class NodeAgents:
         source: str | None = None,
         source_sha256: str | None = None,
         kill_grace_s: float = 10.0,
+        notice: str | None = None,
         notice_poll_s: float = NOTICE_POLL_S,
     ) -> None:
-        """``notice_poll_s``: how often the agents look at their instance metadata for the
-        cloud's warning (the registry passes the settings' ``timers.node_notice_poll_s``; 5 s as
-        shipped)."""
+        """``notice``: the protocol of the instance metadata service the cloud posts its
+        warning on (a key of the agent's ``METADATA_URLS``; None: the agents watch none);
+        ``notice_poll_s``: how often they look (the registry passes the settings'
+        ``timers.node_notice_poll_s``; 5 s as shipped)."""
         self.cloud = cloud
+        self.notice = notice
         self.book = book
         self.api_url = api_url.rstrip("/")
         self.source = source or f"{self.api_url}/v1/node/agent.whl"
@@ -244,15 +247,15 @@ class NodeAgents:
             )
         # Named only when it is not the agent's own default: an agent installed from a source
         # of its own (node_agent_source) may predate the option.
-        poll = ""
-        if self.notice_poll_s != NOTICE_POLL_S:
-            poll = f"--notice-poll-s {self.notice_poll_s:g} "
+        watch = f"--notice {q(self.notice)} " if self.notice else ""
+        if self.notice and self.notice_poll_s != NOTICE_POLL_S:
+            watch += f"--notice-poll-s {self.notice_poll_s:g} "
         lines.append(
             f'PYTHONPATH="$root/agent" nohup "$py" -m {AGENT_MODULE} --api {q(self.api_url)} '
-            f'--token-file "$root/node-token" --log "$root/node.log" --cloud {q(self.cloud)} '
+            f'--token-file "$root/node-token" --log "$root/node.log" '
             '${machine:+--provider-id "$machine"} '
             '--metadata-url "${CORRAL_NODE_METADATA_URL:-}" '
-            f"{poll}--kill-grace-s {self.kill_grace_s:g} >> node.log 2>&1 < /dev/null &"
+            f"{watch}--kill-grace-s {self.kill_grace_s:g} >> node.log 2>&1 < /dev/null &"
         )
         return "\n".join(lines) + "\n"
 

@@ -93,8 +93,9 @@ def _node_book(settings: Settings) -> Any:
     return NodeBook.for_settings(client, settings)
 
 
-def _node_agents(settings: Settings, cloud: str) -> Any:
-    """The node agents cloud machines boot, when the settings say where they report."""
+def _node_agents(settings: Settings, cloud: str, notice: str | None = None) -> Any:
+    """The node agents cloud machines boot, when the settings say where they report
+    (``notice``: the metadata service the cloud posts its warnings on; see NodeAgents)."""
     book = _node_book(settings)
     if not settings.node_api_url or book is None:
         return None
@@ -106,6 +107,7 @@ def _node_agents(settings: Settings, cloud: str) -> Any:
         settings.node_api_url,
         source=settings.node_agent_source,
         source_sha256=settings.node_agent_sha256,
+        notice=notice,
         notice_poll_s=settings.timers.node_notice_poll_s,
     )
 
@@ -117,7 +119,7 @@ def _aws(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         endpoint_url=settings.aws_endpoint_url,
         default_image_id=settings.aws_default_image_id,
         default_gpu_image_id=settings.aws_default_gpu_image_id,
-        nodes=_node_agents(settings, "aws"),
+        nodes=_node_agents(settings, "aws", notice="ec2-imds"),
         log_book=_node_book(settings),
         poll_interval_s=settings.timers.cloud_poll_interval_s,
     )
@@ -136,7 +138,7 @@ def _gcp(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         settings.gcp_project,
         api_endpoint=settings.gcp_api_endpoint,
         credentials=credentials,
-        nodes=_node_agents(settings, "gcp"),
+        nodes=_node_agents(settings, "gcp", notice="gce-metadata"),
         image=settings.gcp_default_image or DEFAULT_IMAGE,
         gpu_image=settings.gcp_default_gpu_image or DEFAULT_GPU_IMAGE,
         log_book=_node_book(settings),
