@@ -163,6 +163,11 @@ def test_a_machine_is_up_when_its_agent_says_so(book: NodeBook) -> None:
     assert book.verify(_ticket(script), TICKET) == node
     assert "http://api.example:8080/v1/node/agent.whl" in script
     assert book.work(node)["run"] == "echo hi"
+    # The agent watches the metadata service its provider names, by protocol (none named
+    # here: no watch); it is never told its cloud.
+    assert "--notice" not in script and "--cloud" not in script
+    watched = NodeAgents("aws", book, "http://api:1", notice="ec2-imds", notice_poll_s=2)
+    assert "--notice ec2-imds --notice-poll-s 2 " in watched.boot_script(spec)
 
     def seen() -> ProviderInstance:
         [inst] = agents.overlay([_machine("running")])
