@@ -21,17 +21,21 @@ quietly() {
   rm -f "$log"
 }
 # uv installs the same requirements as pip, from the same index, in seconds where pip takes a
-# minute or more (its cache is in ~/.cache/uv); pip does it when uv cannot be had.
+# minute or more (its cache is in ~/.cache/uv); pip does it when uv cannot be had. Both take
+# the versions of ops/lock/dev.txt (the set that last passed CI) as constraints, so a fresh
+# clone does not meet a release nobody has run yet.
 echo "setup: installing corral (editable) with its dev tools"
 if quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check uv; then
   # --compile-bytecode: pip compiles what it installs, uv only when asked; where
   # PYTHONDONTWRITEBYTECODE is set (this machine), every process would compile celery, boto3,
   # pydantic... in memory at each start (CI's tests took 1,219 s against about 1,000).
-  quietly .venv/bin/uv pip install --python .venv/bin/python --compile-bytecode -e '.[dev]'
+  quietly .venv/bin/uv pip install --python .venv/bin/python --compile-bytecode \
+    -c ops/lock/dev.txt -e '.[dev]'
 else
   echo "setup: uv could not be installed; pip installs instead"
   quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-  quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+  quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    -c ops/lock/dev.txt -e '.[dev]'
 fi
 .venv/bin/python -c 'import corral.shared, corral.services' >/dev/null
 # The project's own bytecode, compiled once here. An editable install compiles none of it, and

@@ -4,6 +4,11 @@
 #   pip install pip-tools && ops/lock/update.sh
 # Only the registry is read: local pip settings (extra indexes, wheel folders, constraints)
 # are left out so the lock is what a clean machine resolves.
+#
+# ops/lock/dev.txt (the development and CI set, constraints for ops/setup.sh) is not compiled
+# here: it is the set a green `bash .ci/run` ran, written from that run's venv:
+#   .venv/bin/uv pip freeze --python .venv/bin/python --exclude-editable --exclude uv
+# under the header it has.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python -c 'import sys; assert sys.version_info[:2] == (3, 11), "run with Python 3.11, the image'"'"'s"'

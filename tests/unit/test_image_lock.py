@@ -1,6 +1,7 @@
 """The image's dependencies are pinned: ops/lock/requirements.lock (pip-compile from
 pyproject.toml) holds one exact, hashed version of every package Corral needs, each within
-pyproject's ranges, and ops/Dockerfile installs from the locks with hashes required.
+pyproject's ranges, and ops/Dockerfile installs from the locks with hashes required. The
+development and CI set, ops/lock/dev.txt, pins every dependency and dev tool within them too.
 
 Whether the lock resolves and installs is shown by installing it in a clean venv (see the
 commands in ops/lock/update.sh and ops/Dockerfile); this test keeps the lock and pyproject.toml
@@ -43,6 +44,8 @@ def requirements(section: str) -> list[Requirement]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     if section == "build":
         return [Requirement(r) for r in project["build-system"]["requires"]]
+    if section == "dev":
+        return [Requirement(r) for r in project["project"]["optional-dependencies"]["dev"]]
     return [Requirement(r) for r in project["project"]["dependencies"]]
 
 
@@ -56,6 +59,19 @@ def test_the_lock_pins_every_dependency_within_pyproject_ranges() -> None:
     # Extras' packages are locked too (celery[redis] brings redis, uvicorn, ...).
     assert "redis" in lock and "kombu" in lock
     assert len(lock) > len(requirements("project"))  # the transitive ones as well
+
+
+def test_the_dev_set_pins_every_dependency_and_dev_tool_within_pyproject_ranges() -> None:
+    """ops/lock/dev.txt: the versions ops/setup.sh installs for development and CI, as
+    constraints (the set that last passed CI), each within pyproject's ranges."""
+    dev = pinned("dev.txt")
+    for req in [*requirements("project"), *requirements("dev")]:
+        name = canonicalize_name(req.name)
+        assert name in dev, f"{name} is in pyproject.toml but not in ops/lock/dev.txt"
+        assert req.specifier.contains(dev[name][0], prereleases=True), f"{name} {dev[name][0]}"
+    assert "redis" in dev and "kombu" in dev  # what the extras bring is pinned too
+    setup = (REPO / "ops" / "setup.sh").read_text()
+    assert setup.count("-c ops/lock/dev.txt -e '.[dev]'") == 2  # uv's install and pip's
 
 
 def test_the_build_lock_covers_the_build_system() -> None:
