@@ -3,6 +3,7 @@ beat, started with the `corral` console script against the test's own redis-serv
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -22,9 +23,13 @@ import pytest
 from corral.services.providers.local.launcher import comm_name
 
 from local_processes import is_agent, is_launcher
+from zygote import Zygote
 
 REPO = Path(__file__).resolve().parents[1]
 CORRAL = str(Path(sys.executable).parent / "corral")
+EXEC = os.environ.get("CORRAL_TEST_EXEC") == "1"  # every process exec'd, none forked
+_ZYGOTE = Zygote()
+atexit.register(_ZYGOTE.close)
 
 FAST_TIMERS = {
     "HEARTBEAT_S": "0.2",
@@ -104,16 +109,24 @@ class System:
         (home / "logs").mkdir(parents=True, exist_ok=True)
 
     def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = (self.home / "logs" / f"{name}.log").open("ab")
-        proc = subprocess.Popen(
-            [CORRAL, *args],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        """Start `corral ARGS` in a session of its own, its output in logs/NAME.log: forked
+        from the zygote (tests/zygote.py: the imports done once), or, with CORRAL_TEST_EXEC=1,
+        exec'd as `corral up` starts it."""
+        path = self.home / "logs" / f"{name}.log"
+        proc: Any
+        if EXEC:
+            with path.open("ab") as log:
+                proc = subprocess.Popen(
+                    [CORRAL, *args],
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        else:
+            proc = _ZYGOTE.spawn([CORRAL, *args], self.env, path)
         self.procs[name] = proc
-        return proc
+        return proc  # type: ignore[no-any-return]
 
     def start_api(self, port: int | None = None) -> str:
         """Start the API on ``port`` (a free one by default; the same one to restart it) and
@@ -173,10 +186,7 @@ class System:
         )
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        env = {**self.env, "CORRAL_API_URL": self.api_url}
-        return subprocess.run(
-            [CORRAL, *args], env=env, capture_output=True, text=True, timeout=timeout
-        )
+        return run_cli(list(args), {**self.env, "CORRAL_API_URL": self.api_url}, timeout)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call to the API on a client kept open: ``wait_state`` asks ten times a second,
@@ -306,6 +316,18 @@ class System:
             self._http = None
 
 
+def run_cli(
+    args: list[str], env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`corral ARGS` run to its end, its outputs captured: forked from the zygote, or exec'd
+    with CORRAL_TEST_EXEC=1."""
+    if EXEC:
+        return subprocess.run(
+            [CORRAL, *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
+    return _ZYGOTE.run([CORRAL, *args], env, timeout)
+
+
 _PROBE = httpx.Client(timeout=1)  # one for every health probe (a client per probe costs ms)
 
 
@@ -417,9 +439,7 @@ class Up:
         return found[0]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [CORRAL, *args], env=self.env, capture_output=True, text=True, timeout=120
-        )
+        return run_cli(list(args), self.env, 120)
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)

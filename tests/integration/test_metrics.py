@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from corral.services.observability.exposition import DIR_PREFIX
 from corral.services.queues import dispatch
 
 from dashboards import dashboard_metric_names
@@ -137,7 +139,8 @@ def test_metrics_move_with_launches(make_system: Callable[..., System]) -> None:
     wait_for(lambda: victim not in children_of(main_pid), 10, "the killed child to go")
     _, after_kill = scrape(worker_url)
     assert total(after_kill, "corral_attempts_total") >= total(w, "corral_attempts_total")
-    folder = Path(_environ(main_pid)["PROMETHEUS_MULTIPROC_DIR"])
+    # The worker's folder, named after it (as Corral finds the folders of dead workers).
+    [folder] = Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}provision-{main_pid}-*")
     assert not list(folder.glob(f"gauge_live*_{victim}.db"))  # marked dead at the scrape
     assert list(folder.glob(f"counter_{victim}.db"))  # its counts kept
 
@@ -174,8 +177,3 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
