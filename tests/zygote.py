@@ -79,6 +79,19 @@ PRELOAD = (
     "corral.shared.planner",
     "corral.shared.routing",
     "corral.shared.config.task",
+    "corral.services.runtime.deps",
+    "corral.services.runtime.planning",
+    "corral.services.providers.registry",
+    "corral.services.providers.local.provider",
+    "corral.workers.resilience",
+    # The clouds' SDKs, for the tests that name AWS or GCP: google-cloud-compute alone is about
+    # 1.5 s of CPU to import, in the API and in each worker's pool process (their warm-up).
+    "boto3",
+    "botocore.session",
+    "google.cloud.compute_v1",
+    "corral.services.providers.aws.provider",
+    "corral.services.providers.gcp.provider",
+    "corral.services.providers.kubernetes.provider",
 )
 # Modules whose import reads the environment in a way a copy must not inherit.
 NEVER_PRELOADED = ("prometheus_client", "corral.workers.app")

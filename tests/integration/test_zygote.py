@@ -1,23 +1,24 @@
 """The test harness's zygote (tests/zygote.py): a command forked from it behaves as the same
-command exec'd, and what it starts is a process of its own that the harness can stop."""
+command exec'd, and what it starts is a process of its own that the harness can stop. (That
+it loads nothing that reads the environment at import, the zygote checks each time it starts:
+it refuses to serve otherwise.)"""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from harness import CORRAL, free_port, wait_for
-from zygote import NEVER_PRELOADED, PRELOAD, Zygote
+from harness import CORRAL, LOCAL_ONLY, free_port, wait_for
+from zygote import Zygote
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def zygote() -> Zygote:
     made = Zygote()
     yield made  # type: ignore[misc]
@@ -62,10 +63,10 @@ def test_a_forked_command_prints_and_exits_as_the_same_command_execd(
 
 
 def test_a_forked_process_is_a_session_of_its_own_and_its_exit_code_is_reported(
-    zygote: Zygote, tmp_path: Path
+    zygote: Zygote, tmp_path: Path, redis_url: str
 ) -> None:
     log = tmp_path / "api.log"
-    env = {**os.environ, "CORRAL_HOME": str(tmp_path), "CORRAL_REDIS_URL": "redis://127.0.0.1:1/0"}
+    env = {**os.environ, "CORRAL_HOME": str(tmp_path), "CORRAL_REDIS_URL": redis_url, **LOCAL_ONLY}
     proc = zygote.spawn([CORRAL, "run", "api", "--port", str(free_port())], env, log)
     assert os.getpgid(proc.pid) == proc.pid and os.getsid(proc.pid) == proc.pid
     wait_for(lambda: "startup complete" in log.read_text(), 30, "the forked API to start")
@@ -79,19 +80,4 @@ def test_a_forked_process_is_a_session_of_its_own_and_its_exit_code_is_reported(
     os.killpg(crashed.pid, signal.SIGKILL)
     assert crashed.wait(30) == -signal.SIGKILL
     with pytest.raises(subprocess.TimeoutExpired):
-        zygote.run([CORRAL, "run", "api", "--port", str(free_port())], env, 2)
-
-
-def test_what_the_zygote_loads_reads_no_environment_a_copy_would_not_share() -> None:
-    """Nothing it preloads pulls in a module that fixes a choice from the environment at
-    import (prometheus_client's multiprocess mode; the worker app's settings)."""
-    code = (
-        "import importlib, sys\n"
-        f"for m in {PRELOAD!r}: importlib.import_module(m)\n"
-        "from corral.services.cli import main; main.whole_app()\n"
-        f"print(sorted(m for m in {NEVER_PRELOADED!r} if m in sys.modules))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert done.stdout.strip() == "[]"
+        zygote.run([CORRAL, "run", "api", "--port", str(free_port())], env, 0.5)
