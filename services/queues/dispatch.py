@@ -14,6 +14,7 @@ from typing import Any
 from celery import Celery
 
 from corral.services.queues.redis_conn import broker_options, broker_url, parse_redis_url
+from corral.services.queues.sent_events import GatheredSentEvents
 from corral.services.queues.task_names import (
     ADMIT,
     ATTEMPT,
@@ -162,6 +163,12 @@ def _producer(redis_url: str, prefix: str) -> Celery:
     return app
 
 
+@lru_cache(maxsize=4)
+def _sent_events(redis_url: str, prefix: str) -> GatheredSentEvents:
+    """The "task-sent" events of this process's sends, gathered (:mod:`.sent_events`)."""
+    return GatheredSentEvents(_producer(redis_url, prefix))
+
+
 def sending_queues(clouds: Iterable[str]) -> tuple[str, ...]:
     """The queues the API and the workers send to, with these clouds launchable: scheduling,
     and each cloud's provisioning (what their warm-ups declare)."""
@@ -200,7 +207,14 @@ def send(
     # a queue, sent by the default exchange, is pushed onto the queue's list whether or not
     # anyone declared it; the workers declare the queues they consume, and warm_up those a
     # process sends to.
-    result = app.send_task(name, args=list(args), queue=queue, countdown=countdown, declare=[])
+    result = app.send_task(
+        name,
+        args=list(args),
+        queue=queue,
+        countdown=countdown,
+        declare=[],
+        event_dispatcher=_sent_events(settings.redis_url, settings.prefix),
+    )
     return str(result.id)
 
 
