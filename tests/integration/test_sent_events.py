@@ -64,9 +64,11 @@ class Heard:
         app = Celery(broker=self.url)
         with app.connection_for_read() as conn:
             recv = app.events.Receiver(conn, handlers={"*": self.events.append})
-            for _ in recv.itercapture(limit=None, timeout=None, wakeup=False):
-                if self._stop.is_set():
-                    return
+            while not self._stop.is_set():
+                try:  # until a quiet spell, then the stop is checked
+                    recv.capture(limit=None, timeout=0.2, wakeup=False)
+                except TimeoutError:
+                    continue
 
     def _count(self) -> None:
         sub = redis.Redis.from_url(self.url).pubsub()
