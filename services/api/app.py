@@ -26,6 +26,8 @@ from corral.services.api.auth import caller, configured_token, require_admin
 from corral.services.api.bundles import BUNDLES_PATH
 from corral.services.api.bundles import router as bundles_router
 from corral.services.api.clusters import router as clusters_router
+from corral.services.api.console.routes import pages as console_pages
+from corral.services.api.console.routes import router as console_router
 from corral.services.api.execs import router as execs_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
@@ -33,8 +35,6 @@ from corral.services.api.pool_routes import router as pools_router
 from corral.services.api.pool_routes import why_router
 from corral.services.api.routes import health_router, router
 from corral.services.api.users import router as users_router
-from corral.services.console.routes import pages as console_pages
-from corral.services.console.routes import router as console_router
 from corral.services.observability.api_metrics import install as install_observability
 from corral.services.observability.events import EventMetrics
 from corral.services.queues import dispatch

@@ -19,8 +19,8 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 
 from corral.services.api import clusters as cluster_routes
 from corral.services.api import pool_routes
-from corral.services.console import auth
-from corral.services.console.html import (
+from corral.services.api.console import auth
+from corral.services.api.console.html import (
     LOG_TAIL_SCRIPT,
     ago,
     compact,
