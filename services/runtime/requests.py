@@ -185,12 +185,9 @@ def _accept(deps: Deps, task: Task, key: str | None, owner: Owner) -> Submitted:
     if key is None:
         return Submitted(submit(deps, task, owner=owner), created=True)
     req = _new_request(deps, task, owner=owner)
-    holder = deps.store.create_keyed_request(req, key)
+    accepted = f"accepted: {_name(task)} (idempotency key {key!r})"
+    holder = deps.store.create_keyed_request(req, key, accepted)
     created = holder == req.id
-    if created:
-        deps.store.append_event(
-            req.id, f"accepted: {_name(task)} (idempotency key {key!r})", req.created_at
-        )
     stored = deps.store.get_request(holder)
     assert stored is not None
     if created:
@@ -225,8 +222,7 @@ def submit(
     """Accept a launch request: route it (:func:`corral.shared.routing.route`), refuse the
     impossible, store it PENDING with its route, hand it to scheduling."""
     req = _new_request(deps, task, request_id, owner)
-    if deps.store.create_request(req):
-        deps.store.append_event(req.id, f"accepted: {_name(task)}", req.created_at)
+    if deps.store.create_request(req, event=f"accepted: {_name(task)}"):
         stored: LaunchRequest | None = req  # as written: no need to read it back
     else:
         stored = deps.store.get_request(req.id)  # the id was taken: what it holds

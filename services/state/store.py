@@ -53,16 +53,30 @@ for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
 return 1
 """
 
-# KEYS[1] the key's submission hash, KEYS[2] the request's hash, KEYS[3..] its index zsets.
-# ARGV: id, version, json, score (created_at). Counts the submission; creates the request and
-# records it under the key unless a request holds the key already. Returns the id holding it.
+# A new request: KEYS[1] its hash, KEYS[2] its progress log, KEYS[3..] its index zsets. ARGV:
+# id, version, json, score (created_at), its first progress line (JSON). As _CREATE, with the
+# line appended when it creates (one round trip for the submit's two writes).
+_CREATE_LOGGED = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
+for i = 3, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
+redis.call('RPUSH', KEYS[2], ARGV[5])
+return 1
+"""
+
+# KEYS[1] the key's submission hash, KEYS[2] the request's hash, KEYS[3] its progress log,
+# KEYS[4..] its index zsets. ARGV: id, version, json, score (created_at), its first progress
+# line (JSON; none if empty). Counts the submission; creates the request with its first line
+# and records it under the key unless a request holds the key already. Returns the id holding
+# it.
 _CREATE_KEYED = """
 redis.call('HINCRBY', KEYS[1], 'received', 1)
 local held = redis.call('HGET', KEYS[1], 'request_id')
 if held then return held end
 if redis.call('EXISTS', KEYS[2]) == 1 then return redis.error_reply('request id taken') end
 redis.call('HSET', KEYS[2], 'version', ARGV[2], 'json', ARGV[3])
-for i = 3, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
+for i = 4, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
+if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[3], ARGV[5]) end
 redis.call('HSET', KEYS[1], 'request_id', ARGV[1], 'at', ARGV[4])
 redis.call('HDEL', KEYS[1], 'refusal')
 return ARGV[1]
@@ -161,6 +175,7 @@ class Store:
         self._cas_all = redis.register_script(_CAS_ALL)
         self._release = redis.register_script(_RELEASE)
         self._renew = redis.register_script(_RENEW)
+        self._create_logged = redis.register_script(_CREATE_LOGGED)
         self._create_keyed = redis.register_script(_CREATE_KEYED)
         self._refuse_keyed = redis.register_script(_REFUSE_KEYED)
 
@@ -190,32 +205,45 @@ class Store:
 
     # ---- create ---------------------------------------------------------------------------
 
-    def create_request(self, req: LaunchRequest) -> bool:
+    def create_request(self, req: LaunchRequest, event: str | None = None) -> bool:
         """Store a new request; False (and nothing written) if its id already exists, so a
-        retried task that creates the same request twice is harmless."""
-        keys = [
-            self._request_key(req.id),
-            self._request_state_key(req.state),
-            *self._project_index(req),
-        ]
+        retried task that creates the same request twice is harmless. ``event``: its first
+        progress line, appended in the same script when it creates."""
+        keys = [self._request_key(req.id), self._request_state_key(req.state)]
         args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
-        created = int(self._create(keys=keys, args=args)) == 1
+        if event is None:
+            created = int(self._create(keys=[*keys, *self._project_index(req)], args=args)) == 1
+        else:
+            keys.insert(1, self._key("events", req.id))
+            entry = _event_entry(req.created_at, event)
+            logged = self._create_logged(
+                keys=[*keys, *self._project_index(req)], args=[*args, entry]
+            )
+            created = int(logged) == 1
         if created:
             for listener in self.listeners:
                 listener.created(req)
         return created
 
-    def create_keyed_request(self, req: LaunchRequest, key: str) -> str:
-        """Store a new request under idempotency key ``key``, atomically: the id of the
-        request holding the key, ``req.id`` when this call created it, an earlier request's id
-        when the key was taken (then nothing is written but the count of submissions)."""
+    def create_keyed_request(self, req: LaunchRequest, key: str, event: str | None = None) -> str:
+        """Store a new request under idempotency key ``key``, with ``event`` its first progress
+        line (if given), atomically: the id of the request holding the key, ``req.id`` when
+        this call created it, an earlier request's id when the key was taken (then nothing is
+        written but the count of submissions)."""
         keys = [
             self._key("submission", key),
             self._request_key(req.id),
+            self._key("events", req.id),
             self._request_state_key(req.state),
             *self._project_index(req),
         ]
-        args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
+        args: list[str | int | float] = [
+            req.id,
+            req.version,
+            req.model_dump_json(),
+            req.created_at,
+            "" if event is None else _event_entry(req.created_at, event),
+        ]
         return _text(self._create_keyed(keys=keys, args=args))
 
     def refuse_keyed(self, key: str, refusal: dict[str, Any], now: float) -> bool:
@@ -602,15 +630,14 @@ class Store:
 
     def append_event(self, request_id: str, text: str, now: float) -> int:
         """Append one line to the request's progress log; returns its sequence number."""
-        entry = json.dumps({"at": now, "text": text})
-        return int(self._r.rpush(self._key("events", request_id), entry))
+        return int(self._r.rpush(self._key("events", request_id), _event_entry(now, text)))
 
     def append_events(self, request_id: str, texts: Sequence[str], now: float) -> int:
         """Append lines to the request's progress log in one command; returns the last one's
         sequence number (0 when ``texts`` is empty: nothing is written)."""
         if not texts:
             return 0
-        entries = [json.dumps({"at": now, "text": text}) for text in texts]
+        entries = [_event_entry(now, text) for text in texts]
         return int(self._r.rpush(self._key("events", request_id), *entries))
 
     def append_events_many(self, entries: Sequence[tuple[str, Sequence[str]]], now: float) -> None:
@@ -619,7 +646,7 @@ class Store:
         pipe = self._r.pipeline(transaction=False)
         for request_id, texts in entries:
             if texts:
-                lines = [json.dumps({"at": now, "text": text}) for text in texts]
+                lines = [_event_entry(now, text) for text in texts]
                 pipe.rpush(self._key("events", request_id), *lines)
         if pipe.command_stack:
             pipe.execute()
@@ -692,6 +719,11 @@ def _cas_args(
         args += [after.id, before.version, after.version, after.model_dump_json(),
                  after.created_at]  # fmt: skip
     return keys, args
+
+
+def _event_entry(at: float, text: str) -> str:
+    """One line of a request's progress log, as stored."""
+    return json.dumps({"at": at, "text": text})
 
 
 def _carried(record: RecordT | None, record_id: str) -> RecordT | None:

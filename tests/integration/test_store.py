@@ -480,6 +480,14 @@ def test_an_expired_claim_frees_the_key_and_the_old_owner_cannot_release_the_new
 # ---- submissions under an idempotency key -----------------------------------------------
 
 
+def test_a_created_request_has_its_first_line_and_a_taken_id_writes_none(store: Store) -> None:
+    assert store.create_request(new_request(), event="accepted: first") is True
+    assert store.create_request(new_request(), event="accepted: again") is False
+    assert [e.text for e in store.events("req-1")] == ["accepted: first"]
+    assert store.create_request(new_request("req-2")) is True  # no line asked for, none written
+    assert store.events("req-2") == []
+
+
 def test_racing_submissions_under_one_key_create_one_request(redis_url: str) -> None:
     threads_n = 8
     barrier = threading.Barrier(threads_n)
@@ -488,7 +496,9 @@ def test_racing_submissions_under_one_key_create_one_request(redis_url: str) -> 
     def submit(n: int) -> None:
         own = Store(redis.Redis.from_url(redis_url), PREFIX)
         barrier.wait()
-        holders.append(own.create_keyed_request(new_request(f"req-{n}"), "order-7"))
+        holders.append(
+            own.create_keyed_request(new_request(f"req-{n}"), "order-7", f"accepted by {n}")
+        )
 
     threads = [threading.Thread(target=submit, args=(n,)) for n in range(threads_n)]
     for t in threads:
@@ -498,6 +508,11 @@ def test_racing_submissions_under_one_key_create_one_request(redis_url: str) -> 
     store = Store(redis.Redis.from_url(redis_url), PREFIX)
     assert len(holders) == threads_n and len(set(holders)) == 1  # every caller sees one winner
     assert ids(store.list_requests()) == holders[:1]  # and nothing else was stored
+    winner = holders[0].removeprefix("req-")
+    assert [e.text for e in store.events(holders[0])] == [f"accepted by {winner}"]  # its line
+    for n in range(threads_n):
+        if f"req-{n}" != holders[0]:
+            assert store.events(f"req-{n}") == []  # a loser wrote no line
     found = store.submission("order-7")
     assert found is not None
     assert (found.request_id, found.refusal, found.received) == (holders[0], None, threads_n)

@@ -54,9 +54,9 @@ def io(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
 
         return update(self, model, key, counted, *args)
 
-    def counted_create(self: Store, req: LaunchRequest) -> bool:
+    def counted_create(self: Store, req: LaunchRequest, event: str | None = None) -> bool:
         seen["writes"] += 1
-        return create(self, req)
+        return create(self, req, event)
 
     def counted_together(
         self: Store, request_id: str, fn: Callable[[Any], bool], *args: Any, **kwargs: Any
