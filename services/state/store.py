@@ -54,13 +54,13 @@ return 1
 """
 
 # A new request: KEYS[1] its hash, KEYS[2] its progress log, KEYS[3..] its index zsets. ARGV:
-# id, version, json, score (created_at), its first progress line (JSON). As _CREATE, with the
-# line appended when it creates (one round trip for the submit's two writes).
-_CREATE_LOGGED = """
+# id, version, json, score (created_at), its first progress line (JSON; none if empty). As
+# _CREATE, with the line appended when it creates (one round trip for the submit's two writes).
+_CREATE_REQUEST = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
 for i = 3, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
-redis.call('RPUSH', KEYS[2], ARGV[5])
+if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[2], ARGV[5]) end
 return 1
 """
 
@@ -175,7 +175,7 @@ class Store:
         self._cas_all = redis.register_script(_CAS_ALL)
         self._release = redis.register_script(_RELEASE)
         self._renew = redis.register_script(_RENEW)
-        self._create_logged = redis.register_script(_CREATE_LOGGED)
+        self._create_request = redis.register_script(_CREATE_REQUEST)
         self._create_keyed = redis.register_script(_CREATE_KEYED)
         self._refuse_keyed = redis.register_script(_REFUSE_KEYED)
 
@@ -209,17 +209,20 @@ class Store:
         """Store a new request; False (and nothing written) if its id already exists, so a
         retried task that creates the same request twice is harmless. ``event``: its first
         progress line, appended in the same script when it creates."""
-        keys = [self._request_key(req.id), self._request_state_key(req.state)]
-        args: list[str | int | float] = [req.id, req.version, req.model_dump_json(), req.created_at]
-        if event is None:
-            created = int(self._create(keys=[*keys, *self._project_index(req)], args=args)) == 1
-        else:
-            keys.insert(1, self._key("events", req.id))
-            entry = _event_entry(req.created_at, event)
-            logged = self._create_logged(
-                keys=[*keys, *self._project_index(req)], args=[*args, entry]
-            )
-            created = int(logged) == 1
+        keys = [
+            self._request_key(req.id),
+            self._key("events", req.id),
+            self._request_state_key(req.state),
+            *self._project_index(req),
+        ]
+        args: list[str | int | float] = [
+            req.id,
+            req.version,
+            req.model_dump_json(),
+            req.created_at,
+            "" if event is None else _event_entry(req.created_at, event),
+        ]
+        created = int(self._create_request(keys=keys, args=args)) == 1
         if created:
             for listener in self.listeners:
                 listener.created(req)
