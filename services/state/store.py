@@ -209,19 +209,7 @@ class Store:
         """Store a new request; False (and nothing written) if its id already exists, so a
         retried task that creates the same request twice is harmless. ``event``: its first
         progress line, appended in the same script when it creates."""
-        keys = [
-            self._request_key(req.id),
-            self._key("events", req.id),
-            self._request_state_key(req.state),
-            *self._project_index(req),
-        ]
-        args: list[str | int | float] = [
-            req.id,
-            req.version,
-            req.model_dump_json(),
-            req.created_at,
-            "" if event is None else _event_entry(req.created_at, event),
-        ]
+        keys, args = self._new_request_script_args(req, event)
         created = int(self._create_request(keys=keys, args=args)) == 1
         if created:
             for listener in self.listeners:
@@ -233,21 +221,22 @@ class Store:
         line (if given), atomically: the id of the request holding the key, ``req.id`` when
         this call created it, an earlier request's id when the key was taken (then nothing is
         written but the count of submissions)."""
+        keys, args = self._new_request_script_args(req, event)
+        return _text(self._create_keyed(keys=[self._key("submission", key), *keys], args=args))
+
+    def _new_request_script_args(
+        self, req: LaunchRequest, event: str | None
+    ) -> tuple[list[str], list[str | int | float]]:
+        """The keys (its hash, its progress log, its indexes) and arguments (id, version, JSON,
+        score, its first line or "") of a new request, as both creating scripts take them."""
         keys = [
-            self._key("submission", key),
             self._request_key(req.id),
             self._key("events", req.id),
             self._request_state_key(req.state),
             *self._project_index(req),
         ]
-        args: list[str | int | float] = [
-            req.id,
-            req.version,
-            req.model_dump_json(),
-            req.created_at,
-            "" if event is None else _event_entry(req.created_at, event),
-        ]
-        return _text(self._create_keyed(keys=keys, args=args))
+        line = "" if event is None else _event_entry(req.created_at, event)
+        return keys, [req.id, req.version, req.model_dump_json(), req.created_at, line]
 
     def refuse_keyed(self, key: str, refusal: dict[str, Any], now: float) -> bool:
         """Record that the document submitted under ``key`` was refused, and why; False (and
