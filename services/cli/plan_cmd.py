@@ -14,11 +14,13 @@ import typer
 
 from corral.services.cli.output import (
     EXIT_NEGATIVE,
+    data_row,
     err,
     fail_input,
     notice,
     out,
     print_list,
+    wide_console,
 )
 
 if TYPE_CHECKING:
@@ -90,14 +92,13 @@ def _listed(settings: Settings, priced: tuple[str, ...]) -> list[Offering]:
 def print_table(table: Table) -> None:
     """Print a table at its natural width: never squeezed (and cut) to 80 columns when
     stdout is a pipe, so scripts and narrow terminals see whole names and prices."""
-    from rich.console import Console
     from rich.measure import Measurement
 
     natural = Measurement.get(out, out.options.update(max_width=1000), table).maximum
     if natural <= out.width:
         out.print(table)
     else:
-        Console(width=natural, highlight=False, soft_wrap=True).print(table)
+        wide_console(out, natural).print(table)
 
 
 def _accelerators(c: Candidate) -> str:
@@ -117,10 +118,10 @@ def _rows(candidates: list[Candidate], every_zone: bool) -> list[Candidate]:
 def render_table(
     result: Plan, num_nodes: int, every_zone: bool, no_credentials: set[str] | None = None
 ) -> Table:
-    """The "Considered resources (N nodes)" table; the first row is the chosen one."""
+    """The "Considered resources (N nodes)" table; the chosen row is the first on a cloud with
+    credentials."""
     from rich import box
     from rich.table import Table
-    from rich.text import Text
 
     from corral.services.providers.registry import display_name
 
@@ -136,20 +137,25 @@ def render_table(
         table.add_column(header, justify="right" if header in {"vCPUs", "Mem(GB)"} else "left")
     table.add_column("COST ($)", justify="right")
     table.add_column("CHOSEN", justify="center")
-    for n, c in enumerate(_rows(result.candidates, every_zone)):
+    shut_out = no_credentials or set()
+    rows = _rows(result.candidates, every_zone)
+    # The chosen row is the first a launch here would try: a cloud without credentials is
+    # left out of launches, so it is shown but never marked.
+    chosen = next((c for c in rows if c.cloud not in shut_out), None)
+    for c in rows:
         spot = "[Spot]" if c.market == "spot" else ""
         cloud = display_name(c.cloud)
         cells = (
-            f"{cloud} (no credentials)" if c.cloud in (no_credentials or ()) else cloud,
+            f"{cloud} (no credentials)" if c.cloud in shut_out else cloud,
             f"{c.instance_type}{spot}",
             f"{c.vcpus:g}",
             f"{c.memory_gib:g}",
             _accelerators(c),
             c.zone,
             f"{c.cost_usd_per_hour:.2f}",
-            "✔" if n == 0 else "",
+            "✔" if c is chosen else "",
         )
-        table.add_row(*(Text(cell) for cell in cells))  # names are data, never markup
+        data_row(table, *cells)
     return table
 
 
@@ -195,9 +201,10 @@ def plan_command(
             err.print(f"  (the {FILE_CLOUD} cloud plans from a file: --local-cloud FILE)")
         raise typer.Exit(EXIT_NEGATIVE)
     if as_json:
+        chosen = next((c for c in result.candidates if c.cloud not in missing), None)
         chain = [
-            {**c.to_dict(), "chosen": n == 0, "credentials": c.cloud not in missing}
-            for n, c in enumerate(result.candidates)
+            {**c.to_dict(), "chosen": c is chosen, "credentials": c.cloud not in missing}
+            for c in result.candidates
         ]
         print_list("candidates", chain)
         return

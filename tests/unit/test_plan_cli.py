@@ -235,3 +235,22 @@ def test_clouds_without_credentials_are_shown_and_marked(
     assert "aws: no credentials found" in run.stderr
     chain = json.loads(corral("plan", EXAMPLES / "a100-8.yaml", "--json").stdout)["candidates"]
     assert {c["cloud"]: c["credentials"] for c in chain} == {"aws": False, "gcp": True}
+
+
+def test_the_chosen_row_is_never_on_a_cloud_without_credentials(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GCP is the cheapest for A100:8 but has no credentials: a launch would start on AWS, so
+    # the plan marks AWS's first row, in the table and in --json.
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    run = corral("plan", EXAMPLES / "a100-8.yaml")
+    assert run.returncode == 0, run.stderr
+    rows = [line.split() for line in run.stdout.splitlines() if line.strip()[:3] in ("GCP", "AWS")]
+    assert rows[0][:2] == ["GCP", "(no"] and rows[0][-1] != "✔"
+    aws = next(row for row in rows if row[0] == "AWS")
+    assert aws[-1] == "✔"
+    assert sum(row[-1] == "✔" for row in rows) == 1
+    chain = json.loads(corral("plan", EXAMPLES / "a100-8.yaml", "--json").stdout)["candidates"]
+    chosen = [c for c in chain if c["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["cloud"] == "aws" and chosen[0]["credentials"]
