@@ -24,6 +24,7 @@ import typer
 from corral.services.cli.api_access import api_client, fail
 from corral.services.cli.output import (
     EXIT_INPUT,
+    data_row,
     err,
     fail_input,
     out,
@@ -131,7 +132,7 @@ def list_(as_json: JsonOpt = False) -> None:
     table = Table("NAME", "STATE", "CLOUD", "NODES", "BY TYPE")
     for c in found:
         by_type = ", ".join(f"{t}: {n}" for t, n in c["by_type"].items())
-        table.add_row(c["name"], c["state"], str(c["cloud"]), str(c["nodes"]), by_type)
+        data_row(table, c["name"], c["state"], str(c["cloud"]), str(c["nodes"]), by_type)
     out.print(table)
 
 
@@ -153,8 +154,8 @@ def _print_status(view: dict[str, Any]) -> None:
     table = Table("ID", "NODE TYPE", "KIND", "STATE", "IDLE S", "USED")
     for n in view["nodes"]:
         used = ", ".join(f"{k}: {v:g}" for k, v in n["used"].items()) or "-"
-        table.add_row(
-            n["id"], n["node_type"], str(n.get("kind")), n["state"], f"{n['idle_s']:g}", used
+        data_row(
+            table, n["id"], n["node_type"], str(n.get("kind")), n["state"], f"{n['idle_s']:g}", used
         )
     out.print(table)
     for failed in view.get("failed_nodes") or []:

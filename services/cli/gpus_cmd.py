@@ -14,6 +14,7 @@ import typer
 from corral.services.cli.output import (
     EXIT_INPUT,
     EXIT_NEGATIVE,
+    data_row,
     err,
     fail_input,
     print_json,
@@ -44,7 +45,7 @@ def _summary_table(rows: list[AcceleratorSummary]) -> Table:
     for header in ("GPU", "QTY", "CLOUDS"):
         table.add_column(header)
     for s in rows:
-        table.add_row(s.name, ", ".join(str(c) for c in s.counts), ", ".join(s.clouds))
+        data_row(table, s.name, ", ".join(str(c) for c in s.counts), ", ".join(s.clouds))
     return table
 
 
@@ -68,7 +69,8 @@ def _offer_table(rows: list[AcceleratorOffer]) -> Table:
         right = header in {"QTY", "vCPUs", "HOST_MEM(GiB)", "HOURLY_PRICE", "HOURLY_SPOT_PRICE"}
         table.add_column(header, justify="right" if right else "left")
     for a in rows:
-        table.add_row(
+        data_row(
+            table,
             a.accelerator,
             str(a.count),
             a.cloud,

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:  # only named in hints: `corral --version` need not load pydantic
+    from rich.table import Table
+
     from corral.shared.configio import ConfigError, Issue
 
 # Exit codes, the same for every command.
@@ -19,8 +21,24 @@ EXIT_NEGATIVE = 1  # the answer is no: nothing can be planned, the request faile
 EXIT_INPUT = 2  # the user's input is wrong (invalid file, unknown name, refused)
 EXIT_TIMEOUT = 3  # --timeout passed while still waiting
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# emoji=False: rich turns ``:name:`` into an emoji even where markup is off, so an accelerator
+# written ``H100:100:`` (or any name with colons) would print as a picture.
+out = Console(highlight=False, soft_wrap=True, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+
+def wide_console(like: Console, width: int) -> Console:
+    """A console writing where ``like`` writes, ``width`` columns wide, with the same rules
+    (no highlighting, no markup or emoji in data)."""
+    return Console(file=like.file, width=width, highlight=False, soft_wrap=True, emoji=False)
+
+
+def data_row(table: Table, *cells: str) -> None:
+    """Add a row whose cells are data: printed as written, never read as markup (``[red]``)
+    or emoji codes (``:100:``)."""
+    from rich.text import Text
+
+    table.add_row(*(Text(cell) for cell in cells))
 
 
 def print_json(obj: Any) -> None:
@@ -43,7 +61,9 @@ def print_list(kind: str, items: list[Any], **extra: Any) -> None:
 
 def notice(message: str) -> None:
     """A one-line notice on stderr (never on stdout, so --json output stays parseable)."""
-    err.print(f"[yellow]notice[/yellow]: {message}", markup=True, highlight=False)
+    from rich.text import Text
+
+    err.print(Text.assemble(("notice", "yellow"), ": ", message), highlight=False)
 
 
 def print_issues(issues: Iterable[Issue]) -> None:

@@ -22,6 +22,7 @@ from corral.services.cli.api_access import api_client, complete_request_id, fail
 from corral.services.cli.output import (
     EXIT_INPUT,
     EXIT_TIMEOUT,
+    data_row,
     err,
     fail_input,
     list_envelope,
@@ -29,6 +30,7 @@ from corral.services.cli.output import (
     out,
     print_json,
     print_list,
+    wide_console,
 )
 
 if TYPE_CHECKING:
@@ -286,12 +288,11 @@ def _table(*headers: str, title: str | None = None) -> Table:
 def _show(table: Table, console: Console = out) -> None:
     """Print ``table`` at its natural width: rich would otherwise cut ids short to fit the
     terminal (or 80 columns when piped), and a cut id cannot be pasted into the next command."""
-    from rich.console import Console
     from rich.measure import Measurement
 
     natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
     if natural > console.width:
-        console = Console(file=console.file, width=natural, highlight=False, soft_wrap=True)
+        console = wide_console(console, natural)
     console.print(table)
 
 
@@ -305,7 +306,7 @@ def _print_attempts(attempts: list[dict[str, Any]], console: Console = out) -> N
         reason = a.get("outcome") or "running"
         if a.get("error"):
             reason = f"{reason}: {a['error']}"
-        table.add_row(_infra(a), f"{a['instance_type']} ({a['market']})", reason)
+        data_row(table, _infra(a), f"{a['instance_type']} ({a['market']})", reason)
     _show(table, console)
 
 
@@ -316,8 +317,9 @@ def _instance_table(rows: list[dict[str, Any]], with_request: bool) -> Table:
     for i in rows:
         request = [i.get("request_id") or "-"] if with_request else []
         machine = [i.get("machine_type") or "-"] if pooled else []
-        table.add_row(
-            i["id"], *request, i["state"], _infra(i), i["instance_type"], i["market"], *machine,
+        data_row(
+            table, i["id"], *request, i["state"], _infra(i), i["instance_type"], i["market"],
+            *machine,
             i.get("provider_id") or "-", str(i["pid"]) if i.get("pid") is not None else "-",
         )  # fmt: skip
     return table
@@ -427,8 +429,8 @@ def _print_status(views: list[dict[str, Any]], request_id: str | None) -> None:
         table = _table("ID", "NAME", "STATE", "ATTEMPTS", "INSTANCES", "LAST INFRA")
         for v in views:
             last = _infra(v["attempts"][-1]) if v["attempts"] else "-"
-            table.add_row(v["id"], v.get("name") or "-", v["state"], str(len(v["attempts"])),
-                          str(len(v["instances"])), last)  # fmt: skip
+            data_row(table, v["id"], v.get("name") or "-", v["state"],
+                     str(len(v["attempts"])), str(len(v["instances"])), last)  # fmt: skip
         _show(table)
         return
     view = views[0]
@@ -448,7 +450,8 @@ def _print_runs(view: dict[str, Any]) -> None:
     table = _table("#", "INFRA", "NODES", "STARTED", "DURATION", "OUTCOME", "COST", title="runs")
     for n, run in enumerate(view["runs"], 1):
         end = run["ended_at"] if run["ended_at"] is not None else time.time()
-        table.add_row(
+        data_row(
+            table,
             str(n),
             _infra(run),
             str(run["nodes"]),
