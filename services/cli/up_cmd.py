@@ -204,7 +204,16 @@ def up(
     finally:
         out.print("[up] stopping ...")
         sup.stop(lambda: _stop_local_instances(settings))
+        _forget_addresses(settings)
         out.print("[up] stopped")
+
+
+def _forget_addresses(settings: Settings) -> None:
+    """Remove the API and Redis addresses this installation wrote, so a command run after it
+    stopped says there is no API (and how to start one) instead of "connection refused"."""
+    for name in ("api-url", "redis-url"):
+        with contextlib.suppress(FileNotFoundError):
+            settings.file(name).unlink()
 
 
 def _say_addresses(
@@ -219,6 +228,7 @@ def _say_addresses(
     ready = wait_port(sup.api_port, 30)
     out.print(f"[up] redis   {masked_url(settings.redis_url or '')}", markup=False)
     out.print(f"[up] api     {api_url}{'' if ready else ' (still starting)'}", markup=False)
+    out.print(f"[up] console {api_url}/console  (sign in with the API token)", markup=False)
     out.print(
         f"[up] flower  http://127.0.0.1:{sup.flower_port}  (user {settings.flower_user}"
         + (

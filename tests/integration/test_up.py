@@ -53,6 +53,7 @@ def test_up_runs_supervises_stops_and_recovers(tmp_path: Path) -> None:
     up = Up(home, timers=UP_TIMERS)
     try:
         up.wait_line(r"\[up\] api\s+http://127\.0\.0\.1:\d+")
+        up.wait_line(r"\[up\] console\s+http://127\.0\.0\.1:\d+/console")
         flower_port = int(up.wait_line(r"\[up\] flower\s+http://127\.0\.0\.1:(\d+)").group(1))
         up.wait_line(r"API token in")
         token_file = home / "api-token"
@@ -101,6 +102,12 @@ def test_up_runs_supervises_stops_and_recovers(tmp_path: Path) -> None:
         assert up.stop() == 0
         assert "[up] stopped" in up.output()
         wait_for(lambda: processes_of(home) == [], 20, "every process of this home to exit")
+        # Stopped, the installation leaves no address behind: a command says there is no API
+        # and how to start one (not "connection refused" from a dead port).
+        after = up.cli("status")
+        assert after.returncode != 0
+        assert "no Corral API address" in after.stderr and "corral up" in after.stderr
+        assert not (home / "api-url").exists() and not (home / "redis-url").exists()
 
         # The same home again: the service that was running is found lost and relaunched.
         up = Up(home, timers=UP_TIMERS)
