@@ -66,6 +66,26 @@ def fail(message: str, code: int, as_json: bool) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _token_hint() -> str:
+    """Which token the API refused, named by where it was read, and what to do."""
+    from corral.services.client.contexts import ContextError
+    from corral.services.client.rest import token_and_source
+    from corral.services.client_settings import client_settings
+
+    try:
+        token, source = token_and_source(client_settings())
+    except ContextError as exc:
+        return f"the API refused the token; the config file is broken: {exc}"
+    if token is None:
+        return (
+            f"no API token was sent (none in CORRAL_API_TOKEN or {source}); set one, "
+            "or run the command where `corral up` wrote its token"
+        )
+    if source == "CORRAL_API_TOKEN":
+        return "the API refused the token in CORRAL_API_TOKEN (unset it or set the right one)"
+    return f"the API refused the token read from {source} (revoked, or of another installation)"
+
+
 def fail_api(exc: ApiError, as_json: bool, source: str | None = None) -> NoReturn:
     """An error status from the API as an exit code: refusals of the input are 2."""
     from corral.services.client import Impossible, InvalidTask, Unauthorized
@@ -73,8 +93,7 @@ def fail_api(exc: ApiError, as_json: bool, source: str | None = None) -> NoRetur
     from corral.shared.configio import ConfigError, Issue
 
     if isinstance(exc, Unauthorized):
-        hint = "set CORRAL_API_TOKEN, or <home>/api-token as `corral up` does"
-        fail(f"unauthorized: the API refused the token ({hint})", EXIT_INPUT, as_json)
+        fail(f"unauthorized: {_token_hint()}", EXIT_INPUT, as_json)
     if isinstance(exc, InvalidTask):
         issues = [
             Issue(

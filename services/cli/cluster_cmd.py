@@ -172,13 +172,22 @@ def _print_status(view: dict[str, Any]) -> None:
     for pg in demand.get("placement_groups", []):
         say(f"  {pg['count']} x {pg['strategy']} {pg['bundles']}")
     for node_type, until in (view.get("cooldowns") or {}).items():
-        say(f"Cooled down: {node_type} (until {until:.0f})")
+        say(f"Cooled down: {node_type} ({_until(until)})")
     decision = view.get("last_decision")
     if decision:
         launch = ", ".join(f"{c} x {t}" for t, c in decision["launch"].items()) or "nothing"
         say(f"Last decision: launch {launch}; terminate {len(decision['terminate'])}")
         for reason in decision["reasons"]:
             say(f"  - {reason}")
+
+
+def _until(epoch_s: float) -> str:
+    """``until 14:02:31, in 95 s`` in this machine's zone (never a raw epoch)."""
+    import time
+    from datetime import datetime
+
+    left_s = max(0.0, epoch_s - time.time())
+    return f"until {datetime.fromtimestamp(epoch_s).strftime('%H:%M:%S')}, in {left_s:.0f} s"
 
 
 @cluster_app.command("demand")

@@ -106,15 +106,19 @@ def api_url(settings: Settings | ClientSettings) -> str | None:
 def api_token(settings: Settings | ClientSettings) -> str | None:
     """The write token (CORRAL_API_TOKEN, the current context's token file,
     ``<home>/api-token``), or None when none is configured."""
+    return token_and_source(settings)[0]
+
+
+def token_and_source(settings: Settings | ClientSettings) -> tuple[str | None, str]:
+    """The write token and where it was read (``CORRAL_API_TOKEN``, or a file's path), so an
+    error can name the one to fix."""
     secret = settings.api_token
     if secret is not None and not isinstance(secret, str):
         secret = secret.get_secret_value()  # Settings' SecretStr
     if secret:
-        return str(secret)
-    token_file = context_token_file(settings.home)
-    if token_file is not None:
-        return _read_home_file(token_file)
-    return _read_home_file(settings.file(TOKEN_FILE))
+        return str(secret), "CORRAL_API_TOKEN"
+    token_file = context_token_file(settings.home) or settings.file(TOKEN_FILE)
+    return _read_home_file(token_file), str(token_file)
 
 
 class Client:

@@ -240,6 +240,21 @@ def test_a_wrong_token_is_exit_2_and_never_printed(api: Api, task_file: Path) ->
     assert "unauthorized" in result.stderr
     assert "wrong-token-value" not in result.stderr + result.stdout
     assert TOKEN not in api.log.read_text()
+    # The message names the token that was refused: here the environment's.
+    assert "the token in CORRAL_API_TOKEN" in result.stderr
+
+
+def test_a_wrong_token_file_is_named_as_the_one_refused(
+    api: Api, task_file: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "other-home"
+    home.mkdir(mode=0o700)
+    (home / "api-token").write_text("stale-token-of-another-up\n")
+    result = corral(api, "launch", str(task_file), token=None, home=home)
+    assert result.returncode == 2
+    assert f"the token read from {home / 'api-token'}" in result.stderr
+    assert "CORRAL_API_TOKEN" not in result.stderr
+    assert "stale-token-of-another-up" not in result.stderr + result.stdout
 
 
 def test_wait_times_out_with_exit_3_while_pending(api: Api, task_file: Path) -> None:

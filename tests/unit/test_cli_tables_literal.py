@@ -4,6 +4,7 @@ turned into a picture (``H100:100:`` once printed as ``H100💯``)."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -107,9 +108,13 @@ def test_cluster_tables_print_names_literally(capsys: pytest.CaptureFixture[str]
         ],
         "failed_nodes": [{"id": "n-2", "node_type": EMOJI, "failure": MARKUP}],
         "demand": {"bundles": [{"count": 2, "resources": {NAME: 1}}]},
+        "cooldowns": {EMOJI: time.time() + 90},
     }
     cluster_cmd._print_status(view)
-    _assert_literal(capsys.readouterr().out, *TRICKY)
+    printed = capsys.readouterr().out
+    _assert_literal(printed, *TRICKY)
+    # A cooldown reads as a time of day and what is left, never as a raw epoch.
+    assert re.search(r"Cooled down: :thumbs_up: \(until \d\d:\d\d:\d\d, in (89|90) s\)", printed)
 
 
 def test_gpu_tables_print_names_literally(capsys: pytest.CaptureFixture[str]) -> None:
