@@ -20,6 +20,7 @@ EXIT_OK = 0
 EXIT_NEGATIVE = 1  # the answer is no: nothing can be planned, the request failed, ...
 EXIT_INPUT = 2  # the user's input is wrong (invalid file, unknown name, refused)
 EXIT_TIMEOUT = 3  # --timeout passed while still waiting
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a program ended by SIGINT (128 + 2)
 
 # emoji=False: rich turns ``:name:`` into an emoji even where markup is off, so an accelerator
 # written ``H100:100:`` (or any name with colons) would print as a picture.

@@ -14,13 +14,14 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
 from corral.services.cli.api_access import api_client, complete_request_id, fail
 from corral.services.cli.output import (
     EXIT_INPUT,
+    EXIT_INTERRUPTED,
     EXIT_TIMEOUT,
     data_row,
     err,
@@ -141,12 +142,18 @@ def launch(
         metavar="DURATION",
         help="Give up waiting for capacity after this long (30m, 2h): the request FAILS.",
     ),
+    down_on_interrupt: bool = typer.Option(
+        False,
+        "--down-on-interrupt",
+        help="Ctrl-C while following terminates the request (by default it keeps going).",
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Submit a launch request and follow it: a job's output to its end (exiting with the
     job's exit code), a service until it runs. --detach returns at once, --wait at RUNNING.
     A request whose candidates are all sold out waits for capacity (WAITING) unless
-    --fail-fast; --max-wait bounds the wait."""
+    --fail-fast; --max-wait bounds the wait. Ctrl-C stops following, not the request (it says
+    how to stop it; a second Ctrl-C within 2 s offers to)."""
     task = _task_for_api(file, as_json)
     if idle_minutes is not None or down:
         task = _with_autostop(task, idle_minutes, down)
@@ -160,10 +167,13 @@ def launch(
             return
         if not as_json:
             out.print(view.id, markup=False)
-        final, code = _follow(client, view.id, timeout_s, as_json)
-        timed_out = code == EXIT_TIMEOUT
-        if not (wait or as_json or timed_out) and _is_job(task):
-            final, code = _follow_job(client, final)  # the job's own code from here
+        try:
+            final, code = _follow(client, view.id, timeout_s, as_json)
+            timed_out = code == EXIT_TIMEOUT
+            if not (wait or as_json or timed_out) and _is_job(task):
+                final, code = _follow_job(client, final)  # the job's own code from here
+        except KeyboardInterrupt:
+            _interrupted(client, view.id, down=down_on_interrupt, offer=not as_json)
     if as_json:
         print_json(final.document())
     elif final.endpoints:
@@ -175,6 +185,63 @@ def launch(
     if timed_out:
         notice(f"still {final.state} after {timeout_s:g} s; `corral status {final.id}`")
     raise typer.Exit(code)
+
+
+# A second Ctrl-C within this many seconds of the first offers to stop the request.
+SECOND_INTERRUPT_S = 2.0
+
+
+def _interrupted(client: Client, request_id: str, *, down: bool, offer: bool) -> NoReturn:
+    """Ctrl-C while following a request: following stops, the request does not. Say so, with
+    the commands that follow it again and that stop it; ``down`` (--down-on-interrupt)
+    terminates it instead. A second Ctrl-C within :data:`SECOND_INTERRUPT_S` of the first
+    asks whether to terminate it. Exit 130, as a shell reports a program ended by SIGINT."""
+    if down:
+        view = client.terminate(request_id)
+        err.print(f"\ninterrupted: terminating request {request_id} ({view.state})", markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    first = time.monotonic()
+    try:
+        err.print(f"\ninterrupted: stopped following request {request_id}", markup=False)
+        _say_it_keeps_going(client, request_id)
+        if offer:
+            err.print(
+                f"Press Ctrl-C again within {SECOND_INTERRUPT_S:g} s to terminate it now.",
+                markup=False,
+            )
+            time.sleep(max(0.0, first + SECOND_INTERRUPT_S - time.monotonic()))
+    except KeyboardInterrupt:
+        if offer:
+            _offer_to_terminate(client, request_id)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _say_it_keeps_going(client: Client, request_id: str) -> None:
+    from corral.services.client import ClientError
+
+    try:
+        state = client.status(request_id).state
+    except (ClientError, OSError):  # the API gone too: say what we know
+        state = "state unknown"
+    err.print(
+        f"request {request_id} keeps going ({state}).\n"
+        f"  follow it again: corral logs {request_id} --follow  (or corral status {request_id})\n"
+        f"  stop it:         corral terminate {request_id}",
+        markup=False,
+    )
+
+
+def _offer_to_terminate(client: Client, request_id: str) -> None:
+    """Ask (on the terminal, or standard input) whether to terminate; no answer is no."""
+    try:
+        answer = typer.confirm(f"Terminate request {request_id}?", default=False, err=True)
+    except (typer.Abort, KeyboardInterrupt, EOFError):
+        answer = False
+    if answer:
+        view = client.terminate(request_id)
+        err.print(f"terminating request {request_id} ({view.state})", markup=False)
+    else:
+        err.print(f"request {request_id} keeps going", markup=False)
 
 
 def _with_autostop(task: dict[str, Any], idle_minutes: float | None, down: bool) -> dict[str, Any]:
@@ -495,7 +562,10 @@ def logs(
     """The output of a request's instances."""
     with api_client(as_json) as client:
         if follow and not as_json:
-            _follow_logs(client, request_id, instance_id)
+            try:
+                _follow_logs(client, request_id, instance_id)
+            except KeyboardInterrupt:
+                _interrupted(client, request_id, down=False, offer=False)
             return
         text = client.logs(request_id, instance_id)
     if as_json:
@@ -508,13 +578,10 @@ def _follow_logs(client: Client, request_id: str, instance_id: str | None) -> No
     """Print the output, then what is added to it each second, until the request has ended
     or Ctrl-C (``Client.follow_logs``)."""
     last = ""
-    try:
-        for piece in client.follow_logs(request_id, instance_id):
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-            last = piece or last
-    except KeyboardInterrupt:
-        return
+    for piece in client.follow_logs(request_id, instance_id):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+        last = piece or last
     if last and not last.endswith("\n"):
         sys.stdout.write("\n")
 

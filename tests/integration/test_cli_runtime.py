@@ -463,3 +463,64 @@ def test_version_names_the_dependencies_and_the_redis_server(api: Api, tmp_path:
     assert "redis-server: no answer at redis://:***@127.0.0.1:" in down.stdout
     assert "hunter2" not in down.stdout + down.stderr
     assert "redis-server: none configured" in unset.stdout
+
+
+def _launch_and_interrupt(
+    api: Api, task_file: Path, *flags: str, second: bool = False, answer: str = ""
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """`corral launch` following a request (PENDING: no worker runs here), then Ctrl-C
+    (SIGINT, as a terminal sends it); ``second``: another within the 2 s it offers, and
+    ``answer`` on standard input to its question. The result and the request's id."""
+    env = _env(CORRAL_HOME=str(api.home), CORRAL_API_URL=api.url, CORRAL_API_TOKEN=TOKEN)
+    proc = subprocess.Popen(
+        [CORRAL, "launch", str(task_file), *flags], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+    )  # fmt: skip
+    rid = _read_line(proc, 30).strip()
+    assert ID.match(rid), rid
+    time.sleep(0.5)  # following now
+    proc.send_signal(2)
+    if second:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 10
+        seen = ""
+        while "interrupted:" not in seen and time.monotonic() < deadline:
+            if select.select([proc.stderr.fileno()], [], [], 1)[0]:
+                seen += os.read(proc.stderr.fileno(), 4096).decode()
+        assert "interrupted:" in seen, seen
+        proc.send_signal(2)  # within the 2 s the first one opened
+        time.sleep(0.3)
+    out, rest = proc.communicate(answer, timeout=30)
+    stderr = (seen if second else "") + rest
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, stderr), rid
+
+
+def test_ctrl_c_in_launch_says_the_request_keeps_going_and_how_to_stop_it(
+    api: Api, task_file: Path
+) -> None:
+    done, rid = _launch_and_interrupt(api, task_file)
+    assert done.returncode == 130, done.stderr
+    assert f"request {rid} keeps going (PENDING)" in done.stderr
+    assert f"corral terminate {rid}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert corral(api, "status", rid, "--json").stdout.count('"PENDING"') == 1
+
+
+def test_a_second_ctrl_c_within_2_s_offers_to_terminate(api: Api, task_file: Path) -> None:
+    kept, kept_id = _launch_and_interrupt(api, task_file, second=True, answer="n\n")
+    assert kept.returncode == 130, kept.stderr
+    assert f"Terminate request {kept_id}?" in kept.stderr and "keeps going" in kept.stderr
+    assert json.loads(corral(api, "status", kept_id, "--json").stdout)["state"] == "PENDING"
+
+    stopped, stopped_id = _launch_and_interrupt(api, task_file, second=True, answer="y\n")
+    assert stopped.returncode == 130, stopped.stderr
+    assert f"terminating request {stopped_id}" in stopped.stderr
+    state = json.loads(corral(api, "status", stopped_id, "--json").stdout)["state"]
+    assert state == "CANCELLED"
+
+
+def test_down_on_interrupt_terminates_at_the_first_ctrl_c(api: Api, task_file: Path) -> None:
+    done, rid = _launch_and_interrupt(api, task_file, "--down-on-interrupt")
+    assert done.returncode == 130, done.stderr
+    assert f"terminating request {rid}" in done.stderr
+    assert json.loads(corral(api, "status", rid, "--json").stdout)["state"] == "CANCELLED"
