@@ -426,9 +426,9 @@ def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> L
 
 
 def _envs(task: Task) -> dict[str, str]:
-    """The task's envs, and a service's readiness probe for its node agent (on the first of
-    its ports, on the node itself)."""
-    envs = dict(task.envs or {})
+    """The task's envs and secrets, and a service's readiness probe for its node agent (on the
+    first of its ports, on the node itself)."""
+    envs = task.run_envs()
     probe = task.readiness_probe()
     ports = parse_ports(task.resources.ports)
     if probe is not None and ports:

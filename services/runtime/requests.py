@@ -105,6 +105,9 @@ def validate_task(doc: Document) -> Task:
         raise ConfigError.single(doc.name, "expected a mapping of fields (a task file)", "", 1)
     task = validate_doc(Task, doc)
     check_problems(task, doc)
+    if missing := task.unset_secrets():
+        message = "no value given: launch with `--secret {0}` (or --secret {0}=VALUE)"
+        raise ConfigError([doc.issue(("secrets", n), message.format(n)) for n in missing])
     config = task.compute_config
     if isinstance(config, str):
         message = (

@@ -256,7 +256,7 @@ class Resources(StrictModel):
         if self.ordered is not None and self.any_of is not None:
             raise ValueError("give either ordered or any_of, not both")
         if self.infra is not None:
-            parts = _split_infra(self.infra)
+            parts = split_infra(self.infra)
             written = (self.cloud, self.region, self.zone)
             # Idempotent on purpose: pydantic may run this twice on a self-referencing model.
             if written != (None, None, None) and written != parts:
@@ -295,7 +295,7 @@ class Resources(StrictModel):
         return out
 
 
-def _split_infra(infra: str) -> tuple[str | None, str | None, str | None]:
+def split_infra(infra: str) -> tuple[str | None, str | None, str | None]:
     """``aws/us-east-1/us-east-1a`` -> its parts; ``*`` is any; ``k8s/ctx`` is a context."""
     head, _, rest = infra.strip().partition("/")
     if head.lower() in {"k8s", "kubernetes"}:
@@ -336,7 +336,7 @@ class Task(StrictModel):
     """A unit of work: SkyPilot's task YAML plus Determined's and Corral's fields."""
 
     IGNORED: ClassVar[frozenset[str]] = words(
-        """file_mounts_mapping secrets managed_secrets volumes volume_mounts
+        """file_mounts_mapping managed_secrets volumes volume_mounts
         pool config event_callback inputs outputs api_server_access"""
     )
 
@@ -368,9 +368,11 @@ class Task(StrictModel):
     # launch packs them with the workdir into ``bundle``.
     file_mounts: dict[str, Any] | None = None
     bundle: Bundle | None = None  # written by corral launch: what it uploaded and where it goes
+    # SkyPilot's secrets: environment variables whose values are never shown (a name with no
+    # value, or a list of names, is given at launch: `corral launch --secret NAME`).
+    secrets: dict[str, EnvValue | None] | list[str] | None = None
     # SkyPilot fields accepted, not acted on (IGNORED).
     file_mounts_mapping: dict[str, Any] | None = None
-    secrets: dict[str, str | None] | list[str] | None = None
     managed_secrets: list[Any] | None = None
     volumes: dict[str, Any] | None = None
     volume_mounts: list[dict[str, Any]] | None = None
@@ -416,6 +418,30 @@ class Task(StrictModel):
             if not _ENV_NAME.match(key):
                 raise ValueError(f"expected environment variable names like MY_VAR, got {key!r}")
         return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(
+        cls, value: dict[str, str | None] | list[str] | None
+    ) -> dict[str, str | None] | list[str] | None:
+        for key in value or ():
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"expected environment variable names like MY_KEY, got {key!r}")
+        return value
+
+    def unset_secrets(self) -> list[str]:
+        """The secrets named without a value (to be given at launch)."""
+        if isinstance(self.secrets, list):
+            return list(self.secrets)
+        return [k for k, v in (self.secrets or {}).items() if v is None]
+
+    def run_envs(self) -> dict[str, str]:
+        """What the machine's setup and run see: ``envs``, then ``secrets`` over them (as in
+        SkyPilot, a secret wins over an env of the same name)."""
+        envs = {k: str(v) for k, v in self.envs.items()}
+        if isinstance(self.secrets, dict):
+            envs.update({k: v for k, v in self.secrets.items() if v is not None})
+        return envs
 
     @model_validator(mode="after")
     def _convert_priority(self) -> Task:

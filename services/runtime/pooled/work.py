@@ -81,12 +81,13 @@ def status(deps: Deps, machine: Machine) -> dict[str, Any]:
 
 
 def assignment(aid: str, task: Task, envs: Mapping[str, str]) -> dict[str, Any]:
-    """An assignment for a task: its setup, run, envs (plus ``envs``) and workdir."""
+    """An assignment for a task: its setup, run, envs and secrets (plus ``envs``) and
+    workdir."""
     return {
         "id": aid,
         "setup": task.setup,
         "run": task.run,
-        "envs": {**{k: str(v) for k, v in (task.envs or {}).items()}, **envs},
+        "envs": {**task.run_envs(), **envs},
         "workdir": task.workdir if isinstance(task.workdir, str) else None,
     }
 
