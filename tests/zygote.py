@@ -72,6 +72,7 @@ PRELOAD = (
     "anyio",
     "corral.services.cli.main",
     "corral.services.cli.requests_cmd",
+    "corral.services.cli.launch_cmd",
     "corral.services.cli.up_cmd",
     "corral.services.settings",
     "corral.services.queues.dispatch",

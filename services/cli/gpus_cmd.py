@@ -117,12 +117,12 @@ def show_gpus(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List accelerators, or the instance types and prices of one."""
-    from corral.services.cli.plan_cmd import _catalog
+    from corral.services.cli.plan_cmd import plan_catalog
     from corral.shared.catalog.gpus import offers, summaries
     from corral.shared.configio import ConfigError
 
     try:
-        catalog = _catalog(None)  # the shipped catalog and the local cloud `corral up` uses
+        catalog = plan_catalog(None)  # the shipped catalog and the local cloud `corral up` uses
     except ConfigError as exc:
         fail_input(exc, as_json)
     cloud = cloud.strip().lower() if cloud else None

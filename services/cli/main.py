@@ -49,9 +49,9 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "corral.services.cli.config_cmd": ("config",),
     "corral.services.cli.pools_cmd": ("pools",),
     "corral.services.cli.pools_api_cmd": ("why",),  # and apply, list, delete to `pools`
+    "corral.services.cli.launch_cmd": ("launch",),
     "corral.services.cli.requests_cmd": (
-        "launch", "status", "instances", "logs", "terminate", "down", "stop", "start", "exec",
-        "run",
+        "status", "instances", "logs", "terminate", "down", "stop", "start", "exec", "run",
     ),
     "corral.services.cli.attach_cmd": ("attach", "port-forward"),
     "corral.services.cli.up_cmd": ("up",),  # and worker, beat, flower to `run`

@@ -8,7 +8,7 @@ zone of the chain. ``--json`` prints ``{"candidates": [...], "count": N}`` in fa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -21,6 +21,19 @@ from corral.services.cli.output import (
     out,
     print_list,
     wide_console,
+)
+from corral.services.cli.overrides_opt import (
+    CloudOpt,
+    EnvOpt,
+    GpusOpt,
+    InfraOpt,
+    LaunchFlags,
+    NumNodesOpt,
+    RegionOpt,
+    SecretOpt,
+    UseSpotOpt,
+    ZoneOpt,
+    merged,
 )
 
 if TYPE_CHECKING:
@@ -41,15 +54,28 @@ def register(app: typer.Typer) -> None:
     app.command("plan")(plan_command)
 
 
-def _load_task(path: Path) -> Task:
+def load_task(path: Path, flags: LaunchFlags | None = None) -> tuple[Task, list[str]]:
+    """The task file, with the command line's flags merged over it (and those flags as
+    ``plan`` lists them); raises ConfigError naming the file (and the flag)."""
     from corral.shared.config.task import Task
-    from corral.shared.configio import load_as
+    from corral.shared.configio import ConfigError, Document, check_problems, load_as, validate_doc
 
-    task, _doc = load_as(path, Task)
-    return task
+    task, doc = load_as(path, Task)
+    if flags is None:
+        return task, []
+    try:
+        data, said = merged(dict(doc.data), flags)
+    except ValueError as exc:
+        raise ConfigError.single(str(path), str(exc)) from None
+    if not said:
+        return task, []
+    with_flags = Document(name=f"{path} (with the command line's flags)", data=data)
+    task = validate_doc(Task, with_flags)
+    check_problems(task, with_flags)
+    return task, said
 
 
-def _catalog(local_cloud: Path | None) -> Catalog:
+def plan_catalog(local_cloud: Path | None) -> Catalog:
     """The shipped catalog plus the local cloud's offerings: the file given, else the one
     ``corral up`` uses (CORRAL_LOCAL_CLOUD_FILE, by default the packaged local cloud) when
     launches may use the local cloud (it is in CORRAL_CLOUDS, as by default)."""
@@ -115,6 +141,51 @@ def _rows(candidates: list[Candidate], every_zone: bool) -> list[Candidate]:
     return list(firsts.values())
 
 
+def merged_summary(task: Task) -> dict[str, Any]:
+    """What the flags can change, as the merged task has it (secrets' values hidden)."""
+    from corral.shared.config.overrides import secrets_of
+
+    resources = [
+        {
+            "infra": _infra_text(r.cloud, r.region, r.zone),
+            "accelerators": r.accelerators,
+            "use_spot": r.use_spot,
+        }
+        for r in task.resources.candidates()
+    ]
+    return {
+        "num_nodes": task.num_nodes,
+        "resources": resources,
+        "envs": dict(task.envs),
+        "secrets": {name: "<hidden>" for name in secrets_of(task.secrets)},
+    }
+
+
+def _infra_text(*parts: str | None) -> str:
+    """``aws/us-east-1`` as SkyPilot's infra spells a place; ``*`` for a part left open (a
+    trailing open part is left out; nothing set at all is ``*``)."""
+    named = [p or "*" for p in parts]
+    while named and named[-1] == "*":
+        named.pop()
+    return "/".join(named) or "*"
+
+
+def _print_merged(task: Task, said: list[str]) -> None:
+    summary = merged_summary(task)
+    out.print(f"With {' '.join(said)}:", markup=False)
+    out.print(f"  num_nodes: {summary['num_nodes']}", markup=False)
+    for n, r in enumerate(summary["resources"]):
+        label = "resources" if len(summary["resources"]) == 1 else f"candidate {n + 1}"
+        gpus = r["accelerators"] if r["accelerators"] is not None else "none"
+        spot = {True: "spot", False: "on-demand", None: "any market"}[r["use_spot"]]
+        out.print(f"  {label}: infra {r['infra']}, accelerators {gpus}, {spot}", markup=False)
+    for key in ("envs", "secrets"):
+        if summary[key]:
+            pairs = ", ".join(f"{k}={v}" for k, v in summary[key].items())
+            out.print(f"  {key}: {pairs}", markup=False)
+    out.print("", markup=False)
+
+
 def render_table(
     result: Plan, num_nodes: int, every_zone: bool, no_credentials: set[str] | None = None
 ) -> Table:
@@ -171,17 +242,46 @@ def plan_command(
     every_zone: bool = typer.Option(
         False, "--all", help="One row per candidate (every zone), not per instance type."
     ),
+    env: list[str] | None = EnvOpt,
+    secret: list[str] | None = SecretOpt,
+    gpus: str | None = GpusOpt,
+    infra: str | None = InfraOpt,
+    cloud: str | None = CloudOpt,
+    region: str | None = RegionOpt,
+    zone: str | None = ZoneOpt,
+    num_nodes: int | None = NumNodesOpt,
+    use_spot: bool | None = UseSpotOpt,
 ) -> None:
-    """Show the failover chain for a task: cheapest cloud first, its regions by price."""
+    """Show the failover chain for a task: cheapest cloud first, its regions by price. The
+    launch flags (--gpus, --env, --infra, ...) are merged over the file as `launch` merges
+    them, and the merged task is shown above the chain."""
     from corral.shared.configio import ConfigError
-    from corral.shared.planner import plan
 
+    flags = LaunchFlags(env, secret, gpus, infra, cloud, region, zone, num_nodes, use_spot)
     try:
-        task = _load_task(task_file)
-        catalog = _catalog(local_cloud)
+        task, said = load_task(task_file, flags)
+        catalog = plan_catalog(local_cloud)
     except ConfigError as exc:
         fail_input(exc, as_json)
+    show_plan(task, catalog, said, every_zone=every_zone, as_json=as_json, local_cloud=local_cloud)
+
+
+def show_plan(
+    task: Task,
+    catalog: Catalog,
+    said: list[str],
+    *,
+    every_zone: bool,
+    as_json: bool,
+    local_cloud: Path | None,
+) -> None:
+    """Print the merged task (when flags were given) and its failover chain; exit 1 when
+    nothing can be planned."""
     from corral.services.providers.registry import credentials_hint, registered_clouds
+    from corral.shared.planner import plan
+
+    if said and not as_json:
+        _print_merged(task, said)
 
     # Every cloud of the catalog with a provider here: the shipped ones and those registered
     # (Kubernetes), whose offerings were listed live.
@@ -206,7 +306,8 @@ def plan_command(
             {**c.to_dict(), "chosen": c is chosen, "credentials": c.cloud not in missing}
             for c in result.candidates
         ]
-        print_list("candidates", chain)
+        extra = {"flags": " ".join(said), "task": merged_summary(task)} if said else {}
+        print_list("candidates", chain, **extra)
         return
     print_table(render_table(result, task.num_nodes, every_zone, set(missing)))
     if not every_zone:

@@ -133,3 +133,60 @@ def test_an_impossible_request_names_the_clouds_left_out_and_why(demo: Any, tmp_
     done = demo.system.cli("launch", str(gpu), "--wait", "--timeout", "60", "--fail-fast")
     assert "aws is left out of the chain: no credentials found" in done.stdout
     assert "gcp is left out of the chain: no credentials found" in done.stdout
+
+
+SKY_FILE = """\
+name: flags
+resources:
+  accelerators: A100:8
+envs:
+  MODEL_NAME: from-the-file
+secrets:
+  HF_TOKEN: null
+run: |
+  [ "$HF_TOKEN" = "hf-not-a-real-token" ] && token=ok || token=wrong
+  echo "model=$MODEL_NAME token=$token nodes=$CORRAL_NUM_NODES"
+"""
+FLAGS = ["--gpus", "L4:1", "--env", "MODEL_NAME=llama", "--secret", "HF_TOKEN", "--num-nodes", "2"]
+
+
+def test_skypilot_launch_flags_plan_and_launch_merged(demo: Any, tmp_path: Path) -> None:
+    """SkyPilot's documented usage of its own examples (`--gpus L4:1 --secret HF_TOKEN --env
+    MODEL_NAME=...`), on the local cloud: plan shows the merged task (the secret's value never),
+    and the launch runs it on two L4 nodes with the env and the secret."""
+    from harness import run_cli
+
+    task = tmp_path / "flags.yaml"
+    task.write_text(SKY_FILE)
+    env = {**demo.system.env, "CORRAL_API_URL": demo.system.api_url}
+    with_secret = {**env, "HF_TOKEN": "hf-not-a-real-token"}
+
+    planned = run_cli(["plan", str(task), *FLAGS], with_secret, 60)
+    assert planned.returncode == 0, planned.stderr
+    said = "With --env MODEL_NAME=llama --secret HF_TOKEN=<hidden> --gpus L4:1 --num-nodes 2:"
+    assert said in planned.stdout
+    assert "num_nodes: 2" in planned.stdout and "accelerators L4:1" in planned.stdout
+    assert "gpu-l4-1" in planned.stdout and "gpu-a100-8" not in planned.stdout
+    assert "hf-not-a-real-token" not in planned.stdout + planned.stderr
+    as_json = json.loads(run_cli(["plan", str(task), *FLAGS, "--json"], with_secret, 60).stdout)
+    assert as_json["task"]["secrets"] == {"HF_TOKEN": "<hidden>"}
+    assert as_json["task"]["num_nodes"] == 2 and as_json["count"] == len(as_json["candidates"])
+
+    dry = run_cli(["launch", str(task), *FLAGS, "--dryrun"], with_secret, 60)
+    assert dry.returncode == 0 and "dry run: nothing launched" in dry.stdout, dry.stderr
+
+    # The secret named without a value, from a shell that does not have it: exit 2, by name.
+    missing = run_cli(["launch", str(task), *FLAGS], env, 60)
+    assert missing.returncode == 2
+    assert "--secret HF_TOKEN: HF_TOKEN is not set" in missing.stderr
+    unset = run_cli(["launch", str(task), "--gpus", "L4:1"], env, 60)
+    assert unset.returncode == 2 and "secrets.HF_TOKEN: no value given" in unset.stderr
+
+    launched = run_cli(["launch", str(task), *FLAGS, "-y"], with_secret, 180)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    assert launched.stdout.count("model=llama token=ok nodes=2") == 2, launched.stdout
+    assert "hf-not-a-real-token" not in launched.stdout + launched.stderr
+    rid = launched.stdout.splitlines()[0].strip()
+    shown = json.loads(demo.system.cli("status", rid, "--json").stdout)
+    assert {i["instance_type"] for i in shown["instances"]} == {"gpu-l4-1"}
+    assert len(shown["instances"]) == 2

@@ -46,6 +46,7 @@ LAZY_MODULES = (
     "corral.services.cli.pools_cmd",
     "corral.services.cli.pools_api_cmd",
     "corral.services.cli.requests_cmd",
+    "corral.services.cli.launch_cmd",
     "corral.services.cli.up_cmd",
     "corral.services.cli.version_cmd",
 )
@@ -128,7 +129,7 @@ with open(out_path, "w") as f:
     ("args", "loaded", "not_loaded"),
     [
         (["status", "--help"], "requests_cmd", "plan_cmd"),
-        (["launch", "--help"], "requests_cmd", "up_cmd"),
+        (["launch", "--help"], "launch_cmd", "up_cmd"),
         (["plan", "--help"], "plan_cmd", "requests_cmd"),
         (["pools", "apply", "--help"], "pools_api_cmd", "requests_cmd"),
         (["run", "worker", "--help"], "up_cmd", None),  # `run` is the whole app's
