@@ -114,9 +114,12 @@ def show_gpus(
         None, metavar="[NAME]", help="An accelerator (any case), optionally NAME:COUNT."
     ),
     cloud: str | None = typer.Option(None, "--cloud", help="Only this cloud (local, aws, gcp)."),
+    every: bool = typer.Option(
+        False, "--all", "-a", help="Every accelerator's instance types and prices, not a summary."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List accelerators, or the instance types and prices of one."""
+    """List accelerators, or the instance types and prices of one (of each with --all)."""
     from corral.services.cli.plan_cmd import plan_catalog
     from corral.shared.catalog.gpus import offers, summaries
     from corral.shared.configio import ConfigError
@@ -144,6 +147,10 @@ def show_gpus(
                 for s in rows
             ]
             print_list("accelerators", listing)
+        elif every:  # SkyPilot's `show-gpus --all`: one table of every offering
+            print_table(
+                _offer_table([a for s in rows for a in offers(catalog, s.name, cloud=cloud)])
+            )
         else:
             print_table(_summary_table(rows))
         return

@@ -151,10 +151,19 @@ def status(
     project: str | None = typer.Option(
         None, "--project", metavar="NAME", help="List only this project's requests."
     ),
+    ip: bool = typer.Option(False, "--ip", help="Print the head node's address alone."),
+    endpoint: int | None = typer.Option(
+        None, "--endpoint", metavar="PORT", min=1, max=65535, help="Print PORT's endpoint alone."
+    ),
+    endpoints: bool = typer.Option(False, "--endpoints", help="Print every endpoint, one a line."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """One launch request with its attempts and instances, or a table of all (a member or
-    viewer sees its projects' requests only)."""
+    viewer sees its projects' requests only). With --ip, --endpoint PORT or --endpoints, only
+    that (as SkyPilot's `sky status --ip` / `--endpoint`), for scripts."""
+    if ip or endpoint is not None or endpoints:
+        _print_address(request_id, ip, endpoint, endpoints, as_json)
+        return
     with api_client(as_json) as client:
         if watch:
             _watch(client, request_id, state, limit, interval_s, as_json, project)
@@ -164,6 +173,46 @@ def status(
         print_json(views[0] if request_id else list_envelope("requests", views))
         return
     _print_status(views, request_id)
+
+
+def _print_address(
+    request_id: str | None, ip: bool, endpoint: int | None, endpoints: bool, as_json: bool
+) -> None:
+    """``status ID --ip | --endpoint PORT | --endpoints``: one answer on stdout, exit 1 when
+    the request has none yet."""
+    if request_id is None or sum((ip, endpoint is not None, endpoints)) > 1:
+        fail("give one request id and one of --ip, --endpoint PORT, --endpoints", 2, as_json)
+    with api_client(as_json) as client:
+        view = client.status(request_id)
+    if ip:
+        head = next((i for i in view.instances if i.address and i.state == "RUNNING"), None)
+        if head is None:
+            fail(
+                f"request {view.id} ({view.state}) has no running node with an address", 1, as_json
+            )
+        found: list[str] = [head.address or ""]
+    else:
+        found = list(view.endpoints)
+        if endpoint is not None:
+            found = [e for e in (_endpoint_for(e, endpoint) for e in found) if e]
+        if not found:
+            what = f"port {endpoint}" if endpoint is not None else "any port"
+            fail(f"request {view.id} ({view.state}) has no endpoint for {what}", 1, as_json)
+    if as_json:
+        print_json({"id": view.id, "ip" if ip else "endpoints": found[0] if ip else found})
+        return
+    for line in found:
+        out.print(line, markup=False)
+
+
+def _endpoint_for(endpoint: str, port: int) -> str | None:
+    """``host:8080`` for port 8080 of ``host:8080`` or of a range ``host:8000-8100``; None when
+    the endpoint does not hold that port."""
+    host, _, ports = endpoint.rpartition(":")
+    first, _, last = ports.partition("-")
+    if not (host and first.isdigit() and (not last or last.isdigit())):
+        return None
+    return f"{host}:{port}" if int(first) <= port <= int(last or first) else None
 
 
 def _status_views(

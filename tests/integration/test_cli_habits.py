@@ -190,3 +190,30 @@ def test_skypilot_launch_flags_plan_and_launch_merged(demo: Any, tmp_path: Path)
     shown = json.loads(demo.system.cli("status", rid, "--json").stdout)
     assert {i["instance_type"] for i in shown["instances"]} == {"gpu-l4-1"}
     assert len(shown["instances"]) == 2
+
+
+def test_status_ip_and_endpoint_print_one_answer_for_scripts(demo: Any, tmp_path: Path) -> None:
+    """SkyPilot's `sky status --ip` / `--endpoint PORT`: the head's address, a port's endpoint."""
+    task = tmp_path / "svc.yaml"
+    task.write_text(
+        "name: ports\nworkload_type: service\n"
+        "resources: {cloud: local, instance_type: cpu-2, ports: [18080, 18081]}\n"
+    )
+    launched = demo.system.cli("launch", str(task), "--wait")
+    assert launched.returncode == 0, launched.stderr
+    rid = launched.stdout.splitlines()[0].strip()
+    try:
+        ip = demo.system.cli("status", rid, "--ip")
+        assert ip.returncode == 0 and ip.stdout.strip() == "127.0.0.1", ip.stderr
+        one = demo.system.cli("status", rid, "--endpoint", "18081")
+        assert one.returncode == 0 and one.stdout.strip().endswith(":18081"), one.stderr
+        every = demo.system.cli("status", rid, "--endpoints").stdout.split()
+        assert every == ["127.0.0.1:18080-18081"]  # a range of ports, as the API shows it
+        none = demo.system.cli("status", rid, "--endpoint", "9")
+        assert none.returncode == 1 and "no endpoint for port 9" in none.stderr
+        both = demo.system.cli("status", rid, "--ip", "--endpoints")
+        assert both.returncode == 2
+        as_json = json.loads(demo.system.cli("status", rid, "--ip", "--json").stdout)
+        assert as_json == {"id": rid, "ip": "127.0.0.1"}
+    finally:
+        demo.system.cli("terminate", rid)

@@ -124,3 +124,18 @@ def test_malformed_name_exits_2() -> None:
     assert code == 2 and "NAME:COUNT" in err
     code, _, err = show("A 100")
     assert code == 2 and "invalid accelerator name" in err
+
+
+def test_all_lists_every_offering_of_every_accelerator() -> None:
+    """SkyPilot's `show-gpus --all`: the instance types and prices of every accelerator in one
+    table (the JSON listing already carries them)."""
+    code, out, _ = show("--all")
+    assert code == 0
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    assert rows[0][:3] == ["GPU", "QTY", "CLOUD"]
+    listed = json.loads(show("--json")[1])["accelerators"]
+    offered = sum(len(a["offerings"]) for a in listed)
+    body = [r for r in rows[1:] if not set(r[0]) <= {"─"}]
+    assert len(body) == offered > 20
+    assert {r[0] for r in body} == {a["name"] for a in listed}
+    assert ["A100", "8", "gcp", "a2-highgpu-8g"] in [r[:4] for r in body]

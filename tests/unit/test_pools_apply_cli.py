@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.services.cli.pools_api_cmd import load_pool_file, pool_body, pools_table
 from corral.services.cli.launch_cmd import task_for_api
+from corral.services.cli.pools_api_cmd import load_pool_file, pool_body, pools_table
 from corral.shared.configio import ConfigError
 
 CORRAL = str(Path(sys.executable).parent / "corral")
