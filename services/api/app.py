@@ -28,6 +28,7 @@ from corral.services.api.bundles import router as bundles_router
 from corral.services.api.clusters import router as clusters_router
 from corral.services.api.console.routes import pages as console_pages
 from corral.services.api.console.routes import router as console_router
+from corral.services.api.costs import router as costs_router
 from corral.services.api.execs import router as execs_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(pools_router, dependencies=admins)
     app.include_router(bundles_router, dependencies=signed)
     app.include_router(execs_router, dependencies=signed)
+    app.include_router(costs_router, dependencies=signed)
     app.include_router(nodes_router)  # a node token, each route acting on its own node
     # The web console: the first admin's token only, as a header or a session cookie from
     # /console/login (it shows every project; members and viewers use the API and CLI).

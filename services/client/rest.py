@@ -34,6 +34,7 @@ from corral.services.client.views import (
     ClusterDown,
     ClusterSummary,
     ClusterView,
+    CostReportView,
     EventPage,
     EventView,
     Health,
@@ -467,6 +468,12 @@ class Client:
         if "state" in params:
             params["state"] = params["state"].upper()
         return self._list(InstanceRow, "/v1/instances", "instances", params=params)
+
+    def cost_report(self, project: str | None = None, limit: int = 200) -> CostReportView:
+        """What the visible requests cost (the newest ``limit``), with totals by user,
+        project and cloud (a member sees its projects' requests only)."""
+        params: dict[str, Any] = {"limit": limit, **({"project": project} if project else {})}
+        return self._get(CostReportView, "/v1/costs", params=params)
 
     def submission(self, idempotency_key: str) -> SubmissionView | None:
         """What the task submitted under ``idempotency_key`` became (by ``launch`` or onto

@@ -100,6 +100,16 @@ class RequestView(View):
         return self.state in ENDED_STATES
 
 
+class CostReportView(View):
+    """``GET /v1/costs``: each visible request's spend (dicts as the API sent them) and the
+    totals by user, project and cloud."""
+
+    requests: list[dict[str, Any]] = Field(default_factory=list)
+    count: int = 0
+    totals: dict[str, Any] = Field(default_factory=dict)
+    at: float | None = None
+
+
 class EventView(View):
     seq: int  # 1, 2, 3, ... within the request
     at: float  # seconds since the epoch

@@ -36,6 +36,7 @@ LISTS: dict[str, tuple[str, list[str]]] = {
     "validate": ("files", [str(REPO / "examples" / "workload" / "hello-job.yaml")]),
     "users list": ("users", []),  # the envelope test adds a project and a user first
     "projects list": ("projects", []),
+    "cost-report": ("requests", []),  # with its totals beside the list
 }
 # The other commands with --json print one document, not a list (or stream lines); a new
 # command with --json must be put in one of the two tables.
@@ -217,3 +218,36 @@ def test_status_ip_and_endpoint_print_one_answer_for_scripts(demo: Any, tmp_path
         assert as_json == {"id": rid, "ip": "127.0.0.1"}
     finally:
         demo.system.cli("terminate", rid)
+
+
+def test_cost_report_sums_by_user_project_and_cloud_and_a_member_sees_their_own(
+    demo: Any, tmp_path: Path
+) -> None:
+    """SkyPilot's `sky cost-report`: each request's spend over its runs, totals by user,
+    project and cloud; a member of another project sees none of it."""
+    from harness import run_cli
+
+    report = json.loads(demo.system.cli("cost-report", "--json").stdout)
+    lines = {line["id"]: line for line in report["requests"]}
+    hello = lines[demo.ids["hello-job"]]
+    assert hello["runs"] == 1 and hello["clouds"] == ["local"] and hello["cost_usd"] > 0
+    assert report["count"] == len(report["requests"]) >= 3
+    priced = sum(line["cost_usd"] or 0 for line in report["requests"])
+    assert report["totals"]["total_usd"] == pytest.approx(priced, rel=1e-3, abs=1e-5)
+    assert report["totals"]["by_cloud"]["local"] == pytest.approx(priced, rel=1e-3, abs=1e-5)
+    table = demo.system.cli("cost-report")
+    assert table.returncode == 0 and "By cloud" in table.stdout and "Total: $" in table.stdout
+
+    demo.system.cli("projects", "add", "costs-other")
+    token_file = tmp_path / "member-token"
+    added = demo.system.cli(
+        "users", "add", "costs-member", "--project", "costs-other", "--token-file", str(token_file)
+    )
+    assert added.returncode == 0, added.stderr
+    member = {
+        **demo.system.env,
+        "CORRAL_API_URL": demo.system.api_url,
+        "CORRAL_API_TOKEN": token_file.read_text().strip(),
+    }
+    theirs = json.loads(run_cli(["cost-report", "--json"], member, 60).stdout)
+    assert theirs["count"] == 0 and theirs["totals"]["total_usd"] == 0
