@@ -154,6 +154,8 @@ class LaunchRequest(_Record):
     gpus: int = 0  # GPUs it holds at once (corral.shared.quotas.gpus_asked), set at submit
     # The project quota that refused it at admission (QuotaRefusal.to_dict()), if one did.
     quota_refusal: dict[str, Any] | None = None
+    # When `corral autostop` last set or cancelled its autostop: idle time counts from then.
+    autostop_set_at: float | None = None
 
     @model_validator(mode="before")
     @classmethod

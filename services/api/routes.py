@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from corral.services.api.auth import Principal, caller, require_writer
@@ -421,6 +421,45 @@ def start_request(
     request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(require_writer)
 ) -> dict[str, Any]:
     return _stop_or_start(deps, who, request_id, "start")
+
+
+class AutostopBody(BaseModel):
+    """``corral autostop``: idle minutes (and ``down``), or ``cancel``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    idle_minutes: float | None = Field(None, ge=0, le=525_600, description="idle this long")
+    down: bool = Field(False, description="terminate instead of stop")
+    cancel: bool = Field(False, description="no autostop any more")
+
+
+@router.post(
+    "/v1/requests/{request_id}/autostop",
+    response_model=RequestView,
+    summary="Set or cancel a running request's autostop (idle time counts from now)",
+)
+def set_autostop(
+    request_id: str,
+    body: AutostopBody,
+    deps: Deps = Depends(get_deps),
+    who: Principal = Depends(require_writer),
+) -> dict[str, Any]:
+    from corral.shared.autostop import DEFAULT_IDLE_MINUTES, Autostop
+
+    visible_request(deps, who, request_id)
+    if body.cancel and (body.idle_minutes is not None or body.down):
+        raise HTTPException(422, "cancel: give either cancel, or idle_minutes (and down)")
+    minutes = DEFAULT_IDLE_MINUTES if body.idle_minutes is None else body.idle_minutes
+    policy = None if body.cancel else Autostop(minutes, down=body.down)
+    try:
+        stopping.set_autostop(deps, request_id, policy)
+    except stopping.AutostopRefused as exc:
+        raise HTTPException(409, str(exc)) from None
+    except LookupError:
+        raise _not_found("launch request", request_id) from None
+    view = requests.public_view(deps, request_id)
+    assert view is not None
+    return view
 
 
 @router.post(

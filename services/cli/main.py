@@ -52,7 +52,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "corral.services.cli.launch_cmd": ("launch",),
     "corral.services.cli.cost_cmd": ("cost-report",),
     "corral.services.cli.requests_cmd": (
-        "status", "instances", "logs", "terminate", "down", "stop", "start", "exec", "run",
+        "status", "instances", "logs", "terminate", "down", "stop", "autostop", "start", "exec",
+        "run",
     ),
     "corral.services.cli.attach_cmd": ("attach", "port-forward"),
     "corral.services.cli.up_cmd": ("up",),  # and worker, beat, flower to `run`

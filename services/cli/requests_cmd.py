@@ -59,6 +59,7 @@ def register(app: typer.Typer) -> None:
     app.command("terminate")(terminate)
     app.command("down")(down)
     app.command("stop")(stop)
+    app.command("autostop")(autostop)
     app.command("start")(start)
     app.command(
         "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
@@ -396,6 +397,32 @@ def stop(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:
         print_json(view.document())
     else:
         out.print(f"request {view.id}: stopping", markup=False)
+
+
+def autostop(
+    request_id: str = REQUEST_ID,
+    idle_minutes: float | None = typer.Option(
+        None, "--idle-minutes", "-i", min=0, help="Stop after this many idle minutes (default 5)."
+    ),
+    down: bool = typer.Option(False, "--down", help="Terminate instead of stop (autodown)."),
+    cancel: bool = typer.Option(False, "--cancel", help="Cancel the autostop."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Set or cancel a running request's autostop, as SkyPilot's `sky autostop`: idle time
+    counts from now; a cloud that cannot stop a machine terminates it."""
+    if cancel and (idle_minutes is not None or down):
+        fail("give --cancel alone, or -i N (and --down)", EXIT_INPUT, as_json)
+    with api_client(as_json) as client:
+        view = client.autostop(request_id, idle_minutes, down=down, cancel=cancel)
+    if as_json:
+        print_json(view.document())
+        return
+    if cancel:
+        out.print(f"request {view.id}: autostop cancelled", markup=False)
+        return
+    then = "terminated" if down else "stopped"
+    minutes = 5 if idle_minutes is None else idle_minutes
+    out.print(f"request {view.id}: {then} after {minutes:g} idle minutes", markup=False)
 
 
 def start(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:

@@ -455,6 +455,19 @@ class Client:
         """Start a stopped request's machines again (STARTING, then RUNNING)."""
         return self._send(RequestView, "POST", f"/v1/requests/{_seg(request_id)}/start")
 
+    def autostop(
+        self,
+        request_id: str,
+        idle_minutes: float | None = None,
+        *,
+        down: bool = False,
+        cancel: bool = False,
+    ) -> RequestView:
+        """Set a running request's autostop (idle minutes, ``down`` to terminate) or cancel
+        it; idle time counts from now."""
+        body = {"idle_minutes": idle_minutes, "down": down, "cancel": cancel}
+        return self._send(RequestView, "POST", f"/v1/requests/{_seg(request_id)}/autostop", body)
+
     def terminate_instance(self, instance_id: str) -> RequestView:
         """Terminate one instance; returns its request."""
         path = f"/v1/instances/{_seg(instance_id)}/terminate"

@@ -21,10 +21,10 @@ from typing import Any
 from corral.services.providers.base import ProviderInstance, can_stop, node_work_of
 from corral.services.runtime import termination
 from corral.services.runtime.deps import Deps
-from corral.shared.autostop import Action, decide, idle_since_of
+from corral.shared.autostop import Action, Autostop, decide, idle_since_of
 from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError
-from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
 from corral.shared.routing import Direct
 
@@ -281,13 +281,14 @@ def autostop(deps: Deps, counts: dict[str, int]) -> None:
         if not nodes or len(nodes) < int(req.task.get("num_nodes") or 1):
             continue  # not all up (or being relaunched)
         since = idle_since_of([_beat(deps, n) for n in nodes], wait_for=policy.wait_for)
-        # Idle counts from when the request last ran (a start resets it), not from before.
+        # Idle counts from when the request last ran (a start resets it), not from before, nor
+        # from before `corral autostop` set the policy (SkyPilot resets its timer there too).
         running_since = next(
             (t.at for t in reversed(req.history) if t.to_state == RequestState.RUNNING.value),
             req.updated_at,
         )
         if since is not None:
-            since = max(since, running_since)
+            since = max(since, running_since, req.autostop_set_at or 0.0)
         stoppable = all(can_stop(deps.provider(c)) for c in {n.cloud for n in nodes})
         decision = decide(since, policy, now, can_stop=stoppable)
         if decision.action is Action.NONE:
@@ -303,3 +304,43 @@ def autostop(deps: Deps, counts: dict[str, int]) -> None:
                 termination.terminate(deps, req.id, None, decision.why)
         except ProviderError as exc:
             log.warning("autostop of %s failed (%s); the next pass tries again", req.id, exc)
+
+
+class AutostopRefused(Exception):
+    """``corral autostop`` cannot apply to this request; the message says why."""
+
+
+def set_autostop(deps: Deps, request_id: str, policy: Autostop | None) -> LaunchRequest:
+    """Set (or, ``policy`` None, cancel) a live request's autostop, as ``sky autostop`` does
+    for a running cluster: the task's ``resources.autostop`` is rewritten in one versioned
+    write, and idle time counts from now. Raises AutostopRefused for an ended request or one
+    whose machines are a pool's (the pool decides when they go), LookupError for no request."""
+    now = deps.now()
+    refused: list[str] = []
+
+    def rewrite(req: LaunchRequest) -> bool:
+        refused.clear()  # called again after a lost race: decide from this record alone
+        if req.state in TERMINAL_REQUEST_STATES:
+            refused.append(f"request {req.id} has ended ({req.state.value})")
+            return False
+        if not isinstance(req.route, Direct):
+            refused.append(f"request {req.id} runs on a pool's machines: the pool stops them")
+            return False
+        resources = dict(req.task.get("resources") or {})
+        resources["autostop"] = False if policy is None else policy.to_json()
+        req.task = {**req.task, "resources": resources}
+        req.autostop_set_at = now
+        return True
+
+    updated = deps.store.update_request(request_id, rewrite)
+    if updated is None:
+        raise LookupError(request_id)
+    if refused:
+        raise AutostopRefused(refused[0])
+    if policy is None:
+        said = "cancelled"
+    else:
+        then = "terminate" if policy.down else "stop"
+        said = f"set: {then} after {policy.idle_minutes:g} idle min"
+    deps.store.append_event(request_id, f"autostop {said} (corral autostop)", now)
+    return updated

@@ -396,6 +396,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/requests/{request_id}/terminate": {"post"},
         "/v1/requests/{request_id}/stop": {"post"},
         "/v1/requests/{request_id}/start": {"post"},
+        "/v1/requests/{request_id}/autostop": {"post"},
         "/v1/instances": {"get"},
         "/v1/costs": {"get"},
         "/v1/instances/{instance_id}/terminate": {"post"},

@@ -42,7 +42,8 @@ LISTS: dict[str, tuple[str, list[str]]] = {
 # command with --json must be put in one of the two tables.
 NOT_LISTS = {
     # down prints {"requests": [...], "count": N} too, but taking things down is not run here.
-    "launch", "logs", "terminate", "down", "stop", "start", "why", "version", "simulate", "run api",
+    "launch", "logs", "terminate", "down", "stop", "autostop", "start", "why", "version",
+    "simulate", "run api",
     "pools apply", "pools delete", "pools resolve", "pools route", "config merge", "config get",
     "cluster up", "cluster down", "cluster status", "cluster demand", "autoscale explain",
     "users add", "users revoke", "projects add", "projects quota",
@@ -251,3 +252,40 @@ def test_cost_report_sums_by_user_project_and_cloud_and_a_member_sees_their_own(
     }
     theirs = json.loads(run_cli(["cost-report", "--json"], member, 60).stdout)
     assert theirs["count"] == 0 and theirs["totals"]["total_usd"] == 0
+
+
+def test_autostop_set_on_a_running_service_and_cancelled(demo: Any, tmp_path: Path) -> None:
+    """SkyPilot's `sky autostop ID -i N [--down] | --cancel` on what already runs: idle time
+    counts from the command; the local cloud cannot stop a machine, so it is terminated."""
+    import time
+
+    task = tmp_path / "idle.yaml"
+    task.write_text(
+        "name: idle\nworkload_type: service\nresources: {cloud: local, instance_type: cpu-2}\n"
+    )
+    ids = []
+    for _ in range(2):
+        launched = demo.system.cli("launch", str(task), "--wait")
+        assert launched.returncode == 0, launched.stderr
+        ids.append(launched.stdout.splitlines()[0].strip())
+    going, kept = ids
+    try:
+        done = demo.system.cli("autostop", kept, "-i", "0.1")  # 6 s
+        assert done.returncode == 0 and "stopped after 0.1 idle minutes" in done.stdout
+        cancelled = demo.system.cli("autostop", kept, "--cancel")
+        assert cancelled.returncode == 0 and "autostop cancelled" in cancelled.stdout
+
+        done = demo.system.cli("autostop", going, "-i", "0.02", "--down")  # 1.2 s
+        assert done.returncode == 0, done.stderr
+        demo.system.wait_state(going, {"TERMINATED"}, 60)
+        why = demo.system.cli("status", going, "--json")
+        assert json.loads(why.stdout)["state"] == "TERMINATED"
+        time.sleep(8)  # past the cancelled policy's 6 s
+        assert json.loads(demo.system.cli("status", kept, "--json").stdout)["state"] == "RUNNING"
+
+        ended = demo.system.cli("autostop", going, "-i", "1")
+        assert ended.returncode == 2 and "has ended (TERMINATED)" in ended.stderr
+        both = demo.system.cli("autostop", kept, "-i", "1", "--cancel")
+        assert both.returncode == 2
+    finally:
+        demo.system.cli("terminate", kept)
