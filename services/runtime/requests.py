@@ -255,7 +255,11 @@ def _new_request(
     decided, planned = route_with_plan(task, registry_view(deps, pools=reads_pools(task)))
     if isinstance(decided, Refusal):
         reasons = list(decided.reasons)
-        planned_out = any("no offering on" in r for r in reasons)  # the planner's, not a pool's
+        # The planner's reasons (not a pool's): no offering on the clouds asked, or a pinned
+        # cloud that cannot launch here. Either way, say which clouds were left out and why.
+        planned_out = any(
+            "no offering on" in r or "is not among the clouds enabled here" in r for r in reasons
+        )
         left_out = clouds_left_out(deps, task) if planned_out else {}
         if left_out:  # "no offering on local" is not "no offering anywhere": say who was not asked
             reasons.append(left_out_text(left_out))

@@ -135,6 +135,12 @@ def test_an_impossible_request_names_the_clouds_left_out_and_why(demo: Any, tmp_
     done = demo.system.cli("launch", str(gpu), "--wait", "--timeout", "60", "--fail-fast")
     assert "aws is left out of the chain: no credentials found" in done.stdout
     assert "gcp is left out of the chain: no credentials found" in done.stdout
+    # A task pinned to a cloud without credentials is told why, not only "not enabled here".
+    pinned = tmp_path / "on-aws.yaml"
+    pinned.write_text("name: on-aws\nresources: {infra: aws, accelerators: A100:8}\nrun: echo\n")
+    done = demo.system.cli("launch", str(pinned), "--wait")
+    assert done.returncode == 2
+    assert "impossible: aws left out: no credentials found" in done.stderr
 
 
 SKY_FILE = """\
