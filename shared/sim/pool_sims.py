@@ -76,7 +76,7 @@ class _Pooled(Generic[LedgerT]):
         self.machine_of: dict[str, str] = {}  # instance id -> machine id
         self.launching: set[str] = set()
         self.pass_due: float | None = None
-        self.retry_at = 0.0  # a failed launch: the next pass waits for beat's rebalance
+        self.retry_at = 0.0  # a failed agent launch (Determined): the next pass waits for beat
         self.changed = True  # the ledger was touched since the last pass
         # After a settled pass: until when a pass of each kind (rebalancing or not) is quiet.
         self.quiet_until: dict[bool, float] = {}
