@@ -69,6 +69,14 @@ class Timers(BaseModel):
     replacement_guard_s: float = 600.0  # a workload is not replaced twice within this
     pool_min_machines: int = 0  # idle reaping never leaves a pool with fewer machines
     pool_machine_launch_retry_s: float = 90.0  # a launch not heard of for this long is re-sent
+    # A workload whose pool machine failed to launch waits pool_retry_initial_s, doubled per
+    # failure, at most pool_retry_cap_s (+-20 % jitter) before it is placed again; the group
+    # of the machine that failed is passed over pool_avoid_initial_s, doubled per failure of
+    # that group, at most pool_avoid_cap_s, so it falls down its group order meanwhile.
+    pool_retry_initial_s: float = Field(5.0, gt=0)
+    pool_retry_cap_s: float = Field(120.0, gt=0)
+    pool_avoid_initial_s: float = Field(60.0, gt=0)
+    pool_avoid_cap_s: float = Field(1800.0, gt=0)
     # A boot watch looks at a cloud's machines on their way up this often (never more often
     # than the provider's own poll interval): one describe per cloud and region per look.
     boot_watch_interval_s: float = 0.5

@@ -196,7 +196,7 @@ def decide_wait(
     if deadline is not None and now >= deadline:
         return WaitDecision(
             "fail",
-            f"max_wait {_span(max_wait_s or 0.0)} passed at {_clock(deadline)} "
+            f"max_wait {_span(max_wait_s or 0.0)} passed at {utc_clock(deadline)} "
             f"with no capacity ({retries} retr{'y' if retries == 1 else 'ies'} of the chain)",
             deadline=deadline,
             because="deadline",
@@ -210,9 +210,9 @@ def decide_wait(
         retry_at, because = soonest + AFTER_EXPIRY_S, "block_expiry"
     if deadline is not None and deadline < retry_at:
         retry_at, because = deadline, "deadline"
-    reason = f"waiting for capacity: retry {retries + 1} at {_clock(retry_at)}"
+    reason = f"waiting for capacity: retry {retries + 1} at {utc_clock(retry_at)}"
     if deadline is not None:
-        reason += f", gives up at {_clock(deadline)} (max_wait {_span(max_wait_s or 0.0)})"
+        reason += f", gives up at {utc_clock(deadline)} (max_wait {_span(max_wait_s or 0.0)})"
     return WaitDecision("wait", reason, retry_at, deadline, because)
 
 
@@ -234,7 +234,7 @@ def still_blocked(
     because: Literal["block_expiry", "deadline"] = "block_expiry"
     if deadline is not None and deadline < retry_at:
         retry_at, because = deadline, "deadline"
-    reason = f"waiting for capacity: retry {retries + 1} at {_clock(retry_at)}"
+    reason = f"waiting for capacity: retry {retries + 1} at {utc_clock(retry_at)}"
     return WaitDecision("wait", reason, retry_at, deadline, because)
 
 
@@ -290,7 +290,7 @@ def _span(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _clock(at: float) -> str:
+def utc_clock(at: float) -> str:
     """A time (seconds since the epoch) as a reason line prints it, in UTC."""
     return time.strftime("%H:%M:%S UTC", time.gmtime(at))
 

@@ -248,9 +248,10 @@ def start(request_id: str, settings: Settings | None = None) -> str:
     return send(START, [request_id], queue=PROVISION_QUEUE, settings=settings)
 
 
-def pool_pass(pool: str, settings: Settings | None = None) -> str:
-    """Run a scheduling pass over machine pool (or the Determined master) ``pool`` now."""
-    return send(POOL_PASS, [pool], queue=SCHEDULE_QUEUE, settings=settings)
+def pool_pass(pool: str, settings: Settings | None = None, countdown: float | None = None) -> str:
+    """Run a scheduling pass over machine pool (or the Determined master) ``pool`` now, or in
+    ``countdown`` seconds."""
+    return send(POOL_PASS, [pool], queue=SCHEDULE_QUEUE, countdown=countdown, settings=settings)
 
 
 def pool_sync(pool: str, settings: Settings | None = None) -> str:

@@ -76,8 +76,13 @@ def reconcile(deps: Deps) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
         now = deps.now()
         counts["blocks_expired"] = deps.blocks.expire(now)
+        # The store first, then the clouds: every machine the store holds as up was launched
+        # before the look, so one missing from the clouds' answers is gone. Read the other
+        # way round, a machine launched and up between the two (a quick job under load) read
+        # as "its process is gone": LOST, its zone blocked, its request relaunched.
+        up = deps.store.list_instances(states=_UP)
         by_cloud = _observed(deps, counts)
-        checked = _check_instances(deps, by_cloud, counts)
+        checked = _check_instances(deps, up, by_cloud, counts)
         _clean_strays(deps, by_cloud, counts, checked)
         _unstick(deps, counts)
         failover.wake_due(deps, counts)  # WAITING requests whose retry is due
@@ -102,12 +107,16 @@ def _observed(deps: Deps, counts: dict[str, int]) -> dict[str, dict[str, Provide
 
 
 def _check_instances(
-    deps: Deps, by_cloud: dict[str, dict[str, ProviderInstance]], counts: dict[str, int]
+    deps: Deps,
+    read: list[Instance],
+    by_cloud: dict[str, dict[str, ProviderInstance]],
+    counts: dict[str, int],
 ) -> list[Instance]:
-    """The RUNNING and TERMINATING instances checked against what their clouds report (a
-    REQUESTED one is booting: the boot watch finishes it, up or failed, runtime/boots.py, so
-    it is not read here); returns them as read."""
-    read = deps.store.list_instances(states=_UP)
+    """The RUNNING and TERMINATING instances (``read`` before the clouds were asked) checked
+    against what their clouds report (a REQUESTED one is booting: the boot watch finishes
+    it, up or failed, runtime/boots.py, so it is not read here); returns them as read. A
+    write starts from the instance as read and is a compare-and-set: one that moved on
+    meanwhile (a terminate, its job's end) is decided afresh, or left alone."""
     for inst in read:
         if inst.machine_type is not None:
             continue  # a pool workload's node: its machine is the pool's (runtime/pooled/)

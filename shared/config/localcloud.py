@@ -12,7 +12,7 @@ tested without a real cloud::
         zones:
           - name: lab-east-a
             capacity: {cpu-2: 8}          # a type missing here is not offered in the zone
-            errors: {cpu-2: {kind: throttle, times: 2}}
+            errors: {cpu-2: {kind: throttle, times: 2}}   # market: spot: that market only
     reservations:
       - {id: r-1, zone: lab-east-a, instance_type: cpu-2, count: 2}
 
@@ -49,10 +49,16 @@ _DEFER_REFERENCES = "defer_references"
 
 
 class InjectedError(StrictModel):
-    """A fault the zone plays for one instance type: every launch, or only the first ``times``."""
+    """A fault the zone plays for one instance type: every launch, or only the first ``times``;
+    in one market only when ``market`` names it (spot sold out, on-demand still sold)."""
 
     kind: ErrorKind
     times: int | None = Field(default=None, ge=1)  # None: every launch fails
+    market: Literal["on_demand", "spot"] | None = None  # None: every market
+
+    def meets(self, market: str) -> bool:
+        """Whether a launch in ``market`` meets this fault at all."""
+        return self.market is None or self.market == market
 
     def fails_launch(self, launch_number: int) -> bool:
         """Whether the ``launch_number``-th launch (1-based) of this type in the zone fails."""

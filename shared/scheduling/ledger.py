@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from ..budgets import BudgetSpend
 from ..lifecycle import MACHINE_TRANSITIONS, MachineStatus
 from ..placement import Placement
+from .fallback import FallbackPolicy, Setback, after_failure, note
 from .model import (
     Machine,
     MachineTypeState,
@@ -71,6 +72,7 @@ class PoolLedger(BaseModel):
     notes: dict[str, Pending] = Field(default_factory=dict)  # why each waiting workload waits
     placed_by: dict[str, str] = Field(default_factory=dict)  # workload -> the placement's reason
     budget_spend: dict[str, BudgetSpend] = Field(default_factory=dict)  # budget name -> spend
+    setbacks: dict[str, Setback] = Field(default_factory=dict)  # workload -> its failed launches
 
     def machines_of(self, workload_id: str) -> list[PoolMachine]:
         """The machines serving a workload, in node order (best group first, then id); not
@@ -141,6 +143,7 @@ def copy_ledger(ledger: PoolLedger) -> PoolLedger:
             "notes": dict(ledger.notes),
             "placed_by": dict(ledger.placed_by),
             "budget_spend": {k: s.model_copy() for k, s in ledger.budget_spend.items()},
+            "setbacks": dict(ledger.setbacks),
         }
     )
 
@@ -289,15 +292,40 @@ def machine_up(
     return machine
 
 
-def machine_failed(ledger: PoolLedger, machine_id: str, now: float) -> str | None:
+def machine_failed(
+    ledger: PoolLedger,
+    machine_id: str,
+    now: float,
+    *,
+    policy: FallbackPolicy | None = None,
+    why: str = "",
+) -> str | None:
     """A machine could not be launched. A replacement's is simply dropped; a placement's
     workload goes back to the queue (its other machines turn idle). Returns the workload id
-    sent back, if any."""
+    sent back, if any. With ``policy``, the failure is remembered on the workload
+    (:func:`.fallback.after_failure`): it backs off, and its group is passed over for a while
+    (a replacement's too: the workload stays where it runs)."""
     machine = ledger.machines.pop(machine_id, None)
-    if machine is None or machine.workload_id is None or machine.replaces is not None:
+    if machine is None or machine.workload_id is None:
         return None
-    release(ledger, machine.workload_id, now)
-    return machine.workload_id
+    wid = machine.workload_id
+    workload = ledger.workloads.get(wid)
+    if policy is not None and workload is not None:
+        ledger.setbacks[wid] = after_failure(
+            ledger.setbacks.get(wid),
+            workload_id=wid,
+            machine_type=machine.machine_type,
+            group_order=workload.group_order,
+            why=why,
+            now=now,
+            policy=policy,
+        )
+    if machine.replaces is not None:
+        return None
+    release(ledger, wid, now)
+    if policy is not None and wid in ledger.workloads:
+        ledger.notes[wid] = note(ledger.workloads[wid], ledger.setbacks[wid], now)  # `why`
+    return wid
 
 
 def machine_gone(ledger: PoolLedger, machine_id: str) -> PoolMachine | None:
@@ -346,6 +374,7 @@ def release(
         ledger.workloads.pop(workload_id, None)
         ledger.notes.pop(workload_id, None)
         ledger.placed_by.pop(workload_id, None)
+        ledger.setbacks.pop(workload_id, None)
     elif workload_id in ledger.workloads:
         ledger.workloads[workload_id] = ledger.workloads[workload_id].model_copy(
             update={"phase": "pending", "started_at": None}

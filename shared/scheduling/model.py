@@ -33,6 +33,7 @@ PendingCode = Literal[
     "waiting_for_preemption",  # capacity is held for it while the work it preempted stops
     "stopping",  # it is giving its machines back after a preemption
     "over_budget",  # placing it would break a dollar budget (the reason names it)
+    "backing_off",  # a machine of its last placement failed to launch: it waits, then falls back
 ]
 
 DEFAULT_RULE_PRIORITY = 1  # a partition without rules, or a rule without a priority

@@ -21,9 +21,11 @@ from ..budgets import Budget, BudgetSpend, Gate, accrue, budget_rates, for_pools
 from ..catalog.catalog import Catalog
 from ..config.machine_pool import MachinePool
 from ..resource_pools import ResolvedPools
+from ..waiting import utc_clock
 from .build import market_of
 from .det_ledger import DetLedger, NewAgentId, commit_det, grow, snapshots_of
 from .determined import schedule_pools
+from .fallback import Setback, holds_back, narrowed
 from .ledger import NewMachineId, PoolLedger, commit, snapshot_of
 from .machine_pools import schedule
 from .model import DetPlan, MachineTypeState, Pending, Plan, TaskPending
@@ -75,8 +77,20 @@ def machine_pool_pass(
     costing: Costing | None = None,
 ) -> tuple[PoolLedger, Plan]:
     """The machine-pool scheduler over ``ledger`` at ``now``, committed to a copy.
-    ``rebalance``: replacement and idle reaping are decided too (beat's pass)."""
+    ``rebalance``: replacement and idle reaping are decided too (beat's pass). A workload
+    whose machine failed to launch (:mod:`.fallback`) is held back while it backs off, and
+    seen without the groups it passes over."""
     snapshot = snapshot_of(ledger, types)
+    setbacks = ledger.setbacks
+    if setbacks:
+        snapshot = snapshot.model_copy(
+            update={
+                "workloads": tuple(
+                    narrowed(w, setbacks.get(w.workload_id), now) for w in snapshot.workloads
+                )
+            }
+        )
+    backing_off = holds_back(ledger.workloads, setbacks, now) if setbacks else {}
 
     def run(hidden: Mapping[str, Any]) -> Plan:
         snap = snapshot
@@ -94,12 +108,14 @@ def machine_pool_pass(
 
     budgets = for_pools(costing.budgets, [ledger.pool]) if costing else ()
     if costing is None or not budgets:
-        plan = run({})
+        plan = run(backing_off)
+        if setbacks:
+            plan = _told_of_setbacks(plan, backing_off, setbacks, now)
         return commit(ledger, plan, types, now, new_id), plan
     prices = costing.prices
     rates = budget_rates(budgets, _pool_holders(ledger, prices))
     spend = accrue(ledger.budget_spend, budgets, rates, now)
-    held: dict[str, Pending] = {}
+    held: dict[str, Pending] = dict(backing_off)
     while True:
         plan = run(held)
         gate = Gate(budgets, spend)
@@ -123,9 +139,29 @@ def machine_pool_pass(
         # taken goes to the next in line (and is checked in turn).
         held.update((p.workload_id, p) for p in refused)
     plan = plan.model_copy(update={"pending": (*plan.pending, *held.values())})
+    if setbacks:
+        plan = _told_of_setbacks(plan, {}, setbacks, now)
     after = commit(ledger, plan, types, now, new_id)
     after.budget_spend = _booked(spend, gate)
     return after, plan
+
+
+def _told_of_setbacks(
+    plan: Plan, backing_off: Mapping[str, Pending], setbacks: Mapping[str, Setback], now: float
+) -> Plan:
+    """The plan with the workloads held back (``backing_off``) among its waiting ones, and a
+    waiting workload that passes groups over told so: its reason speaks of the groups it may
+    use, not of the ones it waits to use again."""
+    pending = []
+    for p in plan.pending:
+        setback = setbacks.get(p.workload_id)
+        if setback is not None and p.code != "backing_off" and (gone := setback.avoided(now)):
+            until = ", ".join(f"{g} until {utc_clock(setback.avoid[g])}" for g in sorted(gone))
+            p = p.model_copy(
+                update={"reason": f"{p.reason}; passed over after a failed launch: {until}"}
+            )
+        pending.append(p)
+    return plan.model_copy(update={"pending": (*pending, *backing_off.values())})
 
 
 def _pool_holders(

@@ -11,7 +11,8 @@ true as time passes, and only these read the clock:
   note on spared work), asked only while work waits; with rebalancing, a workload is replaced
   only ``replacement_guard_s`` after its last replacement and once a better partition has had
   room for its ``replacement_threshold_s``, and an idle machine is reaped past its type's
-  ``max_idle_s``;
+  ``max_idle_s``; a workload whose machine failed to launch is placed again once its pause
+  ends, and a group it passed over is back in its order at its own time (:mod:`.fallback`);
 - Determined: an idle agent is reaped past its pool's ``max_idle_agent_s``;
 - budgets: spend accrues with time and periods start afresh, so a pass under budgets is
   never known to be quiet.
@@ -31,6 +32,7 @@ from typing import Any
 
 from ..budgets import for_pools
 from .det_ledger import DetLedger
+from .fallback import thresholds as setback_times
 from .ledger import PoolLedger
 from .model import DetPlan, MachineTypeState, Plan
 from .pool_passes import Costing, PassKnobs
@@ -62,7 +64,7 @@ def machine_pool_quiet_until(
     ``now``; ``now`` itself when that cannot be known (budgets)."""
     if costing is not None and for_pools(costing.budgets, [ledger.pool]):
         return now
-    times: list[float] = []
+    times: list[float] = setback_times(ledger.workloads, ledger.setbacks)
     running = [w for w in ledger.workloads.values() if w.phase == "running"]
     if any(w.phase == "pending" for w in ledger.workloads.values()):
         times += [_started(w.started_at, w.submitted_at) + knobs.min_runtime_s for w in running]

@@ -40,6 +40,10 @@ class SimTimers:
     replacement_budget: int = 1
     replacement_guard_s: float = 600.0
     pool_min_machines: int = 0
+    pool_retry_initial_s: float = 5.0  # a workload whose machine failed: its pause, doubled
+    pool_retry_cap_s: float = 120.0
+    pool_avoid_initial_s: float = 60.0  # and how long the failed group is passed over
+    pool_avoid_cap_s: float = 1800.0
     autoscale_cooldown_s: float = 180.0
     reconcile_interval_s: float = 2.0  # the autoscaler's tick while it has work
     wait_retry_initial_s: float = 30.0  # an exhausted chain waits, then is walked again

@@ -35,6 +35,7 @@ from ..resource_pools import resolve_pools
 from ..routing import pool_limits
 from ..scheduling.build import machine_types_of, workload_of
 from ..scheduling.det_ledger import DetLedger, add_task, agent_lost, release_task
+from ..scheduling.fallback import PASS_AFTER_S, FallbackPolicy
 from ..scheduling.ledger import (
     PoolLedger,
     add_workload,
@@ -75,7 +76,7 @@ class _Pooled(Generic[LedgerT]):
         self.machine_of: dict[str, str] = {}  # instance id -> machine id
         self.launching: set[str] = set()
         self.pass_due: float | None = None
-        self.retry_at = 0.0  # a failed launch: the next pass waits for beat's rebalance
+        self.retry_at = 0.0  # a failed agent launch (Determined): the next pass waits for beat
         self.changed = True  # the ledger was touched since the last pass
         # After a settled pass: until when a pass of each kind (rebalancing or not) is quiet.
         self.quiet_until: dict[bool, float] = {}
@@ -280,11 +281,17 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         templates = list(found.launch_templates) if found else []
         inst = self.launch_one(mid, templates, self.gpus)
         if inst is None:
-            wid = machine_failed(self.ledger, mid, self.sim.now)
+            # As the runtime's provisioning step: the setback decided in the ledger, a pass
+            # now (the machines that came up are free for others) and one when its pause ends.
+            policy = FallbackPolicy.of(self.sim.timers)
+            wid = machine_failed(self.ledger, mid, self.sim.now, policy=policy, why="no capacity")
             self.changed = True
             if wid is not None:
                 self.started.discard(wid)
-            self.retry_at = self.sim.now + self.sim.timers.pool_rebalance_interval_s
+            setback = self.ledger.setbacks.get(machine.workload_id or "")
+            if wid is not None and setback is not None and setback.retry_at > self.sim.now:
+                self.sim.at(setback.retry_at + PASS_AFTER_S, self.dirty)
+            self.dirty()
             return
         self.launching.add(mid)
         self.sim.at(inst.up_at, self._up, mid, inst)

@@ -81,7 +81,7 @@ def spec(zone: str = "lab-east-a", instance_type: str = "cpu-2", **kw: Any) -> L
         "request_id": "req-1",
         "attempt_id": f"att-{uuid.uuid4().hex[:8]}",
         "cloud": "local",
-        "region": CLOUD.region_of(zone),
+        "region": kw.pop("region", None) or CLOUD.region_of(zone),
         "zone": zone,
         "instance_type": instance_type,
     }
@@ -624,3 +624,61 @@ def test_a_task_sees_no_secret_in_its_or_its_agents_environment(
     assert log.count("== ") == 2, log  # the agent's and its parent's environments were read
     for secret in ("CORRAL_REDIS_URL", redis_url, "api-token-must-not-leak", "aws-key-must"):
         assert secret not in log, log
+
+
+SHORT = parse_local_cloud(
+    """
+instance_types:
+  - {name: gpu-a100-8, vcpus: 8, memory_gib: 16, accelerators: {A100: 8},
+     price_usd_per_hour: 3.0, spot_price_usd_per_hour: 1.1}
+regions:
+  - name: lab-central
+    zones:
+      - name: lab-central-a
+        capacity: {gpu-a100-8: 2}
+        errors: {gpu-a100-8: {kind: capacity, market: spot}}
+reservations:
+  - {id: shared-a100, zone: lab-central-a, instance_type: gpu-a100-8, count: 1}
+aliases:
+  a2-highgpu-8g: gpu-a100-8
+""",
+    "short-cloud.yaml",
+)
+R = "lab-central"
+
+
+def test_a_gcp_reservation_affinity_draws_on_the_reservation_it_names(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The seed's GCP launch template names its reservation by a full resource path under
+    instanceProperties.reservationAffinity (shared/reservations.py's one reading): read only
+    the AWS way, the reserved machines ran outside the reservation."""
+    gcp_style = {
+        "instanceProperties": {
+            "reservationAffinity": {
+                "consumeReservationType": "SPECIFIC_RESERVATION",
+                "key": "compute.googleapis.com/reservation-name",
+                "values": ["projects/my-project/reservations/shared-a100"],
+            }
+        }
+    }
+    with local_provider(SHORT, redis_url, tmp_path / "logs") as p:
+        template = spec(
+            "lab-central-a", "a2-highgpu-8g", region=R, advanced_instance_config=gcp_style
+        )
+        [a] = p.launch(template)
+        assert a.market == "reserved"
+        with pytest.raises(CapacityError, match="reservation shared-a100 has 0 of 1"):
+            p.launch(template.model_copy(update={"attempt_id": "att-second"}))
+        p.terminate([a.provider_id])
+
+
+def test_an_injected_error_for_one_market_leaves_the_other_alone(
+    redis_url: str, tmp_path: Path
+) -> None:
+    with local_provider(SHORT, redis_url, tmp_path / "logs") as p:
+        with pytest.raises(CapacityError, match="injected"):
+            p.launch(spec("lab-central-a", "gpu-a100-8", region=R, market="spot"))
+        [inst] = p.launch(spec("lab-central-a", "gpu-a100-8", region=R, attempt_id="att-od"))
+        assert inst.market == "on_demand"
+        p.terminate([inst.provider_id])

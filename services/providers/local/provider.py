@@ -66,6 +66,7 @@ from corral.shared.errors import (
     Scope,
     ThrottledError,
 )
+from corral.shared.reservations import reservation_of
 
 AGENT_MODULE = "corral.services.providers.local.agent"
 
@@ -322,7 +323,7 @@ class LocalProvider:
         now either. Only a zone with an injected error looks (a Redis command)."""
         type_name = self.cloud.instance_type(spec.instance_type).name
         fault = self.cloud.zone(spec.zone).errors.get(type_name)
-        if fault is None:
+        if fault is None or not fault.meets(spec.market):
             return False
         if self.state.attempt_value(spec.attempt_id) is not None:
             return True
@@ -759,15 +760,14 @@ def _expired(rec: InstanceRecord, now: float) -> bool:
 
 
 def _reservation_id(spec: LaunchSpec) -> str | None:
-    """The reservation named by the spec, or by the AWS-style key in advanced_instance_config:
-    ``CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId``."""
+    """The reservation named by the spec, or by its advanced_instance_config in either cloud's
+    spelling (:func:`corral.shared.reservations.reservation_of`, the one reading the runtime's
+    zones and markets and the simulator use: an AWS ``CapacityReservationId``, or a GCP
+    ``reservationAffinity`` naming one, by name or full resource path). Read the AWS way only,
+    a GCP pool's reserved machines ran outside their reservation here."""
     if spec.reservation_id:
         return str(spec.reservation_id)
-    node: object = spec.advanced_instance_config
-    for key in ("CapacityReservationSpecification", "CapacityReservationTarget"):
-        node = node.get(key) if isinstance(node, dict) else None
-    rid: object = node.get("CapacityReservationId") if isinstance(node, dict) else None
-    return rid if isinstance(rid, str) and rid else None
+    return reservation_of(spec.advanced_instance_config)
 
 
 def _json_list(text: str) -> list[object]:

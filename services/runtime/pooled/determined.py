@@ -38,6 +38,7 @@ from corral.shared.scheduling.det_ledger import (
     agent_lost,
     release_task,
 )
+from corral.shared.scheduling.fallback import FallbackPolicy, Setback
 from corral.shared.scheduling.pool_passes import Costing, determined_pass, slot_prices
 
 
@@ -168,9 +169,14 @@ class DeterminedPools:
         found.idle_since = now
         return True
 
-    def machine_failed(self, ledger: DetLedger, machine_id: str, now: float) -> bool:
-        agent_lost(ledger, machine_id, now)
+    def machine_failed(
+        self, ledger: DetLedger, machine_id: str, now: float, *, why: str, policy: FallbackPolicy
+    ) -> bool:
+        agent_lost(ledger, machine_id, now)  # an agent serves its pool: no one task backs off
         return True
+
+    def setback_of(self, ledger: DetLedger, work_id: str) -> Setback | None:
+        return None
 
     def workload_of(self, machine: DetAgent) -> str | None:
         return None  # an agent serves its pool, not one task

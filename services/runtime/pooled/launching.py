@@ -28,6 +28,8 @@ from corral.services.state.boots import Boot
 from corral.services.state.pool_store import PoolRecord
 from corral.shared.errors import ProviderError
 from corral.shared.merge import MergeError
+from corral.shared.scheduling.fallback import PASS_AFTER_S, FallbackPolicy, Setback
+from corral.shared.waiting import utc_clock
 
 log = logging.getLogger("corral.pools")
 
@@ -156,14 +158,43 @@ def _up(
 def _failed(
     deps: Deps, kind: PoolKind, record: PoolRecord, machine_id: str, machine: Any, why: str
 ) -> str:
+    """The machine could not be launched: its work backs off and falls down its group order
+    (:mod:`corral.shared.scheduling.fallback` decides; the ledger keeps the setback), and a
+    pass is sent for when its pause ends (beat's rebalancing would come later)."""
     now = deps.now()
-    kind.ledgers(deps).update(record.name, lambda led: kind.machine_failed(led, machine_id, now))
+    policy = FallbackPolicy.of(deps.settings.timers)
+    seen: list[Any] = [None]  # the machine as the write found it (it may have left its work)
+
+    def fail(led: Any) -> bool:
+        seen[0] = kind.machines(led).get(machine_id)
+        return kind.machine_failed(led, machine_id, now, why=why, policy=policy)
+
+    updated = kind.ledgers(deps).update(record.name, fail)
     log.warning("%s machine %s could not be launched: %s", kind.label, machine_id, why)
-    if workload := kind.workload_of(machine):
-        deps.store.append_event(
-            workload,
-            f"pool machine {machine.machine_type} could not be launched ({why}); back in the queue",
-            now,
-        )
+    machine = seen[0] or machine
+    # Its work, if it still had one: a machine whose placement an earlier failure sent back
+    # (its mate's) tells that workload nothing new.
+    workload = kind.workload_of(machine) if seen[0] is not None else None
+    replacing = bool(getattr(machine, "replaces", None))
+    setback = kind.setback_of(updated, workload) if updated is not None and workload else None
+    if workload:
+        text = f"pool machine {machine.machine_type} could not be launched ({why})"
+        text += "; the workload stays where it runs" if replacing else "; back in the queue"
+        if setback is not None:
+            text += _next_try(setback, machine.machine_type, replacing=replacing)
+        deps.store.append_event(workload, text, now)
     dispatch.pool_pass(record.name, settings=deps.settings)
+    if setback is not None and setback.retry_at > now and not replacing:
+        wait_s = setback.retry_at - now + PASS_AFTER_S
+        dispatch.pool_pass(record.name, settings=deps.settings, countdown=wait_s)
     return "failed"
+
+
+def _next_try(setback: Setback, machine_type: str, *, replacing: bool) -> str:
+    """The event's word on what follows: when the workload is tried again, which group it
+    passes over until when."""
+    text = "" if replacing else f": next try at {utc_clock(setback.retry_at)}"
+    until = setback.avoid.get(machine_type)
+    if until is not None and until > setback.failed_at:
+        text += f"; {machine_type} passed over until {utc_clock(until)}"
+    return text

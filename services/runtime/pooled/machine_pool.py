@@ -32,6 +32,7 @@ from corral.shared.records import LaunchRequest
 from corral.shared.routing import pool_of
 from corral.shared.scheduling import MachineTypeState
 from corral.shared.scheduling.build import machine_types_of, workload_of
+from corral.shared.scheduling.fallback import FallbackPolicy, Setback
 from corral.shared.scheduling.ledger import (
     PoolLedger,
     PoolMachine,
@@ -170,11 +171,16 @@ class MachinePools:
         machine_up(ledger, machine_id, provider_id, at)
         return True
 
-    def machine_failed(self, ledger: PoolLedger, machine_id: str, now: float) -> bool:
+    def machine_failed(
+        self, ledger: PoolLedger, machine_id: str, now: float, *, why: str, policy: FallbackPolicy
+    ) -> bool:
         if machine_id not in ledger.machines:
             return False
-        machine_failed(ledger, machine_id, now)
+        machine_failed(ledger, machine_id, now, policy=policy, why=why)
         return True
+
+    def setback_of(self, ledger: PoolLedger, work_id: str) -> Setback | None:
+        return ledger.setbacks.get(work_id)
 
     def workload_of(self, machine: PoolMachine) -> str | None:
         return machine.workload_id

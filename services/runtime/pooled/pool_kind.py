@@ -15,6 +15,7 @@ from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.placement import Placement
 from corral.shared.records import LaunchRequest
+from corral.shared.scheduling.fallback import FallbackPolicy, Setback
 from corral.shared.scheduling.pooled import PooledMachine
 
 
@@ -99,7 +100,16 @@ class PoolKind(Protocol):
         if the ledger no longer waits for it."""
         ...
 
-    def machine_failed(self, ledger: Any, machine_id: str, now: float) -> bool: ...
+    def machine_failed(
+        self, ledger: Any, machine_id: str, now: float, *, why: str, policy: FallbackPolicy
+    ) -> bool:
+        """``machine_id`` could not be launched (``why``); the work it was for follows
+        ``policy`` (machine pools: it backs off and falls down its group order)."""
+        ...
+
+    def setback_of(self, ledger: Any, work_id: str) -> Setback | None:
+        """What failed launches left on a request's work (None: nothing, or not this kind's)."""
+        ...
 
     def workload_of(self, machine: Any) -> str | None:
         """The request a machine was launched for, if one (its events tell the user)."""

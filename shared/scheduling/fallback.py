@@ -1,0 +1,183 @@
+"""A workload whose pool machine failed to launch: when it is placed again, and where.
+
+Anyscale's machine pools place a workload along its compute config's group order (reserved,
+then spot, then on-demand in the seed) and move it back up when a better group frees
+(``enable_replacement``). A group the cloud cannot serve right now (a reservation holding
+fewer machines than its partition's ``size``, spot sold out) must not be asked again at once:
+placed, failed, queued, placed again, the workload stormed (4,267 events in a minute, issue
+#46) and never reached the groups below.
+
+So one failure leaves a :class:`Setback` on the workload, decided here and nowhere else:
+
+- **back off**: it is not placed again before ``retry_at``: the pause grows with its failures
+  in a row (:class:`~corral.shared.waiting.Backoff`, the one formula of the project, here
+  with the pool's timers), drawn with jitter from a seed of the workload and its failure
+  number, so a redelivered step decides the same time;
+- **fall back**: the group whose machine failed is passed over until ``avoid[group]``, so the
+  next placement goes down the group order; that time grows with the group's own failures, so
+  a group that keeps failing is asked ever less often;
+- **come back up**: once that time passes the group is in the workload's order again, and the
+  existing rebalancing (replacement, past the partition's ``replacement_threshold``) moves the
+  workload up when the group has room; a failed replacement only passes the group over again.
+
+When every group of its order is passed over, the workload waits for the first to come back.
+:func:`narrowed` gives the scheduler the workload as the pass should see it; :func:`holds_back`
+the workloads a pass must leave waiting, each with its note for ``corral why``. Pure: the
+clock comes in as ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..waiting import Backoff, retry_rng, utc_clock
+from .model import Pending, Workload
+
+
+class Setback(BaseModel):
+    """What a workload's failed launches left: see the module docstring. Frozen, shared
+    between copies of a ledger."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    failures: int = Field(1, ge=1)  # its launches that failed, in all
+    machine_type: str  # the group of the machine that failed last
+    why: str = ""  # the cloud's word on it
+    failed_at: float
+    retry_at: float  # not placed again before this
+    avoid: dict[str, float] = Field(default_factory=dict)  # group -> passed over until
+    strikes: dict[str, int] = Field(default_factory=dict)  # group -> its failures
+
+    def avoided(self, now: float) -> set[str]:
+        """The groups passed over at ``now``."""
+        return {group for group, until in self.avoid.items() if until > now}
+
+
+# The settings' defaults (``services.settings.Timers``: pool_retry_*, pool_avoid_*): a pause
+# of 5 s, 10 s, 20 s, ... at most 2 min; a group passed over 1 min, 2 min, ... at most 30 min.
+RETRY = Backoff(initial_s=5.0, multiplier=2.0, cap_s=120.0, jitter=0.2)
+AVOID = Backoff(initial_s=60.0, multiplier=2.0, cap_s=1800.0, jitter=0.2)
+
+
+# A pass sent for the end of a pause runs this much after it, so that it finds the pause over.
+PASS_AFTER_S = 0.05
+
+
+@dataclass(frozen=True)
+class FallbackPolicy:
+    """The two pauses: before a sent-back workload is placed again (``retry``), and how long
+    a group whose machine failed is passed over (``avoid``)."""
+
+    retry: Backoff = RETRY
+    avoid: Backoff = AVOID
+
+    @classmethod
+    def of(cls, timers: Any) -> FallbackPolicy:
+        """From an object with the settings' field names (``services.settings.Timers``, the
+        simulator's timers)."""
+        return cls(
+            retry=Backoff(
+                initial_s=float(timers.pool_retry_initial_s),
+                multiplier=2.0,
+                cap_s=float(timers.pool_retry_cap_s),
+                jitter=0.2,
+            ),
+            avoid=Backoff(
+                initial_s=float(timers.pool_avoid_initial_s),
+                multiplier=2.0,
+                cap_s=float(timers.pool_avoid_cap_s),
+                jitter=0.2,
+            ),
+        )
+
+
+def after_failure(
+    prev: Setback | None,
+    *,
+    workload_id: str,
+    machine_type: str,
+    group_order: Iterable[str],
+    why: str,
+    now: float,
+    policy: FallbackPolicy,
+) -> Setback:
+    """The setback once a machine of ``machine_type`` failed to launch for the workload at
+    ``now`` (``prev``: what earlier failures left). A group not in ``group_order`` (its head
+    node, launched outside the pool) only adds to the pause."""
+    order = tuple(dict.fromkeys(group_order))
+    failures = (prev.failures + 1) if prev else 1
+    rng = retry_rng(workload_id, failures)
+    avoid = {g: t for g, t in (prev.avoid if prev else {}).items() if t > now}
+    strikes = dict(prev.strikes) if prev else {}
+    if machine_type in order:
+        strikes[machine_type] = strikes.get(machine_type, 0) + 1
+        avoid[machine_type] = now + policy.avoid.wait_s(strikes[machine_type] - 1, rng)
+    retry_at = now + policy.retry.wait_s(failures - 1, rng)
+    if order and all(avoid.get(g, 0.0) > now for g in order):
+        retry_at = max(retry_at, min(avoid[g] for g in order))  # the first group back
+    return Setback(
+        failures=failures,
+        machine_type=machine_type,
+        why=why,
+        failed_at=now,
+        retry_at=retry_at,
+        avoid=avoid,
+        strikes=strikes,
+    )
+
+
+def narrowed(workload: Workload, setback: Setback | None, now: float) -> Workload:
+    """The workload as a pass at ``now`` sees it: its group order without the groups passed
+    over (the whole order when all are: it is held back until one is not)."""
+    if setback is None:
+        return workload
+    gone = setback.avoided(now)
+    if not gone.intersection(workload.group_order):
+        return workload
+    order = tuple(g for g in workload.group_order if g not in gone)
+    return workload.model_copy(update={"group_order": order}) if order else workload
+
+
+def holds_back(
+    workloads: Mapping[str, Workload], setbacks: Mapping[str, Setback], now: float
+) -> dict[str, Pending]:
+    """The waiting workloads a pass at ``now`` must not place (their pause is not over), each
+    with its note for ``corral why``."""
+    out = {}
+    for wid, setback in setbacks.items():
+        workload = workloads.get(wid)
+        if workload is not None and workload.phase == "pending" and setback.retry_at > now:
+            out[wid] = note(workload, setback, now)
+    return out
+
+
+def note(workload: Workload, setback: Setback, now: float) -> Pending:
+    """Why a workload waits after a failed launch, for ``corral why``: which group failed,
+    when, why; when it is tried next and on which group; until when a group is passed over."""
+    left = narrowed(workload, setback, setback.retry_at).group_order
+    gone = sorted(setback.avoided(now).intersection(workload.group_order))
+    text = (
+        f"a {setback.machine_type} machine failed to launch at {utc_clock(setback.failed_at)}"
+        + (f" ({setback.why})" if setback.why else "")
+        + f"; next try at {utc_clock(setback.retry_at)}"
+        + (f" on {left[0]}" if left else "")
+        + f" (failure {setback.failures}, backing off)"
+    )
+    if gone:
+        until = ", ".join(f"{g} until {utc_clock(setback.avoid[g])}" for g in gone)
+        text += f"; passed over: {until}"
+    return Pending(workload_id=workload.workload_id, code="backing_off", reason=text)
+
+
+def thresholds(workloads: Mapping[str, Workload], setbacks: Mapping[str, Setback]) -> list[float]:
+    """The times a pass reads from the setbacks: a pause's end, a group's return."""
+    out = []
+    for wid, setback in setbacks.items():
+        if wid in workloads:
+            out.append(setback.retry_at)
+            out.extend(setback.avoid.values())
+    return out
