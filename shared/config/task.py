@@ -46,6 +46,9 @@ _CLOUD_ALIASES = {"k8s": "kubernetes", "google": "gcp", "amazon": "aws"}
 _AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]i?b?)?\s*(\+)?\s*$", re.IGNORECASE)
 _GIB_PER_UNIT = {"k": 2.0**-20, "m": 2.0**-10, "g": 1.0, "t": 2.0**10, "p": 2.0**20}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the node agent reads from its work's envs and acts on (a readiness probe, a
+# cluster's GCS address, a node's rank): Corral's own, never a task's.
+RESERVED_ENV_PREFIX = "CORRAL_"
 
 
 def _cloud(value: object) -> object:
@@ -416,6 +419,20 @@ class Task(StrictModel):
             if not _ENV_NAME.match(key):
                 raise ValueError(f"expected environment variable names like MY_VAR, got {key!r}")
         return value
+
+    def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Cross-field mistakes, each with its path: envs naming Corral's own variables
+        (``CORRAL_*``, which the node agent reads and acts on). Corral's own tasks (a
+        cluster's nodes) are built without this check; a submitted task is refused."""
+        return [
+            (
+                ("envs", name),
+                f"{name!r}: variables starting with {RESERVED_ENV_PREFIX} are Corral's own "
+                "(the node agent acts on them); rename it",
+            )
+            for name in self.envs
+            if name.upper().startswith(RESERVED_ENV_PREFIX)
+        ]
 
     @model_validator(mode="after")
     def _convert_priority(self) -> Task:

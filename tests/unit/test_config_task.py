@@ -274,3 +274,21 @@ def test_ignored_fields_are_noticed_with_their_line(tmp_path: Path) -> None:
 def test_model_rejects_unknown_keys_without_a_file() -> None:
     with pytest.raises(ValidationError):
         Task.model_validate({"nmae": "typo"})
+
+
+def test_envs_may_not_set_corrals_own_variables(tmp_path: Path) -> None:
+    """Issue #47 item 7: a task's envs setting CORRAL_* (which the node agent acts on: a
+    ``file://`` readiness probe crashed its probe thread) are refused, naming the variable;
+    a cluster node's task, which Corral builds itself, is not checked."""
+    path = tmp_path / "task.yaml"
+    path.write_text(
+        "run: 'true'\nenvs:\n  OK: 1\n  CORRAL_READINESS_PROBE: '{\"path\": \"file:///etc\"}'\n"
+        "  corral_node_rank: 3\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_as(path, Task)
+    found = [(i.line, i.loc) for i in info.value.issues]
+    assert found == [(4, "envs.CORRAL_READINESS_PROBE"), (5, "envs.corral_node_rank")]
+    assert "Corral's own" in info.value.issues[0].message
+    built = Task.model_validate({"envs": {"CORRAL_CLUSTER": "c"}})
+    assert built.envs == {"CORRAL_CLUSTER": "c"} and len(built.problems()) == 1
