@@ -433,6 +433,24 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
     assert client.get("/docs").status_code == 200
 
 
+def test_the_apis_description_needs_a_token(settings: Settings) -> None:
+    """Issue #47 item 7: /openapi.json and /docs answered without a token. The description
+    now needs one (any user's); the browser page is the console's, behind its session."""
+    with TestClient(create_app(settings)) as anonymous:
+        assert anonymous.get("/openapi.json").status_code == 401
+        assert anonymous.get("/redoc").status_code == 404
+        docs = anonymous.get("/docs", follow_redirects=False)
+        assert docs.status_code == 303 and docs.headers["location"] == "/console/docs"
+        page = anonymous.get("/console/docs", follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"].startswith("/console/login")
+        assert anonymous.get("/console/openapi.json", follow_redirects=False).status_code == 303
+        assert anonymous.get("/healthz").status_code == 200  # probes still ask without one
+        spec = anonymous.get("/openapi.json", headers=AUTH).json()
+        assert "/v1/requests" in spec["paths"]
+        shown = anonymous.get("/console/docs", headers=AUTH)
+        assert shown.status_code == 200 and "/console/openapi.json" in shown.text
+
+
 def _dead_redis_url() -> str:
     """A Redis URL on a loopback port nothing listens on."""
     with socket.socket() as s:
