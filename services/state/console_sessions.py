@@ -41,7 +41,10 @@ class ConsoleSessions:
         if not session_id or len(session_id) > 128:
             return False
         held = self._r.get(self._key(session_id))
-        return held is not None and hmac.compare_digest(held, token_mark.encode("utf-8"))
+        if held is None:
+            return False
+        stored = held if isinstance(held, bytes) else str(held).encode("utf-8")
+        return hmac.compare_digest(stored, token_mark.encode("utf-8"))
 
     def close(self, session_id: str) -> None:
         """End a session (sign-out); an unknown id is nothing to end."""
