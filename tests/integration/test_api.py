@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from corral.services.api import create_app
 from corral.services.queues import dispatch
@@ -449,6 +450,22 @@ def test_the_apis_description_needs_a_token(settings: Settings) -> None:
         assert "/v1/requests" in spec["paths"]
         shown = anonymous.get("/console/docs", headers=AUTH)
         assert shown.status_code == 200 and "/console/openapi.json" in shown.text
+
+
+def test_metrics_are_open_unless_a_scrape_token_is_set(settings: Settings) -> None:
+    """Issue #47 item 7: /metrics answered anyone. It stays open by default (counts and gauges,
+    what the chart's ServiceMonitor and pod annotations scrape without a token); with
+    CORRAL_METRICS_TOKEN it answers that token only (not even the admin's)."""
+    with TestClient(create_app(settings)) as anonymous:
+        assert anonymous.get("/metrics").status_code == 200
+    scrape = "scrape-token-not-secret"
+    guarded = settings.model_copy(update={"metrics_token": SecretStr(scrape)})
+    with TestClient(create_app(guarded)) as c:
+        assert c.get("/metrics").status_code == 401
+        assert c.get("/metrics", headers=AUTH).status_code == 401
+        assert c.get("/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+        served = c.get("/metrics", headers={"Authorization": f"Bearer {scrape}"})
+        assert served.status_code == 200 and "corral_store_up 1.0" in served.text
 
 
 def _dead_redis_url() -> str:
