@@ -43,6 +43,7 @@ from corral.services.providers.base import (
     TAG_MANAGED,
     TAG_NODE,
     CatalogOfferings,
+    Features,
     LaunchSpec,
     ProviderInstance,
 )
@@ -91,7 +92,6 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
 
     name = "aws"
     poll_interval_s: float  # DescribeInstances is rate-limited per account (see __init__)
-    can_stop = True  # StopInstances / StartInstances (EBS-backed machines)
 
     def __init__(
         self,
@@ -125,6 +125,8 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
         # its own to boot): the node agents' book, else the one given.
         self.log_book = nodes.book if nodes is not None else log_book
         self.node_work = nodes  # pooled machines take their work through their agents
+        # StopInstances / StartInstances (EBS-backed machines); agents register via the API.
+        self.features = Features(stop=True, agents_through_api=nodes is not None)
         self.endpoint_url = endpoint_url
         # None: Corral's defaults above; one image given for CPU launches serves GPU ones too.
         self.default_image_id = default_image_id or DEFAULT_IMAGE_ID

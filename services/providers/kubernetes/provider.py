@@ -34,6 +34,7 @@ import urllib3
 from corral.services.providers.base import (
     TAG_MANAGED,
     TAG_NODE,
+    Features,
     LaunchSpec,
     ProviderInstance,
     check_env_names,
@@ -91,7 +92,6 @@ class KubernetesProvider(NodeBookLogs):
 
     name = "kubernetes"
     poll_interval_s: float  # every look lists pods on the API server (see __init__)
-    can_stop = False  # a pod cannot be stopped and started again: it is deleted
 
     def __init__(
         self,
@@ -121,6 +121,8 @@ class KubernetesProvider(NodeBookLogs):
         self.throttle_retries = throttle_retries
         self.nodes = nodes
         self.node_work = nodes
+        # A pod cannot be stopped and started again (it is deleted); agents register via the API.
+        self.features = Features(agents_through_api=nodes is not None)
         self.log_book = log_book  # what the pods' agents shipped of their output
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}

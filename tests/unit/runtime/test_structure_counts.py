@@ -1,6 +1,6 @@
 """ops/structure_counts.py (issue #48's counts) on this tree: each count is there with what it
-found, and one direct launch is measured: how many times its task is validated from the stored dict between submit and
-RUNNING."""
+found, the provider features are declared (no ``getattr`` probe left), and one direct launch
+is measured: how many times its task is validated from a dict between submit and RUNNING."""
 
 from __future__ import annotations
 
@@ -58,6 +58,10 @@ def test_the_script_prints_every_count_with_what_it_found() -> None:
     assert counts["services_lines"]["count"] > 10_000
     assert counts["lifecycles"]["count"] >= 1  # the request's table at least
     assert "services/queues/redis_conn.py" in counts["redis_clients"]["where"]
+
+
+def test_no_provider_feature_is_probed_with_getattr() -> None:
+    assert _script().count(REPO)["getattr_features"] == {"count": 0, "where": []}
 
 
 def test_each_rule_finds_what_it_describes(tmp_path: Path) -> None:
