@@ -1,8 +1,9 @@
 """The one registry of clouds and their providers: how each cloud's provider is built from the
 settings, whether its credentials look present before its SDK loads, its name as people write
-it, where its instance types are listed, and what it does with a Ray cluster file. The shipped
-clouds are :data:`corral.shared.clouds.PROVIDER_CLOUDS` and Kubernetes; each maps to its
-package, imported on first use (cloud SDKs load lazily). A new cloud is one package and one
+it, where its instance types are listed, and what it does with a Ray cluster file. Every list
+of clouds outside shared/ derives from :data:`CLOUDS` (shared/, which cannot import this,
+declares the few it needs and a test holds them to it); each cloud maps to its package,
+imported on first use (cloud SDKs load lazily). A new cloud is one package and one
 line: ``register_cloud(name, Cloud(build))`` (its settings beside it), as
 ``tests/fakes/lambda_cloud`` shows."""
 
@@ -146,19 +147,6 @@ def _gcp(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
     )
 
 
-CLOUDS: dict[str, Cloud] = {
-    "local": Cloud(
-        _local,
-        display_name="Local",
-        types_from="the local cloud file",
-        cluster_files=_local_files,
-    ),
-    "aws": Cloud(_aws, aws_credentials_hint, display_name="AWS"),
-    "gcp": Cloud(_gcp, gcp_credentials_hint, display_name="GCP"),
-}
-assert set(CLOUDS) == set(PROVIDER_CLOUDS), "every shipped provider cloud needs an entry"
-
-
 def _kubernetes(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
     from corral.services.providers.kubernetes.provider import KubernetesProvider
 
@@ -173,22 +161,34 @@ def _kubernetes(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
     )
 
 
-def register_cloud(name: str, cloud: Cloud) -> None:
-    """Make ``name`` a cloud Corral launches on (a cloud's package calls this once)."""
-    CLOUDS[name] = cloud
-
-
-# Kubernetes ships as a registered cloud (no catalog: its offerings are its nodes, listed live;
-# its launches go to the plain provision queue). CORRAL_CLOUDS turns it on.
-register_cloud(
-    "kubernetes",
-    Cloud(
+# Every cloud Corral launches on, and the one list of them: the CLI's choices, the workers'
+# queues (``provision.<cloud>`` each), the API's and ``corral plan``'s clouds derive from it.
+# Kubernetes has no catalog (its offerings are its nodes, listed live); CORRAL_CLOUDS turns
+# it on.
+CLOUDS: dict[str, Cloud] = {
+    "local": Cloud(
+        _local,
+        display_name="Local",
+        types_from="the local cloud file",
+        cluster_files=_local_files,
+    ),
+    "aws": Cloud(_aws, aws_credentials_hint, display_name="AWS"),
+    "gcp": Cloud(_gcp, gcp_credentials_hint, display_name="GCP"),
+    "kubernetes": Cloud(
         _kubernetes,
         kubernetes_credentials_hint,
         display_name="Kubernetes",
         cluster_files=_pod_files,
     ),
-)
+}
+# The pure core's own declaration (planned when no clouds are given, played by the simulator)
+# names registered clouds only; tests/unit/test_cloud_lists.py holds the two together.
+assert set(PROVIDER_CLOUDS) <= set(CLOUDS), "every cloud the core declares needs an entry"
+
+
+def register_cloud(name: str, cloud: Cloud) -> None:
+    """Make ``name`` a cloud Corral launches on (a cloud's package calls this once)."""
+    CLOUDS[name] = cloud
 
 
 def registered_clouds() -> tuple[str, ...]:
