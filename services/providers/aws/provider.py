@@ -49,6 +49,7 @@ from corral.services.providers.base import (
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.services.state.nodes import NodeBook
+from corral.shared.backoff import backoff_s
 from corral.shared.errors import (
     AuthError,
     CapacityError,
@@ -508,7 +509,7 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
                 last = exc
                 log.warning("terminating %s in %s failed (try %d): %s", ids, region, try_no, exc)
                 if try_no + 1 < self.terminate_attempts:
-                    time.sleep(self.terminate_backoff_s * 2**try_no)
+                    time.sleep(backoff_s(self.terminate_backoff_s, try_no))
         raise ProviderError(
             f"could not terminate {', '.join(ids)} in {region} after "
             f"{self.terminate_attempts} tries: {last}",

@@ -47,6 +47,7 @@ from corral.services.providers.gcp.instance_body import (
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.services.state.nodes import NodeBook
+from corral.shared.backoff import backoff_s
 from corral.shared.errors import (
     AuthError,
     InvalidRequestError,
@@ -484,7 +485,7 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
             if error is None:
                 return
             if try_no + 1 < self.teardown_tries:
-                time.sleep(self.teardown_backoff_s * 2**try_no)
+                time.sleep(backoff_s(self.teardown_backoff_s, try_no))
         assert error is not None
         what = ", ".join(f"{z}/{n}" for z, n in left)
         raise type(error)(

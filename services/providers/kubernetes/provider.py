@@ -56,6 +56,7 @@ from corral.services.providers.kubernetes.pods import (
     shape_name,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
+from corral.shared.backoff import backoff_s
 from corral.shared.catalog.offering import Offering as CatalogOffering
 from corral.shared.errors import (
     AuthError,
@@ -184,7 +185,7 @@ class KubernetesProvider(NodeBookLogs):
                 return json.loads(answer.data or b"{}")
             except ApiException as exc:
                 if exc.status == 429 and attempt < self.throttle_retries:
-                    time.sleep(min(2.0, 0.2 * 2**attempt))
+                    time.sleep(backoff_s(0.2, attempt, cap_s=2.0))
                     continue
                 raise _typed(exc) from exc
             except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
