@@ -72,3 +72,10 @@ def test_only_the_registry_and_the_declared_lists_spell_out_clouds() -> None:
         "shared/clouds.py:PROVIDER_CLOUDS",
         "shared/config/task.py:KNOWN_CLOUDS",
     ]
+
+
+def test_each_shipped_clouds_builder_lives_in_its_package() -> None:
+    for cloud in ("aws", "gcp", "kubernetes", "local"):
+        build = registry.CLOUDS[cloud].build
+        assert build.__module__ == f"corral.services.providers.{cloud}.build", cloud
+        assert (PROVIDERS / cloud / "build.py").is_file()
