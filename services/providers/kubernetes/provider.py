@@ -52,10 +52,10 @@ from corral.services.providers.kubernetes.pods import (
     pod_manifest,
     pod_name,
     pod_state,
-    quantity,
     shape_name,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
+from corral.shared.autoscaler.kube_pods import quantity
 from corral.shared.backoff import backoff_s
 from corral.shared.catalog.offering import Offering as CatalogOffering
 from corral.shared.errors import (
