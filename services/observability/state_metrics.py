@@ -28,6 +28,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from corral.services.providers.registry import registered_clouds
 from corral.services.queues import dispatch
 from corral.services.queues.redis_conn import connect
 from corral.services.runtime.deps import Deps
@@ -218,7 +219,8 @@ class StateCollector(Collector):
 
     def _queues(self, f: dict[str, GaugeMetricFamily]) -> None:
         pipe = self.deps.redis.pipeline(transaction=False)
-        names = [(q, role) for role, queues in dispatch.role_queues().items() for q in queues]
+        roles = dispatch.role_queues(registered_clouds())
+        names = [(q, role) for role, queues in roles.items() for q in queues]
         for queue, _role in names:
             pipe.llen(queue)  # kombu's Redis transport keeps a queue as a list of that name
         pipe.hlen("unacked")  # and delivered, unacknowledged messages in this hash
