@@ -133,6 +133,8 @@ class Settings(BaseSettings):
     bundle_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     api_url: str | None = None  # None: read from <home>/api-url written by `corral up`
     api_token: SecretStr | None = None  # None: read from <home>/api-token (mode 0600)
+    # Set: GET /metrics needs it as a bearer token (Prometheus's `authorization`); None: open.
+    metrics_token: SecretStr | None = None
     api_host: str = "127.0.0.1"
     api_port: int = 0  # 0: a free port
     flower_port: int = 0

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel
 
 from corral.shared.errors import Scope
 
 FIELDS = ("cloud", "region", "zone", "instance_type", "market")
+# How a machine is bought, declared once: the scheduler's machine types, the simulated cloud's
+# capacity and the placements all speak these words (in capacity order: reserved first).
+Market = Literal["reserved", "spot", "on_demand"]
+MARKETS: tuple[str, ...] = get_args(Market)
 
 
 class Placed(Protocol):

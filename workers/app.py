@@ -2,7 +2,8 @@
 
 - ``schedule``   the scheduling worker   (admission of a request without a planned chain; a
                  direct request is admitted on its first cloud's provisioning queue)
-- ``provision.local``, ``provision.aws``, ``provision.gcp``, ``provision``
+- ``provision.<cloud>`` (one per registered cloud: ``provision.aws``, ``provision.gcp``,
+                 ``provision.kubernetes``, ``provision.local``), ``provision``
                  the provisioning worker (attempts, termination, reconcile)
 - ``autoscale``  the autoscaling worker
 
@@ -26,11 +27,12 @@ from celery.signals import worker_process_init
 
 from corral.services.observability import worker_hooks
 from corral.services.observability.events import EventMetrics
+from corral.services.providers.registry import registered_clouds
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import wire_store_listener
 from corral.services.settings import Settings, get_settings
 
-ROLE_QUEUES = dispatch.role_queues()
+ROLE_QUEUES = dispatch.role_queues(registered_clouds())
 # The store's writes counted as event metrics in every worker process (the runtime, below
 # observability, does not import them).
 wire_store_listener(EventMetrics())

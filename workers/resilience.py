@@ -35,6 +35,7 @@ from redis.exceptions import LockError
 from corral.services.queues.redis_conn import connect
 from corral.services.settings import get_settings
 from corral.services.state.outage import OutageBook, outage_book
+from corral.shared.backoff import backoff_s
 
 log = logging.getLogger("corral.resilience")
 
@@ -215,4 +216,4 @@ class BeatScheduler(RedBeatScheduler):  # type: ignore[misc]
 
     def _backoff(self) -> float:
         self._failures += 1
-        return float(min(1.0, 0.1 * 2 ** min(self._failures, 4)) * random.uniform(0.5, 1.0))
+        return backoff_s(0.1, min(self._failures, 4), cap_s=1.0) * random.uniform(0.5, 1.0)

@@ -96,9 +96,11 @@ def clone(
     if workdir.exists() and any(workdir.iterdir()):
         return  # cloned on an earlier boot of this machine
     workdir.parent.mkdir(parents=True, exist_ok=True)
-    steps = [["git", "clone", "--quiet", url, str(workdir)]]
+    # `--` ends git's options: a URL or ref the API let through is never read as one (the
+    # task's own check refuses a leading '-' too). After the ref it says no paths follow.
+    steps = [["git", "clone", "--quiet", "--", url, str(workdir)]]
     if ref:
-        steps.append(["git", "-C", str(workdir), "checkout", "--quiet", ref])
+        steps.append(["git", "-C", str(workdir), "checkout", "--quiet", ref, "--"])
     for argv in steps:
         code, said = run(argv)
         if code != 0:

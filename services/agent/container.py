@@ -27,7 +27,8 @@ def run_argv(
     argv = [docker, "run", "-d", "--name", name, "--network", "host"]
     if workdir and Path(workdir).is_dir():
         argv += ["-v", f"{workdir}:{workdir}", "-w", workdir]
-    return [*argv, *env_names(envs), image, "sleep", "infinity"]
+    # `--` ends docker's options: the image is never read as one.
+    return [*argv, *env_names(envs), "--", image, "sleep", "infinity"]
 
 
 @dataclass(frozen=True)

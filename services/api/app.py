@@ -29,6 +29,8 @@ from corral.services.api.clusters import router as clusters_router
 from corral.services.api.console.routes import pages as console_pages
 from corral.services.api.console.routes import router as console_router
 from corral.services.api.costs import router as costs_router
+from corral.services.api.docs import console as console_docs
+from corral.services.api.docs import router as docs_router
 from corral.services.api.execs import router as execs_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
@@ -77,13 +79,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=API_VERSION,
         description="Launch requests for compute, their progress, instances and logs.",
         lifespan=lifespan,
+        # Served behind a token by services/api/docs.py, not open as FastAPI serves them.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.deps = deps
     app.state.api_token = configured_token(settings)
     # Reads need a token as writes do: machines reach this API too (their agents' node
     # routes), and a request's view holds its task's envs. Only /healthz and /metrics (counts
-    # and gauges, no secrets; what Prometheus scrapes) are open. A user's role and projects
+    # and gauges, no secrets; what Prometheus scrapes) are open; /openapi.json and the docs
+    # page need a token too (services/api/docs.py). A user's role and projects
     # decide the rest (services/api/auth.py): requests are filtered per route; pools and
     # clusters are the admins'.
     signed = [Depends(caller)]
@@ -102,6 +109,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # /console/login (it shows every project; members and viewers use the API and CLI).
     app.include_router(console_router)
     app.include_router(console_pages)
+    app.include_router(docs_router)
+    app.include_router(console_docs)
     install_observability(app, settings, deps)  # GET /metrics; request ids in the logs
     app.add_exception_handler(redis.exceptions.ConnectionError, _store_unreachable)
     app.add_exception_handler(redis.exceptions.TimeoutError, _store_unreachable)

@@ -13,8 +13,9 @@ hashed in Redis (:mod:`corral.services.state.users`). Each token resolves to a
 | viewer | its projects' requests     | nothing (403)                                        |
 
 A request outside the caller's projects answers 404, as an unknown id does, so ids do not
-leak. Every route needs a token but ``/healthz``, ``/metrics`` and the node routes (which take
-a node's own token, :mod:`corral.services.api.nodes`). With no first-admin token configured
+leak. Every route needs a token but ``/healthz``, ``/metrics`` (open unless
+``CORRAL_METRICS_TOKEN`` is set) and the node routes (which take a node's own token,
+:mod:`corral.services.api.nodes`). With no first-admin token configured
 they all answer 503: an API without a token is never open by accident. No token is logged.
 """
 

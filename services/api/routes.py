@@ -174,7 +174,7 @@ def _submit(
     project: str | None,
 ) -> tuple[dict[str, Any], bool]:
     """Submit the task: its request's public view, and whether this call created it."""
-    owner = requests.Owner(who.name, project_for(deps, who, project))
+    owner = requests.Owner(who.name, project_for(deps, who, project), admin=who.is_admin)
     try:
         done = requests.submit_task(deps, task, idempotency_key=idempotency_key, owner=owner)
     except requests.BadKey as exc:

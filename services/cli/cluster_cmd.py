@@ -31,12 +31,9 @@ from corral.services.cli.output import (
     print_json,
     print_list,
 )
-from corral.shared.clouds import PROVIDER_CLOUDS
 
 if TYPE_CHECKING:
     pass
-
-CLOUDS = PROVIDER_CLOUDS
 
 cluster_app = typer.Typer(
     name="cluster",
@@ -69,7 +66,9 @@ def up(
     cluster_file: Annotated[Path, typer.Argument(metavar="FILE", help="a Ray cluster file")],
     cloud: Annotated[
         str | None,
-        typer.Option("--cloud", metavar="CLOUD", help="aws, gcp or local (default: the file's)"),
+        typer.Option(
+            "--cloud", metavar="CLOUD", help="a registered cloud (default: the file's provider)"
+        ),
     ] = None,
     name: Annotated[
         str | None, typer.Option("--name", help="the cluster's name (default: cluster_name)")
@@ -81,8 +80,12 @@ def up(
     from corral.shared.config.detect import load_as
     from corral.shared.configio import ConfigError
 
-    if cloud is not None and cloud.lower() not in CLOUDS:
-        fail(f"--cloud {cloud}: expected one of {', '.join(CLOUDS)}", EXIT_INPUT, as_json)
+    if cloud is not None:
+        from corral.services.providers.registry import registered_clouds
+
+        clouds = registered_clouds()
+        if cloud.lower() not in clouds:
+            fail(f"--cloud {cloud}: expected one of {', '.join(clouds)}", EXIT_INPUT, as_json)
     from corral.services.client.mounts import pack
 
     try:

@@ -54,10 +54,11 @@ def worker(
 ) -> None:
     """Run one worker of a role (add more processes to scale that role out)."""
     from corral.services.observability.exposition import worker_environment
+    from corral.services.providers.registry import registered_clouds
     from corral.services.queues.task_names import role_queues  # not Celery: it starts next
     from corral.services.settings import get_settings
 
-    queues = role_queues()
+    queues = role_queues(registered_clouds())
     if role not in queues:
         out.print(f"unknown role {role!r}: expected one of {', '.join(queues)}")
         raise typer.Exit(EXIT_INPUT)

@@ -8,19 +8,27 @@ the ended history, which only grows.
 
 Only the API serves these (every API replica the same values: aggregate them with ``max``);
 workers serve their own event counters (:mod:`.events`).
+
+A scrape's reads are kept for :data:`SCRAPE_REUSE_S` seconds and scrapes in that time (or
+waiting for the one in progress) are answered from them: a read of every live request per
+call costs the same whoever calls, so calls in a burst cost one read. Prometheus scrapes every
+15-60 s; what it sees is at most that many seconds old.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections import Counter as Tally
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from corral.services.providers.registry import registered_clouds
 from corral.services.queues import dispatch
 from corral.services.queues.redis_conn import connect
 from corral.services.runtime.deps import Deps
@@ -115,14 +123,24 @@ GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 PROBE_PATIENCE_S = 1.0
+SCRAPE_REUSE_S = 5.0
 
 
 class StateCollector(Collector):
     """A prometheus_client collector reading Corral's state through ``deps`` at scrape time."""
 
-    def __init__(self, deps: Deps) -> None:
+    def __init__(
+        self,
+        deps: Deps,
+        reuse_s: float = SCRAPE_REUSE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.deps = deps
         self._probe: Any = None
+        self._reuse_s = reuse_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._kept: tuple[float, list[Metric]] | None = None  # (read at, the families read)
 
     def _store_answers(self) -> bool:
         """One PING with a short patience: a scrape (Prometheus gives it 10 s by default)
@@ -146,6 +164,13 @@ class StateCollector(Collector):
         return [GaugeMetricFamily(name, doc, labels=list(labels)) for name, doc, labels in GAUGES]
 
     def collect(self) -> Iterator[Metric]:
+        with self._lock:  # a scrape arriving during another waits for its reads
+            kept = self._kept
+            if kept is None or self._clock() - kept[0] >= self._reuse_s:
+                kept = self._kept = (self._clock(), list(self._collect()))
+        yield from kept[1]
+
+    def _collect(self) -> Iterator[Metric]:
         families = {
             name: GaugeMetricFamily(name, doc, labels=list(labels)) for name, doc, labels in GAUGES
         }
@@ -194,7 +219,8 @@ class StateCollector(Collector):
 
     def _queues(self, f: dict[str, GaugeMetricFamily]) -> None:
         pipe = self.deps.redis.pipeline(transaction=False)
-        names = [(q, role) for role, queues in dispatch.role_queues().items() for q in queues]
+        roles = dispatch.role_queues(registered_clouds())
+        names = [(q, role) for role, queues in roles.items() for q in queues]
         for queue, _role in names:
             pipe.llen(queue)  # kombu's Redis transport keeps a queue as a list of that name
         pipe.hlen("unacked")  # and delivered, unacknowledged messages in this hash

@@ -14,6 +14,7 @@ Guarantees every provider keeps:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from corral.shared.catalog.offering import Offering
@@ -31,6 +32,7 @@ from corral.shared.launches import (  # the records the port speaks, re-exported
 )
 
 __all__ = [
+    "NO_FEATURES",
     "TAG_ATTEMPT",
     "TAG_MACHINE",
     "TAG_MANAGED",
@@ -38,6 +40,7 @@ __all__ = [
     "TAG_POOL",
     "TAG_REQUEST",
     "CatalogOfferings",
+    "Features",
     "LaunchSpec",
     "NodeWork",
     "Provider",
@@ -51,6 +54,31 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True)
+class Features:
+    """What a provider can do beyond the port's methods, declared by the provider itself (its
+    ``features``), never probed: the runtime reads these flags, and the methods a feature
+    names exist where its flag is True. A new cloud declares what it has; the defaults are a
+    cloud that has none of them."""
+
+    # ``stop(ids, zone)`` and ``start(ids, zone)``, each raising a ``ProviderError``: machines
+    # kept with their disks and started again. Without: ``corral stop`` is refused and
+    # autostop tears down.
+    stop: bool = False
+    # ``launch`` ends by itself (timeouts of its own): the runtime calls it without a
+    # watchdog thread, a hand-over that costs two scheduler waits on a loaded machine.
+    bounded_launch: bool = False
+    # ``describe_launches(attempt_ids, outage_end=)``: what ``describe`` reports of those
+    # launches' machines only, the boot watch's look (not every machine the cloud ran).
+    describe_launches: bool = False
+    # Its machines' agents register through Corral's HTTP API: an outage of the API holds
+    # their boots as an outage of Redis does.
+    agents_through_api: bool = False
+
+
+NO_FEATURES = Features()
+
+
 class Provider(Protocol):
     """What every cloud implements. Errors are ``corral.shared.errors.ProviderError``s.
 
@@ -60,11 +88,22 @@ class Provider(Protocol):
     (``zones_of``: the zones offering it, a reservation's own zone), whether its credentials
     are there (``has_credentials``; ``registry.Cloud.credentials_hint`` before
     its SDK loads), its machines' output (``read_log``) and what their agents go by
-    (``agent_name``)."""
+    (``agent_name``). What it can do beyond these it declares (``features``), and its
+    machines' agents, when they run one, are its ``node_work``."""
 
     name: str
     # How often a caller may poll ``describe`` while waiting for instances to come up.
     poll_interval_s: float
+
+    @property
+    def features(self) -> Features:
+        """What it can do beyond these methods (a class attribute or one set at init)."""
+        ...
+
+    @property
+    def node_work(self) -> NodeWork | None:
+        """Its machines' agents, which take assignments; None when they run no agent."""
+        ...
 
     def offerings(self) -> Sequence[Offering]:
         """Every (instance type, zone) the cloud sells, with its prices."""
@@ -149,17 +188,15 @@ class NodeWork(Protocol):
         silent."""
 
 
-def can_stop(provider: object) -> bool:
-    """Whether the provider's machines can be stopped and started again (its ``can_stop``;
-    such a provider has ``stop(ids, zone)`` and ``start(ids, zone)``, each raising a
-    ``ProviderError``). A cloud without it: ``corral stop`` is refused, autostop tears down."""
-    return bool(getattr(provider, "can_stop", False))
+def can_stop(provider: Provider) -> bool:
+    """Whether the provider's machines can be stopped and started again (:attr:`Features.stop`).
+    A cloud without it: ``corral stop`` is refused, autostop tears down."""
+    return provider.features.stop
 
 
-def node_work_of(provider: object) -> NodeWork | None:
+def node_work_of(provider: Provider) -> NodeWork | None:
     """The provider's machines' agents, if its machines run one (see :class:`NodeWork`)."""
-    work: NodeWork | None = getattr(provider, "node_work", None)
-    return work
+    return provider.node_work
 
 
 def checked_assignment(assignment: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import shlex
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.services.agent.node import NOTICE_POLL_S
 from corral.services.providers.agent_wheel import agent_wheel_sha256
@@ -30,6 +30,9 @@ from corral.services.providers.base import (
 )
 from corral.services.state.nodes import NodeBook, NodeName, NodeView
 from corral.shared.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from corral.services.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -383,3 +386,31 @@ def _agent_state(view: NodeView) -> dict[str, Any]:
         return {"state": "lost", "silent": True}  # silent while the control plane listened
     # A fresh heartbeat, or a silence that overlaps the control plane's last outage.
     return {"state": "running", "notice": view.notice}
+
+
+def node_book_for(settings: Settings) -> NodeBook | None:
+    """What cloud machines' agents report (their output among it), when there is a Redis."""
+    if not settings.redis_url:
+        return None
+    from corral.services.queues.redis_conn import connect
+
+    client = connect(settings.redis_url, patience_s=settings.timers.redis_patience_s)
+    return NodeBook.for_settings(client, settings)
+
+
+def node_agents_for(settings: Settings, cloud: str, notice: str | None = None) -> NodeAgents | None:
+    """The node agents a cloud's machines boot, when the settings say where they report
+    (``notice``: the metadata service the cloud posts its warnings on; see NodeAgents). A
+    cloud package's builder hands these to its provider."""
+    book = node_book_for(settings)
+    if not settings.node_api_url or book is None:
+        return None
+    return NodeAgents(
+        cloud,
+        book,
+        settings.node_api_url,
+        source=settings.node_agent_source,
+        source_sha256=settings.node_agent_sha256,
+        notice=notice,
+        notice_poll_s=settings.timers.node_notice_poll_s,
+    )

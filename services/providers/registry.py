@@ -1,8 +1,9 @@
 """The one registry of clouds and their providers: how each cloud's provider is built from the
 settings, whether its credentials look present before its SDK loads, its name as people write
-it, where its instance types are listed, and what it does with a Ray cluster file. The shipped
-clouds are :data:`corral.shared.clouds.PROVIDER_CLOUDS` and Kubernetes; each maps to its
-package, imported on first use (cloud SDKs load lazily). A new cloud is one package and one
+it, where its instance types are listed, and what it does with a Ray cluster file. Every list
+of clouds outside shared/ derives from :data:`CLOUDS` (shared/, which cannot import this,
+declares the few it needs and a test holds them to it); each cloud maps to its package,
+imported on first use (cloud SDKs load lazily). A new cloud is one package and one
 line: ``register_cloud(name, Cloud(build))`` (its settings beside it), as
 ``tests/fakes/lambda_cloud`` shows."""
 
@@ -12,8 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from corral.services.providers.aws.build import build as build_aws
 from corral.services.providers.base import Provider
 from corral.services.providers.cluster_files import ClusterFiles
+from corral.services.providers.gcp.build import build as build_gcp
+from corral.services.providers.kubernetes.build import build as build_kubernetes
+from corral.services.providers.local.build import build as build_local
 from corral.services.settings import (
     Settings,
     aws_credentials_hint,
@@ -21,7 +26,6 @@ from corral.services.settings import (
     kubernetes_credentials_hint,
 )
 from corral.shared.clouds import PROVIDER_CLOUDS
-from corral.shared.liveness import outage_gap_s
 
 
 class ProviderUnavailable(LookupError):
@@ -66,129 +70,34 @@ class Cloud:
     cluster_files: Callable[[], ClusterFiles] = _plain_files
 
 
-def _local(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
-    from corral.services.providers.local.provider import LocalProvider
-
-    return LocalProvider(
-        local_cloud(),
-        settings.redis_url or "",
-        prefix=settings.prefix,
-        log_dir=settings.logs,
-        heartbeat_timeout_s=settings.timers.heartbeat_timeout_s,
-        redis_patience_s=settings.timers.redis_patience_s,
-        outage_gap_s=outage_gap_s(
-            settings.timers.outage_gap_s, settings.timers.heartbeat_timeout_s
-        ),
-    )
-
-
-def _node_book(settings: Settings) -> Any:
-    """What cloud machines' agents report (their output among it), when there is a Redis."""
-    if not settings.redis_url:
-        return None
-    from corral.services.queues.redis_conn import connect
-    from corral.services.state.nodes import NodeBook
-
-    client = connect(settings.redis_url, patience_s=settings.timers.redis_patience_s)
-    return NodeBook.for_settings(client, settings)
-
-
-def _node_agents(settings: Settings, cloud: str, notice: str | None = None) -> Any:
-    """The node agents cloud machines boot, when the settings say where they report
-    (``notice``: the metadata service the cloud posts its warnings on; see NodeAgents)."""
-    book = _node_book(settings)
-    if not settings.node_api_url or book is None:
-        return None
-    from corral.services.providers.nodes import NodeAgents
-
-    return NodeAgents(
-        cloud,
-        book,
-        settings.node_api_url,
-        source=settings.node_agent_source,
-        source_sha256=settings.node_agent_sha256,
-        notice=notice,
-        notice_poll_s=settings.timers.node_notice_poll_s,
-    )
-
-
-def _aws(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
-    from corral.services.providers.aws.provider import AwsProvider
-
-    return AwsProvider(
-        endpoint_url=settings.aws_endpoint_url,
-        default_image_id=settings.aws_default_image_id,
-        default_gpu_image_id=settings.aws_default_gpu_image_id,
-        nodes=_node_agents(settings, "aws", notice="ec2-imds"),
-        log_book=_node_book(settings),
-        poll_interval_s=settings.timers.cloud_poll_interval_s,
-    )
-
-
-def _gcp(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
-    from corral.services.providers.gcp.instance_body import DEFAULT_GPU_IMAGE, DEFAULT_IMAGE
-    from corral.services.providers.gcp.provider import GcpProvider
-
-    credentials = None
-    if settings.gcp_anonymous:
-        from google.auth.credentials import AnonymousCredentials
-
-        credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
-    return GcpProvider(
-        settings.gcp_project,
-        api_endpoint=settings.gcp_api_endpoint,
-        credentials=credentials,
-        nodes=_node_agents(settings, "gcp", notice="gce-metadata"),
-        image=settings.gcp_default_image or DEFAULT_IMAGE,
-        gpu_image=settings.gcp_default_gpu_image or DEFAULT_GPU_IMAGE,
-        log_book=_node_book(settings),
-        poll_interval_s=settings.timers.cloud_poll_interval_s,
-    )
-
-
+# Every cloud Corral launches on, and the one list of them: the CLI's choices, the workers'
+# queues (``provision.<cloud>`` each), the API's and ``corral plan``'s clouds derive from it.
+# Kubernetes has no catalog (its offerings are its nodes, listed live); CORRAL_CLOUDS turns
+# it on.
 CLOUDS: dict[str, Cloud] = {
     "local": Cloud(
-        _local,
+        build_local,
         display_name="Local",
         types_from="the local cloud file",
         cluster_files=_local_files,
     ),
-    "aws": Cloud(_aws, aws_credentials_hint, display_name="AWS"),
-    "gcp": Cloud(_gcp, gcp_credentials_hint, display_name="GCP"),
+    "aws": Cloud(build_aws, aws_credentials_hint, display_name="AWS"),
+    "gcp": Cloud(build_gcp, gcp_credentials_hint, display_name="GCP"),
+    "kubernetes": Cloud(
+        build_kubernetes,
+        kubernetes_credentials_hint,
+        display_name="Kubernetes",
+        cluster_files=_pod_files,
+    ),
 }
-assert set(CLOUDS) == set(PROVIDER_CLOUDS), "every shipped provider cloud needs an entry"
-
-
-def _kubernetes(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
-    from corral.services.providers.kubernetes.provider import KubernetesProvider
-
-    return KubernetesProvider(
-        contexts=settings.kubernetes_contexts or None,
-        namespaces=settings.kubernetes_namespaces,
-        kubeconfig=settings.kubeconfig,
-        schedule_wait_s=settings.kubernetes_schedule_wait_s,
-        nodes=_node_agents(settings, "kubernetes"),
-        log_book=_node_book(settings),
-        poll_interval_s=settings.timers.cloud_poll_interval_s,
-    )
+# The pure core's own declaration (planned when no clouds are given, played by the simulator)
+# names registered clouds only; tests/unit/test_cloud_lists.py holds the two together.
+assert set(PROVIDER_CLOUDS) <= set(CLOUDS), "every cloud the core declares needs an entry"
 
 
 def register_cloud(name: str, cloud: Cloud) -> None:
     """Make ``name`` a cloud Corral launches on (a cloud's package calls this once)."""
     CLOUDS[name] = cloud
-
-
-# Kubernetes ships as a registered cloud (no catalog: its offerings are its nodes, listed live;
-# its launches go to the plain provision queue). CORRAL_CLOUDS turns it on.
-register_cloud(
-    "kubernetes",
-    Cloud(
-        _kubernetes,
-        kubernetes_credentials_hint,
-        display_name="Kubernetes",
-        cluster_files=_pod_files,
-    ),
-)
 
 
 def registered_clouds() -> tuple[str, ...]:

@@ -1,12 +1,14 @@
 """The task names and the queues they go to: the contract between services/ and workers/,
 written here once (workers/app.py registers its tasks under exactly these names). Nothing but
-the standard library and the list of clouds: ``corral run worker`` reads its queues from here
-before it starts Celery, without loading Celery itself (:mod:`.dispatch` publishes).
+the standard library: ``corral run worker`` reads its queues from here before it starts
+Celery, without loading Celery itself (:mod:`.dispatch` publishes). Every cloud has a
+provisioning queue of its own, named after it; which clouds there are is the registry's word
+(``providers.registry.registered_clouds()``), handed in by the callers above it.
 """
 
 from __future__ import annotations
 
-from corral.shared.clouds import PROVIDER_CLOUDS
+from collections.abc import Iterable
 
 # Task names (the workers register these) -> the queue each one goes to.
 ADMIT = "corral.schedule.admit"  # plan a request's chain and start its first attempt
@@ -34,18 +36,18 @@ PING = "corral.schedule.ping"  # does nothing: liveness checks and the queue ben
 SCHEDULE_QUEUE = "schedule"
 PROVISION_QUEUE = "provision"
 AUTOSCALE_QUEUE = "autoscale"
-CLOUDS_WITH_QUEUES = PROVIDER_CLOUDS  # one provisioning queue each
 
 
 def provision_queue(cloud: str | None = None) -> str:
     """``provision.<cloud>`` for a launch on that cloud, ``provision`` for the rest."""
-    return f"{PROVISION_QUEUE}.{cloud}" if cloud in CLOUDS_WITH_QUEUES else PROVISION_QUEUE
+    return f"{PROVISION_QUEUE}.{cloud}" if cloud else PROVISION_QUEUE
 
 
-def role_queues() -> dict[str, tuple[str, ...]]:
-    """The queues each worker role consumes."""
+def role_queues(clouds: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The queues each worker role consumes, with ``clouds`` (the registry's) registered:
+    a provisioning worker takes every cloud's queue, by name, then the plain one."""
     return {
         "schedule": (SCHEDULE_QUEUE,),
-        "provision": (*(provision_queue(c) for c in CLOUDS_WITH_QUEUES), PROVISION_QUEUE),
+        "provision": (*(provision_queue(c) for c in sorted(set(clouds))), PROVISION_QUEUE),
         "autoscale": (AUTOSCALE_QUEUE,),
     }

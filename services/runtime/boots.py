@@ -68,7 +68,7 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
         if attempt := pi.tags.get(TAG_ATTEMPT):
             by_attempt[attempt].append(pi)
     now = deps.now()
-    if getattr(deps.provider(cloud), "nodes", None) is not None:
+    if deps.provider(cloud).features.agents_through_api:
         # Its machines register through the API: an API outage holds their boots too.
         outage_end = max(outage_end, deps.outage.api_heard_since())
     grace_s = deps.settings.timers.heartbeat_timeout_s
@@ -130,12 +130,12 @@ def _finish_ups(
 
 def _describe(provider: Any, boots: list[Boot], outage_end: float) -> list[ProviderInstance]:
     """One call for every boot at once (per region, inside the provider). A provider that can
-    tell the machines of given launches alone (``describe_launches``: the local cloud reads
-    them by attempt, judging them by the look's pulse) is asked for those, not for every
+    tell the machines of given launches alone (``Features.describe_launches``: the local cloud
+    reads them by attempt, judging them by the look's pulse) is asked for those, not for every
     machine it ever ran."""
-    narrow = getattr(provider, "describe_launches", None)
-    if narrow is not None:
-        return list(narrow([boot.key for boot in boots], outage_end=outage_end))
+    if provider.features.describe_launches:
+        keys = [boot.key for boot in boots]
+        return list(provider.describe_launches(keys, outage_end=outage_end))
     return list(provider.describe())
 
 

@@ -134,10 +134,10 @@ def by_node(found: Sequence[ProviderInstance]) -> list[ProviderInstance]:
 def _launch_by_deadline(provider: Any, spec: LaunchSpec, deadline: float) -> list[ProviderInstance]:
     """Call ``provider.launch`` but stop waiting at the deadline: a hung region must not hold
     the chain. What a late launch creates is found by its attempt tag and cleaned up. A
-    provider whose launch cannot hang (``launch_is_bounded``: the local cloud's calls end on
-    timeouts of their own) is called directly: a hand-over to another thread is two waits for
+    provider whose launch cannot hang (``Features.bounded_launch``: the local cloud's calls end
+    on timeouts of their own) is called directly: a hand-over to another thread is two waits for
     the scheduler, a visible share of a launch on a loaded machine."""
-    if getattr(provider, "launch_is_bounded", False):
+    if provider.features.bounded_launch:
         return list(provider.launch(spec))
     future = _CALLERS.submit(provider.launch, spec)
     try:

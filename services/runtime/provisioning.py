@@ -51,6 +51,7 @@ from corral.services.runtime.termination import release_instances
 from corral.services.state.boots import Boot
 from corral.services.state.store import Together
 from corral.shared.autoscaler.launcher import CLUSTER_LABEL
+from corral.shared.backoff import backoff_s
 from corral.shared.blocking import Placed, is_blocked
 from corral.shared.bundles import node_copied
 from corral.shared.config.task import Task
@@ -283,7 +284,7 @@ def _attempt(
         finish_attempt(deps, req.id, attempt_id, "throttled", str(exc))
         if try_no < timers.throttle_retries:
             deps.store.append_event(req.id, f"  throttled ({exc}); retrying in place", deps.now())
-            raise RetryLater(timers.throttle_backoff_s * (2**try_no), try_no + 1) from None
+            raise RetryLater(backoff_s(timers.throttle_backoff_s, try_no), try_no + 1) from None
         return after_failure(deps, req, step, Scope.NONE, inline, written=written)
     except ProviderError as exc:
         return _failed(

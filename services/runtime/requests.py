@@ -16,12 +16,21 @@ from typing import Any
 from corral.services.providers.base import node_work_of
 from corral.services.providers.registry import ProviderUnavailable
 from corral.services.queues import dispatch
+from corral.services.runtime import member_fields
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.planning import clouds_left_out, left_out_text
 from corral.services.runtime.pooled.registry import registry_view
 from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
-from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
+from corral.shared.configio import (
+    ConfigError,
+    Document,
+    Issue,
+    format_loc,
+    parse_text,
+    validate_doc,
+)
+from corral.shared.identity import stamp_identity
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
 from corral.shared.quotas import gpus_asked
 from corral.shared.records import ChainStep, Instance, LaunchRequest
@@ -62,10 +71,13 @@ class BadKey(ValueError):
 @dataclass(frozen=True)
 class Owner:
     """Who submits and for which project (None, None: the first admin, or the schedule
-    queue's door, with no project)."""
+    queue's door, with no project), and whether it is an admin: a member's task has its
+    identity labels set from its owner and its launch parameters checked against its cloud's
+    allowlist (:mod:`corral.services.runtime.member_fields`)."""
 
     user: str | None = None
     project: str | None = None
+    admin: bool = True
 
 
 NO_OWNER = Owner()
@@ -157,12 +169,26 @@ def submit_task(
     if key is not None and (held := _held(deps, key)) is not None:
         return held
     try:
-        checked = validate_task(task_document(task))
+        doc = task_document(task)
+        checked = owned(validate_task(doc), doc, owner)
         return _accept(deps, checked, key, owner)
     except (ConfigError, Impossible) as exc:
         if key is not None:
             deps.store.refuse_keyed(key, refusal_of(exc), deps.now())
         raise
+
+
+def owned(task: Task, doc: Document, owner: Owner) -> Task:
+    """The task with its identity labels (``project``, ``user``) set from its owner; a task
+    naming other values is refused, naming the label (:mod:`corral.shared.identity`)."""
+    if owner.user is None and owner.project is None:
+        return task  # the schedule queue's door: nobody to name
+    server = {"project": owner.project, "user": owner.user}
+    labels, problems = stamp_identity(task.labels, server, trusted=owner.admin)
+    if problems:
+        raise ConfigError([doc.issue(path, message) for path, message in problems])
+    task.labels = labels
+    return task
 
 
 def _held(deps: Deps, key: str) -> Submitted | None:
@@ -266,6 +292,8 @@ def _new_request(
         raise Impossible(reasons)
     # A direct route carries the chain planned here: admission takes it as it is.
     chain = [ChainStep.of(c) for c in planned.candidates] if planned is not None else []
+    if not owner.admin and (refused := member_fields.refusals(deps, task, decided, chain)):
+        raise ConfigError([Issue(TASK_NAME, None, format_loc(p), m) for p, m in refused])
     now = deps.now()
     stored_task = task.model_dump(mode="json", exclude_none=True, by_alias=True)
     size = len(json.dumps(stored_task, separators=(",", ":")))

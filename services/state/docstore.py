@@ -8,12 +8,12 @@ recomputes (:meth:`DocStore.update`).
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from redis import Redis
+
+from corral.services.state.store import lost_race_pause
 
 # KEYS[1] the document, KEYS[2] the set of names; ARGV: name, version, json.
 _CREATE = """
@@ -122,7 +122,7 @@ class DocStore(Generic[DocT]):
                 return new
             if written == -1:
                 return None
-            time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+            lost_race_pause(attempt)
         raise WriteConflict(f"{self._kind} {name}: still losing to other writers")
 
     def update(self, name: str, fn: Callable[[DocT], bool], *, retries: int = 100) -> DocT | None:

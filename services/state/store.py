@@ -39,6 +39,7 @@ from typing import Any, Protocol, TypeVar
 
 from redis import Redis
 
+from corral.shared.backoff import backoff_s
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Event, Instance, LaunchRequest, Submission
 
@@ -484,7 +485,7 @@ class Store:
                 return work
             if written == -1:
                 return None
-            _backoff(attempt)
+            lost_race_pause(attempt)
         raise WriteConflict(f"{key}: still losing to other writers after {retries} retries")
 
     def update_together(
@@ -524,7 +525,7 @@ class Store:
                 if written == -1:
                     return None
                 if written == 0:
-                    _backoff(attempt)
+                    lost_race_pause(attempt)
                     continue
                 for listener in self.listeners:
                     for before, after in writes:
@@ -771,7 +772,13 @@ def _check_change(before: LaunchRequest | Instance, after: LaunchRequest | Insta
         raise ValueError(f"{before.id}: state set to {after.state} without move()")
 
 
-def _backoff(attempt: int) -> None:
+# A lost compare-and-set race: the first retry waits up to 1 ms, each next one twice as long,
+# never more than 50 ms (a writer that keeps losing still gets its turn soon).
+LOST_RACE_BASE_S = 0.001
+LOST_RACE_CAP_S = 0.05
+
+
+def lost_race_pause(attempt: int) -> None:
     """Sleep a little before retrying a lost race, more after each loss, with jitter so the
     writers that collided do not collide again in lockstep."""
-    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+    time.sleep(random.uniform(0, backoff_s(LOST_RACE_BASE_S, attempt, cap_s=LOST_RACE_CAP_S)))

@@ -3,7 +3,6 @@
 from corral.shared.catalog.catalog import (
     COLUMNS,
     DATA_DIR,
-    SHIPPED_CLOUDS,
     Catalog,
     CatalogError,
     load_catalog,
@@ -14,7 +13,6 @@ from corral.shared.catalog.offering import Offering
 __all__ = [
     "COLUMNS",
     "DATA_DIR",
-    "SHIPPED_CLOUDS",
     "Catalog",
     "CatalogError",
     "Offering",

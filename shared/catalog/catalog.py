@@ -23,7 +23,6 @@ from corral.shared.catalog.offering import Offering
 from corral.shared.clouds import CATALOG_CLOUDS
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-SHIPPED_CLOUDS = CATALOG_CLOUDS  # one data/<cloud>.csv each, loaded in this order
 COLUMNS = (
     "InstanceType",
     "AcceleratorName",
@@ -169,6 +168,6 @@ def read_shipped(cloud: str) -> list[Offering]:
 def load_catalog() -> Catalog:
     """The shipped catalog (aws, then gcp), read and indexed once per process."""
     offerings: list[Offering] = []
-    for cloud in SHIPPED_CLOUDS:
+    for cloud in CATALOG_CLOUDS:  # one data/<cloud>.csv each, loaded in this order
         offerings.extend(read_shipped(cloud))
     return Catalog(offerings)

@@ -17,12 +17,20 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # Relative imports: `mypy shared` cannot follow `corral.*` through the editable install's finder.
 from ..accelerators import AcceleratorRequest, parse_accelerators
 from ..autostop import Autostop, parse_autostop
 from ..bundles import Bundle, check_target, remote_source_problem
+from ..images import DOCKER_PREFIX
 from ..ports import parse_ports
 from ..readiness import ReadinessProbe, parse_probe
 from . import DurationS, one_of, word_list, words
@@ -46,6 +54,9 @@ _CLOUD_ALIASES = {"k8s": "kubernetes", "google": "gcp", "amazon": "aws"}
 _AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]i?b?)?\s*(\+)?\s*$", re.IGNORECASE)
 _GIB_PER_UNIT = {"k": 2.0**-20, "m": 2.0**-10, "g": 1.0, "t": 2.0**10, "p": 2.0**20}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the node agent reads from its work's envs and acts on (a readiness probe, a
+# cluster's GCS address, a node's rank): Corral's own, never a task's.
+RESERVED_ENV_PREFIX = "CORRAL_"
 
 
 def _cloud(value: object) -> object:
@@ -93,11 +104,58 @@ def _check_memory(value: object) -> object:
 Amount = str | int | float
 
 
+# git-clone(1)'s URLs with a scheme (ssh, git, http, https, file: a repository on the node
+# itself) and the scp-like [user@]host:path; never a `<transport>::` remote helper (ext:: runs
+# a command) and never an option (a leading '-': the node's git would read it as one).
+_GIT_URL = re.compile(
+    r"^(?:(?:https?|ssh|git|file)://[^\s-][^\s]*"
+    r"|(?:[A-Za-z0-9][A-Za-z0-9._-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*:(?!//)[^\s:-][^\s]*)$"
+)
+# A branch, tag or commit: git's ref characters, not starting with '-'.
+_GIT_REF = re.compile(r"^[A-Za-z0-9._/+@{}^~][A-Za-z0-9._/+@{}^~-]*$")
+# A docker image reference (name[:tag][@digest], with a registry): not an option either.
+_DOCKER_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
+
+
+def _git_url(value: str) -> str:
+    if len(value) > 2048 or not _GIT_URL.match(value):
+        raise ValueError(
+            "expected a git URL: https://, http://, ssh://, git:// or file://, or "
+            "user@host:path (not a transport helper such as ext::, nor starting with '-'); "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _git_ref(value: str | None) -> str | None:
+    if value is not None and (len(value) > 255 or not _GIT_REF.match(value)):
+        raise ValueError(
+            "expected a branch, tag or commit (letters, digits and ._/+@{}^~-, "
+            f"not starting with '-'); got {value!r}"
+        )
+    return value
+
+
+def docker_image_problem(image_id: object) -> str | None:
+    """Why an ``image_id`` naming a docker image (``docker:<image>``) cannot be used, or None."""
+    values = image_id.values() if isinstance(image_id, dict) else [image_id]
+    for value in values:
+        if not isinstance(value, str) or not value.startswith(DOCKER_PREFIX):
+            continue
+        image = value[len(DOCKER_PREFIX) :].strip()
+        if len(image) > 255 or not _DOCKER_IMAGE.match(image):
+            return (
+                "expected docker:<image> with an image reference (name[:tag][@digest], "
+                f"letters, digits and ._/:@-, not starting with '-'); got {value!r}"
+            )
+    return None
+
+
 class WorkdirRepo(StrictModel):
     """SkyPilot's git form of ``workdir``: a repository and an optional ref."""
 
-    url: str
-    ref: str | None = None
+    url: Annotated[str, AfterValidator(_git_url)]
+    ref: Annotated[str | None, AfterValidator(_git_ref)] = None
 
 
 RECOVERY_STRATEGIES = ("FAILOVER", "EAGER_NEXT_REGION")
@@ -197,6 +255,14 @@ class Resources(StrictModel):
     priority: int | None = None  # Determined's: 1..99, lower wins
     # Determined's: the most slots the experiment (the task's group) may hold at once.
     max_slots: Annotated[int | None, BeforeValidator(_positive_int)] = None
+
+    @field_validator("image_id")
+    @classmethod
+    def _image(cls, value: object) -> object:
+        problem = docker_image_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("ports")
     @classmethod
@@ -442,6 +508,21 @@ class Task(StrictModel):
         if isinstance(self.secrets, dict):
             envs.update({k: v for k, v in self.secrets.items() if v is not None})
         return envs
+
+    def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Cross-field mistakes, each with its path: envs or secrets naming Corral's own
+        variables (``CORRAL_*``, which the node agent reads and acts on). Corral's own tasks (a
+        cluster's nodes) are built without this check; a submitted task is refused."""
+        return [
+            (
+                (field, name),
+                f"{name!r}: variables starting with {RESERVED_ENV_PREFIX} are Corral's own "
+                "(the node agent acts on them); rename it",
+            )
+            for field, names in (("envs", list(self.envs)), ("secrets", list(self.secrets or ())))
+            for name in names
+            if name.upper().startswith(RESERVED_ENV_PREFIX)
+        ]
 
     @model_validator(mode="after")
     def _convert_priority(self) -> Task:

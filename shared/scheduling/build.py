@@ -14,6 +14,7 @@ from ..catalog.catalog import Catalog
 from ..config.compute_config import ComputeConfig
 from ..config.machine_pool import MachinePool, MachineType
 from ..config.task import Task
+from ..placement import Market
 from ..reservations import targets_reservation
 from ..resource_pools import ResolvedPool, SchedulerSettings
 from .model import (
@@ -21,7 +22,6 @@ from .model import (
     DETERMINED_DEFAULT_PRIORITY,
     DetScheduler,
     MachineTypeState,
-    Market,
     PartitionState,
     RuleSpec,
     Workload,

@@ -17,7 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Market = Literal["reserved", "spot", "on_demand"]
+from ..placement import Market
+
 WorkloadType = Literal["job", "service", "workspace"]
 OnFull = Literal["fallback", "preempt"]
 # pending: holds no machine; running: holds its machines; stopping: preempted, still holding

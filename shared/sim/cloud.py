@@ -17,10 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import CapacityError, LaunchTimeoutError, ProviderError, ThrottledError
-from ..placement import Placement
+from ..placement import MARKETS, Placement
 from .scenario import Capacity, OutageSpec, ReservationSpec, Scenario
-
-MARKETS = ("reserved", "spot", "on_demand")
 
 
 @dataclass(eq=False, slots=True)

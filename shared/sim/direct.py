@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
+from ..backoff import backoff_s
 from ..blocking import Block, is_blocked, place_key
 from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
@@ -280,7 +281,7 @@ class Launcher:
         except ThrottledError:
             self._release(got)
             if try_no < self.sim.timers.throttle_retries:
-                wait_s = self.sim.timers.throttle_backoff_s * 2**try_no + call_s
+                wait_s = backoff_s(self.sim.timers.throttle_backoff_s, try_no) + call_s
                 self.sim.after(wait_s, self._attempt, flow, index, try_no + 1)
             else:
                 self.sim.after(call_s, self._advance, flow, index, Within.REGION)

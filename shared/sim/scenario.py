@@ -61,7 +61,6 @@ def _time_s(value: object) -> object:
 
 
 TimeS = Annotated[float, BeforeValidator(_time_s)]
-Market = Literal["on_demand", "spot"]
 
 
 class Step(StrictModel):

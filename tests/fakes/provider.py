@@ -13,7 +13,9 @@ from corral.services.providers.base import (
     TAG_MANAGED,
     TAG_NODE,
     TAG_REQUEST,
+    Features,
     LaunchSpec,
+    NodeWork,
     ProviderInstance,
 )
 from corral.shared.errors import ProviderError
@@ -33,6 +35,9 @@ class FakeProvider:
     # The local cloud file it stands in for (its offerings and zones); set by the test's Deps.
     local_cloud: Any = None
     logs: dict[str, bytes] = field(default_factory=dict)  # what a machine printed, by its id
+    # The port's declared features: none (a test gives it some), and no agents to take work.
+    features: Features = field(default_factory=Features)
+    node_work: NodeWork | None = None
 
     # --- what a test does ----------------------------------------------------------------
     def fail_next(self, error: ProviderError, zone: str | None = None) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from corral.services.api import create_app
 from corral.services.queues import dispatch
@@ -433,6 +434,40 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
     assert {path: set(ops) for path, ops in spec["paths"].items()} == expected
     assert "RequestView" in spec["components"]["schemas"]
     assert client.get("/docs").status_code == 200
+
+
+def test_the_apis_description_needs_a_token(settings: Settings) -> None:
+    """Issue #47 item 7: /openapi.json and /docs answered without a token. The description
+    now needs one (any user's); the browser page is the console's, behind its session."""
+    with TestClient(create_app(settings)) as anonymous:
+        assert anonymous.get("/openapi.json").status_code == 401
+        assert anonymous.get("/redoc").status_code == 404
+        docs = anonymous.get("/docs", follow_redirects=False)
+        assert docs.status_code == 303 and docs.headers["location"] == "/console/docs"
+        page = anonymous.get("/console/docs", follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"].startswith("/console/login")
+        assert anonymous.get("/console/openapi.json", follow_redirects=False).status_code == 303
+        assert anonymous.get("/healthz").status_code == 200  # probes still ask without one
+        spec = anonymous.get("/openapi.json", headers=AUTH).json()
+        assert "/v1/requests" in spec["paths"]
+        shown = anonymous.get("/console/docs", headers=AUTH)
+        assert shown.status_code == 200 and "/console/openapi.json" in shown.text
+
+
+def test_metrics_are_open_unless_a_scrape_token_is_set(settings: Settings) -> None:
+    """Issue #47 item 7: /metrics answered anyone. It stays open by default (counts and gauges,
+    what the chart's ServiceMonitor and pod annotations scrape without a token); with
+    CORRAL_METRICS_TOKEN it answers that token only (not even the admin's)."""
+    with TestClient(create_app(settings)) as anonymous:
+        assert anonymous.get("/metrics").status_code == 200
+    scrape = "scrape-token-not-secret"
+    guarded = settings.model_copy(update={"metrics_token": SecretStr(scrape)})
+    with TestClient(create_app(guarded)) as c:
+        assert c.get("/metrics").status_code == 401
+        assert c.get("/metrics", headers=AUTH).status_code == 401
+        assert c.get("/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+        served = c.get("/metrics", headers={"Authorization": f"Bearer {scrape}"})
+        assert served.status_code == 200 and "corral_store_up 1.0" in served.text
 
 
 def _dead_redis_url() -> str:

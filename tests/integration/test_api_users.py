@@ -10,8 +10,10 @@ admitted requests launch on the local cloud; quotas are checked at admission."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from harness import CORRAL, LOCAL_ONLY, System, kill_agents, wait_for
 
@@ -329,6 +332,45 @@ def test_the_console_takes_the_first_admins_token_only(corral: Installation) -> 
         assert "corral_console" not in signed.cookies
         admin = c.get("/console/", headers={"Authorization": f"Bearer {corral.system.token}"})
         assert admin.status_code == 200
+
+
+def test_a_console_session_is_a_random_id_that_ends_at_sign_out(corral: Installation) -> None:
+    """Issue #47 item 7: the console's cookie was a fixed HMAC of the admin token, the same on
+    every sign-in and valid after sign-out. Now each sign-in gets a random id kept in Redis
+    (only its SHA-256), deleted at sign-out: the copied cookie is refused after."""
+    url, token = corral.system.api_url, corral.system.token
+
+    def sign_in() -> str:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            signed = c.post("/console/login", data={"token": token, "next": "/console/"})
+            assert signed.status_code == 303 and "failed" not in signed.headers["location"]
+            return str(signed.cookies["corral_console"])
+
+    first, second = sign_in(), sign_in()
+    assert first != second and token not in first
+    digest = hashlib.sha256(first.encode()).hexdigest()
+    keys = redis.Redis.from_url(corral.system.env["CORRAL_REDIS_URL"]).keys("*console-session*")
+    assert any(k.decode().endswith(digest) for k in keys) and first.encode() not in b"".join(keys)
+    rid = corral.submit(corral.tokens["alice"], CPU_TASK)
+    with httpx.Client(base_url=url, timeout=60, cookies={"corral_console": first}) as c:
+        page = c.get(f"/console/requests/{rid}")
+        assert page.status_code == 200
+        # The form key is the session's: another session's (or the token's) is refused.
+        key = re.search(r'name="key" value="([0-9a-f]+)"', page.text)
+        assert key is not None
+        cancel = f"/console/requests/{rid}/cancel"
+        assert c.post(cancel, data={"key": "0" * 64}).status_code == 403
+        assert c.post("/console/logout").status_code == 303
+        assert c.get("/console/").status_code == 303  # the same cookie, after sign-out
+        assert c.post(cancel, data={"key": key.group(1)}).status_code == 303  # to sign-in
+    assert corral.state(rid) not in ENDED_BY_USER
+    with httpx.Client(base_url=url, timeout=60, cookies={"corral_console": second}) as c:
+        assert c.get("/console/").status_code == 200  # another session lives on
+        # The first session's key is not this one's.
+        assert c.post(cancel, data={"key": key.group(1)}).status_code == 403
+    assert corral.state(rid) not in ENDED_BY_USER
+    with corral.http() as c:
+        c.post(f"/v1/requests/{rid}/cancel")
 
 
 def test_dollars_spent_by_a_projects_machines_refuse_its_next_request(

@@ -20,6 +20,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from corral.services.observability.exposition import DIR_PREFIX
+from corral.services.providers.registry import registered_clouds
 from corral.services.queues import dispatch
 
 from dashboards import dashboard_metric_names
@@ -127,7 +128,7 @@ def test_metrics_move_with_launches(make_system: Callable[..., System]) -> None:
     assert total(a, "corral_blocked_scopes", scope="zone", outcome="capacity") == 1
     assert total(a, "corral_blocked_scopes", scope="region", outcome="quota") == 1
     queues = {dict(lab)["queue"] for (n, lab) in a if n == "corral_queue_messages"}
-    assert queues == {q for qs in dispatch.role_queues().values() for q in qs}
+    assert queues == {q for qs in dispatch.role_queues(registered_clouds()).values() for q in qs}
     lags = {dict(lab)["entry"]: v for (n, lab), v in a.items() if n == "corral_beat_lag_seconds"}
     assert {"reconcile", "pool-rebalance", "autoscale-tick"} <= set(lags)
     assert max(lags.values()) < 30

@@ -125,3 +125,25 @@ def test_clone_runs_git_through_the_runner_it_is_given(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match=r"git -C .*fatal: no such ref v9"):
         clone("https://example.invalid/repo.git", "v9", tmp_path / "wd", run)
     assert [argv[1] for argv in ran] == ["clone", "-C"]
+
+
+def test_git_and_docker_get_a_double_dash_before_what_the_task_named(tmp_path: Path) -> None:
+    """Issue #47 item 7: the task's URL, ref and image reach git's and docker's command lines;
+    `--` ends their options there, so none is read as one even if the task's check missed it."""
+    from corral.services.agent.container import run_argv
+
+    ran: list[list[str]] = []
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        ran.append(argv)
+        return 0, ""
+
+    clone("https://example.invalid/repo.git", "v9", tmp_path / "wd", run)
+    wd = str(tmp_path / "wd")
+    assert ran == [
+        ["git", "clone", "--quiet", "--", "https://example.invalid/repo.git", wd],
+        ["git", "-C", wd, "checkout", "--quiet", "v9", "--"],
+    ]
+    argv = run_argv("docker", "corral-i", "ubuntu:22.04", None, {"A": "1"})
+    assert argv[-6:] == ["-e", "A", "--", "ubuntu:22.04", "sleep", "infinity"]
+    assert argv[argv.index("--") + 1] == "ubuntu:22.04"

@@ -45,3 +45,14 @@ def test_an_unknown_cloud_is_refused(tmp_path: Path) -> None:
     done = _run(tmp_path, "cluster", "up", str(tmp_path / "c.yaml"), "--cloud", "azure")
     assert done.returncode == 2
     assert "--cloud azure" in done.stderr
+
+
+def test_kubernetes_is_a_cloud_up_accepts_as_the_api_does(tmp_path: Path) -> None:
+    """The choices are the registry's (the API's ``cloud`` too): ``--cloud kubernetes`` passes
+    and the file is what is checked next."""
+    bad = tmp_path / "c.yaml"
+    bad.write_text("cluster_name: x\nprovider: {type: aws}\nmax_workers: -1\n")
+    done = _run(tmp_path, "cluster", "up", str(bad), "--cloud", "kubernetes")
+    assert done.returncode == 2
+    assert "--cloud" not in done.stderr
+    assert f"{bad}:3: max_workers:" in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -274,3 +275,73 @@ def test_ignored_fields_are_noticed_with_their_line(tmp_path: Path) -> None:
 def test_model_rejects_unknown_keys_without_a_file() -> None:
     with pytest.raises(ValidationError):
         Task.model_validate({"nmae": "typo"})
+
+
+def test_envs_may_not_set_corrals_own_variables(tmp_path: Path) -> None:
+    """Issue #47 item 7: a task's envs setting CORRAL_* (which the node agent acts on: a
+    ``file://`` readiness probe crashed its probe thread) are refused, naming the variable;
+    a cluster node's task, which Corral builds itself, is not checked."""
+    path = tmp_path / "task.yaml"
+    path.write_text(
+        "run: 'true'\nenvs:\n  OK: 1\n  CORRAL_READINESS_PROBE: '{\"path\": \"file:///etc\"}'\n"
+        "  corral_node_rank: 3\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_as(path, Task)
+    found = [(i.line, i.loc) for i in info.value.issues]
+    assert found == [(4, "envs.CORRAL_READINESS_PROBE"), (5, "envs.corral_node_rank")]
+    assert "Corral's own" in info.value.issues[0].message
+    built = Task.model_validate({"envs": {"CORRAL_CLUSTER": "c"}})
+    assert built.envs == {"CORRAL_CLUSTER": "c"} and len(built.problems()) == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://github.com/org/repo.git",
+        "ssh://git@github.com/org/repo",
+        "git@github.com:org/repo.git",
+        "github.com:org/repo",
+        "file:///srv/repo",
+    ],
+)
+def test_git_workdir_urls_git_can_clone(url: str) -> None:
+    task = _task(f"workdir: {{url: '{url}', ref: release/v1.2}}\n")
+    assert task.workdir is not None and not isinstance(task.workdir, str)
+    assert task.workdir.url == url
+
+
+@pytest.mark.parametrize(
+    ("url", "ref"),
+    [
+        ("--upload-pack=touch /tmp/owned", None),  # an option to git clone
+        ("ext::sh -c touch% /tmp/owned", None),  # git's command-running transport
+        ("fd::17", None),
+        ("ssh://-oProxyCommand=touch%20/tmp/owned/x", None),  # CVE-2017-1000117's shape
+        ("https://github.com/org/repo", "--orphan=x"),  # an option to git checkout
+        ("https://github.com/org/repo", "main; rm -rf /"),
+    ],
+)
+def test_git_workdir_urls_and_refs_that_are_options_or_commands_are_refused(
+    url: str, ref: str | None
+) -> None:
+    """Issue #47 item 7: the URL and ref reach `git clone` and `git checkout` on the node."""
+    doc = {"url": url, **({"ref": ref} if ref else {})}
+    with pytest.raises(ConfigError) as info:
+        validate_doc(Task, parse_text(f"workdir: {json.dumps(doc)}\n", "task.yaml"))
+    # (workdir may also be a path: that reading's "a valid string" is listed beside it.)
+    said = {i.loc: i.message for i in info.value.issues}
+    assert "starting with '-'" in said["workdir.ref" if ref else "workdir.url"]
+
+
+def test_a_docker_image_that_is_an_option_is_refused() -> None:
+    assert _task("resources: {image_id: 'docker:nvcr.io/nvidia/pytorch:24.01-py3'}\n")
+    digest = "docker:ubuntu@sha256:" + "a" * 64
+    assert _task(f"resources: {{image_id: {{us-east-1: '{digest}'}}}}\n")
+    for bad in ("docker:--privileged", "docker:-v/:/host", "docker:ubuntu --rm", "docker:"):
+        issues = _issues(f"resources: {{image_id: '{bad}'}}\n")
+        assert [(loc, "not starting with '-'" in said) for _, loc, said in issues] == [
+            ("resources.image_id", True)
+        ], bad
+    issues = _issues("resources: {image_id: {eu: 'docker:-it'}}\n")
+    assert issues[0][1] == "resources.image_id"

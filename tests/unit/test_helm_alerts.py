@@ -10,12 +10,16 @@ the Grafana dashboard; the schemas of both kinds are checked in test_helm_chart.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import re
 from typing import Any
 
 import promql_parser as promql
 import pytest
-from helm_chart import BASE, FULL, NAMESPACE, merged, of_kind, render
+from helm_chart import BASE, FULL, NAMESPACE, RELEASE, SEED, merged, of_kind, render
+from helm_chart import validate as validate_manifest
 from prometheus_client import Counter, Gauge, Histogram
 
 from corral.services.observability import events
@@ -180,3 +184,41 @@ def test_monitoring_is_off_by_default() -> None:
     docs = render(BASE)
     assert not of_kind(docs, "ServiceMonitor") and not of_kind(docs, "PrometheusRule")
     assert f"{FULL}-worker-metrics" not in of_kind(docs, "Service")
+
+
+def test_a_scrape_token_reaches_the_api_and_its_service_monitor_only() -> None:
+    """Issue #47 item 7: with metrics.token on, the API gets CORRAL_METRICS_TOKEN (derived from
+    the seed like the chart's other secrets, or an existing Secret) and the API's
+    ServiceMonitor sends it; the workers' monitor and every other pod get nothing."""
+    on = merged(MONITORED, {"metrics": {"token": {"enabled": True}}})
+    docs = render(on, fresh=True)
+    for doc in docs:
+        validate_manifest(doc)  # the Operator's strict schema takes `authorization`
+    [secret] = of_kind(docs, "Secret").values()
+    token = base64.b64decode(secret["data"]["metrics-token"]).decode()
+    assert token == hashlib.sha256(f"corral/{SEED}/{RELEASE}/metrics-token".encode()).hexdigest()
+    monitors = of_kind(docs, "ServiceMonitor")
+    [api_endpoint] = monitors[f"{FULL}-api"]["spec"]["endpoints"]
+    assert api_endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": secret["metadata"]["name"], "key": "metrics-token"},
+    }
+    [workers] = monitors[f"{FULL}-worker-metrics"]["spec"]["endpoints"]
+    assert "authorization" not in workers
+    holders = {
+        name
+        for kind in ("Deployment", "StatefulSet")
+        for name, d in of_kind(docs, kind).items()
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if any(e["name"] == "CORRAL_METRICS_TOKEN" for e in c.get("env", []))
+    }
+    assert holders == {f"{FULL}-api"}
+    # Off (the default): no token anywhere, /metrics open as before.
+    off = render(MONITORED)
+    assert "metrics-token" not in json.dumps(off) and "authorization" not in json.dumps(
+        of_kind(off, "ServiceMonitor")
+    )
+    # An existing Secret is referenced, and the chart keeps none of its own for it.
+    given = merged(on, {"metrics": {"token": {"existingSecret": "scrape", "key": "t"}}})
+    [api_endpoint] = of_kind(render(given), "ServiceMonitor")[f"{FULL}-api"]["spec"]["endpoints"]
+    assert api_endpoint["authorization"]["credentials"] == {"name": "scrape", "key": "t"}

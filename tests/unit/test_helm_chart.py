@@ -22,6 +22,7 @@ import pytest
 from helm_chart import BASE, CHART, FULL, KUBE_VERSION, RELEASE, SEED, merged, of_kind, render
 from helm_chart import validate as validate_manifest
 
+from corral.services.providers.registry import registered_clouds
 from corral.services.queues import dispatch
 
 EXTERNAL = {
@@ -186,7 +187,7 @@ def test_each_worker_role_scales_on_exactly_its_queues(variant: str) -> None:
     docs = render(VARIANTS[variant])
     deployments = of_kind(docs, "Deployment")
     scaled = of_kind(docs, "ScaledObject")
-    roles = dispatch.role_queues()
+    roles = dispatch.role_queues(registered_clouds())
     assert len(scaled) == len(roles)
     for role, queues in roles.items():
         so = scaled[f"{FULL}-worker-{role}"]

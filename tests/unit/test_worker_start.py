@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from corral.services.cli import up_cmd
+from corral.services.providers.registry import registered_clouds
 from corral.services.queues.task_names import role_queues
 from corral.services.settings import get_settings
 from corral.workers import start
@@ -51,7 +52,7 @@ def test_a_worker_command_line_is_the_start_modules_and_names_the_roles_queues(
     assert argv[:3] == [sys.executable, "-m", "corral.workers.start"]
     args = start._parser().parse_args(argv[3:])
     assert args.what == "worker"
-    assert args.queues.split(",") == list(role_queues()["provision"])
+    assert args.queues.split(",") == list(role_queues(registered_clouds())["provision"])
     assert (args.hostname, args.concurrency, args.loglevel) == ("p-1@%h", 3, "INFO")
 
 

@@ -96,7 +96,7 @@ async def login(request: Request) -> Response:
     response = RedirectResponse(target, 303)
     response.set_cookie(
         auth.COOKIE,
-        auth.session_value(auth.expected_token(request)),
+        auth.open_session(request),
         max_age=auth.SESSION_MAX_AGE_S,
         path="/console",
         httponly=True,
@@ -107,7 +107,8 @@ async def login(request: Request) -> Response:
 
 
 @router.post("/logout")
-def logout() -> Response:
+def logout(request: Request) -> Response:
+    auth.close_session(request)  # the cookie is worth nothing after, even if it was copied
     response = RedirectResponse("/console/login", 303)
     response.delete_cookie(auth.COOKIE, path="/console")
     return response
@@ -203,7 +204,7 @@ def request_page(request: Request, request_id: str) -> HTMLResponse:
     if req is None or view is None:
         raise HTTPException(404, f"no launch request {request_id!r}")
     now = deps.now()
-    key = auth.form_key(auth.expected_token(request))
+    key = auth.form_key(request)
     actions = ""
     if not req.is_terminal:
         actions = (

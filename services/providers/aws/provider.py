@@ -43,11 +43,13 @@ from corral.services.providers.base import (
     TAG_MANAGED,
     TAG_NODE,
     CatalogOfferings,
+    Features,
     LaunchSpec,
     ProviderInstance,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.services.state.nodes import NodeBook
+from corral.shared.backoff import backoff_s
 from corral.shared.errors import (
     AuthError,
     CapacityError,
@@ -91,7 +93,6 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
 
     name = "aws"
     poll_interval_s: float  # DescribeInstances is rate-limited per account (see __init__)
-    can_stop = True  # StopInstances / StartInstances (EBS-backed machines)
 
     def __init__(
         self,
@@ -125,6 +126,8 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
         # its own to boot): the node agents' book, else the one given.
         self.log_book = nodes.book if nodes is not None else log_book
         self.node_work = nodes  # pooled machines take their work through their agents
+        # StopInstances / StartInstances (EBS-backed machines); agents register via the API.
+        self.features = Features(stop=True, agents_through_api=nodes is not None)
         self.endpoint_url = endpoint_url
         # None: Corral's defaults above; one image given for CPU launches serves GPU ones too.
         self.default_image_id = default_image_id or DEFAULT_IMAGE_ID
@@ -506,7 +509,7 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
                 last = exc
                 log.warning("terminating %s in %s failed (try %d): %s", ids, region, try_no, exc)
                 if try_no + 1 < self.terminate_attempts:
-                    time.sleep(self.terminate_backoff_s * 2**try_no)
+                    time.sleep(backoff_s(self.terminate_backoff_s, try_no))
         raise ProviderError(
             f"could not terminate {', '.join(ids)} in {region} after "
             f"{self.terminate_attempts} tries: {last}",

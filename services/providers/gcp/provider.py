@@ -29,6 +29,7 @@ from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
     CatalogOfferings,
+    Features,
     LaunchSpec,
     ProviderInstance,
 )
@@ -46,6 +47,7 @@ from corral.services.providers.gcp.instance_body import (
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.services.state.nodes import NodeBook
+from corral.shared.backoff import backoff_s
 from corral.shared.errors import (
     AuthError,
     InvalidRequestError,
@@ -127,6 +129,8 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         # its own to boot): the node agents' book, else the one given.
         self.log_book = nodes.book if nodes is not None else log_book
         self.node_work = nodes  # pooled machines take their work through their agents
+        # instances.stop / instances.start (the boot disk is kept); agents register via the API.
+        self.features = Features(stop=True, agents_through_api=nodes is not None)
         self.api_endpoint = api_endpoint
         self.image = image
         self.gpu_image = gpu_image
@@ -430,8 +434,6 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
             return True  # cannot tell: count it as left
 
     # --- stop and start ----------------------------------------------------------------------
-    can_stop = True  # instances.stop / instances.start: the boot disk is kept
-
     def stop(self, provider_ids: list[str], zone: str | None = None) -> None:
         """Stop instances (``instances.stop``); their agents keep their node tokens, and the
         startup script (run on every boot) resumes them after :meth:`start`."""
@@ -483,7 +485,7 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
             if error is None:
                 return
             if try_no + 1 < self.teardown_tries:
-                time.sleep(self.teardown_backoff_s * 2**try_no)
+                time.sleep(backoff_s(self.teardown_backoff_s, try_no))
         assert error is not None
         what = ", ".join(f"{z}/{n}" for z, n in left)
         raise type(error)(

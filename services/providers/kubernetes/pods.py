@@ -194,17 +194,3 @@ def pod_state(pod: dict[str, Any]) -> tuple[str, int | None, str | None]:
         if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
             return "pending", None, str(cond.get("message") or "Unschedulable")
     return "pending", None, None
-
-
-_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9}
-
-
-def quantity(value: Any) -> float:
-    """A Kubernetes quantity as a number: ``500m`` = 0.5, ``2Gi`` = 2 * 2**30, ``4`` = 4."""
-    text = str(value).strip()
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    for suffix, factor in _UNITS.items():
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * factor
-    return float(text or 0)

@@ -34,6 +34,7 @@ import urllib3
 from corral.services.providers.base import (
     TAG_MANAGED,
     TAG_NODE,
+    Features,
     LaunchSpec,
     ProviderInstance,
     check_env_names,
@@ -51,10 +52,11 @@ from corral.services.providers.kubernetes.pods import (
     pod_manifest,
     pod_name,
     pod_state,
-    quantity,
     shape_name,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
+from corral.shared.autoscaler.kube_pods import quantity
+from corral.shared.backoff import backoff_s
 from corral.shared.catalog.offering import Offering as CatalogOffering
 from corral.shared.errors import (
     AuthError,
@@ -91,7 +93,6 @@ class KubernetesProvider(NodeBookLogs):
 
     name = "kubernetes"
     poll_interval_s: float  # every look lists pods on the API server (see __init__)
-    can_stop = False  # a pod cannot be stopped and started again: it is deleted
 
     def __init__(
         self,
@@ -121,6 +122,8 @@ class KubernetesProvider(NodeBookLogs):
         self.throttle_retries = throttle_retries
         self.nodes = nodes
         self.node_work = nodes
+        # A pod cannot be stopped and started again (it is deleted); agents register via the API.
+        self.features = Features(agents_through_api=nodes is not None)
         self.log_book = log_book  # what the pods' agents shipped of their output
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}
@@ -182,7 +185,7 @@ class KubernetesProvider(NodeBookLogs):
                 return json.loads(answer.data or b"{}")
             except ApiException as exc:
                 if exc.status == 429 and attempt < self.throttle_retries:
-                    time.sleep(min(2.0, 0.2 * 2**attempt))
+                    time.sleep(backoff_s(0.2, attempt, cap_s=2.0))
                     continue
                 raise _typed(exc) from exc
             except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:

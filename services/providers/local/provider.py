@@ -31,6 +31,7 @@ from corral.services.providers.base import (
     TAG_MANAGED,
     TAG_NODE,
     TAG_REQUEST,
+    Features,
     LaunchSpec,
     ProviderInstance,
     checked_assignment,
@@ -94,10 +95,11 @@ class LocalProvider:
 
     name = "local"
     poll_interval_s = 0.05  # its records are in the same Redis: polling is cheap
-    can_stop = False  # a local machine is a process: it cannot be stopped and kept
-    # A launch ends by itself (the launcher's socket timeout, Redis patience, the attempt
-    # claim's wait): the runtime calls it without a watchdog thread.
-    launch_is_bounded = True
+    # A local machine is a process: it cannot be stopped and kept. A launch ends by itself
+    # (the launcher's socket timeout, Redis patience, the attempt claim's wait): the runtime
+    # calls it without a watchdog thread. The boot watch reads its launches by attempt. Its
+    # agents report through Redis, not the API.
+    features = Features(bounded_launch=True, describe_launches=True)
 
     def __init__(
         self,

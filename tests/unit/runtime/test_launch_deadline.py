@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from corral.services.providers.base import LaunchSpec
+from corral.services.providers.base import Features, LaunchSpec
 from corral.services.runtime.launch import _launch_by_deadline
 from corral.shared.errors import LaunchTimeoutError
 
@@ -19,6 +19,8 @@ SPEC = LaunchSpec(
 
 
 class Cloud:
+    features = Features()
+
     def __init__(self, hang_s: float = 0.0) -> None:
         self.hang_s = hang_s
         self.threads: list[threading.Thread] = []
@@ -30,7 +32,7 @@ class Cloud:
 
 
 class BoundedCloud(Cloud):
-    launch_is_bounded = True
+    features = Features(bounded_launch=True)
 
 
 def test_a_hung_launch_is_cut_off_and_the_next_call_is_not_held_behind_it() -> None:

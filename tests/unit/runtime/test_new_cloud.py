@@ -171,3 +171,25 @@ def test_the_local_cloud_plays_a_ray_file_written_for_the_new_cloud(
         res.instance_type == cluster_spec(lambda_driver.deps, rec).node_types["head"].instance_type
     )
     assert task.advanced_instance_config is None
+
+
+def test_the_registry_line_gives_it_its_queue_and_its_place_in_every_list(
+    lambda_driver: Driver,
+) -> None:
+    """Nothing else names it: its provisioning queue, the workers' queues, the clouds
+    ``cluster --cloud`` and the API accept, all derive from the registry; its provider
+    declares no optional feature (the fake's ``Features()``), so it is probed for none."""
+    from corral.services.providers.base import Features, can_stop, node_work_of
+    from corral.services.queues.task_names import role_queues
+
+    assert lambda_cloud.NAME in registry.registered_clouds()
+    assert "provision.lambda" in role_queues(registry.registered_clouds())["provision"]
+    rid = _submit(lambda_driver, {"cloud": "lambda", "instance_type": "cpu_8x"})
+    assert [(p.name, p.queue) for p in lambda_driver.queue] == [
+        (dispatch.ADMIT, "provision.lambda")
+    ]
+    lambda_driver.run()
+    req = lambda_driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    cloud = _lambda(lambda_driver)
+    assert cloud.features == Features() and not can_stop(cloud) and node_work_of(cloud) is None

@@ -151,3 +151,26 @@ def test_an_unreachable_store_is_a_gauge_not_an_error(driver: Driver) -> None:
     driver.deps.__dict__.pop("redis", None)
     driver.deps.__dict__.pop("store", None)
     assert gauges(driver) == {("corral_store_up", ()): 0.0}
+
+
+def test_scrapes_in_a_burst_share_one_read_of_the_store(driver: Driver) -> None:
+    """Issue #47 item 7: each scrape read every live request, for anyone who asked. Scrapes
+    within SCRAPE_REUSE_S of a read are answered from it; the next one after reads again."""
+    now = [100.0]
+    collector = StateCollector(driver.deps, reuse_s=5.0, clock=lambda: now[0])
+
+    def pending() -> float:
+        for family in collector.collect():
+            for s in family.samples:
+                if s.name == "corral_requests" and s.labels == {"state": "PENDING"}:
+                    return float(s.value)
+        raise AssertionError("no corral_requests{state=PENDING}")
+
+    first = pending()
+    driver.deps.store.create_request(
+        requests._new_request(driver.deps, Task.model_validate(TASK)), event="test"
+    )
+    now[0] += 4.9
+    assert pending() == first  # answered from the first read: the store was not read
+    now[0] += 0.2
+    assert pending() == first + 1  # past the window: read again

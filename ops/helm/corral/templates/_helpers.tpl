@@ -66,6 +66,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- if not .Values.apiToken.existingSecret }} api-token{{ end -}}
 {{- if and .Values.flower.enabled (not .Values.flower.existingSecret) }} flower-password basic-auth{{ end -}}
 {{- if and .Values.redis.enabled .Values.redis.auth.enabled (not .Values.redis.auth.existingSecret) }} redis-password{{ end -}}
+{{- if and .Values.metrics.token.enabled (not .Values.metrics.token.existingSecret) }} metrics-token{{ end -}}
 {{- end -}}
 
 {{/* Redis: host, port, database, TLS, and where its password is (if it has one). */}}

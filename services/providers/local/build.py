@@ -1,0 +1,31 @@
+"""How the registry builds the local cloud's provider from the settings: the package's
+own builder (``registry.CLOUDS["local"]`` names it). The provider, and its Redis records,
+load when it is called, not when the registry is imported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from corral.services.providers.base import Provider
+    from corral.services.settings import Settings
+
+
+def build(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
+    """Processes on this host, from the local cloud's file (``local_cloud`` loads it), its
+    records in the settings' Redis."""
+    from corral.services.providers.local.provider import LocalProvider
+    from corral.shared.liveness import outage_gap_s
+
+    return LocalProvider(
+        local_cloud(),
+        settings.redis_url or "",
+        prefix=settings.prefix,
+        log_dir=settings.logs,
+        heartbeat_timeout_s=settings.timers.heartbeat_timeout_s,
+        redis_patience_s=settings.timers.redis_patience_s,
+        outage_gap_s=outage_gap_s(
+            settings.timers.outage_gap_s, settings.timers.heartbeat_timeout_s
+        ),
+    )

@@ -1,0 +1,81 @@
+"""Every list of clouds is the provider registry's (issue #48, "a cloud is one package"): the
+workers' queues, the CLI's ``--cloud`` choices and the shipped catalogs derive from it or
+from the files themselves, and the one list the pure core declares for itself
+(``shared/clouds.PROVIDER_CLOUDS``) names registered clouds only."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from corral.services.providers import registry
+from corral.services.queues.task_names import PROVISION_QUEUE, provision_queue, role_queues
+from corral.shared.catalog import DATA_DIR, load_catalog
+from corral.shared.clouds import CATALOG_CLOUDS, PROVIDER_CLOUDS
+
+REPO = Path(__file__).resolve().parents[2]
+PROVIDERS = REPO / "services" / "providers"
+
+
+def test_every_registered_shipped_cloud_is_a_package_of_its_own() -> None:
+    for cloud in registry.registered_clouds():
+        assert (PROVIDERS / cloud / "provider.py").is_file(), cloud
+    packages = {p.parent.name for p in PROVIDERS.glob("*/provider.py")}
+    assert packages == set(registry.registered_clouds())
+
+
+def test_the_cores_own_list_names_registered_clouds() -> None:
+    assert set(PROVIDER_CLOUDS) <= set(registry.registered_clouds())
+    assert set(CATALOG_CLOUDS) <= set(PROVIDER_CLOUDS)
+
+
+def test_the_catalog_clouds_are_the_shipped_price_lists() -> None:
+    assert CATALOG_CLOUDS == ("aws", "gcp")  # as declared by hand before, in that order
+    assert set(load_catalog().clouds) == set(CATALOG_CLOUDS)
+    assert all((DATA_DIR / f"{cloud}.csv").is_file() for cloud in CATALOG_CLOUDS)
+
+
+def test_every_registered_cloud_has_its_provisioning_queue_kubernetes_too() -> None:
+    provision = role_queues(registry.registered_clouds())["provision"]
+    assert provision == (
+        "provision.aws",
+        "provision.gcp",
+        "provision.kubernetes",
+        "provision.local",
+        PROVISION_QUEUE,
+    )
+    assert provision_queue("kubernetes") == "provision.kubernetes"
+    assert provision_queue(None) == PROVISION_QUEUE
+
+
+def test_a_cloud_registered_later_gets_its_queue_from_the_same_list() -> None:
+    registry.register_cloud("moon", registry.Cloud(registry.CLOUDS["local"].build))
+    try:
+        assert "provision.moon" in role_queues(registry.registered_clouds())["provision"]
+    finally:
+        registry.CLOUDS.pop("moon")
+
+
+def test_only_the_registry_and_the_declared_lists_spell_out_clouds() -> None:
+    """structure_counts' ``cloud_lists``: the registry, the core's declaration, and the cloud
+    names a task may write (SkyPilot's, a file format's words, more than Corral launches on)."""
+    spec = importlib.util.spec_from_file_location(
+        "structure_counts", REPO / "ops" / "structure_counts.py"
+    )
+    assert spec is not None and spec.loader is not None
+    counts = importlib.util.module_from_spec(spec)
+    sys.modules["structure_counts"] = counts
+    spec.loader.exec_module(counts)
+    assert counts.count(REPO)["cloud_lists"]["where"] == [
+        "services/providers/registry.py:CLOUDS",
+        "shared/clouds.py:PROVIDER_CLOUDS",
+        "shared/config/task.py:KNOWN_CLOUDS",
+    ]
+
+
+def test_each_shipped_clouds_builder_lives_in_its_package() -> None:
+    for cloud in ("aws", "gcp", "kubernetes", "local"):
+        build = registry.CLOUDS[cloud].build
+        assert build.__module__ == f"corral.services.providers.{cloud}.build", cloud
+        assert (PROVIDERS / cloud / "build.py").is_file()
