@@ -74,6 +74,7 @@ PRELOAD = (
     "corral.services.cli.requests_cmd",
     "corral.services.cli.launch_cmd",
     "corral.services.cli.cost_cmd",
+    "corral.services.cli.check_cmd",
     "corral.services.cli.up_cmd",
     "corral.services.settings",
     "corral.services.queues.dispatch",

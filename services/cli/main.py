@@ -51,6 +51,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "corral.services.cli.pools_api_cmd": ("why",),  # and apply, list, delete to `pools`
     "corral.services.cli.launch_cmd": ("launch",),
     "corral.services.cli.cost_cmd": ("cost-report",),
+    "corral.services.cli.check_cmd": ("check",),
     "corral.services.cli.requests_cmd": (
         "status", "instances", "logs", "terminate", "down", "stop", "autostop", "start", "exec",
         "run",

@@ -79,6 +79,26 @@ class Features:
 NO_FEATURES = Features()
 
 
+@dataclass(frozen=True)
+class CloudCheck:
+    """What ``corral check`` says of one cloud: whether Corral can launch there, who it acts
+    as (an ARN, a service account, a kubeconfig context), and what was found or what failed."""
+
+    ready: bool
+    identity: str | None
+    detail: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ready": self.ready, "identity": self.identity, "detail": self.detail}
+
+
+def credentials_check(provider: Provider) -> CloudCheck:
+    """The check of a cloud without one of its own: its provider's credentials look."""
+    if provider.has_credentials():
+        return CloudCheck(True, None, "credentials found")
+    return CloudCheck(False, None, "no credentials found")
+
+
 class Provider(Protocol):
     """What every cloud implements. Errors are ``corral.shared.errors.ProviderError``s.
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.services.providers.aws.build import build as build_aws
-from corral.services.providers.base import Provider
+from corral.services.providers.base import CloudCheck, Provider, credentials_check
 from corral.services.providers.cluster_files import ClusterFiles
 from corral.services.providers.gcp.build import build as build_gcp
 from corral.services.providers.kubernetes.build import build as build_kubernetes
@@ -50,6 +50,31 @@ def _local_files() -> ClusterFiles:
     return LocalClusterFiles()
 
 
+# Each cloud's `corral check`, in its package's check.py, loaded (with its SDK) when asked.
+def _aws_check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
+    from corral.services.providers.aws.check import check
+
+    return check(build_aws(settings, local_cloud))  # type: ignore[arg-type]
+
+
+def _gcp_check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
+    from corral.services.providers.gcp.check import check
+
+    return check(build_gcp(settings, local_cloud))  # type: ignore[arg-type]
+
+
+def _kubernetes_check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
+    from corral.services.providers.kubernetes.check import check
+
+    return check(build_kubernetes(settings, local_cloud))  # type: ignore[arg-type]
+
+
+def _local_check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
+    from corral.services.providers.local.check import check
+
+    return check(local_cloud())
+
+
 def _pod_files() -> ClusterFiles:
     from corral.services.providers.kubernetes.cluster_files import PodClusterFiles
 
@@ -68,6 +93,9 @@ class Cloud:
     display_name: str = ""  # "" : the cloud's name
     types_from: str = ""  # where its instance types are listed; "": "the <name> catalog"
     cluster_files: Callable[[], ClusterFiles] = _plain_files
+    # `corral check` (settings, local cloud loader): ready or not, as whom, what failed;
+    # None: its provider's credentials look
+    check: Callable[[Settings, Callable[[], Any]], CloudCheck] | None = None
 
 
 # Every cloud Corral launches on, and the one list of them: the CLI's choices, the workers'
@@ -80,14 +108,16 @@ CLOUDS: dict[str, Cloud] = {
         display_name="Local",
         types_from="the local cloud file",
         cluster_files=_local_files,
+        check=_local_check,
     ),
-    "aws": Cloud(build_aws, aws_credentials_hint, display_name="AWS"),
-    "gcp": Cloud(build_gcp, gcp_credentials_hint, display_name="GCP"),
+    "aws": Cloud(build_aws, aws_credentials_hint, display_name="AWS", check=_aws_check),
+    "gcp": Cloud(build_gcp, gcp_credentials_hint, display_name="GCP", check=_gcp_check),
     "kubernetes": Cloud(
         build_kubernetes,
         kubernetes_credentials_hint,
         display_name="Kubernetes",
         cluster_files=_pod_files,
+        check=_kubernetes_check,
     ),
 }
 # The pure core's own declaration (planned when no clouds are given, played by the simulator)
@@ -144,3 +174,15 @@ def stand_in_clouds() -> tuple[str, ...]:
 def build_provider(cloud: str, settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
     """The provider for ``cloud``; ``local_cloud`` loads the local cloud's file when needed."""
     return _entry(cloud).build(settings, local_cloud)
+
+
+def check_cloud(cloud: str, settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
+    """``corral check`` of one cloud, asked with ``settings``; a provider that cannot even
+    be set up is not ready, with why (never raised)."""
+    entry = _entry(cloud)
+    try:
+        if entry.check is not None:
+            return entry.check(settings, local_cloud)
+        return credentials_check(entry.build(settings, local_cloud))
+    except Exception as exc:  # a bad setting, a file that does not read, an SDK that fails
+        return CloudCheck(False, None, f"its provider could not be set up: {exc}")

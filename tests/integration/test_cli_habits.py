@@ -37,6 +37,7 @@ LISTS: dict[str, tuple[str, list[str]]] = {
     "users list": ("users", []),  # the envelope test adds a project and a user first
     "projects list": ("projects", []),
     "cost-report": ("requests", []),  # with its totals beside the list
+    "check": ("clouds", []),
 }
 # The other commands with --json print one document, not a list (or stream lines); a new
 # command with --json must be put in one of the two tables.

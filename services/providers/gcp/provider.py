@@ -140,6 +140,7 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         self.teardown_backoff_s = teardown_backoff_s
         self.credentials_recheck_s = credentials_recheck_s
         self._credentials = credentials
+        self.given_credentials = credentials is not None  # (an emulator's anonymous ones)
         self._lock = threading.Lock()
         self._api_cache: _Api | None = None
         self._auth_failure: tuple[float, AuthError] | None = None
