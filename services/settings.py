@@ -123,6 +123,14 @@ class Settings(BaseSettings):
     prefix: str = "corral"  # every Redis key Corral writes starts with "<prefix>:"
     # A task's workdir and file mounts, packed by corral launch (gzip'd), at most this big.
     bundle_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
+    # Where bundles' bytes are kept (services/state/blobs.py): file:///FOLDER or
+    # s3://BUCKET[/PREFIX]; None: the folder <home>/bundles. Redis keeps only their metadata.
+    bundle_store: str | None = Field(None, pattern=r"^(file:///|s3://[^/]+)")
+    # What one project's bundles may hold in the store (each counts at least 64 KiB); an
+    # upload past it is refused (413).
+    bundle_quota_bytes: int = Field(1024**3, ge=1024 * 1024)
+    # A node refuses a bundle whose files come to more than this once unpacked.
+    bundle_unpacked_max_bytes: int = Field(2 * 1024**3, ge=1024 * 1024)
     api_url: str | None = None  # None: read from <home>/api-url written by `corral up`
     api_token: SecretStr | None = None  # None: read from <home>/api-token (mode 0600)
     api_host: str = "127.0.0.1"
@@ -204,6 +212,11 @@ class Settings(BaseSettings):
 
     def file(self, name: str) -> Path:
         return self.home / name
+
+    @property
+    def bundle_store_url(self) -> str:
+        """The blob store bundles are kept in (the folder <home>/bundles by default)."""
+        return self.bundle_store or (self.home / "bundles").absolute().as_uri()
 
 
 def aws_credentials_hint() -> bool:

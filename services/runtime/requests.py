@@ -19,6 +19,7 @@ from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.planning import clouds_left_out, left_out_text
 from corral.services.runtime.pooled.registry import registry_view
+from corral.services.state.bundles import scope_of
 from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import ConfigError, Document, parse_text, validate_doc
@@ -154,12 +155,28 @@ def submit_task(
     if key is not None and (held := _held(deps, key)) is not None:
         return held
     try:
-        checked = validate_task(task_document(task))
+        doc = task_document(task)
+        checked = validate_task(doc)
+        _check_bundle(deps, checked, doc, owner)
         return _accept(deps, checked, key, owner)
     except (ConfigError, Impossible) as exc:
         if key is not None:
             deps.store.refuse_keyed(key, refusal_of(exc), deps.now())
         raise
+
+
+def _check_bundle(deps: Deps, task: Task, doc: Document, owner: Owner) -> None:
+    """A task's bundle must be kept for its project: a sha256 another project uploaded is
+    unknown here (bundles are per project, services/state/bundles.py)."""
+    if task.bundle is None:
+        return
+    if not deps.bundles.has(scope_of(owner.project), task.bundle.sha256):
+        where = f"project {owner.project!r}" if owner.project else "the project-less scope"
+        raise doc.error(
+            ("bundle", "sha256"),
+            f"no bundle {task.bundle.sha256} is kept for {where}; upload it first "
+            "(PUT /v1/bundles/SHA256?project=..., as corral launch does)",
+        )
 
 
 def _held(deps: Deps, key: str) -> Submitted | None:

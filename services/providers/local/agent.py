@@ -291,14 +291,19 @@ class RedisLink:
             raise LinkError(str(exc)) from exc
 
     def fetch_bundle(self, files: dict[str, Any]) -> bytes:
-        """The bundle from Redis, where the API keeps it (base64: this client reads text)."""
+        """The bundle from the blob store its provider named, under the request's project
+        (both written by the control plane, never by the task)."""
+        from corral.services.state.blobs import BlobStoreError, open_blobs
+
+        sha = str(files["bundle"]["sha256"])
         try:
-            raw = self.state.r.get(str(files["bundle_key"]))
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
-        if raw is None:
-            raise LinkError(f"the bundle {files['bundle']['sha256']} is no longer kept")
-        return base64.b64decode(raw)
+            blobs = open_blobs(str(files["bundle_store"]))
+            data = blobs.get(f"{files['bundle_scope']}/{sha}")
+        except (BlobStoreError, ValueError, OSError) as exc:
+            raise LinkError(f"the bundle store: {exc}") from exc
+        if data is None:
+            raise LinkError(f"the bundle {sha} is no longer kept")
+        return data
 
 
 RECORD_PATIENCE_S = 600.0  # an agent started while Redis is away waits this long for it

@@ -54,7 +54,6 @@ from corral.services.providers.local.state import (
 )
 from corral.services.queues.redis_conn import connect
 from corral.services.state.outage import OutageBook
-from corral.shared.bundles import bundle_key
 from corral.shared.catalog.offering import Offering
 from corral.shared.config.localcloud import LocalCloud
 from corral.shared.errors import (
@@ -106,6 +105,7 @@ class LocalProvider:
         prefix: str = "corral",
         python: str = sys.executable,
         log_dir: Path,
+        bundle_store: str | None = None,
         heartbeat_s: float = 1.0,
         heartbeat_timeout_s: float = 10.0,
         start_timeout_s: float = 60.0,
@@ -119,6 +119,8 @@ class LocalProvider:
         self.prefix = prefix
         self.python = python
         self.log_dir = Path(log_dir)
+        # Where bundles' bytes are (services/state/blobs.py): the agent reads its own there.
+        self.bundle_store = bundle_store or (self.log_dir.parent / "bundles").absolute().as_uri()
         self.heartbeat_s = heartbeat_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -387,13 +389,14 @@ class LocalProvider:
 
     def _files(self, files: dict[str, Any], iid: str) -> dict[str, Any]:
         """A local machine's files go into a folder of its own (this host is every local
-        machine's: ``~`` and absolute targets land inside it); the bundle is read from Redis."""
+        machine's: ``~`` and absolute targets land inside it); the agent reads the bundle
+        from the blob store, under the request's project."""
         if not files:
             return {}
         home = self.log_dir.parent / "machines" / iid
         out = {**files, "home": str(home), "jail": True}
         if "bundle" in files:
-            out["bundle_key"] = bundle_key(self.prefix, files["bundle"]["sha256"])
+            out["bundle_store"] = self.bundle_store
         return out
 
     def _start_agent(self, rec: InstanceRecord, boot_delay_s: float = 0.0) -> None:
