@@ -89,8 +89,12 @@ class S3Blobs:
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
         if client is None:
             import boto3  # here: a folder store never loads it
+            from botocore.config import Config
 
-            client = boto3.client("s3", **{k: v for k, v in client_kw.items() if v is not None})
+            kw = {k: v for k, v in client_kw.items() if v is not None}
+            if kw.get("endpoint_url"):  # an S3-compatible server (tests: moto's) by its address
+                kw["config"] = Config(s3={"addressing_style": "path"})
+            client = boto3.client("s3", **kw)
         self.s3 = client
 
     def _name(self, key: str) -> str:

@@ -51,6 +51,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from corral.services.agent.core import Agent, FinalBeat, LinkError, Work, say
@@ -291,19 +292,13 @@ class RedisLink:
             raise LinkError(str(exc)) from exc
 
     def fetch_bundle(self, files: dict[str, Any]) -> bytes:
-        """The bundle from the blob store its provider named, under the request's project
-        (both written by the control plane, never by the task)."""
-        from corral.services.state.blobs import BlobStoreError, open_blobs
-
-        sha = str(files["bundle"]["sha256"])
+        """The bundle its provider copied from the blob store beside the machine's folder."""
         try:
-            blobs = open_blobs(str(files["bundle_store"]))
-            data = blobs.get(f"{files['bundle_scope']}/{sha}")
-        except (BlobStoreError, ValueError, OSError) as exc:
-            raise LinkError(f"the bundle store: {exc}") from exc
-        if data is None:
-            raise LinkError(f"the bundle {sha} is no longer kept")
-        return data
+            return Path(str(files["bundle_file"])).read_bytes()
+        except (KeyError, OSError):
+            raise LinkError(
+                f"the bundle {files['bundle']['sha256']} is no longer kept for this project"
+            ) from None
 
 
 RECORD_PATIENCE_S = 600.0  # an agent started while Redis is away waits this long for it
