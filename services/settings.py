@@ -120,6 +120,9 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=lambda: Path.home() / ".corral")
     redis_url: str | None = None  # None: `corral up` starts its own redis-server
+    # The memory limit of the redis-server `corral up` starts (maxmemory; its policy is
+    # noeviction: a full Redis refuses writes and never drops state). 0: no limit.
+    redis_maxmemory_bytes: int = Field(1024**3, ge=0)
     prefix: str = "corral"  # every Redis key Corral writes starts with "<prefix>:"
     # A task's workdir and file mounts, packed by corral launch (gzip'd), at most this big.
     bundle_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)

@@ -132,8 +132,10 @@ def up(
 ) -> None:
     """Bring Corral up in the foreground: Redis, API, three workers, beat, Flower."""
     from corral.services.cli.supervisor import (
+        HomeLocked,
         Supervisor,
         free_port,
+        lock_home,
         private_dir,
         secret_file,
         write_private,
@@ -154,6 +156,11 @@ def up(
     if redis_url:
         updates["redis_url"] = redis_url
     settings = base.model_copy(update=updates)
+    try:  # one `up` per home: a second would start a Redis on the first's files (issue #47)
+        held = lock_home(settings.home)
+    except HomeLocked as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(EXIT_INPUT) from None
     private_dir(settings.home)
     private_dir(settings.logs)
     sup = Supervisor(
@@ -205,6 +212,7 @@ def up(
         out.print("[up] stopping ...")
         sup.stop(lambda: _stop_local_instances(settings))
         out.print("[up] stopped")
+        held.close()  # the lock: after everything this `up` started has stopped
 
 
 def _say_addresses(
