@@ -179,6 +179,8 @@ class Settings(BaseSettings):
     node_heartbeat_s: float = 5.0  # how often a cloud node's agent reports
     worker_concurrency: int = 2
     api_max_body_bytes: int = 2 * 1024 * 1024  # a larger request body is refused (413)
+    # Sessions (corral attach, port-forward) one user may have open at once; past it, 429.
+    sessions_per_user: int = Field(default=8, ge=1)
     # The API server's guards against slow or many clients (services/api/server.py): a
     # request's headers must arrive within header_timeout_s of its first byte, its body
     # within body_timeout_s after; past max_concurrency connections and requests, 503.

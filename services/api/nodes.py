@@ -235,6 +235,8 @@ async def session_input(
 ) -> dict[str, Any]:
     book = _own_session(deps, session_id, node)
     data, eof, size = await wait_pull(book, session_id, "in", wait_s)
+    if not (data or eof or size):
+        _own_session(deps, session_id, node)  # gone meanwhile (its user revoked): 404
     return {"data": base64.b64encode(data).decode(), "eof": eof, "size": size}
 
 

@@ -10,12 +10,14 @@ projects: what a member of one can do to the storage the projects share.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import os
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,11 +31,12 @@ pytestmark = pytest.mark.integration
 
 LOCAL_CLOUD = Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "runtime.yaml"
 QUOTA_BYTES = 1024 * 1024
+SESSIONS_PER_USER = 2
 RES = {"cloud": "local", "instance_type": "cpu-2"}
 
 
 class Teams:
-    """The installation, and a token per user: alice (team-a), bob (team-b)."""
+    """The installation, and a token per user: alice and carol (team-a), bob (team-b)."""
 
     def __init__(self, system: System) -> None:
         self.system = system
@@ -76,7 +79,11 @@ class Teams:
 def teams(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Teams]:
     redis_server.flush()
     home = tmp_path_factory.mktemp("teams-home")
-    env = {**LOCAL_ONLY, "CORRAL_BUNDLE_QUOTA_BYTES": str(QUOTA_BYTES)}
+    env = {
+        **LOCAL_ONLY,
+        "CORRAL_BUNDLE_QUOTA_BYTES": str(QUOTA_BYTES),
+        "CORRAL_SESSIONS_PER_USER": str(SESSIONS_PER_USER),
+    }
     system = System(home, redis_server.url, LOCAL_CLOUD, env)
     try:
         system.start_api()
@@ -87,7 +94,7 @@ def teams(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         with made.http() as c:
             for project in ("team-a", "team-b"):
                 assert c.post("/v1/projects", json={"name": project}).status_code == 201
-            for name, project in (("alice", "team-a"), ("bob", "team-b")):
+            for name, project in (("alice", "team-a"), ("bob", "team-b"), ("carol", "team-a")):
                 body = {"name": name, "role": "member", "projects": [project]}
                 done = c.post("/v1/users", json=body)
                 assert done.status_code == 201, done.text
@@ -179,3 +186,88 @@ def test_team_b_cannot_find_fetch_or_name_team_as_bundle_by_its_sha(teams: Teams
     kept = teams.system.home / "bundles" / "team-a" / sha
     assert kept.read_bytes() == data and stat.S_IMODE(kept.stat().st_mode) == 0o600
     assert stat.S_IMODE(kept.parent.stat().st_mode) == 0o700
+
+
+def _service(teams: Teams, user: str) -> str:
+    """A service of ``user``'s on the local cloud, RUNNING: its request id."""
+    task = {"name": "svc", "resources": RES}
+    with teams.http(user) as c:
+        made = c.post("/v1/requests", json={"task": task})
+    assert made.status_code == 201, made.text
+    rid = str(made.json()["id"])
+    wait_for(lambda: teams.state(rid) == "RUNNING", 60, f"{rid} to run")
+    return rid
+
+
+def _shell(c: httpx.Client, rid: str) -> httpx.Response:
+    return c.post(f"/v1/requests/{rid}/sessions", json={"kind": "shell"})
+
+
+def _read_until(c: httpx.Client, sid: str, done: Any, timeout_s: float = 30) -> dict[str, Any]:
+    """Session output read until ``done(text, answer)``; the text and the last answer."""
+    text = ""
+    last: dict[str, Any] = {}
+
+    def enough() -> bool:
+        nonlocal text, last
+        last = c.get(f"/v1/sessions/{sid}/output", params={"wait_s": 2}).json()
+        text += base64.b64decode(last["data"]).decode(errors="replace")
+        return bool(done(text, last))
+
+    wait_for(enough, timeout_s, f"session {sid}'s output")
+    return {"text": text, **last}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sessions_are_limited_per_user_and_an_ended_session_refuses_input(teams: Teams) -> None:
+    rid = _service(teams, "alice")
+    try:
+        with teams.http("alice") as c:
+            opened = [_shell(c, rid) for _ in range(SESSIONS_PER_USER)]
+            assert [o.status_code for o in opened] == [201] * SESSIONS_PER_USER
+            over = _shell(c, rid)
+            assert over.status_code == 429, over.text
+            assert "CORRAL_SESSIONS_PER_USER" in over.text and "alice" in over.text
+            sid = opened[0].json()["id"]
+            assert c.post(f"/v1/sessions/{sid}/input", content=b"exit 4\n").json()["ok"]
+            ended = _read_until(c, sid, lambda _t, a: a["eof"])
+            assert ended["exit_code"] == 4
+            # The red team's 25 MB after the end: refused at the first byte, nothing kept.
+            late = c.post(f"/v1/sessions/{sid}/input", content=b"x" * 60_000)
+            assert late.status_code == 409 and "ended" in late.text, late.text
+            # The ended one no longer counts: another may be opened.
+            assert _shell(c, rid).status_code == 201
+        with teams.http("bob") as c:  # another user's limit is their own
+            assert c.get(f"/v1/requests/{rid}").status_code == 404
+    finally:
+        with teams.http() as c:
+            c.post(f"/v1/requests/{rid}/terminate")
+
+
+def test_a_revoked_users_open_shell_ends_within_seconds(teams: Teams) -> None:
+    rid = _service(teams, "carol")
+    try:
+        with teams.http("carol") as c:
+            opened = _shell(c, rid)
+            assert opened.status_code == 201, opened.text
+            sid = opened.json()["id"]
+            c.post(f"/v1/sessions/{sid}/input", content=b"echo pid=$$; sleep 600\n")
+            said = _read_until(c, sid, lambda text, _a: "pid=" in text and "\n" in text)
+        pid = int(said["text"].split("pid=", 1)[1].split()[0])
+        assert _alive(pid)
+        with teams.http() as c:
+            assert c.post("/v1/users/carol/revoke").status_code == 200
+        revoked_at = time.monotonic()
+        wait_for(lambda: not _alive(pid), 10, f"carol's shell (pid {pid}) to end")
+        print(f"the shell ended {time.monotonic() - revoked_at:.1f} s after the revoke")
+        with teams.http("carol") as c:
+            assert c.post(f"/v1/sessions/{sid}/input", content=b"id\n").status_code == 401
+    finally:
+        with teams.http() as c:
+            c.post(f"/v1/requests/{rid}/terminate")

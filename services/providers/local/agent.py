@@ -222,6 +222,7 @@ class RedisLink:
         try:
             r = self._session_redis()  # the agent's own on its main thread
             r.execute("HSET", key, "state", "done", "exit_code", str(exit_code), *extra)
+            r.execute("DEL", session_stream_key(self.prefix, exec_id, "in"))  # unread input
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
