@@ -124,6 +124,10 @@ app.kubernetes.io/component: {{ .component }}
 - name: CORRAL_REDIS_URL
   value: {{ printf "%s://%s" $scheme $where | quote }}
 {{- end }}
+{{- with .Values.bundles.store }}
+- name: CORRAL_BUNDLE_STORE
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -135,6 +139,11 @@ app.kubernetes.io/component: {{ .component }}
   emptyDir: {}
 - name: tmp
   emptyDir: {}
+{{- with .Values.bundles.existingClaim }}
+- name: bundles
+  persistentVolumeClaim:
+    claimName: {{ . }}
+{{- end }}
 {{- end -}}
 
 {{- define "corral.volumeMounts" -}}
@@ -142,6 +151,10 @@ app.kubernetes.io/component: {{ .component }}
   mountPath: /var/lib/corral
 - name: tmp
   mountPath: /tmp
+{{- if .Values.bundles.existingClaim }}
+- name: bundles
+  mountPath: /var/lib/corral/bundles
+{{- end }}
 {{- end -}}
 
 {{/* The pod settings every Corral process shares. */}}
