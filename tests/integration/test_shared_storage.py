@@ -271,3 +271,17 @@ def test_a_revoked_users_open_shell_ends_within_seconds(teams: Teams) -> None:
     finally:
         with teams.http() as c:
             c.post(f"/v1/requests/{rid}/terminate")
+
+
+def test_the_api_says_how_full_redis_is_against_its_limit(teams: Teams) -> None:
+    """The metrics the chart's CorralRedisMemoryFilling alert reads: Redis's used memory and
+    its limit (the tests' server has Corral's 1 GiB, noeviction)."""
+    with teams.http() as c:
+        text = c.get("/metrics").text
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("corral_redis_")
+    }
+    assert values["corral_redis_maxmemory_bytes"] == 1024**3
+    assert 0 < values["corral_redis_used_memory_bytes"] < 1024**3
