@@ -128,9 +128,20 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=lambda: Path.home() / ".corral")
     redis_url: str | None = None  # None: `corral up` starts its own redis-server
+    # The memory limit of the redis-server `corral up` starts (maxmemory; its policy is
+    # noeviction: a full Redis refuses writes and never drops state). 0: no limit.
+    redis_maxmemory_bytes: int = Field(1024**3, ge=0)
     prefix: str = "corral"  # every Redis key Corral writes starts with "<prefix>:"
     # A task's workdir and file mounts, packed by corral launch (gzip'd), at most this big.
     bundle_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
+    # Where bundles' bytes are kept (services/state/blobs.py): file:///FOLDER or
+    # s3://BUCKET[/PREFIX]; None: the folder <home>/bundles. Redis keeps only their metadata.
+    bundle_store: str | None = Field(None, pattern=r"^(file:///|s3://[^/]+)")
+    # What one project's bundles may hold in the store (each counts at least 64 KiB); an
+    # upload past it is refused (413).
+    bundle_quota_bytes: int = Field(1024**3, ge=1024 * 1024)
+    # A node refuses a bundle whose files come to more than this once unpacked.
+    bundle_unpacked_max_bytes: int = Field(2 * 1024**3, ge=1024 * 1024)
     api_url: str | None = None  # None: read from <home>/api-url written by `corral up`
     api_token: SecretStr | None = None  # None: read from <home>/api-token (mode 0600)
     # Set: GET /metrics needs it as a bearer token (Prometheus's `authorization`); None: open.
@@ -178,6 +189,8 @@ class Settings(BaseSettings):
     node_heartbeat_s: float = 5.0  # how often a cloud node's agent reports
     worker_concurrency: int = 2
     api_max_body_bytes: int = 2 * 1024 * 1024  # a larger request body is refused (413)
+    # Sessions (corral attach, port-forward) one user may have open at once; past it, 429.
+    sessions_per_user: int = Field(default=8, ge=1)
     # The API server's guards against slow or many clients (services/api/server.py): a
     # request's headers must arrive within header_timeout_s of its first byte, its body
     # within body_timeout_s after; past max_concurrency connections and requests, 503.
@@ -214,6 +227,11 @@ class Settings(BaseSettings):
 
     def file(self, name: str) -> Path:
         return self.home / name
+
+    @property
+    def bundle_store_url(self) -> str:
+        """The blob store bundles are kept in (the folder <home>/bundles by default)."""
+        return self.bundle_store or (self.home / "bundles").absolute().as_uri()
 
 
 def aws_credentials_hint() -> bool:

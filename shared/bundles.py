@@ -1,7 +1,7 @@
 """Code and data a task takes to its nodes: SkyPilot's ``workdir`` and ``file_mounts``.
 
 ``corral launch`` packs the local ``workdir`` folder and each local ``file_mounts`` source into
-one gzip'd tar, content-addressed by its sha256, and uploads it once (``PUT
+one gzip'd tar, content-addressed by its sha256, and uploads it once per project (``PUT
 /v1/bundles/{sha256}``). The task then carries a :class:`Bundle`: which members go where. On
 the node, the agent fetches the bundle (a cloud machine with its node token; the local cloud
 from the machine's own folder), checks the sha256, and unpacks: the workdir to
@@ -18,11 +18,6 @@ NODE_WORKDIR = "~/sky_workdir"  # SkyPilot's place for the workdir on a node
 WORKDIR_MEMBER = "workdir"
 MAX_MOUNTS = 256
 _SHA256 = r"^[0-9a-f]{64}$"
-
-
-def bundle_key(prefix: str, sha256: str) -> str:
-    """The Redis key a bundle is kept under (base64 text)."""
-    return f"{prefix}:bundle:{sha256}"
 
 
 def check_target(target: str) -> str:

@@ -44,6 +44,12 @@ END_OF_STREAM = ""
 RESIZE_PREFIX = "size:"  # an ``in`` entry "size:ROWS:COLS": the user's terminal was resized
 
 
+def user_sessions_key(prefix: str, user: str) -> str:
+    """The sessions a user opened (a sorted set: id -> when), for the per-user limit and to
+    end them when the user is revoked."""
+    return f"{prefix}:sessions:user:{user}"
+
+
 def session_stream_key(prefix: str, exec_id: str, side: str) -> str:
     """One direction of a session: ``in`` (user to node) or ``up`` (node to user)."""
     if side not in ("in", "up"):

@@ -48,6 +48,9 @@ class RedisServer:
                 "no",
                 "--dir",
                 str(data_dir),
+                # As Corral starts its own (services/cli/supervisor.py): a limit, no eviction.
+                "--maxmemory",
+                str(1024**3),
                 "--maxmemory-policy",
                 "noeviction",
             ],

@@ -3,8 +3,10 @@
 Standard library only. The bundle's bytes come from the agent's link (a cloud machine asks the
 API with its node token; the local cloud reads the file its provider left in the machine's
 folder); their sha256 must be the one the task names before anything is unpacked. Members are
-checked before extraction: no absolute paths, no ``..``, no links or devices, so a bundle can
-write nowhere but where its task said.
+checked before extraction: no absolute paths, no ``..``, no links or devices, no sparse
+members (GNU or PAX sparse maps: a few bytes that unpack to gigabytes of holes), and their
+sizes together at most the control plane's cap (``unpacked_max_bytes``), so a bundle can write
+nowhere but where its task said, and no more than it was allowed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     import tarfile
 
 WORKDIR_MEMBER = "workdir"
+DEFAULT_UNPACKED_MAX_BYTES = 2 * 1024**3  # CORRAL_BUNDLE_UNPACKED_MAX_BYTES's default
 
 
 class BundleError(Exception):
@@ -44,25 +47,56 @@ def mount_path(home: Path, target: str, *, jail: bool) -> Path:
     return place(home, target)
 
 
-def unpack(data: bytes, spec: dict[str, Any], workdir: Path, home: Path, *, jail: bool) -> None:
-    """Check ``data`` against ``spec["sha256"]`` and unpack its workdir and mounts. ``jail``:
-    absolute targets go under ``home`` too (the local cloud)."""
+def unpack(
+    data: bytes,
+    spec: dict[str, Any],
+    workdir: Path,
+    home: Path,
+    *,
+    jail: bool,
+    max_bytes: int | None = None,
+) -> None:
+    """Check ``data`` against ``spec["sha256"]`` and its members (:func:`check_members`, at
+    most ``max_bytes`` unpacked; None: the default cap), then unpack its workdir and mounts.
+    ``jail``: absolute targets go under ``home`` too (the local cloud)."""
     import tarfile  # here: only a task with files needs it (the launcher forks lighter)
 
     digest = hashlib.sha256(data).hexdigest()
     if digest != spec.get("sha256"):
         raise BundleError(f"bundle checksum {digest} is not the task's {spec.get('sha256')}")
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        members = tar.getmembers()
-        for m in members:
-            parts = Path(m.name).parts
-            if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
-                raise BundleError(f"bundle member {m.name!r} is not a plain file or folder")
-        if spec.get("workdir"):
-            _extract(tar, members, WORKDIR_MEMBER, workdir)
-        for mount in spec.get("mounts") or []:
-            dest = mount_path(home, str(mount["target"]), jail=jail)
-            _extract(tar, members, str(mount["member"]), dest)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            members = tar.getmembers()
+            check_members(members, int(max_bytes or DEFAULT_UNPACKED_MAX_BYTES))
+            if spec.get("workdir"):
+                _extract(tar, members, WORKDIR_MEMBER, workdir)
+            for mount in spec.get("mounts") or []:
+                dest = mount_path(home, str(mount["target"]), jail=jail)
+                _extract(tar, members, str(mount["member"]), dest)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise BundleError(f"bundle cannot be read as a gzip'd tar: {exc}") from None
+
+
+def check_members(members: list[tarfile.TarInfo], max_bytes: int) -> None:
+    """Refuse the bundle (BundleError naming the member) for a member that is not a plain
+    file or folder (links, devices, fifos), is sparse, or climbs out (absolute, ``..``), and
+    for files that come to more than ``max_bytes`` unpacked (checked before a byte is
+    written)."""
+    total = 0
+    for m in members:
+        parts = Path(m.name).parts
+        if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
+            raise BundleError(f"bundle member {m.name!r} is not a plain file or folder")
+        # tarfile reads a GNU sparse member ('S') and PAX's GNU.sparse.* maps into .sparse;
+        # their stated size is what they unpack to, far past the bytes the archive holds.
+        if m.issparse() or any(k.startswith("GNU.sparse") for k in m.pax_headers):
+            raise BundleError(f"bundle member {m.name!r} is a sparse file; Corral refuses those")
+        total += max(m.size, 0) if m.isfile() else 0
+        if total > max_bytes:
+            raise BundleError(
+                f"bundle unpacks to more than {max_bytes:,} bytes (at member {m.name!r}); "
+                "the control plane's cap is CORRAL_BUNDLE_UNPACKED_MAX_BYTES"
+            )
 
 
 def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], prefix: str, dest: Path) -> None:
@@ -79,7 +113,7 @@ def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], prefix: str, 
         source = tar.extractfile(m)
         assert source is not None
         with source, open(out, "wb") as fh:
-            shutil.copyfileobj(source, fh)
+            shutil.copyfileobj(source, fh)  # at most m.size bytes: tarfile reads no further
         os.chmod(out, 0o755 if m.mode & 0o100 else 0o644)
 
 

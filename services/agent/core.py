@@ -69,8 +69,9 @@ class Work:
     run: str | None = None
     envs: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
-    # Files to put in place first (shared/bundles.py): {"bundle": {...}, "git": {url, ref},
-    # and on the local cloud "home" (the machine's folder), "jail", "bundle_key"}.
+    # Files to put in place first (shared/bundles.py): {"bundle": {...}, "bundle_scope",
+    # "unpacked_max_bytes", "git": {url, ref}, and on the local cloud "home" (the machine's
+    # folder), "jail", "bundle_store"}.
     files: dict[str, Any] = field(default_factory=dict)
 
 
@@ -266,13 +267,9 @@ class Agent:
         bundle = files.get("bundle")
         if bundle:
             say(f"unpacking the task's files ({int(bundle.get('size_bytes', 0)):,} bytes)")
-            unpack(
-                self.link.fetch_bundle(files),
-                bundle,
-                workdir,
-                home,
-                jail=bool(files.get("jail")),
-            )
+            data = self.link.fetch_bundle(files)
+            cap, jail = files.get("unpacked_max_bytes"), bool(files.get("jail"))
+            unpack(data, bundle, workdir, home, jail=jail, max_bytes=cap)
         for mount in files.get("copy") or []:
             self._copy_remote(str(mount["source"]), str(mount["target"]), home, files)
         git = files.get("git")

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, model_validator
 from corral.services.api.auth import Principal, caller, require_writer
 from corral.services.api.routes import get_deps, visible_request
 from corral.services.runtime.deps import Deps
-from corral.services.state.execs import ExecBook
+from corral.services.state.execs import ExecBook, SessionEnded
 from corral.shared.execs import (
     MAX_COMMAND_BYTES,
     SESSION_CHUNK_BYTES,
@@ -117,10 +117,18 @@ def open_session(
     who: Principal = Depends(require_writer),
 ) -> dict[str, Any]:
     visible_request(deps, who, request_id)
+    book = ExecBook(deps.redis, deps.settings.prefix)
+    limit = deps.settings.sessions_per_user
+    if len(book.open_sessions(who.name)) >= limit:
+        raise HTTPException(
+            429,
+            f"user {who.name!r} has {limit} sessions open, the most a user may "
+            "(CORRAL_SESSIONS_PER_USER); end one (exit the shell, stop the forward) first",
+        )
     node, inst_id = _node(deps, request_id, body.node)
     session = body.model_dump(exclude={"node", "command"}, exclude_none=True)
-    xid = ExecBook(deps.redis, deps.settings.prefix).create(
-        request_id, inst_id, node, body.command or "", time.time(), session=session
+    xid = book.create(
+        request_id, inst_id, node, body.command or "", time.time(), session=session, user=who.name
     )
     return {"id": xid, "request_id": request_id, "instance_id": inst_id}
 
@@ -151,7 +159,10 @@ async def session_input(
     if len(data) > SESSION_CHUNK_BYTES:
         raise HTTPException(413, f"at most {SESSION_CHUNK_BYTES} bytes per write")
     size = (rows, cols) if rows is not None and cols is not None else None
-    return {"ok": book.push(session_id, "in", data, eof, size)}
+    try:
+        return {"ok": book.push(session_id, "in", data, eof, size)}
+    except SessionEnded as exc:
+        raise HTTPException(409, str(exc)) from None
 
 
 @router.get("/v1/sessions/{session_id}/output", summary="What a session's node side sent")
@@ -186,13 +197,19 @@ async def wait_pull(
 ) -> tuple[bytes, bool, tuple[int, int] | None]:
     """Read one stream, waiting up to ``wait_s`` for something: polled (5 ms at first,
     backing off to :data:`POLL_CAP_S`), so a waiting read holds no thread and no Redis
-    connection; the price is a Redis LPOP every 25 ms per waiting read."""
+    connection; the price is a Redis LPOP every 25 ms per waiting read. A session that is
+    gone (its user revoked) ends the wait within a second: the caller looks again."""
     deadline = time.monotonic() + wait_s
     pause = 0.005
+    look = time.monotonic() + 1.0
     while True:
         data, eof, size = book.pull(session_id, side)
         if data or eof or size or time.monotonic() >= deadline:
             return data, eof, size
+        if time.monotonic() >= look:
+            if not book.is_session(session_id):
+                return data, eof, size
+            look = time.monotonic() + 1.0
         await asyncio.sleep(pause)
         pause = min(pause * 1.5, POLL_CAP_S)
 

@@ -21,7 +21,6 @@ from corral.services.api.execs import wait_pull
 from corral.services.api.routes import get_deps
 from corral.services.providers.agent_wheel import AGENT_DIST, build_agent_wheel
 from corral.services.runtime.deps import Deps
-from corral.services.state.bundles import BundleStore
 from corral.services.state.execs import ExecBook
 from corral.services.state.nodes import (
     LOG_CHUNK_MAX,
@@ -236,6 +235,8 @@ async def session_input(
 ) -> dict[str, Any]:
     book = _own_session(deps, session_id, node)
     data, eof, size = await wait_pull(book, session_id, "in", wait_s)
+    if not (data or eof or size):
+        _own_session(deps, session_id, node)  # gone meanwhile (its user revoked): 404
     return {"data": base64.b64encode(data).decode(), "eof": eof, "size": size}
 
 
@@ -258,7 +259,8 @@ async def session_output(
 def bundle(node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)) -> Response:
     files = deps.nodes.work(node).get("files") or {}
     sha = (files.get("bundle") or {}).get("sha256")
-    data = BundleStore(deps.redis, deps.settings.prefix).get(str(sha)) if sha else None
+    scope = files.get("bundle_scope")  # the request's project, written by the control plane
+    data = deps.bundles.get(str(scope), str(sha)) if sha and scope else None
     if data is None:
         raise HTTPException(404, "this node's task has no bundle, or it is no longer kept")
     return Response(data, media_type="application/gzip")

@@ -18,6 +18,7 @@ from corral.services.api.auth import Principal, caller, require_admin
 from corral.services.api.routes import get_deps
 from corral.services.runtime import quotas as quota_usage
 from corral.services.runtime.deps import Deps
+from corral.services.state.execs import ExecBook
 from corral.services.state.users import AccessError, ProjectRecord, Role
 from corral.shared.quotas import Quota
 
@@ -73,9 +74,13 @@ def list_users(deps: Deps = Depends(get_deps)) -> dict[str, Any]:
 )
 def revoke_user(name: str, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
     try:
-        return deps.access.revoke(name, deps.now()).public()
+        revoked = deps.access.revoke(name, deps.now()).public()
     except LookupError as exc:
         raise HTTPException(404, str(exc)) from None
+    # Its open shells and forwards end too: each node's agent finds its session gone within
+    # seconds and kills what it ran (the token alone would leave them up to the session TTL).
+    ExecBook(deps.redis, deps.settings.prefix).end_sessions_of(name)
+    return revoked
 
 
 def _project_view(deps: Deps, project: ProjectRecord) -> dict[str, Any]:

@@ -158,7 +158,9 @@ def launch(
     task = _with_wait_terms(task, retry_until_up, max_wait, as_json)
     with api_client(as_json, source=str(file)) as client:
         # The workdir and file mounts, packed and uploaded (once per content).
-        task = client.with_files(task, source=str(file), max_bytes=_bundle_max_bytes())
+        task = client.with_files(
+            task, source=str(file), max_bytes=_bundle_max_bytes(), project=project
+        )
         view = client.launch(task, idempotency_key=idempotency_key, project=project)
         if detach or (as_json and not wait):
             print_json(view.document()) if as_json else out.print(view.id, markup=False)

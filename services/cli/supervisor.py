@@ -46,6 +46,45 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+UP_LOCK = "up.lock"
+
+
+class HomeLocked(RuntimeError):
+    """Another ``corral up`` holds the home's lock; ``pid`` is its process id (or None)."""
+
+    def __init__(self, home: Path, pid: int | None) -> None:
+        who = f"pid {pid}" if pid else "a process that has not written its pid yet"
+        super().__init__(
+            f"another `corral up` ({who}) is running with CORRAL_HOME={home}: stop it first "
+            "(Ctrl-C in its terminal, or `kill -TERM` that pid), or give this one another "
+            "CORRAL_HOME; nothing was started or changed"
+        )
+        self.pid = pid
+
+
+def lock_home(home: Path) -> IO[str]:
+    """Take ``<home>/up.lock`` for this process, writing its pid there; the open file holds
+    the lock until the process ends, however it ends (an advisory ``flock``, so a lock left by
+    a process that died is free again: taken over, not refused). HomeLocked, naming the
+    holder's pid, when another live process holds it."""
+    import fcntl
+
+    private_dir(home)
+    fd = os.open(home / UP_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fh = os.fdopen(fd, "r+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = fh.read().strip()
+        fh.close()
+        raise HomeLocked(home, int(text) if text.isdigit() else None) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
 def secret_file(path: Path) -> str:
     """Read the secret in ``path``, creating it (mode 0600) when missing; an existing file that
     others could read is made private first."""
@@ -187,6 +226,10 @@ class Supervisor:
             "everysec",
             "--save",
             "",
+            # A limit, and a policy that never evicts: requests, leases and queues are state,
+            # not a cache. A full Redis refuses writes (OOM); the alert comes before that.
+            "--maxmemory",
+            str(self.settings.redis_maxmemory_bytes),
             "--maxmemory-policy",
             "noeviction",
             "--protected-mode",

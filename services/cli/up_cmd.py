@@ -133,8 +133,10 @@ def up(
 ) -> None:
     """Bring Corral up in the foreground: Redis, API, three workers, beat, Flower."""
     from corral.services.cli.supervisor import (
+        HomeLocked,
         Supervisor,
         free_port,
+        lock_home,
         private_dir,
         secret_file,
         write_private,
@@ -155,6 +157,11 @@ def up(
     if redis_url:
         updates["redis_url"] = redis_url
     settings = base.model_copy(update=updates)
+    try:  # one `up` per home: a second would start a Redis on the first's files (issue #47)
+        held = lock_home(settings.home)
+    except HomeLocked as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(EXIT_INPUT) from None
     private_dir(settings.home)
     private_dir(settings.logs)
     sup = Supervisor(
@@ -207,6 +214,7 @@ def up(
         sup.stop(lambda: _stop_local_instances(settings))
         _forget_addresses(settings)
         out.print("[up] stopped")
+        held.close()  # the lock: after everything this `up` started has stopped
 
 
 def _forget_addresses(settings: Settings) -> None:

@@ -241,7 +241,7 @@ class Client:
                 _log().info("%s: %s", task, notice)
             task = read.data
         if not isinstance(task, str):
-            task = self.with_files(dict(task), source=source)
+            task = self.with_files(dict(task), source=source, project=project)
         body = {"task_yaml": task} if isinstance(task, str) else {"task": dict(task)}
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
         params = {"project": project} if project is not None else {}
@@ -254,9 +254,11 @@ class Client:
         source: str = "<task>",
         base: Path | None = None,
         max_bytes: int | None = None,
+        project: str | None = None,
     ) -> dict[str, Any]:
         """The task with its local workdir and file mounts packed and uploaded (once per
-        content: the API is asked first), and ``bundle`` saying where they go. Paths are read
+        content and project: the API is asked first; ``project`` as for :meth:`launch`), and
+        ``bundle`` saying where they go. Paths are read
         from ``base`` (the current folder); at most ``max_bytes`` gzip'd (None:
         ``corral.shared.bundles.DEFAULT_MAX_BUNDLE_BYTES``). A task without local files is
         returned as is; ConfigError names a source that cannot be packed."""
@@ -273,8 +275,9 @@ class Client:
             data, bundle = pack(task, base or Path.cwd(), limit)
         except BundleError as exc:
             raise ConfigError.single(source, exc.message, loc=exc.field) from None
+        params = {"project": project} if project is not None else {}
         try:
-            self._call("HEAD", f"/v1/bundles/{bundle.sha256}")
+            self._call("HEAD", f"/v1/bundles/{bundle.sha256}", params=params)
         except ApiError as exc:
             if exc.status_code != 404:
                 raise
@@ -283,6 +286,7 @@ class Client:
                 f"/v1/bundles/{bundle.sha256}",
                 content=data,
                 headers={"Content-Type": "application/gzip"},
+                params=params,
             )
         return {**task, "bundle": bundle.model_dump()}
 

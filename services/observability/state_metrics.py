@@ -91,6 +91,17 @@ GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         (),
     ),
     (
+        "corral_redis_used_memory_bytes",
+        "Memory Redis uses (INFO memory's used_memory): Corral's state, queues and caches.",
+        (),
+    ),
+    (
+        "corral_redis_maxmemory_bytes",
+        "Redis's memory limit (maxmemory; 0: none). At the limit, with Corral's noeviction "
+        "policy, every write is refused: alert well before.",
+        (),
+    ),
+    (
         "corral_beat_lag_seconds",
         "How long each beat entry has been past due (0 while beat keeps time).",
         ("entry",),
@@ -213,6 +224,9 @@ class StateCollector(Collector):
             Tally(_block_labels(b.block, b.outcome) for b in deps.blocks.active(now)),
         )
         self._queues(f)
+        memory = deps.redis.info("memory")
+        f["corral_redis_used_memory_bytes"].add_metric([], float(memory.get("used_memory", 0)))
+        f["corral_redis_maxmemory_bytes"].add_metric([], float(memory.get("maxmemory", 0)))
         self._beat(f, now)
         self._pools(f, cost, catalog)
         _add(f["corral_cost_usd_per_hour"], cost)

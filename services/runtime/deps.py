@@ -16,8 +16,10 @@ from corral.services.providers.base import Provider
 from corral.services.providers.registry import ProviderUnavailable, build_provider
 from corral.services.queues.redis_conn import connect
 from corral.services.settings import Settings, get_settings
+from corral.services.state.blobs import open_blobs
 from corral.services.state.blocks import BlockStore
 from corral.services.state.boots import BootBook
+from corral.services.state.bundles import BundleStore
 from corral.services.state.docstore import DocStore
 from corral.services.state.limits import LaunchLimits
 from corral.services.state.nodes import NodeBook
@@ -63,6 +65,16 @@ class Deps:
     @cached_property
     def nodes(self) -> NodeBook:
         return NodeBook.for_settings(self.redis, self.settings)
+
+    @cached_property
+    def bundles(self) -> BundleStore:
+        """Task bundles: metadata here in Redis, bytes in the configured blob store."""
+        blobs = open_blobs(
+            self.settings.bundle_store_url, endpoint_url=self.settings.aws_endpoint_url
+        )
+        return BundleStore(
+            self.redis, self.settings.prefix, blobs, self.settings.bundle_quota_bytes
+        )
 
     @cached_property
     def access(self) -> AccessBook:

@@ -49,6 +49,7 @@ from corral.services.runtime.planning import clouds_left_out, left_out_text, pla
 from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
 from corral.services.state.boots import Boot
+from corral.services.state.bundles import scope_of
 from corral.services.state.store import Together
 from corral.shared.autoscaler.launcher import CLUSTER_LABEL
 from corral.shared.backoff import backoff_s
@@ -270,7 +271,7 @@ def _attempt(
         req = record_attempt(deps, req.id, attempt_id, cand, now, current=req) or req
         deps.store.append_event(req.id, attempt_line(req, step), now)
     task = Task.model_validate(req.task)
-    spec = _spec(req, task, cand, attempt_id)
+    spec = _spec(req, task, cand, attempt_id, deps.settings.bundle_unpacked_max_bytes)
     # The deadline runs from the cloud call (a redelivered attempt keeps the first one).
     boot = Boot(
         kind="attempt", spec=spec, deadline=now + deps.settings.timers.attempt_deadline_s, step=step
@@ -407,7 +408,10 @@ def _instance_of(
     )
 
 
-def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> LaunchSpec:
+def _spec(
+    req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str, unpacked_max_bytes: int
+) -> LaunchSpec:
+    docker = image_for_region(task.resources.image_id, cand.region).docker
     return LaunchSpec(
         request_id=req.id,
         attempt_id=attempt_id,
@@ -419,7 +423,7 @@ def _spec(req: LaunchRequest, task: Task, cand: ChainStep, attempt_id: str) -> L
         workdir=task.workdir if isinstance(task.workdir, str) else None,  # git: files["git"]
         image_id=image_for_region(task.resources.image_id, cand.region).machine,
         ports=parse_ports(task.resources.ports),
-        files=task_files(task, image_for_region(task.resources.image_id, cand.region).docker),
+        files=task_files(task, docker, project=req.project, unpacked_max_bytes=unpacked_max_bytes),
         accelerators=dict(cand.accelerators),
         advanced_instance_config=_advanced_config(task, cand),
         tags={TAG_MANAGED: "true", TAG_REQUEST: req.id, TAG_ATTEMPT: attempt_id},
@@ -437,13 +441,23 @@ def _envs(task: Task) -> dict[str, str]:
     return envs
 
 
-def task_files(task: Task, docker: str | None = None) -> dict[str, Any]:
+def task_files(
+    task: Task,
+    docker: str | None = None,
+    *,
+    project: str | None = None,
+    unpacked_max_bytes: int | None = None,
+) -> dict[str, Any]:
     """What the node must put in place before setup: the bundle corral launch uploaded
-    (workdir and file mounts), a git workdir to clone; and the container image setup and
-    run go into (``image_id: docker:<image>``)."""
+    (workdir and file mounts; ``bundle_scope``, the request's project, is where it is kept,
+    and the node refuses it past ``unpacked_max_bytes`` unpacked), a git workdir to clone;
+    and the container image setup and run go into (``image_id: docker:<image>``)."""
     files: dict[str, Any] = {"docker": docker} if docker else {}
     if task.bundle is not None:
         files["bundle"] = task.bundle.model_dump()
+        files["bundle_scope"] = scope_of(project)
+        if unpacked_max_bytes is not None:
+            files["unpacked_max_bytes"] = unpacked_max_bytes
     if copied := node_copied(task.file_mounts):
         files["copy"] = copied  # s3:// sources: the node copies them with its own credentials
     if task.workdir is not None and not isinstance(task.workdir, str):

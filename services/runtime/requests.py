@@ -20,6 +20,7 @@ from corral.services.runtime import member_fields
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.planning import clouds_left_out, left_out_text
 from corral.services.runtime.pooled.registry import registry_view
+from corral.services.state.bundles import scope_of
 from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import (
@@ -171,6 +172,7 @@ def submit_task(
     try:
         doc = task_document(task)
         checked = owned(validate_task(doc), doc, owner)
+        _check_bundle(deps, checked, doc, owner)
         return _accept(deps, checked, key, owner)
     except (ConfigError, Impossible) as exc:
         if key is not None:
@@ -189,6 +191,20 @@ def owned(task: Task, doc: Document, owner: Owner) -> Task:
         raise ConfigError([doc.issue(path, message) for path, message in problems])
     task.labels = labels
     return task
+
+
+def _check_bundle(deps: Deps, task: Task, doc: Document, owner: Owner) -> None:
+    """A task's bundle must be kept for its project: a sha256 another project uploaded is
+    unknown here (bundles are per project, services/state/bundles.py)."""
+    if task.bundle is None:
+        return
+    if not deps.bundles.has(scope_of(owner.project), task.bundle.sha256):
+        where = f"project {owner.project!r}" if owner.project else "the project-less scope"
+        raise doc.error(
+            ("bundle", "sha256"),
+            f"no bundle {task.bundle.sha256} is kept for {where}; upload it first "
+            "(PUT /v1/bundles/SHA256?project=..., as corral launch does)",
+        )
 
 
 def _held(deps: Deps, key: str) -> Submitted | None:

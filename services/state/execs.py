@@ -22,7 +22,12 @@ from corral.shared.execs import (
     exec_output_key,
     exec_queue_key,
     session_stream_key,
+    user_sessions_key,
 )
+
+
+class SessionEnded(Exception):
+    """Input for a session whose node side (or user side) has ended: refused, not kept."""
 
 
 class ExecBook:
@@ -38,9 +43,10 @@ class ExecBook:
         command: str,
         now: float,
         session: dict[str, Any] | None = None,
+        user: str | None = None,
     ) -> str:
         """Queue ``command`` for ``node`` (or, with ``session``, a relayed session: its
-        ``kind`` and what it needs, shared/execs.py); its id."""
+        ``kind`` and what it needs, shared/execs.py, counted among ``user``'s); its id."""
         xid = "x-" + secrets.token_hex(8)
         ttl = SESSION_TTL_S if session else EXEC_TTL_S
         key = exec_key(self.prefix, xid)
@@ -56,9 +62,13 @@ class ExecBook:
                 "created_at": repr(now),
                 "bytes": 0,
                 "kind": str((session or {}).get("kind") or "exec"),
+                **({"user": user} if user else {}),
             },
         )
         pipe.expire(key, ttl)
+        if session and user:
+            pipe.zadd(user_sessions_key(self.prefix, user), {xid: now})
+            pipe.expire(user_sessions_key(self.prefix, user), SESSION_TTL_S)
         pipe.rpush(queue, json.dumps({"id": xid, "command": command, **(session or {})}))
         pipe.expire(queue, EXEC_TTL_S)
         pipe.execute()
@@ -96,10 +106,43 @@ class ExecBook:
         pipe.execute()
 
     def done(self, exec_id: str, exit_code: int, error: str | None = None) -> None:
+        """The command (or session) ended: its code kept; a session's unread input let go."""
         key = exec_key(self.prefix, exec_id)
         if error:
             self.r.hset(key, "error", error[:500])
         self.r.hset(key, mapping={"state": "done", "exit_code": exit_code})
+        self.r.delete(session_stream_key(self.prefix, exec_id, "in"))
+
+    # --- a user's sessions: a limit, and their end with the user's token ---------------------
+    def open_sessions(self, user: str) -> list[str]:
+        """The sessions ``user`` opened that have not ended (ended ones are forgotten here)."""
+        index = user_sessions_key(self.prefix, user)
+        ids = [i.decode() if isinstance(i, bytes) else str(i) for i in self.r.zrange(index, 0, -1)]
+        pipe = self.r.pipeline(transaction=False)
+        for xid in ids:
+            pipe.hget(exec_key(self.prefix, xid), "state")
+        states = pipe.execute() if ids else []
+        live = [x for x, st in zip(ids, states, strict=True) if st not in (None, "done", b"done")]
+        if gone := [x for x in ids if x not in live]:
+            self.r.zrem(index, *gone)
+        return live
+
+    def end_sessions_of(self, user: str) -> int:
+        """End every session ``user`` opened (revoked): their records and streams deleted, so
+        each node's agent finds its session gone within its next look (seconds) and kills
+        the shell or closes the forward. How many there were."""
+        index = user_sessions_key(self.prefix, user)
+        ids = [i.decode() if isinstance(i, bytes) else str(i) for i in self.r.zrange(index, 0, -1)]
+        pipe = self.r.pipeline(transaction=True)
+        for xid in ids:
+            pipe.delete(
+                exec_key(self.prefix, xid),
+                session_stream_key(self.prefix, xid, "in"),
+                session_stream_key(self.prefix, xid, "up"),
+            )
+        pipe.delete(index)
+        pipe.execute()
+        return len(ids)
 
     # --- sessions (corral attach, port-forward): two streams, drained as they are read ------
     def is_session(self, exec_id: str) -> bool:
@@ -117,6 +160,10 @@ class ExecBook:
         """Append ``data`` (then a terminal ``size``, then the end, with ``eof``) to one
         stream; False when the stream is full (the reader is behind: write again later)."""
         stream = session_stream_key(self.prefix, exec_id, side)
+        if side == "in":
+            state, closed = self.r.hmget(exec_key(self.prefix, exec_id), ["state", "in_closed"])
+            if state in (None, "done", b"done") or closed:
+                raise SessionEnded(f"session {exec_id} has ended: its input is refused")
         if int(self.r.llen(stream)) >= SESSION_MAX_PENDING:
             return False
         items = (
@@ -129,6 +176,8 @@ class ExecBook:
             pipe.rpush(stream, *items)
             pipe.expire(stream, SESSION_TTL_S)
             pipe.expire(exec_key(self.prefix, exec_id), SESSION_TTL_S)
+            if side == "in" and eof:
+                pipe.hset(exec_key(self.prefix, exec_id), "in_closed", 1)
             pipe.execute()
         return True
 

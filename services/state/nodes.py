@@ -21,7 +21,10 @@ before the cloud returns an instance id (the boot script must carry its token). 
                     ``LOG_KEPT_BYTES`` or so kept); ``:rec`` ``log_bytes`` counts all received
 ==================  ==========================================================================
 
-Every key expires ``NODE_TTL_S`` after the last write.
+Every key expires ``NODE_TTL_S`` after the last write, but those of a stopped node (paused),
+which are kept until its machine runs again or ends. Registering also marks the node's ticket
+spent (``<prefix>:node-spent:...``) for longer than a ticket lives, so an expired record never
+revives a spent ticket.
 
 A node token is ``cn2.n.<cloud>.<attempt>.<rank>.<expires>.<mac>``: an HMAC-SHA256 over the
 rest with a secret only the control plane holds (``CORRAL_NODE_SECRET``, else one drawn once
@@ -55,6 +58,8 @@ if TYPE_CHECKING:
     from corral.services.settings import Settings
 
 NODE_TTL_S = 7 * 24 * 3600
+# A stopped node's keys, kept without expiry until it runs again or ends (pause, resume).
+KEPT_PARTS = ("rec", "work", "shared-boot", "assign", "assign-result", "assigned", "log")
 LOG_KEPT_BYTES = 8 * 1024 * 1024
 LOG_CHUNK_MAX = 256 * 1024  # one report's output, at most
 TOKEN_VERSION = "cn2"
@@ -208,6 +213,9 @@ class NodeBook:
             raise TokenError("not a node token")
         return NodeName(parts[2], parts[3], int(parts[4])), int(parts[5])
 
+    def _spent(self, node: NodeName) -> str:
+        return f"{self.prefix}:node-spent:{node.cloud}:{node.attempt_id}:{node.rank}"
+
     def _revoked(self, node: NodeName) -> str:
         return f"{self.prefix}:node-revoked:{node.cloud}:{node.attempt_id}:{node.rank}"
 
@@ -243,7 +251,11 @@ class NodeBook:
         also how long it has from registering to its first heartbeat before it counts as
         silent (0: none, it is silent until it beats)."""
         key = self._k(node, "rec")
-        first = bool(self.r.hsetnx(key, "registered_at", repr(now)))
+        # The spent mark outlives the ticket (a ticket expires token_ttl_s after it was made,
+        # before this registration), so it stays spent whatever happens to the record.
+        if not self.r.set(self._spent(node), repr(now), nx=True, ex=int(self.token_ttl_s) + 86_400):
+            return False
+        first = bool(self.r.hsetnx(key, "registered_at", repr(now)))  # (a record of before)
         pipe = self.r.pipeline(transaction=True)
         if first and provider_id:
             pipe.hset(key, "provider_id", provider_id)
@@ -484,7 +496,12 @@ class NodeBook:
         final report as the machine shuts down does not end it (:meth:`finish`)."""
         key = self._k(node, "rec")
         self.r.hset(key, "paused_at", repr(now))
-        self.r.expire(key, NODE_TTL_S)
+        # Kept while the machine exists, however long it stays stopped: resume needs its
+        # record and work (issue #47: a week's expiry left it unable to come back).
+        pipe = self.r.pipeline(transaction=False)
+        for part in KEPT_PARTS:
+            pipe.persist(self._k(node, part))
+        pipe.execute()
 
     def resume(self, node: NodeName, now: float, beat_ttl_s: float = 0.0) -> None:
         """The node's machine was started again and its agent is back: a later final report
@@ -496,6 +513,8 @@ class NodeBook:
         pipe.hset(key, "resumed_at", repr(now))
         if beat_ttl_s > 0:
             pipe.hset(key, "beat_ttl_s", beat_ttl_s)
+        for part in KEPT_PARTS:  # running again: expiring after NODE_TTL_S of silence again
+            pipe.expire(self._k(node, part), NODE_TTL_S)
         pipe.execute()
 
     def paused(self, node: NodeName) -> bool:
@@ -507,7 +526,10 @@ class NodeBook:
         self.revoke(node)
         self.r.hsetnx(key, "ended_at", repr(time.time() if now is None else now))
         self.r.hsetnx(key, "reason", reason)
-        self.r.expire(key, NODE_TTL_S)
+        pipe = self.r.pipeline(transaction=False)
+        for part in KEPT_PARTS:  # a stopped machine's kept keys expire again once it is gone
+            pipe.expire(self._k(node, part), NODE_TTL_S)
+        pipe.execute()
 
     def _k(self, node: NodeName, part: str) -> str:
         return f"{node.key(self.prefix)}:{part}"

@@ -275,3 +275,42 @@ def test_a_plain_http_api_for_nodes_is_a_loud_warning(
     assert caplog.text == ""
     NodeAgents("aws", book, "https://corral.example", source="corral-node-agent==1.0")
     assert "has no sha256" in caplog.text  # a source of unknown content is named too
+
+
+def test_a_stopped_nodes_records_are_kept_while_it_is_stopped_and_expire_once_it_ends(
+    book: NodeBook,
+) -> None:
+    """Issue 47 (LOW): every node key expired a week after its last write, so a machine
+    stopped longer could not resume (its record and work gone). A paused node's keys have no
+    expiry; resuming gives them back their week, and so does its end."""
+    from corral.services.state.nodes import NODE_TTL_S
+
+    node = NodeName("aws", "att-stop", 0)
+    book.put_work(node, {"run": "train"}, shared_boot=True)
+    assert book.register(node, "i-1", time.time())
+    book.append_log(node, 0, b"epoch 1\n")
+    keys = [book._k(node, part) for part in ("rec", "work", "shared-boot", "log")]
+    assert all(book.r.exists(k) for k in keys)
+    book.pause(node, time.time())
+    assert [book.r.ttl(k) for k in keys] == [-1] * len(keys)  # no expiry while stopped
+    book.resume(node, time.time())
+    assert all(NODE_TTL_S - 60 < book.r.ttl(k) <= NODE_TTL_S for k in keys)
+    assert book.work(node) == {"run": "train"}
+    book.pause(node, time.time())
+    book.end(node, "terminated")
+    assert all(0 < book.r.ttl(k) <= NODE_TTL_S for k in keys)
+
+
+def test_a_spent_ticket_stays_spent_when_the_nodes_record_is_gone(book: NodeBook) -> None:
+    """Issue 47 (LOW): registration was 'first' when the record had no registered_at, so a
+    record that expired (or was lost) revived the spent ticket. The spent mark is a key of its
+    own that outlives any ticket."""
+    node = NodeName("aws", "att-spent", 0)
+    ticket = book.ticket(node)
+    assert book.verify(ticket, TICKET) == node
+    assert book.register(node, "i-1", time.time()) is True
+    assert book.register(node, "i-1", time.time()) is False
+    book.r.delete(book._k(node, "rec"))  # as a week's expiry did
+    assert book.register(node, "i-1", time.time()) is False
+    spent = f"{book.prefix}:node-spent:aws:att-spent:0"
+    assert book.r.ttl(spent) > book.token_ttl_s  # longer than the ticket could live

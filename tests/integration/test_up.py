@@ -10,6 +10,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,57 @@ def test_up_keeps_home_and_redis_from_other_users(tmp_path: Path) -> None:
             up.stop()
         wait_for(lambda: processes_of(home) == [], 20, "every process of this home to exit")
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_second_up_in_the_same_home_exits_2_and_the_firsts_machines_live_on(
+    tmp_path: Path,
+) -> None:
+    """Issue 47 item 7, as a new user tried it: a second `corral up` in the same home started
+    its own Redis on the first's append-only files, overwrote api-url and redis-url, and on its
+    exit stopped the first's machines (a service went LOST). Now it exits 2 at once, naming
+    the first's pid, and touches nothing; a lock left by a dead `up` is taken over."""
+    import subprocess
+
+    from harness import CORRAL
+
+    home = tmp_path / "home"
+    up = Up(home, timers=UP_TIMERS)
+    try:
+        up.wait_line(r"\[up\] api\s+http://127\.0\.0\.1:\d+")
+        task = tmp_path / "svc.yaml"
+        task.write_text("name: svc\nresources: {cloud: local, instance_type: cpu-2}\n")
+        launched = up.cli("launch", str(task), "--wait", "--timeout", "60", "--json")
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        rid = re.search(r'"id": "([^"]+)"', launched.stdout).group(1)  # type: ignore[union-attr]
+        files = {name: (home / name).read_bytes() for name in ("api-url", "redis-url")}
+        stamps = {name: (home / name).stat().st_mtime_ns for name in files}
+        before = set(processes_of(home))
+
+        second = subprocess.run(
+            [CORRAL, "up"], env=up.env, capture_output=True, text=True, timeout=60
+        )
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert f"pid {up.proc.pid}" in second.stderr, second.stderr
+        assert str(home) in second.stderr and "[up]" not in second.stdout
+        assert {name: (home / name).read_bytes() for name in files} == files
+        assert {name: (home / name).stat().st_mtime_ns for name in files} == stamps
+        assert set(processes_of(home)) <= before  # no Redis, API or worker of its own
+        time.sleep(3)  # the first's monitor would see a stopped machine by now
+        shown = _request(home, rid)
+        assert shown is not None and shown["state"] == "RUNNING", shown
+        assert [i["state"] for i in shown["instances"]] == ["RUNNING"], shown["instances"]
+        assert up.proc.poll() is None
+        assert up.stop() == 0
+        wait_for(lambda: processes_of(home) == [], 20, "every process of this home to exit")
+
+        # A lock whose holder died (here: a pid that has exited) is taken over.
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        (home / "up.lock").write_text(f"{dead.pid}\n")
+        up = Up(home, timers=UP_TIMERS)
+        up.wait_line(r"\[up\] api\s+http://")
+        assert (home / "up.lock").read_text().strip() == str(up.proc.pid)
+    finally:
+        if up.proc.poll() is None:
+            up.stop()
+    wait_for(lambda: processes_of(home) == [], 20, "every process of this home to exit")

@@ -245,6 +245,38 @@ def test_the_bundled_redis_keeps_its_password_off_the_command_line() -> None:
     assert env["valueFrom"]["secretKeyRef"] == {"name": f"{FULL}-secrets", "key": "redis-password"}
 
 
+def test_the_bundled_redis_has_a_memory_limit_and_never_evicts() -> None:
+    """Issue 47: Redis ran with no memory limit; the chart's is below the pod's."""
+    [redis] = of_kind(
+        render(merged(BASE, {"redis": {"maxmemory": "512mb"}})), "StatefulSet"
+    ).values()
+    [container] = redis["spec"]["template"]["spec"]["containers"]
+    script = " ".join(container["args"])
+    assert "--maxmemory 512mb" in script and "--maxmemory-policy noeviction" in script
+
+
+def test_a_bundle_store_reaches_every_corral_pod() -> None:
+    """Bundles live outside Redis: a bucket named in every Corral container's environment, or
+    a shared claim mounted where the folder store is (every API replica must see it)."""
+    values = {"bundles": {"store": "s3://team-bundles/corral", "existingClaim": "bundles-rwx"}}
+    for name, deployment in of_kind(render(merged(BASE, values)), "Deployment").items():
+        pod = deployment["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        if "CORRAL_HOME" not in env:
+            continue  # not a Corral process
+        assert env["CORRAL_BUNDLE_STORE"] == "s3://team-bundles/corral", name
+        claims = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+        assert claims == [
+            {"name": "bundles", "persistentVolumeClaim": {"claimName": "bundles-rwx"}}
+        ], name
+        assert {"name": "bundles", "mountPath": "/var/lib/corral/bundles"} in container[
+            "volumeMounts"
+        ]
+    with pytest.raises(Exception, match="store"):
+        render(merged(BASE, {"bundles": {"store": "gs://not-yet"}}))
+
+
 def test_workers_serve_metrics_on_the_port_their_pods_announce() -> None:
     docs = render(merged(BASE, {"workers": {"metricsPort": 9900}}))
     for name, deployment in of_kind(docs, "Deployment").items():

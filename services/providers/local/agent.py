@@ -51,6 +51,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from corral.services.agent.core import Agent, FinalBeat, LinkError, Work, say
@@ -221,6 +222,7 @@ class RedisLink:
         try:
             r = self._session_redis()  # the agent's own on its main thread
             r.execute("HSET", key, "state", "done", "exit_code", str(exit_code), *extra)
+            r.execute("DEL", session_stream_key(self.prefix, exec_id, "in"))  # unread input
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
@@ -291,14 +293,13 @@ class RedisLink:
             raise LinkError(str(exc)) from exc
 
     def fetch_bundle(self, files: dict[str, Any]) -> bytes:
-        """The bundle from Redis, where the API keeps it (base64: this client reads text)."""
+        """The bundle its provider copied from the blob store beside the machine's folder."""
         try:
-            raw = self.state.r.get(str(files["bundle_key"]))
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
-        if raw is None:
-            raise LinkError(f"the bundle {files['bundle']['sha256']} is no longer kept")
-        return base64.b64decode(raw)
+            return Path(str(files["bundle_file"])).read_bytes()
+        except (KeyError, OSError):
+            raise LinkError(
+                f"the bundle {files['bundle']['sha256']} is no longer kept for this project"
+            ) from None
 
 
 RECORD_PATIENCE_S = 600.0  # an agent started while Redis is away waits this long for it

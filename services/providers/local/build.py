@@ -23,6 +23,8 @@ def build(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         settings.redis_url or "",
         prefix=settings.prefix,
         log_dir=settings.logs,
+        bundle_store=settings.bundle_store_url,
+        bundle_store_endpoint=settings.aws_endpoint_url,
         heartbeat_timeout_s=settings.timers.heartbeat_timeout_s,
         redis_patience_s=settings.timers.redis_patience_s,
         outage_gap_s=outage_gap_s(

@@ -55,7 +55,6 @@ from corral.services.providers.local.state import (
 )
 from corral.services.queues.redis_conn import connect
 from corral.services.state.outage import OutageBook
-from corral.shared.bundles import bundle_key
 from corral.shared.catalog.offering import Offering
 from corral.shared.config.localcloud import LocalCloud
 from corral.shared.errors import (
@@ -109,6 +108,8 @@ class LocalProvider:
         prefix: str = "corral",
         python: str = sys.executable,
         log_dir: Path,
+        bundle_store: str | None = None,
+        bundle_store_endpoint: str | None = None,
         heartbeat_s: float = 1.0,
         heartbeat_timeout_s: float = 10.0,
         start_timeout_s: float = 60.0,
@@ -122,6 +123,9 @@ class LocalProvider:
         self.prefix = prefix
         self.python = python
         self.log_dir = Path(log_dir)
+        # Where bundles' bytes are (services/state/blobs.py): the agent reads its own there.
+        self.bundle_store = bundle_store or (self.log_dir.parent / "bundles").absolute().as_uri()
+        self.bundle_store_endpoint = bundle_store_endpoint  # an s3:// store's (tests: moto's)
         self.heartbeat_s = heartbeat_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -390,14 +394,34 @@ class LocalProvider:
 
     def _files(self, files: dict[str, Any], iid: str) -> dict[str, Any]:
         """A local machine's files go into a folder of its own (this host is every local
-        machine's: ``~`` and absolute targets land inside it); the bundle is read from Redis."""
+        machine's: ``~`` and absolute targets land inside it). Its bundle is copied here from
+        the blob store, under the request's project, beside that folder: the agent reads the
+        file and needs no store credentials (a task's environment has none)."""
         if not files:
             return {}
         home = self.log_dir.parent / "machines" / iid
         out = {**files, "home": str(home), "jail": True}
         if "bundle" in files:
-            out["bundle_key"] = bundle_key(self.prefix, files["bundle"]["sha256"])
+            out["bundle_file"] = str(self._copy_bundle(files, home.parent / f"{iid}.bundle"))
         return out
+
+    def _copy_bundle(self, files: dict[str, Any], path: Path) -> Path:
+        """The request's bundle written to ``path`` (0600); nothing when the store has it not
+        (the agent then fails the machine, saying so)."""
+        from corral.services.state.blobs import BlobStoreError, open_blobs
+
+        key = f"{files.get('bundle_scope')}/{files['bundle']['sha256']}"
+        try:
+            data = open_blobs(self.bundle_store, endpoint_url=self.bundle_store_endpoint).get(key)
+        except (BlobStoreError, ValueError, OSError) as exc:
+            log.warning("bundle %s could not be read from %s: %s", key, self.bundle_store, exc)
+            return path
+        if data is not None:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+        return path
 
     def _start_agent(self, rec: InstanceRecord, boot_delay_s: float = 0.0) -> None:
         """One detached agent process for the instance. It stays silent (booting) for

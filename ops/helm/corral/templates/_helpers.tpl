@@ -125,6 +125,10 @@ app.kubernetes.io/component: {{ .component }}
 - name: CORRAL_REDIS_URL
   value: {{ printf "%s://%s" $scheme $where | quote }}
 {{- end }}
+{{- with .Values.bundles.store }}
+- name: CORRAL_BUNDLE_STORE
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -136,6 +140,11 @@ app.kubernetes.io/component: {{ .component }}
   emptyDir: {}
 - name: tmp
   emptyDir: {}
+{{- with .Values.bundles.existingClaim }}
+- name: bundles
+  persistentVolumeClaim:
+    claimName: {{ . }}
+{{- end }}
 {{- end -}}
 
 {{- define "corral.volumeMounts" -}}
@@ -143,6 +152,10 @@ app.kubernetes.io/component: {{ .component }}
   mountPath: /var/lib/corral
 - name: tmp
   mountPath: /tmp
+{{- if .Values.bundles.existingClaim }}
+- name: bundles
+  mountPath: /var/lib/corral/bundles
+{{- end }}
 {{- end -}}
 
 {{/* The pod settings every Corral process shares. */}}
