@@ -5,17 +5,16 @@ never the request (``interrupted``)."""
 from __future__ import annotations
 
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from corral.services.cli.api_access import api_client, fail
+from corral.services.cli.interrupt import interrupted
 from corral.services.cli.output import (
     EXIT_INPUT,
-    EXIT_INTERRUPTED,
     EXIT_TIMEOUT,
     err,
     fail_input,
@@ -185,63 +184,6 @@ def launch(
     if timed_out:
         notice(f"still {final.state} after {timeout_s:g} s; `corral status {final.id}`")
     raise typer.Exit(code)
-
-
-# A second Ctrl-C within this many seconds of the first offers to stop the request.
-SECOND_INTERRUPT_S = 2.0
-
-
-def interrupted(client: Client, request_id: str, *, down: bool, offer: bool) -> NoReturn:
-    """Ctrl-C while following a request: following stops, the request does not. Say so, with
-    the commands that follow it again and that stop it; ``down`` (--down-on-interrupt)
-    terminates it instead. A second Ctrl-C within :data:`SECOND_INTERRUPT_S` of the first
-    asks whether to terminate it. Exit 130, as a shell reports a program ended by SIGINT."""
-    if down:
-        view = client.terminate(request_id)
-        err.print(f"\ninterrupted: terminating request {request_id} ({view.state})", markup=False)
-        raise typer.Exit(EXIT_INTERRUPTED)
-    first = time.monotonic()
-    try:
-        err.print(f"\ninterrupted: stopped following request {request_id}", markup=False)
-        _say_it_keeps_going(client, request_id)
-        if offer:
-            err.print(
-                f"Press Ctrl-C again within {SECOND_INTERRUPT_S:g} s to terminate it now.",
-                markup=False,
-            )
-            time.sleep(max(0.0, first + SECOND_INTERRUPT_S - time.monotonic()))
-    except KeyboardInterrupt:
-        if offer:
-            _offer_to_terminate(client, request_id)
-    raise typer.Exit(EXIT_INTERRUPTED)
-
-
-def _say_it_keeps_going(client: Client, request_id: str) -> None:
-    from corral.services.client import ClientError
-
-    try:
-        state = client.status(request_id).state
-    except (ClientError, OSError):  # the API gone too: say what we know
-        state = "state unknown"
-    err.print(
-        f"request {request_id} keeps going ({state}).\n"
-        f"  follow it again: corral logs {request_id} --follow  (or corral status {request_id})\n"
-        f"  stop it:         corral terminate {request_id}",
-        markup=False,
-    )
-
-
-def _offer_to_terminate(client: Client, request_id: str) -> None:
-    """Ask (on the terminal, or standard input) whether to terminate; no answer is no."""
-    try:
-        answer = typer.confirm(f"Terminate request {request_id}?", default=False, err=True)
-    except (typer.Abort, KeyboardInterrupt, EOFError):
-        answer = False
-    if answer:
-        view = client.terminate(request_id)
-        err.print(f"terminating request {request_id} ({view.state})", markup=False)
-    else:
-        err.print(f"request {request_id} keeps going", markup=False)
 
 
 def _with_flags(

@@ -350,7 +350,7 @@ def logs(
             try:
                 follow_logs(client, request_id, instance_id)
             except KeyboardInterrupt:
-                from corral.services.cli.launch_cmd import interrupted
+                from corral.services.cli.interrupt import interrupted
 
                 interrupted(client, request_id, down=False, offer=False)
             return
