@@ -35,6 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from corral.services.agent import skypilot_env
 from corral.services.agent.bundle import BundleError, clone, mount_path, unpack
 from corral.services.agent.container import Container, container_name, run_argv
 from corral.services.agent.execs import Execs
@@ -128,6 +129,10 @@ class Link(Protocol):
 
     def fetch_bundle(self, files: dict[str, Any]) -> bytes:
         """The bytes of the task's bundle (``files["bundle"]``), unchecked."""
+
+    def peers(self, count: int) -> list[str] | None:
+        """The addresses of this launch's ``count`` nodes by rank (the head first), once every
+        one has reported in; None while some have not."""
 
 
 def say(message: str) -> None:
@@ -232,6 +237,8 @@ class Agent:
             except (BundleError, LinkError, OSError, ValueError) as exc:
                 say(f"the task's files could not be put in place: {exc}")
                 return self._end(1, "setup_failed")
+        if not self._learn_peers():
+            return self._end(None, "terminated")
         if rec.files.get("docker") and not self.stopping:
             code = self._start_container(str(rec.files["docker"]))
             if code:
@@ -256,6 +263,41 @@ class Agent:
         self._serve_assignments()
         self._stop_kept()
         return self._end(None, "terminated")
+
+    def _learn_peers(self) -> bool:
+        """A launch's node (``CORRAL_NODE_RANK`` of ``CORRAL_NUM_NODES``) waits, heartbeating,
+        until every node of its launch has reported its address, then sets SkyPilot's
+        ``SKYPILOT_NODE_RANK`` / ``SKYPILOT_NODE_IPS`` for setup and run (skypilot_env.py):
+        nothing starts before the node can reach the others. False: stopped while waiting."""
+        envs = self.work.envs
+        try:
+            rank, count = int(envs["CORRAL_NODE_RANK"]), int(envs["CORRAL_NUM_NODES"])
+        except (KeyError, ValueError):
+            return True  # not one node of a launch (a warm pool machine)
+        if not 0 <= rank < count:
+            return True  # one node launched again on its own: its peers are not this launch's
+        self._beat(force=True)  # heard: the others count this node as reported in
+        waiting = False
+        while not self.stopping:
+            try:
+                ips = self.link.peers(count)
+            except Dismissed as exc:
+                self._dismiss(exc)
+                break
+            except LinkError as exc:
+                ips = None
+                if not waiting:
+                    say(f"cannot ask for the other nodes' addresses yet: {exc}")
+            if ips is not None:
+                self.work.envs = {**envs, **skypilot_env.node_envs(rank, ips)}
+                if waiting or count > 1:
+                    say(f"node {rank} of {count}; the nodes' addresses: {' '.join(ips)}")
+                return True
+            if not waiting:
+                say(f"waiting for the other {count - 1} node(s) to report their addresses")
+            waiting = True
+            self._wait(None)
+        return False
 
     def _put_files(self, rec: Work) -> None:
         """The workdir (unpacked, or a repository cloned) and the file mounts, before setup:
