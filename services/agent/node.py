@@ -35,7 +35,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from corral.services.agent.core import Agent, Dismissed, FinalBeat, LinkError, Work, say
+from corral.services.agent.core import Agent, Work
+from corral.services.agent.link import Dismissed, FinalBeat, LinkError, say
 
 LOG_CHUNK = 256 * 1024
 LOG_EVERY_S = 0.5
