@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 
 from corral.services.client import Client
 
-from harness import LOCAL_ONLY, System, kill_agents, wait_for
+from harness import CORRAL, LOCAL_ONLY, System, kill_agents, wait_for
 from rendezvous import NAMES, RENDEZVOUS, free_port
 
 LOCAL_CLOUD = Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "runtime.yaml"
@@ -95,3 +96,45 @@ def test_two_nodes_rendezvous_over_tcp_at_the_head_address_skypilot_gives(
     ids = {json.loads((out / f"run-{r}.json").read_text())["SKYPILOT_TASK_ID"] for r in (0, 1)}
     assert len(ids) == 1  # one task: one id on every node
     assert "waiting for the other 1 node(s)" in logs or "node 0 of 2" in logs
+
+
+def test_relative_mount_targets_land_in_the_workdir_and_job_recovery_none_restarts_nothing(
+    system: System, tmp_path: Path
+) -> None:
+    """Issue 45 item 5, through `corral launch`: a relative file-mount target is under the
+    node's workdir (SkyPilot's examples/using_file_mounts.yaml: "Relative paths are under
+    ~/sky_workdir/"; both `relative_dir` and `./dotslash_relative_dir`), and `job_recovery:
+    none` (SkyPilot's yaml-spec example) is accepted as no job_recovery: the failed run is not
+    restarted."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('workdir-file')\n")
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "a.yaml").write_text("lr: 0.1\n")
+    weights = tmp_path / "weights.bin"
+    weights.write_text("weights-content\n")
+    (project / "job.yaml").write_text(
+        "name: relative\nworkdir: .\n"
+        "resources: {cloud: local, instance_type: cpu-2, job_recovery: none}\n"
+        f"file_mounts:\n  relative_dir: {configs}\n  ./dotslash/weights.bin: {weights}\n"
+        "run: |\n"
+        "  cat relative_dir/a.yaml\n"
+        "  cat ~/sky_workdir/dotslash/weights.bin\n"
+        "  test -f train.py && echo workdir-kept\n"
+        "  exit 3\n"
+    )
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    for command in (["validate", "job.yaml"], ["launch", "job.yaml"]):
+        done = subprocess.run(
+            [CORRAL, *command], cwd=project, env=env, capture_output=True, text=True, timeout=120
+        )
+        if command[0] == "validate":
+            assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert done.returncode == 3, out + done.stderr  # the run's exit code, not restarted
+    assert "lr: 0.1" in out and "weights-content" in out and "workdir-kept" in out, out
+    with Client(system.api_url, system.token, timeout_s=30) as client:
+        [request] = [r for r in client.list_requests() if r.name == "relative"]
+        view = client.status(request.id)
+    assert (view.state, view.exit_code, view.restarts or 0) == ("FAILED", 3, 0)
