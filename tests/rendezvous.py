@@ -4,8 +4,6 @@ played Compute Engine machines)."""
 
 from __future__ import annotations
 
-import socket
-
 NAMES = (
     "SKYPILOT_NODE_RANK",
     "SKYPILOT_NODE_IPS",
@@ -55,9 +53,3 @@ else:
     with open(f"{out}/answer.txt", "w") as fh:
         fh.write(answer)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -36,8 +36,8 @@ from cloud_vms import (
 )
 from fakes.aws_faults import FaultyMoto
 from fakes.gcp_compute import FakeCompute
-from harness import CORRAL, System, wait_for
-from rendezvous import NAMES, RENDEZVOUS, free_port
+from harness import CORRAL, System, free_port, wait_for
+from rendezvous import NAMES, RENDEZVOUS
 
 pytestmark = pytest.mark.integration
 

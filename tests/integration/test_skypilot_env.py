@@ -24,8 +24,8 @@ import pytest
 
 from corral.services.client import Client
 
-from harness import CORRAL, LOCAL_ONLY, System, kill_agents, wait_for
-from rendezvous import NAMES, RENDEZVOUS, free_port
+from harness import CORRAL, LOCAL_ONLY, System, free_port, kill_agents, wait_for
+from rendezvous import NAMES, RENDEZVOUS
 
 LOCAL_CLOUD = Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "runtime.yaml"
 
