@@ -202,7 +202,8 @@ class Agent:
             return True  # not one node of a launch (a warm pool machine)
         if not 0 <= rank < count:
             return True  # one node launched again on its own: its peers are not this launch's
-        self._beat(force=True)  # heard: the others count this node as reported in
+        if count > 1:  # (a node alone needs no one's word: no beat, no round trip of its own)
+            self._beat(force=True)  # heard: the others count this node as reported in
         waiting = False
         while not self.stopping:
             try:
