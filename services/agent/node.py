@@ -366,7 +366,11 @@ def own_address(api: str) -> str | None:
             probe.connect(where)
             return str(probe.getsockname()[0])
     except (OSError, IndexError, ValueError):
-        return None
+        pass
+    try:  # no route to the API yet: the address the machine's own name resolves to
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return None  # the API takes the address the registration came from
 
 
 def register(

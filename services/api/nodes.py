@@ -124,14 +124,17 @@ class Notice(BaseModel):
 
 @router.post("/register", summary="A node's agent is up: its ticket for its token and work")
 def register(
-    body: Registration, node: NodeName = Depends(ticket_of), deps: Deps = Depends(get_deps)
+    body: Registration,
+    request: Request,
+    node: NodeName = Depends(ticket_of),
+    deps: Deps = Depends(get_deps),
 ) -> dict[str, Any]:
     """Spend the node's one-time enrollment ticket: the answer carries the node's token and
     its work, once. A node whose ticket other machines could read (one EC2 launch of many)
     must name the machine it runs on, and it must be the one launched as this node."""
     _check_machine(deps, node, body.provider_id)
     if not deps.nodes.register(
-        node, body.provider_id, time.time(), _beat_ttl_s(deps), address=body.address
+        node, body.provider_id, time.time(), _beat_ttl_s(deps), address=_address(body, request)
     ):
         raise HTTPException(
             status.HTTP_403_FORBIDDEN,
@@ -139,6 +142,18 @@ def register(
             "out once)",
         )
     return _welcome(deps, node)
+
+
+def _address(body: Registration, request: Request) -> str | None:
+    """The node's address for its launch's other nodes: the one it says it has, else the one
+    its call came from (an agent that found no route of its own; behind a proxy, the proxy's,
+    which is why the agent's own word comes first)."""
+    if body.address:
+        return body.address
+    try:
+        return str(ipaddress.ip_address(request.client.host)) if request.client else None
+    except ValueError:
+        return None  # not an IP (a test client's name): the node stays without one
 
 
 def _beat_ttl_s(deps: Deps) -> float:
@@ -159,7 +174,10 @@ def _welcome(deps: Deps, node: NodeName) -> dict[str, Any]:
 
 @router.post("/resume", summary="A stopped node's machine was started: its agent is back")
 def resume(
-    body: Registration, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+    body: Registration,
+    request: Request,
+    node: NodeName = Depends(node_of),
+    deps: Deps = Depends(get_deps),
 ) -> dict[str, Any]:
     """The agent of a machine Corral stopped and started again, with the node token it kept:
     its work again (it runs setup and run anew, as a rebooted machine must) and a fresh token.
@@ -169,7 +187,7 @@ def resume(
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"node {node} was not stopped by Corral: nothing to resume"
         )
-    deps.nodes.resume(node, time.time(), _beat_ttl_s(deps), address=body.address)
+    deps.nodes.resume(node, time.time(), _beat_ttl_s(deps), address=_address(body, request))
     return _welcome(deps, node)
 
 
