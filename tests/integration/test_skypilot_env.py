@@ -138,3 +138,20 @@ def test_relative_mount_targets_land_in_the_workdir_and_job_recovery_none_restar
         [request] = [r for r in client.list_requests() if r.name == "relative"]
         view = client.status(request.id)
     assert (view.state, view.exit_code, view.restarts or 0) == ("FAILED", 3, 0)
+
+
+def test_the_two_node_rendezvous_example_runs_as_written(system: System, tmp_path: Path) -> None:
+    """examples/workload/two-node-rendezvous.yaml, launched as a user would (its port made
+    free here: the example's fixed one may be taken on a shared host)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "workload"
+    text = (example / "two-node-rendezvous.yaml").read_text()
+    job = tmp_path / "two-node-rendezvous.yaml"
+    job.write_text(text.replace('MASTER_PORT: "29517"', f'MASTER_PORT: "{free_port()}"'))
+    env = {**system.env, "CORRAL_API_URL": system.api_url}
+    done = subprocess.run(
+        [CORRAL, "launch", str(job)], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "head heard: hello from rank 1" in done.stdout, done.stdout
+    assert "rank 1 got: welcome" in done.stdout, done.stdout
+    assert "node 1 of 2; head at 127.0.0.1" in done.stdout, done.stdout
