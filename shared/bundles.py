@@ -21,16 +21,20 @@ _SHA256 = r"^[0-9a-f]{64}$"
 
 
 def check_target(target: str) -> str:
-    """A mount's target as written (``/data`` or ``~/data``); ValueError naming the rule."""
+    """A mount's target (``/data``, ``~/data``, or relative: ``data``, ``./data``) as the node
+    reads it; ValueError naming the rule. A relative target is under the node's workdir,
+    ``~/sky_workdir/data``: SkyPilot's meaning (its ``examples/using_file_mounts.yaml``:
+    "Relative paths are under ~/sky_workdir/ — the remote workdir")."""
     if not isinstance(target, str) or not target.strip():
         raise ValueError("a file_mounts target must be a path")
     if len(target) > 4096:
         raise ValueError("a file_mounts target is at most 4096 characters")
-    if not (target.startswith("/") or target == "~" or target.startswith("~/")):
-        raise ValueError(f"a file_mounts target is absolute or under ~/; got {target!r}")
     if ".." in target.split("/"):
         raise ValueError(f"a file_mounts target may not climb with '..'; got {target!r}")
-    return target
+    if target.startswith("/") or target == "~" or target.startswith("~/"):
+        return target
+    relative = target.removeprefix("./").strip("/")
+    return f"{NODE_WORKDIR}/{relative}" if relative not in ("", ".") else NODE_WORKDIR
 
 
 class BundleMount(BaseModel):

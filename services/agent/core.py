@@ -9,7 +9,7 @@ serving | idle | exited), the assignments it runs and the demand its workload qu
 in ``CORRAL_DEMAND_FILE``), reports each assignment's result and, at the end, the run's exit
 code.
 
-Everything it says to the control plane goes through a :class:`Link`: the local cloud's agent
+Everything it says to the control plane goes through a :class:`~.link.Link`: the local cloud's agent
 writes to Redis (:mod:`corral.services.providers.local.agent`); a cloud machine's agent speaks
 to Corral's HTTP API with its node token (:mod:`corral.services.agent.node`). The behaviour
 lives here once, so the two cannot drift. A link that fails raises :class:`LinkError`; the
@@ -33,11 +33,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
+from corral.services.agent import skypilot_env
 from corral.services.agent.bundle import BundleError, clone, mount_path, unpack
 from corral.services.agent.container import Container, container_name, run_argv
 from corral.services.agent.execs import Execs
+from corral.services.agent.link import Dismissed, FinalBeat, Link, LinkError, say
 from corral.services.agent.probe import ReadinessWatch
 from corral.services.agent.processes import (
     group_alive,
@@ -52,15 +54,6 @@ from corral.services.agent.processes import (
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
 
 
-class LinkError(Exception):
-    """The control plane could not be reached, or refused a report."""
-
-
-class Dismissed(LinkError):
-    """The control plane has ended this node (it terminated the machine): its reports are
-    refused for good, so the agent stops its work and exits."""
-
-
 @dataclass
 class Work:
     """What the machine was launched to run (all empty for a warm pool machine)."""
@@ -73,68 +66,6 @@ class Work:
     # "unpacked_max_bytes", "git": {url, ref}, and on the local cloud "home" (the machine's
     # folder), "jail", "bundle_store"}.
     files: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class FinalBeat:
-    """The heartbeat an agent sends with its final report (the arguments of
-    :meth:`Link.heartbeat`)."""
-
-    activity: str
-    now: float
-    ttl_s: float
-    queued: dict[str, Any] | None
-    assignment: str | None
-    assignments: dict[str, str]
-    status: dict[str, Any] | None
-
-
-class Link(Protocol):
-    """How an agent reports; every method raises :class:`LinkError` when it cannot."""
-
-    def heartbeat(
-        self,
-        activity: str,
-        now: float,
-        ttl_s: float,
-        queued: dict[str, Any] | None,
-        assignment: str | None,
-        assignments: dict[str, str],
-        status: dict[str, Any] | None = None,
-    ) -> None:
-        """The node is alive, doing ``activity``; ``assignments`` maps id -> phase;
-        ``status``: ``idle_s`` (how long nothing ran: no setup, run, assignment or exec),
-        ``up_s`` (since the agent started) and ``ready`` (the readiness probe's verdict,
-        absent without a probe), carried in the heartbeat as they are."""
-
-    def assignments(self) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-        """The assignments the node should run, by id, and unreadable ones (id -> why)."""
-
-    def put_results(self, results: list[dict[str, Any]], drop: list[str]) -> None:
-        """How assignments ended; forget the results in ``drop``."""
-
-    def record_children(
-        self, child_pid: int | None = None, groups: list[int] | None = None
-    ) -> None:
-        """The process groups the work runs in (the local cloud kills them if the agent
-        cannot; a cloud's link may ignore them). Every spawn is followed by a forced
-        heartbeat, which a link may carry ``child_pid`` in instead of a write of its own."""
-
-    def finish(
-        self, exit_code: int | None, reason: str, now: float, beat: FinalBeat | None = None
-    ) -> None:
-        """The final report: the run's exit code (None without a run) and why it ended, with
-        the node's last heartbeat (``beat``: activity "exited"), so a reader never sees the
-        finished node's last beat still saying it runs. A link may write the two in one step."""
-
-    def fetch_bundle(self, files: dict[str, Any]) -> bytes:
-        """The bytes of the task's bundle (``files["bundle"]``), unchecked."""
-
-
-def say(message: str) -> None:
-    """One line in the instance's log, marked so it reads apart from the task's output."""
-    sys.stderr.write(f"[corral-agent] {message}\n")
-    sys.stderr.flush()
 
 
 @dataclass
@@ -233,6 +164,8 @@ class Agent:
             except (BundleError, LinkError, OSError, ValueError) as exc:
                 say(f"the task's files could not be put in place: {exc}")
                 return self._end(1, "setup_failed")
+        if not self._learn_peers():
+            return self._end(None, "terminated")
         if rec.files.get("docker") and not self.stopping:
             code = self._start_container(str(rec.files["docker"]))
             if code:
@@ -257,6 +190,42 @@ class Agent:
         self._serve_assignments()
         self._stop_kept()
         return self._end(None, "terminated")
+
+    def _learn_peers(self) -> bool:
+        """A launch's node (``CORRAL_NODE_RANK`` of ``CORRAL_NUM_NODES``) waits, heartbeating,
+        until every node of its launch has reported its address, then sets SkyPilot's
+        ``SKYPILOT_NODE_RANK`` / ``SKYPILOT_NODE_IPS`` for setup and run (skypilot_env.py):
+        nothing starts before the node can reach the others. False: stopped while waiting."""
+        envs = self.work.envs
+        try:
+            rank, count = int(envs["CORRAL_NODE_RANK"]), int(envs["CORRAL_NUM_NODES"])
+        except (KeyError, ValueError):
+            return True  # not one node of a launch (a warm pool machine)
+        if not 0 <= rank < count:
+            return True  # one node launched again on its own: its peers are not this launch's
+        if count > 1:  # (a node alone needs no one's word: no beat, no round trip of its own)
+            self._beat(force=True)  # heard: the others count this node as reported in
+        waiting = False
+        while not self.stopping:
+            try:
+                ips = self.link.peers(count)
+            except Dismissed as exc:
+                self._dismiss(exc)
+                break
+            except LinkError as exc:
+                ips = None
+                if not waiting:
+                    say(f"cannot ask for the other nodes' addresses yet: {exc}")
+            if ips is not None:
+                self.work.envs = {**envs, **skypilot_env.node_envs(rank, ips)}
+                if waiting or count > 1:
+                    say(f"node {rank} of {count}; the nodes' addresses: {' '.join(ips)}")
+                return True
+            if not waiting:
+                say(f"waiting for the other {count - 1} node(s) to report their addresses")
+            waiting = True
+            self._wait(None)
+        return False
 
     def _put_files(self, rec: Work) -> None:
         """The workdir (unpacked, or a repository cloned) and the file mounts, before setup:

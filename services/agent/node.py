@@ -25,15 +25,18 @@ import argparse
 import base64
 import json
 import os
+import socket
 import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from corral.services.agent.core import Agent, Dismissed, FinalBeat, LinkError, Work, say
+from corral.services.agent.core import Agent, Work
+from corral.services.agent.link import Dismissed, FinalBeat, LinkError, say
 
 LOG_CHUNK = 256 * 1024
 LOG_EVERY_S = 0.5
@@ -49,6 +52,7 @@ class HttpLink:
         self._auth = f"Bearer {token}"
         self.timeout_s = timeout_s
         self.token_file = token_file
+        self.address: str | None = None  # the IP it registered with (own_address)
 
     def use_token(self, token: str) -> None:
         """From now on, call with ``token`` (registration's, or a renewed one), and keep it in
@@ -117,6 +121,13 @@ class HttpLink:
 
     def put_results(self, results: list[dict[str, Any]], drop: list[str]) -> None:
         self.call("POST", "/v1/node/results", {"results": results, "drop": drop})
+
+    def peers(self, count: int) -> list[str] | None:
+        if count == 1 and self.address:
+            return [self.address]  # a launch of one: its own address is all there is
+        got = self.call("GET", "/v1/node/peers")
+        ips = got.get("ips") if isinstance(got, dict) else None
+        return [str(ip) for ip in ips] if isinstance(ips, list) and len(ips) == count else None
 
     def record_children(
         self, child_pid: int | None = None, groups: list[int] | None = None
@@ -343,6 +354,25 @@ class NoticeWatch(threading.Thread):
         return True
 
 
+def own_address(api: str) -> str | None:
+    """The IP this machine reaches the API from: the source address of a UDP socket routed to
+    it (nothing is sent). In a cloud network that is the machine's private IP, the one its
+    launch's other nodes reach it at. None when there is no route (yet)."""
+    parts = urllib.parse.urlsplit(api)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        family, _, _, _, where = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(where)
+            return str(probe.getsockname()[0])
+    except (OSError, IndexError, ValueError):
+        pass
+    try:  # no route to the API yet: the address the machine's own name resolves to
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return None  # the API takes the address the registration came from
+
+
 def register(
     link: HttpLink, provider_id: str | None, wait_s: float, path: str = "/v1/node/register"
 ) -> dict[str, Any]:
@@ -353,9 +383,9 @@ def register(
     delay = 0.5
     while True:
         try:
-            answer: dict[str, Any] = link.call(
-                "POST", path, {"provider_id": provider_id, "pid": os.getpid()}
-            )
+            link.address = own_address(link.api)
+            body = {"provider_id": provider_id, "pid": os.getpid(), "address": link.address}
+            answer: dict[str, Any] = link.call("POST", path, body)
             return answer
         except LinkError as exc:
             if "HTTP 401" in str(exc) or "HTTP 403" in str(exc) or time.monotonic() > deadline:

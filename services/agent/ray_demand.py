@@ -8,7 +8,9 @@ never imports Ray; neither does the agent: this file is a standalone script, run
 Every ``--interval-s`` it asks the GCS for the cluster resource state
 (``ray.autoscaler.v2.sdk.get_cluster_resource_state``: the nodes with their resources, status
 and idle time; pending resource requests; pending gang requests, i.e. placement groups; and the
-cluster resource constraints set by ``ray.autoscaler.sdk.request_resources``) and writes it as
+cluster resource constraints set by ``ray.autoscaler.sdk.request_resources``: through v2's
+GCS call, or on a head without autoscaler v2 the internal-KV key Ray's v1 monitor reads,
+:func:`v1_requests`) and writes it as
 JSON ``{"ray": {...}}`` to ``--out`` (written whole, then renamed, so a reader never sees half).
 The agent sends that file with its heartbeat; ``corral.shared.autoscaler.ray_report`` reads it.
 """
@@ -81,7 +83,7 @@ def read(gcs: Any, sdk: Any, gcs_address: str) -> dict[str, Any]:
         {"resources": _resources(r.request.resources_bundle), "count": r.count}
         for c in state.cluster_resource_constraints
         for r in c.resource_requests
-    ]
+    ] or v1_requests(gcs)
     dashboard = gcs.internal_kv_get(b"dashboard", namespace=b"dashboard")
     return {
         "at": time.time(),
@@ -94,6 +96,32 @@ def read(gcs: Any, sdk: Any, gcs_address: str) -> dict[str, Any]:
         "gangs": gangs,
         "constraints": constraints,
     }
+
+
+# Ray's AUTOSCALER_RESOURCE_REQUEST_CHANNEL (ray/_private/ray_constants.py), in the GCS's
+# internal KV without a namespace: where ``request_resources`` writes on a head that does not
+# run autoscaler v2 (ray/autoscaler/_private/commands.py), for Ray's v1 monitor to read.
+V1_REQUEST_KEY = b"autoscaler_resource_request"
+
+
+def v1_requests(gcs: Any) -> list[dict[str, Any]]:
+    """``request_resources`` as a head without autoscaler v2 receives it (Corral's heads: Ray's
+    launcher would turn v2 on; Corral starts Ray's monitor without a config): a JSON list of
+    bundles, one resource dict each, the last call's (``[]`` once cleared). The same shape as
+    v2's constraints: each distinct bundle with its count."""
+    raw = gcs.internal_kv_get(V1_REQUEST_KEY, namespace=None)
+    try:
+        bundles = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    counted: dict[str, dict[str, Any]] = {}
+    for bundle in bundles if isinstance(bundles, list) else []:
+        if not isinstance(bundle, dict):
+            continue
+        resources = _resources(bundle)
+        key = json.dumps(resources, sort_keys=True)
+        counted.setdefault(key, {"resources": resources, "count": 0})["count"] += 1
+    return list(counted.values())
 
 
 def write(path: str, report: dict[str, Any]) -> None:

@@ -216,10 +216,12 @@ def _mounts(body: ClusterBody) -> dict[str, Any] | None:
 
 
 def _warnings(rec: ClusterRecord) -> list[str]:
-    """What ``cluster up`` says before any node starts: Ray's autoscaler left out, and what
-    the cloud warns of (a docker section where its machines have no docker)."""
+    """What ``cluster up`` says before any node starts: Ray's autoscaler left out, what the
+    file sets that Corral does otherwise (cache_stopped_nodes), and what the cloud warns of (a
+    docker section where its machines have no docker)."""
     from corral.shared.autoscaler.launcher import drops_ray_autoscaler
     from corral.shared.config.cluster import Cluster
+    from corral.shared.configio import format_loc
 
     cluster = Cluster.model_validate(rec.cluster)
     notes = []
@@ -228,6 +230,7 @@ def _warnings(rec: ClusterRecord) -> list[str]:
             "head_start_ray_commands: --autoscaling-config is dropped: Corral is this "
             "cluster's autoscaler (the head runs Ray's monitor without a config, reporting only)"
         )
+    notes += [f"{format_loc(path)}: {instead}" for path, instead in cluster.done_otherwise()]
     return notes + cluster_files(autoscaling.record_cloud(rec)).notes(cluster)
 
 

@@ -9,13 +9,14 @@ agent's wheel is served here too, so a machine needs nothing but Python to boot 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from corral.services.api.execs import wait_pull
 from corral.services.api.routes import get_deps
@@ -78,6 +79,18 @@ def ticket_of(
 class Registration(BaseModel):
     provider_id: str | None = Field(default=None, max_length=200)
     pid: int | None = None
+    # The IP the machine reaches the API from: its launch's other nodes learn it (/peers).
+    address: str | None = Field(default=None, max_length=64)
+
+    @field_validator("address")
+    @classmethod
+    def _an_ip(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            raise ValueError(f"address {value!r} is not an IP address") from None
 
 
 class Beat(BaseModel):
@@ -110,19 +123,36 @@ class Notice(BaseModel):
 
 @router.post("/register", summary="A node's agent is up: its ticket for its token and work")
 def register(
-    body: Registration, node: NodeName = Depends(ticket_of), deps: Deps = Depends(get_deps)
+    body: Registration,
+    request: Request,
+    node: NodeName = Depends(ticket_of),
+    deps: Deps = Depends(get_deps),
 ) -> dict[str, Any]:
     """Spend the node's one-time enrollment ticket: the answer carries the node's token and
     its work, once. A node whose ticket other machines could read (one EC2 launch of many)
     must name the machine it runs on, and it must be the one launched as this node."""
     _check_machine(deps, node, body.provider_id)
-    if not deps.nodes.register(node, body.provider_id, time.time(), _beat_ttl_s(deps)):
+    if not deps.nodes.register(
+        node, body.provider_id, time.time(), _beat_ttl_s(deps), address=_address(body, request)
+    ):
         raise HTTPException(
             status.HTTP_403_FORBIDDEN,
             f"node {node} has registered already: its ticket is spent (the work is handed "
             "out once)",
         )
     return _welcome(deps, node)
+
+
+def _address(body: Registration, request: Request) -> str | None:
+    """The node's address for its launch's other nodes: the one it says it has, else the one
+    its call came from (an agent that found no route of its own; behind a proxy, the proxy's,
+    which is why the agent's own word comes first)."""
+    if body.address:
+        return body.address
+    try:
+        return str(ipaddress.ip_address(request.client.host)) if request.client else None
+    except ValueError:
+        return None  # not an IP (a test client's name): the node stays without one
 
 
 def _beat_ttl_s(deps: Deps) -> float:
@@ -143,7 +173,10 @@ def _welcome(deps: Deps, node: NodeName) -> dict[str, Any]:
 
 @router.post("/resume", summary="A stopped node's machine was started: its agent is back")
 def resume(
-    body: Registration, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
+    body: Registration,
+    request: Request,
+    node: NodeName = Depends(node_of),
+    deps: Deps = Depends(get_deps),
 ) -> dict[str, Any]:
     """The agent of a machine Corral stopped and started again, with the node token it kept:
     its work again (it runs setup and run anew, as a rebooted machine must) and a fresh token.
@@ -153,7 +186,7 @@ def resume(
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"node {node} was not stopped by Corral: nothing to resume"
         )
-    deps.nodes.resume(node, time.time(), _beat_ttl_s(deps))
+    deps.nodes.resume(node, time.time(), _beat_ttl_s(deps), address=_address(body, request))
     return _welcome(deps, node)
 
 
@@ -264,6 +297,19 @@ def bundle(node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)) ->
     if data is None:
         raise HTTPException(404, "this node's task has no bundle, or it is no longer kept")
     return Response(data, media_type="application/gzip")
+
+
+@router.get("/peers", summary="The addresses of this node's launch, once all nodes are known")
+def peers(node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    """Every node of this node's launch by rank (the head first), each as the address it
+    registered with: ``{"ips": [...]}`` once all have registered, ``{"ips": null}`` before.
+    SkyPilot's ``SKYPILOT_NODE_IPS`` is made of it; the agent asks until all are known."""
+    envs = deps.nodes.work(node).get("envs") or {}
+    try:
+        count = max(1, int(envs.get("CORRAL_NUM_NODES") or 1))
+    except ValueError:
+        count = 1
+    return {"ips": deps.nodes.peer_addresses(node, count)}
 
 
 @router.post("/heartbeat", summary="A node is alive")

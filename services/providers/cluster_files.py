@@ -9,8 +9,9 @@ A cloud's :class:`ClusterFiles` answer, for the cluster routes, the autoscaler a
 - ``node_launch``: a node's launch resources and the machine config sent with it.
 
 The plain rules (every cloud that sets none): no stand-in, no problems or notes, and a node
-launched in the file's ``provider.region`` with its node config as written, as Ray's cluster
-launcher sends it to the cloud's API.
+launched in the file's ``provider.region`` (and ``provider.availability_zone``: its zone, or its
+zones in order) with its node config as written, as Ray's cluster launcher sends it to the
+cloud's API.
 """
 
 from __future__ import annotations
@@ -50,4 +51,16 @@ class ClusterFiles:
         region = cluster.provider.model_dump().get("region")
         if isinstance(region, str):
             resources["region"] = region
+        zones = availability_zones(cluster)
+        if len(zones) == 1:
+            resources["zone"] = zones[0]
+        elif zones:  # tried in the file's order, as Ray's AWS provider takes its subnets
+            resources["ordered"] = [{"zone": zone} for zone in zones]
         return resources, node_config
+
+
+def availability_zones(cluster: Cluster) -> list[str]:
+    """``provider.availability_zone``: one zone (Ray's GCP files) or a comma-separated list
+    (Ray's AWS example, ``us-west-2a,us-west-2b``): the zones a node launches in."""
+    value = cluster.provider.availability_zone
+    return [z.strip() for z in (value or "").split(",") if z.strip()]

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from corral.services.agent import skypilot_env
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
@@ -24,6 +25,7 @@ from corral.services.providers.base import (
     LaunchSpec,
     ProviderInstance,
 )
+from corral.services.providers.registry import display_name
 from corral.services.runtime import quotas
 from corral.services.runtime.attempt_record import (
     attempt_id_for,
@@ -419,7 +421,7 @@ def _spec(
         count=task.num_nodes,
         setup=task.setup,
         run=task.run,
-        envs=_envs(task),
+        envs={**_envs(task), **_skypilot_envs(req, task, cand)},
         workdir=task.workdir if isinstance(task.workdir, str) else None,  # git: files["git"]
         image_id=image_for_region(task.resources.image_id, cand.region).machine,
         ports=parse_ports(task.resources.ports),
@@ -439,6 +441,21 @@ def _envs(task: Task) -> dict[str, str]:
     if probe is not None and ports:
         envs[PROBE_ENV] = probe.for_agent(ports[0][0])
     return envs
+
+
+def _skypilot_envs(req: LaunchRequest, task: Task, cand: ChainStep) -> dict[str, str]:
+    """SkyPilot's launch-wide runtime variables (its task id and cluster info name the
+    request); each node's agent adds its rank and its peers' addresses. They come after the
+    task's own envs: a task cannot mistake its peers by setting them itself."""
+    return skypilot_env.launch_envs(
+        cluster=req.id,
+        created_at=req.created_at,
+        cloud=display_name(cand.cloud),
+        region=cand.region,
+        zone=cand.zone,
+        num_nodes=task.num_nodes,
+        gpus_per_node=sum(cand.accelerators.values()),
+    )
 
 
 def task_files(

@@ -244,12 +244,18 @@ class NodeBook:
 
     # --- what the agent reports ------------------------------------------------------------
     def register(
-        self, node: NodeName, provider_id: str | None, now: float, beat_ttl_s: float = 0.0
+        self,
+        node: NodeName,
+        provider_id: str | None,
+        now: float,
+        beat_ttl_s: float = 0.0,
+        address: str | None = None,
     ) -> bool:
         """The agent is up; False if the node had registered before (its ticket is spent:
         nothing is written). ``beat_ttl_s``: the heartbeat TTL the agent is handed, which is
         also how long it has from registering to its first heartbeat before it counts as
-        silent (0: none, it is silent until it beats)."""
+        silent (0: none, it is silent until it beats). ``address``: the IP the machine reaches
+        the control plane from, which its launch's other nodes learn (:meth:`peer_addresses`)."""
         key = self._k(node, "rec")
         # The spent mark outlives the ticket (a ticket expires token_ttl_s after it was made,
         # before this registration), so it stays spent whatever happens to the record.
@@ -259,6 +265,8 @@ class NodeBook:
         pipe = self.r.pipeline(transaction=True)
         if first and provider_id:
             pipe.hset(key, "provider_id", provider_id)
+        if first and address:
+            pipe.hset(key, "address", address)
         if first and beat_ttl_s > 0:
             # Read by _held until the first heartbeat replaces it with the agent's own.
             pipe.hset(key, "beat_ttl_s", beat_ttl_s)
@@ -503,19 +511,33 @@ class NodeBook:
             pipe.persist(self._k(node, part))
         pipe.execute()
 
-    def resume(self, node: NodeName, now: float, beat_ttl_s: float = 0.0) -> None:
+    def resume(
+        self, node: NodeName, now: float, beat_ttl_s: float = 0.0, address: str | None = None
+    ) -> None:
         """The node's machine was started again and its agent is back: a later final report
         ends it as usual. As at registering, it has ``beat_ttl_s`` from ``now`` to send its
-        first heartbeat (its last one predates the stop: without this it reads as silent)."""
+        first heartbeat (its last one predates the stop: without this it reads as silent).
+        ``address``: where it is now (a started machine may come back at another IP)."""
         key = self._k(node, "rec")
         pipe = self.r.pipeline(transaction=True)
         pipe.hdel(key, "paused_at", "stopped_reason")
         pipe.hset(key, "resumed_at", repr(now))
+        if address:
+            pipe.hset(key, "address", address)
         if beat_ttl_s > 0:
             pipe.hset(key, "beat_ttl_s", beat_ttl_s)
         for part in KEPT_PARTS:  # running again: expiring after NODE_TTL_S of silence again
             pipe.expire(self._k(node, part), NODE_TTL_S)
         pipe.execute()
+
+    def peer_addresses(self, node: NodeName, count: int) -> list[str] | None:
+        """The addresses of the ``count`` nodes of ``node``'s launch (ranks 0 .. count-1, the
+        head first) once every one has registered with its address; None before."""
+        pipe = self.r.pipeline(transaction=False)
+        for rank in range(count):
+            pipe.hget(self._k(NodeName(node.cloud, node.attempt_id, rank), "rec"), "address")
+        found = [_s(a) if a else None for a in pipe.execute()]
+        return None if any(a is None for a in found) else [str(a) for a in found]
 
     def paused(self, node: NodeName) -> bool:
         return bool(self.r.hget(self._k(node, "rec"), "paused_at"))

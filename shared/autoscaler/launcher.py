@@ -9,9 +9,10 @@ the script written here:
    (``run_options``; the host's network, as Ray starts it);
 3. ``file_mounts`` and ``cluster_synced_files`` copied into place (an archive carried in the
    script, its sha256 checked before anything is unpacked);
-4. the setup commands: ``setup_commands`` then ``head_setup_commands`` on the head, or the
-   node type's ``worker_setup_commands`` (replacing the top-level ones when it has them) on a
-   worker;
+4. the setup commands: ``setup_commands`` then ``head_setup_commands`` on the head; on a
+   worker, its node type's own ``worker_setup_commands`` alone when it has them (they replace
+   both top-level lists, as Ray's schema says), else ``setup_commands`` then the top-level
+   ``worker_setup_commands``;
 5. ``head_start_ray_commands`` on the head, ``worker_start_ray_commands`` on a worker.
 
 Every command runs in a shell of its own (Ray runs each over a fresh SSH session) with Ray's

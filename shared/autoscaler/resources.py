@@ -330,15 +330,20 @@ def _entry(cluster: Cluster, node_type: str) -> NodeType:
 def setup_commands(cluster: Cluster, node_type: str, *, head: bool = False) -> list[str]:
     """The commands run on a node after it starts.
 
-    The top-level ``setup_commands`` come first on every node. Then the head runs
-    ``head_setup_commands``; a worker runs its type's ``worker_setup_commands`` when the type
-    has them (they replace the top-level ``worker_setup_commands``), else the top-level ones.
+    The head runs the top-level ``setup_commands`` then ``head_setup_commands``. A worker runs
+    its type's own ``worker_setup_commands`` when the type has them, and nothing else: Ray's
+    ``ray-schema.json`` says of the per-type list "This node specfic list will override the
+    global setup_commands and worker_setup_commands" (its launcher merges ``setup_commands``
+    into the global lists first, then a type's own list takes the merged list's place). A
+    type without its own runs ``setup_commands`` then the top-level ``worker_setup_commands``.
     """
     common = list(cluster.setup_commands or [])
     if head:
         return common + list(cluster.head_setup_commands or [])
     own = _entry(cluster, node_type).worker_setup_commands
-    return common + list(own if own is not None else cluster.worker_setup_commands or [])
+    if own is not None:
+        return list(own)
+    return common + list(cluster.worker_setup_commands or [])
 
 
 def initialization_commands(cluster: Cluster, node_type: str) -> list[str]:

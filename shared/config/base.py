@@ -2,7 +2,9 @@
 
 Every model forbids unknown keys (a typo must be an error, not a silent default). A field that
 the owning system's documentation defines but Corral does not act on is still accepted, and
-listed in the model's ``IGNORED`` so that :func:`ignored_notices` can say so in one line.
+listed in the model's ``IGNORED`` so that :func:`ignored_notices` can say so in one line; one
+acted on otherwise than its own system does is named by the model's ``done_otherwise``, with
+what Corral does instead.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ class StrictModel(BaseModel):
         settings of the file give a use); False unless a model says otherwise."""
         return False
 
+    def done_otherwise(self) -> list[tuple[PathKey, str]]:
+        """Fields this file sets that Corral acts on otherwise than their own system does:
+        (their path under this model, what Corral does instead); none unless a model says."""
+        return []
+
 
 class PassThrough(BaseModel):
     """A provider blob (``advanced_instance_config``, ``node_config``): any keys allowed."""
@@ -47,13 +54,12 @@ def ignored_notices(model: Any, doc: Document | None = None, path: PathKey = ())
             key = _alias(model, name)
             value = getattr(model, name)
             if key in model.IGNORED and name in model.model_fields_set and not model.acts_on(key):
-                where = ""
-                if doc is not None:
-                    line = doc.line_of((*path, key))
-                    where = f"{doc.name}:{line}: " if line else f"{doc.name}: "
+                where = _where(doc, (*path, key))
                 yield f"{where}{format_loc((*path, key))}: accepted; Corral does not act on it"
                 continue
             yield from ignored_notices(value, doc, (*path, key))
+        for sub, instead in model.done_otherwise():
+            yield f"{_where(doc, (*path, *sub))}{format_loc((*path, *sub))}: {instead}"
     elif isinstance(model, list | tuple):
         for i, item in enumerate(model):
             yield from ignored_notices(item, doc, (*path, i))
@@ -61,3 +67,11 @@ def ignored_notices(model: Any, doc: Document | None = None, path: PathKey = ())
         for k, item in model.items():
             if isinstance(item, StrictModel | list | dict):
                 yield from ignored_notices(item, doc, (*path, str(k)))
+
+
+def _where(doc: Document | None, path: PathKey) -> str:
+    """``FILE:LINE: `` of a field (``FILE: `` when its line is unknown; nothing without a file)."""
+    if doc is None:
+        return ""
+    line = doc.line_of(path)
+    return f"{doc.name}:{line}: " if line else f"{doc.name}: "

@@ -148,6 +148,19 @@ class Cluster(StrictModel):
     ] = None
     target_utilization_fraction: float | None = Field(None, ge=0, le=1)
 
+    def done_otherwise(self) -> list[tuple[PathKey, str]]:
+        """``provider.cache_stopped_nodes``: Ray's AWS and GCP providers stop a worker they
+        scale down and start it again to scale up; Corral does not keep stopped workers."""
+        if not self.provider.cache_stopped_nodes:
+            return []
+        return [
+            (
+                ("provider", "cache_stopped_nodes"),
+                "accepted; Corral terminates the workers it scales down and launches new ones "
+                "to scale up (no stopped worker is kept to start again)",
+            )
+        ]
+
     def problems(self) -> list[tuple[PathKey, str]]:
         """Cross-field mistakes, each with the path of the value at fault."""
         types = self.available_node_types or {}

@@ -198,6 +198,17 @@ class JobRecovery(StrictModel):
         return {"strategy": data} if isinstance(data, str) else data
 
 
+def _no_recovery(value: object) -> object:
+    """SkyPilot's ``job_recovery: none`` (or ``strategy: none``): no ``job_recovery`` at all,
+    as SkyPilot's ``sky/resources.py`` reads it (a strategy of ``none`` sets the resources'
+    job_recovery to None, the rest of the section with it). So a failed run is not restarted,
+    and a lost machine is relaunched as without the section: within ``relaunch_limit``."""
+    strategy = value.get("strategy") if isinstance(value, dict) else value
+    if isinstance(strategy, str) and strategy.strip().lower() == "none":
+        return None
+    return value
+
+
 def _positive_int(value: object) -> object:
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         return value
@@ -229,7 +240,7 @@ class Resources(StrictModel):
     memory: Annotated[Amount | None, BeforeValidator(_check_memory)] = None
     use_spot: bool | None = None
     # A managed job's recovery (SkyPilot): restarts on errors and listed exit codes.
-    job_recovery: JobRecovery | None = None
+    job_recovery: Annotated[JobRecovery | None, BeforeValidator(_no_recovery)] = None
     # Accepted, not acted on (IGNORED): the older spelling of job_recovery's strategy.
     spot_recovery: str | dict[str, Any] | None = None
     disk_size: int | str | None = None
@@ -453,12 +464,18 @@ class Task(StrictModel):
     @field_validator("file_mounts")
     @classmethod
     def _mount_targets(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        for target, source in (value or {}).items():
-            check_target(target)
+        if value is None:
+            return None
+        placed: dict[str, Any] = {}
+        for target, source in value.items():
+            where = check_target(target)  # a relative target: under ~/sky_workdir
             problem = remote_source_problem(source)
             if problem:
                 raise ValueError(f"{target}: {problem}")
-        return value
+            if where in placed:
+                raise ValueError(f"{target}: the same place as another target ({where})")
+            placed[where] = source
+        return placed
 
     @field_validator("service")
     @classmethod

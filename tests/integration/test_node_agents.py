@@ -12,6 +12,7 @@ so no other AWS installation may run beside this module's."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -30,11 +31,13 @@ from cloud_vms import (
     ec2_state,
     gcp_env,
     gcp_script,
+    gcp_scripts,
     start_with_agents,
 )
 from fakes.aws_faults import FaultyMoto
 from fakes.gcp_compute import FakeCompute
-from harness import CORRAL, System, wait_for
+from harness import CORRAL, System, free_port, wait_for
+from rendezvous import NAMES, RENDEZVOUS
 
 pytestmark = pytest.mark.integration
 
@@ -361,3 +364,54 @@ def test_aws_a_ray_cluster_nodes_run_the_launcher_steps_and_cluster_exec_reaches
         60,
         "the head's VM to be terminated",
     )
+
+
+def test_gcp_two_nodes_start_once_both_addresses_are_known_and_rendezvous_over_tcp(
+    make_system: Callable[..., System], tmp_path: Path
+) -> None:
+    """Issue 45: each node's agent registers with the address it reaches the API from and asks
+    the API for its launch's (GET /v1/node/peers) until every node has one; only then do setup
+    and run start, with SkyPilot's SKYPILOT_NODE_IPS (one a line, the head first). Node 0 boots
+    alone first and waits; node 1 boots; rank 1 then reaches rank 0 at the first line's address
+    (test_skypilot_env.py's rendezvous, here through the HTTP link)."""
+    out = tmp_path / "seen"
+    out.mkdir()
+    script = tmp_path / "rendezvous.py"
+    script.write_text(RENDEZVOUS)
+    names = json.dumps(NAMES)
+    fleet = Fleet(tmp_path / "vms")
+    with FakeCompute(project="corral-test") as fake:
+        system = start_with_agents(
+            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="90", HEARTBEAT_TIMEOUT_S="6")
+        )
+        try:
+            rid = system.submit(
+                {
+                    **GCP_TASK,
+                    "name": "pair",
+                    "num_nodes": 2,
+                    "envs": {"OUT": str(out), "NAMES": names, "PORT": str(free_port())},
+                    "run": f'python3 {script} "$OUT" "$PORT" "$NAMES"',
+                }
+            )
+            label = {"corral-request": rid}
+            wait_for(lambda: len(gcp_scripts(fake, **label)) == 2, 60, "both inserts")
+            first, second = gcp_scripts(fake, **label)
+            head = fleet.boot(first)
+            wait_for(lambda: "waiting for the other 1 node(s)" in head.log(), 60, "node 0 waits")
+            time.sleep(1.0)  # two of its heartbeats: it still waits, its run not started
+            assert not list(out.iterdir())
+            fleet.boot(second)
+            done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 120)
+            assert done["state"] == "SUCCEEDED", (done, head.log())
+        finally:
+            fleet.kill_all()
+    assert (out / "answer.txt").read_text() == "ack hello from 1"
+    [zone] = {i["zone"] for i in done["instances"]}
+    for rank in (0, 1):
+        seen = json.loads((out / f"run-{rank}.json").read_text())
+        assert seen["SKYPILOT_NODE_RANK"] == str(rank)
+        assert seen["SKYPILOT_NODE_IPS"] == "127.0.0.1\n127.0.0.1"  # the API is on loopback
+        assert seen["SKYPILOT_NUM_NODES"] == "2"
+        info = json.loads(seen["SKYPILOT_CLUSTER_INFO"])
+        assert (info["cloud"], info["cluster_name"], info["zone"]) == ("GCP", rid, zone)

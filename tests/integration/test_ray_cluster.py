@@ -469,3 +469,59 @@ def test_ray_job_submit_reaches_the_heads_dashboard_that_cluster_status_names(
     )
     assert job.returncode == 0 and "job-ran-on-the-head" in job.stdout, (job.stdout, job.stderr)
     assert system.cli("cluster", "down", name).returncode == 0
+
+
+REQUEST = """\
+import json, sys
+import ray
+from ray.autoscaler.sdk import request_resources
+
+ray.init(address=sys.argv[1], log_to_driver=False)
+request_resources(bundles=json.loads(sys.argv[2]))
+"""
+
+
+@pytest.mark.timeout(600)  # two raylets on this (shared, 2-core) host
+def test_request_resources_launches_workers_that_stay_past_the_idle_timeout_until_cleared(
+    system: System, tmp_path: Path, ray_bin: Path
+) -> None:
+    """Issue 45: a driver's ``request_resources(bundles=[...])`` on a head Corral started
+    (no autoscaler v2: Ray writes the request to its v1 key) launches the nodes the bundles
+    need, which stay while the request stands, idle past ``idle_timeout_minutes``, and go
+    once an empty request clears it. Ray's python/ray/tests/test_autoscaler.py
+    (testRequestBundles...: a standing request holds capacity; an empty one releases it)."""
+    name = "ray-request"
+    port, dash_port = free_port(), free_port()
+    up = system.cli("cluster", "up", str(_cluster_file(tmp_path, port, dash_port, name=name)))
+    assert up.returncode == 0, up.stderr
+    wait_for(lambda: _ray_nodes(_view(system, name)) == Counter({"head": 1}), 120,
+             "the head's Ray to report", system.home / "logs")  # fmt: skip
+    gcs = _view(system, name)["ray"]["gcs_address"]
+    driver = tmp_path / "request.py"
+    driver.write_text(REQUEST)
+
+    def request(bundles: list[dict[str, float]]) -> None:
+        ran = subprocess.run(
+            [str(ray_bin / "python"), str(driver), gcs, json.dumps(bundles)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert ran.returncode == 0, ran.stderr[-2000:]
+
+    def wb_nodes() -> int:
+        return sum(1 for n in _view(system, name)["nodes"] if n["node_type"] == "wb")
+
+    request([{"B": 1}, {"B": 1}])  # two wb nodes (B: 1 each); no task ever runs on them
+    wait_for(lambda: _ray_nodes(_view(system, name))["wb"] == 2, 300,
+             "two wb nodes up in Ray", system.home / "logs")  # fmt: skip
+    # Idle all along (nothing runs there), held past the 12 s idle timeout by the request.
+    time.sleep(20)
+    view = _view(system, name)
+    assert wb_nodes() == 2 and _ray_nodes(view)["wb"] == 2, view["decisions"][-3:]
+    assert not any(d["terminate"] for d in view["decisions"]), view["decisions"]
+
+    request([])  # cleared: the idle workers go, the head stays
+    wait_for(lambda: wb_nodes() == 0, 120, "the released workers to go", system.home / "logs")
+    assert [n["node_type"] for n in _view(system, name)["nodes"]] == ["head"]
+    assert system.cli("cluster", "down", name).returncode == 0

@@ -4,7 +4,9 @@ Translated from Ray's own cases (python/ray/tests/test_autoscaler.py):
 - testSetupCommandsWithStoppedNodeCaching / testConfiguresNewNodes: initialization, setup and
   start commands run in that order on a new node, with the head's address set (RAY_HEAD_IP);
 - testNodeTypeNameChange / testUpdateConfig... per-type worker_setup_commands replace the
-  top-level ones (util.merge_setup_commands);
+  top-level lists, setup_commands included (util.merge_setup_commands merges setup_commands
+  into the global lists before a type's own list takes their place; ray-schema.json: "This
+  node specfic list will override the global setup_commands and worker_setup_commands");
 - testScaleUpFailure-style MockProcessRunner(fail_cmds=...): a failing setup command fails the
   node, naming the command.
 """
@@ -118,13 +120,14 @@ def test_steps_run_in_rays_order_with_the_launcher_variables(tmp_path: Path) -> 
     }
     ran = _run(launcher_script(worker), tmp_path)
     assert ran.returncode == 0, ran.stderr
-    # The type's own worker_setup_commands replace the top-level ones.
-    assert ran.stdout.splitlines() == ["init", "common", "wa-own-setup", "join 10.0.0.5:6379"]
+    # The type's own worker_setup_commands replace both top-level lists ("common" too).
+    assert ran.stdout.splitlines() == ["init", "wa-own-setup", "join 10.0.0.5:6379"]
     assert "start_ray 1 at " in ran.stderr  # each command announced, with its time
     phases = [phase for phase, _at in step_times(ran.stderr)]
-    assert phases == ["initialization", "setup", "setup", "start_ray", "node up"]
+    assert phases == ["initialization", "setup", "start_ray", "node up"]
     other = node_launch(cluster, "wb", head=False, node_id="n-2", head_ip="10.0.0.5")
-    assert "worker-setup" in _run(launcher_script(other), tmp_path).stdout
+    ran = _run(launcher_script(other), tmp_path)  # no list of its own: the top-level two
+    assert ran.stdout.splitlines()[1:3] == ["common", "worker-setup"]
 
 
 def test_a_failing_command_stops_the_node_naming_it_and_its_exit_code(tmp_path: Path) -> None:

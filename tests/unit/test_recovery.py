@@ -48,6 +48,20 @@ def test_job_recovery_is_read_as_skypilot_writes_it(tmp_path: Path) -> None:
     assert _task(tmp_path, "run: x\n").recovery() is None
 
 
+def test_job_recovery_none_is_no_job_recovery_as_skypilot_reads_it(tmp_path: Path) -> None:
+    """SkyPilot's yaml-spec example writes ``job_recovery: none``; its sky/resources.py reads a
+    strategy of ``none`` (the string form or the section's) as no job_recovery at all, the
+    section's other keys dropped with it. A failed run then fails (restart_after(None, ...))."""
+    for body in (
+        "  job_recovery: none\n",
+        "  job_recovery:\n    strategy: none\n    max_restarts_on_errors: 3\n",
+        "  any_of:\n    - cloud: aws\n      job_recovery: none\n",
+    ):
+        task = _task(tmp_path, "resources:\n" + body + "run: train\n")
+        assert task.recovery() is None, body
+    assert restart_after(None, 1, 0) is None
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

@@ -4,11 +4,13 @@ and the node's end of an attach session on a pty (the agent's ShellPeer, a real 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from corral.services.agent.bundle import mount_path
 from corral.services.agent.sessions import ShellPeer
-from corral.shared.bundles import node_copied, remote_source_problem
+from corral.shared.bundles import BundleMount, check_target, node_copied, remote_source_problem
 from corral.shared.config.task import Task
 
 
@@ -31,6 +33,31 @@ def test_a_task_naming_a_store_not_supported_is_refused_naming_its_target() -> N
     Task.model_validate({"file_mounts": {"/data": "s3://bucket/x"}, "run": "true"})
     with pytest.raises(ValueError, match="/data: gs:// sources are not supported yet"):
         Task.model_validate({"file_mounts": {"/data": "gs://bucket/x"}, "run": "true"})
+
+
+def test_a_relative_mount_target_is_under_the_workdir_as_skypilot_reads_it(tmp_path: Path) -> None:
+    """SkyPilot's examples/using_file_mounts.yaml: "Relative paths are under ~/sky_workdir/ —
+    the remote workdir" (its `relative_dir` and `./dotslash_relative_dir`). Climbing out is
+    refused as before, and two spellings of one place are one target too many."""
+    task = Task.model_validate(
+        {"file_mounts": {"relative_dir": "./a", "./dotslash/x.bin": "s3://bkt/x"}, "run": "true"}
+    )
+    assert task.file_mounts == {
+        "~/sky_workdir/relative_dir": "./a",
+        "~/sky_workdir/dotslash/x.bin": "s3://bkt/x",
+    }
+    assert check_target("/data") == "/data" and check_target("~/d") == "~/d"
+    assert BundleMount(target="out/", member="mounts/0", is_dir=True).target == (
+        "~/sky_workdir/out"
+    )
+    with pytest.raises(ValueError, match="may not climb"):
+        check_target("data/../../etc")
+    with pytest.raises(ValueError, match="the same place as another target"):
+        Task.model_validate({"file_mounts": {"d": "./a", "~/sky_workdir/d": "./b"}})
+    # On the node: under the machine's own workdir (the local cloud's jail as well).
+    home = tmp_path / "machine"
+    target = check_target("./dotslash/x.bin")
+    assert mount_path(home, target, jail=True) == home / "sky_workdir" / "dotslash" / "x.bin"
 
 
 def test_an_attach_shell_on_a_pty_has_the_size_asked_follows_a_resize_and_exits_with_its_code() -> (

@@ -14,6 +14,7 @@ import hashlib
 import shlex
 from typing import Any
 
+from corral.services.agent import skypilot_env
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
@@ -152,6 +153,8 @@ def user_data(spec: LaunchSpec) -> str | None:
     check_env_names(env)
     lines = ["#!/bin/bash", "set -euo pipefail"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    # One UserData for every node: the rank is known only for a launch of one.
+    lines += skypilot_env.boot_exports("0" if spec.count == 1 else None, spec.count)
     if spec.workdir:
         lines += [f"mkdir -p {shlex.quote(spec.workdir)}", f"cd {shlex.quote(spec.workdir)}"]
     lines += [part for part in (spec.setup, spec.run) if part]

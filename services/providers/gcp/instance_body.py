@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf.json_format import ParseError
 
+from corral.services.agent import skypilot_env
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
@@ -246,6 +247,7 @@ def startup_script(spec: LaunchSpec, node: str, name: str) -> str | None:
     }
     lines = ["#!/bin/bash", "set -e"]
     lines += [f"export {key}={shlex.quote(value)}" for key, value in envs.items()]
+    lines += skypilot_env.boot_exports(node, spec.count)
     if spec.workdir:
         lines += [f"mkdir -p {shlex.quote(spec.workdir)}", f"cd {shlex.quote(spec.workdir)}"]
     lines += [part for part in (spec.setup, spec.run) if part]

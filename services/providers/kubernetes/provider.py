@@ -31,6 +31,7 @@ from typing import Any
 
 import urllib3
 
+from corral.services.agent import skypilot_env
 from corral.services.providers.base import (
     TAG_MANAGED,
     TAG_NODE,
@@ -299,6 +300,7 @@ class KubernetesProvider(NodeBookLogs):
         lines = ["set -e"]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.envs.items())]
         lines.append(f"export CORRAL_NODE_RANK={rank}")
+        lines += skypilot_env.boot_exports(str(rank), spec.count)
         if spec.workdir:
             lines += [f"mkdir -p {shlex.quote(spec.workdir)}", f"cd {shlex.quote(spec.workdir)}"]
         lines += [part for part in (spec.setup, spec.run) if part]

@@ -54,9 +54,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from corral.services.agent.core import Agent, FinalBeat, LinkError, Work, say
+from corral.services.agent.core import Agent, Work
+from corral.services.agent.link import FinalBeat, LinkError, say
 from corral.services.providers.local.agent_redis import MiniRedis, RedisError
 from corral.services.providers.local.state import (
+    LOCAL_ADDRESS,
     TERMINATED,
     CloudState,
     InstanceRecord,
@@ -187,6 +189,17 @@ class RedisLink:
             )
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
+
+    def peers(self, count: int) -> list[str] | None:
+        """Every local machine is this host (LOCAL_ADDRESS); known once every node of the
+        launch has been heard, so none starts before the others are up."""
+        if count == 1:
+            return [LOCAL_ADDRESS]
+        try:
+            heard = self.state.heard_nodes(self.rec.attempt_id)
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+        return [LOCAL_ADDRESS] * count if len(heard) == count and all(heard) else None
 
     # --- corral exec: commands queued for this machine (key names in shared/execs.py) -------
     def take_execs(self) -> list[dict[str, Any]]:

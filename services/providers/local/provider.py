@@ -45,6 +45,7 @@ from corral.services.providers.local.processes import (
 )
 from corral.services.providers.local.state import (
     ENDED_RECORD_TTL_S,
+    LOCAL_ADDRESS,
     LOST,
     PENDING,
     TERMINATED,
@@ -70,9 +71,6 @@ from corral.shared.reservations import reservation_of
 
 AGENT_MODULE = "corral.services.providers.local.agent"
 
-# Local machines are processes on this host and share its network: a service's ports are
-# this host's (two services asking for one port collide, as two processes would).
-LOCAL_ADDRESS = "127.0.0.1"
 LOG_READ_MAX_BYTES = 1024 * 1024  # one follower's read of a log
 HELD_MAX = 20_000  # live records a provider keeps the fixed fields of
 

@@ -60,6 +60,9 @@ ACTIVITIES = ("setup", "running", "serving", "idle", "exited")
 
 # How long the mapping attempt -> instance ids is kept: longer than any redelivery of a task.
 ATTEMPT_TTL_S = 7 * 24 * 3600
+# Local machines are processes on this host and share its network: each is reached at the
+# loopback address (a service's ports are this host's; two asking for one port collide).
+LOCAL_ADDRESS = "127.0.0.1"
 # How long an ended instance's record stays visible to describe().
 ENDED_RECORD_TTL_S = 24 * 3600
 
@@ -409,6 +412,20 @@ class CloudState:
             if isinstance(found, list):
                 ids.extend(str(i) for i in found)
         return ids
+
+    def heard_nodes(self, attempt_id: str) -> list[bool]:
+        """Whether each instance of the attempt, in node order, has been heard (its agent
+        beat, or it ended): its address is known. Empty while nothing is bound to it. The
+        agent asks this (its own client's commands only)."""
+        value = self.r.get(self.keys.attempt(attempt_id))
+        if value is None or str(value).startswith("pending:"):
+            return []
+        ids = json.loads(value)
+        heard = []
+        for iid in ids if isinstance(ids, list) else []:
+            raw = self.r.hgetall(self.keys.record(str(iid)))
+            heard.append(bool(raw.get("first_heartbeat_at") or raw.get("ended_at")))
+        return heard
 
     def attempt_value(self, attempt_id: str) -> str | None:
         value = self.r.get(self.keys.attempt(attempt_id))

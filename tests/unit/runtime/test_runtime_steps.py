@@ -3,6 +3,7 @@ its boot, failover down the chain, terminate, reconcile."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -560,3 +561,33 @@ def test_a_machine_that_came_up_while_reconcile_asked_its_cloud_is_not_taken_for
     states = {i.state for i in driver.deps.store.list_instances(request_id=rid)}
     assert states == {InstanceState.RUNNING}
     assert not driver.deps.blocks.active(driver.deps.now())
+
+
+def test_a_launch_carries_skypilots_launch_wide_variables_over_the_tasks_own(
+    driver: Driver,
+) -> None:
+    """Issue 45: every launch spec carries SkyPilot's launch-wide runtime variables (docs/
+    source/running-jobs/environment-variables.rst): the GPU count of the candidate launched,
+    the task id and the cluster info naming the request and where it launched; a task's own
+    envs of those names do not win (each node's agent adds its rank and its peers)."""
+    task = {
+        "name": "gpus",
+        "resources": {"cloud": "local", "accelerators": "A100:8"},
+        "envs": {"SKYPILOT_NUM_NODES": "9", "MINE": "kept"},
+        "run": "true",
+    }
+    rid = _submit(driver, task)
+    driver.run()
+    spec = driver.fake.launched()[-1]
+    req = driver.deps.store.get_request(rid)
+    assert req is not None
+    assert spec.envs["MINE"] == "kept"
+    assert spec.envs["SKYPILOT_NUM_NODES"] == "1"
+    assert spec.envs["SKYPILOT_NUM_GPUS_PER_NODE"] == "8"
+    assert spec.envs["SKYPILOT_TASK_ID"].endswith(f"_{rid}_1")
+    assert json.loads(spec.envs["SKYPILOT_CLUSTER_INFO"]) == {
+        "cluster_name": rid,
+        "cloud": "Local",
+        "region": spec.region,
+        "zone": spec.zone,
+    }
