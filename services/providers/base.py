@@ -148,6 +148,15 @@ class NodeWork(Protocol):
         """The agent's last heartbeat (``activity``, ``queued`` demand, ...), None when it is
         silent."""
 
+    def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
+        """The last ``tail_bytes`` of one assignment's own output (its log stream, apart from
+        the machine's and every other assignment's)."""
+
+    def read_assignment_log_since(
+        self, provider_id: str, aid: str, offset: int
+    ) -> tuple[int, bytes]:
+        """One assignment's own output from byte ``offset`` on (a follower's read)."""
+
 
 def can_stop(provider: object) -> bool:
     """Whether the provider's machines can be stopped and started again (its ``can_stop``;

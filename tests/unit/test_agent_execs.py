@@ -8,6 +8,12 @@ import time
 from typing import Any
 
 from corral.services.agent.execs import Execs
+from corral.services.agent.sessions import Where
+
+
+def HERE(_item: dict[str, Any]) -> Where:
+    """Every command in this process's folder and environment."""
+    return Where(None, dict(os.environ))
 
 
 class Link:
@@ -31,21 +37,21 @@ class Link:
 
 def test_an_agent_that_runs_no_command_makes_no_folder() -> None:
     execs = Execs()
-    execs.step(Link([]), None, dict(os.environ))
+    execs.step(Link([]), HERE)
     assert execs.folder == ""
     execs.stop_all()
 
 
 def test_a_commands_output_is_shipped_and_its_folder_goes_with_the_agent() -> None:
     execs, link = Execs(), Link([{"id": "x1", "command": "echo hi; exit 3"}])
-    execs.step(link, None, dict(os.environ))
+    execs.step(link, HERE)
     folder = execs.folder
     assert os.path.isdir(folder)
     assert oct(os.stat(folder).st_mode & 0o777) == "0o700"
     deadline = time.monotonic() + 10
     while "x1" not in link.codes and time.monotonic() < deadline:
         time.sleep(0.02)
-        execs.step(link, None, dict(os.environ))
+        execs.step(link, HERE)
     assert link.codes == {"x1": 3} and link.output == b"hi\n"
     execs.stop_all()
     assert not os.path.exists(folder)

@@ -17,15 +17,18 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from corral.services.agent.sandbox import assignment_log
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
@@ -53,6 +56,7 @@ from corral.services.providers.local.state import (
     derive_state,
 )
 from corral.services.queues.redis_conn import connect
+from corral.services.settings import default_machines_dir
 from corral.services.state.outage import OutageBook
 from corral.shared.bundles import bundle_key
 from corral.shared.catalog.offering import Offering
@@ -113,7 +117,14 @@ class LocalProvider:
         attempt_wait_s: float = 30.0,
         redis_patience_s: float = 30.0,
         outage_gap_s: float = 5.0,
+        machines_dir: Path | None = None,
+        task_uid: int | None = None,
     ) -> None:
+        """``machines_dir``: where each machine's folder (its HOME) is made, never inside
+        Corral's home (None: the settings' default for the home above ``log_dir``);
+        ``task_uid``: the first of the unprivileged users tasks run as (Corral runs as root:
+        the machines' own work as this uid, each assignment as one of its own after it),
+        None: as Corral's user."""
         self.cloud = cloud
         self.redis_url = redis_url
         self.prefix = prefix
@@ -128,6 +139,11 @@ class LocalProvider:
         self.state = CloudState(client, prefix)
         self.outage = OutageBook(client, prefix, outage_gap_s)
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # logs hold task output
+        self.task_uid = task_uid
+        self.machines_dir = Path(machines_dir or default_machines_dir(self.log_dir.parent))
+        # Its users may pass through it to their own folders, never list it.
+        self.machines_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.machines_dir, 0o711 if task_uid is not None else 0o700)
         self._ended: dict[str, InstanceRecord] = {}  # ended records seen (they never change)
         # Live records read before: a look reads only what changes of them (their fixed
         # fields, written by the launch, are taken from here).
@@ -357,7 +373,8 @@ class LocalProvider:
                 "CORRAL_NUM_NODES": str(spec.count),
                 # Work queued on the node: JSON {"bundles": [...], "placement_groups": [...]}
                 # written here is reported with every heartbeat (autoscaled clusters read it).
-                "CORRAL_DEMAND_FILE": str(self.log_dir / f"{iid}.demand.json"),
+                # In the machine's own folder: no task's environment names Corral's home.
+                "CORRAL_DEMAND_FILE": str(self.machines_dir / iid / DEMAND_FILE),
             }
             records.append(
                 InstanceRecord(
@@ -386,12 +403,14 @@ class LocalProvider:
         return records
 
     def _files(self, files: dict[str, Any], iid: str) -> dict[str, Any]:
-        """A local machine's files go into a folder of its own (this host is every local
-        machine's: ``~`` and absolute targets land inside it); the bundle is read from Redis."""
-        if not files:
-            return {}
-        home = self.log_dir.parent / "machines" / iid
-        out = {**files, "home": str(home), "jail": True}
+        """Every local machine has a folder of its own, its HOME and where its work starts
+        without a workdir (this host is every local machine's: ``~`` and absolute targets land
+        inside it), outside Corral's home; its assignments' logs go beside its own; its work
+        runs as ``task_uid`` when there is one. The bundle is read from Redis."""
+        home = self.machines_dir / iid
+        out = {**files, "home": str(home), "jail": True, "logs": str(self.log_dir)}
+        if self.task_uid is not None:
+            out["uid"] = self.task_uid
         if "bundle" in files:
             out["bundle_key"] = bundle_key(self.prefix, files["bundle"]["sha256"])
         return out
@@ -646,7 +665,32 @@ class LocalProvider:
             raise InvalidRequestError(f"no live instance {provider_id!r} to assign to")
         if rec.run:
             raise InvalidRequestError(f"{provider_id} runs a task of its own; it takes none")
+        if self.task_uid is not None:  # a user of its own, none of another assignment's
+            body["uid"] = self.task_uid + 1 + self.state.next_uid() % (UIDS_PER_CLOUD - 1)
         self.state.put_assignment(provider_id, body)
+
+    def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
+        """The tail of one assignment's own output (never its machine's log)."""
+        path = assignment_log(self.log_dir, provider_id, aid)
+        try:
+            with path.open("rb") as fh:
+                fh.seek(max(0, path.stat().st_size - tail_bytes))
+                return fh.read()
+        except FileNotFoundError:
+            return b""
+
+    def read_assignment_log_since(
+        self, provider_id: str, aid: str, offset: int
+    ) -> tuple[int, bytes]:
+        """One assignment's own output from byte ``offset`` on."""
+        path = assignment_log(self.log_dir, provider_id, aid)
+        try:
+            with path.open("rb") as fh:
+                start = min(offset, path.stat().st_size)
+                fh.seek(start)
+                return start, fh.read(LOG_READ_MAX_BYTES)
+        except FileNotFoundError:
+            return offset, b""
 
     def withdraw(self, provider_id: str, assignment_id: str | None = None) -> None:
         """Take one assignment back (or, ``assignment_id`` None, all of them): the agent stops
@@ -709,6 +753,15 @@ class LocalProvider:
                 )
             if not rec.run:  # a job's machine was never given any (assign refuses it)
                 self.state.drop_assignment(rec.id)  # a gone machine takes no work
+            self._remove_folders(rec.id)
+
+    def _remove_folders(self, instance_id: str) -> None:
+        """A gone machine's folder and its assignments' (its disk goes with it)."""
+        for folder in [
+            self.machines_dir / instance_id,
+            *self.machines_dir.glob(f"{instance_id}.*"),
+        ]:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _record_to_end(self, instance_id: str) -> InstanceRecord | None:
         rec = self._ended.get(instance_id)
@@ -751,6 +804,17 @@ class LocalProvider:
     def pid_belongs_to(pid: int, instance_id: str) -> bool:
         """Whether ``pid`` is a live process of this instance; see :func:`pid_belongs_to`."""
         return pid_belongs_to(pid, instance_id)
+
+
+DEMAND_FILE = ".corral-demand.json"
+UIDS_PER_CLOUD = 100_000  # task_uid's block: the machines' uid and the assignments' after it
+UID_BASE = 2_000_000_000  # far above any system's or person's uid (and below 2**32 - 2)
+
+
+def task_uid_base(prefix: str) -> int:
+    """The first uid of the block this installation's local tasks run as (by its key prefix,
+    so two installations on one host rarely share uids)."""
+    return UID_BASE + (zlib.crc32(prefix.encode()) % 20_000) * UIDS_PER_CLOUD
 
 
 def _expired(rec: InstanceRecord, now: float) -> bool:
