@@ -29,14 +29,22 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 from corral.services.agent.bundle import BundleError, clone, mount_path, unpack
 from corral.services.agent.container import Container, container_name, run_argv
 from corral.services.agent.execs import Execs
+from corral.services.agent.link import (
+    Assignment,
+    Dismissed,
+    FinalBeat,
+    Link,
+    LinkError,
+    Work,
+    say,
+)
 from corral.services.agent.probe import ReadinessWatch
 from corral.services.agent.processes import (
     group_alive,
@@ -51,128 +59,6 @@ from corral.services.agent.sandbox import Sandbox, assignment_key, assignment_lo
 from corral.services.agent.sessions import Where
 
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
-
-
-class LinkError(Exception):
-    """The control plane could not be reached, or refused a report."""
-
-
-class Dismissed(LinkError):
-    """The control plane has ended this node (it terminated the machine): its reports are
-    refused for good, so the agent stops its work and exits."""
-
-
-@dataclass
-class Work:
-    """What the machine was launched to run (all empty for a warm pool machine)."""
-
-    setup: str | None = None
-    run: str | None = None
-    envs: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    # Files to put in place first (shared/bundles.py): {"bundle": {...}, "git": {url, ref},
-    # and on the local cloud "home" (the machine's folder), "jail", "bundle_key", "uid" (the
-    # user its work runs as) and "logs" (the folder of its assignments' logs)}.
-    files: dict[str, Any] = field(default_factory=dict)
-
-    def sandbox(self) -> Sandbox:
-        """Where the machine's own work runs: its folder (its HOME), its user."""
-        home, uid = self.files.get("home"), self.files.get("uid")
-        return Sandbox(Path(home) if home else None, int(uid) if uid is not None else None)
-
-
-@dataclass(frozen=True)
-class FinalBeat:
-    """The heartbeat an agent sends with its final report (the arguments of
-    :meth:`Link.heartbeat`)."""
-
-    activity: str
-    now: float
-    ttl_s: float
-    queued: dict[str, Any] | None
-    assignment: str | None
-    assignments: dict[str, str]
-    status: dict[str, Any] | None
-
-
-class Link(Protocol):
-    """How an agent reports; every method raises :class:`LinkError` when it cannot."""
-
-    def heartbeat(
-        self,
-        activity: str,
-        now: float,
-        ttl_s: float,
-        queued: dict[str, Any] | None,
-        assignment: str | None,
-        assignments: dict[str, str],
-        status: dict[str, Any] | None = None,
-    ) -> None:
-        """The node is alive, doing ``activity``; ``assignments`` maps id -> phase;
-        ``status``: ``idle_s`` (how long nothing ran: no setup, run, assignment or exec),
-        ``up_s`` (since the agent started) and ``ready`` (the readiness probe's verdict,
-        absent without a probe), carried in the heartbeat as they are."""
-
-    def assignments(self) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-        """The assignments the node should run, by id, and unreadable ones (id -> why)."""
-
-    def put_results(self, results: list[dict[str, Any]], drop: list[str]) -> None:
-        """How assignments ended; forget the results in ``drop``."""
-
-    def record_children(
-        self, child_pid: int | None = None, groups: list[int] | None = None
-    ) -> None:
-        """The process groups the work runs in (the local cloud kills them if the agent
-        cannot; a cloud's link may ignore them). Every spawn is followed by a forced
-        heartbeat, which a link may carry ``child_pid`` in instead of a write of its own."""
-
-    def finish(
-        self, exit_code: int | None, reason: str, now: float, beat: FinalBeat | None = None
-    ) -> None:
-        """The final report: the run's exit code (None without a run) and why it ended, with
-        the node's last heartbeat (``beat``: activity "exited"), so a reader never sees the
-        finished node's last beat still saying it runs. A link may write the two in one step."""
-
-    def fetch_bundle(self, files: dict[str, Any]) -> bytes:
-        """The bytes of the task's bundle (``files["bundle"]``), unchecked."""
-
-
-def say(message: str) -> None:
-    """One line in the instance's log, marked so it reads apart from the task's output."""
-    sys.stderr.write(f"[corral-agent] {message}\n")
-    sys.stderr.flush()
-
-
-@dataclass
-class Assignment:
-    """One piece of work given to an idle machine, and how far it got."""
-
-    id: str
-    setup: str | None = None
-    run: str | None = None
-    envs: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    uid: int | None = None  # the user it runs as (given by the provider), None: the agent's
-    sandbox: Sandbox = field(default_factory=Sandbox)  # its folder, user and log, once started
-    child: subprocess.Popen[bytes] | None = None  # the current phase's bash
-    phase: str = "setup"  # setup | running | serving
-    stop_by: float | None = None  # once withdrawn: when SIGKILL follows the SIGTERM
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Assignment:
-        envs = data.get("envs") or {}
-        return cls(
-            id=str(data["id"]),
-            setup=_text(data.get("setup")),
-            run=_text(data.get("run")),
-            envs={str(k): str(v) for k, v in envs.items()} if isinstance(envs, dict) else {},
-            workdir=_text(data.get("workdir")),
-            uid=int(data["uid"]) if isinstance(data.get("uid"), int) else None,
-        )
-
-
-def _text(value: object) -> str | None:
-    return str(value) if value not in (None, "") else None
 
 
 class Agent:
@@ -205,6 +91,8 @@ class Agent:
         self._link_down = False
         self._link_failures = 0  # heartbeats failed in a row: the next try backs off
         self.jobs: dict[str, Assignment] = {}  # the assignments being worked on, by id
+        # Every assignment's own log, by id (a cloud node's shipper sends each as a stream).
+        self.assignment_logs: dict[str, Path] = {}
         self._kept: list[int] = []  # a service's process groups (setup's, the Ray reporter)
         self._ended: set[str] = set()  # ids that ended here: never run twice
         self._unsent: dict[str, dict[str, Any]] = {}  # results the link did not take yet
@@ -530,6 +418,8 @@ class Agent:
         self.jobs[job.id] = job
         say(f"assignment {job.id}: started")
         job.sandbox = self._job_sandbox(job)
+        if job.sandbox.log is not None:
+            self.assignment_logs[job.id] = job.sandbox.log
         try:
             job.sandbox.make()
         except OSError as exc:

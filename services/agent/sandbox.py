@@ -35,8 +35,9 @@ def assignment_key(aid: str) -> str:
 
 
 def assignment_log(log_dir: Path, instance_id: str, aid: str) -> Path:
-    """Where an assignment's output goes on the local cloud (beside its machine's log)."""
-    return log_dir / f"{instance_id}.{assignment_key(aid)}.log"
+    """Where an assignment's output goes: beside its machine's log on the local cloud, in
+    the agent's folder on a cloud machine (whose name, ``cloud/attempt/rank``, has slashes)."""
+    return log_dir / f"{instance_id.replace('/', '_')}.{assignment_key(aid)}.log"
 
 
 @dataclass(frozen=True)

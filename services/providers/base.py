@@ -88,6 +88,17 @@ class Provider(Protocol):
         ``offset`` or later when that part is no longer kept; the bytes). A follower's read."""
         ...
 
+    def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
+        """The last ``tail_bytes`` of what assignment ``aid`` printed on a pooled machine: its
+        own log stream, apart from the machine's and every other assignment's."""
+        ...
+
+    def read_assignment_log_since(
+        self, provider_id: str, aid: str, offset: int
+    ) -> tuple[int, bytes]:
+        """What assignment ``aid`` printed from byte ``offset`` on (a follower's read)."""
+        ...
+
     def agent_name(self, provider_id: str, attempt_id: str | None, node_index: int) -> str:
         """The name the machine's agent takes its commands and sessions under (``corral exec``,
         ``attach``): node ``node_index`` of the attempt that launched it."""
@@ -147,15 +158,6 @@ class NodeWork(Protocol):
     def report(self, provider_id: str) -> dict[str, Any] | None:
         """The agent's last heartbeat (``activity``, ``queued`` demand, ...), None when it is
         silent."""
-
-    def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
-        """The last ``tail_bytes`` of one assignment's own output (its log stream, apart from
-        the machine's and every other assignment's)."""
-
-    def read_assignment_log_since(
-        self, provider_id: str, aid: str, offset: int
-    ) -> tuple[int, bytes]:
-        """One assignment's own output from byte ``offset`` on (a follower's read)."""
 
 
 def can_stop(provider: object) -> bool:

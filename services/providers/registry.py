@@ -89,7 +89,7 @@ def local_task_uid(settings: Settings) -> int | None:
     say Corral's), else None (Corral's user; only root may run a process as another)."""
     import os
 
-    from corral.services.providers.local.provider import task_uid_base
+    from corral.services.providers.local.folders import task_uid_base
 
     if settings.local_tasks_run_as != "own-user" or os.geteuid() != 0:
         return None

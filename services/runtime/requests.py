@@ -407,10 +407,9 @@ def read_log_pieces(
         if pooled:
             # Its assignment's own stream: never the machine's log, which holds what other
             # projects' assignments ran there before (issue #47 item 1).
-            agents = node_work_of(provider)
-            if agents is None or not inst.attempt_id:
+            if not inst.attempt_id:
                 continue
-            start, data = agents.read_assignment_log_since(
+            start, data = provider.read_assignment_log_since(
                 inst.provider_id, inst.attempt_id, offset
             )
         else:
@@ -455,10 +454,9 @@ def read_logs(
         except ProviderUnavailable:
             continue
         if pooled:
-            agents = node_work_of(provider)
-            if agents is None or not inst.attempt_id:
+            if not inst.attempt_id:
                 continue
-            data = agents.read_assignment_log(inst.provider_id, inst.attempt_id, tail_bytes)
+            data = provider.read_assignment_log(inst.provider_id, inst.attempt_id, tail_bytes)
         else:
             data = provider.read_log(inst.provider_id, inst.attempt_id, inst.node_index, tail_bytes)
         if data:

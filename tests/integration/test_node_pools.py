@@ -254,10 +254,13 @@ def test_a_determined_agent_on_ec2_runs_two_tasks_at_once_and_is_reaped_when_idl
     master = tmp_path / "master.yaml"
     master.write_text(yaml.safe_dump(MASTER))
     _apply(system, master, "determined")
-    # Both start before either ends: each waits for the other's mark in the shared folder.
+    # Both start before either ends: each waits for the other's mark in a folder both name
+    # (each assignment starts in a folder of its own: issue #47 item 1).
+    marks = tmp_path / "marks"
+    marks.mkdir()
     run = (
-        "touch mark-$NAME; "
-        "for i in $(seq 100); do [ -e mark-$OTHER ] && exit 0; sleep 0.2; done; exit 9"
+        f"touch {marks}/mark-$NAME; "
+        f"for i in $(seq 100); do [ -e {marks}/mark-$OTHER ] && exit 0; sleep 0.2; done; exit 9"
     )
     a = _launch(system, tmp_path, "a", resources={"slots": 1}, run=run,
                 envs={"NAME": "a", "OTHER": "b"})  # fmt: skip

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corral.services.agent.core import Dismissed, LinkError
+from corral.services.agent.link import Dismissed, LinkError
 from corral.services.agent.node import HttpLink, LogShipper
 
 

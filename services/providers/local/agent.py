@@ -53,7 +53,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from corral.services.agent.core import Agent, FinalBeat, LinkError, Work, say
+from corral.services.agent.core import Agent
+from corral.services.agent.link import FinalBeat, LinkError, Work, say
 from corral.services.providers.local.agent_redis import MiniRedis, RedisError
 from corral.services.providers.local.state import (
     TERMINATED,

@@ -17,13 +17,11 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,13 @@ from corral.services.providers.base import (
     status_view,
 )
 from corral.services.providers.local import launcher
+from corral.services.providers.local.folders import (
+    DEMAND_FILE,
+    assignment_uid,
+    remove_folders,
+    since,
+    tail,
+)
 from corral.services.providers.local.processes import (
     kill_group,
     pid_belongs_to,
@@ -76,7 +81,6 @@ AGENT_MODULE = "corral.services.providers.local.agent"
 # Local machines are processes on this host and share its network: a service's ports are
 # this host's (two services asking for one port collide, as two processes would).
 LOCAL_ADDRESS = "127.0.0.1"
-LOG_READ_MAX_BYTES = 1024 * 1024  # one follower's read of a log
 HELD_MAX = 20_000  # live records a provider keeps the fixed fields of
 
 log = logging.getLogger(__name__)
@@ -626,26 +630,23 @@ class LocalProvider:
         self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
     ) -> bytes:
         """The tail of the agent's log file (its own lines and its task's output)."""
-        path = self.log_dir / f"{provider_id}.log"
-        try:
-            with path.open("rb") as fh:
-                fh.seek(max(0, path.stat().st_size - tail_bytes))
-                return fh.read()
-        except FileNotFoundError:
-            return b""
+        return tail(self.log_dir / f"{provider_id}.log", tail_bytes)
 
     def read_log_since(
         self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
     ) -> tuple[int, bytes]:
         """The agent's log file from byte ``offset`` on (a file only grows)."""
-        path = self.log_dir / f"{provider_id}.log"
-        try:
-            with path.open("rb") as fh:
-                start = min(offset, path.stat().st_size)
-                fh.seek(start)
-                return start, fh.read(LOG_READ_MAX_BYTES)
-        except FileNotFoundError:
-            return offset, b""
+        return since(self.log_dir / f"{provider_id}.log", offset)
+
+    def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
+        """The tail of one assignment's own output (never its machine's log)."""
+        return tail(assignment_log(self.log_dir, provider_id, aid), tail_bytes)
+
+    def read_assignment_log_since(
+        self, provider_id: str, aid: str, offset: int
+    ) -> tuple[int, bytes]:
+        """One assignment's own output from byte ``offset`` on."""
+        return since(assignment_log(self.log_dir, provider_id, aid), offset)
 
     def log_path(self, instance_id: str) -> Path | None:
         """Where the instance's output goes (the agent's and its task's), if known."""
@@ -666,31 +667,8 @@ class LocalProvider:
         if rec.run:
             raise InvalidRequestError(f"{provider_id} runs a task of its own; it takes none")
         if self.task_uid is not None:  # a user of its own, none of another assignment's
-            body["uid"] = self.task_uid + 1 + self.state.next_uid() % (UIDS_PER_CLOUD - 1)
+            body["uid"] = assignment_uid(self.task_uid, self.state.next_uid())
         self.state.put_assignment(provider_id, body)
-
-    def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
-        """The tail of one assignment's own output (never its machine's log)."""
-        path = assignment_log(self.log_dir, provider_id, aid)
-        try:
-            with path.open("rb") as fh:
-                fh.seek(max(0, path.stat().st_size - tail_bytes))
-                return fh.read()
-        except FileNotFoundError:
-            return b""
-
-    def read_assignment_log_since(
-        self, provider_id: str, aid: str, offset: int
-    ) -> tuple[int, bytes]:
-        """One assignment's own output from byte ``offset`` on."""
-        path = assignment_log(self.log_dir, provider_id, aid)
-        try:
-            with path.open("rb") as fh:
-                start = min(offset, path.stat().st_size)
-                fh.seek(start)
-                return start, fh.read(LOG_READ_MAX_BYTES)
-        except FileNotFoundError:
-            return offset, b""
 
     def withdraw(self, provider_id: str, assignment_id: str | None = None) -> None:
         """Take one assignment back (or, ``assignment_id`` None, all of them): the agent stops
@@ -753,15 +731,7 @@ class LocalProvider:
                 )
             if not rec.run:  # a job's machine was never given any (assign refuses it)
                 self.state.drop_assignment(rec.id)  # a gone machine takes no work
-            self._remove_folders(rec.id)
-
-    def _remove_folders(self, instance_id: str) -> None:
-        """A gone machine's folder and its assignments' (its disk goes with it)."""
-        for folder in [
-            self.machines_dir / instance_id,
-            *self.machines_dir.glob(f"{instance_id}.*"),
-        ]:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_folders(self.machines_dir, rec.id)
 
     def _record_to_end(self, instance_id: str) -> InstanceRecord | None:
         rec = self._ended.get(instance_id)
@@ -804,17 +774,6 @@ class LocalProvider:
     def pid_belongs_to(pid: int, instance_id: str) -> bool:
         """Whether ``pid`` is a live process of this instance; see :func:`pid_belongs_to`."""
         return pid_belongs_to(pid, instance_id)
-
-
-DEMAND_FILE = ".corral-demand.json"
-UIDS_PER_CLOUD = 100_000  # task_uid's block: the machines' uid and the assignments' after it
-UID_BASE = 2_000_000_000  # far above any system's or person's uid (and below 2**32 - 2)
-
-
-def task_uid_base(prefix: str) -> int:
-    """The first uid of the block this installation's local tasks run as (by its key prefix,
-    so two installations on one host rarely share uids)."""
-    return UID_BASE + (zlib.crc32(prefix.encode()) % 20_000) * UIDS_PER_CLOUD
 
 
 def _expired(rec: InstanceRecord, now: float) -> bool:
