@@ -128,6 +128,7 @@ def team(
     system.start_api()
     system.start_worker("schedule")
     system.start_worker("provision")
+    system.start_worker("autoscale")  # the cluster test's nodes
     system.start_beat()
     team = Team(system)
     pool = tmp_path_factory.mktemp("pool") / "shared.yaml"
@@ -259,3 +260,86 @@ def test_a_local_task_cannot_read_corrals_home(team: Team) -> None:
         line for line in said.splitlines() if "=" in line and not line.startswith("[corral")
     ]
     assert not [line for line in env_lines if str(home) in line], env_lines
+
+
+def _homes(said: str) -> dict[str, tuple[str, str]]:
+    """node rank -> (HOME, PWD) from lines ``NODE<rank>=<HOME>:<PWD>``."""
+    found = {}
+    for line in said.splitlines():
+        if line.startswith("NODE") and "=" in line:
+            rank, _, rest = line.partition("=")
+            home, _, pwd = rest.partition(":")
+            found[rank] = (home, pwd)
+    return found
+
+
+def test_every_node_of_a_request_has_a_home_and_folder_of_its_own(team: Team) -> None:
+    """Issue #45 item 2: without a workdir a local task ran in `corral up`'s working directory
+    with the user's own HOME, shared by every node."""
+    system = team.system
+    rid = team.submit(
+        "alice",
+        "team-a",
+        {
+            "name": "two-nodes",
+            "num_nodes": 2,
+            "resources": {"cloud": "local", "instance_type": "cpu-2"},
+            "run": "echo NODE$CORRAL_NODE_RANK=$HOME:$PWD; touch ~/mine-$CORRAL_NODE_RANK; ls ~",
+        },
+    )
+    system.wait_state(rid, {"SUCCEEDED"}, 90)
+    said = team.logs("alice", rid)
+    homes = _homes(said)
+    assert sorted(homes) == ["NODE0", "NODE1"], said
+    (home0, pwd0), (home1, pwd1) = homes["NODE0"], homes["NODE1"]
+    assert home0 != home1 and pwd0 == home0 and pwd1 == home1
+    for home in (home0, home1):
+        assert home not in (str(Path.home()), os.getcwd())
+        assert not Path(home).is_relative_to(system.home)  # never inside Corral's home
+    assert not (Path.home() / "mine-0").exists()
+
+
+def test_a_ray_cluster_nodes_home_mount_lands_in_its_own_home(team: Team, tmp_path: Path) -> None:
+    """Issue #45 item 2: Ray cluster nodes on the local cloud shared the real user's HOME, so
+    a `~` file mount wrote into it. Each node's `~` is its own folder now."""
+    system = team.system
+    name = "home-mounts"
+    mark = f"corral-mount-{os.getpid()}.txt"
+    source = tmp_path / "data.txt"
+    source.write_text("mounted-into-the-node\n")
+    cluster = {
+        "cluster_name": name,
+        "provider": {"type": "local"},
+        "head_node_type": "head",
+        "available_node_types": {
+            "head": {"node_config": {"InstanceType": "cpu-2"}, "resources": {"CPU": 0}},
+            "worker": {
+                "node_config": {"InstanceType": "cpu-2"},
+                "resources": {"CPU": 1},
+                "min_workers": 1,
+                "max_workers": 1,
+            },
+        },
+        "file_mounts": {f"~/{mark}": str(source)},
+        "setup_commands": [f"echo NODE$RAY_NODE_TYPE_NAME=$HOME:$PWD; cat ~/{mark}"],
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    up = system.cli("cluster", "up", str(path))
+    assert up.returncode == 0, up.stderr
+    try:
+
+        def said() -> str:
+            nodes = system.get(f"/v1/clusters/{name}").json()["nodes"]
+            return "\n".join(system.get(f"/v1/requests/{n['id']}/logs").text for n in nodes)
+
+        wait_for(lambda: said().count("mounted-into-the-node") >= 2, 120, "both nodes' setup")
+        text = said()
+        homes = _homes(text)
+        assert sorted(homes) == ["NODEhead", "NODEworker"], text
+        assert homes["NODEhead"][0] != homes["NODEworker"][0]
+        for home, _ in homes.values():
+            assert home != str(Path.home())
+        assert not (Path.home() / mark).exists()  # the real HOME is untouched
+    finally:
+        assert system.cli("cluster", "down", name).returncode == 0
