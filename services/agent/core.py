@@ -82,6 +82,10 @@ class Agent:
         # Its HOME is its own folder (never the user's, nor the agent's).
         work.envs = {**work.envs, **self.sandbox.env()}
         self.instance_id = instance_id
+        # Every process of the machine's work carries this mark in its environment (the local
+        # provider sets it; a cloud node's agent adds its name): stray daemons are found by it,
+        # and a port-forward reaches only sockets that such a process holds.
+        self.mark = work.envs.setdefault("CORRAL_INSTANCE_ID", instance_id)
         self.heartbeat_s = heartbeat_s
         self.heartbeat_ttl_s = heartbeat_ttl_s
         self.kill_grace_s = kill_grace_s
@@ -149,7 +153,7 @@ class Agent:
             if code != 0:
                 say(f"setup exited {code}")
                 if not rec.run:
-                    kill_marked(self.instance_id)  # a service's daemons started before the failure
+                    kill_marked(self.mark)  # a service's daemons started before the failure
                 return self._end(code, "setup_failed")
         if rec.run and not self.stopping:
             code = self._run_phase("running", rec.run)
@@ -229,7 +233,7 @@ class Agent:
         if aid is None:
             sandbox, env = self.sandbox, self._env(self.work.envs)
             cwd = sandbox.cwd(self.work.workdir)
-            marker = f"CORRAL_INSTANCE_ID={self.instance_id}"
+            marker = f"CORRAL_INSTANCE_ID={self.mark}"
             return Where(cwd, env, self._exec_argv, sandbox.uid, marker)
         job = self.jobs.get(str(aid))
         if job is None or job.stop_by is not None:
@@ -338,7 +342,7 @@ class Agent:
         for pgid in self._kept:
             kill_group(pgid, signal.SIGKILL)
         self._kept = []
-        kill_marked(self.instance_id)
+        kill_marked(self.mark)
 
     def _spawn(
         self,
@@ -450,7 +454,7 @@ class Agent:
             **self.work.envs,
             **job.envs,
             **job.sandbox.env(),
-            "CORRAL_INSTANCE_ID": self.instance_id,
+            "CORRAL_INSTANCE_ID": self.mark,
             "CORRAL_ASSIGNMENT_ID": assignment_key(job.id),
         }
 
