@@ -517,7 +517,10 @@ class Agent:
         """End the assignment (killing what is left of its group) and record its result."""
         if job.child is not None and not kill_group_now(job.child.pid):
             say(f"assignment {job.id}: process group {job.child.pid} outlived SIGKILL")
-        job.sandbox.clear()  # what it left (its folder; under a user of its own, every process)
+        # What it left: its processes outside its group (they carry its mark), then its folder
+        # and, under a user of its own, every process of that user.
+        kill_marked(assignment_key(job.id), "CORRAL_ASSIGNMENT_ID")
+        job.sandbox.clear()
         if reason == "withdrawn":
             say(f"assignment {job.id}: withdrawn")
         elif reason == "setup_failed":

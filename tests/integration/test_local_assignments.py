@@ -275,3 +275,37 @@ def test_assign_refuses_what_no_agent_would_pick_up(provider: LocalProvider) -> 
     provider.terminate([warm.provider_id])
     with pytest.raises(InvalidRequestError):
         provider.assign(warm.provider_id, {"id": "x", "run": "true"})  # ended
+
+
+def test_an_assignment_leaves_nothing_behind_for_the_next(
+    provider: LocalProvider, tmp_path: Path
+) -> None:
+    """Issue #47 item 1: an assignment has a folder of its own (its HOME and where it starts),
+    and what it left (its folder, a daemon that left its process group) is gone once it ended,
+    before the machine runs the next one."""
+    [inst] = provider.launch(spec())
+    iid = inst.provider_id
+    status_is(provider, iid, {}, "idle")
+    pid_file = tmp_path / "daemon.pid"
+    provider.assign(
+        iid,
+        {
+            "id": "first",
+            "run": (
+                "echo left-behind > ~/note; echo HOME=$HOME PWD=$PWD; "
+                f"setsid sleep 300 & echo $! > {pid_file}; sleep 0.3; exit 0"
+            ),
+        },
+    )
+    assert result_of(provider, iid, "first")["exit_code"] == 0
+    said = provider.read_assignment_log(iid, "first", 10_000).decode()
+    home = said.split("HOME=", 1)[1].split()[0]
+    assert f"PWD={home}" in said and home != str(Path.home())
+    daemon = int(pid_file.read_text())
+    wait_for(lambda: not alive(daemon), what="the daemon that left its group killed")
+    assert not Path(home).exists()
+    provider.assign(iid, {"id": "second", "run": "cat ~/note || echo no-note; echo HOME=$HOME"})
+    assert result_of(provider, iid, "second")["exit_code"] == 0
+    second = provider.read_assignment_log(iid, "second", 10_000).decode()
+    assert "no-note" in second and "left-behind" not in second
+    assert second.split("HOME=", 1)[1].split()[0] != home
