@@ -153,6 +153,9 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
         assert c.get("/v1/requests").status_code == 401
         assert c.get(f"/v1/requests/{other}/logs").status_code == 401
         assert c.post("/v1/pools", json={}).status_code in (401, 422)
+        # An assignment's own log stream takes only ids handed to this node (issue #47).
+        stray = c.post("/v1/node/logs", params={"offset": 0, "assignment": "x"}, content=b"x")
+        assert stray.status_code == 404, stray.text
         # Registration takes the boot script's ticket, once: the work is not handed out again,
         # neither for the ticket (spent) nor for the token (not a ticket).
         again = c.post("/v1/node/register", json={})
