@@ -234,7 +234,8 @@ class Agent:
             sandbox, env = self.sandbox, self._env(self.work.envs)
             cwd = sandbox.cwd(self.work.workdir)
             marker = f"CORRAL_INSTANCE_ID={self.mark}"
-            return Where(cwd, env, self._exec_argv, sandbox.uid, marker)
+            uid = None if self._container is not None else sandbox.uid  # docker's client: ours
+            return Where(cwd, env, self._exec_argv, uid, marker)
         job = self.jobs.get(str(aid))
         if job is None or job.stop_by is not None:
             return f"assignment {aid} does not run on this node"
@@ -362,14 +363,15 @@ class Agent:
         env = self._env(envs)
         # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
         # provider recognises the task's processes when it must kill them itself.
-        argv = ["bash", "-c", script]
+        argv, user = ["bash", "-c", script], sandbox.popen()
         if container and self._container is not None:
-            argv = self._container.exec_argv(["bash", "-c", script], workdir, envs)
+            # The container is the task's user and room: docker's client needs the agent's.
+            argv, user = self._container.exec_argv(["bash", "-c", script], workdir, envs), {}
         out = sandbox.open_log()
         try:
             child = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                start_new_session=True, **sandbox.popen(),
+                start_new_session=True, **user,
             )  # fmt: skip
         finally:
             if out is not None:
