@@ -190,7 +190,9 @@ def forward_refusal(port: int, marker: str) -> str | None:
     wanted = {f"socket:[{inode}]" for inode in inodes}
     mark = marker.encode()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        # The work's own processes first (their environment, one read each), then only their
+        # descriptors: a few processes' fds, not every process's on the host.
+        if not entry.name.isdigit() or not _marked(entry, mark):
             continue
         try:
             fds = list((entry / "fd").iterdir())
@@ -198,9 +200,8 @@ def forward_refusal(port: int, marker: str) -> str | None:
             continue
         for fd in fds:
             try:
-                target = os.readlink(fd)
+                if os.readlink(fd) in wanted:
+                    return None
             except OSError:
                 continue
-            if target in wanted and _marked(entry, mark):
-                return None
     return f"127.0.0.1:{port} on the node is not this task's own port: forward refused"
