@@ -146,6 +146,12 @@ def test_the_seed_pool_runs_workloads_on_ec2_machines_and_the_third_waits(
     wait_for(
         lambda: "pool work on rank" in system.cli("logs", first).stdout, 30, "the work's output"
     )
+    # Its exec runs in its own assignment on the EC2 machine: that assignment's folder is its
+    # HOME and working directory (issue #47 item 1), not the machine's.
+    ran = system.cli("exec", first, "--", "echo HOME=$HOME; echo PWD=$PWD")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    home = ran.stdout.split("HOME=", 1)[1].split()[0]
+    assert f"PWD={home}" in ran.stdout and "/assignments/" in home, ran.stdout
 
     third = _launch(system, tmp_path, "train-3", compute_config=compute, num_nodes=3, run=run)
     wait_for(lambda: _why_code(system, third) == "partition_full", 30, "the third to wait")
