@@ -6,7 +6,9 @@ tests and deployments shorten or lengthen any timer without code changes.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -175,6 +177,15 @@ class Settings(BaseSettings):
     gcp_default_image: str | None = None
     gcp_default_gpu_image: str | None = None
     log_dir: Path | None = None  # None: <home>/logs
+    # Where each local-cloud machine's folder (its HOME, and where its work starts without a
+    # workdir) is made: outside <home>, so no task's environment names a path into it.
+    # None: <temp dir>/corral-machines-<8 hex digits of the home's path>.
+    local_machines_dir: Path | None = None
+    # When Corral runs as root, local tasks run as unprivileged users of their own ("own-user":
+    # the machines' work as one uid, each pool assignment as another), never as root, so they
+    # cannot read <home> (the API token, the Redis password); "corral": as Corral's own user
+    # (a host of one's own). Without root they always run as Corral's user (docs/security.md).
+    local_tasks_run_as: Literal["own-user", "corral"] = "own-user"
     # The API's address as cloud machines reach it. Set: AWS and Google Cloud machines boot
     # the node agent (installed from ``node_agent_source``), which registers, heartbeats and
     # reports through it. None: they get a blind boot script (setup and run, no reports).
@@ -232,6 +243,17 @@ class Settings(BaseSettings):
     def bundle_store_url(self) -> str:
         """The blob store bundles are kept in (the folder <home>/bundles by default)."""
         return self.bundle_store or (self.home / "bundles").absolute().as_uri()
+
+    @property
+    def local_machines(self) -> Path:
+        return self.local_machines_dir or default_machines_dir(self.home)
+
+
+def default_machines_dir(home: Path) -> Path:
+    """Local machines' folders for the installation at ``home``, outside it (in the temp dir,
+    which every user can pass through)."""
+    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / f"corral-machines-{digest}"
 
 
 def aws_credentials_hint() -> bool:

@@ -96,6 +96,9 @@ class System:
                 "CORRAL_API_TOKEN": self.token,
                 "CORRAL_LOCAL_CLOUD_FILE": str(local_cloud),
                 "CORRAL_WORKER_CONCURRENCY": "2",
+                # Tasks as the tests' user, so they may read and write the tests' folders;
+                # the tests of tasks as users of their own set "own-user" (test_isolation.py).
+                "CORRAL_LOCAL_TASKS_RUN_AS": "corral",
             }
         )
         self.env.update(env or {})
@@ -413,6 +416,7 @@ class Up:
         timers = FAST_TIMERS if timers is None else timers
         env.update({f"CORRAL_TIMERS__{k}": v for k, v in timers.items()})
         env.update({"CORRAL_HOME": str(home), "CORRAL_LOCAL_CLOUD_FILE": str(local_cloud)})
+        env["CORRAL_LOCAL_TASKS_RUN_AS"] = "corral"  # as System's (the tests' folders)
         self.env = env
         self.proc = subprocess.Popen(
             [CORRAL, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

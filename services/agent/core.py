@@ -21,7 +21,6 @@ Standard library only: it runs on machines where nothing but Python is installed
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import random
 import select
@@ -30,7 +29,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -39,7 +37,15 @@ from corral.services.agent import skypilot_env
 from corral.services.agent.bundle import BundleError, clone, mount_path, unpack
 from corral.services.agent.container import Container, container_name, run_argv
 from corral.services.agent.execs import Execs
-from corral.services.agent.link import Dismissed, FinalBeat, Link, LinkError, say
+from corral.services.agent.link import (
+    Assignment,
+    Dismissed,
+    FinalBeat,
+    Link,
+    LinkError,
+    Work,
+    say,
+)
 from corral.services.agent.probe import ReadinessWatch
 from corral.services.agent.processes import (
     group_alive,
@@ -50,51 +56,10 @@ from corral.services.agent.processes import (
     run_beating,
     shell_exit_code,
 )
+from corral.services.agent.sandbox import Sandbox, assignment_key, assignment_log, read_demand
+from corral.services.agent.sessions import Where
 
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
-
-
-@dataclass
-class Work:
-    """What the machine was launched to run (all empty for a warm pool machine)."""
-
-    setup: str | None = None
-    run: str | None = None
-    envs: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    # Files to put in place first (shared/bundles.py): {"bundle": {...}, "bundle_scope",
-    # "unpacked_max_bytes", "git": {url, ref}, and on the local cloud "home" (the machine's
-    # folder), "jail", "bundle_store"}.
-    files: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Assignment:
-    """One piece of work given to an idle machine, and how far it got."""
-
-    id: str
-    setup: str | None = None
-    run: str | None = None
-    envs: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    child: subprocess.Popen[bytes] | None = None  # the current phase's bash
-    phase: str = "setup"  # setup | running | serving
-    stop_by: float | None = None  # once withdrawn: when SIGKILL follows the SIGTERM
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Assignment:
-        envs = data.get("envs") or {}
-        return cls(
-            id=str(data["id"]),
-            setup=_text(data.get("setup")),
-            run=_text(data.get("run")),
-            envs={str(k): str(v) for k, v in envs.items()} if isinstance(envs, dict) else {},
-            workdir=_text(data.get("workdir")),
-        )
-
-
-def _text(value: object) -> str | None:
-    return str(value) if value not in (None, "") else None
 
 
 class Agent:
@@ -114,7 +79,14 @@ class Agent:
         self.link = link
         self.boot_delay_s = boot_delay_s
         self.work = work
+        self.sandbox = work.sandbox()
+        # Its HOME is its own folder (never the user's, nor the agent's).
+        work.envs = {**work.envs, **self.sandbox.env()}
         self.instance_id = instance_id
+        # Every process of the machine's work carries this mark in its environment (the local
+        # provider sets it; a cloud node's agent adds its name): stray daemons are found by it,
+        # and a port-forward reaches only sockets that such a process holds.
+        self.mark = work.envs.setdefault("CORRAL_INSTANCE_ID", instance_id)
         self.heartbeat_s = heartbeat_s
         self.heartbeat_ttl_s = heartbeat_ttl_s
         self.kill_grace_s = kill_grace_s
@@ -124,6 +96,8 @@ class Agent:
         self._link_down = False
         self._link_failures = 0  # heartbeats failed in a row: the next try backs off
         self.jobs: dict[str, Assignment] = {}  # the assignments being worked on, by id
+        # Every assignment's own log, by id (a cloud node's shipper sends each as a stream).
+        self.assignment_logs: dict[str, Path] = {}
         self._kept: list[int] = []  # a service's process groups (setup's, the Ray reporter)
         self._ended: set[str] = set()  # ids that ended here: never run twice
         self._unsent: dict[str, dict[str, Any]] = {}  # results the link did not take yet
@@ -156,14 +130,16 @@ class Agent:
             self.probe.start()
         if self.boot_delay_s > 0:
             self._boot()
-        if rec.files and not self.stopping:
-            self.activity = "setup"
-            self._beat(force=True)
-            try:
+        try:
+            self.sandbox.make()
+            if {"bundle", "git", "copy"} & rec.files.keys() and not self.stopping:
+                self.activity = "setup"
+                self._beat(force=True)
                 self._put_files(rec)
-            except (BundleError, LinkError, OSError, ValueError) as exc:
-                say(f"the task's files could not be put in place: {exc}")
-                return self._end(1, "setup_failed")
+            self.sandbox.hand_over()
+        except (BundleError, LinkError, OSError, ValueError) as exc:
+            say(f"the task's files could not be put in place: {exc}")
+            return self._end(1, "setup_failed")
         if not self._learn_peers():
             return self._end(None, "terminated")
         if rec.files.get("docker") and not self.stopping:
@@ -180,7 +156,7 @@ class Agent:
             if code != 0:
                 say(f"setup exited {code}")
                 if not rec.run:
-                    kill_marked(self.instance_id)  # a service's daemons started before the failure
+                    kill_marked(self.mark)  # a service's daemons started before the failure
                 return self._end(code, "setup_failed")
         if rec.run and not self.stopping:
             code = self._run_phase("running", rec.run)
@@ -247,8 +223,6 @@ class Agent:
             clone(str(git["url"]), git.get("ref"), workdir, self._run_beating)
         if (bundle and bundle.get("workdir")) or git:
             rec.workdir = str(workdir)
-        if files.get("home"):  # a local machine: its folder is its home
-            rec.envs = {**rec.envs, "HOME": str(home)}
 
     # --- image_id: docker:<image> (setup and run inside a container: container.py) ----------
     def _start_container(self, image: str) -> int:
@@ -286,6 +260,24 @@ class Agent:
         workdir, envs = self.work.workdir, self.work.envs
         return self._container.exec_argv(argv, workdir, envs, stdin=stdin, tty=tty)
 
+    def _where(self, item: dict[str, Any]) -> Where | str:
+        """Where a ``corral exec``, attach or port-forward runs: in the assignment it names
+        (its folder, environment and user; refused once it no longer runs here), else in
+        the machine's own work."""
+        aid = item.get("assignment")
+        if aid is None:
+            sandbox, env = self.sandbox, self._env(self.work.envs)
+            cwd = sandbox.cwd(self.work.workdir)
+            marker = f"CORRAL_INSTANCE_ID={self.mark}"
+            uid = None if self._container is not None else sandbox.uid  # docker's client: ours
+            return Where(cwd, env, self._exec_argv, uid, marker)
+        job = self.jobs.get(str(aid))
+        if job is None or job.stop_by is not None:
+            return f"assignment {aid} does not run on this node"
+        env = self._env(self._job_envs(job))
+        marker = f"CORRAL_ASSIGNMENT_ID={assignment_key(job.id)}"
+        return Where(job.sandbox.cwd(job.workdir), env, uid=job.sandbox.uid, marker=marker)
+
     def _stop_container(self) -> None:
         container, self._container = self._container, None
         if container is not None:
@@ -296,7 +288,7 @@ class Agent:
         node's credentials, or the task's envs'), so the agent needs no boto3 itself."""
         dest = mount_path(home, target, jail=bool(files.get("jail")))
         say(f"copying {source} to {target}")
-        env = self._env({**self.work.envs, **({"HOME": str(home)} if files.get("home") else {})})
+        env = self._env(self.work.envs)
         copier = str(Path(__file__).with_name("s3copy.py"))  # standard library and boto3 only
         code, said = self._run_beating([sys.executable, copier, source, str(dest)], env)
         if code != 0:
@@ -364,8 +356,9 @@ class Agent:
         argv = [python, script, "--gcs", gcs, "--out", out, "--interval-s", "1"]
         inherited = {k: v for k, v in os.environ.items() if not _private(k)}
         child = subprocess.Popen(
-            argv, env={**inherited, **envs}, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+            argv, env={**inherited, **envs}, stdin=subprocess.DEVNULL, start_new_session=True,
+            cwd=self.sandbox.cwd(None), **self.sandbox.popen(),
+        )  # fmt: skip
         say(f"reporting Ray's demand from the GCS at {gcs} (pid {child.pid})")
         self._kept.append(child.pid)
         self._record_groups()
@@ -385,29 +378,39 @@ class Agent:
         for pgid in self._kept:
             kill_group(pgid, signal.SIGKILL)
         self._kept = []
-        kill_marked(self.instance_id)
+        kill_marked(self.mark)
 
     def _spawn(
-        self, script: str, workdir: str | None, envs: dict[str, str], container: bool = False
+        self,
+        script: str,
+        workdir: str | None,
+        envs: dict[str, str],
+        container: bool = False,
+        sandbox: Sandbox | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start one bash script in a process group of its own, its output in the log (with
-        ``container``, in the task's container if it has one)."""
-        cwd = workdir if workdir and Path(workdir).is_dir() else None
-        if workdir and cwd is None:
-            say(f"workdir {workdir} does not exist; running in {os.getcwd()}")
+        """Start one bash script in a process group of its own, in ``sandbox`` (the machine's
+        own by default: its folder, user and log; with ``container``, in the task's container
+        if it has one)."""
+        sandbox = sandbox or self.sandbox
+        cwd = sandbox.cwd(workdir)
+        if workdir and not Path(workdir).is_dir():
+            say(f"workdir {workdir} does not exist; running in {cwd or os.getcwd()}")
         env = self._env(envs)
         # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
         # provider recognises the task's processes when it must kill them itself.
-        argv = ["bash", "-c", script]
+        argv, user = ["bash", "-c", script], sandbox.popen()
         if container and self._container is not None:
-            argv = self._container.exec_argv(["bash", "-c", script], workdir, envs)
-        child = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+            # The container is the task's user and room: docker's client needs the agent's.
+            argv, user = self._container.exec_argv(["bash", "-c", script], workdir, envs), {}
+        out = sandbox.open_log()
+        try:
+            child = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                start_new_session=True, **user,
+            )  # fmt: skip
+        finally:
+            if out is not None:
+                os.close(out)
         self._set_child(child.pid)
         return child
 
@@ -455,17 +458,46 @@ class Agent:
     def _start_job(self, job: Assignment) -> None:
         self.jobs[job.id] = job
         say(f"assignment {job.id}: started")
+        job.sandbox = self._job_sandbox(job)
+        if job.sandbox.log is not None:
+            self.assignment_logs[job.id] = job.sandbox.log
+        try:
+            job.sandbox.make()
+        except OSError as exc:
+            say(f"assignment {job.id}: its folder could not be made ({exc})")
+            self._close_job(job, "setup_failed", 1)
+            return
         if job.setup:
             self._job_phase(job, "setup", job.setup)
         else:
             self._after_setup(job)
 
+    def _job_sandbox(self, job: Assignment) -> Sandbox:
+        """An assignment's own folder (beside the machine's, or under the agent's folder on a
+        cloud machine), its user (the one the provider gave, else the agent's) and its own
+        log where the link keeps one per assignment (the local cloud's log folder)."""
+        key = assignment_key(job.id)
+        home = self.sandbox.folder
+        folder = Path(f"{home}.{key}") if home else Path.cwd() / "assignments" / key
+        logs = self.work.files.get("logs")
+        log = assignment_log(Path(logs), self.instance_id, job.id) if logs else None
+        return Sandbox(folder, job.uid, log)
+
+    def _job_envs(self, job: Assignment) -> dict[str, str]:
+        """The record's envs are the machine's; the assignment's come on top, then its own
+        HOME. The instance id stays, so the provider can still tell the task's processes
+        apart; the assignment's key marks them as its own (port-forward reaches only them)."""
+        return {
+            **self.work.envs,
+            **job.envs,
+            **job.sandbox.env(),
+            "CORRAL_INSTANCE_ID": self.mark,
+            "CORRAL_ASSIGNMENT_ID": assignment_key(job.id),
+        }
+
     def _job_phase(self, job: Assignment, phase: str, script: str) -> None:
         job.phase = phase
-        # The record's envs are the machine's; the assignment's come on top. The instance id
-        # stays, so the provider can still tell the task's processes apart.
-        envs = {**self.work.envs, **job.envs, "CORRAL_INSTANCE_ID": self.instance_id}
-        job.child = self._spawn(script, job.workdir, envs)
+        job.child = self._spawn(script, job.workdir, self._job_envs(job), sandbox=job.sandbox)
         self._record_groups()
         self._beat(force=True)
 
@@ -522,6 +554,10 @@ class Agent:
         """End the assignment (killing what is left of its group) and record its result."""
         if job.child is not None and not kill_group_now(job.child.pid):
             say(f"assignment {job.id}: process group {job.child.pid} outlived SIGKILL")
+        # What it left: its processes outside its group (they carry its mark), then its folder
+        # and, under a user of its own, every process of that user.
+        kill_marked(assignment_key(job.id), "CORRAL_ASSIGNMENT_ID")
+        job.sandbox.clear()
         if reason == "withdrawn":
             say(f"assignment {job.id}: withdrawn")
         elif reason == "setup_failed":
@@ -629,9 +665,7 @@ class Agent:
             self._link_down = False
             self._link_failures = 0
             if execs:
-                self._execs.step(
-                    self.link, self.work.workdir, self._env(self.work.envs), self._exec_argv
-                )
+                self._execs.step(self.link, self._where)
         except Dismissed as exc:
             self._dismiss(exc)
         except LinkError as exc:
@@ -701,21 +735,7 @@ class Agent:
     def _queued(self) -> dict[str, Any] | None:
         """The demand the node's workload wrote to CORRAL_DEMAND_FILE (JSON), if any."""
         path = self.work.envs.get("CORRAL_DEMAND_FILE")
-        if not path:
-            return None
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_DEMAND_BYTES + 1)
-        except OSError:
-            return None
-        if len(raw) > MAX_DEMAND_BYTES:
-            say(f"{path} is over {MAX_DEMAND_BYTES} bytes; not reported")
-            return None
-        try:
-            data = json.loads(raw or b"null")
-        except ValueError:
-            return None  # half written: the next beat reads it whole
-        return data if isinstance(data, dict) else None
+        return read_demand(path, say) if path else None
 
     def _set_child(self, pid: int) -> None:
         try:
@@ -760,7 +780,6 @@ def _private(name: str) -> bool:
     return name.startswith(PRIVATE_PREFIXES)
 
 
-MAX_DEMAND_BYTES = 256 * 1024
 FINISH_PATIENCE_S = 600.0  # how long the agent keeps trying to write its final record
 QUICK_EXIT_S = 0.05  # a setup or run over this soon sends no beat of its own (see _run_phase)
 GROUP_POLL_S = 0.05  # how often a withdrawn service's process group is looked at

@@ -14,10 +14,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from corral.services.agent.sessions import Session, Wrap, as_is
+from corral.services.agent.sessions import Session, Where
 
 CHUNK = 256 * 1024
 
@@ -36,20 +37,21 @@ class Execs:
         self.sessions: dict[str, Session] = {}  # corral attach, port-forward (their threads)
         self.folder = ""  # made by the first command, removed by stop_all
 
-    def step(
-        self, link: Any, workdir: str | None, env: dict[str, str], wrap: Wrap | None = None
-    ) -> None:
+    def step(self, link: Any, where: Callable[[dict[str, Any]], Where | str]) -> None:
         """Take new commands, ship what the running ones wrote, report those that ended.
-        ``wrap(argv, stdin, tty)`` says how to run an argv (in the task's container)."""
-        wrap = wrap or as_is
+        ``where(item)`` says where an item runs (the machine's work or one assignment's: its
+        folder, environment, user, container), or why it cannot run here."""
         take = getattr(link, "take_execs", None)
         if take is None:
             return
         for item in take():
-            if item.get("kind") in ("shell", "forward"):
-                self.sessions[str(item["id"])] = Session(link, item, workdir, env, wrap)
+            place = where(item)
+            if isinstance(place, str):
+                link.exec_done(str(item["id"]), 1, place)
+            elif item.get("kind") in ("shell", "forward"):
+                self.sessions[str(item["id"])] = Session(link, item, place)
             else:
-                self._start(str(item["id"]), str(item["command"]), workdir, env, wrap)
+                self._start(str(item["id"]), str(item["command"]), place)
         for sid in [s for s, run in self.sessions.items() if run.finished.is_set()]:
             del self.sessions[sid]
         for xid, run in list(self.running.items()):
@@ -63,21 +65,20 @@ class Execs:
                     os.unlink(run.path)
                 del self.running[xid]
 
-    def _start(
-        self, xid: str, command: str, workdir: str | None, env: dict[str, str], wrap: Wrap
-    ) -> None:
+    def _start(self, xid: str, command: str, where: Where) -> None:
         if not self.folder:
             self.folder = tempfile.mkdtemp(prefix="corral-exec-")
         path = os.path.join(self.folder, f"{xid}.out")
         with open(path, "wb") as out:
             child = subprocess.Popen(
-                wrap(["bash", "-c", command], False, False),
-                cwd=workdir if workdir and os.path.isdir(workdir) else None,
-                env=env,
+                where.wrap(["bash", "-c", command], False, False),
+                cwd=where.cwd,
+                env=where.env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                **where.popen(),
             )
         self.running[xid] = Running(xid, child, path)
 

@@ -1,14 +1,18 @@
-"""How a node agent reports: the :class:`Link` every carrier implements (the local cloud's
-Redis, a cloud machine's HTTP API), its errors, and the agent's own log lines.
+"""What an agent's core and its links share: the work a machine was launched with, an
+assignment, the link a report goes through and its errors, and the agent's own log lines.
 
-Standard library only: it runs on machines where nothing but Python is installed.
+Standard library only.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
+
+from corral.services.agent.sandbox import Sandbox
 
 
 class LinkError(Exception):
@@ -18,6 +22,26 @@ class LinkError(Exception):
 class Dismissed(LinkError):
     """The control plane has ended this node (it terminated the machine): its reports are
     refused for good, so the agent stops its work and exits."""
+
+
+@dataclass
+class Work:
+    """What the machine was launched to run (all empty for a warm pool machine)."""
+
+    setup: str | None = None
+    run: str | None = None
+    envs: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    # Files to put in place first (shared/bundles.py): {"bundle": {...}, "bundle_scope",
+    # "unpacked_max_bytes", "git": {url, ref}, and on the local cloud "home" (the machine's
+    # folder), "jail", "bundle_file", "uid" (the user its work runs as) and
+    # "logs" (the folder of its assignments' logs)}.
+    files: dict[str, Any] = field(default_factory=dict)
+
+    def sandbox(self) -> Sandbox:
+        """Where the machine's own work runs: its folder (its HOME), its user."""
+        home, uid = self.files.get("home"), self.files.get("uid")
+        return Sandbox(Path(home) if home else None, int(uid) if uid is not None else None)
 
 
 @dataclass(frozen=True)
@@ -84,3 +108,35 @@ def say(message: str) -> None:
     """One line in the instance's log, marked so it reads apart from the task's output."""
     sys.stderr.write(f"[corral-agent] {message}\n")
     sys.stderr.flush()
+
+
+@dataclass
+class Assignment:
+    """One piece of work given to an idle machine, and how far it got."""
+
+    id: str
+    setup: str | None = None
+    run: str | None = None
+    envs: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    uid: int | None = None  # the user it runs as (given by the provider), None: the agent's
+    sandbox: Sandbox = field(default_factory=Sandbox)  # its folder, user and log, once started
+    child: subprocess.Popen[bytes] | None = None  # the current phase's bash
+    phase: str = "setup"  # setup | running | serving
+    stop_by: float | None = None  # once withdrawn: when SIGKILL follows the SIGTERM
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Assignment:
+        envs = data.get("envs") or {}
+        return cls(
+            id=str(data["id"]),
+            setup=_text(data.get("setup")),
+            run=_text(data.get("run")),
+            envs={str(k): str(v) for k, v in envs.items()} if isinstance(envs, dict) else {},
+            workdir=_text(data.get("workdir")),
+            uid=int(data["uid"]) if isinstance(data.get("uid"), int) else None,
+        )
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None

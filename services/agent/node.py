@@ -32,11 +32,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from corral.services.agent.core import Agent, Work
-from corral.services.agent.link import Dismissed, FinalBeat, LinkError, say
+from corral.services.agent.core import Agent
+from corral.services.agent.link import Dismissed, FinalBeat, LinkError, Work, say
 
 LOG_CHUNK = 256 * 1024
 LOG_EVERY_S = 0.5
@@ -206,14 +207,19 @@ class HttpLink:
 
 
 class LogShipper(threading.Thread):
-    """Sends the log file's new bytes to the API every LOG_EVERY_S; :meth:`drain` sends the
-    rest before the agent's last report."""
+    """Sends the log file's new bytes to the API every LOG_EVERY_S, and each assignment's
+    own log (``streams()``: assignment id -> its file) as a stream of its own; :meth:`drain`
+    sends the rest before the agent's last report."""
 
-    def __init__(self, link: HttpLink, path: Path) -> None:
+    def __init__(
+        self, link: HttpLink, path: Path, streams: Callable[[], dict[str, Path]] | None = None
+    ) -> None:
         super().__init__(name="corral-log-shipper", daemon=True)
         self.link = link
         self.path = path
         self.offset = 0
+        self.streams = streams
+        self.offsets: dict[str, int] = {}  # each assignment's log: what the API holds
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -224,25 +230,37 @@ class LogShipper(threading.Thread):
     def ship(self) -> bool:
         """Send what is new (a chunk at a time); False if the API could not take it."""
         with self._lock:
-            while True:
-                try:
-                    with self.path.open("rb") as fh:
-                        fh.seek(self.offset)
-                        chunk = fh.read(LOG_CHUNK)
-                except OSError:
-                    return True  # no log yet
-                if not chunk:
-                    return True
-                try:
-                    got = self.link.call("POST", f"/v1/node/logs?offset={self.offset}", raw=chunk)
-                except Dismissed:
-                    return True  # the node has ended: no later try will be taken either
-                except LinkError:
-                    return False
-                held = int(got.get("held", self.offset))
-                if held <= self.offset:
-                    return True  # the API took nothing: try again later
+            shipped = self._ship_file(self.path, None)
+            for aid, path in (self.streams() if self.streams else {}).items():
+                shipped = self._ship_file(path, aid) and shipped
+            return shipped
+
+    def _ship_file(self, path: Path, aid: str | None) -> bool:
+        offset = self.offset if aid is None else self.offsets.get(aid, 0)
+        query = "" if aid is None else "&" + urllib.parse.urlencode({"assignment": aid})
+        while True:
+            try:
+                with path.open("rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read(LOG_CHUNK)
+            except OSError:
+                return True  # no log yet
+            if not chunk:
+                return True
+            try:
+                got = self.link.call("POST", f"/v1/node/logs?offset={offset}{query}", raw=chunk)
+            except Dismissed:
+                return True  # the node has ended: no later try will be taken either
+            except LinkError:
+                return False
+            held = int(got.get("held", offset))
+            if held <= offset:
+                return True  # the API took nothing: try again later
+            offset = held
+            if aid is None:
                 self.offset = held
+            else:
+                self.offsets[aid] = held
 
     def drain(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
@@ -444,8 +462,10 @@ def main(argv: list[str] | None = None) -> int:
     envs.setdefault("CORRAL_DEMAND_FILE", str(args.log.parent / "demand.json"))
     heartbeat_s = float(answer.get("heartbeat_s") or 5.0)
     say(f"registered as {answer.get('node')}")
-    link.shipper = LogShipper(link, args.log)
-    link.shipper.start()
+    # Each assignment's output goes to a log of its own there, shipped as its own stream.
+    logs = args.log.parent / "assignment-logs"
+    logs.mkdir(mode=0o700, exist_ok=True)
+    files = {**dict(work.get("files") or {}), "logs": str(logs)}
     metadata = args.metadata_url or METADATA_URLS.get(args.notice or "", "")
     if args.notice and metadata and metadata != "off":
         NoticeWatch(link, args.notice, metadata, args.notice_poll_s).start()
@@ -456,13 +476,15 @@ def main(argv: list[str] | None = None) -> int:
             run=work.get("run") or None,
             envs=envs,
             workdir=work.get("workdir") or None,
-            files=dict(work.get("files") or {}),
+            files=files,
         ),
         str(answer.get("node")),
         heartbeat_s=heartbeat_s,
         heartbeat_ttl_s=float(answer.get("heartbeat_ttl_s") or 3 * heartbeat_s),
         kill_grace_s=args.kill_grace_s,
     )
+    link.shipper = LogShipper(link, args.log, agent.assignment_logs.copy)
+    link.shipper.start()
     return agent.run()
 
 

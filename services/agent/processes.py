@@ -118,10 +118,11 @@ def ray_python(envs: dict[str, str]) -> str | None:
     return words[0] if words else None
 
 
-def kill_marked(instance_id: str) -> int:
-    """SIGKILL every process (but this one) whose environment names this instance: what a
+def kill_marked(instance_id: str, name: str = "CORRAL_INSTANCE_ID") -> int:
+    """SIGKILL every process (but this one) whose environment names this instance (or, with
+    ``name``, carries that variable set to ``instance_id``: an assignment's mark): what a
     service left behind outside its process groups. Linux (/proc); elsewhere nothing."""
-    marker = f"CORRAL_INSTANCE_ID={instance_id}".encode()
+    marker = f"{name}={instance_id}".encode()
     killed = 0
     proc = Path("/proc")
     if not proc.is_dir():

@@ -22,7 +22,10 @@ import termios
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from corral.services.agent.sandbox import forward_refusal
 
 # How an argv is run: as is, or in the task's container (argv, stdin wanted, a tty wanted).
 Wrap = Callable[[list[str], bool, bool], list[str]]
@@ -30,6 +33,24 @@ Wrap = Callable[[list[str], bool, bool], list[str]]
 
 def as_is(argv: list[str], _stdin: bool, _tty: bool) -> list[str]:
     return argv
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a command or a session runs: the work's working directory, environment, how an
+    argv is wrapped (its container), the user it runs as (None: the agent's), and the mark
+    its processes carry in their environment (a port-forward reaches only their sockets)."""
+
+    cwd: str | None
+    env: dict[str, str]
+    wrap: Wrap = as_is
+    uid: int | None = None
+    marker: str | None = None
+
+    def popen(self) -> dict[str, Any]:
+        if self.uid is None:
+            return {}
+        return {"user": self.uid, "group": self.uid, "extra_groups": []}
 
 
 READ_BYTES = 64 * 1024
@@ -63,21 +84,17 @@ class ShellPeer(Peer):
     """A shell (or the command given) on a pty when the user has a terminal, else on pipes
     (stdout and stderr together), in a process group of its own."""
 
-    def __init__(
-        self,
-        item: dict[str, Any],
-        workdir: str | None,
-        env: dict[str, str],
-        wrap: Wrap = as_is,
-    ) -> None:
+    def __init__(self, item: dict[str, Any], where: Where) -> None:
         command = str(item.get("command") or "")
         self.tty = bool(item.get("tty"))
-        cwd = workdir if workdir and os.path.isdir(workdir) else None
+        wrap, cwd, env = where.wrap, where.cwd, where.env
         if self.tty:
             argv = wrap(["bash", "-c", command] if command else ["bash", "-l"], True, True)
             self.master, slave = os.openpty()
             size = struct.pack("HHHH", int(item.get("rows", 24)), int(item.get("cols", 80)), 0, 0)
             fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
+            if where.uid is not None:
+                os.fchown(slave, where.uid, where.uid)  # the shell's user owns its terminal
             self.child = subprocess.Popen(
                 argv,
                 cwd=cwd,
@@ -87,6 +104,7 @@ class ShellPeer(Peer):
                 stderr=slave,
                 start_new_session=True,
                 preexec_fn=_controlling_tty,
+                **where.popen(),
             )
             os.close(slave)
         else:
@@ -99,6 +117,7 @@ class ShellPeer(Peer):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                **where.popen(),
             )
             assert self.child.stdout is not None
             self.master = self.child.stdout.fileno()
@@ -189,15 +208,12 @@ class Session:
         self,
         link: Any,
         item: dict[str, Any],
-        workdir: str | None,
-        env: dict[str, str],
-        wrap: Wrap = as_is,
+        where: Where,
     ) -> None:
         self.link = link
-        self.wrap = wrap
+        self.where = where
         self.id = str(item["id"])
         self.item = item
-        self.workdir, self.env = workdir, env
         self.peer: Peer | None = None
         self.finished = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"session-{self.id}", daemon=True)
@@ -207,13 +223,17 @@ class Session:
         try:
             if self.item.get("kind") == "forward":
                 port = int(self.item["port"])
+                refused = forward_refusal(port, self.where.marker) if self.where.marker else None
+                if refused is not None:
+                    self._end(1, refused)
+                    return
                 try:
                     self.peer = ForwardPeer(port)
                 except OSError as exc:
                     self._end(1, f"nothing answers at 127.0.0.1:{port} on the node ({exc})")
                     return
             else:
-                self.peer = ShellPeer(self.item, self.workdir, self.env, self.wrap)
+                self.peer = ShellPeer(self.item, self.where)
         except (OSError, ValueError, KeyError) as exc:
             self._end(1, f"the session could not start on the node: {exc}")
             return

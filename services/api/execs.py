@@ -33,6 +33,7 @@ from corral.shared.execs import (
     exec_key,
 )
 from corral.shared.lifecycle import InstanceState
+from corral.shared.routing import Direct
 
 router = APIRouter(tags=["exec"])
 
@@ -50,17 +51,20 @@ def start_exec(
     who: Principal = Depends(require_writer),
 ) -> dict[str, Any]:
     visible_request(deps, who, request_id)
-    node, inst_id = _node(deps, request_id, body.node)
+    node, inst_id, aid = _node(deps, request_id, body.node)
     xid = ExecBook(deps.redis, deps.settings.prefix).create(
-        request_id, inst_id, node, body.command, time.time()
+        request_id, inst_id, node, body.command, time.time(), assignment=aid
     )
     return {"id": xid, "request_id": request_id, "instance_id": inst_id}
 
 
-def _node(deps: Deps, request_id: str, index: int) -> tuple[str, str]:
-    """The running node ``index`` of a request: its name for its exec queue, and its
-    instance id (404 for an unknown request, 409 when that node does not run)."""
-    if deps.store.get_request(request_id) is None:
+def _node(deps: Deps, request_id: str, index: int) -> tuple[str, str, str | None]:
+    """The running node ``index`` of a request: its name for its exec queue, its instance id
+    and, for pooled work, its assignment (the agent runs the command or session there, in
+    its folder as its user, never elsewhere on the shared machine). 404 for an unknown
+    request, 409 when that node does not run."""
+    req = deps.store.get_request(request_id)
+    if req is None:
         raise HTTPException(404, f"no launch request {request_id!r}")
     running = [
         i
@@ -72,7 +76,8 @@ def _node(deps: Deps, request_id: str, index: int) -> tuple[str, str]:
     inst = running[-1]
     assert inst.provider_id is not None
     provider = deps.provider(inst.cloud)
-    return provider.agent_name(inst.provider_id, inst.attempt_id, inst.node_index), inst.id
+    aid = inst.attempt_id if not isinstance(req.route, Direct) else None
+    return provider.agent_name(inst.provider_id, inst.attempt_id, inst.node_index), inst.id, aid
 
 
 @router.get("/v1/execs/{exec_id}", summary="A command's output from an offset, and its end")
@@ -125,10 +130,17 @@ def open_session(
             f"user {who.name!r} has {limit} sessions open, the most a user may "
             "(CORRAL_SESSIONS_PER_USER); end one (exit the shell, stop the forward) first",
         )
-    node, inst_id = _node(deps, request_id, body.node)
+    node, inst_id, aid = _node(deps, request_id, body.node)
     session = body.model_dump(exclude={"node", "command"}, exclude_none=True)
     xid = book.create(
-        request_id, inst_id, node, body.command or "", time.time(), session=session, user=who.name
+        request_id,
+        inst_id,
+        node,
+        body.command or "",
+        time.time(),
+        session=session,
+        user=who.name,
+        assignment=aid,
     )
     return {"id": xid, "request_id": request_id, "instance_id": inst_id}
 

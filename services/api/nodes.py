@@ -18,6 +18,7 @@ from fastapi.responses import Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, field_validator
 
+from corral.services.agent.sandbox import assignment_key
 from corral.services.api.execs import wait_pull
 from corral.services.api.routes import get_deps
 from corral.services.providers.agent_wheel import AGENT_DIST, build_agent_wheel
@@ -370,13 +371,21 @@ def notice(
 async def logs(
     request: Request,
     offset: int = Query(ge=0),
+    assignment: str | None = Query(
+        None, min_length=1, max_length=512, description="an assignment's own output"
+    ),
     node: NodeName = Depends(node_of),
     deps: Deps = Depends(get_deps),
 ) -> dict[str, Any]:
     data = await request.body()
     if len(data) > LOG_CHUNK_MAX:
         raise HTTPException(413, f"send at most {LOG_CHUNK_MAX} bytes at a time")
-    return {"held": deps.nodes.append_log(node, offset, data)}
+    stream = None
+    if assignment is not None:
+        if not deps.nodes.was_assigned(node, assignment):
+            raise HTTPException(404, "no such assignment for this node")
+        stream = assignment_key(assignment)
+    return {"held": deps.nodes.append_log(node, offset, data, stream)}
 
 
 @router.get("/agent.whl", summary="The node agent as a wheel (pip install --no-deps)")

@@ -147,6 +147,17 @@ class Provider(Protocol):
         ``offset`` or later when that part is no longer kept; the bytes). A follower's read."""
         ...
 
+    def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
+        """The last ``tail_bytes`` of what assignment ``aid`` printed on a pooled machine: its
+        own log stream, apart from the machine's and every other assignment's."""
+        ...
+
+    def read_assignment_log_since(
+        self, provider_id: str, aid: str, offset: int
+    ) -> tuple[int, bytes]:
+        """What assignment ``aid`` printed from byte ``offset`` on (a follower's read)."""
+        ...
+
     def agent_name(self, provider_id: str, attempt_id: str | None, node_index: int) -> str:
         """The name the machine's agent takes its commands and sessions under (``corral exec``,
         ``attach``): node ``node_index`` of the attempt that launched it."""

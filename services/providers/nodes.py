@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from corral.services.agent.node import NOTICE_POLL_S
+from corral.services.agent.sandbox import assignment_key
 from corral.services.providers.agent_wheel import agent_wheel_sha256
 from corral.services.providers.base import (
     TAG_ATTEMPT,
@@ -142,6 +143,23 @@ class NodeBookLogs:
         return read_node_log_since(
             self.log_book, self.name, provider_id, attempt_id, node_index, offset
         )
+
+    def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
+        """What the machine's agent shipped of one assignment's own output, the last
+        ``tail_bytes`` (never the machine's log, nor another assignment's)."""
+        node = self.log_book.node_of(self.name, provider_id) if self.log_book else None
+        if self.log_book is None or node is None:
+            return b""
+        return self.log_book.log(node, assignment_key(aid))[-tail_bytes:]
+
+    def read_assignment_log_since(
+        self, provider_id: str, aid: str, offset: int
+    ) -> tuple[int, bytes]:
+        """One assignment's own output from byte ``offset`` on."""
+        node = self.log_book.node_of(self.name, provider_id) if self.log_book else None
+        if self.log_book is None or node is None:
+            return offset, b""
+        return self.log_book.log_since(node, offset, assignment_key(aid))
 
 
 class NodeAgents:

@@ -446,6 +446,7 @@ def read_log_pieces(
     if record is None:
         raise RequestNotFound(request_id)
     pieces: list[LogPiece] = []
+    pooled = not isinstance(record.route, Direct)  # its instances are assignments
     for inst in deps.store.list_instances(request_id=request_id):
         if (instance_id and inst.id != instance_id) or not inst.provider_id:
             continue
@@ -454,9 +455,18 @@ def read_log_pieces(
             provider = deps.provider(inst.cloud)
         except ProviderUnavailable:
             continue
-        start, data = provider.read_log_since(
-            inst.provider_id, inst.attempt_id, inst.node_index, offset
-        )
+        if pooled:
+            # Its assignment's own stream: never the machine's log, which holds what other
+            # projects' assignments ran there before (issue #47 item 1).
+            if not inst.attempt_id:
+                continue
+            start, data = provider.read_assignment_log_since(
+                inst.provider_id, inst.attempt_id, offset
+            )
+        else:
+            start, data = provider.read_log_since(
+                inst.provider_id, inst.attempt_id, inst.node_index, offset
+            )
         data = data[:max_bytes]
         if not (inst.is_terminal or record.is_terminal):
             if b"\n" in data:
@@ -480,8 +490,10 @@ def read_logs(
 ) -> str:
     """The output of the request's instances, as each one's cloud keeps it (the local cloud's
     agents' log files, what cloud machines' agents shipped to the node book)."""
-    if deps.store.get_request(request_id) is None:
+    record = deps.store.get_request(request_id)
+    if record is None:
         raise RequestNotFound(request_id)
+    pooled = not isinstance(record.route, Direct)  # its instances are assignments
     parts: list[str] = []
     for inst in deps.store.list_instances(request_id=request_id):
         if instance_id and inst.id != instance_id:
@@ -492,7 +504,12 @@ def read_logs(
             provider = deps.provider(inst.cloud)
         except ProviderUnavailable:
             continue
-        data = provider.read_log(inst.provider_id, inst.attempt_id, inst.node_index, tail_bytes)
+        if pooled:
+            if not inst.attempt_id:
+                continue
+            data = provider.read_assignment_log(inst.provider_id, inst.attempt_id, tail_bytes)
+        else:
+            data = provider.read_log(inst.provider_id, inst.attempt_id, inst.node_index, tail_bytes)
         if data:
             text = data.decode("utf-8", errors="replace")
             parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")

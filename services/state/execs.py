@@ -44,9 +44,12 @@ class ExecBook:
         now: float,
         session: dict[str, Any] | None = None,
         user: str | None = None,
+        assignment: str | None = None,
     ) -> str:
         """Queue ``command`` for ``node`` (or, with ``session``, a relayed session: its
-        ``kind`` and what it needs, shared/execs.py, counted among ``user``'s); its id."""
+        ``kind`` and what it needs, shared/execs.py, counted among ``user``'s); its id.
+        ``assignment``: the pooled work it runs in on that node (the agent refuses it once
+        that no longer runs there)."""
         xid = "x-" + secrets.token_hex(8)
         ttl = SESSION_TTL_S if session else EXEC_TTL_S
         key = exec_key(self.prefix, xid)
@@ -69,7 +72,10 @@ class ExecBook:
         if session and user:
             pipe.zadd(user_sessions_key(self.prefix, user), {xid: now})
             pipe.expire(user_sessions_key(self.prefix, user), SESSION_TTL_S)
-        pipe.rpush(queue, json.dumps({"id": xid, "command": command, **(session or {})}))
+        item = {"id": xid, "command": command, **(session or {})}
+        if assignment is not None:
+            item["assignment"] = assignment
+        pipe.rpush(queue, json.dumps(item))
         pipe.expire(queue, EXEC_TTL_S)
         pipe.execute()
         return xid

@@ -19,6 +19,8 @@ before the cloud returns an instance id (the boot script must carry its token). 
 ``:assigned``       set of every assignment id handed to this node (withdrawn ones too)
 ``:log``            list of the node's output in chunks, oldest first (the last
                     ``LOG_KEPT_BYTES`` or so kept); ``:rec`` ``log_bytes`` counts all received
+``:log:<key>``      the same for one assignment's own output (``<key>``: its id's
+                    ``assignment_key``; ``:rec`` ``log_bytes:<key>``), apart from the machine's
 ==================  ==========================================================================
 
 Every key expires ``NODE_TTL_S`` after the last write, but those of a stopped node (paused),
@@ -314,39 +316,56 @@ class NodeBook:
         """A warning from the machine (a spot interruption notice, a preemption)."""
         self.r.hset(self._k(node, "rec"), mapping={"notice": what, "notice_at": now})
 
-    def append_log(self, node: NodeName, offset: int, data: bytes) -> int:
-        """Add output the node sent from ``offset`` of its log; returns how many bytes the book
-        now holds in all, so a node that resends (a lost answer) is not repeated."""
+    def was_assigned(self, node: NodeName, assignment_id: str) -> bool:
+        """Whether ``assignment_id`` was ever handed to this node."""
+        return bool(self.r.sismember(self._k(node, "assigned"), assignment_id))
+
+    def _log_keys(self, node: NodeName, stream: str | None) -> tuple[str, str, str]:
+        """The list of a log stream (None: the machine's own; else an assignment's key), and
+        its two counters' fields in ``:rec``."""
+        if stream is None:
+            return self._k(node, "log"), "log_bytes", "log_kept"
+        return self._k(node, f"log:{stream}"), f"log_bytes:{stream}", f"log_kept:{stream}"
+
+    def append_log(
+        self, node: NodeName, offset: int, data: bytes, stream: str | None = None
+    ) -> int:
+        """Add output the node sent from ``offset`` of its log (or, ``stream``, of one
+        assignment's); returns how many bytes the book now holds in all, so a node that
+        resends (a lost answer) is not repeated."""
         rec = self._k(node, "rec")
-        held = int(self.r.hget(rec, "log_bytes") or 0)
+        log, counted, kept_field = self._log_keys(node, stream)
+        held = int(self.r.hget(rec, counted) or 0)
         if offset > held or offset + len(data) <= held:
             return held  # a gap (the node resyncs from ``held``) or all of it already here
         fresh = data[held - offset :]
-        log = self._k(node, "log")
         pipe = self.r.pipeline(transaction=True)
         pipe.rpush(log, fresh)
-        pipe.hincrby(rec, "log_bytes", len(fresh))
-        pipe.hincrby(rec, "log_kept", len(fresh))
+        pipe.hincrby(rec, counted, len(fresh))
+        pipe.hincrby(rec, kept_field, len(fresh))
         pipe.expire(log, NODE_TTL_S)
         total, kept = pipe.execute()[1:3]
         while kept > LOG_KEPT_BYTES:
             dropped = self.r.lpop(log)
             if not dropped:
                 break
-            kept = self.r.hincrby(rec, "log_kept", -len(dropped))
+            kept = self.r.hincrby(rec, kept_field, -len(dropped))
         return int(total)
 
-    def log(self, node: NodeName) -> bytes:
-        chunks = self.r.lrange(self._k(node, "log"), 0, -1)
+    def log(self, node: NodeName, stream: str | None = None) -> bytes:
+        chunks = self.r.lrange(self._log_keys(node, stream)[0], 0, -1)
         return b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
 
-    def log_since(self, node: NodeName, offset: int) -> tuple[int, bytes]:
-        """The node's output from byte ``offset`` of everything it sent: (the offset the bytes
-        start at, the bytes). The start is later than ``offset`` when that part was no longer
-        kept. One round trip."""
+    def log_since(
+        self, node: NodeName, offset: int, stream: str | None = None
+    ) -> tuple[int, bytes]:
+        """The node's output (or one assignment's, ``stream``) from byte ``offset`` of
+        everything it sent: (the offset the bytes start at, the bytes). The start is later
+        than ``offset`` when that part was no longer kept. One round trip."""
+        log, counted, _ = self._log_keys(node, stream)
         pipe = self.r.pipeline(transaction=True)
-        pipe.hget(self._k(node, "rec"), "log_bytes")
-        pipe.lrange(self._k(node, "log"), 0, -1)
+        pipe.hget(self._k(node, "rec"), counted)
+        pipe.lrange(log, 0, -1)
         total_raw, chunks = pipe.execute()
         data = b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
         first = max(0, int(total_raw or 0) - len(data))  # the kept tail starts here

@@ -38,6 +38,7 @@ from corral.services.client import (
     RequestView,
     SubmissionView,
 )
+from corral.services.settings import default_machines_dir
 
 from harness import CORRAL, LOCAL_ONLY, System, at_once, kill_agents, wait_for
 
@@ -364,15 +365,20 @@ def test_workdir_and_file_mounts_reach_the_node_and_run_starts_in_the_workdir(
         "  basename $PWD\n"
         "  cat ~/weights.bin\n"
         "  cat /etc/app/configs/a.yaml 2>/dev/null || cat ~/etc/app/configs/a.yaml\n"
+        "  test -f ~/weights.bin && test -f ~/etc/app/configs/a.yaml && echo in-its-folder\n"
+        "  echo HOME=$HOME\n"
     )
     done = _cli(system, "launch", "job.yaml", cwd=project, timeout_s=120)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert "nested-content" in out and "no-git" in out and "sky_workdir" in out
     assert "weights-content" in out and "lr: 0.1" in out
-    machines = list((system.home / "machines").iterdir())
-    assert any((m / "weights.bin").read_text() == "weights-content\n" for m in machines)
-    assert any((m / "etc/app/configs/a.yaml").exists() for m in machines)
+    # `~` and absolute targets land in the machine's own folder, which is its HOME: outside
+    # Corral's home since issue #47 (item 4), removed with the machine as a VM's disk is.
+    assert "in-its-folder" in out
+    [home] = [line.split("=", 1)[1] for line in out.splitlines() if line.startswith("HOME=")]
+    assert Path(home).parent == default_machines_dir(system.home)
+    assert not Path(home).is_relative_to(system.home)
 
 
 def test_a_git_workdir_is_cloned_at_its_ref(system: System, tmp_path: Path) -> None:

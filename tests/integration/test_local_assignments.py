@@ -104,10 +104,15 @@ def test_a_warm_machine_takes_assignments_over_its_life(provider: LocalProvider)
     iid, agent_pid = inst.provider_id, inst.pid
     assert agent_pid is not None
     log = provider.log_dir / f"{iid}.log"
+
+    def out(aid: str) -> str:
+        return provider.read_assignment_log(iid, aid, 100_000).decode()
+
     status = status_is(provider, iid, {}, "idle")
     assert status == {"assigned": [], "running": {}, "activity": "idle", "results": {}}
 
-    # A job: its exit code comes back, its output is in the instance log, its env is clean.
+    # A job: its exit code comes back, its output is in its own log (never the machine's,
+    # which other projects' requests may read: issue #47 item 1), its env is clean.
     provider.assign(
         iid,
         {
@@ -118,13 +123,14 @@ def test_a_warm_machine_takes_assignments_over_its_life(provider: LocalProvider)
     )
     first = result_of(provider, iid, "a1")
     assert (first["id"], first["exit_code"], first["reason"]) == ("a1", 3, "completed")
-    assert f"hi-there-{iid}-none\n" in log.read_text()
+    assert out("a1") == f"hi-there-{iid}-none\n"
+    assert "hi-there" not in log.read_text()
     assert "[corral-agent] assignment a1: exited 3" in log.read_text()
     status = status_is(provider, iid, {}, "idle")
     assert status["assigned"] == ["a1"]  # the field stays; the same id never runs twice
     provider.assign(iid, {"id": "a1", "run": "echo hi-there-again"})  # not even replaced
     time.sleep(0.3)
-    assert log.read_text().count("hi-there") == 1
+    assert out("a1").count("hi-there") == 1
     day_ms = 24 * 3600 * 1000
     assert 0 < provider.state.r.pttl(provider.state.keys.assign_result(iid)) <= day_ms
 
@@ -133,10 +139,10 @@ def test_a_warm_machine_takes_assignments_over_its_life(provider: LocalProvider)
     provider.state.r.hset(provider.state.keys.assign(iid), "junk", "not json")
     provider.assign(iid, {"id": "a2", "setup": "echo second", "run": "exit 0"})
     provider.assign(iid, {"id": "a3", "setup": "exit 5", "run": "echo never-ran"})
-    assert (result_of(provider, iid, "a2")["exit_code"], "second\n" in log.read_text()) == (0, True)
+    assert (result_of(provider, iid, "a2")["exit_code"], "second\n" in out("a2")) == (0, True)
     third = result_of(provider, iid, "a3")
     assert (third["exit_code"], third["reason"]) == (5, "setup_failed")
-    assert "never-ran" not in log.read_text()
+    assert "never-ran" not in out("a3") + log.read_text()
     assert log.read_text().count("ignoring assignment field 'junk'") == 1
     status = provider.assignment_status(iid)
     assert status["assigned"] == ["a1", "a2", "a3", "junk"]
@@ -269,3 +275,37 @@ def test_assign_refuses_what_no_agent_would_pick_up(provider: LocalProvider) -> 
     provider.terminate([warm.provider_id])
     with pytest.raises(InvalidRequestError):
         provider.assign(warm.provider_id, {"id": "x", "run": "true"})  # ended
+
+
+def test_an_assignment_leaves_nothing_behind_for_the_next(
+    provider: LocalProvider, tmp_path: Path
+) -> None:
+    """Issue #47 item 1: an assignment has a folder of its own (its HOME and where it starts),
+    and what it left (its folder, a daemon that left its process group) is gone once it ended,
+    before the machine runs the next one."""
+    [inst] = provider.launch(spec())
+    iid = inst.provider_id
+    status_is(provider, iid, {}, "idle")
+    pid_file = tmp_path / "daemon.pid"
+    provider.assign(
+        iid,
+        {
+            "id": "first",
+            "run": (
+                "echo left-behind > ~/note; echo HOME=$HOME PWD=$PWD; "
+                f"setsid sleep 300 & echo $! > {pid_file}; sleep 0.3; exit 0"
+            ),
+        },
+    )
+    assert result_of(provider, iid, "first")["exit_code"] == 0
+    said = provider.read_assignment_log(iid, "first", 10_000).decode()
+    home = said.split("HOME=", 1)[1].split()[0]
+    assert f"PWD={home}" in said and home != str(Path.home())
+    daemon = int(pid_file.read_text())
+    wait_for(lambda: not alive(daemon), what="the daemon that left its group killed")
+    assert not Path(home).exists()
+    provider.assign(iid, {"id": "second", "run": "cat ~/note || echo no-note; echo HOME=$HOME"})
+    assert result_of(provider, iid, "second")["exit_code"] == 0
+    second = provider.read_assignment_log(iid, "second", 10_000).decode()
+    assert "no-note" in second and "left-behind" not in second
+    assert second.split("HOME=", 1)[1].split()[0] != home

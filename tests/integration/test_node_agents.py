@@ -12,6 +12,7 @@ so no other AWS installation may run beside this module's."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import time
@@ -132,7 +133,9 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
     aws: tuple[System, FaultyMoto], vms: Callable[[str], Vm]
 ) -> None:
     system, moto = aws
-    svc = system.submit({**AWS_TASK, "name": "svc", "setup": "echo service set up"})
+    port = free_port()  # the service's own: its setup leaves a server listening there
+    serve = f"python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 &"
+    svc = system.submit({**AWS_TASK, "name": "svc", "setup": f"echo service set up; {serve}"})
     other = system.submit({**AWS_TASK, "name": "other", "setup": "echo other"})
     vm = vms(aws_script(moto, svc))
     vm_other = vms(aws_script(moto, other))
@@ -153,6 +156,9 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
         assert c.get("/v1/requests").status_code == 401
         assert c.get(f"/v1/requests/{other}/logs").status_code == 401
         assert c.post("/v1/pools", json={}).status_code in (401, 422)
+        # An assignment's own log stream takes only ids handed to this node (issue #47).
+        stray = c.post("/v1/node/logs", params={"offset": 0, "assignment": "x"}, content=b"x")
+        assert stray.status_code == 404, stray.text
         # Registration takes the boot script's ticket, once: the work is not handed out again,
         # neither for the ticket (spent) nor for the token (not a ticket).
         again = c.post("/v1/node/register", json={})
@@ -221,6 +227,26 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
         wait_for(forward_ended, 30, "the forward session to end")
         assert ended[-1]["exit_code"] == 1
         assert "nothing answers at 127.0.0.1:1 on the node" in str(ended[-1]["error"])
+
+        # A forward reaches the task's own sockets only (issue #47 item 4): the service's
+        # server answers; the control plane's API, listening on the same host, is refused.
+        def forward(to: int) -> dict[str, object]:
+            sid = c.post(
+                f"/v1/requests/{svc}/sessions", json={"kind": "forward", "port": to}
+            ).json()["id"]
+            c.post(f"/v1/sessions/{sid}/input", content=b"GET / HTTP/1.0\r\n\r\n")
+            c.post(f"/v1/sessions/{sid}/input", content=b"", params={"eof": "true"})
+            got: dict[str, object] = {"data": b""}
+            while True:
+                part = c.get(f"/v1/sessions/{sid}/output", params={"wait_s": 2}).json()
+                got = {**part, "data": got["data"] + base64.b64decode(part["data"])}  # type: ignore[operator]
+                if part["eof"]:
+                    return got
+
+        wait_for(lambda: b"200" in forward(port)["data"], 30, "the service's own port")  # type: ignore[operator]
+        api_port = int(system.api_url.rsplit(":", 1)[1].split("/")[0])
+        refused = forward(api_port)
+        assert refused["exit_code"] == 1 and "not this task's own port" in str(refused["error"])
 
     # Terminated: the VM goes, its agent is stopped as the shutdown would, its token expires.
     assert system.cli("terminate", svc).returncode == 0

@@ -146,6 +146,12 @@ def test_the_seed_pool_runs_workloads_on_ec2_machines_and_the_third_waits(
     wait_for(
         lambda: "pool work on rank" in system.cli("logs", first).stdout, 30, "the work's output"
     )
+    # Its exec runs in its own assignment on the EC2 machine: that assignment's folder is its
+    # HOME and working directory (issue #47 item 1), not the machine's.
+    ran = system.cli("exec", first, "--", "echo HOME=$HOME; echo PWD=$PWD")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    home = ran.stdout.split("HOME=", 1)[1].split()[0]
+    assert f"PWD={home}" in ran.stdout and "/assignments/" in home, ran.stdout
 
     third = _launch(system, tmp_path, "train-3", compute_config=compute, num_nodes=3, run=run)
     wait_for(lambda: _why_code(system, third) == "partition_full", 30, "the third to wait")
@@ -254,10 +260,13 @@ def test_a_determined_agent_on_ec2_runs_two_tasks_at_once_and_is_reaped_when_idl
     master = tmp_path / "master.yaml"
     master.write_text(yaml.safe_dump(MASTER))
     _apply(system, master, "determined")
-    # Both start before either ends: each waits for the other's mark in the shared folder.
+    # Both start before either ends: each waits for the other's mark in a folder both name
+    # (each assignment starts in a folder of its own: issue #47 item 1).
+    marks = tmp_path / "marks"
+    marks.mkdir()
     run = (
-        "touch mark-$NAME; "
-        "for i in $(seq 100); do [ -e mark-$OTHER ] && exit 0; sleep 0.2; done; exit 9"
+        f"touch {marks}/mark-$NAME; "
+        f"for i in $(seq 100); do [ -e {marks}/mark-$OTHER ] && exit 0; sleep 0.2; done; exit 9"
     )
     a = _launch(system, tmp_path, "a", resources={"slots": 1}, run=run,
                 envs={"NAME": "a", "OTHER": "b"})  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from corral.services.agent.bundle import mount_path
-from corral.services.agent.sessions import ShellPeer
+from corral.services.agent.sessions import ShellPeer, Where
 from corral.shared.bundles import BundleMount, check_target, node_copied, remote_source_problem
 from corral.shared.config.task import Task
 
@@ -65,8 +65,7 @@ def test_an_attach_shell_on_a_pty_has_the_size_asked_follows_a_resize_and_exits_
 ):
     peer = ShellPeer(
         {"id": "x-1", "kind": "shell", "tty": True, "rows": 33, "cols": 101},
-        None,
-        {"PATH": "/usr/bin:/bin", "PS1": "$ "},
+        Where(None, {"PATH": "/usr/bin:/bin", "PS1": "$ "}),
     )
     peer.write(b"test -t 0 && echo is-a-tty; stty size\n")
     seen = b""

@@ -54,8 +54,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from corral.services.agent.core import Agent, Work
-from corral.services.agent.link import FinalBeat, LinkError, say
+from corral.services.agent.core import Agent
+from corral.services.agent.link import FinalBeat, LinkError, Work, say
 from corral.services.providers.local.agent_redis import MiniRedis, RedisError
 from corral.services.providers.local.state import (
     LOCAL_ADDRESS,

@@ -30,4 +30,18 @@ def build(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         outage_gap_s=outage_gap_s(
             settings.timers.outage_gap_s, settings.timers.heartbeat_timeout_s
         ),
+        machines_dir=settings.local_machines,
+        task_uid=local_task_uid(settings),
     )
+
+
+def local_task_uid(settings: Settings) -> int | None:
+    """The uid local tasks run as: their own when Corral runs as root (unless the settings
+    say Corral's), else None (Corral's user; only root may run a process as another)."""
+    import os
+
+    from corral.services.providers.local.folders import task_uid_base
+
+    if settings.local_tasks_run_as != "own-user" or os.geteuid() != 0:
+        return None
+    return task_uid_base(settings.prefix)

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from corral.services.agent.sandbox import assignment_log
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
@@ -38,6 +39,14 @@ from corral.services.providers.base import (
     status_view,
 )
 from corral.services.providers.local import launcher
+from corral.services.providers.local.folders import (
+    DEMAND_FILE,
+    assignment_uid,
+    machine_files,
+    remove_folders,
+    since,
+    tail,
+)
 from corral.services.providers.local.processes import (
     kill_group,
     pid_belongs_to,
@@ -55,6 +64,7 @@ from corral.services.providers.local.state import (
     derive_state,
 )
 from corral.services.queues.redis_conn import connect
+from corral.services.settings import default_machines_dir
 from corral.services.state.outage import OutageBook
 from corral.shared.catalog.offering import Offering
 from corral.shared.config.localcloud import LocalCloud
@@ -71,7 +81,7 @@ from corral.shared.reservations import reservation_of
 
 AGENT_MODULE = "corral.services.providers.local.agent"
 
-LOG_READ_MAX_BYTES = 1024 * 1024  # one follower's read of a log
+
 HELD_MAX = 20_000  # live records a provider keeps the fixed fields of
 
 log = logging.getLogger(__name__)
@@ -115,7 +125,14 @@ class LocalProvider:
         attempt_wait_s: float = 30.0,
         redis_patience_s: float = 30.0,
         outage_gap_s: float = 5.0,
+        machines_dir: Path | None = None,
+        task_uid: int | None = None,
     ) -> None:
+        """``machines_dir``: where each machine's folder (its HOME) is made, never inside
+        Corral's home (None: the settings' default for the home above ``log_dir``);
+        ``task_uid``: the first of the unprivileged users tasks run as (Corral runs as root:
+        the machines' own work as this uid, each assignment as one of its own after it),
+        None: as Corral's user."""
         self.cloud = cloud
         self.redis_url = redis_url
         self.prefix = prefix
@@ -133,6 +150,11 @@ class LocalProvider:
         self.state = CloudState(client, prefix)
         self.outage = OutageBook(client, prefix, outage_gap_s)
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # logs hold task output
+        self.task_uid = task_uid
+        self.machines_dir = Path(machines_dir or default_machines_dir(self.log_dir.parent))
+        # Its users may pass through it to their own folders, never list it.
+        self.machines_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.machines_dir, 0o711 if task_uid is not None else 0o700)
         self._ended: dict[str, InstanceRecord] = {}  # ended records seen (they never change)
         # Live records read before: a look reads only what changes of them (their fixed
         # fields, written by the launch, are taken from here).
@@ -362,7 +384,8 @@ class LocalProvider:
                 "CORRAL_NUM_NODES": str(spec.count),
                 # Work queued on the node: JSON {"bundles": [...], "placement_groups": [...]}
                 # written here is reported with every heartbeat (autoscaled clusters read it).
-                "CORRAL_DEMAND_FILE": str(self.log_dir / f"{iid}.demand.json"),
+                # In the machine's own folder: no task's environment names Corral's home.
+                "CORRAL_DEMAND_FILE": str(self.machines_dir / iid / DEMAND_FILE),
             }
             records.append(
                 InstanceRecord(
@@ -391,35 +414,15 @@ class LocalProvider:
         return records
 
     def _files(self, files: dict[str, Any], iid: str) -> dict[str, Any]:
-        """A local machine's files go into a folder of its own (this host is every local
-        machine's: ``~`` and absolute targets land inside it). Its bundle is copied here from
-        the blob store, under the request's project, beside that folder: the agent reads the
-        file and needs no store credentials (a task's environment has none)."""
-        if not files:
-            return {}
-        home = self.log_dir.parent / "machines" / iid
-        out = {**files, "home": str(home), "jail": True}
-        if "bundle" in files:
-            out["bundle_file"] = str(self._copy_bundle(files, home.parent / f"{iid}.bundle"))
-        return out
-
-    def _copy_bundle(self, files: dict[str, Any], path: Path) -> Path:
-        """The request's bundle written to ``path`` (0600); nothing when the store has it not
-        (the agent then fails the machine, saying so)."""
-        from corral.services.state.blobs import BlobStoreError, open_blobs
-
-        key = f"{files.get('bundle_scope')}/{files['bundle']['sha256']}"
-        try:
-            data = open_blobs(self.bundle_store, endpoint_url=self.bundle_store_endpoint).get(key)
-        except (BlobStoreError, ValueError, OSError) as exc:
-            log.warning("bundle %s could not be read from %s: %s", key, self.bundle_store, exc)
-            return path
-        if data is not None:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-        return path
+        """The machine's files with its folder, logs, user and bundle (folders.machine_files)."""
+        return machine_files(
+            files,
+            self.machines_dir / iid,
+            logs=self.log_dir,
+            uid=self.task_uid,
+            bundle_store=self.bundle_store,
+            bundle_store_endpoint=self.bundle_store_endpoint,
+        )
 
     def _start_agent(self, rec: InstanceRecord, boot_delay_s: float = 0.0) -> None:
         """One detached agent process for the instance. It stays silent (booting) for
@@ -632,26 +635,23 @@ class LocalProvider:
         self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
     ) -> bytes:
         """The tail of the agent's log file (its own lines and its task's output)."""
-        path = self.log_dir / f"{provider_id}.log"
-        try:
-            with path.open("rb") as fh:
-                fh.seek(max(0, path.stat().st_size - tail_bytes))
-                return fh.read()
-        except FileNotFoundError:
-            return b""
+        return tail(self.log_dir / f"{provider_id}.log", tail_bytes)
 
     def read_log_since(
         self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
     ) -> tuple[int, bytes]:
         """The agent's log file from byte ``offset`` on (a file only grows)."""
-        path = self.log_dir / f"{provider_id}.log"
-        try:
-            with path.open("rb") as fh:
-                start = min(offset, path.stat().st_size)
-                fh.seek(start)
-                return start, fh.read(LOG_READ_MAX_BYTES)
-        except FileNotFoundError:
-            return offset, b""
+        return since(self.log_dir / f"{provider_id}.log", offset)
+
+    def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
+        """The tail of one assignment's own output (never its machine's log)."""
+        return tail(assignment_log(self.log_dir, provider_id, aid), tail_bytes)
+
+    def read_assignment_log_since(
+        self, provider_id: str, aid: str, offset: int
+    ) -> tuple[int, bytes]:
+        """One assignment's own output from byte ``offset`` on."""
+        return since(assignment_log(self.log_dir, provider_id, aid), offset)
 
     def log_path(self, instance_id: str) -> Path | None:
         """Where the instance's output goes (the agent's and its task's), if known."""
@@ -671,6 +671,8 @@ class LocalProvider:
             raise InvalidRequestError(f"no live instance {provider_id!r} to assign to")
         if rec.run:
             raise InvalidRequestError(f"{provider_id} runs a task of its own; it takes none")
+        if self.task_uid is not None:  # a user of its own, none of another assignment's
+            body["uid"] = assignment_uid(self.task_uid, self.state.next_uid())
         self.state.put_assignment(provider_id, body)
 
     def withdraw(self, provider_id: str, assignment_id: str | None = None) -> None:
@@ -734,6 +736,7 @@ class LocalProvider:
                 )
             if not rec.run:  # a job's machine was never given any (assign refuses it)
                 self.state.drop_assignment(rec.id)  # a gone machine takes no work
+            remove_folders(self.machines_dir, rec.id)
 
     def _record_to_end(self, instance_id: str) -> InstanceRecord | None:
         rec = self._ended.get(instance_id)
@@ -785,10 +788,7 @@ def _expired(rec: InstanceRecord, now: float) -> bool:
 
 def _reservation_id(spec: LaunchSpec) -> str | None:
     """The reservation named by the spec, or by its advanced_instance_config in either cloud's
-    spelling (:func:`corral.shared.reservations.reservation_of`, the one reading the runtime's
-    zones and markets and the simulator use: an AWS ``CapacityReservationId``, or a GCP
-    ``reservationAffinity`` naming one, by name or full resource path). Read the AWS way only,
-    a GCP pool's reserved machines ran outside their reservation here."""
+    spelling (AWS's or GCP's: the one reading, :func:`~corral.shared.reservations.reservation_of`)."""
     if spec.reservation_id:
         return str(spec.reservation_id)
     return reservation_of(spec.advanced_instance_config)

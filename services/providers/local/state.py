@@ -632,6 +632,10 @@ class CloudState:
                 bad[aid] = f"not an assignment: {text[:80]!r}"
         return good, bad
 
+    def next_uid(self) -> int:
+        """A number never given before in this cloud (an assignment's user comes from it)."""
+        return int(self.r.incr(f"{self.keys.base}:uids"))
+
     def put_assignment(self, instance_id: str, assignment: dict[str, Any]) -> None:
         """Add (or replace) one assignment, under its id."""
         key = self.keys.assign(instance_id)
