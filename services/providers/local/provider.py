@@ -787,8 +787,8 @@ def _expired(rec: InstanceRecord, now: float) -> bool:
 
 
 def _reservation_id(spec: LaunchSpec) -> str | None:
-    """The reservation named by the spec, or by its advanced_instance_config in either cloud's
-    spelling (AWS's or GCP's: the one reading, :func:`~corral.shared.reservations.reservation_of`)."""
+    """The reservation named by the spec, or by its advanced_instance_config in AWS's or
+    GCP's spelling (``shared.reservations.reservation_of``, the one reading)."""
     if spec.reservation_id:
         return str(spec.reservation_id)
     return reservation_of(spec.advanced_instance_config)
