@@ -21,9 +21,10 @@ Sources of each fact:
   apart from on-demand. On-Demand Capacity Reservations count against the on-demand limits.
 - GCP: Compute Engine "Allocation quotas": GPUs per type per region (metric ``NVIDIA_T4_GPUS``,
   ``NVIDIA_A100_GPUS``, ``NVIDIA_A100_80GB_GPUS``, ``NVIDIA_L4_GPUS``, ...), their preemptible
-  (spot) twins ``PREEMPTIBLE_NVIDIA_T4_GPUS``...; vCPUs per region as ``CPUS`` for the older
-  series (E2, N1, ...) and per series for the newer (``N2_CPUS``, ``N2D_CPUS``, ``C2_CPUS``,
-  ``A2_CPUS``, ``G2_CPUS``...), spot vCPUs as ``PREEMPTIBLE_CPUS``.
+  (spot) twins ``PREEMPTIBLE_NVIDIA_T4_GPUS``...; vCPUs per region as ``CPUS`` for N1 and the
+  older series and per series for the others (``E2_CPUS``, ``N2_CPUS``, ``N2D_CPUS``,
+  ``C2_CPUS``, ``A2_CPUS``...: the metrics of the Compute API's ``Quota.Metric`` enum), spot
+  vCPUs as ``PREEMPTIBLE_CPUS``.
 - Kubernetes: a ResourceQuota limits each resource of a namespace apart ("Resource Quotas":
   ``requests.cpu``, ``limits.memory``, ``requests.nvidia.com/gpu``, ``pods``...): a family is
   ``<namespace>:<resource>`` (the namespace is the provider's zone).
@@ -76,8 +77,30 @@ def _aws(instance_type: str, market: str, accelerator: str | None, zone: str) ->
 
 # --- GCP --------------------------------------------------------------------------------------
 # Machine series with a vCPU quota of their own; the rest count against CPUS.
+# The Compute API's Quota.Metric enum (google.cloud.compute.v1) names them: A2_CPUS, C2_CPUS,
+# C2D_CPUS, C3_CPUS, E2_CPUS, M1_CPUS, M2_CPUS, M3_CPUS, N2_CPUS, N2A_CPUS, N2D_CPUS, T2A_CPUS,
+# T2D_CPUS, ...; N1 (and older) count against CPUS.
 GCP_SERIES_CPU_QUOTAS = frozenset(
-    {"n2", "n2d", "c2", "c2d", "c3", "c3d", "m1", "m2", "m3", "a2", "a3", "g2", "t2d", "t2a", "h3"}
+    {
+        "a2",
+        "a3",
+        "c2",
+        "c2d",
+        "c3",
+        "c3d",
+        "e2",
+        "g2",
+        "h3",
+        "m1",
+        "m2",
+        "m3",
+        "n2",
+        "n2a",
+        "n2d",
+        "t2a",
+        "t2d",
+        "z3",
+    }
 )
 
 

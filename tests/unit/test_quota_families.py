@@ -10,8 +10,9 @@ Sources of the facts asserted here:
   Requests"..., separate from the on-demand ones.
 - GCP: Compute Engine "Allocation quotas" (GPU quota, CPU quota, preemptible quotas): metrics
   ``NVIDIA_T4_GPUS``, ``NVIDIA_A100_80GB_GPUS``, ``NVIDIA_L4_GPUS`` per region; spot VMs count
-  against ``PREEMPTIBLE_NVIDIA_T4_GPUS``, ``PREEMPTIBLE_CPUS``; ``CPUS`` for E2/N1, and a quota
-  per series for N2 (``N2_CPUS``), A2 (``A2_CPUS``), G2 (``G2_CPUS``)...
+  against ``PREEMPTIBLE_NVIDIA_T4_GPUS``, ``PREEMPTIBLE_CPUS``; ``CPUS`` for N1, and a quota per
+  series for E2 (``E2_CPUS``), N2 (``N2_CPUS``), A2 (``A2_CPUS``)... (the Compute API's
+  ``google.cloud.compute.v1.Quota.Metric`` enum lists each metric).
 - Kubernetes: "Resource Quotas" (kubernetes.io/docs/concepts/policy/resource-quotas): per
   namespace, per resource (``requests.cpu``, ``requests.nvidia.com/gpu``, ``pods``); the quota
   admission refuses with "exceeded quota: <name>, requested: r=n, used: r=n, limited: r=n".
@@ -121,7 +122,7 @@ def test_gcp_metric_names() -> None:
     assert gcp_gpu_metric("T4", "spot") == "PREEMPTIBLE_NVIDIA_T4_GPUS"
     assert gcp_gpu_metric("A100-80GB", "on_demand") == "NVIDIA_A100_80GB_GPUS"
     assert gcp_cpu_metric("n1-standard-8", "on_demand") == "CPUS"
-    assert gcp_cpu_metric("e2-standard-4", "on_demand") == "CPUS"
+    assert gcp_cpu_metric("e2-standard-4", "on_demand") == "E2_CPUS"
     assert gcp_cpu_metric("n2-standard-8", "on_demand") == "N2_CPUS"
     assert gcp_cpu_metric("a2-highgpu-1g", "on_demand") == "A2_CPUS"
     assert gcp_cpu_metric("g2-standard-4", "spot") == "PREEMPTIBLE_CPUS"
