@@ -125,9 +125,6 @@ class Ask:
         return cls(next(iter(accelerators), None), int(nodes or 1))
 
 
-NO_ASK = Ask()
-
-
 @dataclass(frozen=True, slots=True)
 class Pattern:
     """A partial placement: what a request pins (a planner :class:`~corral.shared.planner.Spec`)
