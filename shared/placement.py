@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from corral.shared.errors import Scope
+from corral.shared.errors import ProviderError, Scope
 from corral.shared.quota_families import primary_family, quota_families
 
 FIELDS = ("cloud", "region", "zone", "instance_type", "market")
@@ -209,6 +209,13 @@ class Block(Pattern):
                 return cls(c.cloud)
             case _:  # NONE and REQUEST block nothing
                 return None
+
+    @classmethod
+    def for_error(cls, error: ProviderError, candidate: Placed) -> Block | None:
+        """What ``error`` at ``candidate`` blocks: its scope, narrowed to the quota family it
+        names and the ceiling a shortfall leaves. The one rule of the runtime's memory
+        (``attempt_record.remember``) and the simulator's."""
+        return cls.from_scope(error.scope, candidate, family=error.family, free=error.free)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in FIELDS}

@@ -104,7 +104,7 @@ def remember(
         return
     # The candidate itself (not its bare place): a quota error's family is read from what it
     # asks (its accelerator) when the cloud's answer names none.
-    block = Block.from_scope(exc.scope, cand, family=exc.family, free=exc.free)
+    block = Block.for_error(exc, cand)
     if block is not None:
         deps.blocks.add(
             block,

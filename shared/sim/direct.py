@@ -1,7 +1,7 @@
 """Direct requests down a failover chain, as the runtime's admission, zone attempts and
 failover steps do it, with the decisions made by the same functions:
 :func:`corral.shared.planner.plan` (the chain), :func:`corral.shared.failover.next_step` (the
-next candidate within a zone's region, its cloud, or anywhere), :meth:`Block.from_scope` and
+next candidate within a zone's region, its cloud, or anywhere), :meth:`Block.for_error` and
 :func:`corral.shared.blocking.is_blocked` (the capacity-error memory).
 
 :class:`Launcher` plays Corral (one memory of blocked scopes shared by every request, a lost
@@ -312,7 +312,7 @@ class Launcher:
         if self.wide_blocks:
             scope = Scope.REGION if exc.scope == Scope.FAMILY else exc.scope
             return Block.from_scope(scope, cand)
-        return Block.from_scope(exc.scope, cand, family=exc.family, free=exc.free)
+        return Block.for_error(exc, cand)
 
     def _booted(self, flow: Flow, got: Sequence[SimInstance]) -> None:
         if flow.ended or flow.instances is not got or any(i.ended_at is not None for i in got):

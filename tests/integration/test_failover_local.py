@@ -11,6 +11,7 @@ import pytest
 import redis
 import yaml
 
+from corral.services.providers.local import EXAMPLE_CLOUD_FILE
 from corral.services.state.blocks import BlockStore
 
 from harness import REPO, System, wait_for
@@ -209,3 +210,30 @@ def test_machines_that_never_register_do_not_block_their_region(system: System) 
     assert _trail(second) == [("unreg-a", "ok")]
     shown = system.cli("status", first["id"])
     assert "unregistered" in shown.stdout
+
+
+def test_the_readme_a100_job_runs_after_a_two_node_ask_found_one_free(
+    make_system: Callable[..., System],
+) -> None:
+    """Issue #46, as reported: on the example cloud a 2-node A100 ask finds lab-west-a with
+    "1 of 1 gpu-a100-8 free, asked for 2"; the README's 1-node train-a100.yaml, fail-fast, then
+    launches there (it failed "all 3 candidates failed or are blocked (0 tried)")."""
+    system = make_system(EXAMPLE_CLOUD_FILE)
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision")
+    readme = yaml.safe_load((REPO / "examples" / "workload" / "train-a100.yaml").read_text())
+    two = {**readme, "name": "train-2", "num_nodes": 2, "retry_until_up": False}
+    req = system.wait_state(system.submit(two), {"RUNNING", "FAILED"}, 90)
+    assert req["state"] == "FAILED"
+    [west] = [a for a in req["attempts"] if a["zone"] == "lab-west-a"]
+    assert west["outcome"] == "capacity"
+    assert "1 of 1 gpu-a100-8 free, asked for 2" in west["error"]
+    one = {**readme, "retry_until_up": False}
+    req = system.wait_state(system.submit(one), {"RUNNING", "SUCCEEDED", "FAILED"}, 90)
+    assert req["state"] in ("RUNNING", "SUCCEEDED"), req["error"]
+    assert _trail(req) == [
+        ("lab-east-a", "blocked"),
+        ("lab-east-b", "blocked"),
+        ("lab-west-a", "ok"),
+    ]
