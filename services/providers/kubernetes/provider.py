@@ -4,7 +4,7 @@ A launch creates one pod per node (``restartPolicy: Never``; names from the atte
 second delivery finds the first's pods), then watches the scheduler for a few seconds: pods
 bound to nodes are the launch's machines; a pod the scheduler calls Unschedulable
 (``FailedScheduling: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu``) fails the launch
-as a capacity error for the context, its pods deleted, so the chain moves on to the next cloud.
+as a capacity error for that shape in the namespace, its pods deleted, so the chain moves on.
 A ResourceQuota's ``exceeded quota`` is a quota error for the resource it names in the
 namespace (``<namespace>:requests.nvidia.com/gpu``); 429 is retried in place, then
 throttling. Terminate deletes the pods.
@@ -334,10 +334,11 @@ class KubernetesProvider(NodeBookLogs):
             return found
         detail = self._scheduling_events(context, namespace, names) or stuck[0]
         self._delete(context, namespace, names)
+        # This shape (and market) in this namespace of the context: the cluster's other shapes
+        # (its CPU nodes, when no GPU node can hold the pod) are still worth a try.
         raise CapacityError(
             f"{context}/{namespace}: {spec.instance_type} cannot be scheduled: {detail}",
             code="FailedScheduling",
-            scope=Scope.REGION,
         )
 
     def _scheduling_events(self, context: str, namespace: str, names: list[str]) -> str | None:
