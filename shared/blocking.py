@@ -12,14 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 # A block is a partial placement: it lives with the placement value (its earlier home was here).
+from corral.shared.placement import Ask as Ask
 from corral.shared.placement import Block as Block
 from corral.shared.placement import Placed as Placed
 
 
-def is_blocked(candidate: Placed, blocks: Iterable[Block]) -> Block | None:
-    """The first block that covers ``candidate``, or None when it is free to try."""
+def is_blocked(candidate: Placed, blocks: Iterable[Block], ask: Ask | None = None) -> Block | None:
+    """The first block that covers ``candidate``, or None when it is free to try. ``ask``:
+    what it asks (its accelerator and nodes), when ``candidate`` is a bare placement."""
     for block in blocks:
-        if block.matches(candidate):
+        if block.matches(candidate, ask):
             return block
     return None
 
@@ -42,9 +44,12 @@ def place_key(candidate: Placed) -> PlaceKey:
 
 def exact_key(block: Block) -> PlaceKey | None:
     """The one place a block names whole (a sold-out zone's type and market, a lost
-    machine's), or None for a wider block (a region, a type everywhere, a cloud)."""
+    machine's), or None for a wider block (a region, a type everywhere, a cloud) or one that
+    covers only some asks there (a shortfall's ceiling, a quota family)."""
     b = block
     if b.region is None or b.zone is None or b.instance_type is None or b.market is None:
+        return None
+    if b.above is not None or b.quota_family is not None:
         return None
     return (b.cloud, b.region, b.zone, b.instance_type, b.market)
 

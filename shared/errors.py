@@ -15,7 +15,8 @@ class Scope(StrEnum):
 
     NONE = "none"  # nothing is blocked: retry in place (throttling, a 5xx)
     ZONE = "zone"  # this instance type and market in this zone (sold out)
-    REGION = "region"  # this region for this cloud (regional quota)
+    FAMILY = "family"  # one quota family (market included) in this region: a regional quota
+    REGION = "region"  # this region for this cloud (a cloud API that does not answer)
     INSTANCE_TYPE = "instance_type"  # this instance type (and market) in every region of the cloud
     CLOUD = "cloud"  # the whole cloud (bad credentials, permission denied)
     REQUEST = "request"  # the request itself is wrong: fail fast, try nothing else
@@ -27,12 +28,26 @@ class ProviderError(Exception):
     outcome = "error"
     scope = Scope.ZONE  # an unknown failure blocks the zone, as SkyPilot does
 
-    def __init__(self, message: str, *, code: str = "", scope: Scope | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "",
+        scope: Scope | None = None,
+        family: str | None = None,
+        free: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code  # the provider's own code, e.g. InsufficientInstanceCapacity
         if scope is not None:
             self.scope = scope
+        # The quota family the cloud named (NVIDIA_T4_GPUS, on_demand:g-vt); None: the
+        # candidate's own families (corral.shared.quota_families) are what it blocks.
+        self.family = family
+        # A shortfall: how many machines were free when more were asked ("1 of 1 free, asked
+        # for 2"); it blocks only asks of more than that. None: none are (sold out).
+        self.free = free
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}" if self.code else self.message
@@ -46,10 +61,11 @@ class CapacityError(ProviderError):
 
 
 class QuotaError(ProviderError):
-    """An account limit: regional by default, cloud-wide for some (GPUS_ALL_REGIONS)."""
+    """An account limit: one quota family in the region by default (its ``family``, or the
+    candidate's), cloud-wide for some (GPUS_ALL_REGIONS)."""
 
     outcome = "quota"
-    scope = Scope.REGION
+    scope = Scope.FAMILY
 
 
 class ThrottledError(ProviderError):
@@ -74,10 +90,20 @@ class InvalidRequestError(ProviderError):
 
 
 class LaunchTimeoutError(ProviderError):
-    """The attempt outlived its deadline (a hung region): block the region for a while."""
+    """The cloud's API did not answer within the attempt's deadline (a hung region): block
+    the region for a while. Machines the cloud started that never report are not this
+    (:class:`UnregisteredError`)."""
 
     outcome = "timeout"
     scope = Scope.REGION
+
+
+class UnregisteredError(ProviderError):
+    """The cloud started the machines but their agents never registered by the deadline: a
+    fault of those machines (they are let go and the request goes on), not of the region."""
+
+    outcome = "unregistered"
+    scope = Scope.NONE
 
 
 ERRORS_BY_OUTCOME: dict[str, type[ProviderError]] = {
@@ -90,6 +116,7 @@ ERRORS_BY_OUTCOME: dict[str, type[ProviderError]] = {
         AuthError,
         InvalidRequestError,
         LaunchTimeoutError,
+        UnregisteredError,
     )
 }
 

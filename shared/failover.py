@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from corral.shared.blocking import Block, BlockIndex, is_blocked
-from corral.shared.placement import Placed, Placement
+from corral.shared.placement import Ask, Placed, Placement
 
 
 class Within(StrEnum):
@@ -55,7 +55,10 @@ def next_step(
     seen: set[Block] = set()
     for i in range(after + 1, len(chain)):
         place = Placement.of(chain[i])
-        hit = is_blocked(place, index.near(place))
+        near = index.near(place)
+        # What it asks is read only when a block there narrows by it (a family, a ceiling).
+        ask = Ask.of(chain[i]) if any(b.above is not None or b.quota_family for b in near) else None
+        hit = is_blocked(place, near, ask)
         if hit is not None:
             if hit not in seen:
                 seen.add(hit)

@@ -82,6 +82,9 @@ class ProviderInstance(PlacementFields):
     # Lost only because its agent stopped reporting while the control plane listened: the
     # control plane's inference, not the cloud's word, so it blocks no scope (reconcile).
     silent: bool = False
+    # The cloud started (booted) the machine, whatever its agent said: one still pending then
+    # has an agent that never registered, a fault of the machine, not of its zone or region.
+    started: bool = False
 
 
 class Boot(BaseModel):

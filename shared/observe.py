@@ -38,6 +38,9 @@ class Reported(Protocol):
     @property
     def notice(self) -> str | None: ...
 
+    @property
+    def started(self) -> bool: ...  # the cloud runs (booted) it, whatever its agent said
+
 
 class Seen(StrEnum):
     """What a machine is, as one look sees it."""
@@ -109,18 +112,23 @@ def observe(stored: Stored, seen: Reported | None) -> Observation:
     return Observation(Seen.RUNNING)
 
 
-BootVerdict = Literal["up", "booting", "lost", "silent", "timeout"]
+BootVerdict = Literal["up", "booting", "lost", "silent", "unregistered", "timeout"]
 
 
 def boot_verdict(found: Sequence[Reported], count: int, late: bool) -> BootVerdict:
     """Where one launch of ``count`` machines is, from each node's :func:`observe`: ``up``
     when every node is up, ``lost`` when the cloud says one died on the way, ``silent`` when
-    every node that failed only fell silent, ``timeout`` when it is ``late`` (past its
-    deadline, counting outages), else ``booting``."""
+    every node that failed only fell silent; when it is ``late`` (past its deadline, counting
+    outages): ``unregistered`` when the cloud started a machine still booting (it runs, its
+    agent never registered: a fault of those machines, not of the region), else ``timeout``
+    (the cloud never started them); else ``booting``."""
     looks = [observe("booting", p) for p in found]
     if len(looks) >= count and all(o.seen == Seen.UP for o in looks):
         return "up"
     failed = [o for o in looks if o.seen in (Seen.DIED, Seen.SILENT)]
     if failed:
         return "silent" if all(o.seen == Seen.SILENT for o in failed) else "lost"
-    return "timeout" if late else "booting"
+    if not late:
+        return "booting"
+    started = any(o.seen == Seen.BOOTING and p.started for o, p in zip(looks, found, strict=True))
+    return "unregistered" if started else "timeout"

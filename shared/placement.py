@@ -21,7 +21,8 @@ from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel
 
-from corral.shared.errors import Scope
+from corral.shared.errors import ProviderError, Scope
+from corral.shared.quota_families import primary_family, quota_families
 
 FIELDS = ("cloud", "region", "zone", "instance_type", "market")
 # How a machine is bought, declared once: the scheduler's machine types, the simulated cloud's
@@ -98,13 +99,34 @@ class Placement:
         return True
 
     # ------------------------------------------------------------------------- blocks
-    def block_for(self, scope: Scope | str) -> Block | None:
+    def block_for(self, scope: Scope | str, family: str | None = None) -> Block | None:
         """What a failure of ``scope`` here rules out; None when nothing is (retry in place)
         or the request itself is wrong (fail fast)."""
-        return Block.from_scope(scope, self)
+        return Block.from_scope(scope, self, family=family)
 
     def in_block(self, block: Block) -> bool:
         return block.matches(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What a candidate asks beyond its place, as blocks read it: its accelerator kind (for
+    its quota families) and how many nodes (for a shortfall's ceiling)."""
+
+    accelerator: str | None = None
+    nodes: int = 1
+
+    @classmethod
+    def of(cls, candidate: Any) -> Ask:
+        """Read from a planner candidate, a chain step or either's JSON; a bare placement asks
+        one machine with no accelerator."""
+        if isinstance(candidate, Mapping):
+            accelerators = candidate.get("accelerators") or {}
+            nodes = candidate.get("num_nodes", 1)
+        else:
+            accelerators = getattr(candidate, "accelerators", None) or {}
+            nodes = getattr(candidate, "num_nodes", 1)
+        return cls(next(iter(accelerators), None), int(nodes or 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,19 +155,57 @@ class Pattern:
 @dataclass(frozen=True, slots=True)
 class Block(Pattern):
     """A blocked scope: a partial placement whose ``cloud`` is always set (blocks are looked
-    up by cloud)."""
+    up by cloud). Two narrowings beyond the place: ``quota_family`` (a quota error: only the
+    candidates counting against that family, see :mod:`corral.shared.quota_families`) and
+    ``above`` (a shortfall, "1 of 1 free, asked for 2": only asks of more than ``above``
+    nodes; None: every ask)."""
 
     cloud: str
+    quota_family: str | None = None
+    above: int | None = None
+
+    def matches(self, candidate: Placed, ask: Ask | None = None) -> bool:
+        """True when ``candidate`` falls inside the block; ``ask``: what it asks (read from
+        the candidate when not given, and only when the block narrows by it)."""
+        if not Pattern.matches(self, candidate):
+            return False
+        if self.above is None and self.quota_family is None:
+            return True
+        asked = ask if ask is not None else Ask.of(candidate)
+        if self.above is not None and asked.nodes <= self.above:
+            return False
+        if self.quota_family is not None:
+            c = candidate
+            families = quota_families(c.cloud, c.instance_type, c.market, asked.accelerator, c.zone)
+            return self.quota_family in families
+        return True
 
     @classmethod
-    def from_scope(cls, scope: Scope | str, candidate: Placed) -> Block | None:
+    def from_scope(
+        cls,
+        scope: Scope | str,
+        candidate: Placed,
+        *,
+        family: str | None = None,
+        free: int | None = None,
+    ) -> Block | None:
         """The block a failure of ``scope`` at ``candidate`` calls for (see
-        :meth:`Placement.block_for`)."""
+        :meth:`Placement.block_for`). ``family``: the quota family a FAMILY failure named
+        (None: the candidate's own, :func:`~corral.shared.quota_families.primary_family`);
+        ``free``: a shortfall's free machines (a ZONE block then ceils at them)."""
         c = candidate
         match Scope(scope):
-            case Scope.ZONE:  # sold out: this type and market in this zone
-                return cls(c.cloud, c.region, c.zone, c.instance_type, c.market)
-            case Scope.REGION:  # a regional quota or a hung region: every type, every market
+            case Scope.ZONE:  # sold out (or short): this type and market in this zone
+                above = free if free is not None and free > 0 else None
+                return cls(c.cloud, c.region, c.zone, c.instance_type, c.market, above=above)
+            case Scope.FAMILY:  # a regional quota: the candidates of that family there
+                if family is None:
+                    accelerator = Ask.of(c).accelerator
+                    family = primary_family(c.cloud, c.instance_type, c.market, accelerator, c.zone)
+                if family is None:
+                    return cls(c.cloud, region=c.region)
+                return cls(c.cloud, region=c.region, quota_family=family)
+            case Scope.REGION:  # a hung region (an API that does not answer): everything
                 return cls(c.cloud, region=c.region)
             case Scope.INSTANCE_TYPE:  # e.g. GCP's GPUS_ALL_REGIONS quota: the type everywhere
                 return cls(c.cloud, instance_type=c.instance_type, market=c.market)
@@ -154,24 +214,58 @@ class Block(Pattern):
             case _:  # NONE and REQUEST block nothing
                 return None
 
+    @classmethod
+    def for_error(cls, error: ProviderError, candidate: Placed) -> Block | None:
+        """What ``error`` at ``candidate`` blocks: its scope, narrowed to the quota family it
+        names and the ceiling a shortfall leaves. The one rule of the runtime's memory
+        (``attempt_record.remember``) and the simulator's."""
+        return cls.from_scope(error.scope, candidate, family=error.family, free=error.free)
+
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in FIELDS}
+        out: dict[str, Any] = {name: getattr(self, name) for name in FIELDS}
+        out["quota_family"], out["above"], out["scope"] = self.quota_family, self.above, self.kind
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Block:
+        above = data.get("above")
         return cls(
             cloud=str(data["cloud"]),
             region=data.get("region"),
             zone=data.get("zone"),
             instance_type=data.get("instance_type"),
             market=data.get("market"),
+            quota_family=data.get("quota_family"),
+            above=int(above) if above is not None else None,
         )
+
+    @property
+    def kind(self) -> str:
+        """What the block is about, in one word: ``capacity`` (a type and market in a zone),
+        ``shortfall`` (the same, for asks over a ceiling), ``quota`` (a family in a region),
+        ``region``, ``instance_type`` (a type everywhere), ``cloud`` or ``place`` (any other
+        partial place)."""
+        if self.quota_family is not None:
+            return "quota"
+        if self.zone is not None and self.instance_type is not None:
+            return "shortfall" if self.above is not None else "capacity"
+        if self.region is not None and self.zone is None and self.instance_type is None:
+            return "region"
+        if self.region is None and self.zone is None and self.instance_type is not None:
+            return "instance_type"
+        if self.region is None and self.zone is None and self.instance_type is None:
+            return "cloud"
+        return "place"
 
     def __str__(self) -> str:
         place = self.zone or self.region or "every region"
+        if self.quota_family is not None:
+            return f"{self.cloud} {place}: quota {self.quota_family}"
         what = self.instance_type or "every instance type"
         market = f" ({self.market})" if self.market else ""
-        return f"{self.cloud} {place}: {what}{market}"
+        ceiling = f", asks of more than {self.above} node{'s' * (self.above != 1)}" if (
+            self.above is not None) else ""  # fmt: skip
+        return f"{self.cloud} {place}: {what}{market}{ceiling}"
 
 
 class PlacementFields(BaseModel):

@@ -51,6 +51,7 @@ from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.config.task import Resources, Task
 from corral.shared.images import image_regions
 from corral.shared.placement import Pattern, Placement
+from corral.shared.quota_families import quota_families
 
 # A CPU task that states neither cpus nor memory gets a general-purpose machine of this size.
 DEFAULT_MIN_CPUS = 4.0
@@ -409,18 +410,34 @@ class _Chain:
         return built
 
     def _blocked_zones(self, cloud: str, market: str, run: RegionRun) -> set[str] | None:
-        """The run's zones some block covers; None when a block covers the whole run."""
+        """The run's zones some block covers; None when a block covers the whole run. A
+        shortfall's block covers only asks of more nodes than it left free; a quota family's,
+        only the offerings that count against that family (the same rule as
+        :meth:`~corral.shared.placement.Block.matches`)."""
         zones: set[str] = set()
         for b in self.blocks.get(cloud, ()):
+            if b.above is not None and self.nodes <= b.above:
+                continue
             if (
                 (b.region is None or b.region == run.region)
                 and (b.instance_type is None or b.instance_type == run.instance_type)
                 and (b.market is None or b.market == market)
             ):
-                if b.zone is None:
+                if b.quota_family is not None:
+                    zones.update(self._family_zones(cloud, market, run, b.quota_family))
+                elif b.zone is None:
                     return None
-                zones.add(b.zone)
+                else:
+                    zones.add(b.zone)
         return zones
+
+    def _family_zones(self, cloud: str, market: str, run: RegionRun, family: str) -> set[str]:
+        offerings = self.catalog.offerings
+        return {
+            o.zone
+            for o in (offerings[i] for i in run.entries)
+            if family in quota_families(cloud, o.instance_type, market, o.accelerator, o.zone)
+        }
 
     def add(self, cloud: str, market: str, runs: Runs) -> None:
         """Append one group's runs, in order."""

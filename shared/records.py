@@ -33,7 +33,16 @@ from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute, Rou
 # How an attempt ended: "ok", one of the provider outcomes (corral.shared.errors), or
 # "blocked" (skipped: its scope was blocked by an earlier failure).
 AttemptOutcome = Literal[
-    "ok", "capacity", "quota", "throttled", "auth", "invalid", "timeout", "error", "blocked"
+    "ok",
+    "capacity",
+    "quota",
+    "throttled",
+    "auth",
+    "invalid",
+    "timeout",
+    "unregistered",  # the cloud started its machines; their agents never registered
+    "error",
+    "blocked",
 ]
 
 

@@ -24,8 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from corral.shared.blocking import Block, Placed, PlaceKey, exact_key, place_key
+from corral.shared.blocking import Ask, Block, Placed, PlaceKey, exact_key, place_key
 from corral.shared.config import parse_duration_s
+from corral.shared.quota_families import quota_families
 
 # A retry after a block's expiry waits this much longer, so the block is gone when it runs.
 AFTER_EXPIRY_S = 1.0
@@ -238,20 +239,24 @@ def still_blocked(
     return WaitDecision("wait", reason, retry_at, deadline, because)
 
 
-def lifted_by_release(place: Placed) -> tuple[Block, Block, Block]:
+def lifted_by_release(place: Placed) -> tuple[Block, ...]:
     """The blocks that one of our own machines ending at ``place`` lifts: its job is over (or
     its user ended it), so the room it held is free again. The block naming that very place
     (sold out), the region's (a regional quota it counted against; a region that hung answers
-    again: the terminate went through) and the type's everywhere (a quota on that type, such as
-    GCP's GPUS_ALL_REGIONS). A block a lost machine left (``outcome`` lost: the cloud takes
-    machines back there) is kept by the adapters: a machine that ended on purpose says nothing
-    about that. A whole cloud's block (credentials) is never lifted this way. A machine let go
-    because its own attempt failed frees nothing: it never counts here."""
+    again: the terminate went through), the type's everywhere (a quota on that type, such as
+    GCP's GPUS_ALL_REGIONS) and its quota families' in the region. A block a lost machine
+    left (``outcome`` lost: the cloud takes machines back there) is kept by the adapters: a
+    machine that ended on purpose says nothing about that. A whole cloud's block (credentials)
+    is never lifted this way. A machine let go because its own attempt failed frees nothing:
+    it never counts here."""
     c = place
+    accelerator = Ask.of(c).accelerator  # a bare place has none: its CPU quotas are lifted
+    families = sorted(quota_families(c.cloud, c.instance_type, c.market, accelerator, c.zone))
     return (
         Block(c.cloud, c.region, c.zone, c.instance_type, c.market),
         Block(c.cloud, region=c.region),
         Block(c.cloud, instance_type=c.instance_type, market=c.market),
+        *(Block(c.cloud, region=c.region, quota_family=f) for f in families),
     )
 
 

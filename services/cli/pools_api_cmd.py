@@ -226,7 +226,8 @@ def why(
         say(f"  tried {n}: {a['cloud']}/{a['zone']} {a['instance_type']} {a['market']}: {failed}")
     for b in found.get("blocked") or []:
         until = f" until {_clock(b['until'])}" if b.get("until") else ""
-        say(f"  blocked ahead: {b['scope']}{until} ({b['reason']})")
+        kind = f"{b['kind']} " if b.get("kind") else ""
+        say(f"  blocked ahead: {kind}{b['scope']}{until} ({b['reason']})")
     if found.get("retry_at"):
         say(f"  next retry: {_clock(found['retry_at'])} (retry {(found.get('retries') or 0) + 1})")
     if found.get("state") == "WAITING" or found.get("deadline"):

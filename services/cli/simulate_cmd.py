@@ -11,13 +11,20 @@ import typer
 from corral.services.cli.output import EXIT_INPUT, err, out, print_issues, print_json
 
 POLICY_NAMES = ("corral", "greedy", "static", "oracle")  # corral.shared.sim.run.POLICIES
+# corral.shared.sim.run.EXTRA_POLICIES: played only when named.
+EXTRA_POLICY_NAMES = ("corral-wide-blocks",)
 
 
 def simulate(
     scenario: Annotated[Path, typer.Argument(help="the scenario file (clouds, capacity, ...)")],
     workload: Annotated[Path, typer.Argument(help="the workload file (arrivals or generate)")],
     policies: Annotated[
-        str, typer.Option("--policies", help="comma-separated: corral, greedy, static, oracle")
+        str,
+        typer.Option(
+            "--policies",
+            help="comma-separated: corral, greedy, static, oracle (corral-wide-blocks: Corral "
+            "with the blocks of before issue #46)",
+        ),
     ] = ",".join(POLICY_NAMES),
     generate: Annotated[
         int | None,
@@ -50,9 +57,10 @@ def simulate(
     from corral.shared.configio import ConfigError
 
     chosen = [p.strip() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in chosen if p not in POLICY_NAMES]
+    known = (*POLICY_NAMES, *EXTRA_POLICY_NAMES)
+    unknown = [p for p in chosen if p not in known]
     if unknown or not chosen:
-        err.print(f"--policies: expected some of {', '.join(POLICY_NAMES)}, got {policies!r}")
+        err.print(f"--policies: expected some of {', '.join(known)}, got {policies!r}")
         raise typer.Exit(EXIT_INPUT)
     try:
         loaded, day = load(scenario, workload, generate_n=generate, seed=seed, budgets_file=budgets)

@@ -76,7 +76,8 @@ GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "corral_blocked_scopes",
         "Scopes remembered as failing (skipped by every launch until they expire), by cloud, "
-        "breadth (zone, region, instance_type, cloud) and the outcome that blocked them.",
+        "breadth (zone, shortfall, quota_family, region, instance_type, cloud) and the "
+        "outcome that blocked them.",
         ("cloud", "scope", "outcome"),
     ),
     (
@@ -335,7 +336,11 @@ def _price(
 
 
 def _block_labels(block: Block, outcome: str) -> tuple[str, str, str]:
-    if block.zone is not None:
+    if block.quota_family is not None:
+        scope = "quota_family"  # one quota family in a region
+    elif block.above is not None:
+        scope = "shortfall"  # a zone's type, for asks over its ceiling
+    elif block.zone is not None:
         scope = "zone"
     elif block.region is not None:
         scope = "region"

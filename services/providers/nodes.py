@@ -326,7 +326,9 @@ class NodeAgents:
                     inst = inst.model_copy(update={"exit_code": view.exit_code})
                 out.append(inst)
                 continue
-            out.append(inst.model_copy(update=_agent_state(view)))
+            # The cloud's own word that it runs the machine is kept (its agent may not be up).
+            started = inst.started or inst.state == "running"
+            out.append(inst.model_copy(update={**_agent_state(view), "started": started}))
         return out
 
     def _bind(self, named: dict[str, NodeName]) -> None:

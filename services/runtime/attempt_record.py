@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import cast
 
 from corral.services.runtime.deps import Deps
+from corral.services.state.blocks import RememberedBlock
 from corral.shared.blocking import Block
 from corral.shared.errors import ProviderError
 from corral.shared.lifecycle import RequestState
@@ -101,7 +102,9 @@ def remember(
     # Slowed by us (the outage is read only for a timeout: the other outcomes never ask).
     if exc.outcome == "timeout" and started_at is not None and deps.outage.last_end() >= started_at:
         return
-    block = Block.from_scope(exc.scope, Placement.of(cand))
+    # The candidate itself (not its bare place): a quota error's family is read from what it
+    # asks (its accelerator) when the cloud's answer names none.
+    block = Block.for_error(exc, cand)
     if block is not None:
         deps.blocks.add(
             block,
@@ -110,6 +113,14 @@ def remember(
             reason=str(exc),
             outcome=exc.outcome,
         )
+
+
+def blocked_reason(block: Block, remembered: RememberedBlock | None) -> str:
+    """A blocked attempt's account: the scope that covers it (what the failure was about: a
+    zone's type, a shortfall's ceiling, a quota family) and what was remembered there."""
+    if remembered is None:
+        return f"blocked: {block}"
+    return f"{block} ({block.kind}) remembered as {remembered.outcome}: {remembered.reason}"
 
 
 def fail_request(

@@ -15,6 +15,7 @@ from corral.services.runtime.attempt_record import (
     add_attempt,
     attempt_id_for,
     attempt_line,
+    blocked_reason,
     end_attempt,
     fail_request,
     finish_attempt,
@@ -179,10 +180,7 @@ def advance(
         # not again on each walk of a waiting request: `why` names the blocks it waits on).
         rewalk = r.history[-1].from_state == RequestState.WAITING.value
         for index, block in () if rewalk else decision.passed_over:
-            reason = next(
-                (f"remembered as {b.outcome}: {b.reason}" for b in remembered if b.block == block),
-                str(block),
-            )
+            reason = blocked_reason(block, next((b for b in remembered if b.block == block), None))
             add_attempt(r, f"{r.id}-{r.generation}-{index}-blocked", r.chain[index], now,
                         "blocked", reason)  # fmt: skip
         found["recorded"] = found["started"] = False

@@ -29,7 +29,7 @@ from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.state.boots import Boot
 from corral.shared.config.machine_pool import LaunchTemplate
-from corral.shared.errors import LaunchTimeoutError, ProviderError, Scope
+from corral.shared.errors import LaunchTimeoutError, ProviderError, Scope, UnregisteredError
 from corral.shared.merge import merge_advanced_instance_config
 from corral.shared.reservations import reservation_of  # one reading, shared with the simulator
 
@@ -123,6 +123,12 @@ def boot_error(verdict: str) -> ProviderError:
     if verdict == "silent":
         return ProviderError(
             "an instance never reported while starting", code="InstanceSilent", scope=Scope.NONE
+        )
+    if verdict == "unregistered":
+        return UnregisteredError(
+            "the cloud started the instances but their agents never registered within the "
+            "attempt deadline",
+            code="AgentNeverRegistered",
         )
     return LaunchTimeoutError("instances did not come up within the attempt deadline")
 

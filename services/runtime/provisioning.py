@@ -30,6 +30,7 @@ from corral.services.runtime import quotas
 from corral.services.runtime.attempt_record import (
     attempt_id_for,
     attempt_line,
+    blocked_reason,
     end_attempt,
     fail_request,
     finish_attempt,
@@ -63,7 +64,6 @@ from corral.shared.failover import Within
 from corral.shared.images import image_for_region
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.observe import Seen, observe
-from corral.shared.placement import Placement
 from corral.shared.ports import parse_ports
 from corral.shared.readiness import PROBE_ENV
 from corral.shared.records import ChainStep, Instance, LaunchRequest
@@ -264,10 +264,10 @@ def _attempt(
         return after_failure(deps, req, step, Scope.NONE, inline, written=written)
     if existing is None:  # recorded already: its walk checked the blocks when it chose it
         remembered = deps.blocks.active(now)
-        hit = is_blocked(Placement.of(cand), [b.block for b in remembered])
+        hit = is_blocked(cand, [b.block for b in remembered])
         if hit is not None:
             why = next((b for b in remembered if b.block == hit), None)
-            reason = f"remembered as {why.outcome}: {why.reason}" if why else "blocked"
+            reason = blocked_reason(hit, why)
             record_attempt(deps, req.id, attempt_id, cand, now, outcome="blocked", error=reason)
             return after_failure(deps, req, step, Scope.NONE, inline, written=written)
         req = record_attempt(deps, req.id, attempt_id, cand, now, current=req) or req
@@ -361,7 +361,7 @@ def boot_failed(deps: Deps, boot: Boot, verdict: str) -> str:
     """An attempt's machines did not all come up by the deadline, or one died on the way:
     what did come up is terminated, and the request goes down its chain as for any failed
     attempt."""
-    exc = boot_error(verdict if verdict in ("lost", "silent") else "timeout")
+    exc = boot_error(verdict if verdict in ("lost", "silent", "unregistered") else "timeout")
     release_instances(deps, boot.spec.request_id, f"{exc.outcome}: {exc}", attempt_id=boot.key)
     req = deps.store.get_request(boot.spec.request_id)
     if req is None or not 0 <= boot.step < len(req.chain):

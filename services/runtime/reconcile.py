@@ -273,7 +273,8 @@ def _lost(deps: Deps, inst: Instance, why: str, block: bool = True) -> None:
     now = deps.now()
     timers = deps.settings.timers
     if block:
-        scope = Block(**inst.place.fields())  # its type and market in its zone
+        p = inst.place
+        scope = Block(p.cloud, p.region, p.zone, p.instance_type, p.market)  # there, that type
         reason = f"{inst.id} lost: {why}"
         deps.blocks.add(scope, now=now, ttl_s=timers.blocked_ttl_s, reason=reason, outcome="lost")
     req = deps.store.get_request(inst.request_id)

@@ -55,7 +55,7 @@ def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> di
     state_is_waiting = req.state == RequestState.WAITING
     ahead = req.chain[0 if state_is_waiting else max(req.next_step, 0) :] if req.chain else []
     blocked = [
-        {"scope": str(b), "until": until, "reason": why}
+        {"kind": b.kind, "scope": str(b), "until": until, "reason": why, **_scope_fields(b)}
         for b, until, why in blocks
         if any(b.matches(c) for c in ahead)
     ]
@@ -97,6 +97,11 @@ def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> di
         "blocked": blocked,
         **_wait_fields(req),
     }
+
+
+def _scope_fields(block: Block) -> dict[str, Any]:
+    """What a block names, field by field (those it leaves open are left out)."""
+    return {k: v for k, v in block.to_dict().items() if v is not None and k != "scope"}
 
 
 def _waiting_reason(req: LaunchRequest, failed: list[Any], blocked: list[Any]) -> str:

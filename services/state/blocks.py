@@ -2,8 +2,11 @@
 
 Every worker and every later request skips a scope that is remembered here. Layout: one hash
 ``<prefix>:blocks`` whose fields are the block's key (``cloud|region|zone|type|market``, empty
-for a wildcard) and whose values are JSON ``{"until": epoch_s, "reason": text, "outcome": word}``.
-Reads ignore expired entries; beat's expiry task deletes them.
+for a wildcard, and ``|family`` after them for a quota family's block) and whose values are
+JSON ``{"until": epoch_s, "reason": text, "outcome": word}`` with ``"above": k`` for a
+shortfall's ceiling (in the value, not the key: the place's one entry, so a release there lifts
+it and a later answer there replaces it). Reads ignore expired entries; beat's expiry task
+deletes them.
 """
 
 from __future__ import annotations
@@ -21,13 +24,18 @@ _FIELDS = ("cloud", "region", "zone", "instance_type", "market")
 
 
 def block_key(block: Block) -> str:
-    return "|".join(getattr(block, f) or "" for f in _FIELDS)
+    key = "|".join(getattr(block, f) or "" for f in _FIELDS)
+    return f"{key}|{block.quota_family}" if block.quota_family else key
 
 
-def block_from_key(key: str) -> Block:
-    parts = key.split("|")
-    values = dict(zip(_FIELDS, parts, strict=True))
-    return Block(**{k: (v or None) for k, v in values.items()})  # type: ignore[arg-type]
+def block_from_key(key: str, above: int | None = None) -> Block:
+    """The block of a field (five parts, or six with a quota family); ``above``: its
+    ceiling, kept in the value."""
+    parts = key.split("|", len(_FIELDS))
+    family = parts[len(_FIELDS)] if len(parts) > len(_FIELDS) else None
+    values = dict(zip(_FIELDS, parts[: len(_FIELDS)], strict=True))
+    fields = {k: (v or None) for k, v in values.items()}
+    return Block(**fields, quota_family=family or None, above=above)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,10 @@ class BlockStore:
     def add(self, block: Block, *, now: float, ttl_s: float, reason: str, outcome: str) -> None:
         """Remember ``block`` until ``now + ttl_s`` (a later, longer block wins)."""
         field = block_key(block)
-        value = json.dumps({"until": now + ttl_s, "reason": reason, "outcome": outcome})
+        data: dict[str, Any] = {"until": now + ttl_s, "reason": reason, "outcome": outcome}
+        if block.above is not None:
+            data["above"] = block.above
+        value = json.dumps(data)
         # Keep the later expiry when two workers block the same scope at once.
         self.client.eval(_ADD_LUA, 1, self.key, field, value, now + ttl_s)
 
@@ -58,7 +69,7 @@ class BlockStore:
                 key = field.decode() if isinstance(field, bytes) else field
                 out.append(
                     RememberedBlock(
-                        block_from_key(key),
+                        block_from_key(key, data.get("above")),
                         data["until"],
                         data["reason"],
                         data.get("outcome", "error"),

@@ -13,6 +13,8 @@ tested without a real cloud::
           - name: lab-east-a
             capacity: {cpu-2: 8}          # a type missing here is not offered in the zone
             errors: {cpu-2: {kind: throttle, times: 2}}   # market: spot: that market only
+            # a quota error blocks its quota family in the region (by default the type's
+            # own: on_demand:T4 for a T4 type); {kind: quota, family: on_demand:cpu} names one
     reservations:
       - {id: r-1, zone: lab-east-a, instance_type: cpu-2, count: 2}
 
@@ -41,8 +43,10 @@ from ..configio import (
 )
 from .base import StrictModel
 
-ErrorKind = Literal["capacity", "quota", "throttle", "auth"]
-ERROR_KINDS: tuple[str, ...] = ("capacity", "quota", "throttle", "auth")
+# ``unregistered``: the launch succeeds and the machines start, but their agents never register
+# (a boot script that stopped early): a fault of those machines, not of the zone.
+ErrorKind = Literal["capacity", "quota", "throttle", "auth", "unregistered"]
+ERROR_KINDS: tuple[str, ...] = ("capacity", "quota", "throttle", "auth", "unregistered")
 
 # Validation context key: the loader checks references itself, with line numbers.
 _DEFER_REFERENCES = "defer_references"
@@ -55,10 +59,19 @@ class InjectedError(StrictModel):
     kind: ErrorKind
     times: int | None = Field(default=None, ge=1)  # None: every launch fails
     market: Literal["on_demand", "spot"] | None = None  # None: every market
+    # A quota error's family (corral.shared.quota_families): None is the type's own,
+    # ``on_demand:T4`` for a T4 type; name another to play a quota shared with other types.
+    family: str | None = Field(default=None, min_length=1)
 
     def meets(self, market: str) -> bool:
         """Whether a launch in ``market`` meets this fault at all."""
         return self.market is None or self.market == market
+
+    @model_validator(mode="after")
+    def _family_only_for_quota(self) -> InjectedError:
+        if self.family is not None and self.kind != "quota":
+            raise ValueError("family: only a quota error names a quota family")
+        return self
 
     def fails_launch(self, launch_number: int) -> bool:
         """Whether the ``launch_number``-th launch (1-based) of this type in the zone fails."""

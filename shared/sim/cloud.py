@@ -16,8 +16,9 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..errors import CapacityError, LaunchTimeoutError, ProviderError, ThrottledError
+from ..errors import CapacityError, LaunchTimeoutError, ProviderError, QuotaError, ThrottledError
 from ..placement import MARKETS, Placement
+from ..quota_families import quota_families
 from .scenario import Capacity, OutageSpec, ReservationSpec, Scenario
 
 
@@ -137,7 +138,54 @@ class SimCloud:
     def reservation_in_use(self, reservation: str) -> int:
         return self.in_use.get(("reservation", reservation), 0)
 
+    def quota_out(self, place: Placement, t: float) -> str | None:
+        """The quota family used up at ``t`` that a launch here counts against, if any."""
+        if not self.scenario.quotas or place.reservation is not None:
+            return None  # a reservation is bought already: no quota to meet
+        spec = self.scenario.clouds[place.cloud]
+        itype = spec.instance_types.get(place.instance_type)
+        accelerator = next(iter(itype.accelerators), None) if itype else None
+        families = quota_families(
+            place.cloud, place.instance_type, place.market,
+            accelerator.upper() if accelerator else None, place.zone,
+        )  # fmt: skip
+        for q in self.scenario.quotas:
+            if (
+                q.cloud == place.cloud
+                and q.region == place.region
+                and q.from_s <= t < (q.to_s if q.to_s is not None else math.inf)
+                and q.family in families
+            ):
+                return q.family
+        return None
+
     # ------------------------------------------------------------------ launching
+    def launch_all(
+        self, place: Placement, now: float, keys: list[str], gpus: int
+    ) -> list[SimInstance]:
+        """One call for every node of a request at ``place``, all or none (as the local
+        cloud's): a zone with fewer free than asked refuses with how many were (``free``: the
+        shortfall's ceiling), before any is taken."""
+        free = self.free(place, now)
+        if len(keys) > 1 and 0 < free < len(keys) and self.outage(place, now) is None:
+            self.calls += 1
+            what = "reservation" if place.reservation else place.market
+            raise CapacityError(
+                f"{place.zone} has {free} {place.instance_type} ({what}) free, asked for "
+                f"{len(keys)}",
+                code="InsufficientInstanceCapacity",
+                free=free,
+            )
+        got: list[SimInstance] = []
+        try:
+            for key in keys:
+                got.append(self.launch(place, now, key, gpus))
+        except ProviderError:
+            for inst in got:
+                self.end(inst, now)
+            raise
+        return got
+
     def launch(self, place: Placement, now: float, key: str, gpus: int) -> SimInstance:
         """Launch one instance at ``place`` (``key`` names this call, for the draws), or raise
         the error the cloud answers with."""
@@ -151,6 +199,11 @@ class SimCloud:
             raise ThrottledError("request limit exceeded", code="RequestLimitExceeded")
         if u < spec.api.throttle_rate + spec.api.error_rate:
             raise ProviderError("internal error", code="InternalError")
+        family = self.quota_out(place, now)
+        if family is not None:
+            raise QuotaError(
+                f"quota {family} used up in {place.region}", code="QuotaExceeded", family=family
+            )
         if outage is not None or self.free(place, now) <= 0:
             what = "reservation" if place.reservation else place.market
             raise CapacityError(

@@ -27,13 +27,16 @@ class CorralPolicy:
     """The real decision code over the simulated cloud."""
 
     name = "corral"
+    wide_blocks = False  # see CorralWideBlocksPolicy
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
 
     def start(self, sim: Sim) -> None:
         self.sim = sim
-        self.launcher = Launcher(sim, relaunch_limit=sim.timers.relaunch_limit)
+        self.launcher = Launcher(
+            sim, relaunch_limit=sim.timers.relaunch_limit, wide_blocks=self.wide_blocks
+        )
         budgets = self.workload.budgets
         self.pools = {
             name: MachinePoolSim(sim, name, pool, _cloud_of(sim, pool), budgets)
@@ -113,6 +116,15 @@ class CorralPolicy:
         ray = sum(c.waiting_count() for c in self.clusters.values())
         direct = sum(1 for rid, f in self.launcher.flows.items() if not f.up and rid in self.where)
         return pools + det + ray + direct
+
+
+class CorralWideBlocksPolicy(CorralPolicy):
+    """Corral with the blocks it kept before issue #46 (a quota error blocked its whole
+    region, a shortfall its zone's type for every ask): not a policy to choose, the measure
+    of what blocking at the cloud's own scope buys."""
+
+    name = "corral-wide-blocks"
+    wide_blocks = True
 
 
 def _cloud_of(sim: Sim, pool: object) -> str:

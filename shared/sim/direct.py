@@ -1,7 +1,7 @@
 """Direct requests down a failover chain, as the runtime's admission, zone attempts and
 failover steps do it, with the decisions made by the same functions:
 :func:`corral.shared.planner.plan` (the chain), :func:`corral.shared.failover.next_step` (the
-next candidate within a zone's region, its cloud, or anywhere), :meth:`Block.from_scope` and
+next candidate within a zone's region, its cloud, or anywhere), :meth:`Block.for_error` and
 :func:`corral.shared.blocking.is_blocked` (the capacity-error memory).
 
 :class:`Launcher` plays Corral (one memory of blocked scopes shared by every request, a lost
@@ -42,11 +42,12 @@ OnUp = Callable[[str, list[SimInstance]], None]
 OnFailed = Callable[[str, str], None]
 
 
-BlockFields = tuple[str, str | None, str | None, str | None, str | None]
+BlockFields = tuple[str, str | None, str | None, str | None, str | None, str | None, int | None]
 
 
 def fields_of(block: Block) -> BlockFields:
-    return (block.cloud, block.region, block.zone, block.instance_type, block.market)
+    b = block
+    return (b.cloud, b.region, b.zone, b.instance_type, b.market, b.quota_family, b.above)
 
 
 @dataclass
@@ -126,8 +127,12 @@ class Launcher:
         shared_memory: bool = True,
         retry_until_up: bool = False,
         relaunch_limit: int | None = None,
+        wide_blocks: bool = False,
     ) -> None:
         self.sim = sim
+        # The rule before issue #46, kept to measure what the cloud's own scopes buy: a quota
+        # error blocks its whole region, a shortfall its zone's type for every ask.
+        self.wide_blocks = wide_blocks
         self.memory = BlockMemory()
         self.shared_memory = shared_memory
         self.retry_until_up = retry_until_up
@@ -271,15 +276,12 @@ class Launcher:
             return
         place = Placement(cand.cloud, cand.region, cand.zone, cand.instance_type, cand.market)
         gpus = sum(cand.accelerators.values())
-        got: list[SimInstance] = []
         flow.tries += 1
         call_s = self.sim.scenario.clouds[cand.cloud].call_s
+        keys = [f"{flow.rid}/{flow.relaunches}/{flow.tries}/{n}" for n in range(cand.num_nodes)]
         try:
-            for node in range(cand.num_nodes):
-                key = f"{flow.rid}/{flow.relaunches}/{flow.tries}/{node}"
-                got.append(self.sim.cloud.launch(place, self.sim.now, key, gpus))
+            got = self.sim.cloud.launch_all(place, self.sim.now, keys, gpus)
         except ThrottledError:
-            self._release(got)
             if try_no < self.sim.timers.throttle_retries:
                 wait_s = backoff_s(self.sim.timers.throttle_backoff_s, try_no) + call_s
                 self.sim.after(wait_s, self._attempt, flow, index, try_no + 1)
@@ -287,8 +289,7 @@ class Launcher:
                 self.sim.after(call_s, self._advance, flow, index, Within.REGION)
             return
         except ProviderError as exc:
-            self._release(got)
-            self._remember(flow, Block.from_scope(exc.scope, Placement.of(cand)))
+            self._remember(flow, self._block_for(exc, cand))
             wait_s = (
                 self.sim.timers.attempt_deadline_s
                 if isinstance(exc, LaunchTimeoutError)
@@ -305,6 +306,14 @@ class Launcher:
             self.by_instance[inst.iid] = flow
             self.sim.launched(inst)
         self.sim.at(max(i.up_at for i in got), self._booted, flow, got)
+
+    def _block_for(self, exc: ProviderError, cand: Candidate) -> Block | None:
+        """What the failure blocks: the runtime's rule (``attempt_record.remember``), or with
+        ``wide_blocks`` the rule before issue #46."""
+        if self.wide_blocks:
+            scope = Scope.REGION if exc.scope == Scope.FAMILY else exc.scope
+            return Block.from_scope(scope, cand)
+        return Block.for_error(exc, cand)
 
     def _booted(self, flow: Flow, got: Sequence[SimInstance]) -> None:
         if flow.ended or flow.instances is not got or any(i.ended_at is not None for i in got):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .corral import CorralPolicy
+from .corral import CorralPolicy, CorralWideBlocksPolicy
 from .engine import Policy, Sim, SimTimers
 from .metrics import series, summary
 from .peers import GreedyPolicy, OraclePolicy, StaticPolicy
@@ -14,12 +14,15 @@ from .scenario import Scenario
 from .workload import Workload
 
 POLICIES = ("corral", "greedy", "static", "oracle")
+# Played only when asked for: Corral with the blocks of before issue #46, for comparison.
+EXTRA_POLICIES = ("corral-wide-blocks",)
 
 
 def make_policy(name: str, workload: Workload) -> Policy:
-    """One of :data:`POLICIES`."""
+    """One of :data:`POLICIES` or :data:`EXTRA_POLICIES`."""
     kinds: dict[str, type[Any]] = {
         "corral": CorralPolicy,
+        "corral-wide-blocks": CorralWideBlocksPolicy,
         "greedy": GreedyPolicy,
         "static": StaticPolicy,
         "oracle": OraclePolicy,

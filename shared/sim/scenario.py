@@ -26,6 +26,8 @@
          price_usd_per_hour: 21.0}
     outages:
       - {cloud: aws, zone: us-east-1b, from: 9h, to: 13h, error: capacity}
+    quotas:                       # a quota family used up in a region (see quota_families)
+      - {cloud: aws, region: us-west-2, family: "on_demand:p", from: 2h, to: 8h}
 
 Times are seconds (a number) or durations (``90s``, ``12h``, ``1d``) from the start of the
 simulated day. Every model forbids unknown keys; :func:`load_scenario` reports each mistake as
@@ -144,6 +146,18 @@ class OutageSpec(StrictModel):
     lose_running: bool = False
 
 
+class QuotaSpec(StrictModel):
+    """An account quota used up in a region for a window: every launch counting against
+    ``family`` there (:mod:`corral.shared.quota_families`: ``on_demand:g-vt`` on AWS,
+    ``NVIDIA_T4_GPUS`` on GCP) is refused with a quota error naming it."""
+
+    cloud: str
+    region: str
+    family: str = Field(min_length=1)
+    from_s: TimeS = Field(0.0, alias="from")
+    to_s: TimeS | None = Field(None, alias="to")  # None: the whole day
+
+
 class Scenario(StrictModel):
     """The whole scenario file."""
 
@@ -154,6 +168,7 @@ class Scenario(StrictModel):
     clouds: dict[str, CloudSpec] = Field(min_length=1)
     reservations: list[ReservationSpec] = Field(default_factory=list)
     outages: list[OutageSpec] = Field(default_factory=list)
+    quotas: list[QuotaSpec] = Field(default_factory=list)
 
     def problems(self) -> list[tuple[PathKey, str]]:
         """Names that point nowhere, each with its path in the file."""
@@ -184,6 +199,12 @@ class Scenario(StrictModel):
             elif outage.region is not None and outage.region not in self._regions(outage.cloud):
                 out.append(((*path, "region"), f"no region {outage.region!r}"))
             if outage.to_s <= outage.from_s:
+                out.append(((*path, "to"), "expected a time after from"))
+        for i, quota in enumerate(self.quotas):
+            path = ("quotas", i)
+            if quota.region not in self._regions(quota.cloud):
+                out.append(((*path, "region"), f"no region {quota.region!r} in {quota.cloud!r}"))
+            if quota.to_s is not None and quota.to_s <= quota.from_s:
                 out.append(((*path, "to"), "expected a time after from"))
         return out
 

@@ -218,15 +218,15 @@ def workload_from_doc(doc: Document) -> Workload:
         budgets = tuple(spec.budgets)
     _check_ray(doc, spec, clusters)
     arrivals: list[Arrival] = []
-    for i, arrival in enumerate(spec.arrivals):
-        [template] = _templates(doc, [arrival], ("arrivals",))
-        template = replace(template, id=f"a{i}")
+    # Each entry's task read at its own path (a one-entry list read every entry's task at
+    # the first's: arrivals[0].task for all).
+    templates = _templates(doc, spec.arrivals, ("arrivals",))
+    for i, (arrival, template) in enumerate(zip(spec.arrivals, templates, strict=True)):
         step = arrival.every_s or 0.0
         arrivals.extend(
             replace(template, id=f"a{i}-{n}", at_s=arrival.at_s + n * step)
             for n in range(arrival.count)
         )
-    templates = _templates(doc, spec.arrivals, ("arrivals",))
     weights = [a.weight for a in spec.arrivals]
     fixed = list(arrivals)
     drawn = None

@@ -79,6 +79,19 @@ ERROR_KINDS: dict[str, ErrorKind] = {
             "limit": 0,
         },
     ),
+    # An N2 machine's own vCPU quota (a series with a quota of its own: N2_CPUS).
+    "quota_region_n2": ErrorKind(
+        403,
+        "QUOTA_EXCEEDED",
+        "Quota 'N2_CPUS' exceeded.  Limit: 24.0 in region {region}.",
+        stage="operation",
+        quota={
+            "metricName": "compute.googleapis.com/n2_cpus",
+            "limitName": "N2-CPUS-per-project-region",
+            "dimensions": {"region": "{region}"},
+            "limit": 24,
+        },
+    ),
     "quota_gpus_all_regions": ErrorKind(
         403,
         "QUOTA_EXCEEDED",

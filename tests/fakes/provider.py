@@ -25,6 +25,9 @@ from corral.shared.errors import ProviderError
 class FakeProvider:
     name: str = "local"
     boot_delay_s: float = 0.0  # machines report "pending" this long after their launch
+    # Zones whose machines the cloud starts (``started``) but whose agents never register:
+    # they report "pending" for ever (a boot script that stopped early).
+    mute_zones: set[str] = field(default_factory=set)
     now: float = 0.0  # the fake's clock: a test moves it (``advance``)
     poll_interval_s: float = 0.0
     calls: list[tuple[str, Any]] = field(default_factory=list)
@@ -138,6 +141,9 @@ class FakeProvider:
         out = []
         for m in machines:
             if m.state == "pending" and self.now >= self._booted_at.get(m.provider_id, 0.0):
-                m = self.machines[m.provider_id] = m.model_copy(update={"state": "running"})
+                update: dict[str, Any] = {"started": True}
+                if m.zone not in self.mute_zones:
+                    update["state"] = "running"
+                m = self.machines[m.provider_id] = m.model_copy(update=update)
             out.append(m)
         return out

@@ -162,10 +162,12 @@ def test_gcp_failover_scenarios(make_system: Callable[..., System]) -> None:
         req = launch(system, "gcp", "n2-standard-8")
         assert trail(req) == [(n_zones[0], "throttled")] * 2 + [(n_zones[0], "ok")]
 
-        fake.add_fault(GcpFault("quota_region", zone=n_zones[1], machine_type="n2-standard-8"))
+        # Issue #46: a quota blocks its own metric in the region. The fake's A100 quota (a
+        # misfit for an N2 machine) blocks no N2; the N2 vCPU quota blocks the region's N2s.
+        fake.add_fault(GcpFault("quota_region_n2", zone=n_zones[1], machine_type="n2-standard-8"))
         req = launch(system, "gcp", "n2-standard-8", zone=n_zones[1], fail_fast=True)
         assert trail(req) == [(n_zones[1], "quota")]
         req = launch(system, "gcp", "n2-standard-8")
-        # The region is remembered as over quota: only the next region is tried.
+        # The region is remembered as over its N2 quota: only the next region is tried.
         assert trail(req)[-1] == (n_r2_zones[0], "ok")
         assert {o for _, o in trail(req)[:-1]} == {"blocked"}

@@ -11,6 +11,7 @@ import pytest
 import redis
 import yaml
 
+from corral.services.providers.local import EXAMPLE_CLOUD_FILE
 from corral.services.state.blocks import BlockStore
 
 from harness import REPO, System, wait_for
@@ -59,7 +60,7 @@ def shared(
 @pytest.fixture
 def system(shared: System) -> Iterator[System]:
     """The shared installation with its memory of failed scopes emptied, as on a fresh one (a
-    quota error blocks its whole region, every instance type)."""
+    quota error blocks its quota family in the region)."""
     client = redis.Redis.from_url(shared.env["CORRAL_REDIS_URL"])
     BlockStore(client).clear()
     yield shared
@@ -90,7 +91,7 @@ def test_sold_out_region_then_memory_of_it(system: System) -> None:
     assert "remembered as capacity" in second["attempts"][0]["error"]
 
 
-def test_quota_skips_the_rest_of_the_region(system: System) -> None:
+def test_quota_skips_the_rest_of_the_region_for_its_family(system: System) -> None:
     req = system.wait_state(system.submit(gpu("V100:4")), {"RUNNING", "FAILED"})
     assert req["state"] == "RUNNING"
     assert _trail(req) == [("east-a", "quota"), ("east-b", "blocked"), ("west-a", "ok")]
@@ -138,3 +139,101 @@ def test_a_hung_region_is_cut_off_and_remembered(system: System) -> None:
         return late in everything and ended
 
     wait_for(no_stray, 60, "the hung zone's late instance to be cleaned up", system.home / "logs")
+
+
+# --- issue #46: blocks at the scope the cloud meant -------------------------------------------
+def _remembered(system: System) -> list[dict[str, Any]]:
+    client = redis.Redis.from_url(system.env["CORRAL_REDIS_URL"])
+    try:
+        now = float(client.time()[0])
+        return [b.block.to_dict() for b in BlockStore(client).active(now)]
+    finally:
+        client.close()
+
+
+def test_a_t4_quota_error_leaves_the_regions_cpus_alone(system: System) -> None:
+    t4 = system.wait_state(system.submit(gpu("T4:1")), {"RUNNING", "FAILED"})
+    assert t4["state"] == "RUNNING"
+    # The T4 quota of the region is out (its other zone's T4s too); the next region serves.
+    assert _trail(t4) == [("capped-a", "quota"), ("capped-b", "blocked"), ("t4-a", "ok")]
+    assert "quota on_demand:T4" in t4["attempts"][1]["error"]
+    [block] = [b for b in _remembered(system) if b["region"] == "capped"]
+    assert (block["quota_family"], block["scope"], block["zone"]) == ("on_demand:T4", "quota", None)
+    # A CPU job in that region launches where the T4 quota ran out, with no blocked attempt.
+    task = {"name": "cpu", "resources": {"cloud": "local", "instance_type": "cpu-4q"}}
+    cpu = system.wait_state(system.submit(task), {"RUNNING", "FAILED"})
+    assert cpu["state"] == "RUNNING"
+    assert _trail(cpu) == [("capped-a", "ok")]
+    # A T4 request pinned to that region is passed over it, and `why` names the block's scope.
+    pinned = {**gpu("T4:1", region="capped"), "retry_until_up": False}
+    req = system.wait_state(system.submit(pinned), {"RUNNING", "FAILED"})
+    assert _trail(req) == [("capped-a", "blocked")]  # one block: told once for both zones
+    with system.client() as api:
+        shown = api.get(f"/v1/requests/{req['id']}/why").json()
+    assert [(b["kind"], b["quota_family"]) for b in shown["blocked"]] == [("quota", "on_demand:T4")]
+    assert (
+        "blocked ahead: quota local capped: quota on_demand:T4"
+        in system.cli("why", req["id"]).stdout
+    )
+
+
+def test_a_shortfall_blocks_only_bigger_asks(system: System) -> None:
+    two = {**gpu("A10G:2"), "num_nodes": 2, "retry_until_up": False}
+    req = system.wait_state(system.submit(two), {"RUNNING", "FAILED"})
+    assert req["state"] == "FAILED"
+    assert _trail(req) == [("short-a", "capacity")]
+    assert "1 of 1 gpu-a10g-2 free, asked for 2" in req["attempts"][0]["error"]
+    [block] = [b for b in _remembered(system) if b["zone"] == "short-a"]
+    assert (block["above"], block["scope"]) == (1, "shortfall")
+    # The README's 1-node case: it fits what is free, so it launches there, fail-fast or not.
+    one = {**gpu("A10G:2"), "retry_until_up": False}
+    req = system.wait_state(system.submit(one), {"RUNNING", "FAILED"})
+    assert req["state"] == "RUNNING"
+    assert _trail(req) == [("short-a", "ok")]
+    # A second 2-node ask meets the ceiling: passed over, not tried again.
+    again = system.wait_state(system.submit(two), {"RUNNING", "FAILED"})
+    assert _trail(again) == [("short-a", "blocked")]
+    assert "asks of more than 1 node" in again["attempts"][0]["error"]
+
+
+def test_machines_that_never_register_do_not_block_their_region(system: System) -> None:
+    task = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-1u"}}
+    first = system.wait_state(system.submit(task), {"RUNNING", "FAILED"}, 90)
+    assert first["state"] == "RUNNING"
+    # The cloud started them; their agents never registered: their fault, replaced next door.
+    assert _trail(first) == [("unreg-a", "unregistered"), ("unreg-b", "ok")]
+    assert "never registered" in first["attempts"][0]["error"]
+    assert not [b for b in _remembered(system) if b["region"] == "unreg"]
+    # The next request in that region is not blocked: it launches in the same zone.
+    second = system.wait_state(system.submit(task), {"RUNNING", "FAILED"}, 60)
+    assert second["state"] == "RUNNING"
+    assert _trail(second) == [("unreg-a", "ok")]
+    shown = system.cli("status", first["id"])
+    assert "unregistered" in shown.stdout
+
+
+def test_the_readme_a100_job_runs_after_a_two_node_ask_found_one_free(
+    make_system: Callable[..., System],
+) -> None:
+    """Issue #46, as reported: on the example cloud a 2-node A100 ask finds lab-west-a with
+    "1 of 1 gpu-a100-8 free, asked for 2"; the README's 1-node train-a100.yaml, fail-fast, then
+    launches there (it failed "all 3 candidates failed or are blocked (0 tried)")."""
+    system = make_system(EXAMPLE_CLOUD_FILE)
+    system.start_api()
+    system.start_worker("schedule")
+    system.start_worker("provision")
+    readme = yaml.safe_load((REPO / "examples" / "workload" / "train-a100.yaml").read_text())
+    two = {**readme, "name": "train-2", "num_nodes": 2, "retry_until_up": False}
+    req = system.wait_state(system.submit(two), {"RUNNING", "FAILED"}, 90)
+    assert req["state"] == "FAILED"
+    [west] = [a for a in req["attempts"] if a["zone"] == "lab-west-a"]
+    assert west["outcome"] == "capacity"
+    assert "1 of 1 gpu-a100-8 free, asked for 2" in west["error"]
+    one = {**readme, "retry_until_up": False}
+    req = system.wait_state(system.submit(one), {"RUNNING", "SUCCEEDED", "FAILED"}, 90)
+    assert req["state"] in ("RUNNING", "SUCCEEDED"), req["error"]
+    assert _trail(req) == [
+        ("lab-east-a", "blocked"),
+        ("lab-east-b", "blocked"),
+        ("lab-west-a", "ok"),
+    ]

@@ -100,7 +100,7 @@ def test_a_job_on_kubernetes_ends_by_its_exit_code_with_its_logs_and_its_pod_goe
 
 
 def test_a_gpu_job_no_node_can_hold_fails_over_to_the_next_cloud(
-    kube: FakeKube, system: System
+    kube: FakeKube, system: System, pods: Callable[[str], Vm]
 ) -> None:
     """The cluster's only A100 node is taken by a pod Corral does not own: Corral's pod is
     Unschedulable, the launch is a capacity error for the context (its pod deleted), and the
@@ -126,6 +126,13 @@ def test_a_gpu_job_no_node_can_hold_fails_over_to_the_next_cloud(
     assert done["state"] in ("RUNNING", "SUCCEEDED"), done
     assert done["instances"][-1]["cloud"] == "local"
     assert _live_pods(kube, rid) == []
+    # Issue #46: the A100 shape is blocked there, not the cluster: a CPU job still runs on it.
+    cpu = system.submit({**TASK, "name": "cpu-after", "run": "true"})
+    pods(_script_of(kube, cpu))  # the pod's container: the node agent
+    done = system.wait_state(cpu, {"SUCCEEDED", "FAILED"}, 120)
+    assert done["state"] == "SUCCEEDED", done
+    assert [(a["cloud"], a["outcome"]) for a in done["attempts"]] == [("kubernetes", "ok")]
+    wait_for(lambda: _live_pods(kube, cpu) == [], 30, "the CPU job's pod deleted")
 
 
 def test_a_quota_refusal_blocks_the_namespace_and_the_chain_moves_on(

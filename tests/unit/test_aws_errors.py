@@ -38,8 +38,10 @@ EXPECTED = [
     ("InsufficientInstanceCapacity", CapacityError, Scope.ZONE, "capacity"),
     ("InsufficientHostCapacity", CapacityError, Scope.ZONE, "capacity"),
     ("Unsupported", CapacityError, Scope.ZONE, "capacity"),
-    ("VcpuLimitExceeded", QuotaError, Scope.REGION, "quota"),
-    ("InstanceLimitExceeded", QuotaError, Scope.REGION, "quota"),
+    # Issue #46: a vCPU limit is one quota class (and market) of the region, not the region.
+    ("VcpuLimitExceeded", QuotaError, Scope.FAMILY, "quota"),
+    ("InstanceLimitExceeded", QuotaError, Scope.FAMILY, "quota"),
+    ("VolumeLimitExceeded", QuotaError, Scope.REGION, "quota"),
     ("MaxSpotInstanceCountExceeded", QuotaError, Scope.INSTANCE_TYPE, "quota"),
     ("AuthFailure", AuthError, Scope.CLOUD, "auth"),
     ("UnauthorizedOperation", AuthError, Scope.CLOUD, "auth"),
@@ -85,7 +87,7 @@ def test_quota_is_told_apart_from_capacity() -> None:
     capacity = classify("InsufficientInstanceCapacity")
     quota = classify("VcpuLimitExceeded")
     assert (capacity.outcome, capacity.scope) == ("capacity", Scope.ZONE)
-    assert (quota.outcome, quota.scope) == ("quota", Scope.REGION)
+    assert (quota.outcome, quota.scope) == ("quota", Scope.FAMILY)
 
 
 def test_old_style_server_and_client_prefixes_are_ignored() -> None:

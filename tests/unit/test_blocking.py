@@ -47,7 +47,11 @@ def test_from_scope_follows_the_error_classes() -> None:
     assert Block.from_scope(CapacityError("sold out").scope, HERE) == Block(
         "aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "on_demand"
     )
-    assert Block.from_scope(QuotaError("quota").scope, HERE) == Block("aws", "us-east-1")
+    # Issue #46: a quota error blocks its quota family (P instances, on-demand) in the region.
+    assert Block.from_scope(QuotaError("quota").scope, HERE) == Block(
+        "aws", "us-east-1", quota_family="on_demand:p"
+    )
+    assert Block.from_scope(Scope.REGION, HERE) == Block("aws", "us-east-1")  # a hung region
     assert Block.from_scope(ThrottledError("slow down").scope, HERE) is None
     gpus_all_regions = QuotaError("GPUS_ALL_REGIONS", scope=Scope.INSTANCE_TYPE)
     assert Block.from_scope(gpus_all_regions.scope, HERE) == Block(

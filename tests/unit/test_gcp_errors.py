@@ -96,7 +96,7 @@ def test_the_stockout_as_extended_operation_result_raises_it_is_the_same() -> No
     )
 
 
-def test_a_regional_quota_blocks_the_region() -> None:
+def test_a_regional_quota_blocks_its_metric_in_the_region() -> None:
     quota = compute_v1.QuotaExceededInfo(
         metric_name="compute.googleapis.com/nvidia_a100_gpus",
         limit_name="NVIDIA-A100-GPUS-per-project-region",
@@ -111,7 +111,8 @@ def test_a_regional_quota_blocks_the_region() -> None:
     )
     err = from_operation(op)
     assert isinstance(err, QuotaError)
-    assert err.scope == Scope.REGION
+    # Issue #46: the A100 quota of the region, not the region (its CPUs, its T4s are free).
+    assert (err.scope, err.family) == (Scope.FAMILY, "NVIDIA_A100_GPUS")
     assert err.code == "QUOTA_EXCEEDED:NVIDIA_A100_GPUS"
 
 
@@ -150,7 +151,7 @@ def test_an_operation_failing_with_an_unknown_code_blocks_the_zone() -> None:
          "permission for 'projects/p/zones/z/instances/i'", AuthError, Scope.CLOUD),
         # ... unless its reason says quota (regional here) or rate limit.
         (403, "quotaExceeded", None, "Quota 'CPUS' exceeded.  Limit: 24.0 in region us-east1.",
-         QuotaError, Scope.REGION),
+         QuotaError, Scope.FAMILY),
         (403, "quotaExceeded", None, "Quota 'GPUS_ALL_REGIONS' exceeded.  Limit: 0.0 globally.",
          QuotaError, Scope.INSTANCE_TYPE),
         (403, "rateLimitExceeded", None, "Rate Limit Exceeded", ThrottledError, Scope.NONE),

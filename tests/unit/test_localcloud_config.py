@@ -194,3 +194,20 @@ def test_building_the_model_directly_still_checks_references() -> None:
     }
     with pytest.raises(ValidationError, match=r"regions\[0\]\.zones\[0\]\.capacity\.b"):
         LocalCloud.model_validate(data)
+
+
+def test_a_quota_error_may_name_its_family_and_only_a_quota_error() -> None:
+    named = ISSUE_SNIPPET.replace(
+        "{gpu-a100-8: quota}", "{gpu-a100-8: {kind: quota, family: 'on_demand:gpu'}}"
+    )
+    cloud = parse_local_cloud(named, "cloud.yaml")
+    assert cloud.zone("lab-east-a").errors["gpu-a100-8"].family == "on_demand:gpu"
+    wrong = ISSUE_SNIPPET.replace("{gpu-a100-8: quota}", "{gpu-a100-8: {kind: auth, family: x}}")
+    [(line, loc, message)] = issues_of(wrong)
+    assert (line, loc) == (10, "regions[0].zones[0].errors.gpu-a100-8")
+    assert "only a quota error names a quota family" in message
+    # Machines that start and never register: a fault kind of its own.
+    unreg = ISSUE_SNIPPET.replace("{gpu-a100-8: quota}", "{gpu-a100-8: unregistered}")
+    assert parse_local_cloud(unreg, "cloud.yaml").zone("lab-east-a").errors["gpu-a100-8"].kind == (
+        "unregistered"
+    )

@@ -15,6 +15,7 @@ class Report:
     silent: bool = False
     exit_code: int | None = None
     notice: str | None = None
+    started: bool = False
 
 
 @pytest.mark.parametrize(
@@ -63,3 +64,13 @@ def test_a_launch_is_up_only_when_every_node_is() -> None:
     assert boot_verdict([up, Report("lost")], 2, late=False) == "lost"
     assert boot_verdict([Report("lost", silent=True)], 1, late=False) == "silent"
     assert boot_verdict([Report("lost", silent=True), Report("lost")], 2, late=False) == "lost"
+
+
+def test_a_late_launch_the_cloud_started_is_the_machines_fault_not_a_hung_region() -> None:
+    """Issue #46: machines the cloud started whose agents never registered are ``unregistered``
+    (their fault, no block); only machines the cloud never started are ``timeout``."""
+    up, stuck = Report("running"), Report("pending", started=True)
+    assert boot_verdict([up, stuck], 2, late=False) == "booting"
+    assert boot_verdict([up, stuck], 2, late=True) == "unregistered"
+    assert boot_verdict([up, Report("pending")], 2, late=True) == "timeout"
+    assert boot_verdict([], 2, late=True) == "timeout"

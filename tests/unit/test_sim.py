@@ -430,3 +430,17 @@ def test_a_long_spot_job_that_loses_its_machine_every_hour_runs_to_its_end(
     figures = run_policy(scenario, load_workload(tmp_path / "w.yaml"), policy).figures
     assert figures["recoveries"] == 4
     assert (figures["failed"], figures["completed"]) == (0, 1)
+
+
+def test_each_arrivals_entry_keeps_its_own_task(tmp_path: Path) -> None:
+    """Every entry of ``arrivals`` was read with the first entry's task (a one-entry list's
+    path): a CPU entry after a GPU one asked for the GPU."""
+    (tmp_path / "w.yaml").write_text(
+        "arrivals:\n"
+        "  - {at: 0s, count: 2, task: {name: g, resources: {accelerators: A10G:1}}}\n"
+        "  - {at: 5s, task: {name: c, num_nodes: 2, resources: {cpus: 8}}}\n"
+    )
+    arrivals = load_workload(tmp_path / "w.yaml").arrivals
+    tasks = [(a.id, a.task.name, a.task.num_nodes) for a in arrivals if a.task is not None]
+    assert tasks == [("a0-0", "g", 1), ("a0-1", "g", 1), ("a1-0", "c", 2)]
+    assert arrivals[2].task is not None and arrivals[2].task.resources.accelerators is None

@@ -209,8 +209,9 @@ def test_a_machine_of_ours_ending_lifts_its_place_its_regions_and_its_types_bloc
     place = Placement("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
     assert lifted_by_release(place) == (
         Block("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot"),  # sold out there
-        Block("aws", region="us-east-1"),  # a regional quota
+        Block("aws", region="us-east-1"),  # a regional limit (a hung region answers again)
         Block("aws", instance_type="p4d.24xlarge", market="spot"),  # the type's quota
+        Block("aws", "us-east-1", quota_family="spot:p"),  # its vCPU quota class's
     )
 
 

@@ -376,10 +376,18 @@ def blocked_page(request: Request) -> HTMLResponse:
     deps = _deps(request)
     now = deps.now()
     rows = [
-        (esc(str(b.block)), esc(b.outcome), esc(b.reason), when(b.until), f"{b.until - now:.0f}s")
+        (
+            esc(b.block.kind),
+            esc(str(b.block)),
+            esc(b.outcome),
+            esc(b.reason),
+            when(b.until),
+            f"{b.until - now:.0f}s",
+        )
         for b in sorted(deps.blocks.active(now), key=lambda b: b.until)
     ]
-    headers = ("scope", "outcome", "reason", "until", "left")
+    # kind: what the block is about (capacity, shortfall, quota, region, instance_type, cloud)
+    headers = ("kind", "scope", "outcome", "reason", "until", "left")
     note = '<p class="muted">Scopes a failure blocked: every worker skips them until then.</p>'
     return _html("Blocked scopes", note + table(headers, rows, id="blocked"), "/console/blocked", 5)
 

@@ -6,7 +6,11 @@ turns anything boto3 raises into a :class:`~corral.shared.errors.ProviderError`;
 its ``scope`` (what to block) and ``outcome`` (how the attempt ended).
 
 Quota is told apart from capacity: a sold-out zone (``InsufficientInstanceCapacity``) blocks
-one type and market in one zone, an account limit (``VcpuLimitExceeded``) blocks the region.
+one type and market in one zone; a vCPU limit (``VcpuLimitExceeded``) blocks one vCPU quota
+class and market in the region (AWS counts Standard, G and VT, P, ... and spot apart from
+on-demand: :func:`corral.shared.quota_families.aws_vcpu_class`), which :func:`quota_family`
+names from the instance type the launch asked for; only the limits every instance shares
+(volumes, addresses, interfaces) block the region.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from corral.shared.errors import (
     Scope,
     ThrottledError,
 )
+from corral.shared.quota_families import quota_families
 
 Rule = ErrorRule
 
 
 _CAPACITY = Rule(CapacityError)  # this type and market in this zone
-_REGION_QUOTA = Rule(QuotaError)  # an account limit of the region
+_CLASS_QUOTA = Rule(QuotaError)  # a vCPU limit: the type's quota class and market in the region
+_REGION_QUOTA = Rule(QuotaError, Scope.REGION)  # a limit every instance of the region shares
 _AUTH = Rule(AuthError)  # the whole cloud
 _RETRY = Rule(ThrottledError)  # nothing blocked: retry in place with backoff
 _INVALID = Rule(InvalidRequestError)  # the request itself is wrong: fail fast
@@ -46,9 +52,10 @@ RULES: dict[str, Rule] = {
     "SpotMaxPriceTooLow": _CAPACITY,  # spot prices are per zone
     # The type is not offered in this zone: the zone is out for it, as if sold out.
     "Unsupported": _CAPACITY,
-    # Account limits, counted per region.
-    "VcpuLimitExceeded": _REGION_QUOTA,
-    "InstanceLimitExceeded": _REGION_QUOTA,
+    # Account limits, counted per region: vCPUs per quota class and market (the error does
+    # not name the class: the instance type asked for does), and what all instances share.
+    "VcpuLimitExceeded": _CLASS_QUOTA,
+    "InstanceLimitExceeded": _CLASS_QUOTA,  # an older account's instance count limit
     "VolumeLimitExceeded": _REGION_QUOTA,
     "AddressLimitExceeded": _REGION_QUOTA,
     "NetworkInterfaceLimitExceeded": _REGION_QUOTA,
@@ -202,6 +209,19 @@ def from_sdk_error(exc: BaseException) -> ProviderError:
     if isinstance(exc, sdk.BotoCoreError):
         return ProviderError(redact(str(exc)), code=name)
     return ProviderError(redact(f"{name}: {exc}"), code=name)
+
+
+def quota_family(instance_type: str, market: str) -> str:
+    """The vCPU quota a launch of ``instance_type`` on ``market`` counts against, as
+    :mod:`corral.shared.quota_families` names it (``on_demand:g-vt``, ``spot:p``)."""
+    return next(iter(quota_families("aws", instance_type, market)))
+
+
+def with_family(err: ProviderError, instance_type: str, market: str) -> ProviderError:
+    """``err`` naming its quota family, when it is a class quota the launch ran into."""
+    if isinstance(err, QuotaError) and err.scope == Scope.FAMILY and err.family is None:
+        err.family = quota_family(instance_type, market)
+    return err
 
 
 def is_ambiguous(exc: BaseException) -> bool:

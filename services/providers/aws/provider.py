@@ -30,7 +30,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError
 
-from corral.services.providers.aws.errors import from_sdk_error, is_ambiguous
+from corral.services.providers.aws.errors import from_sdk_error, is_ambiguous, with_family
 from corral.services.providers.aws.params import (
     TAG_MARKET,
     check_spec,
@@ -373,7 +373,11 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
                     resends += 1
                     log.warning("RunInstances in %s got no answer; sending it again", region)
                     continue
-                raise from_sdk_error(exc) from exc
+                # A vCPU limit names no class: the instance type asked for does.
+                market = "spot" if params.get("InstanceMarketOptions") else "on_demand"
+                raise with_family(
+                    from_sdk_error(exc), str(params.get("InstanceType", "")), market
+                ) from exc
 
     def _accept(self, spec: LaunchSpec, raw: list[dict[str, Any]]) -> list[ProviderInstance]:
         """The launched instances, or none of them: a short result is terminated."""

@@ -8,9 +8,10 @@ The API reports a failure in one of two places:
   and ``httpErrorStatusCode`` (503): how stockouts and most quota refusals arrive.
 
 Both become a list of :class:`Detail` and one decision: the first code with a row in
-:data:`BY_CODE` wins; a quota's scope comes from its metric (regional, or cloud-wide such as
-``GPUS_ALL_REGIONS``); with no known code, :data:`BY_HTTP_STATUS` decides. A 5xx that names no
-capacity code is retried in place; a 403 is a permission error unless a code says quota.
+:data:`BY_CODE` wins; a quota's scope comes from its metric (the metric's family in the
+region, or cloud-wide such as ``GPUS_ALL_REGIONS``); with no known code, :data:`BY_HTTP_STATUS`
+decides. A 5xx that names no capacity code is retried in place; a 403 is a permission error
+unless a code says quota.
 """
 
 from __future__ import annotations
@@ -127,12 +128,14 @@ class Detail:
 def quota_scope(detail: Detail) -> tuple[type[ProviderError], Scope]:
     """A quota refusal's kind and scope: a per-minute API quota is throttling; a cloud-wide
     metric (``GPUS_ALL_REGIONS``, or a message saying "globally") blocks the instance type in
-    every region; anything else is regional."""
+    every region; anything else is one regional quota (its metric, ``NVIDIA_T4_GPUS``,
+    ``PREEMPTIBLE_NVIDIA_T4_GPUS``, ``CPUS``...: the family it blocks in the region, see
+    :mod:`corral.shared.quota_families`)."""
     if _RATE_QUOTA_RE.search(detail.message):
         return ThrottledError, Scope.NONE
     if detail.quota_metric in GLOBAL_QUOTA_METRICS or "globally" in detail.message:
         return QuotaError, Scope.INSTANCE_TYPE
-    return QuotaError, Scope.REGION
+    return QuotaError, Scope.FAMILY
 
 
 def classify(http_status: int | None, details: Iterable[Detail], message: str) -> ProviderError:
@@ -144,7 +147,9 @@ def classify(http_status: int | None, details: Iterable[Detail], message: str) -
         text = detail.message or message
         if rule.error is QuotaError:
             cls, scope = quota_scope(detail)
-            return cls(text, code=_quota_code(detail), scope=scope)
+            # The metric is the family; none named: the candidate's own (its GPUs' quota).
+            family = (detail.quota_metric or None) if scope == Scope.FAMILY else None
+            return cls(text, code=_quota_code(detail), scope=scope, family=family)
         return rule.build(text, detail.code)
     rule = BY_HTTP_STATUS.get(http_status or 0)
     if rule is None and http_status is not None and http_status >= 500:

@@ -4,9 +4,10 @@ A launch creates one pod per node (``restartPolicy: Never``; names from the atte
 second delivery finds the first's pods), then watches the scheduler for a few seconds: pods
 bound to nodes are the launch's machines; a pod the scheduler calls Unschedulable
 (``FailedScheduling: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu``) fails the launch
-as a capacity error for the context, its pods deleted, so the chain moves on to the next cloud.
-A ResourceQuota's ``exceeded quota`` is a quota error for the namespace; 429 is retried in
-place, then throttling. Terminate deletes the pods.
+as a capacity error for that shape in the namespace, its pods deleted, so the chain moves on.
+A ResourceQuota's ``exceeded quota`` is a quota error for the resource it names in the
+namespace (``<namespace>:requests.nvidia.com/gpu``); 429 is retried in place, then
+throttling. Terminate deletes the pods.
 
 With node agents (``CORRAL_NODE_API_URL``), the pod's container runs the agent's boot script
 (the image needs Python 3.8+; the defaults have it); without, it runs setup then run and the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import threading
 import time
@@ -68,6 +70,7 @@ from corral.shared.errors import (
     Scope,
     ThrottledError,
 )
+from corral.shared.quota_families import k8s_family
 
 log = logging.getLogger("corral.providers.kubernetes")
 
@@ -281,8 +284,10 @@ class KubernetesProvider(NodeBookLogs):
                 self._call(context, "create_namespaced_pod", namespace, pod)
             except _AlreadyExists:
                 pass  # this attempt's pod, from an earlier delivery
-            except ProviderError:
+            except ProviderError as exc:
                 self._delete(context, namespace, created)
+                if isinstance(exc, QuotaError) and exc.family and ":" not in exc.family:
+                    exc.family = k8s_family(namespace, exc.family)  # the namespace's quota
                 raise
             created.append(pod["metadata"]["name"])
         pods = self._await_scheduling(context, namespace, created, spec)
@@ -334,10 +339,11 @@ class KubernetesProvider(NodeBookLogs):
             return found
         detail = self._scheduling_events(context, namespace, names) or stuck[0]
         self._delete(context, namespace, names)
+        # This shape (and market) in this namespace of the context: the cluster's other shapes
+        # (its CPU nodes, when no GPU node can hold the pod) are still worth a try.
         raise CapacityError(
             f"{context}/{namespace}: {spec.instance_type} cannot be scheduled: {detail}",
             code="FailedScheduling",
-            scope=Scope.REGION,
         )
 
     def _scheduling_events(self, context: str, namespace: str, names: list[str]) -> str | None:
@@ -427,6 +433,11 @@ class _AlreadyExists(ProviderError):
     pass
 
 
+# "exceeded quota: q, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=4,
+# limited: requests.nvidia.com/gpu=4" (the quota admission's words): the resource it limits.
+_QUOTA_LIMITED_RE = re.compile(r"limited: ([A-Za-z0-9./_-]+)=")
+
+
 def _typed(exc: Any) -> ProviderError:
     """An ApiException as Corral's error, decided by status and the Status body's reason."""
     try:
@@ -440,7 +451,13 @@ def _typed(exc: Any) -> ProviderError:
     if exc.status == 409 and reason == "AlreadyExists":
         return _AlreadyExists(message, code="AlreadyExists")
     if exc.status == 403 and "exceeded quota" in message:
-        return QuotaError(message, code="ExceededQuota", scope=Scope.ZONE)  # the namespace's
+        # A ResourceQuota limits each resource of the namespace apart: the one the refusal
+        # names is the family it blocks (qualified by the namespace at the launch); one it
+        # does not name blocks this shape in the namespace, as before.
+        found = _QUOTA_LIMITED_RE.search(message)
+        if found is None:
+            return QuotaError(message, code="ExceededQuota", scope=Scope.ZONE)
+        return QuotaError(message, code="ExceededQuota", scope=Scope.FAMILY, family=found[1])
     if exc.status == 429:
         return ThrottledError(message, code="TooManyRequests")
     if exc.status in (401, 403):

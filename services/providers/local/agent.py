@@ -46,6 +46,7 @@ import functools
 import json
 import os
 import random
+import signal
 import socket
 import sys
 import threading
@@ -59,7 +60,9 @@ from corral.services.agent.link import FinalBeat, LinkError, Work, say
 from corral.services.providers.local.agent_redis import MiniRedis, RedisError
 from corral.services.providers.local.state import (
     LOCAL_ADDRESS,
+    TAG_FAULT,
     TERMINATED,
+    UNREGISTERED,
     CloudState,
     InstanceRecord,
     beat_value,
@@ -393,6 +396,18 @@ def warm_up() -> None:
     json.loads(json.dumps({"warm": [1.0, "up"]}))
 
 
+def _never_register() -> int:
+    """The cloud file's ``unregistered`` fault: a machine whose boot stopped before its agent
+    registered. The process lives (the cloud runs the machine) and says nothing, until it is
+    terminated."""
+    say("boot stopped before the agent registered (the cloud file's unregistered fault)")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
+    return 0
+
+
 def main(
     argv: list[str] | None = None,
     record: dict[str, str] | None = None,
@@ -425,6 +440,8 @@ def main(
         if why != "ok":
             say(f"not starting: the instance is {why}")
             return 0
+    if rec.tags.get(TAG_FAULT) == UNREGISTERED:
+        return _never_register()
     work = Work(
         setup=rec.setup, run=rec.run, envs=dict(rec.envs), workdir=rec.workdir, files=rec.files
     )

@@ -57,8 +57,10 @@ from corral.services.providers.local.state import (
     LOCAL_ADDRESS,
     LOST,
     PENDING,
+    TAG_FAULT,
     TERMINATED,
     TERMINATING,
+    UNREGISTERED,
     CloudState,
     InstanceRecord,
     derive_state,
@@ -265,7 +267,8 @@ class LocalProvider:
         reservation_id: str | None,
     ) -> list[ProviderInstance] | None:
         """Launch the attempt if no caller has bound it yet; None if one has."""
-        if self._play_injected_error(spec):
+        played = self._play_injected_error(spec)
+        if played is True:
             return None
         # Whoever binds the capacity to the attempt starts its agents, within CLAIM_MARGIN_S
         # of the records' creation: a caller that sees the binding waits that long for them,
@@ -273,17 +276,19 @@ class LocalProvider:
         # them, a redelivered attempt starts them after that margin instead of waiting on
         # machines nobody will start (_finish_boot).
         delay_s = self.cloud.zone(spec.zone).launch_delay_s
-        records = self._new_records(spec, pool, market, reservation_id)
+        mute = played == UNREGISTERED  # its agents start but never register
+        records = self._new_records(spec, pool, market, reservation_id, mute=mute)
         status, used = self.state.reserve(pool, limit, spec.attempt_id, records)
         if status == -2:  # an id collision: practically impossible, but never reuse an id
-            records = self._new_records(spec, pool, market, reservation_id)
+            records = self._new_records(spec, pool, market, reservation_id, mute=mute)
             status, used = self.state.reserve(pool, limit, spec.attempt_id, records)
         if status == 0:
             what = f"reservation {reservation_id}" if reservation_id else spec.zone
+            free = max(0, limit - used)
             raise CapacityError(
-                f"{what} has {max(0, limit - used)} of {limit} {spec.instance_type} free, "
-                f"asked for {spec.count}",
+                f"{what} has {free} of {limit} {spec.instance_type} free, asked for {spec.count}",
                 code="ReservationCapacityExceeded" if reservation_id else "InsufficientCapacity",
+                free=free,  # a shortfall blocks only asks of more than that
             )
         if status == -1:
             return None  # another caller bound the attempt first
@@ -343,10 +348,11 @@ class LocalProvider:
         records = [r for r in map(self.state.record, ids) if r is not None]
         return [r for r in records if r.pid is None and r.start_at is None and r.state == PENDING]
 
-    def _play_injected_error(self, spec: LaunchSpec) -> bool:
+    def _play_injected_error(self, spec: LaunchSpec) -> bool | str:
         """Raise the zone's injected error when its turn comes. True (nothing played): the
         attempt is bound already, a launch that met no error then (a redelivery) meets none
-        now either. Only a zone with an injected error looks (a Redis command)."""
+        now either. ``UNREGISTERED``: the launch goes on, its agents never to register. Only
+        a zone with an injected error looks (a Redis command)."""
         type_name = self.cloud.instance_type(spec.instance_type).name
         fault = self.cloud.zone(spec.zone).errors.get(type_name)
         if fault is None or not fault.meets(spec.market):
@@ -354,15 +360,26 @@ class LocalProvider:
         if self.state.attempt_value(spec.attempt_id) is not None:
             return True
         if fault.fails_launch(self.state.count_fault(spec.zone, type_name)):
+            if fault.kind == UNREGISTERED:
+                return UNREGISTERED
             cls, code = INJECTED[fault.kind]
+            named = f" (quota family {fault.family})" if fault.family else ""
             raise cls(
-                f"{spec.zone}: {fault.kind} error for {type_name} (injected by the cloud file)",
+                f"{spec.zone}: {fault.kind} error for {type_name}{named} (injected by the "
+                "cloud file)",
                 code=code,
+                family=fault.family,  # None: the candidate's own (its accelerator's quota)
             )
         return False
 
     def _new_records(
-        self, spec: LaunchSpec, pool: str, market: str, reservation_id: str | None
+        self,
+        spec: LaunchSpec,
+        pool: str,
+        market: str,
+        reservation_id: str | None,
+        *,
+        mute: bool = False,
     ) -> list[InstanceRecord]:
         itype = self.cloud.instance_type(spec.instance_type)
         now = time.time()
@@ -376,6 +393,7 @@ class LocalProvider:
                 TAG_REQUEST: spec.request_id,
                 TAG_ATTEMPT: spec.attempt_id,
                 TAG_NODE: node,
+                **({TAG_FAULT: UNREGISTERED} if mute else {}),
             }
             envs = {
                 **spec.envs,
@@ -625,6 +643,7 @@ class LocalProvider:
             market=rec.market,
             state=rec.state,
             silent=rec.state == LOST and not rec.ended,  # alive, quiet: never ended as lost
+            started=rec.pid is not None,  # its process runs (booted), whatever its agent said
             pid=rec.pid,
             address=LOCAL_ADDRESS,
             tags=rec.tags,

@@ -47,6 +47,11 @@ if TYPE_CHECKING:
 
 # Instance states (the ``state`` field). ``running`` is never stored: it is derived from a
 # fresh heartbeat by :func:`derive_state`.
+# The injected fault whose machines start but never register (their agents stay silent), and
+# the tag their records carry for the agent to play it.
+UNREGISTERED = "unregistered"
+TAG_FAULT = "corral.local/fault"
+
 PENDING = "pending"
 RUNNING = "running"
 TERMINATING = "terminating"

@@ -256,6 +256,27 @@ def test_a_boot_past_the_deadline_times_out_its_machine_goes_and_failover_goes_o
     assert [m.state for m in late] == ["terminated"]
 
 
+def test_machines_that_never_register_are_their_fault_not_the_regions(driver: Driver) -> None:
+    """Issue #46: the cloud started the machines, their agents never registered by the
+    deadline: the attempt ends ``unregistered``, its machines go, and nothing is blocked (the
+    region's other zone is tried next, and a later request may use that zone again)."""
+    driver.fake.mute_zones = {"lab-east-a"}
+    rid = _submit(driver)
+    driver.step()  # admit, and the attempt in lab-east-a
+    first = driver.fake.launched()[0]
+    driver.run()  # the watch looks until the 30 s deadline has passed
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    assert [(a.zone, a.outcome) for a in req.attempts] == [
+        ("lab-east-a", "unregistered"),
+        ("lab-east-b", "ok"),
+    ]
+    assert "never registered" in (req.attempts[0].error or "")
+    assert driver.deps.blocks.active(driver.deps.now()) == []
+    late = [m for m in driver.fake.machines.values() if m.tags[TAG_ATTEMPT] == first.attempt_id]
+    assert [m.state for m in late] == ["terminated"]
+
+
 def test_terminate_stops_the_machines_and_ends_the_request(driver: Driver) -> None:
     rid = _submit(driver)
     driver.run()
