@@ -105,7 +105,7 @@ def seen_request(request: Request, request_id: str) -> LaunchRequest:
 def login_page(request: Request, next: str = "/console/", failed: bool = False) -> HTMLResponse:
     auth.expected_token(request)  # 503 when the API has none
     note = (
-        '<p class="muted" id="failed">That token is not a user\'s (or it was revoked).</p>'
+        '<p class="muted" id="failed">That token was not a user\'s (or it was revoked).</p>'
         if failed
         else ""
     )
