@@ -270,7 +270,8 @@ class Team:
                 done = c.post("/v1/users", json=body)
                 assert done.status_code == 201, done.text
                 self.tokens[name] = done.json()["token"]
-        task = {"name": "mia-service", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+        # A service holding one GPU: the GPU chart has a bar to check.
+        task = {"name": "mia-service", "resources": {"cloud": "local", "accelerators": "L4:1"}}
         member = {"Authorization": f"Bearer {self.tokens['mia']}"}
         with httpx.Client(base_url=self.system.api_url, timeout=60, headers=member) as c:
             done = c.post("/v1/requests", json={"task": task})
@@ -438,7 +439,8 @@ def test_the_charts_show_the_numbers_the_api_returns(console: Console, team: Tea
         e.get_attribute("data-where"): int(e.get_attribute("data-value"))
         for e in console.browser.find_elements("css selector", "#gpus-chart svg text.bar")
     }
-    assert bars == held
+    assert bars == held and bars.get("cloud local", 0) >= 1, bars  # mia's L4 at least
+    assert drawn["red"] > 0  # mia's service has run a while
     console.browser.save_screenshot(str(SHOTS / "cost-charts.png"))
 
 
@@ -470,3 +472,27 @@ def test_no_page_logs_a_browser_console_error(console: Console, team: Team, demo
         errors += [(path, e["message"]) for e in console.browser.get_log("browser")
                    if e["level"] == "SEVERE"]  # fmt: skip
     assert not errors, errors
+
+
+def test_the_timeline_has_an_axis_and_the_log_tail_a_node_choice_search_and_download(
+    console: Console, team: Team, demo: Any
+) -> None:
+    _sign_in(console, team.system.token)
+    rid = demo.ids["train-a100"]
+    console.open(f"/console/requests/{rid}", "request-axis-log")
+    ticks = console.browser.find_elements("css selector", "#timeline-axis text.tick")
+    assert len(ticks) == 6 and ticks[0].text == "+0.0s"
+    labels = console.text_of("#timeline-axis")
+    assert "lab-east-a" in labels and "capacity" in labels  # each bar labelled with its outcome
+    _until(lambda: "training on 8 x A100" in console.text_of("#log"), 30, "the log tail")
+    nodes = console.browser.find_elements("css selector", "#log-node option")
+    assert len(nodes) >= 2  # every node, then each instance
+    console.browser.find_element("id", "log-search").send_keys("8 x A100")
+    _until(lambda: "matching lines" in console.text_of("#log-matches"), 10, "the search")
+    shown = console.text_of("#log").splitlines()
+    assert shown and all("8 x A100" in line for line in shown)
+    href = console.browser.find_element("id", "log-download").get_attribute("href")
+    admin = {"Authorization": f"Bearer {team.system.token}"}
+    got = httpx.get(href, headers=admin)
+    assert got.status_code == 200 and "attachment" in got.headers["content-disposition"]
+    assert "training on 8 x A100" in got.text
