@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -406,6 +407,17 @@ def test_filters_sort_and_pages_over_two_hundred_requests(console: Console, team
     rows = console.rows("requests")
     assert len(rows) == BULK["blue"][1] and rows[0].startswith("bulk-blue-000")
     assert rows[-1].startswith(f"bulk-blue-{BULK['blue'][1] - 1:03d}")
+    # By cost, dearest first, over every request on one page: the cost column never rises.
+    admin = {"Authorization": f"Bearer {team.system.token}"}
+    started = time.monotonic()
+    got = httpx.get(
+        f"{team.system.api_url}/console/requests", params={"sort": "-cost", "per": 500},
+        headers=admin, timeout=60,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    costs = [float(c.replace(",", "")) for c in re.findall(r"<td>\$([0-9.,]+)</td>", got.text)]
+    assert len(costs) >= 3 and costs == sorted(costs, reverse=True), costs
+    print(f"requests page, {got.text.count('<tr>') - 1} rows sorted by cost: {took:.2f}s")
     console.open("/console/requests?sort=bogus", "requests-bad-sort")
     assert "422" in console.browser.page_source or "pattern" in console.browser.page_source
 
