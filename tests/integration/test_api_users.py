@@ -320,18 +320,80 @@ def _task_file(corral: Installation, task: dict[str, Any]) -> Path:
     return path
 
 
-def test_the_console_takes_the_first_admins_token_only(corral: Installation) -> None:
-    """The console shows every project, so a member's or viewer's token does not open it."""
-    member = corral.tokens["alice"]
-    with httpx.Client(base_url=corral.system.api_url, timeout=60) as c:
-        as_member = c.get("/console/", headers={"Authorization": f"Bearer {member}"})
-        assert as_member.status_code == 303
-        assert as_member.headers["location"].startswith("/console/login")
-        signed = c.post("/console/login", data={"token": member, "next": "/console/"})
-        assert signed.status_code == 303 and "failed=1" in signed.headers["location"]
-        assert "corral_console" not in signed.cookies
-        admin = c.get("/console/", headers={"Authorization": f"Bearer {corral.system.token}"})
-        assert admin.status_code == 200
+def test_every_user_signs_in_to_the_console_and_sees_its_projects_only(
+    corral: Installation,
+) -> None:
+    """Issue #49 item 5 (it reverses #47's "first admin only"): each user signs in with its
+    own token; a member sees its project's requests (another's answers 404, as in the API), a
+    viewer sees them with no cancel or terminate and its posts are refused (403)."""
+    url = corral.system.api_url
+    mine = corral.submit(corral.tokens["alice"], CPU_TASK)  # alpha
+    theirs = corral.submit(corral.tokens["bob"], CPU_TASK)  # beta
+
+    def signed_in(token: str) -> httpx.Client:
+        """A client holding a new session's cookie only."""
+        with httpx.Client(base_url=url, timeout=60) as c:
+            signed = c.post("/console/login", data={"token": token, "next": "/console/requests"})
+        assert signed.status_code == 303 and "failed" not in signed.headers["location"]
+        sid = signed.cookies["corral_console"]
+        return httpx.Client(base_url=url, timeout=60, cookies={"corral_console": sid})
+
+    with httpx.Client(base_url=url, timeout=60) as c:
+        refused = c.post("/console/login", data={"token": "crl_not-a-token", "next": "/console/"})
+        assert "failed=1" in refused.headers["location"] and "corral_console" not in refused.cookies
+    with signed_in(corral.tokens["alice"]) as c:
+        listed = c.get("/console/requests")
+        assert listed.status_code == 200 and mine in listed.text and theirs not in listed.text
+        assert "alice (member)" in listed.text
+        assert c.get(f"/console/requests/{theirs}").status_code == 404
+        assert c.get(f"/console/requests/{theirs}/log.txt").status_code == 404
+        assert c.get("/console/requests", params={"project": "beta"}).text.count(theirs) == 0
+        page = c.get(f"/console/requests/{mine}")
+        assert page.status_code == 200 and 'id="cancel"' in page.text
+    with signed_in(corral.tokens["carol"]) as c:  # a viewer of alpha
+        page = c.get(f"/console/requests/{mine}")
+        assert page.status_code == 200 and "carol (viewer)" in page.text
+        assert 'id="cancel"' not in page.text and 'class="terminate"' not in page.text
+        key = re.search(r'name="key" value="([0-9a-f]+)"', page.text)
+        assert key is None  # no form at all
+        # With the form key a member's page would carry, the post is still a viewer's: 403.
+        form = hmac_form_key(c.cookies["corral_console"])
+        assert c.post(f"/console/requests/{mine}/cancel", data={"key": form}).status_code == 403
+    assert corral.state(mine) not in ENDED_BY_USER
+    with signed_in(corral.system.token) as c:
+        listed = c.get("/console/requests")
+        assert mine in listed.text and theirs in listed.text and "admin (admin)" in listed.text
+        beta = c.get("/console/requests", params={"project": "beta"}).text
+        assert theirs in beta and mine not in beta
+    with corral.http() as c:
+        for rid in (mine, theirs):
+            c.post(f"/v1/requests/{rid}/cancel")
+
+
+def hmac_form_key(session_id: str) -> str:
+    """The form key the console derives from a session id (console/auth.py's form_key)."""
+    import hmac
+
+    return hmac.new(session_id.encode(), b"corral-console-form", hashlib.sha256).hexdigest()
+
+
+def test_revoking_a_user_ends_its_console_sessions(corral: Installation) -> None:
+    """`corral users revoke` ends the user's open console sessions at once: the same cookie
+    then gets the sign-in page."""
+    with corral.http() as c:
+        made = c.post("/v1/users", json={"name": "ivan", "role": "member", "projects": ["alpha"]})
+        assert made.status_code == 201, made.text
+        token = made.json()["token"]
+    url = corral.system.api_url
+    with httpx.Client(base_url=url, timeout=60) as c:
+        sid = c.post("/console/login", data={"token": token, "next": "/"}).cookies["corral_console"]
+    with httpx.Client(base_url=url, timeout=60, cookies={"corral_console": sid}) as c:
+        assert c.get("/console/requests").status_code == 200
+        assert corral.cli("users", "revoke", "ivan").returncode == 0
+        after = c.get("/console/requests")
+        assert after.status_code == 303 and after.headers["location"].startswith("/console/login")
+        again = c.post("/console/login", data={"token": token, "next": "/console/"})
+        assert "failed=1" in again.headers["location"]
 
 
 def test_a_console_session_is_a_random_id_that_ends_at_sign_out(corral: Installation) -> None:

@@ -1,10 +1,18 @@
 """The web console in a real browser: Debian's Chromium, headless, driven through its
 chromedriver by Selenium, against the API of a demo-like run (the ``demo`` fixture of
 tests/integration/conftest.py). Every page is loaded and its content asserted; each page's
-screenshot is saved under build/console-screenshots/ (the test artifacts)."""
+screenshot is saved under build/console-screenshots/ (the test artifacts).
+
+Issue #49 item 5, the console for a team: a member and a viewer sign in with their own tokens
+(one browser and one installation for every case), 200-odd requests stored straight into the
+demo's Redis (not launched) to filter and page over, the charts checked against the API's
+numbers, and every page's browser console read for errors."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +22,12 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from selenium.common.exceptions import StaleElementReferenceException
+
+from corral.services.state.store import Store
+from corral.shared.lifecycle import RequestState
+from corral.shared.records import LaunchRequest
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +58,7 @@ def _start_chromium() -> Any:
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
                 "--disable-dev-shm-usage"):  # fmt: skip
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors, read back
     chrome = webdriver.Chrome(service=Service(driver), options=options)
     chrome.set_page_load_timeout(60)
     return chrome
@@ -231,3 +245,266 @@ def test_cancel_from_the_console(console: Console, demo: Any) -> None:
     _until(ended, 60, "the service to be terminated")
     assert demo.system.request(rid)["state"] in {"TERMINATED", "CANCELLED"}
     console.browser.save_screenshot(str(SHOTS / "request-terminated.png"))
+
+
+# ---- the console for a team (issue #49 item 5) ----------------------------------------------
+
+BULK = {"red": ("mia", 150), "blue": ("ned", 55)}  # project -> (user, requests stored)
+ENDED = (RequestState.SUCCEEDED, RequestState.FAILED, RequestState.CANCELLED)
+
+
+class Team:
+    """The demo's installation with two projects, a member and a viewer of ``red``, a real
+    request of the member's, and 205 ended requests stored straight into Redis."""
+
+    def __init__(self, demo: Any) -> None:
+        self.system = demo.system
+        self.tokens: dict[str, str] = {}
+        admin = {"Authorization": f"Bearer {self.system.token}"}
+        with httpx.Client(base_url=self.system.api_url, timeout=60, headers=admin) as c:
+            for project in BULK:
+                done = c.post("/v1/projects", json={"name": project})
+                assert done.status_code == 201, done.text
+            for name, role in (("mia", "member"), ("vic", "viewer"), ("ned", "member")):
+                project = "blue" if name == "ned" else "red"
+                body = {"name": name, "role": role, "projects": [project]}
+                done = c.post("/v1/users", json=body)
+                assert done.status_code == 201, done.text
+                self.tokens[name] = done.json()["token"]
+        # A service holding one GPU: the GPU chart has a bar to check.
+        task = {"name": "mia-service", "resources": {"cloud": "local", "accelerators": "L4:1"}}
+        member = {"Authorization": f"Bearer {self.tokens['mia']}"}
+        with httpx.Client(base_url=self.system.api_url, timeout=60, headers=member) as c:
+            done = c.post("/v1/requests", json={"task": task})
+            assert done.status_code == 201, done.text
+            self.live = str(done.json()["id"])
+        store = Store(redis.Redis.from_url(self.system.env["CORRAL_REDIS_URL"]),
+                      self.system.env.get("CORRAL_PREFIX", "corral"))  # fmt: skip
+        now = time.time()
+        self.counts: dict[tuple[str, str], int] = {}
+        for project, (user, n) in BULK.items():
+            for k in range(n):
+                st = ENDED[k % 3]
+                req = LaunchRequest(
+                    id=f"bulk-{project}-{k:03d}",
+                    task={"name": f"{project}-{k:03d}", "run": "true"},
+                    state=st, created_at=now - 600 + k, updated_at=now - 600 + k,
+                    user=user, project=project,
+                )  # fmt: skip
+                assert store.create_request(req)
+                self.counts[(project, st.value)] = self.counts.get((project, st.value), 0) + 1
+
+
+@pytest.fixture(scope="module")
+def team(demo: Any) -> Team:
+    return Team(demo)
+
+
+def _sign_in(console: Console, token: str, target: str = "/console/requests") -> None:
+    """Sign in through the form (after signing whoever was in out)."""
+    browser = console.browser
+    browser.delete_all_cookies()
+    console.open("/console/login?next=" + target, "sign-in")
+    browser.find_element("id", "token").send_keys(token)
+    browser.find_element("id", "sign-in").click()
+    _until(
+        lambda: (
+            browser.current_url.split("?")[0].endswith(target)
+            and browser.execute_script("return document.readyState") == "complete"
+            and browser.find_elements("id", "who")
+        ),
+        30,
+        f"the sign-in to {target}",
+    )
+
+
+def _session(console: Console) -> str:
+    return str(console.browser.get_cookie("corral_console")["value"])
+
+
+def test_a_member_signs_in_and_sees_only_its_projects_requests(
+    console: Console, team: Team, demo: Any
+) -> None:
+    _sign_in(console, team.tokens["mia"])
+    assert console.text_of("#who") == "mia (member)"
+    count = console.text_of("#count")
+    assert count.startswith(f"{BULK['red'][1] + 1} requests"), count  # the bulk and its own
+    rows = "\n".join(console.rows("requests"))
+    assert "mia" in rows and "red" in rows
+    assert "blue" not in rows and "ned" not in rows
+    assert not any(rid in rows for rid in demo.ids.values())  # the admin's demo requests
+    console.open("/console/requests?per=500", "member-requests")
+    every = "\n".join(console.rows("requests"))
+    assert team.live in every and "bulk-blue" not in every
+    body = console.open(f"/console/requests/{demo.ids['web-service']}", "member-not-theirs")
+    assert "no launch request" in body  # another's request: 404, as an unknown id
+
+
+def test_a_viewer_has_no_cancel_or_terminate_and_its_posts_are_refused(
+    console: Console, team: Team
+) -> None:
+    admin = {"Authorization": f"Bearer {team.system.token}"}
+
+    def has_instance() -> bool:
+        got = httpx.get(f"{team.system.api_url}/v1/requests/{team.live}", headers=admin)
+        return bool(got.json().get("instances"))
+
+    _until(has_instance, 90, "the member's request to have a machine")
+    _sign_in(console, team.tokens["vic"], f"/console/requests/{team.live}")
+    assert console.text_of("#who") == "vic (viewer)"
+    assert console.rows("instances")  # it sees the request and its machine
+    assert not console.browser.find_elements("id", "cancel")
+    assert not console.browser.find_elements("css selector", "button.terminate")
+    # The form key a writer's page would carry, posted from the viewer's own session: refused.
+    key = hmac.new(_session(console).encode(), b"corral-console-form", hashlib.sha256)
+    answer = console.browser.execute_async_script(
+        "var done=arguments[arguments.length-1];"
+        "fetch(arguments[0],{method:'POST',credentials:'same-origin',headers:"
+        "{'Content-Type':'application/x-www-form-urlencoded'},body:'key='+arguments[1]})"
+        ".then(function(r){return r.text().then(function(t){done([r.status,t]);});});",
+        f"/console/requests/{team.live}/cancel",
+        key.hexdigest(),
+    )
+    assert answer[0] == 403 and "is a viewer" in answer[1], answer
+    got = httpx.get(f"{team.system.api_url}/v1/requests/{team.live}", headers=admin).json()
+    assert got["state"] not in {"CANCELLED", "TERMINATED"}
+
+
+def test_sign_out_ends_the_session_on_the_server(console: Console, team: Team) -> None:
+    _sign_in(console, team.tokens["mia"])
+    old = _session(console)
+    console.browser.find_element("id", "sign-out").click()
+    _until(lambda: "/console/login" in console.browser.current_url, 30, "the sign-in page")
+    assert console.browser.get_cookie("corral_console") is None
+    # The old cookie, put back: the server has ended its session.
+    console.browser.add_cookie({"name": "corral_console", "value": old, "path": "/console"})
+    console.browser.get(console.base + "/console/requests")
+    _until(lambda: console.browser.find_elements("id", "token"), 30, "the sign-in form")
+    assert "/console/login" in console.browser.current_url
+    with httpx.Client(base_url=team.system.api_url, cookies={"corral_console": old}) as c:
+        assert c.get("/console/requests").status_code == 303
+
+
+def test_filters_sort_and_pages_over_two_hundred_requests(console: Console, team: Team) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    _sign_in(console, team.system.token)
+    console.open("/console/requests?per=25", "requests-all")
+    Select(console.browser.find_element("id", "f-project")).select_by_value("red")
+    Select(console.browser.find_element("id", "f-state")).select_by_value("FAILED")
+    console.browser.find_element("id", "f-apply").click()
+    want = team.counts[("red", "FAILED")]
+    _until(lambda: "project=red" in console.browser.current_url, 30, "the filtered page")
+    assert console.text_of("#count").startswith(f"{want} requests, page 1 of 2")
+    first = console.rows("requests")
+    assert len(first) == 25 and all("red" in r and "FAILED" in r for r in first)
+    console.browser.find_element("id", "next").click()
+    _until(lambda: "page=2" in console.browser.current_url, 30, "page 2")
+    second = console.rows("requests")
+    assert len(second) == want - 25 and not set(second) & set(first)
+    # By user, sorted by name ascending: ned's 55, blue-000 first.
+    console.open("/console/requests?user=ned&sort=name&per=100", "requests-ned")
+    rows = console.rows("requests")
+    assert len(rows) == BULK["blue"][1] and rows[0].startswith("bulk-blue-000")
+    assert rows[-1].startswith(f"bulk-blue-{BULK['blue'][1] - 1:03d}")
+    # By cost, dearest first, over every request on one page: the cost column never rises.
+    admin = {"Authorization": f"Bearer {team.system.token}"}
+    started = time.monotonic()
+    got = httpx.get(
+        f"{team.system.api_url}/console/requests", params={"sort": "-cost", "per": 500},
+        headers=admin, timeout=60,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    costs = [float(c.replace(",", "")) for c in re.findall(r"<td>\$([0-9.,]+)</td>", got.text)]
+    assert len(costs) >= 3 and costs == sorted(costs, reverse=True), costs
+    print(f"requests page, {got.text.count('<tr>') - 1} rows sorted by cost: {took:.2f}s")
+    console.open("/console/requests?sort=bogus", "requests-bad-sort")
+    assert "422" in console.browser.page_source or "pattern" in console.browser.page_source
+
+
+def test_the_charts_show_the_numbers_the_api_returns(console: Console, team: Team) -> None:
+    _sign_in(console, team.system.token)
+    url, admin = team.system.api_url, {"Authorization": f"Bearer {team.system.token}"}
+    before = httpx.get(f"{url}/v1/costs", params={"limit": 1000}, headers=admin).json()
+    console.open("/console/cost", "cost-charts")
+    _until(
+        lambda: console.browser.find_elements("css selector", "#spend-chart[data-drawn]"),
+        30,
+        "the spend chart",
+    )
+    after = httpx.get(f"{url}/v1/costs", params={"limit": 1000}, headers=admin).json()
+    drawn = {
+        e.get_attribute("data-project"): float(e.get_attribute("data-value"))
+        for e in console.browser.find_elements("css selector", "#spend-chart svg text.series")
+    }
+    assert set(drawn) == set(after["totals"]["by_project"]) and drawn
+    for project, value in drawn.items():  # running machines' spend grows between the reads
+        low = before["totals"]["by_project"].get(project, 0.0)
+        assert low - 1e-6 <= value <= after["totals"]["by_project"][project] + 1e-6
+    _until(
+        lambda: console.browser.find_elements("css selector", "#gpus-chart[data-drawn]"),
+        30,
+        "the GPU chart",
+    )
+    held = httpx.get(f"{url}/console/charts/gpus.json", headers=admin).json()["held"]
+    bars = {
+        e.get_attribute("data-where"): int(e.get_attribute("data-value"))
+        for e in console.browser.find_elements("css selector", "#gpus-chart svg text.bar")
+    }
+    assert bars == held and bars.get("cloud local", 0) >= 1, bars  # mia's L4 at least
+    assert drawn["red"] > 0  # mia's service has run a while
+    console.browser.save_screenshot(str(SHOTS / "cost-charts.png"))
+
+
+def test_a_page_refreshes_in_place_keeping_its_scroll(console: Console, team: Team) -> None:
+    _sign_in(console, team.system.token)
+    console.open(f"/console/requests/{team.live}", "request-refresh")
+    browser = console.browser
+    browser.execute_script("window.__same = 1; window.scrollTo(0, 300);")
+    y = browser.execute_script("return window.scrollY")
+    _until(lambda: browser.execute_script("return document.body.dataset.refreshed"), 20, "a poll")
+    assert browser.execute_script("return window.__same") == 1  # not reloaded
+    assert browser.execute_script("return window.scrollY") == y
+    shown = browser.find_elements("css selector", "#history time[data-t]")
+    assert shown and "UTC" not in shown[0].text  # formatted in the browser's zone
+
+
+def test_no_page_logs_a_browser_console_error(console: Console, team: Team, demo: Any) -> None:
+    _sign_in(console, team.system.token)
+    console.browser.get_log("browser")  # what came before
+    paths = [
+        "/console/", "/console/requests", f"/console/requests/{demo.ids['train-a100']}",
+        "/console/instances", "/console/pools", "/console/pools/demo-machine-pool",
+        "/console/clusters", "/console/clusters/local-lab", "/console/blocked", "/console/cost",
+    ]  # fmt: skip
+    errors = []
+    for path in paths:
+        console.open(path, "errors-" + path.strip("/").replace("/", "-") or "overview")
+        time.sleep(0.3)  # the page's first fetches
+        errors += [(path, e["message"]) for e in console.browser.get_log("browser")
+                   if e["level"] == "SEVERE"]  # fmt: skip
+    assert not errors, errors
+
+
+def test_the_timeline_has_an_axis_and_the_log_tail_a_node_choice_search_and_download(
+    console: Console, team: Team, demo: Any
+) -> None:
+    _sign_in(console, team.system.token)
+    rid = demo.ids["train-a100"]
+    console.open(f"/console/requests/{rid}", "request-axis-log")
+    ticks = console.browser.find_elements("css selector", "#timeline-axis text.tick")
+    assert len(ticks) == 6 and ticks[0].text == "+0.0s"
+    labels = console.text_of("#timeline-axis")
+    assert "lab-east-a" in labels and "capacity" in labels  # each bar labelled with its outcome
+    _until(lambda: "training on 8 x A100" in console.text_of("#log"), 30, "the log tail")
+    nodes = console.browser.find_elements("css selector", "#log-node option")
+    assert len(nodes) >= 2  # every node, then each instance
+    console.browser.find_element("id", "log-search").send_keys("8 x A100")
+    _until(lambda: "matching lines" in console.text_of("#log-matches"), 10, "the search")
+    shown = console.text_of("#log").splitlines()
+    assert shown and all("8 x A100" in line for line in shown)
+    href = console.browser.find_element("id", "log-download").get_attribute("href")
+    admin = {"Authorization": f"Bearer {team.system.token}"}
+    got = httpx.get(href, headers=admin)
+    assert got.status_code == 200 and "attachment" in got.headers["content-disposition"]
+    assert "training on 8 x A100" in got.text

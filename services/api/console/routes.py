@@ -1,34 +1,34 @@
-"""The web console's pages, served by the API under ``/console`` behind the API's token.
+"""The web console's pages, served by the API under ``/console``, for every user.
 
-Read views first: requests (attempts on a timeline with each failover reason, runs and cost,
-a live log tail), instances, machine pools and Determined pools, clusters (nodes, demand, the
-autoscaler's last decision), blocked scopes with their expiry, cost per hour by cloud and
-market. Two actions, each a form post with the console's form key: cancel a request and
-terminate an instance. Every page reads the store through the same functions the JSON API
-answers from (services/api), so the console and ``corral status`` never disagree.
+Each user signs in with its own token (console/auth.py) and sees what the API would show it:
+an admin every project's requests (with a project filter), a member or viewer its projects'
+only; another project's request answers 404, as an unknown id. Read views: requests (a list
+with user, project, GPUs, duration and cost, filtered, sorted and paged on the server; a
+request's attempts on a timeline with each failover reason, runs and cost, a live log tail per
+node); the infrastructure pages are in console/infra.py. Two actions, each a form post with
+the console's form key and refused to a viewer: cancel a request and terminate an instance.
+Every page reads the store through the same functions the JSON API answers from
+(services/api, corral.shared.costs), so the console and ``corral status`` never disagree.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from corral.services.api import clusters as cluster_routes
-from corral.services.api import pool_routes
+from corral.services.api.auth import Principal
 from corral.services.api.console import auth
 from corral.services.api.console.html import (
     LOG_TAIL_SCRIPT,
     ago,
-    compact,
+    duration,
     esc,
-    fields,
     link,
     page,
-    records,
     state,
     table,
     usd,
@@ -37,7 +37,9 @@ from corral.services.api.console.html import (
 from corral.services.runtime import requests as runtime_requests
 from corral.services.runtime import why as whys
 from corral.services.runtime.deps import Deps
-from corral.shared.lifecycle import InstanceState
+from corral.shared.costs import cost_line
+from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.records import LaunchRequest
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 pages = APIRouter(
@@ -51,6 +53,8 @@ LIVE = (
     InstanceState.LOST,
 )
 LOG_TAIL_BYTES = 64_000
+MAX_LISTED = 5000  # the requests a list page filters and sorts over
+SORTS = ("created", "name", "user", "project", "state", "gpus", "duration", "cost")
 
 
 def _deps(request: Request) -> Deps:
@@ -58,13 +62,40 @@ def _deps(request: Request) -> Deps:
     return deps
 
 
-def _html(title: str, body: str, active: str, refresh_s: int | None = None) -> HTMLResponse:
-    return HTMLResponse(page(title, body, active, refresh_s))
+def _html(
+    request: Request, title: str, body: str, active: str, refresh_s: int | None = None
+) -> HTMLResponse:
+    who = getattr(request.state, "who", None)
+    return HTMLResponse(page(title, body, active, refresh_s, who))
 
 
 async def _form(request: Request) -> dict[str, str]:
     raw = (await request.body()).decode("utf-8", "replace")
     return {k: v[0] for k, v in parse_qs(raw).items()}
+
+
+def visible_requests(
+    deps: Deps,
+    who: Principal,
+    limit: int,
+    state: RequestState | None = None,
+    project: str | None = None,
+) -> list[LaunchRequest]:
+    """The requests ``who`` may see (of ``project`` only, if given), newest first."""
+    if project is not None:
+        if not who.sees(project):
+            return []
+        return deps.store.list_requests(state, limit, projects=[project])
+    projects = None if who.is_admin else list(who.projects)
+    return deps.store.list_requests(state, limit, projects=projects)
+
+
+def seen_request(request: Request, request_id: str) -> LaunchRequest:
+    """The request, if the caller may see it; 404 otherwise (as an unknown id)."""
+    req = _deps(request).store.get_request(request_id)
+    if req is None or not auth.who(request).sees_request(req):
+        raise HTTPException(404, f"no launch request {request_id!r}")
+    return req
 
 
 # ---- signing in -------------------------------------------------------------------------------
@@ -73,30 +104,36 @@ async def _form(request: Request) -> dict[str, str]:
 @router.get("/login")
 def login_page(request: Request, next: str = "/console/", failed: bool = False) -> HTMLResponse:
     auth.expected_token(request)  # 503 when the API has none
-    note = '<p class="muted" id="failed">That token was not the API\'s.</p>' if failed else ""
+    note = (
+        '<p class="muted" id="failed">That token was not a user\'s (or it was revoked).</p>'
+        if failed
+        else ""
+    )
     body = (
-        f"{note}<p>The API token: <code>CORRAL_HOME/api-token</code> (written by "
-        "<code>corral up</code>) or <code>CORRAL_API_TOKEN</code>.</p>"
+        f"{note}<p>Your API token: the one <code>corral users add</code> printed for you, "
+        "or the first admin's (<code>CORRAL_HOME/api-token</code>, written by "
+        "<code>corral up</code>).</p>"
         '<form method="post" action="/console/login">'
         f'<input type="hidden" name="next" value="{esc(next)}">'
         '<input type="password" name="token" id="token" size="50" autofocus> '
         '<button type="submit" id="sign-in">Sign in</button></form>'
     )
-    return _html("Sign in", body, "")
+    return _html(request, "Sign in", body, "")
 
 
 @router.post("/login")
 async def login(request: Request) -> Response:
     form = await _form(request)
     target = form.get("next") or "/console/"
-    if not target.startswith("/console"):
+    if not target.startswith("/console") or target.startswith("/console/login"):
         target = "/console/"  # never a redirect off this site
-    if not auth.check_password(request, form.get("token", "")):
+    who = auth.sign_in(request, form.get("token", ""))
+    if who is None:
         return RedirectResponse(f"/console/login?failed=1&next={quote(target)}", 303)
     response = RedirectResponse(target, 303)
     response.set_cookie(
         auth.COOKIE,
-        auth.open_session(request),
+        auth.open_session(request, who),
         max_age=auth.SESSION_MAX_AGE_S,
         path="/console",
         httponly=True,
@@ -119,15 +156,20 @@ def logout(request: Request) -> Response:
 
 @pages.get("/", response_class=HTMLResponse)
 def overview(request: Request) -> HTMLResponse:
-    deps = _deps(request)
-    reqs = deps.store.list_requests(limit=1000)
+    deps, who = _deps(request), auth.who(request)
+    reqs = visible_requests(deps, who, 1000)
     by_state: dict[str, int] = defaultdict(int)
     for r in reqs:
         by_state[r.state.value] += 1
-    live = deps.store.list_instances(states=list(LIVE))
+    seen = {r.id for r in reqs}
+    live = [
+        i
+        for i in deps.store.list_instances(states=list(LIVE))
+        if who.is_admin or i.request_id in seen
+    ]
     hourly = sum(i.price_usd_per_hour or 0.0 for i in live)
     body = (
-        "<h2>Requests by state</h2>"
+        '<div id="live-overview" data-live><h2>Requests by state</h2>'
         + table(
             ("state", "requests"),
             ((state(s), str(n)) for s, n in sorted(by_state.items())),
@@ -135,78 +177,216 @@ def overview(request: Request) -> HTMLResponse:
         )
         + f'<p id="summary">{len(live)} live instance{"s" * (len(live) != 1)}, '
         f"{usd(hourly, 2)} per hour. "
-        + link("/console/cost", "Cost by cloud and market")
+        + link("/console/cost", "Cost by cloud and market, spend over time")
         + "</p><h2>Newest requests</h2>"
-        + _request_table(deps, reqs[:10])
+        + _request_table(deps, reqs[:10], deps.now())
+        + "</div>"
     )
-    return _html("Overview", body, "/console/", refresh_s=10)
+    return _html(request, "Overview", body, "/console/", refresh_s=5)
 
 
-def _request_table(deps: Deps, reqs: list[Any], id: str = "requests") -> str:
+def _request_table(
+    deps: Deps, reqs: list[LaunchRequest], now: float, id: str = "requests", sort: str = ""
+) -> str:
     rows = []
     for r in reqs:
+        line = cost_line(r, deps.store.list_instances(request_id=r.id), now)
         last = r.attempts[-1] if r.attempts else None
         where = f"{last.cloud}/{last.zone} {last.instance_type}" if last else "-"
         rows.append((
             link(f"/console/requests/{quote(r.id)}", r.id), esc(r.task.get("name")),
-            state(r.state.value), str(len(r.attempts)), str(len(r.instance_ids)), esc(where),
-            when(r.created_at), esc(r.error),
+            esc(r.user), esc(r.project), state(r.state.value), str(r.gpus),
+            str(len(r.attempts)), esc(where), when(r.created_at),
+            duration(line.duration_s(now)), usd(line.cost_usd), esc(r.error),
         ))  # fmt: skip
-    headers = ("id", "name", "state", "attempts", "instances", "last tried", "created", "error")
+    headers = ("id", "name", "user", "project", "state", "GPUs", "attempts", "last tried",
+               "created", "duration", "cost", "error")  # fmt: skip
     return table(headers, rows, id=id)
 
 
+def _sort_key(deps: Deps, sort: str, now: float) -> Any:
+    if sort == "created":
+        return lambda r: (r.created_at, r.id)
+    if sort in ("duration", "cost"):
+
+        def spend(r: LaunchRequest) -> tuple[float, str]:
+            line = cost_line(r, deps.store.list_instances(request_id=r.id), now)
+            value = line.duration_s(now) if sort == "duration" else (line.cost_usd or 0.0)
+            return (value, r.id)
+
+        return spend
+    if sort == "gpus":
+        return lambda r: (r.gpus, r.id)
+    if sort == "state":
+        return lambda r: (r.state.value, r.id)
+    if sort == "name":
+        return lambda r: (str(r.task.get("name") or ""), r.id)
+    return lambda r: (str(getattr(r, sort) or ""), r.id)  # user, project
+
+
 @pages.get("/requests", response_class=HTMLResponse)
-def requests_page(request: Request, state: str | None = None) -> HTMLResponse:
-    deps = _deps(request)
-    reqs = deps.store.list_requests(limit=500)
+def requests_page(
+    request: Request,
+    state: str | None = Query(None, max_length=20),
+    project: str | None = Query(None, max_length=63),
+    user: str | None = Query(None, max_length=63),
+    sort: str = Query("-created", pattern=r"^-?(" + "|".join(SORTS) + ")$"),
+    page: int = Query(1, ge=1, le=10_000),
+    per: int = Query(50, ge=1, le=500),
+) -> HTMLResponse:
+    """Requests filtered by state, project and user, sorted and paged on the server: every
+    parameter is the page's URL, so a filtered page can be linked and refreshed."""
+    deps, who = _deps(request), auth.who(request)
+    now = deps.now()
+    wanted = None
     if state:
-        reqs = [r for r in reqs if r.state.value == state.upper()]
-    return _html("Requests", _request_table(deps, reqs), "/console/requests", refresh_s=10)
+        try:
+            wanted = RequestState(state.upper())
+        except ValueError:
+            raise HTTPException(
+                422, f"state {state!r}: expected one of {', '.join(s.value for s in RequestState)}"
+            ) from None
+    reqs = visible_requests(deps, who, MAX_LISTED, wanted, project or None)
+    if user:
+        reqs = [r for r in reqs if r.user == user]
+    field = sort.lstrip("-")
+    reqs.sort(key=_sort_key(deps, field, now), reverse=sort.startswith("-"))
+    pages_n = max(1, -(-len(reqs) // per))
+    page = min(page, pages_n)
+    shown = reqs[(page - 1) * per : page * per]
+    params = {"state": state or "", "project": project or "", "user": user or "",
+              "sort": sort, "per": str(per)}  # fmt: skip
+
+    def href(**changed: Any) -> str:
+        merged = {**params, **{k: str(v) for k, v in changed.items()}}
+        return "/console/requests?" + urlencode({k: v for k, v in merged.items() if v})
+
+    body = (
+        _filters(deps, who, state, project, user, sort, per)
+        + '<div id="live-requests" data-live>'
+        + f'<p id="count" class="muted">{len(reqs)} request{"s" * (len(reqs) != 1)}, '
+        f"page {page} of {pages_n}. Sort: "
+        + " ".join(
+            link(href(sort=("" if sort == f"-{f}" else "-") + f, page=1), f)
+            + (" ▼" if sort == f"-{f}" else " ▲" if sort == f else "")
+            for f in SORTS
+        )
+        + "</p>"
+        + _request_table(deps, shown, now)
+        + _pager(page, pages_n, href)
+        + "</div>"
+    )
+    return _html(request, "Requests", body, "/console/requests", refresh_s=5)
+
+
+def _filters(
+    deps: Deps,
+    who: Principal,
+    state: str | None,
+    project: str | None,
+    user: str | None,
+    sort: str,
+    per: int,
+) -> str:
+    def option(value: str, chosen: str | None) -> str:
+        on = " selected" if (chosen or "").upper() == value.upper() else ""
+        return f'<option value="{esc(value)}"{on}>{esc(value or "any")}</option>'
+
+    states = "".join(option(s, state) for s in ["", *(s.value for s in RequestState)])
+    names = [p.name for p in deps.access.list_projects()] if who.is_admin else list(who.projects)
+    projects = "".join(option(p, project) for p in ["", *sorted(names)])
+    return (
+        '<form class="filters" id="filters" method="get" action="/console/requests">'
+        f'<label>state <select name="state" id="f-state">{states}</select></label>'
+        f'<label>project <select name="project" id="f-project">{projects}</select></label>'
+        f'<label>user <input name="user" id="f-user" size="12" value="{esc(user or "")}">'
+        f'</label><input type="hidden" name="sort" value="{esc(sort)}">'
+        f'<input type="hidden" name="per" value="{per}">'
+        '<button type="submit" id="f-apply">Filter</button> '
+        + link("/console/requests", "clear")
+        + "</form>"
+    )
+
+
+def _pager(page: int, pages_n: int, href: Any) -> str:
+    if pages_n <= 1:
+        return ""
+    parts = []
+    if page > 1:
+        parts.append(f'<a id="prev" href="{esc(href(page=page - 1))}">previous</a>')
+    parts.append(f"<span>page {page} of {pages_n}</span>")
+    if page < pages_n:
+        parts.append(f'<a id="next" href="{esc(href(page=page + 1))}">next</a>')
+    return f'<p class="pager" id="pager">{"".join(parts)}</p>'
 
 
 def _timeline(attempts: list[Any], now: float) -> str:
-    """Each attempt as a bar on one time axis, then the same attempts as rows with the
-    failover reason each failure gave."""
+    """Each attempt as a labelled bar on one time axis (ticks in seconds from the first
+    attempt), then the same attempts as rows with the failover reason each failure gave."""
     if not attempts:
         return '<p class="muted">No attempt yet.</p>'
     t0 = min(a.started_at for a in attempts)
     t1 = max((a.ended_at or now) for a in attempts)
     span = max(t1 - t0, 1e-3)
+    width, label_w, row_h = 900, 260, 22
+    plot = width - label_w - 10
+    height = row_h * len(attempts) + 30
+    svg = [
+        f'<svg class="chart" id="timeline-axis" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="attempts over time">'
+    ]
+    for k in range(6):  # the axis: six ticks, seconds since the first attempt began
+        x = label_w + plot * k / 5
+        svg.append(
+            f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{height - 18}" stroke="#e4e7ec"/>'
+            f'<text class="tick" x="{x:.1f}" y="{height - 4}" text-anchor="middle">'
+            f"+{span * k / 5:.1f}s</text>"
+        )
     bars, rows = [], []
     for n, a in enumerate(attempts, 1):
         left = (a.started_at - t0) / span * 100
-        width = max(((a.ended_at or now) - a.started_at) / span * 100, 0.5)
+        w = max(((a.ended_at or now) - a.started_at) / span * 100, 0.5)
         kind = "ok" if a.outcome == "ok" else "none" if a.outcome is None else "fail"
         label = f"{n}. {a.cloud}/{a.zone} {a.instance_type}: {a.outcome or 'running'}"
         bars.append(
             f'<div class="tl" title="{esc(label)}"><span class="o-{kind}" '
-            f'style="left:{left:.2f}%;width:{min(width, 100 - left):.2f}%"></span></div>'
+            f'style="left:{left:.2f}%;width:{min(w, 100 - left):.2f}%"></span></div>'
+        )
+        y = (n - 1) * row_h + 4
+        colour = {"ok": "#3a9d5d", "none": "#6b8fd6", "fail": "#d0573f"}[kind]
+        svg.append(
+            f'<text x="4" y="{y + 12}">{esc(label[:40])}</text>'
+            f'<rect x="{label_w + plot * left / 100:.1f}" y="{y}" height="14" '
+            f'width="{max(plot * min(w, 100 - left) / 100, 2):.1f}" fill="{colour}">'
+            f"<title>{esc(label)}</title></rect>"
         )
         took = f"{(a.ended_at or now) - a.started_at:.1f}s"
         rows.append((
             str(n), esc(f"{a.cloud}/{a.region}/{a.zone}"), esc(a.instance_type), esc(a.market),
             when(a.started_at), took, state(a.outcome or "running"), esc(a.error),
         ))  # fmt: skip
+    svg.append("</svg>")
     headers = ("#", "where", "type", "market", "started", "took", "outcome", "failover reason")
     return (
-        f'<div id="timeline">{"".join(bars)}</div>'
-        f'<p class="muted">{span:.1f}s from the first attempt to the last one\'s end.</p>'
+        "".join(svg)
+        + f'<div id="timeline" hidden>{"".join(bars)}</div>'
+        + f'<p class="muted">{span:.1f}s from the first attempt to the last one\'s end.</p>'
         + table(headers, rows, id="attempts")
     )
 
 
 @pages.get("/requests/{request_id}", response_class=HTMLResponse)
 def request_page(request: Request, request_id: str) -> HTMLResponse:
-    deps = _deps(request)
-    req = deps.store.get_request(request_id)
+    deps, who = _deps(request), auth.who(request)
+    req = seen_request(request, request_id)
     view = runtime_requests.public_view(deps, request_id)
-    if req is None or view is None:
+    if view is None:
         raise HTTPException(404, f"no launch request {request_id!r}")
     now = deps.now()
     key = auth.form_key(request)
+    writer = who.role != "viewer"
     actions = ""
-    if not req.is_terminal:
+    if writer and not req.is_terminal:
         actions = (
             f'<form class="inline" method="post" action="/console/requests/{quote(req.id)}/cancel">'
             f'<input type="hidden" name="key" value="{key}">'
@@ -221,14 +401,21 @@ def request_page(request: Request, request_id: str) -> HTMLResponse:
     instances = [
         (esc(i["id"]), state(i["state"]), esc(f"{i['cloud']}/{i['zone']}"),
          esc(i["instance_type"]), esc(i["market"]), usd(i.get("price_usd_per_hour"), 3),
-         _terminate_form(req.id, i["id"], key) if i["state"] in LIVE else "")
+         _terminate_form(req.id, i["id"], key) if writer and i["state"] in LIVE else "")
         for i in view["instances"]
     ]  # fmt: skip
     events = [(when(e.at), esc(e.text)) for e in deps.store.events(request_id)[-50:]]
     history = [(when(t.at), esc(t.from_state), esc(t.to_state), esc(t.reason)) for t in req.history]
+    base = f"/console/requests/{quote(req.id)}/log.txt"
+    nodes = "".join(
+        f'<option value="{esc(i["id"])}">{esc(i["id"])} ({esc(i["state"])})</option>'
+        for i in view["instances"]
+    )
     body = (
+        '<div id="live-request" data-live>'
         f'<p id="state">{state(req.state.value)} {esc(req.task.get("name"))} '
-        f'<span class="muted">created {ago(req.created_at, now)}</span> {actions}</p>'
+        f'<span class="muted">by {esc(req.user)} in {esc(req.project)}, '
+        f'created {ago(req.created_at, now)}</span> {actions}</p>'
         f'<p id="why"><b>Why:</b> {esc(said.get("reason"))} ({esc(said.get("code"))})</p>'
         + (f'<p id="error"><b>Error:</b> {esc(req.error)}</p>' if req.error else "")
         + "<h2>Attempts</h2>" + _timeline(req.attempts, now)
@@ -236,13 +423,19 @@ def request_page(request: Request, request_id: str) -> HTMLResponse:
         + table(("where", "type", "nodes", "started", "ended", "outcome", "cost"), runs, id="runs")
         + "<h2>Instances</h2>"
         + table(("id", "state", "where", "type", "market", "$/h", ""), instances, id="instances")
-        + "<h2>Log tail</h2>"
-        f'<pre class="log" id="log" data-src="/console/requests/{quote(req.id)}/log.txt"></pre>'
+        + "</div><h2>Log tail</h2>"
+        '<p class="filters"><label>node <select id="log-node"><option value="">every node'
+        f'</option>{nodes}</select></label> <label>search <input id="log-search" size="20">'
+        f'</label> <a id="log-download" href="{base}?download=1">download</a> '
+        '<span class="muted" id="log-matches"></span></p>'
+        f'<pre class="log" id="log" data-src="{base}"></pre>'
         + LOG_TAIL_SCRIPT
+        + '<div id="live-events" data-live>'
         + "<h2>Events</h2>" + table(("at", "event"), events, id="events")
         + "<h2>History</h2>" + table(("at", "from", "to", "reason"), history, id="history")
+        + "</div>"
     )  # fmt: skip
-    return _html(f"Request {req.id}", body, "/console/requests")
+    return _html(request, f"Request {req.id}", body, "/console/requests", refresh_s=3)
 
 
 def _terminate_form(request_id: str, instance_id: str, key: str) -> str:
@@ -255,17 +448,31 @@ def _terminate_form(request_id: str, instance_id: str, key: str) -> str:
 
 
 @pages.get("/requests/{request_id}/log.txt", response_class=PlainTextResponse)
-def request_log(request: Request, request_id: str) -> PlainTextResponse:
+def request_log(
+    request: Request,
+    request_id: str,
+    node: str | None = Query(None, max_length=200, description="one instance's output only"),
+    download: bool = False,
+) -> PlainTextResponse:
+    seen_request(request, request_id)
     try:
-        text = runtime_requests.read_logs(_deps(request), request_id, tail_bytes=LOG_TAIL_BYTES)
+        text = runtime_requests.read_logs(
+            _deps(request), request_id, instance_id=node or None, tail_bytes=LOG_TAIL_BYTES
+        )
     except runtime_requests.RequestNotFound:
         raise HTTPException(404, f"no launch request {request_id!r}") from None
-    return PlainTextResponse(text)
+    headers = {}
+    if download:
+        safe = "".join(c for c in request_id if c.isalnum() or c in "-_")
+        headers["Content-Disposition"] = f'attachment; filename="{safe}.log"'
+    return PlainTextResponse(text, headers=headers)
 
 
 @pages.post("/requests/{request_id}/cancel")
 async def cancel(request: Request, request_id: str) -> Response:
     auth.check_form_key(request, (await _form(request)).get("key", ""))
+    seen_request(request, request_id)
+    auth.require_writer(request)
     try:
         runtime_requests.cancel(_deps(request), request_id)
     except runtime_requests.RequestNotFound:
@@ -276,136 +483,11 @@ async def cancel(request: Request, request_id: str) -> Response:
 @pages.post("/requests/{request_id}/instances/{instance_id}/terminate")
 async def terminate(request: Request, request_id: str, instance_id: str) -> Response:
     auth.check_form_key(request, (await _form(request)).get("key", ""))
+    seen_request(request, request_id)
+    auth.require_writer(request)
     deps = _deps(request)
     inst = deps.store.get_instance(instance_id)
     if inst is None or inst.request_id != request_id:
         raise HTTPException(404, f"request {request_id!r} has no instance {instance_id!r}")
     runtime_requests.cancel(deps, request_id, instance_id=instance_id)
     return RedirectResponse(f"/console/requests/{quote(request_id)}", 303)
-
-
-# ---- instances, pools, clusters, blocked scopes, cost -------------------------------------------
-
-
-@pages.get("/instances", response_class=HTMLResponse)
-def instances_page(request: Request) -> HTMLResponse:
-    rows = [
-        (esc(i.id), link(f"/console/requests/{quote(i.request_id)}", i.request_id),
-         state(i.state.value), esc(f"{i.cloud}/{i.zone}"), esc(i.instance_type), esc(i.market),
-         usd(i.price_usd_per_hour, 3), esc(i.provider_id))
-        for i in _deps(request).store.list_instances()
-    ]  # fmt: skip
-    headers = ("id", "request", "state", "where", "type", "market", "$/h", "provider id")
-    return _html("Instances", table(headers, rows, id="instances"), "/console/instances", 10)
-
-
-@pages.get("/pools", response_class=HTMLResponse)
-def pools_page(request: Request) -> HTMLResponse:
-    deps = _deps(request)
-    views = pool_routes.list_pools(deps)["pools"]
-    parts = [
-        table(
-            ("pool", "kind", "cloud", "file", "applied"),
-            (
-                (
-                    link(f"/console/pools/{quote(v['name'])}", v["name"]),
-                    esc(v["kind"]),
-                    esc(v.get("cloud")),
-                    esc(v.get("file")),
-                    when(v.get("applied_at")),
-                )
-                for v in views
-            ),
-            id="pools",
-        )
-    ]
-    for v in views:
-        parts.append(_pool_detail(v))
-    return _html("Pools", "".join(parts), "/console/pools", 10)
-
-
-@pages.get("/pools/{name}", response_class=HTMLResponse)
-def pool_page(request: Request, name: str) -> HTMLResponse:
-    view = pool_routes.get_pool(name, _deps(request))
-    return _html(f"Pool {name}", fields(view) + _pool_detail(view), "/console/pools", 10)
-
-
-def _pool_detail(view: dict[str, Any]) -> str:
-    """A pool's partitions (held / size), machines and workloads (who waits and why)."""
-    out = [f'<h2 id="pool-{esc(view["name"])}">{esc(view["name"])} ({esc(view["kind"])})</h2>']
-    for key, value in view.items():
-        if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
-            out.append(f"<h3>{esc(key.replace('_', ' '))}</h3>" + records(value))
-        elif isinstance(value, dict) and value:
-            out.append(f"<h3>{esc(key.replace('_', ' '))}</h3>")
-            out.append(table(("name", "value"), ((esc(k), compact(v)) for k, v in value.items())))
-        elif isinstance(value, list) and value:
-            out.append(f"<h3>{esc(key.replace('_', ' '))}</h3><p>{compact(value)}</p>")
-    return "".join(out)
-
-
-@pages.get("/clusters", response_class=HTMLResponse)
-def clusters_page(request: Request) -> HTMLResponse:
-    found = cluster_routes.list_clusters(_deps(request))["clusters"]
-    rows = [
-        (link(f"/console/clusters/{quote(c['name'])}", c["name"]), state(c["state"]),
-         esc(c.get("cloud")), str(c["nodes"]), compact(c.get("by_type")), compact(c.get("demand")))
-        for c in found
-    ]  # fmt: skip
-    headers = ("cluster", "state", "cloud", "nodes", "by type", "demand")
-    return _html("Clusters", table(headers, rows, id="clusters"), "/console/clusters", 10)
-
-
-@pages.get("/clusters/{name}", response_class=HTMLResponse)
-def cluster_page(request: Request, name: str) -> HTMLResponse:
-    view = cluster_routes.get_cluster(name, _deps(request))
-    decision = view.get("last_decision") or {}
-    body = (
-        fields(view)
-        + "<h2>Nodes</h2>" + records(view.get("nodes") or [], id="nodes")
-        + f'<h2>Demand</h2><p id="demand">{compact(view.get("demand"))}</p>'
-        + "<h2>The autoscaler's last decision</h2>"
-        + (fields(decision, list(decision)) if decision else '<p class="muted">none yet</p>')
-        + "<h2>Cooldowns</h2>" + f"<p>{compact(view.get('cooldowns'))}</p>"
-    )  # fmt: skip
-    return _html(f"Cluster {name}", f'<div id="cluster">{body}</div>', "/console/clusters", 10)
-
-
-@pages.get("/blocked", response_class=HTMLResponse)
-def blocked_page(request: Request) -> HTMLResponse:
-    deps = _deps(request)
-    now = deps.now()
-    rows = [
-        (
-            esc(b.block.kind),
-            esc(str(b.block)),
-            esc(b.outcome),
-            esc(b.reason),
-            when(b.until),
-            f"{b.until - now:.0f}s",
-        )
-        for b in sorted(deps.blocks.active(now), key=lambda b: b.until)
-    ]
-    # kind: what the block is about (capacity, shortfall, quota, region, instance_type, cloud)
-    headers = ("kind", "scope", "outcome", "reason", "until", "left")
-    note = '<p class="muted">Scopes a failure blocked: every worker skips them until then.</p>'
-    return _html("Blocked scopes", note + table(headers, rows, id="blocked"), "/console/blocked", 5)
-
-
-@pages.get("/cost", response_class=HTMLResponse)
-def cost_page(request: Request) -> HTMLResponse:
-    deps = _deps(request)
-    live = deps.store.list_instances(states=list(LIVE))
-    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for i in live:
-        cell = sums[(i.cloud, i.market)]
-        cell[0] += 1
-        cell[1] += i.price_usd_per_hour or 0.0
-    rows = [
-        (esc(cloud), esc(market), f"{n:.0f}", usd(per_h, 3))
-        for (cloud, market), (n, per_h) in sorted(sums.items())
-    ]
-    total = sum(v[1] for v in sums.values())
-    rows.append(("<b>total</b>", "", str(len(live)), f"<b>{usd(total, 3)}</b>"))
-    headers = ("cloud", "market", "live instances", "cost per hour")
-    return _html("Cost per hour", table(headers, rows, id="cost"), "/console/cost", 10)
