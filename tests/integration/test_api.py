@@ -425,6 +425,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/node/agent.whl": {"get"},
         "/v1/node/bundle": {"get"},
         "/v1/node/execs": {"get"},
+        "/v1/node/peers": {"get"},
         "/v1/node/execs/{exec_id}/output": {"post"},
         "/v1/node/execs/{exec_id}/done": {"post"},
         "/v1/node/sessions/{session_id}": {"get"},
