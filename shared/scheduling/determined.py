@@ -24,6 +24,7 @@ the fallback pools: a task its pool leaves waiting may start in the first pool o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from .det_pool_state import PoolPass, new_pass
 from .fair_share import run_fair_share
@@ -33,6 +34,8 @@ from .model import (
     DetTask,
 )
 from .reaping import plan_agent_reaps
+
+_SUBMISSION_ORDER = attrgetter("submitted_at", "task_id")  # a task's place in its queue
 
 
 def schedule_pool(pool: DetPoolSnapshot, now: float) -> DetPlan:
@@ -44,9 +47,9 @@ def schedule_pool(pool: DetPoolSnapshot, now: float) -> DetPlan:
 def run_pass(pool: DetPoolSnapshot) -> PoolPass:
     """The pool's own decisions, as a working state (``schedule_pools`` builds on it)."""
     state = new_pass(pool)
-    waiting = sorted(
-        (t for t in pool.tasks if not t.is_running() and not t.stopping),
-        key=lambda t: (t.submitted_at, t.task_id),
+    waiting = sorted(  # tasks holding nothing (is_running() false), in submission order
+        (t for t in pool.tasks if not t.allocations and not t.stopping),
+        key=_SUBMISSION_ORDER,
     )
     slot_tasks: list[DetTask] = []
     aux_tasks: list[DetTask] = []
