@@ -226,17 +226,29 @@ def still_blocked(
     the chain. Otherwise every one was renewed meanwhile (other requests tried those places
     and failed) and a walk would find nothing to try: the wait goes on, to just after the
     first new end (never past the deadline), and counts no retry."""
+    renewed = renewed_until(now=now, ends=ends, deadline=deadline)
+    if renewed is None:
+        return None
+    retry_at, because = renewed
+    reason = f"waiting for capacity: retry {retries + 1} at {utc_clock(retry_at)}"
+    return WaitDecision("wait", reason, retry_at, deadline, because)
+
+
+def renewed_until(
+    *, now: float, ends: Iterable[float], deadline: float | None
+) -> tuple[float, Literal["block_expiry", "deadline"]] | None:
+    """:func:`still_blocked`'s rule without its reason line: None (walk the chain now), or
+    when to look again and why (``block_expiry`` or ``deadline``). The simulator, which
+    prints no reason, calls this one; ``ends`` may be any iterable, read once."""
     if deadline is not None and now >= deadline:
         return None
     first = min(ends, default=now)
     if first <= now:
         return None
     retry_at = first + AFTER_EXPIRY_S
-    because: Literal["block_expiry", "deadline"] = "block_expiry"
     if deadline is not None and deadline < retry_at:
-        retry_at, because = deadline, "deadline"
-    reason = f"waiting for capacity: retry {retries + 1} at {utc_clock(retry_at)}"
-    return WaitDecision("wait", reason, retry_at, deadline, because)
+        return deadline, "deadline"
+    return retry_at, "block_expiry"
 
 
 def lifted_by_release(place: Placed) -> tuple[Block, ...]:

@@ -141,6 +141,12 @@ def grow(
             snapshot = by_pool.get(name)
             if snapshot is None:
                 continue
+            if (
+                snapshot.max_agents is not None
+                and count[name] >= snapshot.max_agents
+                and spare[name] <= 0
+            ):
+                continue  # at its size with nothing on its way: no task of a long queue grows it
             key = (name, task.slots)
             if key not in growable:
                 growable[key] = _can_grow_for(snapshot, task.slots)
@@ -265,8 +271,10 @@ def release_task(ledger: DetLedger, task_id: str, now: float, *, finished: bool)
 def agent_lost(ledger: DetLedger, agent_id: str, now: float) -> list[str]:
     """An agent is gone (failed to launch, or lost): its tasks wait again. Returns them."""
     ledger.agents.pop(agent_id, None)
-    hit = [
-        tid for tid, t in ledger.tasks.items() if any(a.agent_id == agent_id for a in t.allocations)
+    hit = [  # most tasks of a long queue hold nothing: passed over before a generator is made
+        tid
+        for tid, t in ledger.tasks.items()
+        if t.allocations and any(a.agent_id == agent_id for a in t.allocations)
     ]
     for tid in hit:
         release_task(ledger, tid, now, finished=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from . import trusted
 from .fitting import (
     AgentBook,
     FitVerdict,
@@ -52,6 +53,7 @@ class PoolPass:
     _fits_now: dict[FitKey, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
     _fits_future: dict[FitKey, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
     _most_free: list[int] | None = None
+    _full_reasons: dict[int, str] = field(default_factory=dict)  # slots -> full_reason's text
     _ever: dict[int, FitVerdict] = field(default_factory=dict)
     _ever_avoiding: dict[FitKey, bool] = field(default_factory=dict)
     _lowest_victim: tuple[int, float] | None = None
@@ -139,6 +141,7 @@ class PoolPass:
         self._fits_now.clear()
         self._fits_future.clear()
         self._most_free = None
+        self._full_reasons.clear()
 
     def start(self, task: DetTask, allocations: tuple[SlotAllocation, ...], reason: str) -> None:
         book_allocations(self.books, task.task_id, allocations)
@@ -152,7 +155,7 @@ class PoolPass:
         )
 
     def wait(self, task: DetTask, code: DetPendingCode, reason: str) -> None:
-        self.pending[task.task_id] = TaskPending(task_id=task.task_id, code=code, reason=reason)
+        self.pending[task.task_id] = trusted.task_pending(task.task_id, code, reason)
 
     def release(self, victim: DetTask, preemptor: DetTask | str, reason: str) -> None:
         """Release ``victim`` for ``preemptor`` (a task, or what else takes its slots back,
@@ -163,10 +166,17 @@ class PoolPass:
         self.releases.append(TaskRelease(task_id=victim.task_id, preempted_by=by, reason=reason))
 
     def full_reason(self, task: DetTask) -> str:
+        """Why a task of its size waits in a full pool (the same text for every task of that
+        size until the next booking: a long queue asks it of each of its tasks)."""
+        said = self._full_reasons.get(task.slots)
+        if said is not None:
+            return said
         if self._most_free is None:
             self._most_free = sorted((b.free for b in self.books.values()), reverse=True)[:4]
         free = self._most_free
-        return f"no agent of {self.pool.pool} has {task.slots} free slot(s) (most free: {free})"
+        said = f"no agent of {self.pool.pool} has {task.slots} free slot(s) (most free: {free})"
+        self._full_reasons[task.slots] = said
+        return said
 
 
 def new_pass(pool: DetPoolSnapshot) -> PoolPass:

@@ -24,6 +24,7 @@ the fallback pools: a task its pool leaves waiting may start in the first pool o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from .det_pool_state import PoolPass, new_pass
 from .fair_share import run_fair_share
@@ -33,6 +34,8 @@ from .model import (
     DetTask,
 )
 from .reaping import plan_agent_reaps
+
+_SUBMISSION_ORDER = attrgetter("submitted_at", "task_id")  # a task's place in its queue
 
 
 def schedule_pool(pool: DetPoolSnapshot, now: float) -> DetPlan:
@@ -44,9 +47,9 @@ def schedule_pool(pool: DetPoolSnapshot, now: float) -> DetPlan:
 def run_pass(pool: DetPoolSnapshot) -> PoolPass:
     """The pool's own decisions, as a working state (``schedule_pools`` builds on it)."""
     state = new_pass(pool)
-    waiting = sorted(
-        (t for t in pool.tasks if not t.is_running() and not t.stopping),
-        key=lambda t: (t.submitted_at, t.task_id),
+    waiting = sorted(  # tasks holding nothing (is_running() false), in submission order
+        (t for t in pool.tasks if not t.allocations and not t.stopping),
+        key=_SUBMISSION_ORDER,
     )
     slot_tasks: list[DetTask] = []
     aux_tasks: list[DetTask] = []
@@ -102,7 +105,7 @@ def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
     """
     preemption = state.pool.scheduler.preemption
     levels: dict[int, list[DetTask]] = {}
-    for task in sorted(tasks, key=lambda t: (state.priority(t), t.submitted_at, t.task_id)):
+    for task in tasks:  # in submission order (run_pass sorts them): so is each level
         levels.setdefault(state.priority(task), []).append(task)
     blocker: DetTask | None = None  # the first task a higher level left waiting
     releasing: DetTask | None = None  # the first task slots are being freed for
@@ -120,10 +123,19 @@ def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
             else:
                 state.book_future(task.task_id, fit)
                 state.wait(task, "behind_higher_priority", held)
+        # Tasks of a size (and agents to avoid) for which no room could be made: a later one
+        # of the level can preempt no more than an earlier one (only what was submitted after
+        # it, at its level), so it cannot either, until room is made for another.
+        no_room: set[tuple[int, tuple[str, ...]]] = set()
         for task in unfit:
-            if preemption and _make_room(state, task):
+            key = (task.slots, task.blocked_agents)
+            if preemption and key not in no_room and _make_room(state, task):
                 releasing = releasing or task
-            elif blocker is not None:
+                no_room.clear()  # the books changed
+                continue
+            if preemption:
+                no_room.add(key)
+            if blocker is not None:
                 state.wait(
                     task,
                     "behind_higher_priority",

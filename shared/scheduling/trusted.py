@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from .model import NodeAssignment, Pending, PendingCode, Placement
+from .model import DetPendingCode, NodeAssignment, Pending, PendingCode, Placement, TaskPending
 
 _new = object.__new__
 # The four slots' own setters, called directly (as ``object.__setattr__`` ends up doing, without
@@ -47,6 +47,7 @@ def _plain(cls: type[BaseModel], fields: tuple[str, ...]) -> bool:
 _NODE_PLAIN = _plain(NodeAssignment, ("machine_type", "partition", "machine_id"))
 _PLACEMENT_PLAIN = _plain(Placement, ("workload_id", "nodes", "reason"))
 _PENDING_PLAIN = _plain(Pending, ("workload_id", "code", "reason", "preempted_by", "budget"))
+_TASK_PENDING_PLAIN = _plain(TaskPending, ("task_id", "code", "reason", "budget"))
 _NODE_FIELDS = {"machine_type", "partition", "machine_id"}
 _PLACEMENT_FIELDS = {"workload_id", "nodes", "reason"}
 
@@ -132,6 +133,22 @@ def pending_for(told: Pending, workload_id: str) -> Pending:
     made = _new(Pending)
     _set_dict(made, {**told.__dict__, "workload_id": workload_id})
     _set_fields(made, told.model_fields_set)
+    _set_extra(made, None)
+    _set_private(made, None)
+    return made
+
+
+_TASK_PENDING_FIELDS = {"task_id", "code", "reason"}
+
+
+def task_pending(task_id: str, code: DetPendingCode, reason: str) -> TaskPending:
+    """``TaskPending(task_id=..., code=..., reason=...)`` (``budget`` left unset, as that call
+    leaves it): a Determined pass tells every task of a long queue why it waits."""
+    if not _TASK_PENDING_PLAIN:
+        return TaskPending(task_id=task_id, code=code, reason=reason)
+    made = _new(TaskPending)
+    _set_dict(made, {"task_id": task_id, "code": code, "reason": reason, "budget": None})
+    _set_fields(made, _TASK_PENDING_FIELDS)
     _set_extra(made, None)
     _set_private(made, None)
     return made

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from ..backoff import backoff_s
-from ..blocking import Block, is_blocked, place_key
+from ..blocking import Block, PlaceKey, is_blocked, place_key
 from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from ..failover import WIDER, Within, next_step
@@ -30,8 +30,8 @@ from ..waiting import (
     backoff_of,
     decide_wait,
     lifted_by_release,
+    renewed_until,
     retry_rng,
-    still_blocked,
     waits_on,
     woken_by_release,
 )
@@ -115,6 +115,16 @@ class Flow:
     seq: int = 0  # its submission's order (the runtime's oldest-first list of requests)
     up: bool = False
     ended: bool = False
+    # The places of ``chain`` (its place keys), and the chain they were read from.
+    _keys: frozenset[PlaceKey] = frozenset()
+    _keys_of: list[Candidate] | None = None
+
+    def place_keys(self) -> frozenset[PlaceKey]:
+        """The places its chain holds (worked out once per chain: a relaunch plans a new one)."""
+        if self._keys_of is not self.chain:
+            self._keys = frozenset(map(place_key, self.chain))
+            self._keys_of = self.chain
+        return self._keys
 
 
 class Launcher:
@@ -241,21 +251,18 @@ class Launcher:
         deadline: float | None,
     ) -> None:
         """The first end of the ``blocks`` a request waits on is due: walk its chain if one of
-        them has ended (:func:`still_blocked`); if every one was renewed meanwhile, wait for
-        their new ends."""
+        them has ended (:func:`renewed_until`, the runtime's :func:`still_blocked` without its
+        reason line); if every one was renewed meanwhile, wait for their new ends."""
         if flow.ended or flow.up or (flow.relaunches, flow.retries) != wait:
             return  # relaunched (a fresh wait) or done
         until = (flow.memory if flow.memory is not None else self.memory).by_fields
-        renewed = still_blocked(
-            now=self.sim.now,
-            ends=list(map(until.get, blocks, repeat(0.0))),
-            retries=flow.retries,
-            deadline=deadline,
+        renewed = renewed_until(
+            now=self.sim.now, ends=map(until.get, blocks, repeat(0.0)), deadline=deadline
         )
-        if renewed is None or renewed.retry_at is None:
+        if renewed is None:
             self._wake(flow, flow.relaunches, flow.retries)
         else:
-            self.sim.at(renewed.retry_at, self._due, flow, wait, blocks, deadline)
+            self.sim.at(renewed[0], self._due, flow, wait, blocks, deadline)
 
     def _wake(self, flow: Flow, relaunches: int, retries: int) -> None:
         """A waiting request's retry is due (or a release of ours freed a place of its chain):
@@ -342,9 +349,15 @@ class Launcher:
         lifted = {b: None for p in places for b in lifted_by_release(p)}
         if not self.memory.lift(list(lifted), self.sim.now) and not self.waiters:
             return
-        waiting = sorted(self.waiters.values(), key=lambda f: f.seq)
-        for rid in woken_by_release([place_key(p) for p in places],
-                                    [(f.rid, f.chain) for f in waiting]):  # fmt: skip
+        freed = [place_key(p) for p in places]
+        # Only a request whose chain holds a freed place can be woken: the others are passed
+        # over here rather than walked step by step by woken_by_release (the same choice).
+        places_freed = frozenset(freed)
+        waiting = sorted(
+            (f for f in self.waiters.values() if not places_freed.isdisjoint(f.place_keys())),
+            key=lambda f: f.seq,
+        )
+        for rid in woken_by_release(freed, [(f.rid, f.chain) for f in waiting]):
             flow = self.waiters.pop(rid)  # chosen once, even if another ends at this instant
             self.sim.after(0.0, self._wake, flow, flow.relaunches, flow.retries)
 

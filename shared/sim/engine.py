@@ -223,7 +223,7 @@ class Sim:
     def _take_back(self, inst: SimInstance) -> None:
         if inst.ended_at is not None:
             return
-        if inst.owner is not None:
+        if inst.owner in self.recorder.requests:  # a Ray node's owner is its node id
             self.stat(inst.owner).spot_preemptions += 1
         self.recorder.spot_preemptions += 1
         self.cloud.end(inst, self.now)

@@ -219,9 +219,10 @@ class RaySim:
         if flow is None or flow.rid not in self.nodes:
             return False
         nid = flow.rid
-        self.launcher.lost(inst)
-        self.nodes[nid].running = False
-        self.nodes[nid].used = {}
+        self.launcher.lost(inst)  # may fail the relaunch at once: _node_failed drops the node
+        node = self.nodes.get(nid)
+        if node is not None:
+            node.running, node.used = False, {}
         for rid, taken in list(self.held.items()):
             if any(owner == nid for owner, _ in taken):
                 for owner, b in taken:

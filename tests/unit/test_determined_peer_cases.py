@@ -11,6 +11,7 @@ Expectations are Determined's, except where a comment marks a deliberate differe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import pytest
 
@@ -23,7 +24,7 @@ from corral.shared.scheduling import (
     SlotAllocation,
     schedule_pool,
 )
-from corral.shared.scheduling.fitting import AgentBook, find_fit
+from corral.shared.scheduling.fitting import AgentBook, find_fit, score
 
 
 @dataclass
@@ -250,6 +251,23 @@ def test_priority_preemption_disabled_zero_slot_task() -> None:
     pool = add(commit(pool, plan), [Mock("task3", 0, HIGH)])
     plan = schedule_pool(pool, 1)
     assert started(plan) == set() and released(plan) == set()
+
+
+def test_sort_tasks_by_priority_and_timestamps() -> None:
+    """priority_test.go: TestSortTasksByPriorityAndTimestamps. Determined checks its sort
+    helper; Corral's order shows in what starts: within a class, the higher priority (40)
+    first, the older submission first within a level; zero-slot and slot tasks apart. One
+    4-slot agent with one zero-slot place: task4 (0 slots, 40, older) and task6 (4 slots, 40,
+    older) start; task3 and task5 wait behind them, task1 and task2 (50) wait below."""
+    now, older = 100.0, 85.0
+    order = [("task1", 4, LOW, now), ("task2", 1, LOW, older), ("task3", 0, HIGH, now)]
+    order += [("task4", 0, HIGH, older), ("task5", 4, HIGH, now), ("task6", 4, HIGH, older)]
+    pool = det_pool([("agent1", 4, 1)], [Mock(t, n, p) for t, n, p, _ in order])
+    at = {t: when for t, _, _, when in order}
+    tasks = tuple(t.model_copy(update={"submitted_at": at[t.task_id]}) for t in pool.tasks)
+    plan = schedule_pool(pool.model_copy(update={"tasks": tasks}), 0)
+    assert started(plan) == {"task4", "task6"}
+    assert {p.task_id for p in plan.pending} == {"task1", "task2", "task3", "task5"}
 
 
 def test_priority_max_zero_slot_container() -> None:
@@ -588,6 +606,32 @@ FIND_FITS = [
         (),
         "agent2",
     ),
+    # Determined's SingleAgent requirement only forbids a multi-agent fit; where one agent
+    # fits, the answer is the same without it (Corral has no such requirement).
+    (
+        "4-slot multiple fits, one exact, single agent",
+        4,
+        [("agent1", 8, 0, 100, 0), ("agent2", 4, 0, 100, 0)],
+        "worst",
+        (),
+        "agent1",
+    ),
+    (
+        "2-slot multiple inexact fits, single agent",
+        2,
+        [("agent1", 4, 0, 100, 0), ("agent2", 4, 0, 100, 0)],
+        "best",
+        (),
+        "agent1",
+    ),
+    (
+        "2-slot fit, no single agent requirement",
+        2,
+        [("agent1", 1, 0, 100, 0), ("agent2", 3, 0, 100, 0)],
+        "best",
+        (),
+        "agent2",
+    ),
 ]
 
 
@@ -616,6 +660,17 @@ DEDICATED = [
     ("Not all agents need to be used to satisfy", 8, [4, 4, 4, 4, 4], [0, 1]),
 ]
 
+# The heterogeneous cases (HeterogenousFit: true or false): Determined checks only how many
+# agents the fit takes; (name, slots, capacities, allowed, agents taken).
+DEDICATED_HETEROGENEOUS = [
+    ("Heterogeneous fit - exact", 4, [2, 1, 1], True, 3),
+    ("Heterogeneous fit - not allowed", 4, [2, 1, 1], False, 0),
+    ("Heterogeneous fit - prefer homoegeneous fit", 4, [2, 1, 1, 1, 1], True, 4),
+    ("Heterogeneous fit - extra slots not used", 4, [2, 1, 1, 1], True, 3),
+    ("Heterogeneous fit - not enough consumes none", 8, [2, 1, 1], True, 0),
+    ("Heterogeneous fit - one last test", 63, [32, 32, 16, 16, 8, 8, 4, 4, 2, 2, 1, 1], True, 6),
+]
+
 
 @pytest.mark.parametrize(
     ("slots", "capacities", "expected"),
@@ -629,6 +684,97 @@ def test_find_dedicated_agent_fits(slots: int, capacities: list[int], expected: 
     fit = find_fit(agents, slots, "worst")
     got = sorted(int(a.agent_id[1:]) for a in fit) if fit else []
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("slots", "capacities", "allowed", "taken"),
+    [case[1:] for case in DEDICATED_HETEROGENEOUS],
+    ids=[case[0] for case in DEDICATED_HETEROGENEOUS],
+)
+def test_find_dedicated_agent_fits_heterogeneous(
+    slots: int, capacities: list[int], allowed: bool, taken: int
+) -> None:
+    """fitting_test.go: TestFindDedicatedAgentFits, its heterogeneous cases (at
+    determined-ai/determined c1e9c6d7b8); every agent taken is given all its slots, and they
+    add up to the task's exactly"""
+    agents = books(*[(f"a{i:02d}", c, 0, 100, 0) for i, c in enumerate(capacities)])
+    fit = find_fit(agents, slots, "worst", (), allowed) or ()
+    assert len(fit) == taken
+    assert all(a.slots == agents[a.agent_id].slots for a in fit)
+    assert sum(a.slots for a in fit) == (slots if taken else 0)
+
+
+def test_a_pool_that_fits_only_heterogeneously_can_fit_with_the_setting() -> None:
+    """The pool-shape check agrees with the fitting: the "one last test" pool can ever fit 63
+    slots with ``allow_heterogeneous_fits`` (so the task waits or starts, never
+    ``can_never_fit``), and without it the task is refused."""
+    capacities = [32, 32, 16, 16, 8, 8, 4, 4, 2, 2, 1, 1]
+    agents = tuple(Agent(agent_id=f"a{i:02d}", slots=c) for i, c in enumerate(capacities))
+    task = DetTask(task_id="t", group_id="g", slots=63, submitted_at=0.0)
+    for allowed in (True, False):
+        scheduler = DetScheduler(type="priority", allow_heterogeneous_fits=allowed)
+        pool = DetPoolSnapshot(pool="p", scheduler=scheduler, agents=agents, tasks=(task,))
+        plan = schedule_pool(pool, 0)
+        if allowed:
+            assert [len(s.allocations) for s in plan.starts] == [6]
+        else:
+            assert {p.task_id: p.code for p in plan.pending} == {"t": "can_never_fit"}
+
+
+@pytest.mark.parametrize(
+    ("blocked", "expected"),
+    [(("agent1", "agent2"), None), (("agent1",), "agent2"), (("agent2",), "agent1")],
+)
+def test_find_fit_disallowed_nodes(blocked: tuple[str, ...], expected: str | None) -> None:
+    """fitting_test.go: TestFindFitDisallowedNodes (a 1-slot task with BlockedNodes)"""
+    agents = books(("agent1", 4, 0, 100, 0), ("agent2", 4, 0, 100, 0))
+    fit = find_fit(agents, 1, "best", blocked)
+    assert (fit[0].agent_id if fit else None) == expected
+
+
+def test_is_viable() -> None:
+    """fitting_test.go: TestIsViable (slotsSatisfied: a 2-slot task fits an agent with 4 free
+    slots and not one with 1; through find_fit, as Corral has no separate predicate)"""
+    assert find_fit(books(("agent1", 4, 0, 100, 0)), 2, "best") is not None
+    assert find_fit(books(("agent2", 1, 0, 100, 0)), 2, "best") is None
+    assert find_fit(books(("agent4", 1, 0, 100, 0)), 2, "best") is None
+
+
+# (slots, agent's slots, slots used, max zero-slot containers, zero-slot containers, best, worst)
+FIT_SCORES = [
+    (0, 0, 0, 0, 0, Fraction(0), Fraction(0)),
+    (0, 0, 0, 0, 1, Fraction(0), Fraction(0)),
+    (0, 0, 0, 2, 0, Fraction(1, 3), Fraction(1)),
+    (0, 0, 0, 2, 1, Fraction(1, 2), Fraction(1, 2)),
+    (1, 1, 1, 100, 0, Fraction(1), Fraction(0)),
+    (1, 1, 0, 100, 0, Fraction(1, 2), Fraction(1)),
+    (1, 9, 0, 100, 0, Fraction(1, 10), None),
+    (1, 10, 1, 100, 0, Fraction(1, 10), None),
+    (1, 10, 0, 100, 0, None, Fraction(1)),
+    (1, 10, 5, 100, 0, None, Fraction(1, 2)),
+]
+
+
+@pytest.mark.parametrize(
+    ("slots", "agent_slots", "used", "cap", "aux", "best", "worst"), FIT_SCORES
+)
+def test_best_fit_and_worst_fit_scores(
+    slots: int,
+    agent_slots: int,
+    used: int,
+    cap: int,
+    aux: int,
+    best: Fraction | None,
+    worst: Fraction | None,
+) -> None:
+    """fitting_methods_test.go: TestBestFit and TestWorstFit, every assertion (None: the
+    agent is in only one of the two tests). Determined's agents 2 run a zero-slot container
+    with a limit of 0 (agent2 in both tests): score 0."""
+    book = books(("agent", agent_slots, used, cap, aux))["agent"]
+    if best is not None:
+        assert score(book, slots, "best") == best
+    if worst is not None:
+        assert score(book, slots, "worst") == worst
 
 
 def test_multi_agent_fit_when_no_single_agent_is_free_enough() -> None:

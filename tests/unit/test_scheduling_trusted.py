@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from corral.shared.scheduling import trusted
-from corral.shared.scheduling.model import NodeAssignment, Pending, Placement, Plan
+from corral.shared.scheduling.model import NodeAssignment, Pending, Placement, Plan, TaskPending
 
 
 def test_a_built_node_is_the_validated_one() -> None:
@@ -84,3 +84,28 @@ def test_a_built_pending_is_the_validated_one() -> None:
         assert built.model_dump_json() == made.model_dump_json()
         assert built.model_dump(exclude_unset=True) == made.model_dump(exclude_unset=True)
         assert pickle.loads(pickle.dumps(built)) == made
+
+
+def test_a_built_task_pending_is_the_validated_one() -> None:
+    built = trusted.task_pending("t1", "pool_full", "no agent of p has 1 free slot(s)")
+    made = TaskPending(task_id="t1", code="pool_full", reason="no agent of p has 1 free slot(s)")
+    assert trusted._TASK_PENDING_PLAIN
+    assert type(built) is TaskPending
+    assert built == made and hash(built) == hash(made)
+    assert built.model_fields_set == made.model_fields_set
+    assert built.model_dump_json() == made.model_dump_json()
+    assert built.model_dump(exclude_unset=True) == made.model_dump(exclude_unset=True)
+    assert pickle.loads(pickle.dumps(built)) == made
+    with pytest.raises(ValidationError):
+        built.reason = "changed"  # type: ignore[misc]
+    assert built.model_copy(update={"budget": "b"}).model_fields_set == {
+        "task_id",
+        "code",
+        "reason",
+        "budget",
+    }
+    assert trusted.task_pending("t2", "pool_full", "r").model_fields_set == {
+        "task_id",
+        "code",
+        "reason",
+    }

@@ -444,3 +444,20 @@ def test_each_arrivals_entry_keeps_its_own_task(tmp_path: Path) -> None:
     tasks = [(a.id, a.task.name, a.task.num_nodes) for a in arrivals if a.task is not None]
     assert tasks == [("a0-0", "g", 1), ("a0-1", "g", 1), ("a1-0", "c", 2)]
     assert arrivals[2].task is not None and arrivals[2].task.resources.accelerators is None
+
+
+def test_a_region_outage_that_takes_a_ray_clusters_nodes_is_played(tmp_path: Path) -> None:
+    """An outage of the Ray cluster's region that takes running machines: its Ray nodes are
+    taken back like any machine (counted as spot preemptions of the day, not of a request:
+    a node is no request). The simulator raised KeyError on the node's id."""
+    text = (EXAMPLES / "day-scenario.yaml").read_text()
+    outage = "  - {cloud: gcp, region: us-central1, from: 2h, to: 3h, error: timeout, "
+    (tmp_path / "s.yaml").write_text(text + outage + "lose_running: true}\n")
+    scenario = load_scenario(tmp_path / "s.yaml").model_copy(update={"duration_s": HOURS_S})
+    workload = load_workload(EXAMPLES / "day-workload.yaml")
+    ray = [i for i, t in enumerate(workload.templates) if t.ray is not None]
+    weights = [1.0 if i in ray else 0.0 for i in range(len(workload.templates))]
+    workload.arrivals = generate(workload.templates, weights, 40, 3, 2 * 3600.0)
+    run = run_policy(scenario, workload, "corral")
+    ray_stats = run.figures["by_template"]["ray:ray-l4"]
+    assert ray_stats["requests"] == 40 and run.figures["preemptions"]["spot"] > 0

@@ -163,13 +163,14 @@ def test_an_exhausted_chain_waits_by_the_same_rule_in_both(driver: Driver, tmp_p
     runtime's failover step and in the simulator's launcher alike; what it waits on is
     :func:`~corral.shared.waiting.waits_on` in both, and whether a due retry is worth a walk
     (a block it waits on ended, or all were renewed) is
-    :func:`~corral.shared.waiting.still_blocked` in both."""
+    :func:`~corral.shared.waiting.renewed_until` in both (the runtime through
+    :func:`~corral.shared.waiting.still_blocked`, which adds the reason line)."""
     from corral.services.runtime import failover as runtime_failover
     from corral.shared import waiting
     from corral.shared.errors import CapacityError
 
     codes = {f.__name__: f.__code__ for f in (waiting.decide_wait, waiting.waits_on,
-                                              waiting.still_blocked)}  # fmt: skip
+                                              waiting.renewed_until)}  # fmt: skip
     for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
         driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
     task = {"name": "w", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
