@@ -142,7 +142,7 @@ def test_a_sold_out_zone_fails_in_milliseconds_with_one_request(
 @pytest.mark.parametrize(
     ("code", "market", "cls", "scope"),
     [
-        ("VcpuLimitExceeded", "on_demand", QuotaError, Scope.REGION),
+        ("VcpuLimitExceeded", "on_demand", QuotaError, Scope.FAMILY),  # its vCPU class (#46)
         ("MaxSpotInstanceCountExceeded", "spot", QuotaError, Scope.INSTANCE_TYPE),
         ("RequestLimitExceeded", "on_demand", ThrottledError, Scope.NONE),
         ("InternalError", "on_demand", ThrottledError, Scope.NONE),
