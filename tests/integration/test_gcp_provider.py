@@ -298,8 +298,8 @@ def test_names_are_valid_and_distinct_for_ids_that_clean_up_alike() -> None:
     [
         ("stockout", CapacityError, Scope.ZONE),
         ("stockout_details", CapacityError, Scope.ZONE),
-        ("quota_region", QuotaError, Scope.REGION),
-        ("quota_region_http", QuotaError, Scope.REGION),
+        ("quota_region", QuotaError, Scope.FAMILY),  # its quota metric in the region (#46)
+        ("quota_region_http", QuotaError, Scope.FAMILY),
         ("quota_gpus_all_regions", QuotaError, Scope.INSTANCE_TYPE),
         ("rate_limit", ThrottledError, Scope.NONE),
         ("backend", ThrottledError, Scope.NONE),
