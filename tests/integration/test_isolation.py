@@ -276,6 +276,7 @@ def test_every_node_of_a_request_has_a_home_and_folder_of_its_own(team: Team) ->
     """Issue #45 item 2: without a workdir a local task ran in `corral up`'s working directory
     with the user's own HOME, shared by every node."""
     system = team.system
+    mark = f"corral-mine-{os.getpid()}"  # this run's own: a file left by another never counts
     rid = team.submit(
         "alice",
         "team-a",
@@ -283,7 +284,7 @@ def test_every_node_of_a_request_has_a_home_and_folder_of_its_own(team: Team) ->
             "name": "two-nodes",
             "num_nodes": 2,
             "resources": {"cloud": "local", "instance_type": "cpu-2"},
-            "run": "echo NODE$CORRAL_NODE_RANK=$HOME:$PWD; touch ~/mine-$CORRAL_NODE_RANK; ls ~",
+            "run": f"echo NODE$CORRAL_NODE_RANK=$HOME:$PWD; touch ~/{mark}-$CORRAL_NODE_RANK; ls ~",
         },
     )
     system.wait_state(rid, {"SUCCEEDED"}, 90)
@@ -295,7 +296,7 @@ def test_every_node_of_a_request_has_a_home_and_folder_of_its_own(team: Team) ->
     for home in (home0, home1):
         assert home not in (str(Path.home()), os.getcwd())
         assert not Path(home).is_relative_to(system.home)  # never inside Corral's home
-    assert not (Path.home() / "mine-0").exists()
+    assert not (Path.home() / f"{mark}-0").exists()
 
 
 def test_a_ray_cluster_nodes_home_mount_lands_in_its_own_home(team: Team, tmp_path: Path) -> None:
