@@ -121,12 +121,13 @@ def test_a_gpu_pod_goes_to_the_node_labelled_with_its_kind(
     _valid(kube)
 
 
-def test_a_pod_no_node_can_hold_is_a_capacity_error_for_the_context_and_is_deleted(
+def test_a_pod_no_node_can_hold_is_a_capacity_error_for_its_shape_and_is_deleted(
     kube: FakeKube, provider: KubernetesProvider
 ) -> None:
     with pytest.raises(CapacityError) as info:
         provider.launch(spec(instance_type="16CPU--64GB--T4:2", accelerators={"T4": 2}))
-    assert info.value.scope is Scope.REGION
+    # Its shape in the namespace, not the whole context: a CPU pod still fits there (#46).
+    assert info.value.scope is Scope.ZONE
     assert "FailedScheduling" in str(info.value) and "Insufficient nvidia.com/gpu" in str(
         info.value
     )
@@ -139,7 +140,8 @@ def test_a_resource_quota_refusal_is_a_quota_error_for_the_namespace(
     kube.quotas[("default", "gpus")] = {"spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}
     with pytest.raises(QuotaError) as info:
         provider.launch(spec(instance_type="16CPU--64GB--T4:1", accelerators={"T4": 1}))
-    assert info.value.scope is Scope.ZONE and "exceeded quota: gpus" in str(info.value)
+    # The resource the ResourceQuota names, in the namespace (its quota family, #46 item 1).
+    assert info.value.scope is Scope.FAMILY and "exceeded quota: gpus" in str(info.value)
     assert kube.pods == {}
 
 
