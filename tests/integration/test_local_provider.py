@@ -271,7 +271,7 @@ def test_a_multi_node_launch_gets_all_its_nodes_or_none(provider: LocalProvider)
 @pytest.mark.parametrize(
     ("zone", "instance_type", "error", "scope"),
     [
-        ("lab-east-b", "gpu-a100-8", QuotaError, Scope.REGION),
+        ("lab-east-b", "gpu-a100-8", QuotaError, Scope.FAMILY),  # its quota family (#46)
         ("faults-a", "gpu-a100-8", AuthError, Scope.CLOUD),
         ("faults-b", "gpu-a100-8", ThrottledError, Scope.NONE),
         ("faults-b", "cpu-2", CapacityError, Scope.ZONE),
