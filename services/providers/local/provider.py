@@ -39,6 +39,7 @@ from corral.services.providers.base import (
     status_view,
 )
 from corral.services.providers.local import launcher
+from corral.services.providers.local.faults import play_injected
 from corral.services.providers.local.folders import (
     DEMAND_FILE,
     assignment_uid,
@@ -71,11 +72,9 @@ from corral.services.state.outage import OutageBook
 from corral.shared.catalog.offering import Offering
 from corral.shared.config.localcloud import LocalCloud
 from corral.shared.errors import (
-    AuthError,
     CapacityError,
     InvalidRequestError,
     ProviderError,
-    QuotaError,
     Scope,
     ThrottledError,
 )
@@ -91,12 +90,6 @@ ATTEMPT_POLL_S = 0.05
 CLAIM_MARGIN_S = 3.0  # how long the caller that binds an attempt has to start its agents
 
 # The zone's injected error kinds as the typed errors a real cloud's SDK errors become.
-INJECTED: dict[str, tuple[type[ProviderError], str]] = {
-    "capacity": (CapacityError, "InsufficientInstanceCapacity"),
-    "quota": (QuotaError, "QuotaExceeded"),
-    "throttle": (ThrottledError, "RequestLimitExceeded"),
-    "auth": (AuthError, "AuthFailure"),
-}
 
 
 class LocalProvider:
@@ -349,28 +342,8 @@ class LocalProvider:
         return [r for r in records if r.pid is None and r.start_at is None and r.state == PENDING]
 
     def _play_injected_error(self, spec: LaunchSpec) -> bool | str:
-        """Raise the zone's injected error when its turn comes. True (nothing played): the
-        attempt is bound already, a launch that met no error then (a redelivery) meets none
-        now either. ``UNREGISTERED``: the launch goes on, its agents never to register. Only
-        a zone with an injected error looks (a Redis command)."""
-        type_name = self.cloud.instance_type(spec.instance_type).name
-        fault = self.cloud.zone(spec.zone).errors.get(type_name)
-        if fault is None or not fault.meets(spec.market):
-            return False
-        if self.state.attempt_value(spec.attempt_id) is not None:
-            return True
-        if fault.fails_launch(self.state.count_fault(spec.zone, type_name)):
-            if fault.kind == UNREGISTERED:
-                return UNREGISTERED
-            cls, code = INJECTED[fault.kind]
-            named = f" (quota family {fault.family})" if fault.family else ""
-            raise cls(
-                f"{spec.zone}: {fault.kind} error for {type_name}{named} (injected by the "
-                "cloud file)",
-                code=code,
-                family=fault.family,  # None: the candidate's own (its accelerator's quota)
-            )
-        return False
+        """The zone's injected error, played when its turn comes (faults.play_injected)."""
+        return play_injected(self.cloud, self.state, spec)
 
     def _new_records(
         self,
