@@ -77,6 +77,8 @@ def test_fifty_quick_two_node_jobs_end_by_their_exit_codes_with_no_node_lost(
         assert (req["state"], req["exit_code"]) == want, req
         assert not req.get("relaunches"), req
         assert len(req["instances"]) == 2, req["instances"]
-    # Nothing was remembered against the zones (a lost machine blocks its zone for 150 s).
+    # No zone was blocked for a machine taken for lost (a lost machine blocks its zone for
+    # 150 s). A zone whose 60 machines were all busy at a moment (100 nodes in all, slower to
+    # end on a loaded host) may be remembered as sold out: that one is true.
     blocks = BlockStore(redis.Redis.from_url(system.env["CORRAL_REDIS_URL"])).active(time.time())
-    assert blocks == [], blocks
+    assert [b for b in blocks if b.outcome != "capacity"] == [], blocks
