@@ -210,8 +210,12 @@ def _mount_lines(mounts: Mounts, docker: bool) -> list[str]:
     ]
     for i, target in enumerate(mounts.targets):
         dest = '"$HOME"' + q(target[1:]) if target.startswith("~") else q(target)
+        # Once more if the copy fails: nodes sharing a filesystem (the local cloud's, an NFS
+        # home) copy one target at once, and a cp that found no file may meet the other's
+        # ("cannot create regular file: File exists"; seen once in CI).
+        copy = f'rm -rf {dest} && cp -a "$_corral_dir/m{i}" {dest}'
         out += [
-            f'mkdir -p "$(dirname {dest})" && rm -rf {dest} && cp -a "$_corral_dir/m{i}" {dest}'
+            f'mkdir -p "$(dirname {dest})" && {{ {copy} || {{ sleep 0.2; {copy}; }}; }}'
             f" || _corral_fail file_mounts {i + 1} $? {q(target)}"
         ]
         if docker:
