@@ -109,7 +109,7 @@ def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
 
 def summary(rec: ClusterRecord) -> dict[str, Any]:
     """A cluster in one row: what ``cluster list`` prints."""
-    live = [n for n in rec.live_nodes() if n.terminate_sent_at is None]
+    live = [n for n in rec.running_nodes() if n.terminate_sent_at is None]
     return {
         "name": rec.name,
         "state": rec.state,
@@ -117,6 +117,7 @@ def summary(rec: ClusterRecord) -> dict[str, Any]:
         "file": rec.file_name,
         "nodes": len(live),
         "by_type": dict(Counter(n.node_type for n in live)),
+        "stopped": len(rec.stopped_nodes()),
         "demand": rec.demand,
         "created_at": rec.created_at,
     }
@@ -186,7 +187,7 @@ def create_cluster(body: ClusterBody, deps: Deps = Depends(get_deps)) -> dict[st
     if not autoscaling.clusters(deps).create(rec):
         raise HTTPException(409, f"a cluster named {rec.name!r} exists; take it down first")
     dispatch.tick_cluster(rec.name, settings=deps.settings)
-    return {**summary(rec), "warnings": _warnings(rec)}
+    return {**summary(rec), "warnings": _warnings(deps, rec)}
 
 
 def _mounts(body: ClusterBody) -> dict[str, Any] | None:
@@ -215,7 +216,7 @@ def _mounts(body: ClusterBody) -> dict[str, Any] | None:
     return mounts.model_dump()
 
 
-def _warnings(rec: ClusterRecord) -> list[str]:
+def _warnings(deps: Deps, rec: ClusterRecord) -> list[str]:
     """What ``cluster up`` says before any node starts: Ray's autoscaler left out, what the
     file sets that Corral does otherwise (cache_stopped_nodes), and what the cloud warns of (a
     docker section where its machines have no docker)."""
@@ -231,7 +232,32 @@ def _warnings(rec: ClusterRecord) -> list[str]:
             "cluster's autoscaler (the head runs Ray's monitor without a config, reporting only)"
         )
     notes += [f"{format_loc(path)}: {instead}" for path, instead in cluster.done_otherwise()]
+    notes += _stop_notes(deps, rec, cluster)
     return notes + cluster_files(autoscaling.record_cloud(rec)).notes(cluster)
+
+
+def _stop_notes(deps: Deps, rec: ClusterRecord, cluster: Any) -> list[str]:
+    """An AWS or Google Cloud file that sets ``cache_stopped_nodes: true`` played on a cloud
+    that cannot stop a machine (the local cloud, Kubernetes): its workers are terminated."""
+    from corral.services.providers.base import can_stop
+    from corral.services.providers.registry import ProviderUnavailable
+    from corral.shared.autoscaler.stopped import CACHING_PROVIDERS
+
+    if not cluster.provider.cache_stopped_nodes:
+        return []
+    if cluster.provider.type.lower() not in CACHING_PROVIDERS:
+        return []  # said by done_otherwise already, whatever the cloud
+    cloud = autoscaling.record_cloud(rec)
+    try:
+        stoppable = can_stop(deps.provider(cloud))
+    except ProviderUnavailable:
+        stoppable = False
+    if stoppable:
+        return []
+    return [
+        f"provider.cache_stopped_nodes: accepted; the {cloud} cloud cannot stop a machine: "
+        "Corral terminates the workers it scales down and launches new ones to scale up"
+    ]
 
 
 @router.get("/v1/clusters", summary="List clusters")

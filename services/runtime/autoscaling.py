@@ -31,7 +31,7 @@ from typing import Any
 
 from corral.services.providers.base import node_work_of
 from corral.services.providers.registry import cluster_files
-from corral.services.runtime import cluster_nodes, requests
+from corral.services.runtime import cluster_nodes, cluster_stops, requests
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.state.clusters import (
     DECISIONS_KEPT,
@@ -253,9 +253,10 @@ def queued_work(deps: Deps, rec: ClusterRecord) -> Demand:
 
 
 def observe(deps: Deps, rec: ClusterRecord) -> list[Observed]:
-    """Every live node of the cluster with its state now."""
+    """Every live node of the cluster with its state now (stopped workers aside: they neither
+    count as capacity nor as a launch in flight)."""
     out = []
-    for node in rec.live_nodes():
+    for node in rec.running_nodes():
         req = deps.store.get_request(node.request_id)
         if req is None:
             out.append(Observed(node, None, InstanceState.REQUESTED))  # committed, not submitted
@@ -290,6 +291,17 @@ def node_rows(deps: Deps, rec: ClusterRecord) -> list[dict[str, Any]]:
             row["state"] = InstanceState.TERMINATING.value
         row["idle_s"] = round(node.idle_s, 1)
         rows.append(row)
+    for stopped in rec.stopped_nodes():
+        rows.append(
+            {
+                "id": stopped.request_id,
+                "node_type": stopped.node_type,
+                "state": InstanceState.STOPPED.value,
+                "idle_s": 0.0,
+                "used": {},
+                "kind": stopped.kind,
+            }
+        )
     return rows
 
 
@@ -346,18 +358,41 @@ def _tick(deps: Deps, name: str) -> str:
         if rec.state == "down":
             return wind_down(deps, rec)
         catch_up(deps, rec)
-        new, launched, terminated = decide_once(deps, rec)
-        if store.write(new, rec.version) == 1:
-            execute(deps, new, launched, terminated)
-            return f"launched {len(launched)}, terminating {len(terminated)}"
+        decided = decide_full(deps, rec)
+        if store.write(decided.record, rec.version) == 1:
+            execute(deps, decided.record, decided.launched, decided.terminated, decided.stops)
+            said = f"launched {len(decided.launched)}, terminating {len(decided.terminated)}"
+            if decided.stops.stop or decided.stops.start:
+                said += f", stopping {len(decided.stops.stop)}"
+                said += f", starting {len(decided.stops.start)}"
+            return said
     return "raced: another writer kept changing the cluster"
+
+
+@dataclass
+class Decided:
+    """One tick's decision as committed: the record, the new nodes, the nodes to terminate,
+    and what it does to stopped workers (cache_stopped_nodes)."""
+
+    record: ClusterRecord
+    launched: list[ClusterNode]
+    terminated: list[str]
+    stops: cluster_stops.Changes
 
 
 def decide_once(
     deps: Deps, rec: ClusterRecord
 ) -> tuple[ClusterRecord, list[ClusterNode], list[str]]:
     """The next version of the record: nodes updated from what was observed, the decision,
-    the new nodes (with their deterministic request ids) and the nodes to terminate."""
+    the new nodes (with their deterministic request ids) and the nodes to terminate (stopped
+    ones included)."""
+    decided = decide_full(deps, rec)
+    gone = decided.terminated + decided.stops.terminate
+    return decided.record, decided.launched, gone
+
+
+def decide_full(deps: Deps, rec: ClusterRecord) -> Decided:
+    """:func:`decide_once` with what the decision does to stopped workers."""
     from corral.shared.autoscaler import decide
 
     now, cooldown_s = deps.now(), deps.settings.timers.autoscale_cooldown_s
@@ -400,8 +435,17 @@ def decide_once(
             placement = demand.placement_groups if demand is not None else []
             demand = Demand(bundles=[*base, *asked.bundles], placement_groups=placement)
     plan = decide(spec, nodes, queued, now=now, cooldowns=new.cooldowns, requested=demand)
-    launches = list(plan.launch.items())
-    reasons = list(plan.reasons)
+    # cache_stopped_nodes: stopped workers are started again before new ones are launched, and
+    # the workers removed are stopped rather than terminated.
+    rule = cluster_stops.policy(deps, rec, record_cloud(rec))
+    ready = cluster_stops.settle(deps, new)
+    up = {n.id for n in nodes if n.state is InstanceState.RUNNING}
+    launch, stops = cluster_stops.decide(
+        new, spec, rule, ready, dict(plan.launch), list(plan.terminate), up, now
+    )
+    launches = list(launch.items())
+    reasons = list(plan.reasons) + stops.reasons
+    terminated = [n for n in plan.terminate if n not in stops.stop]
     # A head that cannot be launched now (its type cooled down) is not retried every tick.
     head_needed = not any(n.kind == "head" for n in nodes) and (
         spec.head_node_type not in new.cooldowns
@@ -409,21 +453,21 @@ def decide_once(
     if head_needed:
         reasons.insert(0, f"launch the head ({spec.head_node_type}): the cluster has none")
     launched = _new_nodes(new, spec, launches, now, head_needed)
-    for node_id in plan.terminate:
-        new.nodes[node_id].terminate_sent_at = now
     launch_counts = Counter(n.node_type for n in launched)
     new.last_decision = {
         "launch": {t: launch_counts[t] for t in spec.node_types if launch_counts[t]},
-        "terminate": list(plan.terminate),
+        "terminate": terminated + stops.terminate,
+        "stop": list(stops.stop),
+        "start": list(stops.start),
         "reasons": reasons,
         "in_flight_cap": plan.in_flight_cap,
         "at": now,
         "version": rec.version + 1,
     }
-    if launched or plan.terminate:
+    if launched or plan.terminate or stops.start or stops.terminate:
         new.decisions = [*new.decisions, new.last_decision][-DECISIONS_KEPT:]
     _forget_old_ended(new)
-    return new, launched, list(plan.terminate)
+    return Decided(new, launched, terminated, stops)
 
 
 ENDED_NODES_KEPT = 200  # ended nodes kept in the record (for status); older ones are dropped
@@ -464,13 +508,25 @@ def _new_nodes(
 
 # ---------------------------------------------------------------------------------- execution
 def execute(
-    deps: Deps, rec: ClusterRecord, launched: list[ClusterNode], terminated: list[str]
+    deps: Deps,
+    rec: ClusterRecord,
+    launched: list[ClusterNode],
+    terminated: list[str],
+    stops: cluster_stops.Changes | None = None,
 ) -> None:
-    """Carry out a committed decision: submit the new nodes, cancel the leaving ones."""
+    """Carry out a committed decision: start stopped workers again, submit the new nodes,
+    cancel the leaving ones, stop the ones cached (a worker the cloud would not start again
+    is terminated: a later tick launches a new one in its place)."""
+    stops = stops or cluster_stops.Changes()
+    for node_id in stops.start:
+        if not cluster_stops.start_node(deps, node_id):
+            cancel_node(deps, node_id)
     for node in launched:
         submit_node(deps, rec, node)
-    for node_id in terminated:
+    for node_id in [*terminated, *stops.terminate]:
         cancel_node(deps, node_id)
+    for node_id in stops.stop:
+        cluster_stops.stop_node(deps, node_id)
 
 
 def submit_node(deps: Deps, rec: ClusterRecord, node: ClusterNode) -> None:
@@ -527,7 +583,17 @@ def catch_up(deps: Deps, rec: ClusterRecord) -> None:
     for node in rec.live_nodes():
         sent = node.terminate_sent_at
         req = deps.store.get_request(node.request_id)
-        if sent is None and req is None:
+        undone = cluster_stops.catch_up(deps, node, req.state, now) if req is not None else None
+        if undone == "stop":
+            cluster_stops.stop_node(deps, node.request_id)
+        elif undone == "start":
+            if not cluster_stops.start_node(deps, node.request_id):
+                cancel_node(deps, node.request_id)
+        elif undone == "terminate":
+            cancel_node(deps, node.request_id)
+        elif node.stopped_at is not None:
+            continue  # stopped: nothing to submit, admit or cancel
+        elif sent is None and req is None:
             submit_node(deps, rec, node)
         elif (
             sent is None

@@ -39,6 +39,10 @@ class ClusterNode(BaseModel):
     committed_at: float  # when the decision that launched it was committed
     last_busy_at: float | None = None  # last tick its agent reported work (setup or run)
     terminate_sent_at: float | None = None  # when the autoscaler decided to terminate it
+    # provider.cache_stopped_nodes: when a scale-down stopped it (kept to start again; None:
+    # not stopped), and when a scale-up decided to start it again.
+    stopped_at: float | None = None
+    restart_at: float | None = None
     ended: str | None = None  # why it no longer counts (its request ended, or never could start)
     failure: str | None = None  # the launcher step that failed: its command and exit code
 
@@ -69,8 +73,17 @@ class ClusterRecord(BaseModel):
     down_at: float | None = None
 
     def live_nodes(self) -> list[ClusterNode]:
-        """The nodes that still count (their request has not ended)."""
+        """The nodes that still count (their request has not ended), stopped ones included:
+        taking the cluster down terminates them too."""
         return [n for n in self.nodes.values() if n.ended is None]
+
+    def running_nodes(self) -> list[ClusterNode]:
+        """The live nodes that are not stopped (launching, up, or leaving)."""
+        return [n for n in self.live_nodes() if n.stopped_at is None]
+
+    def stopped_nodes(self) -> list[ClusterNode]:
+        """The workers a scale-down stopped, kept to start again (cache_stopped_nodes)."""
+        return [n for n in self.live_nodes() if n.stopped_at is not None]
 
 
 class ClusterStore:

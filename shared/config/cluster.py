@@ -150,14 +150,19 @@ class Cluster(StrictModel):
 
     def done_otherwise(self) -> list[tuple[PathKey, str]]:
         """``provider.cache_stopped_nodes``: Ray's AWS and GCP providers stop a worker they
-        scale down and start it again to scale up; Corral does not keep stopped workers."""
+        scale down and start it again to scale up, and Corral does so on AWS and Google Cloud;
+        another provider's file that sets it gets its workers terminated. (An AWS or GCP file
+        played on a cloud that cannot stop is told so at ``cluster up``.)"""
         if not self.provider.cache_stopped_nodes:
+            return []
+        if self.provider.type.lower() in ("aws", "gcp"):
             return []
         return [
             (
                 ("provider", "cache_stopped_nodes"),
-                "accepted; Corral terminates the workers it scales down and launches new ones "
-                "to scale up (no stopped worker is kept to start again)",
+                f"accepted; the {self.provider.type} provider's machines are not stopped: "
+                "Corral terminates the workers it scales down and launches new ones to scale up "
+                "(workers are stopped and started again on AWS and Google Cloud)",
             )
         ]
 

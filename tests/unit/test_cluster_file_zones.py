@@ -9,14 +9,11 @@ then plans that node in them alone.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 
 from corral.services.providers.cluster_files import ClusterFiles, availability_zones
 from corral.shared.catalog import load_catalog
 from corral.shared.config.cluster import Cluster
-from corral.shared.config.detect import load_config
 from corral.shared.config.task import Task
 from corral.shared.planner import plan
 
@@ -65,24 +62,3 @@ def test_without_a_zone_every_zone_of_the_region() -> None:
     resources, _ = ClusterFiles().node_launch(cluster, {}, {}, "m5.large")
     assert "zone" not in resources and "ordered" not in resources
     assert len(_zones_planned(cluster, "aws", "m5.large")) > 1
-
-
-def test_cache_stopped_nodes_is_noticed_with_what_corral_does_instead(tmp_path: Path) -> None:
-    """Ray's schema: cache_stopped_nodes "Whether to try to reuse previously stopped nodes
-    instead of launching nodes. This will also cause the autoscaler to stop nodes instead of
-    terminating them." Corral does not keep stopped workers: validate says so at its line."""
-    path = tmp_path / "cluster.yaml"
-    text = (
-        "cluster_name: c\nprovider:\n  type: aws\n  region: us-west-2\n"
-        "  cache_stopped_nodes: true\nhead_node_type: head\navailable_node_types:\n"
-        "  head: {node_config: {InstanceType: m5.large}, resources: {CPU: 2}}\n"
-    )
-    path.write_text(text)
-    loaded = load_config(path, "cluster")
-    assert [n for n in loaded.notices if "cache_stopped_nodes" in n] == [
-        f"{path}:5: provider.cache_stopped_nodes: accepted; Corral terminates the workers it "
-        "scales down and launches new ones to scale up (no stopped worker is kept to start "
-        "again)"
-    ]
-    path.write_text(text.replace("cache_stopped_nodes: true", "cache_stopped_nodes: false"))
-    assert not [n for n in load_config(path, "cluster").notices if "cache_stopped" in n]

@@ -1,0 +1,166 @@
+"""``provider.cache_stopped_nodes``: the decision (which workers are stopped rather than
+terminated, which stopped workers a scale-up starts again), pure, and its classification.
+
+Ray's own cases translated (ray-project/ray):
+- python/ray/tests/test_autoscaler.py ``testSetupCommandsWithNoNodeCaching``: without caching a
+  removed node is terminated and the next launch is a new node;
+- ``testSetupCommandsWithStoppedNodeCachingNoDocker``: with caching the removed node is
+  stopped, and the next launch starts that same node again, no other;
+- ``testMultiNodeReuse``: three stopped workers, a scale-up to ten starts the three again and
+  launches seven new;
+- python/ray/autoscaler/_private/aws/node_provider.py (``create_node``, ``terminate_node``;
+  Ray's tests mock EC2 there): the setting defaults to true; spot nodes are terminated, not
+  stopped; only stopped nodes of the same node type and launch config hash are reused.
+Where Corral differs (a stopped node whose launch config changed is terminated, Ray leaves it
+stopped; the most recently stopped node is started first, Ray takes EC2's order), the test
+says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corral.shared.autoscaler import ClusterSpec, NodeTypeSpec
+from corral.shared.autoscaler.stopped import (
+    StoppedNode,
+    caches_stopped_nodes,
+    outdated,
+    reuse,
+    scale_down,
+    spot_types,
+)
+from corral.shared.config.cluster import Cluster
+from corral.shared.config.detect import load_config
+
+
+def _spec(**hashes: str) -> ClusterSpec:
+    types = {
+        "head": NodeTypeSpec(resources={"CPU": 2}, launch_hash="h-head"),
+        **{
+            name: NodeTypeSpec(resources={"CPU": 4}, max_workers=10, launch_hash=h)
+            for name, h in hashes.items()
+        },
+    }
+    return ClusterSpec(head_node_type="head", max_workers=20, node_types=types)
+
+
+def _cluster(provider: str, types: str = "") -> Cluster:
+    import yaml
+
+    text = (
+        f"cluster_name: c\nprovider: {provider}\nhead_node_type: head\navailable_node_types:\n"
+        "  head: {node_config: {InstanceType: m5.large}}\n" + types
+    )
+    return Cluster.model_validate(yaml.safe_load(text))
+
+
+def test_no_caching_terminates_and_launches_new() -> None:
+    """testSetupCommandsWithNoNodeCaching: a removed node is terminated (nothing is kept to
+    reuse, so the next launch is a new node)."""
+    assert scale_down(caching=False, can_stop=True, spot=False) == "terminate"
+    started, new = reuse({"cpu": 1}, [], _spec(cpu="h1"))
+    assert started == {} and new == {"cpu": 1}
+
+
+def test_caching_stops_the_node_and_starts_that_same_node_again() -> None:
+    """testSetupCommandsWithStoppedNodeCachingNoDocker: the removed worker is stopped; the
+    next launch of its type starts it again and creates nothing new."""
+    assert scale_down(caching=True, can_stop=True, spot=False) == "stop"
+    stopped = [StoppedNode("n-0", "cpu", "h1", stopped_at=100.0)]
+    started, new = reuse({"cpu": 1}, stopped, _spec(cpu="h1"))
+    assert started == {"cpu": ["n-0"]} and new == {}
+
+
+def test_three_stopped_and_a_scale_up_to_ten_starts_three_and_launches_seven() -> None:
+    """testMultiNodeReuse."""
+    stopped = [StoppedNode(f"n-{i}", "cpu", "h1", stopped_at=100.0 + i) for i in range(3)]
+    started, new = reuse({"cpu": 10}, stopped, _spec(cpu="h1"))
+    assert sorted(started["cpu"]) == ["n-0", "n-1", "n-2"] and new == {"cpu": 7}
+
+
+def test_only_the_same_node_type_and_launch_hash_are_reused() -> None:
+    """Ray's AWS create_node filters stopped instances by node kind, user node type and
+    launch config hash."""
+    stopped = [
+        StoppedNode("gpu-0", "gpu", "g1", 100.0),
+        StoppedNode("cpu-old", "cpu", "h-old", 100.0),
+        StoppedNode("cpu-0", "cpu", "h1", 90.0),
+    ]
+    started, new = reuse({"cpu": 2}, stopped, _spec(cpu="h1", gpu="g1"))
+    assert started == {"cpu": ["cpu-0"]} and new == {"cpu": 1}
+
+
+def test_the_most_recently_stopped_is_started_first() -> None:
+    """Corral's order (Ray's AWS provider takes EC2's listing order): the newest stop first,
+    then by id, so a retried tick starts the same nodes."""
+    stopped = [
+        StoppedNode("b", "cpu", "h1", 100.0),
+        StoppedNode("a", "cpu", "h1", 300.0),
+        StoppedNode("c", "cpu", "h1", 300.0),
+    ]
+    started, _ = reuse({"cpu": 2}, stopped, _spec(cpu="h1"))
+    assert started == {"cpu": ["a", "c"]}
+
+
+def test_stopped_nodes_no_launch_can_start_are_outdated() -> None:
+    """Corral differs from Ray here: a stopped worker of a type the file dropped, or whose
+    launch config changed, is terminated (Ray keeps it stopped, billing its disk, until
+    `ray down`)."""
+    stopped = [
+        StoppedNode("keep", "cpu", "h1", 1.0),
+        StoppedNode("changed", "cpu", "h0", 1.0),
+        StoppedNode("dropped", "tpu", "t1", 1.0),
+    ]
+    assert outdated(stopped, _spec(cpu="h1")) == ["changed", "dropped"]
+
+
+def test_spot_workers_heads_and_clouds_without_stop_are_terminated() -> None:
+    """Ray's AWS terminate_node: a spot instance is terminated, not stopped. A head is never
+    stopped by a scale-down; a cloud that cannot stop terminates."""
+    assert scale_down(caching=True, can_stop=True, spot=True) == "terminate"
+    assert scale_down(caching=True, can_stop=True, spot=False, head=True) == "terminate"
+    assert scale_down(caching=True, can_stop=False, spot=False) == "terminate"
+    cluster = _cluster(
+        "{type: aws, region: us-east-1}",
+        "  spot: {node_config: {InstanceType: m5.large, "
+        "InstanceMarketOptions: {MarketType: spot}}}\n"
+        "  ondemand: {node_config: {InstanceType: m5.large}}\n",
+    )
+    assert spot_types(cluster, ["spot", "ondemand", "missing"]) == frozenset({"spot"})
+
+
+@pytest.mark.parametrize(
+    ("provider", "expected"),
+    [
+        ("{type: aws, region: us-east-1}", True),  # Ray's AWS default: true
+        ("{type: gcp, region: us-central1, project_id: p}", True),
+        ("{type: aws, region: us-east-1, cache_stopped_nodes: false}", False),
+        ("{type: local}", False),
+        ("{type: local, cache_stopped_nodes: true}", True),
+    ],
+)
+def test_the_setting_with_rays_default(provider: str, expected: bool) -> None:
+    assert caches_stopped_nodes(_cluster(provider)) is expected
+
+
+def test_honoured_on_aws_and_gcp_noticed_elsewhere(tmp_path: Path) -> None:
+    """Ray's schema: cache_stopped_nodes "Whether to try to reuse previously stopped nodes
+    instead of launching nodes. This will also cause the autoscaler to stop nodes instead of
+    terminating them." Honoured for AWS and GCP files (no notice); a provider whose machines
+    Corral does not stop is told so at the field's line."""
+    path = tmp_path / "cluster.yaml"
+    text = (
+        "cluster_name: c\nprovider:\n  type: aws\n  region: us-west-2\n"
+        "  cache_stopped_nodes: true\nhead_node_type: head\navailable_node_types:\n"
+        "  head: {node_config: {InstanceType: m5.large}, resources: {CPU: 2}}\n"
+    )
+    path.write_text(text)
+    assert not [n for n in load_config(path, "cluster").notices if "cache_stopped" in n]
+    path.write_text(text.replace("type: aws\n  region: us-west-2", "type: local\n  x: 1"))
+    assert [n for n in load_config(path, "cluster").notices if "cache_stopped" in n] == [
+        f"{path}:5: provider.cache_stopped_nodes: accepted; the local provider's machines are "
+        "not stopped: Corral terminates the workers it scales down and launches new ones to "
+        "scale up (workers are stopped and started again on AWS and Google Cloud)"
+    ]
