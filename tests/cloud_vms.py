@@ -119,6 +119,30 @@ class Vm:
         path = self.root / "node.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def boot_again(self) -> None:
+        """The stopped machine is started: its boot script runs again in the same folder (its
+        disk kept the node token the agent wrote), as cloud-init's per-boot copy or Compute
+        Engine's startup script does."""
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.root),
+            "CORRAL_NODE_ROOT": str(self.root),
+            "CORRAL_NODE_METADATA_URL": "off",
+        }
+        boots = len(list(self.root.glob("boot*.out")))
+        out = self.root / f"boot-{boots + 1}.out"
+        self.proc = subprocess.Popen(
+            ["bash", str(self.root / "boot.sh")],
+            env=env,
+            cwd=self.root,
+            start_new_session=True,
+            stdout=out.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        self.proc.wait(120)
+        assert self.proc.returncode == 0, out.read_text()
+        self._member = None
+
     def power_off(self) -> None:
         """The machine goes: its agent is told to stop, as a shutdown would."""
         with contextlib.suppress(ProcessLookupError):
