@@ -132,9 +132,11 @@ def decide(
             )
     for node_id in remove:
         node = new.nodes[node_id]
+        type_spec = spec.node_types.get(node.node_type)
+        current = type_spec is not None and type_spec.launch_hash == node.launch_hash
         action = scale_down(
-            caching=rule.stops, can_stop=node_id in up, spot=node.node_type in rule.spot,
-            head=node.kind == "head",
+            caching=rule.stops and current,  # an outdated node would never start again
+            can_stop=node_id in up, spot=node.node_type in rule.spot, head=node.kind == "head",
         )  # fmt: skip
         if action == "stop":
             node.stopped_at = now

@@ -19,6 +19,7 @@ says so.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,3 +165,72 @@ def test_honoured_on_aws_and_gcp_noticed_elsewhere(tmp_path: Path) -> None:
         "not stopped: Corral terminates the workers it scales down and launches new ones to "
         "scale up (workers are stopped and started again on AWS and Google Cloud)"
     ]
+
+
+# ------------------------------------------------------------------ the autoscaler's use of it
+def _record(**nodes: dict[str, object]) -> object:
+    from corral.services.state.clusters import ClusterNode, ClusterRecord
+
+    rec = ClusterRecord(
+        name="c", uid="u1", file_name="c.yaml", cluster={}, created_at=0.0, updated_at=0.0
+    )
+    for node_id, fields in nodes.items():
+        rec.nodes[node_id] = ClusterNode.model_validate(
+            {"request_id": node_id, "committed_at": 0.0, "kind": "worker", **fields}
+        )
+    return rec
+
+
+def test_a_decision_stops_up_workers_of_the_current_config_and_starts_stopped_ones() -> None:
+    from corral.services.runtime.cluster_stops import Policy, decide
+
+    rec: Any = _record(
+        up={"node_type": "cpu", "launch_hash": "h1"},
+        booting={"node_type": "cpu", "launch_hash": "h1"},
+        old={"node_type": "cpu", "launch_hash": "h0"},
+        spotty={"node_type": "spot", "launch_hash": "s1"},
+        asleep={"node_type": "cpu", "launch_hash": "h1", "stopped_at": 5.0},
+        stale={"node_type": "cpu", "launch_hash": "h0", "stopped_at": 5.0},
+    )
+    spec = _spec(cpu="h1", spot="s1")
+    ready = [StoppedNode("asleep", "cpu", "h1", 5.0), StoppedNode("stale", "cpu", "h0", 5.0)]
+    rule = Policy(stops=True, spot=frozenset({"spot"}))
+    launch, changes = decide(
+        rec, spec, rule, ready, {"cpu": 2}, ["up", "booting", "old", "spotty"],
+        {"up", "old", "spotty"}, now=50.0,
+    )  # fmt: skip
+    assert launch == {"cpu": 1}  # one started again, one new
+    assert changes.start == ["asleep"] and changes.terminate == ["stale"]
+    assert changes.stop == ["up"]  # not the booting one, the outdated one or the spot one
+    assert rec.nodes["up"].stopped_at == 50.0 and rec.nodes["up"].terminate_sent_at is None
+    for gone in ("booting", "old", "spotty", "stale"):
+        assert rec.nodes[gone].terminate_sent_at == 50.0 and rec.nodes[gone].stopped_at is None
+    assert rec.nodes["asleep"].stopped_at is None and rec.nodes["asleep"].restart_at == 50.0
+    assert [n.request_id for n in rec.stopped_nodes()] == ["up"]
+    assert any("cache_stopped_nodes" in r for r in changes.reasons)
+
+    # Without caching (the file says false, or the cloud cannot stop): every removal terminates.
+    rec2: Any = _record(up={"node_type": "cpu", "launch_hash": "h1"})
+    _, changes = decide(rec2, spec, Policy(stops=False), [], {}, ["up"], {"up"}, now=60.0)
+    assert changes.stop == [] and rec2.nodes["up"].terminate_sent_at == 60.0
+
+
+def test_an_interrupted_tick_is_carried_out_and_a_restart_that_never_came_back_ends(
+    redis_url: str, tmp_path: Path
+) -> None:
+    from corral.services.runtime.cluster_stops import catch_up
+    from corral.services.runtime.deps import Deps
+    from corral.services.settings import Settings
+    from corral.shared.lifecycle import RequestState
+
+    deps = Deps(Settings(redis_url=redis_url, home=tmp_path))  # start deadline: 60 s
+    rec: Any = _record(
+        stopping={"node_type": "cpu", "launch_hash": "h1", "stopped_at": 10.0},
+        starting={"node_type": "cpu", "launch_hash": "h1", "restart_at": 10.0},
+    )
+    stopping, starting = rec.nodes["stopping"], rec.nodes["starting"]
+    assert catch_up(deps, stopping, RequestState.RUNNING, 11.0) == "stop"
+    assert catch_up(deps, stopping, RequestState.STOPPED, 11.0) is None
+    assert catch_up(deps, starting, RequestState.STOPPED, 30.0) == "start"
+    assert catch_up(deps, starting, RequestState.STOPPED, 71.0) == "terminate"
+    assert catch_up(deps, starting, RequestState.RUNNING, 71.0) is None

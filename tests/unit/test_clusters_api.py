@@ -133,3 +133,21 @@ def test_file_mounts_are_checked_by_the_api(client: TestClient) -> None:
     assert _up(client, mounts=too_big).status_code == 422  # type: ignore[attr-defined]
     resp = _up(client, mounts=good)
     assert resp.status_code == 201, resp.text  # type: ignore[attr-defined]
+
+
+def test_cache_stopped_nodes_on_a_cloud_that_cannot_stop_is_noticed(client: TestClient) -> None:
+    """An AWS file that sets cache_stopped_nodes, played on the local cloud (which cannot stop
+    a machine): `cluster up` says its workers are terminated instead; without the field, or
+    on AWS itself (tests/integration/test_cluster_stopped_nodes.py), nothing is said."""
+    text = SEED.read_text().replace(
+        "    region: us-west-2\n", "    region: us-west-2\n    cache_stopped_nodes: true\n"
+    )
+    body = {"cluster_yaml": text, "file_name": "seed.yaml", "cloud": "local"}
+    resp = client.post("/v1/clusters", json=body, headers=AUTH)
+    assert resp.status_code == 201, resp.text
+    assert [w for w in resp.json()["warnings"] if "cache_stopped_nodes" in w] == [
+        "provider.cache_stopped_nodes: accepted; the local cloud cannot stop a machine: Corral "
+        "terminates the workers it scales down and launches new ones to scale up"
+    ]
+    plain = _up(client, name="plain")
+    assert not [w for w in plain.json()["warnings"] if "cache_stopped" in w]  # type: ignore[attr-defined]
