@@ -6,8 +6,9 @@ A cluster scales up a worker for a standing demand; the demand cleared, the work
 the timeout and is stopped (StopInstances or instances.stop: the cloud says stopped, nothing
 terminated); new demand starts that same machine again (StartInstances or instances.start, no
 new launch), its agent resumes with the token it kept and the node is RUNNING again;
-``corral cluster down`` terminates every machine, the stopped ones included (Corral forgets the cluster: no later ``cluster up`` would start
-them again, so, unlike ``ray down``, it does not leave them stopped).
+``corral cluster down`` terminates every machine, the stopped ones included (Corral forgets
+the cluster: no later ``cluster up`` would start them again, so, unlike ``ray down``, it does
+not leave them stopped).
 """
 
 from __future__ import annotations
