@@ -135,7 +135,8 @@ def list_(as_json: JsonOpt = False) -> None:
     table = Table("NAME", "STATE", "CLOUD", "NODES", "BY TYPE")
     for c in found:
         by_type = ", ".join(f"{t}: {n}" for t, n in c["by_type"].items())
-        data_row(table, c["name"], c["state"], str(c["cloud"]), str(c["nodes"]), by_type)
+        nodes = str(c["nodes"]) + (f" (+{c['stopped']} stopped)" if c.get("stopped") else "")
+        data_row(table, c["name"], c["state"], str(c["cloud"]), nodes, by_type)
     out.print(table)
 
 
@@ -179,7 +180,11 @@ def _print_status(view: dict[str, Any]) -> None:
     decision = view.get("last_decision")
     if decision:
         launch = ", ".join(f"{c} x {t}" for t, c in decision["launch"].items()) or "nothing"
-        say(f"Last decision: launch {launch}; terminate {len(decision['terminate'])}")
+        said = f"Last decision: launch {launch}; terminate {len(decision['terminate'])}"
+        for verb in ("stop", "start"):  # cache_stopped_nodes
+            if decision.get(verb):
+                said += f"; {verb} {len(decision[verb])}"
+        say(said)
         for reason in decision["reasons"]:
             say(f"  - {reason}")
 

@@ -76,22 +76,26 @@ class Changes:
 
 def settle(deps: Deps, new: ClusterRecord) -> list[StoppedNode]:
     """Bring the record's stopped nodes in line with their requests; the ones ready to start
-    again. A stopped node whose request ended is over; one whose request never ran (a stop
-    decided before it was up) is terminated; one still RUNNING waits for its stop (the
-    catch-up asks again), as does one still stopping."""
+    again. A stopped node whose request ended is over; one started by hand (``corral start``)
+    is coming back; one whose request is in any other state but STOPPED or RUNNING is
+    terminated; one still RUNNING waits for its stop (the catch-up asks again)."""
     ready = []
     for node in new.stopped_nodes():
         req = deps.store.get_request(node.request_id)
         if req is not None and req.is_terminal:
             node.ended = f"request {req.state.value}"
             continue
+        if req is not None and req.state == RequestState.STARTING:
+            node.stopped_at, node.restart_at = None, deps.now()  # started by hand: coming back
+            continue
         if req is None or req.state not in (RequestState.STOPPED, RequestState.RUNNING):
             node.stopped_at, node.terminate_sent_at = None, deps.now()
             continue
         if req.state == RequestState.STOPPED:
             assert node.stopped_at is not None
-            ready.append(StoppedNode(node.request_id, node.node_type, node.launch_hash,
-                                     node.stopped_at))  # fmt: skip
+            ready.append(
+                StoppedNode(node.request_id, node.node_type, node.launch_hash, node.stopped_at)
+            )
     return ready
 
 
@@ -136,8 +140,10 @@ def decide(
         current = type_spec is not None and type_spec.launch_hash == node.launch_hash
         action = scale_down(
             caching=rule.stops and current,  # an outdated node would never start again
-            can_stop=node_id in up, spot=node.node_type in rule.spot, head=node.kind == "head",
-        )  # fmt: skip
+            can_stop=node_id in up,
+            spot=node.node_type in rule.spot,
+            head=node.kind == "head",
+        )
         if action == "stop":
             node.stopped_at = now
             changes.stop.append(node_id)

@@ -196,9 +196,15 @@ def test_a_decision_stops_up_workers_of_the_current_config_and_starts_stopped_on
     ready = [StoppedNode("asleep", "cpu", "h1", 5.0), StoppedNode("stale", "cpu", "h0", 5.0)]
     rule = Policy(stops=True, spot=frozenset({"spot"}))
     launch, changes = decide(
-        rec, spec, rule, ready, {"cpu": 2}, ["up", "booting", "old", "spotty"],
-        {"up", "old", "spotty"}, now=50.0,
-    )  # fmt: skip
+        rec,
+        spec,
+        rule,
+        ready,
+        {"cpu": 2},
+        ["up", "booting", "old", "spotty"],
+        {"up", "old", "spotty"},
+        now=50.0,
+    )
     assert launch == {"cpu": 1}  # one started again, one new
     assert changes.start == ["asleep"] and changes.terminate == ["stale"]
     assert changes.stop == ["up"]  # not the booting one, the outdated one or the spot one
@@ -234,3 +240,69 @@ def test_an_interrupted_tick_is_carried_out_and_a_restart_that_never_came_back_e
     assert catch_up(deps, starting, RequestState.STOPPED, 30.0) == "start"
     assert catch_up(deps, starting, RequestState.STOPPED, 71.0) == "terminate"
     assert catch_up(deps, starting, RequestState.RUNNING, 71.0) is None
+
+
+def test_status_shows_stopped_workers_and_the_decisions_stops_and_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from corral.services.cli import cluster_cmd
+
+    view = {
+        "name": "c",
+        "state": "active",
+        "cloud": "aws",
+        "nodes": [
+            {
+                "id": "n-1",
+                "node_type": "cpu",
+                "kind": "worker",
+                "state": "STOPPED",
+                "idle_s": 0.0,
+                "used": {},
+            },
+        ],
+        "last_decision": {
+            "launch": {},
+            "terminate": [],
+            "stop": ["n-1"],
+            "start": [],
+            "reasons": ["stop rather than terminate n-1: cache_stopped_nodes"],
+        },
+    }
+    cluster_cmd._print_status(view)
+    printed = capsys.readouterr().out
+    assert "STOPPED" in printed
+    assert "Last decision: launch nothing; terminate 0; stop 1" in printed
+
+
+def test_stopped_nodes_are_settled_against_their_requests(redis_url: str, tmp_path: Path) -> None:
+    """Only a STOPPED request's node can start again; one still RUNNING waits for its stop;
+    one started by hand is coming back; one whose request ended is over; one in any other
+    state (never up) is terminated."""
+    from corral.services.runtime.cluster_stops import settle
+    from corral.services.runtime.deps import Deps
+    from corral.services.settings import Settings
+    from corral.shared.lifecycle import RequestState
+    from corral.shared.records import LaunchRequest
+
+    deps = Deps(Settings(redis_url=redis_url, home=tmp_path))
+    states = {
+        "asleep": RequestState.STOPPED,
+        "still-up": RequestState.RUNNING,
+        "by-hand": RequestState.STARTING,
+        "gone": RequestState.TERMINATED,
+        "never-up": RequestState.PROVISIONING,
+    }
+    for rid, state in states.items():
+        req = LaunchRequest(id=rid, task={}, state=state, created_at=0, updated_at=0)
+        assert deps.store.create_request(req)
+    fields = {"node_type": "cpu", "launch_hash": "h1", "stopped_at": 5.0}
+    rec: Any = _record(**{rid: fields for rid in [*states, "unsubmitted"]})
+    ready = settle(deps, rec)
+    assert ready == [StoppedNode("asleep", "cpu", "h1", 5.0)]
+    nodes = rec.nodes
+    assert nodes["still-up"].stopped_at == 5.0 and nodes["still-up"].terminate_sent_at is None
+    assert nodes["by-hand"].stopped_at is None and nodes["by-hand"].restart_at is not None
+    assert nodes["gone"].ended == "request TERMINATED"
+    for leaving in ("never-up", "unsubmitted"):
+        assert nodes[leaving].stopped_at is None and nodes[leaving].terminate_sent_at is not None
