@@ -204,6 +204,22 @@ class ResourcePool(StrictModel):
     agent_reattach_enabled: bool | None = None
     agent_reconnect_wait_s: DurationS | None = Field(None, alias="agent_reconnect_wait", ge=0)
     kubernetes_namespace: str | None = None
+    # Not a field of Determined's pool, yet its files carry it: Determined's pool parser
+    # (ResourcePoolConfig.UnmarshalJSON, resource_pool_config.go) checks no unknown key, so
+    # it loads the file and drops the value. Accepted, and noticed (done_otherwise).
+    max_slots: int | None = Field(None, ge=0)
+
+    def done_otherwise(self) -> list[tuple[PathKey, str]]:
+        if "max_slots" not in self.model_fields_set:
+            return []
+        return [
+            (
+                ("max_slots",),
+                "not a field of a Determined resource pool: Determined loads the file and drops "
+                "it, and so does Corral (the pool's size is its provider's max_instances; a "
+                "job's slots are capped by its own resources.max_slots)",
+            )
+        ]
 
 
 class SlotResourceRequests(StrictModel):
