@@ -28,7 +28,7 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from corral.services.providers.aws.errors import from_sdk_error, is_ambiguous, with_family
 from corral.services.providers.aws.params import (
@@ -203,6 +203,16 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
             found = False
         self._credentials_seen = (now, found)
         return found
+
+    def subnet_zone(self, region: str, subnet_id: str) -> str | None:
+        """The zone a subnet of ``region`` is in (None: the region has no such subnet)."""
+        try:
+            found = self.client(region).describe_subnets(SubnetIds=[subnet_id])["Subnets"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "InvalidSubnetID.NotFound":
+                return None
+            raise
+        return str(found[0]["AvailabilityZone"]) if found else None
 
     # --- launch ----------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
