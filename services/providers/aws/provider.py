@@ -127,7 +127,7 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
         self.log_book = nodes.book if nodes is not None else log_book
         self.node_work = nodes  # pooled machines take their work through their agents
         # StopInstances / StartInstances (EBS-backed machines); agents register via the API.
-        self.features = Features(stop=True, agents_through_api=nodes is not None)
+        self.features = Features(stop=True, agents_through_api=nodes is not None, subnet_zones=True)
         self.endpoint_url = endpoint_url
         # None: Corral's defaults above; one image given for CPU launches serves GPU ones too.
         self.default_image_id = default_image_id or DEFAULT_IMAGE_ID

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from corral.services.providers.base import Provider
 from corral.services.providers.registry import ProviderUnavailable
 from corral.services.runtime.deps import Deps
 from corral.shared.det_providers import AgentLaunch, zones_in
@@ -58,15 +59,14 @@ def _subnet(config: dict[str, Any]) -> str | None:
     return str(subnet) if subnet else None
 
 
-def _subnet_zone(provider: Any, regions: list[str], subnet: str) -> str | None:
+def _subnet_zone(provider: Provider, regions: list[str], subnet: str) -> str | None:
     """The zone of a subnet, asked of the cloud region by region (None: not found, or the
     cloud has no such question: the launch goes on and the cloud's own answer says)."""
-    ask = getattr(provider, "subnet_zone", None)
-    if ask is None:
+    if not provider.features.subnet_zones:
         return None
     for region in regions:
         try:
-            zone = ask(region, subnet)
+            zone = provider.subnet_zone(region, subnet)  # type: ignore[attr-defined]
         except Exception as exc:  # credentials, the network: the launch itself will say
             log.warning("the zone of subnet %s in %s could not be read: %s", subnet, region, exc)
             return None
@@ -76,13 +76,11 @@ def _subnet_zone(provider: Any, regions: list[str], subnet: str) -> str | None:
 
 
 def _project_problem(deps: Deps, cloud: str, launch: AgentLaunch) -> str | None:
-    """A Google Cloud provider's ``project`` must be the one Corral launches in."""
-    if launch.project is None:
+    """A Google Cloud provider's ``project`` must be the one Corral launches in (when the
+    settings name it; else the credentials' own project is used)."""
+    mine = deps.settings.gcp_project
+    if launch.project is None or cloud != "gcp":
         return None
-    try:
-        mine = getattr(deps.provider(cloud), "project", None)
-    except ProviderUnavailable as exc:
-        return str(exc)
     if mine and mine != launch.project:
         return (
             f"provider.project {launch.project}: Corral's Google Cloud credentials launch in "
