@@ -11,9 +11,10 @@ is accepted and noticed as not acted on. Durations are held in seconds (``*_s`` 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from ..configio import PathKey
 from . import DurationS, one_of, words
@@ -25,6 +26,18 @@ ProviderType = Literal["aws", "gcp", "hpc", "local"]
 ManagerType = Literal["agent", "kubernetes", "slurm", "pbs"]
 SlotType = Literal["gpu", "cuda", "cpu", "rocm"]  # Determined: cuda is gpu's other name
 DEFAULT_POOL_NAME = "default"
+# Determined's validateMaxSpotPrice (aws_config.go): digits with at most one decimal point.
+SPOT_PRICE = re.compile(r"(\d+\.?\d*|\.\d+)")
+
+
+def _spot_price(value: str | None) -> str | None:
+    if value is not None and not SPOT_PRICE.fullmatch(value):
+        raise ValueError(
+            f"expected a price in dollars: digits with at most one decimal point, got {value!r}"
+        )
+    return value
+
+
 POD_SPEC_KEYS = ("cpu_pod_spec", "gpu_pod_spec")  # task_container_defaults' pod templates
 
 
@@ -130,7 +143,7 @@ class Provider(StrictModel):
     log_group: str | None = None
     log_stream: str | None = None
     spot: bool | None = None
-    spot_max_price: str | None = None  # Determined wants text such as "2.50"
+    spot_max_price: Annotated[str | None, AfterValidator(_spot_price)] = None  # e.g. "2.50"
     custom_tags: list[AwsTag] | None = None
     # gcp
     base_config: dict[str, Any] | None = None

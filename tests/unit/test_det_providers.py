@@ -15,6 +15,7 @@ import yaml
 
 from corral.shared.config.detect import load_config
 from corral.shared.config.master_config import MasterConfig
+from corral.shared.configio import ConfigError
 from corral.shared.det_providers import agent_launch, zones_in
 from corral.shared.resource_pools import resolve_pools
 
@@ -263,3 +264,23 @@ def test_provider_fields_corral_does_otherwise_are_noticed_at_their_line(tmp_pat
     }, notices
     assert "node agent" in said["resource_pools[0].provider.agent_docker_image"]
     assert said["resource_pools[0].provider.startup_script"].startswith(f"{path}:")
+
+
+def test_spot_max_price_is_digits_with_at_most_one_decimal_point(tmp_path: Path) -> None:
+    """aws_config.go: validateMaxSpotPrice refuses two decimal points or a non-digit."""
+    for good in ("2.50", "3", "0.125"):
+        assert _provider({"type": "aws", "instance_type": "m5.large", "spot_max_price": good})
+    for bad in ("1.2.3", "$2", "2,50"):
+        path = tmp_path / "master.yaml"
+        provider = {"type": "aws", "instance_type": "m5.large", "spot": True}
+        provider["spot_max_price"] = bad
+        path.write_text(
+            yaml.safe_dump({"resource_pools": [{"pool_name": "p", "provider": provider}]})
+        )
+        try:
+            load_config(path)
+        except ConfigError as exc:
+            [issue] = exc.issues
+            assert issue.loc == "resource_pools[0].provider.spot_max_price", issue
+        else:
+            raise AssertionError(f"{bad!r} was accepted")
