@@ -4,7 +4,10 @@ The rules, as Determined states them:
 
 - A pool's own ``scheduler`` is all-or-nothing. Blank (absent, null or ``{}``): the pool takes
   the whole ``resource_manager.scheduler``. Any field set: it inherits nothing, an unset
-  ``type`` means ``fair_share`` and an unset ``fitting_policy`` means ``best``.
+  ``type`` means ``priority`` and an unset ``fitting_policy`` means ``best``. (Determined's
+  ``master/internal/config/scheduler_config.go``, ``SchedulerConfig.UnmarshalJSON``: a section
+  naming no type gets the priority scheduler, with default priority 42, since its PR #9385;
+  before that it was fair share.)
 - The legacy format (top-level ``scheduler``/``provisioner``) is one pool named ``default``,
   the default for both auxiliary and compute tasks.
 - A task's explicit ``resources.resource_pool`` wins; otherwise a zero-slot task goes to the
@@ -27,7 +30,7 @@ from .config.master_config import (
 )
 from .config.task import Task
 
-DEFAULT_SCHEDULER_TYPE = "fair_share"
+DEFAULT_SCHEDULER_TYPE = "priority"  # Determined's since its PR #9385
 DEFAULT_FITTING_POLICY = "best"
 
 
@@ -119,7 +122,7 @@ def _settings(config: SchedulerConfig | None, inherited: bool) -> SchedulerSetti
 
 def pool_scheduler(own: SchedulerConfig | None, cluster: SchedulerSettings) -> SchedulerSettings:
     """The all-or-nothing rule: a blank pool scheduler takes the cluster's whole; one with
-    any field set inherits nothing (unset type -> fair_share, unset fitting -> best)."""
+    any field set inherits nothing (unset type -> priority, unset fitting -> best)."""
     if own is None or own.is_blank():
         return replace(cluster, inherited=True)
     return _settings(own, inherited=False)

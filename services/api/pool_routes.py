@@ -29,9 +29,11 @@ from corral.services.providers.registry import ProviderUnavailable, stand_in_clo
 from corral.services.runtime import why as whys
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled import registry as pools
+from corral.services.runtime.pooled.cloud_ready import pool_clouds_not_ready
 from corral.services.state.pool_store import PoolKind
 from corral.shared.configio import ConfigError, Document, PathKey
 from corral.shared.errors import ProviderError
+from corral.shared.template_clouds import written_for
 
 if TYPE_CHECKING:
     from corral.shared.config.machine_pool import MachinePool
@@ -61,10 +63,14 @@ def _sold(deps: Deps, cloud: str, instance_type: str) -> bool:
         return False
 
 
-def _machine_pool_cloud(deps: Deps, pool: MachinePool, doc: Document, asked: str | None) -> str:
-    """The cloud a machine pool's launch templates are played on: ``asked``, else the first
-    enabled cloud that sells them all, a cloud that plays other clouds' types (the local
-    cloud, by its aliases) first."""
+def _machine_pool_cloud(
+    deps: Deps, pool: MachinePool, doc: Document, asked: str | None
+) -> tuple[str, list[str]]:
+    """The cloud a machine pool's launch templates are played on, and warnings: ``asked``;
+    else the cloud the templates are written for (:mod:`corral.shared.template_clouds`) when
+    it is turned on and sells them all; else the first enabled cloud that sells them all, a
+    cloud that plays other clouds' types (the local cloud, by its aliases) first, with a
+    warning when the templates were written for another cloud or several clouds sell them."""
     templates: list[tuple[PathKey, str]] = [
         (("machine_types", i, "launch_templates", j, "instance_type"), t.instance_type)
         for i, machine in enumerate(pool.machine_types)
@@ -84,13 +90,44 @@ def _machine_pool_cloud(deps: Deps, pool: MachinePool, doc: Document, asked: str
         ]
         if unsold:
             raise ConfigError(unsold)
-        return asked
-    for cloud in clouds:
-        if all(_sold(deps, cloud, name) for name in types):
-            return cloud
-    sellers = " or ".join(types_from(c) for c in clouds)
+        return asked, []
+    sellers = [c for c in clouds if all(_sold(deps, c, name) for name in types)]
+    owners, why = written_for(
+        (t.instance_type, t.advanced_instance_config)
+        for m in pool.machine_types
+        for t in m.launch_templates
+    )
+    if len(owners) == 1:
+        [own] = owners
+        if own in sellers and own not in players:
+            return own, []
+        player = next((c for c in sellers if c in players), None)
+        if player is not None:
+            state = (
+                "is not turned on here (CORRAL_CLOUDS)"
+                if own not in deps.settings.clouds
+                else f"does not sell {', '.join(types)}"
+            )
+            return player, [
+                f"the launch templates are written for {own} ({why}), and {own} {state}: "
+                f"the {player} cloud plays them; pass --cloud to choose"
+            ]
+    if sellers:
+        warnings = []
+        if len(owners) > 1:
+            warnings.append(
+                f"the launch templates are written for several clouds ({why}); registered on "
+                f"{sellers[0]}, which sells them all; pass --cloud to choose"
+            )
+        elif len(sellers) > 1:
+            warnings.append(
+                f"{', '.join(types)}: sold by {', '.join(sellers)} and the templates name no "
+                f"one cloud; registered on {sellers[0]}; pass --cloud to choose"
+            )
+        return sellers[0], warnings
+    sellers_text = " or ".join(types_from(c) for c in clouds)
     unsold = [
-        doc.issue(path, f"no cloud sells {name!r}: it is not in {sellers}")
+        doc.issue(path, f"no cloud sells {name!r}: it is not in {sellers_text}")
         for path, name in templates
         if not any(_sold(deps, c, name) for c in clouds)
     ]
@@ -130,8 +167,10 @@ def _master_config_cloud(deps: Deps, config: MasterConfig, asked: str | None) ->
     return cloud
 
 
-def _checked(deps: Deps, body: PoolBody) -> str:
-    """The cloud of a valid pool file; raises ConfigError or a 422."""
+def _checked(deps: Deps, body: PoolBody) -> tuple[str, list[str]]:
+    """The cloud of a valid pool file, and warnings (a cloud chosen over the one the file is
+    written for; a cloud its machines need that cannot launch here); raises ConfigError or a
+    422."""
     from corral.shared.config.detect import validate_as
     from corral.shared.config.machine_pool import MachinePool
     from corral.shared.config.master_config import MasterConfig
@@ -140,9 +179,25 @@ def _checked(deps: Deps, body: PoolBody) -> str:
     model = validate_as(doc, body.kind).model
     asked = body.cloud.lower() if body.cloud else None
     if isinstance(model, MachinePool):
-        return _machine_pool_cloud(deps, model, doc, asked)
+        cloud, warnings = _machine_pool_cloud(deps, model, doc, asked)
+        return cloud, warnings + pool_clouds_not_ready(deps, {f"pool {body.name}": cloud})
     assert isinstance(model, MasterConfig)
-    return _master_config_cloud(deps, model, asked)
+    cloud = _master_config_cloud(deps, model, asked)
+    return cloud, pool_clouds_not_ready(deps, _provider_clouds(model, cloud))
+
+
+def _provider_clouds(config: MasterConfig, cloud: str) -> dict[str, str]:
+    """Resource pool -> the cloud its agents launch on (its provider's type; the master's
+    cloud for a kubernetes manager). Static pools launch nothing."""
+    if config.resource_manager is not None and config.resource_manager.type == "kubernetes":
+        return {f"resource pool {n}": cloud for n in config.pool_names()}
+    if config.provisioner is not None:
+        return {"resource pool default": config.provisioner.type}
+    return {
+        f"resource pool {p.pool_name}": p.provider.type
+        for p in config.resource_pools or ()
+        if p.provider is not None and p.provider.type != "hpc"
+    }
 
 
 def _view(deps: Deps, name: str) -> dict[str, Any]:
@@ -185,7 +240,7 @@ def apply_pool(body: PoolBody, deps: Deps = Depends(get_deps)) -> dict[str, Any]
             "(at most 63, starting with a letter or digit)"
         )
     try:
-        cloud = _checked(deps, body)
+        cloud, warnings = _checked(deps, body)
     except ConfigError as exc:
         raise _invalid(exc, body.kind) from None
     replaced = deps.pools.get(body.name) is not None
@@ -201,7 +256,7 @@ def apply_pool(body: PoolBody, deps: Deps = Depends(get_deps)) -> dict[str, Any]
         )
     except pools.PoolError as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-    return {**_view(deps, body.name), "replaced": replaced}
+    return {**_view(deps, body.name), "replaced": replaced, "warnings": warnings}
 
 
 @router.get("/v1/pools", response_model=PoolList, summary="List the registered pools")

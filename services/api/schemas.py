@@ -185,6 +185,11 @@ class PoolView(BaseModel):
 
 class PoolApplied(PoolView):
     replaced: bool = Field(description="whether a file of that name was registered before")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="registered, but: a cloud its machines need cannot launch here (not "
+        "turned on, no credentials), or its cloud was chosen over the one the file is written for",
+    )
 
 
 class PoolList(BaseModel):

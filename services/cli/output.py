@@ -67,6 +67,14 @@ def notice(message: str) -> None:
     err.print(Text.assemble(("notice", "yellow"), ": ", message), highlight=False)
 
 
+def warning(message: str) -> None:
+    """A one-line warning on stderr: done, but something the user must see to (stdout stays
+    parseable)."""
+    from rich.text import Text
+
+    err.print(Text.assemble(("warning", "bold yellow"), ": ", message), highlight=False)
+
+
 def print_issues(issues: Iterable[Issue]) -> None:
     for issue in issues:
         err.print(str(issue), markup=False)

@@ -29,6 +29,7 @@ from corral.services.cli.output import (
     out,
     print_json,
     print_list,
+    warning,
 )
 from corral.services.cli.pools_cmd import pools_app
 
@@ -109,8 +110,9 @@ def apply(
         typer.Option(
             "--cloud",
             metavar="CLOUD",
-            help="where its machines launch (default: local when "
-            "every instance type is a local one, else the first cloud that sells them)",
+            help="where its machines launch (default: the cloud its launch templates are "
+            "written for when it is turned on and sells them, else the first cloud that sells "
+            "them, local first; a master config's providers name their own)",
         ),
     ] = None,
     as_json: JsonOpt = False,
@@ -124,6 +126,8 @@ def apply(
         fail_input(exc, as_json)
     with api_client(as_json, source=str(file)) as client, _no_means_1(as_json):
         view = client.apply_pool(**body).document()
+    for line in view.get("warnings") or []:
+        warning(line)
     if as_json:
         print_json(view)
         return

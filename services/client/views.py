@@ -159,7 +159,8 @@ class MachineTypeView(View):
 
 class PoolView(View):
     """A registered pool: its file, cloud, machines and workloads (machine pools: its types;
-    master configs: their pools' names). ``replaced`` is set by ``apply_pool`` only."""
+    master configs: their pools' names). ``replaced`` and ``warnings`` are set by
+    ``apply_pool`` only."""
 
     name: str
     kind: str
@@ -171,6 +172,7 @@ class PoolView(View):
     machine_types: list[MachineTypeView] | None = None
     resource_pools: list[str] | None = None
     replaced: bool | None = None
+    warnings: list[str] = Field(default_factory=list)
 
 
 class PoolDeleted(View):

@@ -74,6 +74,9 @@ class Features:
     # Its machines' agents register through Corral's HTTP API: an outage of the API holds
     # their boots as an outage of Redis does.
     agents_through_api: bool = False
+    # ``subnet_zone(region, subnet_id)``: the zone a subnet named in launch parameters is in
+    # (None: no such subnet there), so a launch naming one goes to that zone only.
+    subnet_zones: bool = False
 
 
 NO_FEATURES = Features()

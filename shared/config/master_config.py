@@ -11,9 +11,10 @@ is accepted and noticed as not acted on. Durations are held in seconds (``*_s`` 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from ..configio import PathKey
 from . import DurationS, one_of, words
@@ -25,6 +26,18 @@ ProviderType = Literal["aws", "gcp", "hpc", "local"]
 ManagerType = Literal["agent", "kubernetes", "slurm", "pbs"]
 SlotType = Literal["gpu", "cuda", "cpu", "rocm"]  # Determined: cuda is gpu's other name
 DEFAULT_POOL_NAME = "default"
+# Determined's validateMaxSpotPrice (aws_config.go): digits with at most one decimal point.
+SPOT_PRICE = re.compile(r"(\d+\.?\d*|\.\d+)")
+
+
+def _spot_price(value: str | None) -> str | None:
+    if value is not None and not SPOT_PRICE.fullmatch(value):
+        raise ValueError(
+            f"expected a price in dollars: digits with at most one decimal point, got {value!r}"
+        )
+    return value
+
+
 POD_SPEC_KEYS = ("cpu_pod_spec", "gpu_pod_spec")  # task_container_defaults' pod templates
 
 
@@ -130,7 +143,7 @@ class Provider(StrictModel):
     log_group: str | None = None
     log_stream: str | None = None
     spot: bool | None = None
-    spot_max_price: str | None = None  # Determined wants text such as "2.50"
+    spot_max_price: Annotated[str | None, AfterValidator(_spot_price)] = None  # e.g. "2.50"
     custom_tags: list[AwsTag] | None = None
     # gcp
     base_config: dict[str, Any] | None = None
@@ -152,6 +165,23 @@ class Provider(StrictModel):
     # hpc
     partition: str | None = None
 
+    def done_otherwise(self) -> list[tuple[PathKey, str]]:
+        out: list[tuple[PathKey, str]] = []
+        for name in sorted(self.model_fields_set):
+            key = _key(self, name)
+            if key in _PROVIDER_OTHERWISE:
+                out.append(((key,), _PROVIDER_OTHERWISE[key]))
+        instance = self.instance_type
+        if isinstance(instance, GcpInstanceType) and instance.preemptible:
+            out.append(
+                (
+                    ("instance_type", "preemptible"),
+                    "launched in the SPOT provisioning model (preemptible's successor: reclaimed "
+                    "the same way, with no 24-hour limit)",
+                )
+            )
+        return out
+
     @model_validator(mode="after")
     def _fields_fit_type(self) -> Provider:
         wrong = sorted(_NOT_FOR[self.type] & self.model_fields_set)
@@ -169,6 +199,37 @@ class Provider(StrictModel):
         ):
             raise ValueError("max_instances is below min_instances")
         return self
+
+
+# Provider fields Corral acts on otherwise than Determined, with what it does instead. Every
+# other provider field is honoured (corral.shared.det_providers, scheduling.build).
+_AGENT_IMAGE = (
+    "Corral runs no Determined agent container: its own node agent runs on the machine, and a "
+    "task's image is its own resources.image_id"
+)
+_LOGS = "Corral keeps each machine's and task's output itself (corral logs); no log driver is set"
+_PROVIDER_OTHERWISE: dict[str, str] = {
+    "master_url": "agents report to Corral's API (CORRAL_NODE_API_URL), not to this address",
+    "master_cert_name": "agents report to Corral's API, with Corral's own node tokens",
+    "startup_script": "not run: Corral's node agent is the machine's boot script; put the "
+    "commands in the task's setup",
+    "container_startup_script": "not run: there is no agent container; put the commands in "
+    "the task's setup",
+    "agent_docker_image": _AGENT_IMAGE,
+    "agent_docker_network": _AGENT_IMAGE,
+    "agent_docker_runtime": _AGENT_IMAGE,
+    "agent_fluent_image": _AGENT_IMAGE,
+    "agent_config_file_contents": _AGENT_IMAGE,
+    "agent_reconnect_attempts": "Corral's node agents reconnect to the API on their own timers",
+    "agent_reconnect_backoff": "Corral's node agents reconnect to the API on their own timers",
+    "launch_error_timeout": "a failed agent launch is tried again by the pool's next pass",
+    "launch_error_retries": "a failed agent launch is tried again by the pool's next pass",
+    "log_group": _LOGS,
+    "log_stream": _LOGS,
+    "use_cloud_logging": _LOGS,
+    "name_prefix": "instance names are Corral's own (corral-...), found again by its labels",
+    "operation_timeout_period": "Corral waits on Compute Engine's operations by its own timers",
+}
 
 
 def _key(model: StrictModel, name: str) -> str:
@@ -204,6 +265,22 @@ class ResourcePool(StrictModel):
     agent_reattach_enabled: bool | None = None
     agent_reconnect_wait_s: DurationS | None = Field(None, alias="agent_reconnect_wait", ge=0)
     kubernetes_namespace: str | None = None
+    # Not a field of Determined's pool, yet its files carry it: Determined's pool parser
+    # (ResourcePoolConfig.UnmarshalJSON, resource_pool_config.go) checks no unknown key, so
+    # it loads the file and drops the value. Accepted, and noticed (done_otherwise).
+    max_slots: int | None = Field(None, ge=0)
+
+    def done_otherwise(self) -> list[tuple[PathKey, str]]:
+        if "max_slots" not in self.model_fields_set:
+            return []
+        return [
+            (
+                ("max_slots",),
+                "not a field of a Determined resource pool: Determined loads the file and drops "
+                "it, and so does Corral (the pool's size is its provider's max_instances; a "
+                "job's slots are capped by its own resources.max_slots)",
+            )
+        ]
 
 
 class SlotResourceRequests(StrictModel):

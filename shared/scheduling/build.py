@@ -132,8 +132,8 @@ def det_limits(pool: ResolvedPool, catalog: Catalog | None = None) -> dict[str, 
 
     Slots per agent: ``instance_slots``; else a GCP instance's ``gpu_num``; else, given a
     catalog, the GPU count of the provider's instance type (0 for a CPU type, so a slot task
-    sent there is refused rather than left pending). A static pool (no provider) has none of
-    these; its registered agents are what there is.
+    sent there is refused rather than left pending; 1 with ``cpu_slots_allowed``). A static
+    pool (no provider) has none of these; its registered agents are what there is.
     """
     provider = pool.provider
     aux = {"max_aux_containers_per_agent": pool.max_aux_containers_per_agent}
@@ -146,6 +146,8 @@ def det_limits(pool: ResolvedPool, catalog: Catalog | None = None) -> dict[str, 
     if slots is None and isinstance(instance, str) and catalog is not None:
         offerings = catalog.instance_type(str(provider.get("type")), instance)
         slots = offerings[0].accelerator_count if offerings else None
+    if not slots and provider.get("cpu_slots_allowed"):
+        slots = 1  # Determined's SlotsPerInstance: a CPU instance is one CPU slot
     return {
         **aux,
         "slots_per_agent": slots,

@@ -5,8 +5,9 @@ pools' ledger (:mod:`.ledger`).
 A pass reads the ledger, builds one :class:`~.model.DetPoolSnapshot` per pool
 (:func:`snapshots_of`), runs :func:`~.determined.schedule_pools`, and commits the plans
 (:func:`commit_det`). Pools with a provider grow by themselves: :func:`grow` adds agents to
-launch for tasks the pool leaves waiting for room, up to the provider's ``max_instances``;
-idle agents past ``max_idle_agent_period`` are reaped (never below ``min_instances``).
+launch for tasks the pool leaves waiting for room, up to the provider's ``max_instances``, and
+keeps ``min_instances`` agents up even without work, as Determined does; idle agents past
+``max_idle_agent_period`` are reaped (never below ``min_instances``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class DetLedger(BaseModel):
     started_by: dict[str, str] = Field(default_factory=dict)  # task -> why it started there
     preempted_by: dict[str, str] = Field(default_factory=dict)
     budget_spend: dict[str, BudgetSpend] = Field(default_factory=dict)  # budget name -> spend
+    # pool -> why its last agent launch failed (cleared when one of its agents comes up)
+    launch_failures: dict[str, str] = Field(default_factory=dict)
 
     def pool_of(self, task_id: str) -> str:
         return self.running_in.get(task_id) or self.home[task_id]
@@ -110,7 +113,8 @@ def grow(
 ) -> list[str]:
     """Add agents to launch for tasks left waiting for room, up to each provider's
     ``max_instances``: in the task's own pool, else in the first of its fallback pools that
-    can still grow and could ever fit it. Returns the new agents' ids."""
+    can still grow and could ever fit it; and up to ``min_instances`` with no task asking.
+    Returns the new agents' ids."""
     by_pool = {s.pool: s for s in snapshots}
     count = {name: 0 for name in by_pool}
     spare = {name: 0 for name in by_pool}  # slots of agents already on their way
@@ -170,6 +174,16 @@ def grow(
                 spare[name] += per_agent
             spare[name] = max(0, spare[name] - task.slots)
             break
+    for name, snapshot in by_pool.items():  # min_instances: Determined keeps that many up
+        if snapshot.max_agents is None:
+            continue  # a static pool: its agents are started by hand
+        while count[name] < min(snapshot.min_agents, snapshot.max_agents):
+            agent_id = new_agent_id(name, len(added))
+            ledger.agents[agent_id] = DetAgent(
+                agent_id=agent_id, pool=name, slots=snapshot.slots_per_agent or 0, created_at=now
+            )
+            added.append(agent_id)
+            count[name] += 1
     return added
 
 

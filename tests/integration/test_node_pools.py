@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import yaml
 
@@ -283,6 +284,93 @@ def test_a_determined_agent_on_ec2_runs_two_tasks_at_once_and_is_reaped_when_idl
         60,
         "the idle agent reaped",
     )
+
+
+def test_a_determined_aws_pool_launches_in_the_files_region_with_its_image_and_subnet(
+    aws: tuple[System, Player], tmp_path: Path
+) -> None:
+    """Issue #45 item 4: with region us-west-2, agents were tried from us-east-1 on, with
+    Corral's default image. The pool's provider fields are what EC2 receives: the region, the
+    AMI, the subnet (and so its zone), the security group, key, root volume and tags."""
+    system, player = aws
+    west = boto3.client(
+        "ec2",
+        endpoint_url=system.env["CORRAL_AWS_ENDPOINT_URL"],
+        region_name="us-west-2",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    default_image = system.env["CORRAL_AWS_DEFAULT_IMAGE_ID"]
+    image = next(
+        i["ImageId"]
+        for i in west.describe_images(Owners=["amazon"])["Images"]
+        if i["ImageId"] != default_image
+    )
+    subnet = next(
+        s for s in west.describe_subnets()["Subnets"] if s["AvailabilityZone"] == "us-west-2c"
+    )
+    group = west.create_security_group(
+        GroupName="det-agents", Description="agents", VpcId=subnet["VpcId"]
+    )["GroupId"]
+    west.create_key_pair(KeyName="det-key")
+    master = tmp_path / "master.yaml"
+    provider = {
+        "type": "aws",
+        "region": "us-west-2",
+        "image_id": image,
+        "instance_type": "m5.large",
+        "instance_slots": 1,
+        "ssh_key_name": "det-key",
+        "root_volume_size": 120,
+        "instance_name": "det-agent",
+        "tag_key": "team",
+        "tag_value": "vision",
+        "network_interface": {
+            "public_ip": True,
+            "subnet_id": subnet["SubnetId"],
+            "security_group_id": group,
+        },
+        "max_instances": 1,
+        "max_idle_agent_period": "2s",
+    }
+    master.write_text(
+        yaml.safe_dump(
+            {
+                "resource_manager": {
+                    "default_aux_resource_pool": "west",
+                    "default_compute_resource_pool": "west",
+                },
+                "resource_pools": [{"pool_name": "west", "provider": provider}],
+            }
+        )
+    )
+    _apply(system, master, "det-west")
+    job = _launch(system, tmp_path, "west-job", resources={"slots": 1}, run="echo ran in the west")
+    done = system.wait_state(job, {"SUCCEEDED", "FAILED"}, 120)
+    assert done["state"] == "SUCCEEDED", done
+    [agent] = {i["provider_id"] for i in system.request(job)["instances"]}
+    [sent] = [
+        r
+        for r in player.moto.requests("RunInstances")
+        if r.fault is None and r.tags().get("corral-pool") == "det-west"
+    ]
+    assert sent.region == "us-west-2"
+    assert sent.zone == "us-west-2c"  # the subnet's zone, not the first the catalog lists
+    assert sent.params["ImageId"] == image
+    assert sent.params["KeyName"] == "det-key"
+    assert sent.params["NetworkInterface.1.SubnetId"] == subnet["SubnetId"]
+    assert sent.params["NetworkInterface.1.SecurityGroupId.1"] == group
+    assert sent.params["BlockDeviceMapping.1.Ebs.VolumeSize"] == "120"
+    assert {"Name": "det-agent", "team": "vision"}.items() <= sent.tags().items()
+    [found] = west.describe_instances(InstanceIds=[agent])["Reservations"][0]["Instances"]
+    assert (found["ImageId"], found["SubnetId"]) == (image, subnet["SubnetId"])
+    assert found["Placement"]["AvailabilityZone"] == "us-west-2c"
+    wait_for(lambda: _ec2_in(west, agent) == "terminated", 60, "the idle agent reaped")
+
+
+def _ec2_in(client: Any, provider_id: str) -> str:
+    found = client.describe_instances(InstanceIds=[provider_id])["Reservations"]
+    return str(found[0]["Instances"][0]["State"]["Name"])
 
 
 RAY_SEED = SEEDS / "ray-cluster-node-types.yaml"  # written for AWS (us-west-2)

@@ -153,3 +153,38 @@ def test_why_a_plain_request_says_where_it_is_on_its_chain(system: Any) -> None:
     line = as_line.result()
     assert line.returncode == 0, line.stderr
     assert line.stdout.startswith(f"{request_id} ")
+
+
+GCP_SEED = FIXTURES / "seeds" / "anyscale-machine-pool-gcp.yaml"  # a2-highgpu-8g, as written
+GCP_SHORT = FIXTURES / "localcloud" / "pools-gcp-short.yaml"  # plays a2-highgpu-8g too
+
+
+@pytest.mark.parametrize(
+    ("clouds", "cloud", "said"),
+    [
+        # GCP turned on: its pool goes there (issue #45: it was registered "cloud local",
+        # unasked, because a2-highgpu-8g is also a local alias); GCP has no credentials here,
+        # and apply says so.
+        (["local", "gcp"], "gcp", "warning: GCP (gcp) has no credentials here"),
+        # GCP not turned on: the local cloud plays it, and apply says why.
+        (["local"], "local", "written for gcp (its advanced_instance_config"),
+    ],
+)
+def test_the_seed_gcp_pool_goes_to_the_cloud_its_templates_are_written_for(
+    make_system: Callable[..., System], clouds: list[str], cloud: str, said: str
+) -> None:
+    system = make_system(
+        GCP_SHORT,
+        env={
+            "CORRAL_CLOUDS": json.dumps(clouds),
+            "GOOGLE_APPLICATION_CREDENTIALS": str(FIXTURES / "no-such-credentials.json"),
+            "NO_GCE_CHECK": "True",
+        },
+    )
+    system.start_api()
+    done = system.cli("pools", "apply", str(GCP_SEED), "--name", "seed-gcp", "--json")
+    assert done.returncode == 0, done.stderr
+    view = json.loads(done.stdout)
+    assert view["cloud"] == cloud
+    assert said in done.stderr, done.stderr
+    assert any(said.removeprefix("warning: ") in w for w in view["warnings"]), view

@@ -342,6 +342,18 @@ def test_static_pools_never_grow() -> None:
     assert set(after.agents) == {"c1", "c2", "s1"}
 
 
+def test_min_instances_are_launched_with_no_task_asking_and_never_past_max() -> None:
+    # Determined keeps a pool's min_instances agents up (its provisioner launches them with
+    # no task waiting); before #45 Corral only kept that many from being reaped.
+    ledger = DetLedger(master="m")
+    lim = limits(compute={"min_agents": 2, "max_agents": 3}, spill={"min_agents": 5})
+    after, plans, added = one_pass(ledger, 10.0, lim, ids())
+    assert codes(plans) == {}
+    assert sorted(pools_of(after, added)) == ["compute", "compute", "spill"]  # spill: max 1
+    after, _, added = one_pass(after, 11.0, lim, ids())
+    assert added == []  # the launching ones count
+
+
 # --------------------------------------------------------------------------- full cycle
 @pytest.mark.parametrize(("min_agents", "left"), [(0, set()), (1, {"compute-1"})])
 def test_full_cycle_start_finish_and_reap_idle_agents(min_agents: int, left: set[str]) -> None:

@@ -34,12 +34,13 @@ def _task(resources: dict[str, Any]) -> Task:
 
 def test_seed_pool_scheduler_inherits_nothing() -> None:
     # The seed: cluster round_robin/best, pool sets only fitting_policy: worst -> the pool
-    # ends up fair_share/worst, because an unset type means fair_share.
+    # ends up priority/worst, because an unset type means priority (Determined's
+    # scheduler_config.go since its PR #9385; fair_share before).
     pools = _resolve("determined-master-round-robin-worst.yaml")
     [pool] = pools.pools
     assert (pool.pool_name, pool.scheduler.type, pool.scheduler.fitting_policy) == (
         "pool1",
-        "fair_share",
+        "priority",
         "worst",
     )
     assert pool.scheduler.inherited is False
@@ -93,11 +94,12 @@ def test_blank_pool_scheduler_also_inherits() -> None:
     )
 
 
-def test_no_scheduler_anywhere_is_fair_share_best() -> None:
+def test_no_scheduler_anywhere_is_priority_best() -> None:
+    # Determined's DefaultSchedulerConfig (scheduler_config.go): priority, best fit.
     [pool] = resolve_pools(MasterConfig.model_validate({})).pools
     assert (pool.pool_name, pool.scheduler.type, pool.scheduler.fitting_policy) == (
         "default",
-        "fair_share",
+        "priority",
         "best",
     )
 
@@ -176,14 +178,14 @@ def test_a_pool_with_any_scheduler_field_never_inherits(data: dict[str, Any]) ->
         settings_ = pool.scheduler
         if own:
             assert not settings_.inherited
-            assert settings_.type == own.get("type", "fair_share")
+            assert settings_.type == own.get("type", "priority")
             assert settings_.fitting_policy == own.get("fitting_policy", "best")
             assert settings_.preemption == own.get("preemption")
             assert settings_.default_priority == own.get("default_priority")
             assert settings_.allow_heterogeneous_fits == own.get("allow_heterogeneous_fits")
         else:
             assert settings_.inherited
-            assert settings_.type == cluster.get("type", "fair_share")
+            assert settings_.type == cluster.get("type", "priority")
             assert settings_.fitting_policy == cluster.get("fitting_policy", "best")
             assert settings_.preemption == cluster.get("preemption")
 

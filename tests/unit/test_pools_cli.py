@@ -30,7 +30,7 @@ def test_resolve_json_applies_all_or_nothing() -> None:
                 "pool_name": "pool1",
                 "description": None,
                 "scheduler": {
-                    "type": "fair_share",
+                    "type": "priority",
                     "fitting_policy": "worst",
                     "preemption": None,
                     "allow_heterogeneous_fits": None,

@@ -17,6 +17,7 @@ METHODS = {
     "bounded_launch": ("launch",),
     "describe_launches": ("describe_launches",),
     "agents_through_api": (),
+    "subnet_zones": ("subnet_zone",),
 }
 
 
@@ -60,6 +61,7 @@ def test_the_cloud_providers_declare_stop_and_their_agents(build: Any, stop: boo
     assert can_stop(blind) is stop
     assert not blind.features.bounded_launch and not blind.features.describe_launches
     assert not blind.features.agents_through_api and node_work_of(blind) is None
+    assert blind.features.subnet_zones is (build is _aws)  # EC2's subnets live in one zone
     agents = SimpleNamespace(book=None)  # what the registry hands in: NodeAgents
     booted = build(agents)
     assert booted.features.agents_through_api and node_work_of(booted) is agents

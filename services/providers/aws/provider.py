@@ -28,7 +28,7 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from corral.services.providers.aws.errors import from_sdk_error, is_ambiguous, with_family
 from corral.services.providers.aws.params import (
@@ -127,7 +127,7 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
         self.log_book = nodes.book if nodes is not None else log_book
         self.node_work = nodes  # pooled machines take their work through their agents
         # StopInstances / StartInstances (EBS-backed machines); agents register via the API.
-        self.features = Features(stop=True, agents_through_api=nodes is not None)
+        self.features = Features(stop=True, agents_through_api=nodes is not None, subnet_zones=True)
         self.endpoint_url = endpoint_url
         # None: Corral's defaults above; one image given for CPU launches serves GPU ones too.
         self.default_image_id = default_image_id or DEFAULT_IMAGE_ID
@@ -203,6 +203,16 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
             found = False
         self._credentials_seen = (now, found)
         return found
+
+    def subnet_zone(self, region: str, subnet_id: str) -> str | None:
+        """The zone a subnet of ``region`` is in (None: the region has no such subnet)."""
+        try:
+            found = self.client(region).describe_subnets(SubnetIds=[subnet_id])["Subnets"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "InvalidSubnetID.NotFound":
+                return None
+            raise
+        return str(found[0]["AvailabilityZone"]) if found else None
 
     # --- launch ----------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:

@@ -17,6 +17,8 @@ from typing import Any
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
+from corral.services.runtime.pooled.agent_places import agent_zones
+from corral.services.runtime.pooled.cloud_ready import cloud_not_ready
 from corral.services.runtime.pooled.kube_pods import kube_template
 from corral.services.runtime.pooled.pool_kind import LaunchOrder, PassResult
 from corral.services.state.docstore import DocStore
@@ -25,6 +27,7 @@ from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task
+from corral.shared.det_providers import agent_launch
 from corral.shared.lifecycle import AgentStatus, RequestState
 from corral.shared.placement import Placement
 from corral.shared.records import LaunchRequest
@@ -145,18 +148,25 @@ class DeterminedPools:
         return str(provider.get("type") or record.cloud)
 
     def launch_order(self, deps: Deps, record: PoolRecord, machine: DetAgent) -> LaunchOrder | str:
+        """The pool's provider as the cloud receives it (:mod:`corral.shared.det_providers`):
+        its region, zone, image, network and the rest; a text saying why not, when the file
+        names a place Corral cannot launch the agent in."""
         provider = resolved(record).pool(machine.pool).provider or {}
         if provider.get("type") == "kubernetes" and "pod_spec" in provider:
             pod = kube_template(deps, provider)  # resource_manager: type: kubernetes
             return pod if isinstance(pod, str) else LaunchOrder("kubernetes", [pod])
-        instance = provider.get("instance_type")
-        if isinstance(instance, dict):
-            instance = instance.get("machine_type")
+        launch = agent_launch(provider, record.name)
+        cloud = self.cloud_of(record, machine)
+        zones = agent_zones(deps, cloud, launch)
+        if isinstance(zones, str):
+            return zones
         template = LaunchTemplate(
-            instance_type=str(instance),
-            market_type="SPOT" if provider.get("spot") else "ON_DEMAND",
+            instance_type=launch.instance_type,
+            market_type=launch.market,
+            advanced_instance_config=launch.config,
+            zones=zones,
         )
-        return LaunchOrder(self.cloud_of(record, machine), [template])
+        return LaunchOrder(cloud, [template], boot_deadline_s=launch.boot_deadline_s)
 
     def machine_up(
         self, ledger: DetLedger, machine_id: str, provider_id: str, at: Placement, now: float
@@ -167,11 +177,15 @@ class DeterminedPools:
         found.move(AgentStatus.UP)
         found.settle(provider_id, at)
         found.idle_since = now
+        ledger.launch_failures.pop(found.pool, None)
         return True
 
     def machine_failed(
         self, ledger: DetLedger, machine_id: str, now: float, *, why: str, policy: FallbackPolicy
     ) -> bool:
+        agent = ledger.agents.get(machine_id)
+        if agent is not None:
+            ledger.launch_failures[agent.pool] = why  # for why: the cause, not only in a log
         agent_lost(ledger, machine_id, now)  # an agent serves its pool: no one task backs off
         return True
 
@@ -216,6 +230,9 @@ class DeterminedPools:
                 out["preempted_by"] = ledger.preempted_by[req.id]
         else:
             out.update(code="queued", reason="queued; the next scheduling pass decides")
+        if task.stopping or _on_up_agents(ledger, task.allocations):
+            return out
+        _launch_cause(deps, route.master, ledger, out)
         return out
 
     def view(self, record: PoolRecord, ledger: DetLedger) -> dict[str, Any]:
@@ -245,6 +262,39 @@ class DeterminedPools:
                 for tid, t in ledger.tasks.items()
             ],
         }
+
+
+def _on_up_agents(ledger: DetLedger, allocations: Any) -> bool:
+    """Whether the task holds slots and every agent holding them is up."""
+    agents = [ledger.agents.get(a.agent_id) for a in allocations]
+    return bool(agents) and all(a is not None and a.status == AgentStatus.UP for a in agents)
+
+
+def _launch_cause(deps: Deps, master: str, ledger: DetLedger, out: dict[str, Any]) -> None:
+    """A task that waits for agents: name what keeps its pool's agents from launching (its
+    provider's cloud cannot launch here; else the pool's last launch failure)."""
+    record = deps.pools.get(master)
+    if record is None:
+        return
+    pool = str(out["pool"])
+    try:
+        provider = resolved(record).pool(pool).provider
+    except KeyError:
+        return
+    if not provider:
+        return  # a static pool: its agents are started by hand
+    cloud = str(provider.get("type") or record.cloud)
+    blocked = cloud_not_ready(deps, cloud)
+    if blocked is not None:
+        out.update(
+            code="cloud_not_ready",
+            reason=f"{out['reason']}; but pool {pool}'s agents cannot launch: {blocked}",
+            cloud=cloud,
+        )
+        return
+    failed = ledger.launch_failures.get(pool)
+    if failed is not None:
+        out["reason"] = f"{out['reason']}; pool {pool}'s last agent launch failed: {failed}"
 
 
 def _on_agent(ledger: DetLedger, agent_id: str) -> list[tuple[str, int]]:

@@ -71,7 +71,7 @@ def _launch(deps: Deps, kind: PoolKind, record: PoolRecord, machine_id: str, mac
         instance_type="",
         tags=tags,
     )
-    deadline = deps.now() + deps.settings.timers.attempt_deadline_s
+    deadline = deps.now() + (order.boot_deadline_s or deps.settings.timers.attempt_deadline_s)
     boot = Boot(
         kind="pool_machine", spec=spec, deadline=deadline, pool=record.name, machine_id=machine_id
     )

@@ -27,6 +27,7 @@ class LaunchOrder:
     cloud: str
     templates: list[LaunchTemplate]
     extra: dict[str, Any] = field(default_factory=dict)
+    boot_deadline_s: float | None = None  # how long it may take to come up; None: Corral's
 
 
 @dataclass(frozen=True)
