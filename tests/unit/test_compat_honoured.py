@@ -1,0 +1,63 @@
+"""Fields docs/compatibility.md calls honoured that no other test reached: each test here is
+named by its field's entry in shared/config/compat/."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.shared.autoscaler.resources import docker_settings
+from corral.shared.config.cluster import Cluster
+from corral.shared.config.master_config import MasterConfig, ResourceManager
+
+
+def _cluster(docker: dict[str, Any]) -> Cluster:
+    return Cluster.model_validate(
+        {
+            "cluster_name": "c",
+            "provider": {"type": "local"},
+            "docker": docker,
+            "head_node_type": "head",
+            "available_node_types": {
+                "head": {"node_config": {}, "max_workers": 0},
+                "cpu": {"node_config": {}, "max_workers": 2},
+            },
+        }
+    )
+
+
+def test_ray_head_image_and_head_run_options_are_the_heads() -> None:
+    # Ray's schema: head_image "takes precedence over 'image'"; head_run_options are
+    # "appended to run_options" (worker_* likewise for workers).
+    cluster = _cluster(
+        {
+            "image": "img:all",
+            "head_image": "img:head",
+            "run_options": ["--ulimit nofile=65536:65536"],
+            "head_run_options": ["--cpus=2"],
+            "worker_run_options": ["--cpus=1"],
+        }
+    )
+    head = docker_settings(cluster, "head", head=True)
+    worker = docker_settings(cluster, "cpu")
+    assert head["image"] == "img:head"
+    assert head["run_options"] == ["--ulimit nofile=65536:65536", "--cpus=2"]
+    assert worker["image"] == "img:all"
+    assert worker["run_options"] == ["--ulimit nofile=65536:65536", "--cpus=1"]
+
+
+def test_determined_old_default_pool_names_and_namespace() -> None:
+    # Determined reads default_cpu/gpu_resource_pool as the older names of the aux and
+    # compute defaults, and namespace as the older name of default_namespace.
+    old = ResourceManager(default_cpu_resource_pool="aux", default_gpu_resource_pool="gpu")
+    assert (old.aux_pool(), old.compute_pool()) == ("aux", "gpu")
+    master = MasterConfig.model_validate(
+        {
+            "resource_manager": {"default_cpu_resource_pool": "aux"},
+            "resource_pools": [{"pool_name": "aux"}, {"pool_name": "default"}],
+        }
+    )
+    assert master.problems() == []  # the old name points at a pool that exists
+    kube = {"type": "kubernetes", "max_slots_per_pod": 1}
+    assert ResourceManager.model_validate({**kube, "namespace": "ml"}).kube_namespace() == "ml"
+    newer = ResourceManager.model_validate({**kube, "default_namespace": "team"})
+    assert newer.kube_namespace() == "team"
