@@ -5,7 +5,7 @@ Keys are as the file writes them; see :mod:`corral.shared.config.compat` for the
 
 from __future__ import annotations
 
-from . import Table, honoured, noticed
+from .entry import Table, honoured, noticed
 
 _MP = "tests/unit/test_config_machine_pool.py::"
 _CC = "tests/unit/test_config_compute_config.py::"

@@ -5,7 +5,7 @@ Keys are as the file writes them; see :mod:`corral.shared.config.compat` for the
 
 from __future__ import annotations
 
-from . import Table, honoured, noticed
+from .entry import Table, honoured, noticed
 
 _M = "tests/unit/test_config_master_config.py::"
 _PEER = "tests/unit/test_determined_peer_cases.py::"

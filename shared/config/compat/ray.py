@@ -6,7 +6,7 @@ noticed. Keys are as the file writes them; see :mod:`corral.shared.config.compat
 
 from __future__ import annotations
 
-from . import Table, honoured, noticed, refused
+from .entry import Table, honoured, noticed, refused
 
 _C = "tests/unit/test_config_cluster.py::"
 _RES = "tests/unit/test_autoscaler_resources.py::"

@@ -20,7 +20,12 @@ from ..compute_config import ComputeConfig
 from ..machine_pool import MachinePool
 from ..master_config import MasterConfig
 from ..task import Task
-from . import Entry, Support, lookup, registry
+from . import lookup, registry
+from .anyscale import ANYSCALE
+from .determined import DETERMINED
+from .entry import Entry, Support
+from .ray import RAY
+from .skypilot import SKYPILOT
 
 # Format -> (its title, its root models, the table of model names it owns).
 FORMATS: dict[str, tuple[str, tuple[type[BaseModel], ...]]] = {
@@ -64,11 +69,6 @@ def _models_in(annotation: object) -> Iterator[tuple[str, type[BaseModel]]]:
 
 def _owner(model: type[BaseModel]) -> str | None:
     """The format whose table lists this model (or a base class of it)."""
-    from .anyscale import ANYSCALE
-    from .determined import DETERMINED
-    from .ray import RAY
-    from .skypilot import SKYPILOT
-
     tables = {"skypilot": SKYPILOT, "ray": RAY, "determined": DETERMINED, "anyscale": ANYSCALE}
     for cls in model.__mro__:
         for fmt, table in tables.items():
