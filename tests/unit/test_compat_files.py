@@ -1,14 +1,9 @@
 """Files of our own, one per documented feature of each format (tests/fixtures/compat/<format>),
 each run through `corral validate` and the format's plan command, in-process through the CLI's
 app: a file is accepted (exit 0) with exactly the notices its header lists, or refused (exit 2)
-naming the field. The launches of the local-cloud ones are tests/integration/test_compat_files.py.
+naming the field. The launches of the local-cloud ones are tests/integration/test_compat_launch.py.
 
-Each file's header says what it shows::
-
-    # feature: what the file exercises
-    # expect: ok | refused FIELD
-    # notices: FIELD, FIELD      (every field noticed, in any order; none when absent)
-    # launch: yes                (launched on the local cloud by the integration test)
+Each file's header says what it shows (tests/compat_files.py reads it).
 
 The plan commands: a task's `corral plan`; a Ray file's `corral autoscale explain` (with a small
 demand); a Determined master config's `corral pools resolve`; an Anyscale compute config's
@@ -29,45 +24,7 @@ from typer.testing import CliRunner
 from corral.services.cli.main import app
 from corral.services.settings import reset_settings
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-COMPAT = FIXTURES / "compat"
-LOCAL_CLOUD = FIXTURES / "localcloud" / "runtime.yaml"
-DEMAND = COMPAT / "ray" / "demand.yaml"
-
-
-@dataclass(frozen=True)
-class Case:
-    path: Path
-    feature: str
-    refused: str | None
-    notices: frozenset[str]
-    launch: bool
-
-    @property
-    def fmt(self) -> str:
-        return self.path.parent.name
-
-
-def read_case(path: Path) -> Case | None:
-    """A fixture's header as a case; None for a file without one (the Ray demand)."""
-    head: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        match = re.match(r"^# (feature|expect|notices|launch): (.*)$", line)
-        if not line.startswith("#"):
-            break
-        if match:
-            head[match.group(1)] = match.group(2).strip()
-    if "feature" not in head:
-        return None
-    expect = head.get("expect", "ok")
-    refused = expect.split(" ", 1)[1] if expect.startswith("refused ") else None
-    notices = frozenset(n.strip() for n in head.get("notices", "").split(",") if n.strip())
-    return Case(path, head["feature"], refused, notices, head.get("launch") == "yes")
-
-
-def cases() -> list[Case]:
-    found = [read_case(p) for p in sorted(COMPAT.glob("*/*.yaml"))]
-    return [c for c in found if c is not None]
+from compat_files import DEMAND, LOCAL_CLOUD, Case, cases, noticed
 
 
 @dataclass
@@ -100,12 +57,6 @@ def corral(*args: str | Path) -> Ran:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return Ran(result.exit_code, result.stdout, result.stderr)
-
-
-def noticed(stderr: str, path: Path) -> set[str]:
-    """The fields a command's notices name for this file."""
-    pattern = re.compile(rf"^notice: {re.escape(str(path))}:\d+: (\S+): accepted;", re.M)
-    return set(pattern.findall(stderr))
 
 
 def plan(case: Case, tmp_path: Path) -> Ran | None:
