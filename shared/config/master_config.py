@@ -201,6 +201,14 @@ class ResourcePool(StrictModel):
     agent_reconnect_wait_s: DurationS | None = Field(None, alias="agent_reconnect_wait", ge=0)
     kubernetes_namespace: str | None = None
 
+    def aux_per_agent(self) -> int | None:
+        """Zero-slot tasks one agent holds at most (None: 100). Determined's pool parser
+        copies the older ``max_cpu_containers_per_agent``, when written, over
+        ``max_aux_containers_per_agent``: the older name wins when both are written."""
+        if self.max_cpu_containers_per_agent is not None:
+            return self.max_cpu_containers_per_agent
+        return self.max_aux_containers_per_agent
+
 
 class SlotResourceRequests(StrictModel):
     """What one slot requests on a kubernetes manager whose ``slot_type`` is cpu."""

@@ -61,3 +61,26 @@ def test_determined_old_default_pool_names_and_namespace() -> None:
     assert ResourceManager.model_validate({**kube, "namespace": "ml"}).kube_namespace() == "ml"
     newer = ResourceManager.model_validate({**kube, "default_namespace": "team"})
     assert newer.kube_namespace() == "team"
+
+
+def test_determined_max_cpu_containers_per_agent_is_the_aux_limit() -> None:
+    # Determined's ResourcePoolConfig.UnmarshalJSON (master/internal/resourcemanagers) copies
+    # a written max_cpu_containers_per_agent over max_aux_containers_per_agent: the older
+    # name wins when both are written, and an unwritten one leaves the newer as it is.
+    from corral.shared.resource_pools import resolve_pools
+
+    master = MasterConfig.model_validate(
+        {
+            "resource_pools": [
+                {"pool_name": "default", "max_cpu_containers_per_agent": 3},
+                {"pool_name": "newer", "max_aux_containers_per_agent": 7},
+                {
+                    "pool_name": "both",
+                    "max_cpu_containers_per_agent": 3,
+                    "max_aux_containers_per_agent": 7,
+                },
+            ]
+        }
+    )
+    resolved = resolve_pools(master)
+    assert [p.max_aux_containers_per_agent for p in resolved.pools] == [3, 7, 3]

@@ -204,8 +204,9 @@ DETERMINED: Table = {
         "max_aux_containers_per_agent": honoured(
             "zero-slot tasks per agent at most", _SCHED + "test_zero_slot_tasks_pack_under_best_fit"
         ),
-        "max_cpu_containers_per_agent": noticed(
-            "the old name is not read: write max_aux_containers_per_agent"
+        "max_cpu_containers_per_agent": honoured(
+            "the older name of max_aux_containers_per_agent",
+            _HONOURED + "test_determined_max_cpu_containers_per_agent_is_the_aux_limit",
         ),
         "task_container_defaults": honoured(
             "a kubernetes manager's pod specs for this pool",
