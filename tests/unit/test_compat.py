@@ -7,9 +7,12 @@ from __future__ import annotations
 import ast
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
+from corral.shared.config.base import ignored_notices
 from corral.shared.config.compat import Support, registry
 from corral.shared.config.compat.walk import FORMATS, rows
 
@@ -115,3 +118,41 @@ def test_docs_compatibility_md_is_what_the_tables_render() -> None:
     assert doc.read_text() == render(), (
         "docs/compatibility.md is stale: run `.venv/bin/python ops/gen_compat.py`"
     )
+
+
+def _noticed_entries() -> list[tuple[type, str, str]]:
+    """(model, key, text) of every field noticed whenever it is set, over the four formats."""
+    out: dict[tuple[type, str], str] = {}
+    for fmt in FORMATS:
+        for row in rows(fmt):
+            if row.entry is not None and row.entry.notices_when_set():
+                out[(row.model, row.key)] = row.entry.what
+    return [(model, key, what) for (model, key), what in out.items()]
+
+
+def _bare(model: type[Any], **fields: Any) -> Any:
+    """An instance holding only ``fields`` as set (no validation), its required nested models
+    as bare instances: what ignored_notices walks."""
+    values: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        kind = info.annotation
+        if not info.is_required() or name in fields:
+            continue
+        nested = isinstance(kind, type) and issubclass(kind, BaseModel)
+        values[name] = _bare(kind) if nested else "x"
+    return model.model_construct(**values, **fields)
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "what"), _noticed_entries(), ids=lambda v: getattr(v, "__name__", str(v))[:40]
+)
+def test_every_noticed_field_draws_its_notice_when_set(
+    model: type[Any], key: str, what: str
+) -> None:
+    head, _, inside = key.partition(".")
+    name = next((n for n, i in model.model_fields.items() if (i.alias or n) == head), None)
+    if inside:
+        instance = _bare(model, **{name or head: {inside: 1}})
+    else:
+        instance = _bare(model, **{name or head: 1})
+    assert f"{key}: accepted; {what}" in list(ignored_notices(instance))
