@@ -235,7 +235,7 @@ class Resources(StrictModel):
     use_spot: bool | None = None
     # A managed job's recovery (SkyPilot): restarts on errors and listed exit codes.
     job_recovery: Annotated[JobRecovery | None, BeforeValidator(_no_recovery)] = None
-    # Noticed (compat.skypilot): the older spelling of job_recovery's strategy.
+    # The older name of job_recovery: read as job_recovery (never held here).
     spot_recovery: str | dict[str, Any] | None = None
     disk_size: int | str | None = None
     disk_tier: Annotated[
@@ -260,6 +260,18 @@ class Resources(StrictModel):
     priority: int | None = None  # Determined's: 1..99, lower wins
     # Determined's: the most slots the experiment (the task's group) may hold at once.
     max_slots: Annotated[int | None, BeforeValidator(_positive_int)] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spot_recovery_is_job_recovery(cls, data: Any) -> Any:
+        """SkyPilot reads the deprecated ``spot_recovery`` as ``job_recovery`` (its
+        ``Resources.from_yaml_config``; its schema lets a file write one of the two)."""
+        if not isinstance(data, dict) or data.get("spot_recovery") is None:
+            return data
+        if data.get("job_recovery") is not None:
+            raise ValueError("give either job_recovery or its older name spot_recovery, not both")
+        rest = {k: v for k, v in data.items() if k != "spot_recovery"}
+        return {**rest, "job_recovery": data["spot_recovery"]}
 
     @field_validator("image_id")
     @classmethod

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from corral.shared.autoscaler.resources import docker_settings
 from corral.shared.config.cluster import Cluster
 from corral.shared.config.master_config import MasterConfig, ResourceManager
@@ -84,3 +86,29 @@ def test_determined_max_cpu_containers_per_agent_is_the_aux_limit() -> None:
     )
     resolved = resolve_pools(master)
     assert [p.max_aux_containers_per_agent for p in resolved.pools] == [3, 7, 3]
+
+
+def test_skypilot_spot_recovery_is_read_as_job_recovery() -> None:
+    # SkyPilot's Resources.from_yaml_config: "spot_recovery is deprecated. Use job_recovery
+    # instead (the system is defaulting to that for you)"; its schema allows one of the two.
+    from pydantic import ValidationError
+
+    from corral.shared.config.task import Task
+
+    old = Task.model_validate({"run": "x", "resources": {"spot_recovery": "FAILOVER"}})
+    recovery = old.recovery()
+    assert recovery is not None and recovery.strategy == "FAILOVER"
+    mapping = {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 2}
+    again = Task.model_validate({"run": "x", "resources": {"spot_recovery": mapping}})
+    assert (
+        again.recovery()
+        == Task.model_validate({"run": "x", "resources": {"job_recovery": mapping}}).recovery()
+    )
+    # Round trip: what the API stores validates again.
+    assert Task.model_validate(again.model_dump(exclude_unset=True)).recovery() == again.recovery()
+    none = Task.model_validate({"run": "x", "resources": {"spot_recovery": "none"}})
+    assert none.recovery() is None
+    with pytest.raises(ValidationError, match="not both"):
+        Task.model_validate(
+            {"run": "x", "resources": {"spot_recovery": "FAILOVER", "job_recovery": "FAILOVER"}}
+        )

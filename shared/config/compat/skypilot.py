@@ -170,7 +170,10 @@ SKYPILOT: Table = {
         "accelerator_args": noticed(
             "no accelerator options (TPU runtime versions and the like) reach the cloud"
         ),
-        "spot_recovery": noticed("the old spelling is not read: write job_recovery"),
+        "spot_recovery": honoured(
+            "the older name of job_recovery, read as it",
+            "tests/unit/test_compat_honoured.py::test_skypilot_spot_recovery_is_read_as_job_recovery",
+        ),
         "disk_size": noticed("the machine gets its image's boot disk size"),
         "disk_tier": noticed("the machine gets the cloud's default disk type"),
         "network_tier": noticed("the machine gets the cloud's default network tier"),
