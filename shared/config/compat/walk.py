@@ -136,7 +136,10 @@ one of three classes:
   Corral does instead (the text below is that notice);
 - **refused**: the file is refused (exit 2) naming the file, line and field.
 
-A path writes `[]` for an item of a list and `*` for any key of a mapping.
+A path writes `[]` for an item of a list and `*` for any key of a mapping. Whatever its class,
+a field written where its own system does not take it is refused too: a Determined provider
+field of another provider type (a GCP `project` on an AWS provider), a resource manager field
+of another manager type, a key no schema defines (a typo).
 """
 
 
