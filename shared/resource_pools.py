@@ -199,7 +199,7 @@ def resolve_pools(master: MasterConfig) -> ResolvedPools:
             p.description,
             pool_scheduler(p.scheduler, cluster),
             kube_pods(master, manager, p) if kube else _provider(p.provider),
-            p.max_aux_containers_per_agent,
+            p.aux_per_agent(),
         )
         for p in _pools_of(master)
     )

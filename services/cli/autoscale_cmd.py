@@ -51,11 +51,14 @@ def register(app: typer.Typer) -> None:
 def _resolve(cluster_file: Path, cloud: str | None, local_cloud: Path | None) -> Resolved:
     from corral.shared.autoscaler.resources import resolve_cluster
     from corral.shared.catalog import load_catalog
+    from corral.shared.config.base import ignored_notices
     from corral.shared.config.cluster import Cluster
     from corral.shared.config.detect import load_as
     from corral.shared.configio import ConfigError
 
     cluster, doc = load_as(cluster_file, Cluster)
+    for line in ignored_notices(cluster, doc):  # what Corral does instead, as validate says
+        notice(line)
     from corral.services.providers.registry import ProviderUnavailable, cluster_files
     from corral.services.settings import get_settings
     from corral.shared.config.localcloud import load_local_cloud

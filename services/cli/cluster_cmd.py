@@ -27,6 +27,7 @@ from corral.services.cli.output import (
     data_row,
     err,
     fail_input,
+    notice,
     out,
     print_json,
     print_list,
@@ -87,12 +88,15 @@ def up(
         if cloud.lower() not in clouds:
             fail(f"--cloud {cloud}: expected one of {', '.join(clouds)}", EXIT_INPUT, as_json)
     from corral.services.client.mounts import pack
+    from corral.shared.config.base import ignored_notices
 
     try:
-        cluster, _doc = load_as(cluster_file, Cluster)
+        cluster, doc = load_as(cluster_file, Cluster)
         mounts = pack(cluster, str(cluster_file))
     except ConfigError as exc:
         fail_input(exc, as_json)
+    for line in ignored_notices(cluster, doc):  # what Corral does instead, as validate says
+        notice(line)
     text = _read(cluster_file, as_json)
     with api_client(as_json) as client:
         made = client.create_cluster(

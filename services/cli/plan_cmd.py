@@ -255,14 +255,19 @@ def plan_command(
     """Show the failover chain for a task: cheapest cloud first, its regions by price. The
     launch flags (--gpus, --env, --infra, ...) are merged over the file as `launch` merges
     them, and the merged task is shown above the chain."""
+    from corral.services.client.tasks import read_task_file
     from corral.shared.configio import ConfigError
 
     flags = LaunchFlags(env, secret, gpus, infra, cloud, region, zone, num_nodes, use_spot)
     try:
+        # The file's notices, as `launch` prints them (its compute config file's too).
+        notices = read_task_file(task_file).notices
         task, said = load_task(task_file, flags)
         catalog = plan_catalog(local_cloud)
     except ConfigError as exc:
         fail_input(exc, as_json)
+    for text in notices:
+        notice(text)
     show_plan(task, catalog, said, every_zone=every_zone, as_json=as_json, local_cloud=local_cloud)
 
 

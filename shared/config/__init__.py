@@ -86,7 +86,7 @@ def word_list(text: str) -> tuple[str, ...]:
 
 
 def words(text: str) -> frozenset[str]:
-    """``"a b c"`` -> ``frozenset({"a", "b", "c"})`` (for ``IGNORED`` key sets and the like)."""
+    """``"a b c"`` -> ``frozenset({"a", "b", "c"})`` (for key sets and the like)."""
     return frozenset(text.split())
 
 

@@ -8,13 +8,14 @@ own keys, so unknown keys under ``provider`` pass through; everywhere else a typ
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
 from ..configio import PathKey
-from . import one_of, words
+from . import one_of
 from .base import PassThrough, StrictModel
+from .compat.ray import ON_PREM_KEYS, ON_PREM_REFUSAL
 
 Commands = list[str]
 
@@ -109,12 +110,6 @@ class NodeType(StrictModel):
 class Cluster(StrictModel):
     """A Ray cluster launcher file."""
 
-    IGNORED: ClassVar[frozenset[str]] = words(
-        """auth file_mounts_sync_continuously
-        rsync_exclude rsync_filter metadata no_restart initial_workers autoscaling_mode
-        target_utilization_fraction"""
-    )
-
     cluster_name: str
     max_workers: int | None = Field(None, ge=0)  # workers (the head excluded), all types
     min_workers: int | None = Field(None, ge=0)  # deprecated: per-type min_workers now
@@ -177,6 +172,9 @@ class Cluster(StrictModel):
                 out.append(((key,), f"names no node type; expected one of {known}"))
         if types and self.head_node_type is None:
             out.append(((), "head_node_type is required with available_node_types"))
+        for key in ON_PREM_KEYS:
+            if getattr(self.provider, key) is not None:
+                out.append((("provider", key), ON_PREM_REFUSAL))
         return out
 
     def worker_bounds(self, node_type: str) -> tuple[int, int]:

@@ -17,12 +17,12 @@ Durations are read into seconds (``replacement_threshold: 1m`` -> ``replacement_
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from ..configio import PathKey
-from . import DurationS, one_of, words
+from . import DurationS, one_of
 from .base import StrictModel
 
 WorkerMarket = Literal["ON_DEMAND", "SPOT", "PREFER_SPOT"]
@@ -43,8 +43,6 @@ class NodeFlags(StrictModel):
 
 class _Node(StrictModel):
     """What head and worker groups share."""
-
-    IGNORED: ClassVar[frozenset[str]] = frozenset({"resources", "labels"})
 
     instance_type: str
     resources: dict[str, float] | None = None
@@ -108,11 +106,6 @@ class ComputeFlags(StrictModel):
 
 class ComputeConfig(StrictModel):
     """An Anyscale compute config file."""
-
-    IGNORED: ClassVar[frozenset[str]] = words(
-        """cloud_resource auto_select_worker_config min_resources max_resources
-        idle_termination_minutes maximum_uptime_minutes"""
-    )
 
     cloud: str | None = None  # an Anyscale cloud's name, not a provider
     cloud_resource: str | None = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator
 
@@ -159,8 +159,6 @@ class MachineType(StrictModel):
 
 class MachinePool(StrictModel):
     """A machine pool file (``anyscale machine-pool``'s spec)."""
-
-    IGNORED: ClassVar[frozenset[str]] = frozenset()
 
     kind: Annotated[PoolKind, BeforeValidator(one_of(PoolKind))]
     machine_types: list[MachineType] = Field(default_factory=list)

@@ -12,7 +12,7 @@ is accepted and noticed as not acted on. Durations are held in seconds (``*_s`` 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
@@ -251,10 +251,6 @@ class LegacyProvisioner(Provider):
 class ResourcePool(StrictModel):
     """One pool of identical agents, with its own scheduler and provider."""
 
-    IGNORED: ClassVar[frozenset[str]] = words(
-        """agent_reattach_enabled agent_reconnect_wait max_cpu_containers_per_agent"""
-    )
-
     pool_name: str = Field(min_length=1)
     description: str | None = None
     provider: Provider | None = None  # None: a static pool (agents started by hand)
@@ -281,6 +277,14 @@ class ResourcePool(StrictModel):
                 "job's slots are capped by its own resources.max_slots)",
             )
         ]
+
+    def aux_per_agent(self) -> int | None:
+        """Zero-slot tasks one agent holds at most (None: 100). Determined's pool parser
+        copies the older ``max_cpu_containers_per_agent``, when written, over
+        ``max_aux_containers_per_agent``: the older name wins when both are written."""
+        if self.max_cpu_containers_per_agent is not None:
+            return self.max_cpu_containers_per_agent
+        return self.max_aux_containers_per_agent
 
 
 class SlotResourceRequests(StrictModel):
@@ -312,19 +316,6 @@ _MANAGER_ONLY: dict[str, frozenset[str]] = {
 
 class ResourceManager(StrictModel):
     """Cluster-level settings: scheduler defaults and the default pools."""
-
-    # Everything but the agent manager's scheduling keys is accepted and not acted on.
-    IGNORED: ClassVar[frozenset[str]] = words(
-        """require_authentication client_ca cluster_name name metadata
-        master_service_name leave_kubernetes_resources default_scheduler
-        kubeconfig_path determined_master_host determined_master_port
-        determined_master_scheme fluent internal_task_gateway
-        master_host master_port host port protocol security
-        container_run_type auth_file rendezvous_network_interface proxy_network_interface
-        user_name group_name sudo_authorized apptainer_image_root singularity_image_root
-        job_storage_root path ld_library_path launcher_jvm_args tres_supported
-        gres_supported partition_overrides job_project_source"""
-    )
 
     type: Annotated[ManagerType, BeforeValidator(one_of(ManagerType))] = "agent"
     scheduler: SchedulerConfig | None = None
@@ -411,21 +402,13 @@ _CURRENT_KEYS = ("resource_manager", "resource_pools", "additional_resource_mana
 class MasterConfig(StrictModel):
     """A Determined master config file (``master.yaml``)."""
 
-    IGNORED: ClassVar[frozenset[str]] = words(
-        """config_file port task_container_defaults root cache launch_error cluster_name
-        ui_customization tensorboard_timeout notebook_timeout checkpoint_storage db security
-        webhooks telemetry observability logging retention_policy scim oidc saml
-        reserved_ports log enable_cors feature_switches integrations det_cloud
-        additional_resource_managers __internal"""
-    )
-
     resource_manager: ResourceManager | None = None
     resource_pools: list[ResourcePool] | None = None
     additional_resource_managers: list[dict[str, Any]] | None = None
     # Legacy format: one pool named "default".
     scheduler: SchedulerConfig | None = None
     provisioner: LegacyProvisioner | None = None
-    # Documented, not acted on (IGNORED).
+    # Documented, noticed (see compat.determined).
     config_file: str | None = None
     port: int | None = None
     task_container_defaults: dict[str, Any] | None = None

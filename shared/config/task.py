@@ -15,7 +15,7 @@ it: ``corral = 42 - determined`` (det 42 -> 0, det 1 -> 41, det 99 -> -57).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -33,7 +33,7 @@ from ..bundles import Bundle, check_target, remote_source_problem
 from ..images import DOCKER_PREFIX
 from ..ports import parse_ports
 from ..readiness import ReadinessProbe, parse_probe
-from . import DurationS, one_of, word_list, words
+from . import DurationS, one_of, word_list
 from .base import StrictModel
 from .compute_config import ComputeConfig
 
@@ -221,12 +221,6 @@ def _positive_int(value: object) -> object:
 class Resources(StrictModel):
     """One node's requirements, or (with ``ordered``/``any_of``) a set of candidates."""
 
-    IGNORED: ClassVar[frozenset[str]] = words(
-        """accelerator_args spot_recovery disk_size disk_tier network_tier
-        local_disk max_hourly_cost labels priority_class volumes
-        ephemeral_storage"""
-    )
-
     # Where.
     cloud: CloudName = None
     infra: str | None = None  # SkyPilot's newer "cloud/region/zone" spelling
@@ -241,7 +235,7 @@ class Resources(StrictModel):
     use_spot: bool | None = None
     # A managed job's recovery (SkyPilot): restarts on errors and listed exit codes.
     job_recovery: Annotated[JobRecovery | None, BeforeValidator(_no_recovery)] = None
-    # Accepted, not acted on (IGNORED): the older spelling of job_recovery's strategy.
+    # The older name of job_recovery: read as job_recovery (never held here).
     spot_recovery: str | dict[str, Any] | None = None
     disk_size: int | str | None = None
     disk_tier: Annotated[
@@ -266,6 +260,18 @@ class Resources(StrictModel):
     priority: int | None = None  # Determined's: 1..99, lower wins
     # Determined's: the most slots the experiment (the task's group) may hold at once.
     max_slots: Annotated[int | None, BeforeValidator(_positive_int)] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spot_recovery_is_job_recovery(cls, data: Any) -> Any:
+        """SkyPilot reads the deprecated ``spot_recovery`` as ``job_recovery`` (its
+        ``Resources.from_yaml_config``; its schema lets a file write one of the two)."""
+        if not isinstance(data, dict) or data.get("spot_recovery") is None:
+            return data
+        if data.get("job_recovery") is not None:
+            raise ValueError("give either job_recovery or its older name spot_recovery, not both")
+        rest = {k: v for k, v in data.items() if k != "spot_recovery"}
+        return {**rest, "job_recovery": data["spot_recovery"]}
 
     @field_validator("image_id")
     @classmethod
@@ -412,11 +418,6 @@ EnvValue = Annotated[str, BeforeValidator(_env_value)]
 class Task(StrictModel):
     """A unit of work: SkyPilot's task YAML plus Determined's and Corral's fields."""
 
-    IGNORED: ClassVar[frozenset[str]] = words(
-        """file_mounts_mapping managed_secrets volumes volume_mounts
-        pool config event_callback inputs outputs api_server_access"""
-    )
-
     name: str | None = None
     workdir: str | WorkdirRepo | None = None
     num_nodes: int = Field(1, ge=1)  # all nodes, the head included
@@ -448,7 +449,7 @@ class Task(StrictModel):
     # SkyPilot's secrets: environment variables whose values are never shown (a name with no
     # value, or a list of names, is given at launch: `corral launch --secret NAME`).
     secrets: dict[str, EnvValue | None] | list[str] | None = None
-    # SkyPilot fields accepted, not acted on (IGNORED).
+    # SkyPilot fields noticed (compat.skypilot), and the service section.
     file_mounts_mapping: dict[str, Any] | None = None
     managed_secrets: list[Any] | None = None
     volumes: dict[str, Any] | None = None

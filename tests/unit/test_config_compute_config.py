@@ -70,11 +70,20 @@ def test_other_documented_fields_are_accepted_and_noticed(tmp_path: Path) -> Non
     assert isinstance(config, ComputeConfig)
     assert config.worker_nodes[0].market_type == "PREFER_SPOT"
     assert config.worker_nodes[0].advanced_instance_config == {"AnyKey": {"Deep": 1}}
+    # Where machines come from and how many is the machine pool's and the task's: the compute
+    # config's own placement and group bounds are noticed (they were accepted silently).
     assert [n.split(": ")[1] for n in loaded.notices] == [
+        "cloud",
+        "region",
+        "zones",
+        "enable_cross_zone_scaling",
         "auto_select_worker_config",
         "idle_termination_minutes",
         "min_resources",
         "max_resources",
+        "worker_nodes[0].min_nodes",
+        "worker_nodes[0].max_nodes",
+        "worker_nodes[0].market_type",
     ]
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from corral.shared.config.base import StrictModel
 from corral.shared.config.detect import KINDS, MODELS, detect_kind, load_config
 from corral.shared.configio import ConfigError
 
@@ -92,21 +91,3 @@ def test_json_errors_carry_lines(tmp_path: Path) -> None:
 )
 def test_detect_kind(data: object, kind: str | None) -> None:
     assert detect_kind(data) == kind
-
-
-def _models_of_my_modules() -> list[type[StrictModel]]:
-    from corral.shared.config import cluster, compute_config, machine_pool, master_config, task
-
-    found: dict[str, type[StrictModel]] = {}
-    for module in (cluster, compute_config, machine_pool, master_config, task):
-        for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, StrictModel):
-                found[value.__qualname__] = value
-    return list(found.values())
-
-
-@pytest.mark.parametrize("model", _models_of_my_modules(), ids=lambda m: m.__qualname__)
-def test_every_ignored_name_is_a_key_of_its_model(model: type[StrictModel]) -> None:
-    # A name that is no key (a field name where the file spells an alias) would never notice.
-    keys = {info.alias or name for name, info in model.model_fields.items()}
-    assert not model.IGNORED - keys

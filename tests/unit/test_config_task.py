@@ -267,8 +267,9 @@ def test_ignored_fields_are_noticed_with_their_line(tmp_path: Path) -> None:
     path.write_text("name: t\nevent_callback: echo done\nresources:\n  cpus: 2\n  disk_size: 256\n")
     loaded = load_config(path)
     assert loaded.notices == [
-        f"{path}:2: event_callback: accepted; Corral does not act on it",
-        f"{path}:5: resources.disk_size: accepted; Corral does not act on it",
+        f"{path}:2: event_callback: accepted; no callback is run: follow `corral status` and "
+        "the events API",
+        f"{path}:5: resources.disk_size: accepted; the machine gets its image's boot disk size",
     ]
 
 

@@ -59,7 +59,7 @@ def test_resolve_table_for_people() -> None:
     ]
     assert cpu.split() == ["aws-cpu", "priority", "best", "true", "yes", "aws", "m5.large", "aux"]
     assert v100.split()[0] == "aws-v100" and v100.split()[-1] == "compute"
-    assert "port: accepted; Corral does not act on it" in result.stderr
+    assert "port: accepted; Corral is the master: its own settings and API apply" in result.stderr
 
 
 def test_resolve_legacy() -> None:

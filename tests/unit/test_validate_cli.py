@@ -93,9 +93,8 @@ def test_every_seed_validates_as_written() -> None:
     assert f"{SEEDS / 'anyscale-machine-pool-aws.yaml'}: ok (machine_pool)" in lines
     assert f"{SEEDS / 'ray-cluster-basic.yaml'}: ok (cluster)" in lines
     # Notices go to stderr, one line each, naming file, line and field.
-    assert f"{SEEDS / 'ray-cluster-basic.yaml'}:12: auth: accepted; Corral does not act on it" in (
-        result.stderr
-    )
+    notice = "auth: accepted; Corral's node agents connect out to Corral: no SSH login is made"
+    assert f"{SEEDS / 'ray-cluster-basic.yaml'}:12: {notice}" in result.stderr
 
 
 def test_broken_copies_fail_with_field_and_line(broken_files: list[Path]) -> None:
@@ -152,7 +151,10 @@ def test_json_report_shape(tmp_path: Path) -> None:
                 "kind": "task",
                 "ok": True,
                 "issues": [],
-                "notices": [f"{task}:2: event_callback: accepted; Corral does not act on it"],
+                "notices": [
+                    f"{task}:2: event_callback: accepted; no callback is run: follow "
+                    "`corral status` and the events API"
+                ],
             },
             {
                 "file": str(tmp_path / "missing.yaml"),

@@ -1,0 +1,166 @@
+"""The four formats' models walked field by field and joined to their classes.
+
+:func:`rows` lists every field of a format, nested models included, with its path as a file
+writes it (``resources.ordered[].cloud`` style: ``[]`` for a list item, ``*`` for any key of
+a mapping) and its :class:`~corral.shared.config.compat.Entry` (None when unclassified).
+:func:`render` is docs/compatibility.md, made from those rows alone.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from ..cluster import Cluster
+from ..compute_config import ComputeConfig
+from ..machine_pool import MachinePool
+from ..master_config import MasterConfig
+from ..task import Task
+from . import lookup, registry
+from .anyscale import ANYSCALE
+from .determined import DETERMINED
+from .entry import Entry, Support
+from .ray import RAY
+from .skypilot import SKYPILOT
+
+# Format -> (its title, its root models, the table of model names it owns).
+FORMATS: dict[str, tuple[str, tuple[type[BaseModel], ...]]] = {
+    "skypilot": ("SkyPilot task", (Task,)),
+    "ray": ("Ray cluster file", (Cluster,)),
+    "determined": ("Determined master config", (MasterConfig,)),
+    "anyscale": ("Anyscale machine pool and compute config", (MachinePool, ComputeConfig)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One field of one format: where a file writes it, its model, its key, its class."""
+
+    path: str
+    model: type[BaseModel]
+    key: str
+    entry: Entry | None
+
+
+def _models_in(annotation: object) -> Iterator[tuple[str, type[BaseModel]]]:
+    """The models a field's type holds, each with the path suffix that reaches it."""
+    origin = typing.get_origin(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield "", annotation
+        return
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        yield from _models_in(args[0])
+    elif origin in (list, tuple):
+        for arg in args:
+            for suffix, model in _models_in(arg):
+                yield f"[]{suffix}", model
+    elif origin is dict:
+        for suffix, model in _models_in(args[1] if len(args) == 2 else typing.Any):
+            yield f".*{suffix}", model
+    elif origin in (typing.Union, types.UnionType):
+        for arg in args:
+            yield from _models_in(arg)
+
+
+def _owner(model: type[BaseModel]) -> str | None:
+    """The format whose table lists this model (or a base class of it)."""
+    tables = {"skypilot": SKYPILOT, "ray": RAY, "determined": DETERMINED, "anyscale": ANYSCALE}
+    for cls in model.__mro__:
+        for fmt, table in tables.items():
+            if cls.__name__ in table:
+                return fmt
+    return None
+
+
+def rows(fmt: str) -> list[Row]:
+    """Every field of a format, depth first in model order. A model met again below itself
+    (a candidate's resources) or owned by another format (a task's inline compute config) is
+    not walked again: its row says where to look."""
+    out: list[Row] = []
+
+    def walk(model: type[BaseModel], prefix: str, seen: tuple[type[BaseModel], ...]) -> None:
+        for name, info in model.model_fields.items():
+            key = info.alias or name
+            path = f"{prefix}{key}"
+            out.append(Row(path, model, key, lookup(model, key)))
+            for sub in _dict_keys(model, key):
+                out.append(
+                    Row(f"{path}.{sub}", model, f"{key}.{sub}", lookup(model, f"{key}.{sub}"))
+                )
+            for suffix, child in _models_in(info.annotation):
+                if child in seen or _owner(child) not in (fmt, None):
+                    continue
+                walk(child, f"{path}{suffix}.", (*seen, child))
+        for key in _extra_keys(model):
+            out.append(Row(f"{prefix}{key}", model, key, lookup(model, key)))
+
+    for root in FORMATS[fmt][1]:
+        walk(root, "", (root,))
+    return out
+
+
+def _dict_keys(model: type[BaseModel], key: str) -> list[str]:
+    """Keys a table lists inside a mapping field (``service.replicas``)."""
+    for cls in model.__mro__:
+        table = registry().get(cls.__name__, {})
+        found = [k.split(".", 1)[1] for k in table if k.startswith(f"{key}.")]
+        if found:
+            return found
+    return []
+
+
+def _extra_keys(model: type[BaseModel]) -> list[str]:
+    """Keys a table lists for a model that lets unknown keys through, beyond its fields."""
+    if model.model_config.get("extra") != "allow":
+        return []
+    fields = {info.alias or name for name, info in model.model_fields.items()}
+    table = registry().get(model.__name__, {})
+    return [k for k in table if k not in fields and "." not in k]
+
+
+_INTRO = """\
+# Compatibility: what Corral does with each field of the files you bring
+
+<!-- Generated by `python ops/gen_compat.py` from shared/config/compat/; do not edit. -->
+
+Corral reads four kinds of files as their own systems write them. Every field of each is in
+one of three classes:
+
+- **honoured**: Corral acts on it as its own system does (the test named proves it);
+- **noticed**: accepted, and `corral validate`, `plan` and `launch` print a notice saying what
+  Corral does instead (the text below is that notice);
+- **refused**: the file is refused (exit 2) naming the file, line and field.
+
+A path writes `[]` for an item of a list and `*` for any key of a mapping. Whatever its class,
+a field written where its own system does not take it is refused too: a Determined provider
+field of another provider type (a GCP `project` on an AWS provider), a resource manager field
+of another manager type, a key no schema defines (a typo).
+"""
+
+
+def render() -> str:
+    """docs/compatibility.md."""
+    parts = [_INTRO]
+    for fmt, (title, _roots) in FORMATS.items():
+        found = rows(fmt)
+        counts = {s: sum(1 for r in found if r.entry and r.entry.support is s) for s in Support}
+        summary = ", ".join(f"{n} {s.value}" for s, n in counts.items())
+        parts.append(f"\n## {title} (`{fmt}`)\n\n{len(found)} fields: {summary}.\n")
+        parts.append("\n| field | class | what Corral does | proved by |\n|---|---|---|---|\n")
+        for row in found:
+            entry = row.entry
+            if entry is None:
+                parts.append(f"| `{row.path}` | **unclassified** | | |\n")
+                continue
+            what = entry.what.replace("|", "\\|")
+            test = f"`{entry.test}`" if entry.test else ""
+            parts.append(f"| `{row.path}` | {entry.support.value} | {what} | {test} |\n")
+    return "".join(parts)
+
+
+__all__ = ["FORMATS", "Row", "render", "rows"]
