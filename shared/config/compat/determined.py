@@ -5,6 +5,7 @@ Keys are as the file writes them; see :mod:`corral.shared.config.compat` for the
 
 from __future__ import annotations
 
+from ..provider_fields import PROVIDER_OTHERWISE as _PROVIDER_OTHERWISE
 from .entry import Table, honoured, noticed
 
 _M = "tests/unit/test_config_master_config.py::"
@@ -17,13 +18,15 @@ _MASTER = "Corral is the master: its own settings and API apply"
 _NO_AGENT = "no Determined agent runs: Corral's node agent runs the tasks"
 _AGENT_OUT = "agents connect out to Corral's API, not to a Determined master"
 _NO_SLURM = "the agent and kubernetes managers only: a slurm or pbs manager's key is not read"
-# Branch `detprov` makes the AWS and GCP launch fields below honoured: flip them when merging.
-_CLOUD_DEFAULT = "agents launch with Corral's defaults for this (the cloud's default network)"
-_ZONE_ORDER = "agents launch in the regions and zones Corral's catalog orders, cheapest first"
-_IMAGE = "agents launch from Corral's default machine image"
-_TAGS = "agents carry Corral's own tags and labels"
-_DISK = "agents get their image's boot disk"
-_LOGS = "agent logs are shipped to Corral (`corral logs`)"
+_DP = "tests/unit/test_det_providers.py::"
+_AWS_POOL = (
+    "tests/integration/test_node_pools.py::"
+    "test_a_determined_aws_pool_launches_in_the_files_region_with_its_image_and_subnet"
+)
+_GCP_POOL = (
+    "tests/integration/test_determined_providers.py::"
+    "test_a_determined_gcp_pool_inserts_in_the_files_zone_with_its_image_and_network"
+)
 
 DETERMINED: Table = {
     "MasterConfig": {
@@ -212,6 +215,10 @@ DETERMINED: Table = {
             "a kubernetes manager's pod specs for this pool",
             _KUBE + "test_the_fixture_resolves_to_gpu_and_cpu_pods",
         ),
+        "max_slots": noticed(
+            "not a field of a Determined pool: loaded and dropped, as Determined does",
+            by_model=True,
+        ),
         "agent_reattach_enabled": noticed(_AGENT_OUT),
         "agent_reconnect_wait": noticed(_AGENT_OUT),
         "kubernetes_namespace": honoured(
@@ -244,52 +251,52 @@ DETERMINED: Table = {
             "an idle agent goes after this long",
             _POOLS + "test_zero_slot_tasks_run_on_the_aux_pool_and_idle_agents_are_reaped",
         ),
-        "master_url": noticed(_AGENT_OUT),
-        "master_cert_name": noticed(_AGENT_OUT),
-        "startup_script": noticed("not run: put a task's preparation in its setup"),
-        "container_startup_script": noticed("not run: put a task's preparation in its setup"),
-        "agent_docker_image": noticed(_NO_AGENT),
-        "agent_docker_network": noticed(_NO_AGENT),
-        "agent_docker_runtime": noticed(_NO_AGENT),
-        "agent_fluent_image": noticed(_NO_AGENT),
-        "agent_reconnect_attempts": noticed(_AGENT_OUT),
-        "agent_reconnect_backoff": noticed(_AGENT_OUT),
-        "agent_config_file_contents": noticed(_NO_AGENT),
-        "max_agent_starting_period": noticed(
-            "a launch is given up after Corral's own boot timeout"
+        **{key: noticed(text) for key, text in _PROVIDER_OTHERWISE.items()},
+        "max_agent_starting_period": honoured(
+            "an agent that has not registered by then is a failed boot",
+            _DP + "test_max_agent_starting_period_is_the_boot_deadline",
         ),
-        "launch_error_timeout": noticed("a failed launch moves on along Corral's failover chain"),
-        "launch_error_retries": noticed("a failed launch moves on along Corral's failover chain"),
-        "cpu_slots_allowed": noticed(
-            "slots are the instance's GPUs (or instance_slots) as written"
+        "cpu_slots_allowed": honoured(
+            "a CPU instance has one slot", _DP + "test_unmarshal_aws_cluster_config"
         ),
-        "network_interface": noticed(_CLOUD_DEFAULT),
-        "region": noticed(_ZONE_ORDER),
-        "root_volume_size": noticed(_DISK),
-        "image_id": noticed(_IMAGE),
-        "tag_key": noticed(_TAGS),
-        "tag_value": noticed(_TAGS),
-        "instance_name": noticed("agents are named by Corral"),
-        "ssh_key_name": noticed("no SSH key is installed: `corral exec` reaches agents"),
-        "iam_instance_profile_arn": noticed("agents get no instance profile"),
-        "log_group": noticed(_LOGS),
-        "log_stream": noticed(_LOGS),
-        "spot_max_price": noticed("spot agents bid the on-demand price (no ceiling)"),
-        "custom_tags": noticed(_TAGS),
-        "base_config": noticed(_CLOUD_DEFAULT),
-        "project": noticed("the GCP project is Corral's own setting (CORRAL_GCP_PROJECT)"),
-        "zone": noticed(_ZONE_ORDER),
-        "boot_disk_size": noticed(_DISK),
-        "boot_disk_source_image": noticed(_IMAGE),
-        "boot_disk_type": noticed(_DISK),
-        "labels": noticed(_TAGS),
-        "label_key": noticed(_TAGS),
-        "label_value": noticed(_TAGS),
-        "name_prefix": noticed("agents are named by Corral"),
-        "network_tags": noticed(_CLOUD_DEFAULT),
-        "service_account": noticed("agents get the project's default service account"),
-        "operation_timeout_period": noticed("GCP operations wait as long as Corral's boot timeout"),
-        "use_cloud_logging": noticed(_LOGS),
+        **{
+            key: honoured("what EC2 receives for the agents", _AWS_POOL)
+            for key in [
+                "region",
+                "image_id",
+                "network_interface",
+                "root_volume_size",
+                "tag_key",
+                "tag_value",
+                "custom_tags",
+                "instance_name",
+                "ssh_key_name",
+                "iam_instance_profile_arn",
+            ]
+        },
+        "spot_max_price": honoured(
+            "spot agents bid at most this",
+            _DP + "test_spot_with_a_max_price_is_a_spot_launch_capped_at_it",
+        ),
+        **{
+            key: honoured("what Compute Engine receives for the agents", _GCP_POOL)
+            for key in [
+                "base_config",
+                "zone",
+                "boot_disk_size",
+                "boot_disk_source_image",
+                "boot_disk_type",
+                "labels",
+                "label_key",
+                "label_value",
+                "network_tags",
+                "service_account",
+            ]
+        },
+        "project": honoured(
+            "must be Corral's GCP project (CORRAL_GCP_PROJECT): another fails the agent launch",
+            _DP + "test_unmarshal_gcp_cluster_config",
+        ),
         "partition": noticed("no HPC launcher: an hpc provider's agents are not launched"),
     },
     "GcpInstanceType": {
@@ -300,19 +307,21 @@ DETERMINED: Table = {
             "slots per agent when instance_slots is unset",
             _M + "test_gcp_provider_instance_type_is_a_mapping",
         ),
-        "gpu_type": noticed("the GPUs are those Corral's catalog lists for the machine type"),
-        "preemptible": noticed("agents are on demand unless the provider sets spot: true"),
+        "gpu_type": honoured("the agents' guestAccelerators", _GCP_POOL),
+        "preemptible": noticed(
+            "launched in the SPOT provisioning model (preemptible's successor)", by_model=True
+        ),
     },
-    # Under network_interface, custom_tags and service_account (noticed as a whole above).
     "AwsNetworkInterface": {
-        key: noticed(_CLOUD_DEFAULT) for key in ("public_ip", "security_group_id", "subnet_id")
+        key: honoured("the agents' network interface on EC2", _AWS_POOL)
+        for key in ("public_ip", "security_group_id", "subnet_id")
     },
     "GcpNetworkInterface": {
-        key: noticed(_CLOUD_DEFAULT) for key in ("network", "subnetwork", "external_ip")
+        key: honoured("the agents' network on Compute Engine", _GCP_POOL)
+        for key in ("network", "subnetwork", "external_ip")
     },
-    "AwsTag": {key: noticed(_TAGS) for key in ("key", "value")},
+    "AwsTag": {key: honoured("a tag on the agents", _AWS_POOL) for key in ("key", "value")},
     "GcpServiceAccount": {
-        key: noticed("agents get the project's default service account")
-        for key in ("email", "scopes")
+        key: honoured("the agents' service account", _GCP_POOL) for key in ("email", "scopes")
     },
 }

@@ -130,9 +130,11 @@ RAY: Table = {
             "the Kubernetes namespace of the pods",
             "tests/integration/test_kubernetes_ray_cluster.py::test_a_ray_kubernetes_file_runs_head_and_worker_pods_the_autoscaler_adds_and_removes",
         ),
-        # Branch `raystop` builds stopping and starting cached workers: flip it when merging.
-        "cache_stopped_nodes": noticed(
-            "Corral terminates the workers it scales down (noticed when true)", by_model=True
+        "cache_stopped_nodes": honoured(
+            "on AWS and GCP an idle worker is stopped and started again for new demand "
+            "(noticed on clouds that cannot stop: terminated there)",
+            "tests/integration/test_cluster_stopped_nodes.py::"
+            "test_aws_an_idle_worker_is_stopped_started_again_and_terminated_by_down",
         ),
         "project_id": noticed("the GCP project is Corral's own setting (CORRAL_GCP_PROJECT)"),
         "location": noticed(_AZURE),
