@@ -1,0 +1,270 @@
+"""SkyServe's service section, replica count and load-balancing policies (shared/serve/).
+
+Cases translated from SkyPilot's tests name their source: ``tests/unit_tests/test_sky/serve/
+test_load_balancing_policies.py`` (LB), ``tests/unit_tests/test_sky/serve/
+test_autoscalers.py`` (``TestSelectNonterminalReplicasToScaleDown``, the scale-down order).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from corral.shared.config.task import Task
+from corral.shared.serve.balance import Backend, Balancer, choose, normalized_load, policy_name
+from corral.shared.serve.replicas import Replica, ReplicaPlan, plan_replicas, target_count
+from corral.shared.serve.spec import (
+    DEFAULT_LB_POLICY,
+    LB_POLICIES,
+    ReplicaPolicy,
+    ServiceSpec,
+    parse_service,
+    service_notices,
+)
+
+R1, R2 = "http://replica1:8000", "http://replica2:8000"
+
+
+# --------------------------------------------------------------------------- the section
+def test_replicas_is_a_fixed_count_and_replica_policy_its_bounds() -> None:
+    spec = parse_service({"replicas": 3})
+    assert spec is not None and spec.replicated
+    assert (spec.policy.min_replicas, spec.policy.max_replicas) == (3, 3)
+    spec = parse_service({"replica_policy": {"min_replicas": 1, "max_replicas": 4}})
+    assert spec is not None and (spec.policy.min_replicas, spec.policy.max_replicas) == (1, 4)
+    only_probe = parse_service({"readiness_probe": "/health"})
+    assert only_probe is not None and not only_probe.replicated
+    assert only_probe.probe is not None and only_probe.probe.path == "/health"
+
+
+@pytest.mark.parametrize(
+    ("service", "message"),
+    [
+        ({"replicas": 2, "replica_policy": {"min_replicas": 1}}, "cannot both be set"),
+        ({"replicas": 0}, "service.replicas a whole number from 1"),
+        ({"replicas": "two"}, "service.replicas a whole number"),
+        ({"replica_policy": {"max_replicas": 2}}, "min_replicas is required"),
+        ({"replica_policy": {"min_replicas": 3, "max_replicas": 2}}, "below min_replicas"),
+        (
+            {"replica_policy": {"min_replicas": 1, "target_qps_per_replica": 2}},
+            "max_replicas is required with target_qps_per_replica",
+        ),
+        ({"replica_policy": {"min_replicas": 1, "min_replica": 2}}, "unknown"),
+        ({"load_balancing_policy": "random"}, "one of round_robin, least_load"),
+        ({"replicaz": 2}, "unknown service field(s) replicaz"),
+        ({"ports": "8000-8010"}, "service.ports one port"),
+    ],
+)
+def test_a_wrong_service_field_is_refused_naming_it(service: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_service(service)
+
+
+def test_the_policies_are_skypilots_and_least_load_is_the_default() -> None:
+    # test_load_balancing_policies.py TestPolicyRegistry::test_lb_policies_contains_* and
+    # ::test_default_policy_is_least_load; TestLoadBalancingPolicy::test_make_policy_with_*
+    assert set(LB_POLICIES) == {"round_robin", "least_load", "instance_aware_least_load"}
+    assert DEFAULT_LB_POLICY == "least_load"
+    assert policy_name(None) == "least_load"
+    assert policy_name("round_robin") == "round_robin"
+    with pytest.raises(ValueError, match="unknown load balancing policy"):
+        policy_name("invalid_policy")
+    spec = parse_service({"replicas": 2})
+    assert spec is not None and spec.load_balancing_policy == "least_load"
+
+
+def test_noticed_fields_say_what_corral_does_instead() -> None:
+    notes = dict(
+        service_notices(
+            {
+                "replica_policy": {
+                    "min_replicas": 1,
+                    "max_replicas": 3,
+                    "target_qps_per_replica": 2,
+                    "upscale_delay_seconds": 10,
+                },
+                "tls": {"keyfile": "k", "certfile": "c"},
+            }
+        )
+    )
+    assert "keeps min_replicas" in notes[("replica_policy", "target_qps_per_replica")]
+    assert ("replica_policy", "upscale_delay_seconds") in notes
+    assert ("tls",) in notes
+    assert ("replica_policy", "min_replicas") not in notes  # honoured: no notice
+
+
+def test_validate_prints_the_notice_and_refuses_both_counts_with_file_and_line(
+    tmp_path: Path,
+) -> None:
+    task = tmp_path / "svc.yaml"
+    task.write_text(
+        "resources: {cloud: local, ports: 8080}\n"
+        "service:\n"
+        "  replica_policy: {min_replicas: 1, max_replicas: 2, target_qps_per_replica: 1}\n"
+        "run: python3 -m http.server 8080\n"
+    )
+    cli = [sys.executable, "-m", "corral.services.cli.main", "validate", str(task)]
+    ok = subprocess.run(cli, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert f"{task}:3: service.replica_policy.target_qps_per_replica" in ok.stdout + ok.stderr
+    task.write_text(
+        "resources: {cloud: local, ports: 8080}\n"
+        "service:\n"
+        "  replicas: 2\n"
+        "  replica_policy: {min_replicas: 1}\n"
+    )
+    bad = subprocess.run(cli, capture_output=True, text=True, check=False)
+    assert bad.returncode == 2
+    assert f"{task}:3" in bad.stderr + bad.stdout or f"{task}:2" in bad.stderr + bad.stdout
+    assert "cannot both be set" in bad.stderr + bad.stdout
+    assert "Traceback" not in bad.stderr
+
+
+def test_a_replicated_service_needs_a_port_and_service_ports_opens_its_own() -> None:
+    task = Task.model_validate({"service": {"replicas": 2}, "run": "true"})
+    assert any("need a port" in text for _, text in task.problems())
+    task = Task.model_validate(
+        {"resources": {"ports": 9000}, "service": {"replicas": 2, "ports": 8081}}
+    )
+    assert task.service_port() == 8081
+    assert task.problems() == []
+    assert "8081" in [str(p) for p in task.resources.ports]  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- replica count
+def test_the_count_kept_is_min_replicas() -> None:
+    assert target_count(ReplicaPolicy(min_replicas=2, max_replicas=5)) == 2
+    assert target_count(ReplicaPolicy(min_replicas=3, max_replicas=3)) == 3
+
+
+def test_missing_replicas_are_launched_with_the_next_ids() -> None:
+    plan = plan_replicas(ReplicaPolicy(2, 2), [Replica(1, "ready", pinned=True)], now=0)
+    assert plan == ReplicaPlan(target=2, launch=(2,))
+    # An ended replica is replaced by a new id, never its own again.
+    plan = plan_replicas(
+        ReplicaPolicy(2, 2), [Replica(1, "ready", pinned=True), Replica(2, "ended")], now=0
+    )
+    assert plan.launch == (3,)
+
+
+def test_a_replica_failing_its_probe_is_retired_after_the_grace_and_replaced() -> None:
+    replicas = [Replica(1, "ready", pinned=True), Replica(2, "not_ready", not_ready_since=100)]
+    early = plan_replicas(ReplicaPolicy(2, 2), replicas, now=105, grace_s=10)
+    assert early == ReplicaPlan(target=2)  # a probe failing briefly: out of rotation only
+    late = plan_replicas(ReplicaPolicy(2, 2), replicas, now=111, grace_s=10)
+    assert [rid for rid, _ in late.retire] == [2]
+    assert late.launch == (3,)
+
+
+def test_the_services_own_replica_is_never_retired_but_another_takes_its_place() -> None:
+    failing = [Replica(1, "not_ready", not_ready_since=0, pinned=True), Replica(2, "ready")]
+    plan = plan_replicas(ReplicaPolicy(2, 2), failing, now=60, grace_s=10)
+    assert plan.retire == () and plan.launch == (3,)
+    # Once it answers again, the surplus goes: the newest first.
+    back = [Replica(1, "ready", pinned=True), Replica(2, "ready"), Replica(3, "ready")]
+    plan = plan_replicas(ReplicaPolicy(2, 2), back, now=70)
+    assert [rid for rid, _ in plan.retire] == [3] and plan.launch == ()
+
+
+def test_scale_down_takes_the_newest_first_on_equal_status() -> None:
+    # test_autoscalers.py TestSelectNonterminalReplicasToScaleDown::
+    # test_select_replicas_with_same_job_counts: equal status -> replica id descending [3, 2].
+    replicas = [Replica(1, "ready", pinned=True), Replica(2, "ready"), Replica(3, "ready")]
+    plan = plan_replicas(ReplicaPolicy(1, 1), replicas, now=0)
+    assert [rid for rid, _ in plan.retire] == [3, 2]
+
+
+def test_scale_down_takes_a_replica_not_ready_yet_before_a_ready_one() -> None:
+    # test_autoscalers.py TestSelectNonterminalReplicasToScaleDown::
+    # test_select_replicas_with_status_priority: PROVISIONING goes before READY.
+    replicas = [Replica(1, "ready", pinned=True), Replica(2, "launching"), Replica(3, "ready")]
+    plan = plan_replicas(ReplicaPolicy(2, 2), replicas, now=0)
+    assert [rid for rid, _ in plan.retire] == [2]
+
+
+# --------------------------------------------------------------------------- the balancer
+def test_round_robin_takes_the_replicas_in_turn_and_wraps() -> None:
+    # test_load_balancing_policies.py TestRoundRobinPolicy::test_select_replica_round_robin
+    lb = Balancer(policy="round_robin")
+    lb.set_ready([Backend(1, R1), Backend(2, R2)])
+    assert [lb.pick().url for _ in range(3)] == [R1, R2, R1]  # type: ignore[union-attr]
+
+
+def test_round_robin_keeps_its_turn_for_the_same_set() -> None:
+    # TestRoundRobinPolicy::test_set_ready_replicas_same_set (and ::test_set_ready_replicas:
+    # a new set starts at 0)
+    lb = Balancer(policy="round_robin")
+    lb.set_ready([Backend(1, R1), Backend(2, R2)])
+    assert lb.turn == 0
+    lb.turn = 1
+    lb.set_ready([Backend(1, R1), Backend(2, R2)])
+    assert lb.turn == 1
+    lb.set_ready([Backend(2, R2)])
+    assert lb.turn == 0
+
+
+@pytest.mark.parametrize("policy", LB_POLICIES)
+def test_no_ready_replica_selects_none(policy: str) -> None:
+    # TestRoundRobinPolicy / TestLeastLoadPolicy / TestInstanceAwareLeastLoadPolicy::
+    # test_select_replica_empty
+    assert Balancer(policy=policy).pick() is None
+    assert choose(policy, []) is None
+
+
+def test_least_load_takes_the_replica_with_fewest_in_flight() -> None:
+    # TestLeastLoadPolicy::test_select_replica_least_load
+    ready = [Backend(1, R1), Backend(2, R2)]
+    assert choose("least_load", ready, loads={R1: 5, R2: 2}) == Backend(2, R2)
+
+
+def test_least_load_counts_requests_until_done() -> None:
+    # TestLeastLoadPolicy::test_pre_execute_hook_increments_load / ::test_post_execute_hook_*
+    lb = Balancer(policy="least_load")
+    lb.set_ready([Backend(1, R1), Backend(2, R2)])
+    first = lb.pick()
+    assert first is not None and lb.loads[first.url] == 1
+    second = lb.pick()
+    assert second is not None and second.url != first.url  # the idle one
+    lb.done(first)
+    assert lb.loads[first.url] == 0
+
+
+def test_least_load_forgets_replicas_no_longer_ready() -> None:
+    # TestLeastLoadPolicy::test_set_ready_replicas_removes_old (and ::test_set_ready_replicas)
+    lb = Balancer(policy="least_load")
+    lb.set_ready([Backend(1, R1)])
+    lb.loads[R1] = 5
+    lb.set_ready([Backend(2, R2)])
+    assert R1 not in lb.loads and lb.loads[R2] == 0
+
+
+def test_instance_aware_least_load_divides_by_the_accelerators_qps() -> None:
+    # TestInstanceAwareLeastLoadPolicy::test_select_replica_by_normalized_load
+    spec = ServiceSpec(policy=ReplicaPolicy(1, 2, {"A100": 10.0, "H100": 20.0}))
+    ready = [Backend(1, R1, "A100"), Backend(2, R2, "H100")]
+    loads = {R1: 5, R2: 8}  # 0.5 and 0.4
+    assert choose("instance_aware_least_load", ready, loads=loads, spec=spec) == ready[1]
+    assert choose("least_load", ready, loads=loads, spec=spec) == ready[0]  # raw counts
+
+
+def test_instance_aware_qps_matching() -> None:
+    # TestInstanceAwareLeastLoadPolicy::test_get_target_qps_direct_match, ::_base_name_match,
+    # ::_fallback, ::test_get_normalized_load, ::test_get_normalized_load_zero_qps
+    assert ServiceSpec(policy=ReplicaPolicy(1, 2, {"A100": 10.0})).qps_of("A100") == 10.0
+    assert ServiceSpec(policy=ReplicaPolicy(1, 2, {"A100:1": 10.0})).qps_of("A100") == 10.0
+    assert ServiceSpec(policy=ReplicaPolicy(1, 2, {"A100": 10.0})).qps_of("unknown_gpu") == 1.0
+    spec = ServiceSpec(policy=ReplicaPolicy(1, 2, {"A100": 10.0}))
+    assert normalized_load(Backend(1, R1, "A100"), {R1: 5}, spec) == 0.5
+    zero = ServiceSpec(policy=ReplicaPolicy(1, 2, {"A100": 0.0}))
+    assert normalized_load(Backend(1, R1, "A100"), {R1: 5}, zero) == 5.0
+
+
+def test_a_replica_that_just_failed_is_skipped() -> None:
+    lb = Balancer(policy="round_robin")
+    lb.set_ready([Backend(1, R1), Backend(2, R2)])
+    chosen = lb.pick(skip=frozenset({R1}))
+    assert chosen is not None and chosen.url == R2
+    assert lb.pick(skip=frozenset({R1, R2})) is None
