@@ -74,6 +74,9 @@ class Features:
     # Its machines' agents register through Corral's HTTP API: an outage of the API holds
     # their boots as an outage of Redis does.
     agents_through_api: bool = False
+    # Its machines share one host's network (the local cloud's are processes on this host):
+    # two replicas of a service cannot listen on one port, so each gets its own.
+    shared_network: bool = False
 
 
 NO_FEATURES = Features()

@@ -71,9 +71,12 @@ def plan_replicas(
     replicas: Sequence[Replica],
     now: float,
     *,
+    next_id: int | None = None,
     grace_s: float = NOT_READY_GRACE_S,
 ) -> ReplicaPlan:
-    """The launches and retirements that bring the service to its count of working replicas."""
+    """The launches and retirements that bring the service to its count of working replicas.
+    ``next_id``: the id the next new replica gets (ids are never reused; by default one above
+    the highest given)."""
     target = target_count(policy)
     live = [r for r in replicas if r.state != "ended"]
     retire: list[tuple[int, str]] = []
@@ -84,7 +87,8 @@ def plan_replicas(
             retire.append((r.replica_id, f"its readiness probe failed for {grace_s:g} s"))
         elif not (failing and r.pinned):
             counted.append(r)
-    next_id = max((r.replica_id for r in replicas), default=0) + 1
+    highest = max((r.replica_id for r in replicas), default=0) + 1
+    next_id = highest if next_id is None else max(next_id, highest)
     launch: tuple[int, ...] = ()
     if len(counted) < target:
         launch = tuple(range(next_id, next_id + target - len(counted)))

@@ -37,6 +37,11 @@ DEFAULT_LB_POLICY = "least_load"
 # SkyServe's defaults (sky/serve/constants.py): how long a QPS change must hold before scaling.
 DEFAULT_UPSCALE_DELAY_S = 300.0
 DEFAULT_DOWNSCALE_DELAY_S = 1200.0
+# In each replica's setup and run: SkyServe's replica id (1, 2, ...; a replacement gets the next
+# one) and the port this replica serves on (the service's, but on a cloud whose machines share
+# one host's network, the local cloud, replica N's is the service's port + N - 1).
+REPLICA_ID_ENV = "SKYPILOT_SERVE_REPLICA_ID"
+SERVICE_PORT_ENV = "CORRAL_SERVICE_PORT"
 MAX_REPLICAS = 64  # a bound on one service's launches (input limits)
 
 _SERVICE_FIELDS = (
