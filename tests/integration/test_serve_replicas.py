@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from corral.services.client import Client, ClientError
+
 from harness import LOCAL_ONLY, System, kill_agents, wait_for
 
 pytestmark = pytest.mark.integration
