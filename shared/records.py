@@ -131,6 +131,11 @@ class Serving(_Record):
     failing: dict[str, float] = Field(default_factory=dict)  # replica id -> probe failing since
     target: int = 1  # the count kept
     at: float = 0.0  # when it was observed
+    # QPS autoscaling (shared/serve/autoscale.py): the rate seen, and since when the count it
+    # wants has been above (below) the target.
+    qps: float = 0.0
+    above_since: float | None = None
+    below_since: float | None = None
 
 
 class LaunchRequest(_Record):

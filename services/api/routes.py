@@ -274,6 +274,7 @@ def served_view(deps: Deps, request_id: str, base_url: str) -> dict[str, Any]:
     return {
         "service_endpoint": f"{base_url.rstrip('/')}{SERVE_PATH}/{request_id}/",
         "replicas_target": req.serving.target,
+        "qps": req.serving.qps,
         "replicas": [
             {
                 "replica": rid,

@@ -106,6 +106,9 @@ class RequestView(BaseModel):
         "ready replicas",
     )
     replicas_target: int | None = Field(None, description="the replicas a service keeps")
+    qps: float | None = Field(
+        None, description="the requests per second its load balancer relayed (last minute)"
+    )
     replicas: list[ReplicaView] | None = None
 
 

@@ -8,9 +8,10 @@ request, its method, query, headers and body, to the replica the service's
 ``load_balancing_policy`` picks. A replica that does not answer (a connection refused, a
 timeout before any answer) is skipped and the next one tried; with none left, 503.
 
-It needs a token that may read the service (as ``GET /v1/requests/{id}`` does); the token is
-not passed on to the replica. Every answer names the replica it came from
-(``X-Corral-Replica``).
+Each request relayed to a service with ``target_qps_per_replica`` is counted in Redis (its QPS
+autoscaling, shared/serve/autoscale.py). It needs a token that may read the service (as
+``GET /v1/requests/{id}`` does); the token is not passed on to the replica. Every answer
+names the replica it came from (``X-Corral-Replica``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from corral.services.api.auth import Principal, caller
 from corral.services.api.routes import SERVE_PATH, get_deps, visible_request
 from corral.services.runtime.deps import Deps
+from corral.services.state.serving import ServiceIndex
 from corral.shared.records import LaunchRequest
 from corral.shared.serve.balance import Backend, Balancer
 from corral.shared.serve.spec import ServiceSpec, parse_service
@@ -77,6 +79,7 @@ def _client(request: Request) -> httpx.AsyncClient:
 
 
 def _service(deps: Deps, who: Principal, request_id: str) -> tuple[LaunchRequest, ServiceSpec]:
+    """The service the caller may reach, its request counted for QPS autoscaling."""
     req = visible_request(deps, who, request_id)
     spec = parse_service(req.task.get("service"))
     if spec is None or not spec.replicated:
@@ -84,6 +87,8 @@ def _service(deps: Deps, who: Principal, request_id: str) -> tuple[LaunchRequest
             status.HTTP_404_NOT_FOUND,
             f"request {request_id!r} is not a service with replicas (service.replicas)",
         )
+    if spec.policy.target_qps_per_replica is not None:
+        ServiceIndex(deps.redis, prefix=deps.settings.prefix).count_request(req.id, deps.now())
     return req, spec
 
 

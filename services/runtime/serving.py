@@ -8,7 +8,9 @@ One pass (:func:`tick`, beat's ``corral.provision.serve``) per service:
 1. **Observe** every replica once (:func:`observe`): its request's state, and its head node
    agent's probe verdict (``ready`` in the heartbeat: True, False, or None within the
    probe's initial delay).
-2. **Decide** with :func:`corral.shared.serve.replicas.plan_replicas`.
+2. **Decide**: the count wanted (:func:`corral.shared.serve.autoscale.scale`, from the
+   requests the load balancer relayed over the last minute, with ``target_qps_per_replica``;
+   else ``min_replicas``), then :func:`corral.shared.serve.replicas.plan_replicas`.
 3. **Write** what was seen on the service's request (``serving``: the live ids, the next id,
    the ready replicas' URLs, since when each probe fails) with one compare-and-set; the API's
    load balancer reads ``serving.ready``.
@@ -37,6 +39,7 @@ from corral.services.state.serving import ServiceIndex
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
 from corral.shared.records import LaunchRequest, ServedReplica, Serving
+from corral.shared.serve.autoscale import QPS_WINDOW_S, Scaling, scale
 from corral.shared.serve.replicas import Replica, ReplicaPlan, plan_replicas
 from corral.shared.serve.spec import REPLICA_ID_ENV, ServiceSpec
 
@@ -94,7 +97,14 @@ def tick_service(deps: Deps, service_id: str, counts: dict[str, int]) -> None:
     now = deps.now()
     seen = {rid: observe(deps, req, rid, serving) for rid in serving.replicas}
     replicas = [r for r, _ in seen.values()]
-    plan = plan_replicas(spec.policy, replicas, now, next_id=serving.next_id)
+    qps = index(deps).requests_since(service_id, now - QPS_WINDOW_S) / QPS_WINDOW_S
+    before = (
+        None
+        if req.serving is None
+        else Scaling(serving.target, serving.above_since, serving.below_since)
+    )
+    scaling = scale(spec.policy, before, qps, now)
+    plan = plan_replicas(spec.policy, replicas, now, next_id=serving.next_id, target=scaling.target)
     ready = [served for r, served in seen.values() if served is not None and r.state == "ready"]
     failing = {
         str(r.replica_id): r.not_ready_since
@@ -109,6 +119,9 @@ def tick_service(deps: Deps, service_id: str, counts: dict[str, int]) -> None:
         failing=failing,
         target=plan.target,
         at=now,
+        qps=round(qps, 3),
+        above_since=scaling.above_since,
+        below_since=scaling.below_since,
     )
     if not _write(deps, req, serving, written):
         return  # another pass wrote first: it carries its own plan out

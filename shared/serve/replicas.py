@@ -12,10 +12,10 @@ replica (:class:`Replica`), then :func:`plan_replicas` says what to do:
   service's own request and is never retired by the plan (retiring it would end the service):
   once it has failed for ``grace_s`` it no longer counts, so another replica is launched in its
   place, and the surplus is retired once it answers again;
-- the count kept is ``min_replicas`` (between min and max; no QPS autoscaling:
-  :mod:`.spec` notices ``target_qps_per_replica``); a surplus is retired in SkyServe's order
-  (its ``_select_nonterminal_replicas_to_scale_down``): replicas not ready yet before ready
-  ones, then the newest (highest id) first.
+- the count kept is ``min_replicas``, or with ``target_qps_per_replica`` what the
+  request-rate autoscaler wants (:mod:`.autoscale`, between min and max); a surplus is
+  retired in SkyServe's order (its ``_select_nonterminal_replicas_to_scale_down``):
+  replicas not ready yet before ready ones, then the newest (highest id) first.
 """
 
 from __future__ import annotations
@@ -72,12 +72,14 @@ def plan_replicas(
     now: float,
     *,
     next_id: int | None = None,
+    target: int | None = None,
     grace_s: float = NOT_READY_GRACE_S,
 ) -> ReplicaPlan:
     """The launches and retirements that bring the service to its count of working replicas.
     ``next_id``: the id the next new replica gets (ids are never reused; by default one above
-    the highest given)."""
-    target = target_count(policy)
+    the highest given); ``target``: the count the QPS autoscaler wants (by default
+    :func:`target_count`)."""
+    target = target_count(policy) if target is None else target
     live = [r for r in replicas if r.state != "ended"]
     retire: list[tuple[int, str]] = []
     counted: list[Replica] = []

@@ -16,8 +16,9 @@ SkyServe's service YAML (``docs/source/serving/service-yaml-spec.rst``, ``sky/ut
       load_balancing_policy: least_load   # round_robin | least_load | instance_aware_least_load
       ports: 8080                         # the replicas' port (over resources.ports)
 
-Each field is **honoured**, **noticed** (accepted, with a notice saying what Corral does
-instead: :func:`service_notices`) or **refused** (``ValueError`` naming the field and what
+Each field is **honoured** (``target_qps_per_replica`` and the delays by
+:mod:`.autoscale`), **noticed** (accepted, with a notice saying what Corral does instead:
+:func:`service_notices`) or **refused** (``ValueError`` naming the field and what
 was expected). ``replicas`` and ``replica_policy`` together are refused, as SkyServe refuses
 them. Pure: the standard library only.
 """
@@ -67,18 +68,8 @@ _POLICY_FIELDS = (
 )
 # Accepted, acted on otherwise: the path under ``service`` and what Corral does instead.
 _NOTICED = {
-    ("replica_policy", "target_qps_per_replica"): (
-        "accepted; Corral keeps min_replicas replicas (no autoscaling on queries per second: "
-        "its load balancer counts no QPS)"
-    ),
-    ("replica_policy", "upscale_delay_seconds"): (
-        "accepted; no QPS autoscaling, so no scale-up waits on it"
-    ),
-    ("replica_policy", "downscale_delay_seconds"): (
-        "accepted; no QPS autoscaling, so no scale-down waits on it"
-    ),
     ("replica_policy", "num_overprovision"): (
-        "accepted; Corral launches no extra replicas beyond min_replicas"
+        "accepted; Corral launches no extra replicas beyond the target"
     ),
     ("replica_policy", "base_ondemand_fallback_replicas"): (
         "accepted; every replica takes the task's own resources (its spot/on-demand order)"
@@ -93,6 +84,12 @@ _NOTICED = {
     ("pool",): "accepted; Corral launches the service's replicas, not a worker pool",
     ("workers",): "accepted; Corral launches the service's replicas, not a worker pool",
 }
+# A mapping accelerator -> QPS: the balancer weighs replicas by it (instance_aware_least_load);
+# the autoscaler cannot know the next replica's accelerator.
+_QPS_MAPPING = (
+    "a mapping is used as written by instance_aware_least_load; the autoscaler sizes the "
+    "service with its smallest value (it cannot know which accelerator a new replica gets)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +101,10 @@ class ReplicaPolicy:
     # SkyServe's QPS target: a number, or a mapping accelerator -> QPS
     # (instance_aware_least_load reads the mapping).
     target_qps_per_replica: float | dict[str, float] | None = None
+    # How long the wanted count must stay above (below) the target before it moves
+    # (QPS autoscaling only: shared/serve/autoscale.py).
+    upscale_delay_s: float = DEFAULT_UPSCALE_DELAY_S
+    downscale_delay_s: float = DEFAULT_DOWNSCALE_DELAY_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +206,14 @@ def _policy(value: dict[str, Any]) -> ReplicaPolicy:
         raise ValueError(
             f"service.replica_policy.max_replicas ({high}) is below min_replicas ({low})"
         )
-    return ReplicaPolicy(min_replicas=low, max_replicas=high, target_qps_per_replica=qps)
+    up, down = raw.get("upscale_delay_seconds"), raw.get("downscale_delay_seconds")
+    return ReplicaPolicy(
+        min_replicas=low,
+        max_replicas=high,
+        target_qps_per_replica=qps,
+        upscale_delay_s=DEFAULT_UPSCALE_DELAY_S if up is None else float(up),
+        downscale_delay_s=DEFAULT_DOWNSCALE_DELAY_S if down is None else float(down),
+    )
 
 
 def parse_service(value: object) -> ServiceSpec | None:
@@ -248,5 +256,9 @@ def service_notices(value: object) -> list[tuple[tuple[str, ...], str]]:
         if (key,) in _NOTICED:
             out.append(((key,), _NOTICED[(key,)]))
         elif key == "replica_policy" and isinstance(item, dict):
-            out.extend(((key, sub), _NOTICED[(key, sub)]) for sub in item if (key, sub) in _NOTICED)
+            for sub, part in item.items():
+                if (key, sub) in _NOTICED:
+                    out.append(((key, sub), _NOTICED[(key, sub)]))
+                elif sub == "target_qps_per_replica" and isinstance(part, dict):
+                    out.append(((key, sub), _QPS_MAPPING))
     return out

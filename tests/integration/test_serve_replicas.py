@@ -166,3 +166,31 @@ def test_a_replica_that_ends_is_taken_out_and_replaced(system: System) -> None:
         assert "replica 3 launched" in texts, texts
     finally:
         _down(system, rid)
+
+
+def test_queries_per_second_past_one_replicas_target_launch_a_second(system: System) -> None:
+    """replica_policy with target_qps_per_replica 0.5 and no upscale delay: 40 requests in the
+    minute (0.67 QPS) want ceil(0.67 / 0.5) = 2 replicas; the second one launches, and the
+    endpoint then answers from both."""
+    port = _free_ports(2)
+    task = _service(port, "scaled")
+    task["service"] = {
+        "readiness_probe": {"path": "/", "initial_delay_seconds": 30, "timeout_seconds": 2},
+        "replica_policy": {
+            "min_replicas": 1,
+            "max_replicas": 2,
+            "target_qps_per_replica": 0.5,
+            "upscale_delay_seconds": 0,
+        },
+        "load_balancing_policy": "round_robin",
+    }
+    rid = system.submit(task)
+    try:
+        view = _ready(system, rid, {1})
+        assert view["replicas_target"] == 1
+        assert set(_answers(system, view["service_endpoint"], 40)) == {"1"}
+        view = _ready(system, rid, {1, 2})
+        assert view["replicas_target"] == 2 and view["qps"] > 0.5
+        assert set(_answers(system, view["service_endpoint"], 4)) == {"1", "2"}
+    finally:
+        _down(system, rid)

@@ -2,7 +2,8 @@
 
 Cases translated from SkyPilot's tests name their source: ``tests/unit_tests/test_sky/serve/
 test_load_balancing_policies.py`` (LB), ``tests/unit_tests/test_sky/serve/
-test_autoscalers.py`` (``TestSelectNonterminalReplicasToScaleDown``, the scale-down order).
+test_autoscalers.py`` (``TestSelectNonterminalReplicasToScaleDown``, the scale-down order),
+``tests/unit_tests/test_sky/serve/test_serve_autoscaling.py`` (the request-rate hysteresis).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from corral.shared.config.task import Task
+from corral.shared.serve.autoscale import Scaling, desired_replicas, scale
 from corral.shared.serve.balance import Backend, Balancer, choose, normalized_load, policy_name
 from corral.shared.serve.replicas import Replica, ReplicaPlan, plan_replicas, target_count
 from corral.shared.serve.spec import (
@@ -83,17 +85,22 @@ def test_noticed_fields_say_what_corral_does_instead() -> None:
                 "replica_policy": {
                     "min_replicas": 1,
                     "max_replicas": 3,
-                    "target_qps_per_replica": 2,
+                    "target_qps_per_replica": {"A100": 4, "L4": 1},
                     "upscale_delay_seconds": 10,
+                    "num_overprovision": 1,
                 },
                 "tls": {"keyfile": "k", "certfile": "c"},
             }
         )
     )
-    assert "keeps min_replicas" in notes[("replica_policy", "target_qps_per_replica")]
-    assert ("replica_policy", "upscale_delay_seconds") in notes
+    assert "smallest value" in notes[("replica_policy", "target_qps_per_replica")]
+    assert "no extra replicas" in notes[("replica_policy", "num_overprovision")]
     assert ("tls",) in notes
-    assert ("replica_policy", "min_replicas") not in notes  # honoured: no notice
+    # Honoured: no notice.
+    assert ("replica_policy", "min_replicas") not in notes
+    assert ("replica_policy", "upscale_delay_seconds") not in notes
+    number = {"replica_policy": {"min_replicas": 1, "max_replicas": 2, "target_qps_per_replica": 2}}
+    assert service_notices(number) == []
 
 
 def test_validate_prints_the_notice_and_refuses_both_counts_with_file_and_line(
@@ -103,13 +110,13 @@ def test_validate_prints_the_notice_and_refuses_both_counts_with_file_and_line(
     task.write_text(
         "resources: {cloud: local, ports: 8080}\n"
         "service:\n"
-        "  replica_policy: {min_replicas: 1, max_replicas: 2, target_qps_per_replica: 1}\n"
+        "  replica_policy: {min_replicas: 1, max_replicas: 2, num_overprovision: 1}\n"
         "run: python3 -m http.server 8080\n"
     )
     cli = [sys.executable, "-m", "corral.services.cli.main", "validate", str(task)]
     ok = subprocess.run(cli, capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stderr
-    assert f"{task}:3: service.replica_policy.target_qps_per_replica" in ok.stdout + ok.stderr
+    assert f"{task}:3: service.replica_policy.num_overprovision" in ok.stdout + ok.stderr
     task.write_text(
         "resources: {cloud: local, ports: 8080}\n"
         "service:\n"
@@ -183,6 +190,58 @@ def test_scale_down_takes_a_replica_not_ready_yet_before_a_ready_one() -> None:
     replicas = [Replica(1, "ready", pinned=True), Replica(2, "launching"), Replica(3, "ready")]
     plan = plan_replicas(ReplicaPolicy(2, 2), replicas, now=0)
     assert [rid for rid, _ in plan.retire] == [2]
+
+
+# --------------------------------------------------------------------------- QPS autoscaling
+QPS5 = ReplicaPolicy(1, 5, 5.0, upscale_delay_s=40, downscale_delay_s=40)
+
+
+def test_the_wanted_count_is_skyserves_formula() -> None:
+    # docs/source/serving/autoscaling.rst: min(max, max(min, ceil(qps / target_qps_per_replica)))
+    policy = ReplicaPolicy(2, 10, 2.5)
+    assert desired_replicas(policy, 0) == 2
+    assert desired_replicas(policy, 10) == 4
+    assert desired_replicas(policy, 10.1) == 5
+    assert desired_replicas(policy, 1000) == 10
+    assert scale(ReplicaPolicy(2, 2), None, 1000, 0) == Scaling(target=2)  # no QPS target
+
+
+def test_scale_down_waits_for_its_delay() -> None:
+    # test_serve_autoscaling.py::test_request_rate_hysteresis_delays_scale_down: target 2,
+    # 300 requests in the 60 s window (5 QPS, one replica's worth): the first look keeps 2,
+    # the one a delay later takes 1.
+    first = scale(QPS5, Scaling(target=2), 300 / 60, now=100)
+    assert first == Scaling(target=2, below_since=100)
+    assert scale(QPS5, first, 300 / 60, now=139).target == 2
+    assert scale(QPS5, first, 300 / 60, now=140) == Scaling(target=1)
+
+
+def test_scale_up_waits_for_its_delay() -> None:
+    # test_serve_autoscaling.py::test_request_rate_hysteresis_delays_scale_up: target 1,
+    # 301 requests (just over one replica's 5 QPS): the first look keeps 1, a delay later 2.
+    first = scale(QPS5, Scaling(target=1), 301 / 60, now=100)
+    assert first == Scaling(target=1, above_since=100)
+    assert scale(QPS5, first, 301 / 60, now=140) == Scaling(target=2)
+
+
+def test_a_burst_that_passes_before_the_delay_scales_nothing() -> None:
+    first = scale(QPS5, Scaling(target=1), 20, now=0)
+    calm = scale(QPS5, first, 4, now=30)  # back within one replica: the wait starts over
+    assert calm == Scaling(target=1)
+    assert scale(QPS5, calm, 20, now=45) == Scaling(target=1, above_since=45)
+
+
+def test_no_traffic_with_min_zero_scales_to_zero() -> None:
+    # test_serve_autoscaling.py::test_scale_to_zero_uses_faster_decision_interval: min 0,
+    # no requests: the target is 0 (Corral keeps replica 1, the service's own request:
+    # docs/services.md).
+    policy = ReplicaPolicy(0, 3, 5.0, upscale_delay_s=0, downscale_delay_s=0)
+    assert scale(policy, Scaling(target=1), 0, now=0).target == 0
+
+
+def test_the_plan_follows_the_autoscalers_target() -> None:
+    replicas = [Replica(1, "ready", pinned=True)]
+    assert plan_replicas(QPS5, replicas, 0, target=3).launch == (2, 3)
 
 
 # --------------------------------------------------------------------------- the balancer
