@@ -129,6 +129,8 @@ class Serving(_Record):
     next_id: int = 2  # the id the next new replica gets (ids are never reused)
     ready: list[ServedReplica] = Field(default_factory=list)
     failing: dict[str, float] = Field(default_factory=dict)  # replica id -> probe failing since
+    # Replicas being retired (their request cancelled): replica id -> when the cancel was sent.
+    retiring: dict[str, float] = Field(default_factory=dict)
     target: int = 1  # the count kept
     at: float = 0.0  # when it was observed
     # QPS autoscaling (shared/serve/autoscale.py): the rate seen, and since when the count it

@@ -48,6 +48,7 @@ log = logging.getLogger("corral.serving")
 LABEL_SERVICE = "corral-service"  # on a replica's request: the service's request id
 LABEL_REPLICA = "corral-replica"  # on a replica's request: its replica id
 _PAUSED = frozenset({RequestState.STOPPED, RequestState.STARTING})
+RESEND_CANCEL_S = 10.0  # a retired replica still up this long after its cancel: cancelled again
 
 
 def replica_request_id(service_id: str, replica_id: int) -> str:
@@ -88,15 +89,21 @@ def tick_service(deps: Deps, service_id: str, counts: dict[str, int]) -> None:
         index(deps).remove(service_id)
         return
     serving = req.serving or Serving()
+    now = deps.now()
     if req.state in TERMINAL_REQUEST_STATES:
-        if not _end_replicas(deps, req, serving):
+        if not _end_replicas(deps, req, serving, now):
             index(deps).remove(service_id)  # every replica has ended: nothing left to watch
         return
     if req.state in _PAUSED:
         return
-    now = deps.now()
     seen = {rid: observe(deps, req, rid, serving) for rid in serving.replicas}
-    replicas = [r for r, _ in seen.values()]
+    # A replica being retired is out of rotation and of the plan until its request has ended.
+    going = {
+        r.replica_id: serving.retiring[str(r.replica_id)]
+        for r, _ in seen.values()
+        if str(r.replica_id) in serving.retiring and r.state != "ended"
+    }
+    replicas = [r for r, _ in seen.values() if r.replica_id not in going]
     qps = index(deps).requests_since(service_id, now - QPS_WINDOW_S) / QPS_WINDOW_S
     before = (
         None
@@ -112,11 +119,18 @@ def tick_service(deps: Deps, service_id: str, counts: dict[str, int]) -> None:
         if r.state == "not_ready" and r.not_ready_since is not None
     }
     retired = {rid for rid, _ in plan.retire}
+    resend = [rid for rid, sent in going.items() if now - sent >= RESEND_CANCEL_S]
     written = Serving(
-        replicas=[r.replica_id for r in replicas if r.state != "ended"] + list(plan.launch),
+        replicas=sorted(
+            {r.replica_id for r in replicas if r.state != "ended"} | set(going) | set(plan.launch)
+        ),
         next_id=max([serving.next_id, *(i + 1 for i in plan.launch)]),
         ready=[s for s in ready if s.replica not in retired],
         failing=failing,
+        retiring={
+            **{str(rid): sent for rid, sent in going.items()},
+            **{str(rid): now for rid in (*retired, *resend)},
+        },
         target=plan.target,
         at=now,
         qps=round(qps, 3),
@@ -126,6 +140,9 @@ def tick_service(deps: Deps, service_id: str, counts: dict[str, int]) -> None:
     if not _write(deps, req, serving, written):
         return  # another pass wrote first: it carries its own plan out
     _carry_out(deps, req, plan, counts)
+    for replica_id in resend:  # a retirement whose request has not ended yet: sent again
+        with contextlib.suppress(requests.RequestNotFound):
+            requests.cancel(deps, replica_request_id(req.id, replica_id))
 
 
 def observe(
@@ -265,15 +282,21 @@ def launch_replica(deps: Deps, service: LaunchRequest, replica_id: int) -> Launc
     return made
 
 
-def _end_replicas(deps: Deps, service: LaunchRequest, serving: Serving) -> bool:
-    """Cancel every replica of an ended service; True while some has not ended yet."""
-    live = False
+def _end_replicas(deps: Deps, service: LaunchRequest, serving: Serving, now: float) -> bool:
+    """Cancel every replica of an ended service (again after ``RESEND_CANCEL_S`` while one has
+    not ended); True while some has not ended yet."""
+    live: dict[int, float] = {}
     for replica_id in serving.replicas:
-        if replica_id == 1:
-            continue
         req = deps.store.get_request(replica_request_id(service.id, replica_id))
-        if req is None or req.state in TERMINAL_REQUEST_STATES:
+        if replica_id == 1 or req is None or req.state in TERMINAL_REQUEST_STATES:
             continue
-        live = True
-        requests.cancel(deps, req.id)
-    return live
+        sent = serving.retiring.get(str(replica_id))
+        if sent is None or now - sent >= RESEND_CANCEL_S:
+            requests.cancel(deps, req.id)
+            sent = now
+        live[replica_id] = sent
+    after = serving.model_copy(
+        update={"replicas": [1, *live], "retiring": {str(k): v for k, v in live.items()}}
+    )
+    _write(deps, service, serving, after)
+    return bool(live)

@@ -29,9 +29,10 @@ LOCAL = {"cloud": "local", "instance_type": "cpu-2"}
 SERVER = """exec python3 - <<'PY'
 import http.server, os
 ME = os.environ["SKYPILOT_SERVE_REPLICA_ID"].encode()
+SICK = os.path.join(os.environ.get("SICK_DIR", "/nonexistent"), "sick-" + ME.decode())
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200)
+        self.send_response(503 if os.path.exists(SICK) else 200)
         self.send_header("Content-Length", str(len(ME)))
         self.end_headers()
         self.wfile.write(ME)
@@ -192,5 +193,30 @@ def test_queries_per_second_past_one_replicas_target_launch_a_second(system: Sys
         view = _ready(system, rid, {1, 2})
         assert view["replicas_target"] == 2 and view["qps"] > 0.5
         assert set(_answers(system, view["service_endpoint"], 4)) == {"1", "2"}
+    finally:
+        _down(system, rid)
+
+
+def test_a_replica_failing_its_probe_leaves_the_rotation_and_is_replaced(
+    system: System, tmp_path: Path
+) -> None:
+    """Replica 2 answers 503 once its file appears: out of rotation at once, retired after
+    failing for 10 s (its request cancelled) and replaced by replica 3."""
+    port = _free_ports(3)
+    task = _service(port, "sick")
+    task["envs"] = {"SICK_DIR": str(tmp_path)}
+    rid = system.submit(task)
+    try:
+        _ready(system, rid, {1, 2})
+        (tmp_path / "sick-2").write_text("")
+        view = _ready(system, rid, {1, 3})
+        assert set(_answers(system, view["service_endpoint"], 4)) == {"1", "3"}
+        wait_for(
+            lambda: system.request(f"{rid}-r2")["state"] in {"TERMINATED", "CANCELLED"},
+            60,
+            "the failing replica's request to end",
+        )
+        events = system.get(f"/v1/requests/{rid}/events").json()
+        assert "replica 2 retired: its readiness probe failed" in str(events), events
     finally:
         _down(system, rid)
