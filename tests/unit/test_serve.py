@@ -327,3 +327,11 @@ def test_a_replica_that_just_failed_is_skipped() -> None:
     chosen = lb.pick(skip=frozenset({R1}))
     assert chosen is not None and chosen.url == R2
     assert lb.pick(skip=frozenset({R1, R2})) is None
+
+
+def test_the_shipped_example_validates() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "service-replicas.yaml"
+    cli = [sys.executable, "-m", "corral.services.cli.main", "validate", str(example)]
+    done = subprocess.run(cli, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "notice" not in done.stdout + done.stderr  # every field it sets is honoured
