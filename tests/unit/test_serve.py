@@ -335,3 +335,12 @@ def test_the_shipped_example_validates() -> None:
     done = subprocess.run(cli, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "notice" not in done.stdout + done.stderr  # every field it sets is honoured
+
+
+def test_plan_says_how_many_replicas_go_down_the_chain() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "service-replicas.yaml"
+    cli = [sys.executable, "-m", "corral.services.cli.main", "plan", str(example)]
+    done = subprocess.run(cli, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "A service of 2 replicas" in done.stdout
+    assert "(round_robin)" in done.stdout
