@@ -320,9 +320,9 @@ def show_plan(
     service = task.service_spec()
     if service is not None and service.replicated:
         low, high = service.policy.min_replicas, service.policy.max_replicas
-        count = f"{low}" if low == high else f"{low} to {high}"
+        replicas = f"{low}" if low == high else f"{low} to {high}"
         out.print(
-            f"A service of {count} replicas, each launched down this chain on its own, behind "
+            f"A service of {replicas} replicas, each launched down this chain on its own, behind "
             f"the API's load balancer ({service.load_balancing_policy}).",
             markup=False,
         )

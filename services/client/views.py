@@ -96,6 +96,7 @@ class RequestView(View):
     # A service with replicas (service.replicas): its load balancer's URL and its replicas.
     service_endpoint: str | None = None
     replicas_target: int | None = None
+    qps: float | None = None  # the requests per second its load balancer relayed
     replicas: list[dict[str, Any]] | None = None
 
     @property
