@@ -17,7 +17,7 @@ names the replica it came from (``X-Corral-Replica``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import httpx
@@ -27,6 +27,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from corral.services.api.auth import Principal, caller
+from corral.services.api.console.auth import COOKIE as CONSOLE_COOKIE
 from corral.services.api.routes import SERVE_PATH, get_deps, visible_request
 from corral.services.runtime.deps import Deps
 from corral.services.state.serving import ServiceIndex
@@ -56,6 +57,38 @@ _DROPPED = frozenset(
         "upgrade",
     }
 )
+
+
+def _passed_on(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The caller's headers the replica gets: none of Corral's credentials (the token, the
+    console's session cookie; the replica is the user's code) nor hop-by-hop headers."""
+    out = []
+    for name, value in headers:
+        low = name.lower()
+        if low in _DROPPED:
+            continue
+        if low == "cookie":
+            kept = [c for c in value.split(";") if c.strip().split("=", 1)[0] != CONSOLE_COOKIE]
+            if not kept:
+                continue
+            value = ";".join(kept).strip()
+        out.append((name, value))
+    return out
+
+
+def _answer_headers(answer: httpx.Response, backend: Backend) -> list[tuple[str, str]]:
+    """The replica's headers as the caller gets them: no hop-by-hop ones, no cookie set in
+    the name of the console's session (the answer comes from the API's own address), and the
+    replica that answered."""
+    out = []
+    for name, value in answer.headers.multi_items():
+        low = name.lower()
+        if low in _DROPPED:
+            continue
+        if low == "set-cookie" and value.split("=", 1)[0].strip() == CONSOLE_COOKIE:
+            continue
+        out.append((name, value))
+    return [*out, ("X-Corral-Replica", str(backend.replica_id))]
 
 
 def _balancer(request: Request, service: LaunchRequest, spec: ServiceSpec) -> Balancer:
@@ -107,7 +140,7 @@ async def relay(
     service, spec = await run_in_threadpool(_service, deps, who, request_id)
     balancer = _balancer(request, service, spec)
     body = await request.body()
-    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _DROPPED]
+    headers = _passed_on(request.headers.items())
     client = _client(request)
     tried: set[str] = set()
     while (backend := balancer.pick(skip=frozenset(tried))) is not None:
@@ -126,15 +159,17 @@ async def relay(
             balancer.done(backend)
             tried.add(backend.url)
             continue
-        return StreamingResponse(
+        relayed = StreamingResponse(
             _body(answer),
             status_code=answer.status_code,
-            headers={
-                **{k: v for k, v in answer.headers.items() if k.lower() not in _DROPPED},
-                "X-Corral-Replica": str(backend.replica_id),
-            },
             background=BackgroundTask(_finish, answer, balancer, backend),
         )
+        # Raw: a header may repeat (Set-Cookie), which a mapping would fold.
+        relayed.raw_headers.extend(
+            (k.lower().encode("latin-1"), v.encode("latin-1"))
+            for k, v in _answer_headers(answer, backend)
+        )
+        return relayed
     ready = len(balancer.ready)
     raise HTTPException(
         status.HTTP_503_SERVICE_UNAVAILABLE,
