@@ -92,7 +92,10 @@ def _answer_headers(answer: httpx.Response, backend: Backend) -> list[tuple[str,
 
 
 def _balancer(request: Request, service: LaunchRequest, spec: ServiceSpec) -> Balancer:
-    balancers: dict[str, Balancer] = request.app.state.__dict__.setdefault("balancers", {})
+    state = request.app.state
+    balancers: dict[str, Balancer] | None = getattr(state, "balancers", None)
+    if balancers is None:  # one per service in this process: its turn and loads are its own
+        balancers = state.balancers = {}
     found = balancers.get(service.id)
     if found is None or found.policy != spec.load_balancing_policy:
         found = balancers[service.id] = Balancer(policy=spec.load_balancing_policy, spec=spec)
