@@ -112,7 +112,11 @@ def tick_service(deps: Deps, service_id: str, counts: dict[str, int]) -> None:
     )
     scaling = scale(spec.policy, before, qps, now)
     plan = plan_replicas(spec.policy, replicas, now, next_id=serving.next_id, target=scaling.target)
-    ready = [served for r, served in seen.values() if served is not None and r.state == "ready"]
+    ready = [
+        served
+        for r, served in seen.values()
+        if served is not None and r.state == "ready" and r.replica_id not in going
+    ]
     failing = {
         str(r.replica_id): r.not_ready_since
         for r in replicas

@@ -11,6 +11,7 @@ from corral.services.queues import dispatch
 from corral.services.runtime import provisioning, requests, serving
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import RequestState
+from corral.shared.records import Instance, LaunchRequest
 
 SERVICE = {
     "name": "web",
@@ -75,3 +76,39 @@ def test_a_cancelled_service_cancels_its_replicas_and_leaves_the_index(driver: D
         assert child is not None and child.state == RequestState.CANCELLED
     serving.tick(driver.deps)
     assert serving.index(driver.deps).members() == []
+
+
+def test_a_retiring_replica_is_out_of_rotation_and_replaced(driver: Driver) -> None:
+    task = {**SERVICE, "service": {"replicas": 2}}  # no probe: a running replica is ready
+    rid = requests.submit(driver.deps, Task.model_validate(task)).id
+    serving.tick(driver.deps)
+    driver.run()
+    for n, request_id in enumerate((rid, f"{rid}-r2")):  # the fake's machines have no address
+
+        def place(i: Instance, n: int = n) -> bool:
+            i.address = f"10.0.0.{n + 1}"
+            return True
+
+        for inst in driver.deps.store.list_instances(request_id=request_id):
+            driver.deps.store.update_instance(inst.id, place)
+    serving.tick(driver.deps)
+    parent = driver.deps.store.get_request(rid)
+    assert parent is not None and parent.serving is not None
+    assert [(r.replica, r.url) for r in parent.serving.ready] == [
+        (1, "http://10.0.0.1:9000"),
+        (2, "http://10.0.0.2:9000"),  # each machine its own network: the same port
+    ]
+    now = driver.deps.now()
+
+    def retire(r: LaunchRequest) -> bool:
+        assert r.serving is not None
+        r.serving = r.serving.model_copy(update={"retiring": {"2": now}})
+        return True
+
+    driver.deps.store.update_request(rid, retire)
+    assert serving.tick(driver.deps) == {"launched": 1}
+    parent = driver.deps.store.get_request(rid)
+    assert parent is not None and parent.serving is not None
+    assert [r.replica for r in parent.serving.ready] == [1]  # 2 is going: out of rotation
+    assert parent.serving.replicas == [1, 2, 3] and parent.serving.retiring == {"2": now}
+    assert driver.deps.store.get_request(f"{rid}-r3") is not None
