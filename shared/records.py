@@ -112,6 +112,34 @@ class Waiting(_Record):
     reason: str = ""  # the decision, for a person
 
 
+class ServedReplica(_Record):
+    """A ready replica of a replicated service, as its load balancer reaches it."""
+
+    replica: int  # SkyServe's replica id (1: the service's own request)
+    request_id: str
+    url: str  # http://address:port
+    accelerator: str | None = None  # instance_aware_least_load's key
+
+
+class Serving(_Record):
+    """A replicated service's replicas as beat's reconcile last saw them (runtime/serving.py
+    writes it on the service's request; the API's load balancer reads ``ready``)."""
+
+    replicas: list[int] = Field(default_factory=lambda: [1])  # live replica ids, 1 included
+    next_id: int = 2  # the id the next new replica gets (ids are never reused)
+    ready: list[ServedReplica] = Field(default_factory=list)
+    failing: dict[str, float] = Field(default_factory=dict)  # replica id -> probe failing since
+    # Replicas being retired (their request cancelled): replica id -> when the cancel was sent.
+    retiring: dict[str, float] = Field(default_factory=dict)
+    target: int = 1  # the count kept
+    at: float = 0.0  # when it was observed
+    # QPS autoscaling (shared/serve/autoscale.py): the rate seen, and since when the count it
+    # wants has been above (below) the target.
+    qps: float = 0.0
+    above_since: float | None = None
+    below_since: float | None = None
+
+
 class LaunchRequest(_Record):
     """A user's request for compute: its task, its plan, and what happened to it."""
 
@@ -165,6 +193,8 @@ class LaunchRequest(_Record):
     quota_refusal: dict[str, Any] | None = None
     # When `corral autostop` last set or cancelled its autostop: idle time counts from then.
     autostop_set_at: float | None = None
+    # A service with replicas (service.replicas): its replicas as last observed.
+    serving: Serving | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -77,6 +77,7 @@ def make_app(settings: Settings) -> Celery:
             "reconcile": _every(
                 dispatch.RECONCILE, timers.reconcile_interval_s, dispatch.PROVISION_QUEUE
             ),
+            "serve": _every(dispatch.SERVE, timers.reconcile_interval_s, dispatch.PROVISION_QUEUE),
             "pool-rebalance": _every(
                 dispatch.POOL_REBALANCE, timers.pool_rebalance_interval_s, dispatch.SCHEDULE_QUEUE
             ),

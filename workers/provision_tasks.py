@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services.queues import dispatch
-from corral.services.runtime import boots, failover, provisioning, stopping, termination
+from corral.services.runtime import boots, failover, provisioning, serving, stopping, termination
 from corral.services.runtime import reconcile as reconciling
 from corral.services.runtime.deps import deps
 from corral.shared.failover import Within
@@ -62,3 +62,8 @@ def start(request_id: str) -> str:
 @app.task(name=dispatch.RECONCILE, acks_late=True, send_events=False)  # beat's: not in Flower
 def reconcile() -> dict[str, int]:
     return reconciling.reconcile(deps())
+
+
+@app.task(name=dispatch.SERVE, acks_late=True, send_events=False)  # beat's: not in Flower
+def serve() -> dict[str, int]:
+    return serving.tick(deps())

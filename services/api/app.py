@@ -38,6 +38,8 @@ from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pool_routes import router as pools_router
 from corral.services.api.pool_routes import why_router
 from corral.services.api.routes import health_router, router
+from corral.services.api.serve import close as close_relay
+from corral.services.api.serve import router as serve_router
 from corral.services.api.users import router as users_router
 from corral.services.observability.api_metrics import install as install_observability
 from corral.services.observability.events import EventMetrics
@@ -72,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         stop.set()
         pulse.join(timeout=5)
+        await close_relay(_app.state)
         if "redis" in deps.__dict__:  # only close a client that was opened
             deps.redis.close()
 
@@ -105,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(bundles_router, dependencies=signed)
     app.include_router(execs_router, dependencies=signed)
     app.include_router(costs_router, dependencies=signed)
+    app.include_router(serve_router)  # a service's endpoint: its route checks the token
     app.include_router(nodes_router)  # a node token, each route acting on its own node
     # The web console: the first admin's token only, as a header or a session cookie from
     # /console/login (it shows every project; members and viewers use the API and CLI).

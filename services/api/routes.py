@@ -30,7 +30,7 @@ from corral.services.api.schemas import (
 )
 from corral.services.observability import logs as log_ids
 from corral.services.queues import dispatch
-from corral.services.runtime import requests, stopping
+from corral.services.runtime import requests, serving, stopping
 from corral.services.runtime.deps import Deps
 from corral.shared.configio import ConfigError, Issue
 from corral.shared.lifecycle import InstanceState, RequestState
@@ -41,6 +41,7 @@ router = APIRouter()
 # ``router`` needs the admin token (create_app adds it).
 health_router = APIRouter()
 
+SERVE_PATH = "/v1/services"  # a replicated service's endpoint (services/api/serve.py)
 TASK_NAME = requests.TASK_NAME  # the file name issues carry for a task sent over HTTP
 YAML_TYPES = frozenset({"application/yaml", "text/yaml", "application/x-yaml", "text/x-yaml"})
 MAX_LIST = 1000
@@ -251,13 +252,39 @@ def list_requests(
 
 @router.get("/v1/requests/{request_id}", response_model=RequestView, summary="One request")
 def get_request(
-    request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(caller)
+    request_id: str,
+    request: Request,
+    deps: Deps = Depends(get_deps),
+    who: Principal = Depends(caller),
 ) -> dict[str, Any]:
     visible_request(deps, who, request_id)
     view = requests.public_view(deps, request_id)
     if view is None:
         raise _not_found("launch request", request_id)
-    return view
+    return {**view, **served_view(deps, request_id, str(request.base_url))}
+
+
+def served_view(deps: Deps, request_id: str, base_url: str) -> dict[str, Any]:
+    """A replicated service's endpoint (its load balancer, on this API) and its replicas as
+    beat's serving pass last saw them; nothing for another request."""
+    req = deps.store.get_request(request_id)
+    if req is None or req.serving is None:
+        return {}
+    ready = {r.replica: r.url for r in req.serving.ready}
+    return {
+        "service_endpoint": f"{base_url.rstrip('/')}{SERVE_PATH}/{request_id}/",
+        "replicas_target": req.serving.target,
+        "qps": req.serving.qps,
+        "replicas": [
+            {
+                "replica": rid,
+                "request_id": serving.replica_request_id(request_id, rid),
+                "ready": rid in ready,
+                "url": ready.get(rid),
+            }
+            for rid in req.serving.replicas
+        ],
+    }
 
 
 @router.get(

@@ -51,6 +51,15 @@ class RunView(PlacementFields):
     cost_usd: float | None = Field(None, description="its machines' cost; null if unknown")
 
 
+class ReplicaView(BaseModel):
+    """One replica of a replicated service."""
+
+    replica: int = Field(description="SkyServe's replica id (1: the service's own request)")
+    request_id: str
+    ready: bool = Field(description="in the load balancer's rotation")
+    url: str | None = None
+
+
 class RequestView(BaseModel):
     """A launch request with its attempts (oldest first) and its instances."""
 
@@ -90,6 +99,17 @@ class RequestView(BaseModel):
         description="a service with a readiness probe (service.readiness_probe): true once its "
         "head node's agent saw the probe pass; null without a probe",
     )
+    # A service with replicas (service.replicas): its load balancer and its replicas.
+    service_endpoint: str | None = Field(
+        None,
+        description="a replicated service's endpoint: the API's load balancer over its "
+        "ready replicas",
+    )
+    replicas_target: int | None = Field(None, description="the replicas a service keeps")
+    qps: float | None = Field(
+        None, description="the requests per second its load balancer relayed (last minute)"
+    )
+    replicas: list[ReplicaView] | None = None
 
 
 class RequestList(BaseModel):

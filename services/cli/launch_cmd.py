@@ -42,6 +42,7 @@ from corral.services.cli.requests_cmd import (
     endpoints_line,
     follow_logs,
     print_attempts,
+    service_line,
 )
 
 if TYPE_CHECKING:
@@ -175,6 +176,8 @@ def launch(
             interrupted(client, view.id, down=down_on_interrupt, offer=not as_json)
     if as_json:
         print_json(final.document())
+    elif final.service_endpoint:  # replicas behind the API's load balancer
+        out.print(service_line(final.document()), markup=False)
     elif final.endpoints:
         out.print(endpoints_line(final.endpoints, final.ready), markup=False)
     elif final.state == "FAILED" and final.exit_code is None:

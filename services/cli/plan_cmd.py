@@ -322,3 +322,12 @@ def show_plan(
             "(--all lists every zone).",
             markup=False,
         )
+    service = task.service_spec()
+    if service is not None and service.replicated:
+        low, high = service.policy.min_replicas, service.policy.max_replicas
+        replicas = f"{low}" if low == high else f"{low} to {high}"
+        out.print(
+            f"A service of {replicas} replicas, each launched down this chain on its own, behind "
+            f"the API's load balancer ({service.load_balancing_policy}).",
+            markup=False,
+        )

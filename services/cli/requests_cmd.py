@@ -95,6 +95,18 @@ def _infra(row: dict[str, Any]) -> str:
     return "/".join(str(row.get(k) or "-") for k in ("cloud", "region", "zone"))
 
 
+def service_line(view: dict[str, Any]) -> str:
+    """``service endpoint: URL  (2 of 2 replicas ready: 1, 2)`` for a replicated service."""
+    replicas = view.get("replicas") or []
+    ready = [str(r["replica"]) for r in replicas if r.get("ready")]
+    kept = view.get("replicas_target")
+    names = f": {', '.join(ready)}" if ready else ""
+    return (
+        f"service endpoint: {view['service_endpoint']}  "
+        f"({len(ready)} of {kept} replicas ready{names})"
+    )
+
+
 def endpoints_line(endpoints: list[str], ready: bool | None) -> str:
     """``endpoints: A, B``, and with a readiness probe whether it has passed yet."""
     line = f"endpoints: {', '.join(endpoints)}"
@@ -192,6 +204,8 @@ def _print_address(
                 f"request {view.id} ({view.state}) has no running node with an address", 1, as_json
             )
         found: list[str] = [head.address or ""]
+    elif view.service_endpoint:  # replicas behind the API's load balancer: its URL
+        found = [view.service_endpoint]
     else:
         found = list(view.endpoints)
         if endpoint is not None:
@@ -287,7 +301,9 @@ def _print_status(views: list[dict[str, Any]], request_id: str | None) -> None:
         return
     view = views[0]
     out.print(f"{view['id']}  {view['state']}", markup=False)
-    if view.get("endpoints"):
+    if view.get("service_endpoint"):
+        out.print(service_line(view), markup=False)
+    elif view.get("endpoints"):
         out.print(endpoints_line(view["endpoints"], view.get("ready")), markup=False)
     if view["attempts"]:
         print_attempts(view["attempts"])

@@ -93,6 +93,11 @@ class RequestView(View):
     cost_usd: float | None = None
     endpoints: list[str] = Field(default_factory=list)  # address:port of a running service
     ready: bool | None = None  # its readiness probe passed (None: no probe)
+    # A service with replicas (service.replicas): its load balancer's URL and its replicas.
+    service_endpoint: str | None = None
+    replicas_target: int | None = None
+    qps: float | None = None  # the requests per second its load balancer relayed
+    replicas: list[dict[str, Any]] | None = None
 
     @property
     def ended(self) -> bool:

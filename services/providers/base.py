@@ -77,6 +77,9 @@ class Features:
     # ``subnet_zone(region, subnet_id)``: the zone a subnet named in launch parameters is in
     # (None: no such subnet there), so a launch naming one goes to that zone only.
     subnet_zones: bool = False
+    # Its machines share one host's network (the local cloud's are processes on this host):
+    # two replicas of a service cannot listen on one port, so each gets its own.
+    shared_network: bool = False
 
 
 NO_FEATURES = Features()

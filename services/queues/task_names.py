@@ -23,6 +23,7 @@ TERMINATE = "corral.provision.terminate"  # terminate a request's or one instanc
 STOP = "corral.provision.stop"  # stop a request's machines (corral stop): disks kept
 START = "corral.provision.start"  # start a stopped request's machines again (corral start)
 RECONCILE = "corral.provision.reconcile"  # beat: store vs providers, lost and stray instances
+SERVE = "corral.provision.serve"  # beat: replicated services' replicas kept, probed, replaced
 AUTOSCALE_TICK = "corral.autoscale.tick"  # beat: the autoscaler's periodic decision
 AUTOSCALE_TICK_CLUSTER = "corral.autoscale.tick_cluster"  # one cluster now (new demand, up)
 POOL_PASS = "corral.schedule.pool_pass"  # one scheduling pass over one pool, then carry it out

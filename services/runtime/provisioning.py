@@ -68,6 +68,7 @@ from corral.shared.ports import parse_ports
 from corral.shared.readiness import PROBE_ENV
 from corral.shared.records import ChainStep, Instance, LaunchRequest
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
+from corral.shared.serve.spec import REPLICA_ID_ENV, SERVICE_PORT_ENV
 
 log = logging.getLogger("corral.provisioning")
 
@@ -437,9 +438,14 @@ def _envs(task: Task) -> dict[str, str]:
     first of its ports, on the node itself)."""
     envs = task.run_envs()
     probe = task.readiness_probe()
-    ports = parse_ports(task.resources.ports)
-    if probe is not None and ports:
-        envs[PROBE_ENV] = probe.for_agent(ports[0][0])
+    port = task.service_port()
+    if probe is not None and port is not None:
+        envs[PROBE_ENV] = probe.for_agent(port)
+    if task.service is not None and port is not None:
+        envs[SERVICE_PORT_ENV] = str(port)  # a replica's own port (runtime/serving.py)
+    spec = task.service_spec()
+    if spec is not None and spec.replicated:
+        envs.setdefault(REPLICA_ID_ENV, "1")  # the service's own request is replica 1
     return envs
 
 

@@ -21,6 +21,7 @@ from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.planning import clouds_left_out, left_out_text
 from corral.services.runtime.pooled.registry import registry_view
 from corral.services.state.bundles import scope_of
+from corral.services.state.serving import ServiceIndex
 from corral.shared.config.detect import check_problems
 from corral.shared.config.task import Task
 from corral.shared.configio import (
@@ -236,6 +237,7 @@ def _accept(deps: Deps, task: Task, key: str | None, owner: Owner) -> Submitted:
     stored = deps.store.get_request(holder)
     assert stored is not None
     if created:
+        _index_service(deps, task, stored)
         dispatch.admit(stored.id, settings=deps.settings, cloud=first_cloud(stored))
     else:  # another submission under the key won the race
         admit_if_pending(deps, stored)
@@ -272,8 +274,17 @@ def submit(
     else:
         stored = deps.store.get_request(req.id)  # the id was taken: what it holds
     assert stored is not None
+    _index_service(deps, task, stored)
     dispatch.admit(stored.id, settings=deps.settings, cloud=first_cloud(stored))
     return stored
+
+
+def _index_service(deps: Deps, task: Task, req: LaunchRequest) -> None:
+    """A service with replicas enters the serving pass's index (runtime/serving.py) before it
+    is admitted: its replicas launch beside it."""
+    spec = task.service_spec()
+    if spec is not None and spec.replicated:
+        ServiceIndex(deps.redis, prefix=deps.settings.prefix).add(req.id)
 
 
 def first_cloud(req: LaunchRequest) -> str | None:

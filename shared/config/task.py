@@ -33,6 +33,7 @@ from ..bundles import Bundle, check_target, remote_source_problem
 from ..images import DOCKER_PREFIX
 from ..ports import parse_ports
 from ..readiness import ReadinessProbe, parse_probe
+from ..serve.spec import ServiceSpec, parse_service, service_notices
 from . import DurationS, one_of, word_list
 from .base import StrictModel
 from .compute_config import ComputeConfig
@@ -480,16 +481,42 @@ class Task(StrictModel):
 
     @field_validator("service")
     @classmethod
-    def _service_probe(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        # Only readiness_probe is acted on (docs/services.md); the rest of SkyPilot's service
-        # section (replicas, load balancing) is read as written.
-        if value is not None:
-            parse_probe(value.get("readiness_probe"))
+    def _service(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # SkyServe's section (docs/services.md): each field honoured, noticed or refused.
+        parse_service(value)
         return value
+
+    @model_validator(mode="after")
+    def _service_port(self) -> Task:
+        spec = self.service_spec()
+        if spec is None:
+            return self
+        ports = parse_ports(self.resources.ports)
+        if spec.port is not None and not any(lo <= spec.port <= hi for lo, hi in ports):
+            # service.ports is the replicas' port: opened as resources.ports would be.
+            self.resources.ports = [*(f"{lo}-{hi}" for lo, hi in ports), spec.port]
+        return self
+
+    def service_spec(self) -> ServiceSpec | None:
+        """``service:`` as Corral acts on it (None without one)."""
+        return parse_service(self.service)
+
+    def service_port(self) -> int | None:
+        """The port a service's replicas serve on: ``service.ports``, else the first of
+        ``resources.ports`` (None without ports)."""
+        spec = self.service_spec()
+        if spec is not None and spec.port is not None:
+            return spec.port
+        ports = parse_ports(self.resources.ports)
+        return ports[0][0] if ports else None
 
     def readiness_probe(self) -> ReadinessProbe | None:
         """``service.readiness_probe`` parsed (None without one)."""
         return parse_probe((self.service or {}).get("readiness_probe"))
+
+    def done_otherwise(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """``service:`` fields Corral accepts and acts on otherwise (shared/serve/spec.py)."""
+        return [(("service", *path), text) for path, text in service_notices(self.service)]
 
     def autostop(self) -> Autostop | None:
         """``resources.autostop`` parsed (None: the machine never stops for idleness)."""
@@ -529,9 +556,10 @@ class Task(StrictModel):
 
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-field mistakes, each with its path: envs or secrets naming Corral's own
-        variables (``CORRAL_*``, which the node agent reads and acts on). Corral's own tasks (a
+        variables (``CORRAL_*``, which the node agent reads and acts on), a replicated service
+        without a port. Corral's own tasks (a
         cluster's nodes) are built without this check; a submitted task is refused."""
-        return [
+        found: list[tuple[tuple[str | int, ...], str]] = [
             (
                 (field, name),
                 f"{name!r}: variables starting with {RESERVED_ENV_PREFIX} are Corral's own "
@@ -541,6 +569,16 @@ class Task(StrictModel):
             for name in names
             if name.upper().startswith(RESERVED_ENV_PREFIX)
         ]
+        spec = self.service_spec()
+        if spec is not None and spec.replicated and self.service_port() is None:
+            found.append(
+                (
+                    ("service",),
+                    "replicas / replica_policy need a port for the load balancer to reach the "
+                    "replicas: set service.ports or resources.ports",
+                )
+            )
+        return found
 
     @model_validator(mode="after")
     def _convert_priority(self) -> Task:

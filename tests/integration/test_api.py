@@ -398,6 +398,16 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/requests/{request_id}/stop": {"post"},
         "/v1/requests/{request_id}/start": {"post"},
         "/v1/requests/{request_id}/autostop": {"post"},
+        # A replicated service's endpoint: its load balancer relays any method.
+        "/v1/services/{request_id}/{path}": {
+            "get",
+            "post",
+            "put",
+            "patch",
+            "delete",
+            "head",
+            "options",
+        },
         "/v1/instances": {"get"},
         "/v1/costs": {"get"},
         "/v1/instances/{instance_id}/terminate": {"post"},

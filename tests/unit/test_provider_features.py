@@ -18,6 +18,7 @@ METHODS = {
     "describe_launches": ("describe_launches",),
     "agents_through_api": (),
     "subnet_zones": ("subnet_zone",),
+    "shared_network": (),  # a fact of the cloud: a service's replicas each get their own port
 }
 
 
@@ -62,14 +63,17 @@ def test_the_cloud_providers_declare_stop_and_their_agents(build: Any, stop: boo
     assert not blind.features.bounded_launch and not blind.features.describe_launches
     assert not blind.features.agents_through_api and node_work_of(blind) is None
     assert blind.features.subnet_zones is (build is _aws)  # EC2's subnets live in one zone
+    assert not blind.features.shared_network  # each machine its own network
     agents = SimpleNamespace(book=None)  # what the registry hands in: NodeAgents
     booted = build(agents)
     assert booted.features.agents_through_api and node_work_of(booted) is agents
 
 
-def test_the_local_cloud_declares_its_bounded_launch_and_narrow_describe() -> None:
+def test_the_local_cloud_declares_its_bounded_launch_narrow_describe_and_shared_network() -> None:
     local = _local_class()
-    assert local.features == Features(bounded_launch=True, describe_launches=True)
+    assert local.features == Features(
+        bounded_launch=True, describe_launches=True, shared_network=True
+    )
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,7 @@ class LocalProvider:
     # (the launcher's socket timeout, Redis patience, the attempt claim's wait): the runtime
     # calls it without a watchdog thread. The boot watch reads its launches by attempt. Its
     # agents report through Redis, not the API.
-    features = Features(bounded_launch=True, describe_launches=True)
+    features = Features(bounded_launch=True, describe_launches=True, shared_network=True)
 
     def __init__(
         self,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .entry import Table, honoured, noticed
 
+_SERVE = "tests/integration/test_serve_replicas.py::"
 _T = "tests/unit/test_config_task.py::"
 _P = "tests/unit/test_planner.py::"
 _CLIENT = "tests/integration/test_client.py::"
@@ -56,15 +57,29 @@ SKYPILOT: Table = {
             "the service is ready once the probe passes (both SkyPilot forms)",
             "tests/integration/test_lifecycle_local.py::test_a_service_is_ready_only_once_its_readiness_probe_passes",
         ),
-        # On main one replica runs; branch `serve` builds replicas, replica_policy and
-        # load_balancing_policy (flip these to honoured with its tests when merging).
-        "service.replicas": noticed(
-            "one replica is started (Corral runs a service on one machine)"
+        "service.replicas": honoured(
+            "that many replicas, each its own request failing over on its own, behind the "
+            "service endpoint's load balancer",
+            _SERVE + "test_two_replicas_both_ready_and_the_endpoint_answers_from_both",
         ),
-        "service.replica_policy": noticed("one replica is started; no autoscaling of replicas"),
-        "service.load_balancing_policy": noticed("the endpoint relays to the one replica"),
-        "service.ports": noticed("the endpoint is the first port of resources.ports"),
-        "service.tls": noticed("the endpoint is served without TLS; terminate TLS in front of it"),
+        "service.replica_policy": honoured(
+            "min/max replicas and SkyServe's QPS autoscaler (its fallback fields noticed)",
+            _SERVE + "test_queries_per_second_past_one_replicas_target_launch_a_second",
+        ),
+        "service.load_balancing_policy": honoured(
+            "round_robin, least_load or instance_aware_least_load over the ready replicas",
+            _SERVE + "test_two_replicas_both_ready_and_the_endpoint_answers_from_both",
+        ),
+        "service.ports": honoured(
+            "the replicas' port, opened as resources.ports",
+            "tests/unit/test_serve.py::test_a_replicated_service_needs_a_port_and_service_ports_opens_its_own",
+        ),
+        **{
+            f"service.{key}": noticed(
+                "see the notice: Corral's load balancer is the API's relay", by_model=True
+            )
+            for key in ("tls", "pool", "workers")
+        },
         "file_mounts_mapping": noticed(
             "SkyPilot's own record of uploads: Corral uploads file_mounts itself"
         ),
