@@ -33,6 +33,7 @@ from corral.services.api.costs import router as costs_router
 from corral.services.api.docs import console as console_docs
 from corral.services.api.docs import router as docs_router
 from corral.services.api.execs import router as execs_router
+from corral.services.api.jobs import router as jobs_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pool_routes import router as pools_router
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(pools_router, dependencies=admins)
     app.include_router(bundles_router, dependencies=signed)
     app.include_router(execs_router, dependencies=signed)
+    app.include_router(jobs_router, dependencies=signed)
     app.include_router(costs_router, dependencies=signed)
     app.include_router(nodes_router)  # a node token, each route acting on its own node
     # The web console: the first admin's token only, as a header or a session cookie from

@@ -56,6 +56,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
         "status", "instances", "logs", "terminate", "down", "stop", "autostop", "start", "exec",
         "run",
     ),
+    "corral.services.cli.jobs_cmd": ("queue", "cancel"),
     "corral.services.cli.attach_cmd": ("attach", "port-forward"),
     "corral.services.cli.up_cmd": ("up",),  # and worker, beat, flower to `run`
     "corral.services.cli.autoscale_cmd": ("autoscale",),

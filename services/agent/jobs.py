@@ -1,0 +1,27 @@
+"""The jobs a launch's nodes run after its own run (``corral exec ID task.yaml``).
+
+A job-mode request ends when its run ends, unless jobs were queued behind it: then its nodes
+stay up, running them one at a time as their turn comes (:class:`~.execs.Execs` takes the
+next one when the one before it ended), and the request ends when the last has ended. The
+request's exit code stays its run's (job 1); each job's own is in ``corral queue``. A job
+submitted after the last was taken, as the node ends, is cancelled by the control plane
+(shared/jobs.py: its request ended before it ran). Standard library only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from corral.services.agent.core import Agent
+
+
+def run_jobs(agent: Agent) -> None:
+    """Run the jobs queued behind the launch's run, until none is left or the agent is
+    stopped: a beat now takes the first (the node is free), each later beat ships its output,
+    reports its end and takes the next."""
+    if agent.stopping:
+        return
+    agent._beat(force=True)
+    while not agent.stopping and agent._execs.job is not None:
+        agent._wait(None)
