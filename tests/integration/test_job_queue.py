@@ -152,6 +152,9 @@ def test_a_task_execd_queues_behind_the_running_job_and_both_end_by_their_codes(
 def test_cancel_a_pending_job_and_a_running_one_on_every_node(
     system: System, tmp_path: Path
 ) -> None:
+    """SkyPilot's tests/smoke_tests/test_cluster_job.py::test_job_queue: `sky cancel` of the
+    running job lets the pending one behind it run (there two jobs share the GPUs at once; a
+    Corral request's nodes run one at a time, docs/cli.md); a cancelled pending job never runs."""
     flag = tmp_path / "go.flag"
     rid = _launch(system, _waiting_job(tmp_path, flag, "two-nodes", nodes=2))
     marks = tmp_path / "marks"
@@ -164,14 +167,16 @@ def test_cancel_a_pending_job_and_a_running_one_on_every_node(
     )
     waiter = tmp_path / "waiter.yaml"
     waiter.write_text(f"name: waiter\nrun: touch {marks}/waiter-ran\n")
-    for task in (runner, waiter):
+    never = tmp_path / "never.yaml"
+    never.write_text(f"name: never\nrun: touch {marks}/never-ran\n")
+    for task in (runner, waiter, never):
         done = system.cli("exec", rid, str(task), "--detach")
         assert done.returncode == 0, done.stderr
 
-    cancelled = system.cli("cancel", rid, "3", "--json")
+    cancelled = system.cli("cancel", rid, "4", "--json")
     assert cancelled.returncode == 0, cancelled.stderr
-    assert [j["id"] for j in json.loads(cancelled.stdout)["cancelled"]] == [3]
-    assert _job(system, rid, 3)["state"] == "CANCELLED"
+    assert [j["id"] for j in json.loads(cancelled.stdout)["cancelled"]] == [4]
+    assert _job(system, rid, 4)["state"] == "CANCELLED"
 
     flag.touch()
     _wait_job(system, rid, 2, {"RUNNING"})
@@ -179,22 +184,27 @@ def test_cancel_a_pending_job_and_a_running_one_on_every_node(
         lambda: {p.name for p in marks.iterdir()} >= {"started-0", "started-1"},
         30, "the runner on both nodes",
     )  # fmt: skip
+    assert _job(system, rid, 3)["state"] == "PENDING"
     done = system.cli("cancel", rid, "2")
     assert done.returncode == 0 and f"job 2 of request {rid}: CANCELLED" in done.stdout
-    # Killed on both nodes: the request ends without the 60 s sleep, and nothing after it ran.
+    _wait_job(system, rid, 3, {"SUCCEEDED", "FAILED", "CANCELLED"}, 40)
+    # Killed on both nodes: the request ends without the 60 s sleep; the waiter ran after it,
+    # the cancelled pending job never did.
     final = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 40)
     assert final["state"] == "SUCCEEDED"
-    assert {p.name for p in marks.iterdir()} == {"started-0", "started-1"}
+    assert {p.name for p in marks.iterdir()} == {"started-0", "started-1", "waiter-ran"}
     jobs = _queue(system, rid)
-    assert [jobs[n]["state"] for n in (1, 2, 3)] == ["SUCCEEDED", "CANCELLED", "CANCELLED"]
-    assert "cancelled by" in str(jobs[2]["reason"])
+    assert [jobs[n]["state"] for n in (1, 2, 3, 4)] == [
+        "SUCCEEDED", "CANCELLED", "SUCCEEDED", "CANCELLED",
+    ]  # fmt: skip
+    assert "cancelled by" in str(jobs[2]["reason"]) and jobs[2]["num_nodes"] == 2
 
     again = system.cli("cancel", rid, "2")
     assert again.returncode == 1 and "already ended (CANCELLED)" in again.stderr
     unknown = system.cli("cancel", rid, "99")
     assert unknown.returncode == 2 and "no job 99" in unknown.stderr
     ended = system.cli("exec", rid, str(waiter))
-    assert ended.returncode != 0 and "a job needs it RUNNING" in ended.stderr
+    assert ended.returncode == 2 and "a job needs it RUNNING" in ended.stderr
 
 
 def test_cancel_all_and_a_request_ended_under_its_queue(system: System, tmp_path: Path) -> None:
