@@ -59,6 +59,7 @@ from corral.services.agent.processes import (
 )
 from corral.services.agent.sandbox import Sandbox, assignment_key, assignment_log, read_demand
 from corral.services.agent.sessions import Where
+from corral.services.agent.usage import Usage
 
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
 
@@ -107,6 +108,7 @@ class Agent:
         self._results_failing = False  # a failed result write was reported
         self._execs = Execs(kill_grace_s)  # commands and jobs run beside the work (corral exec)
         self._run_exit: tuple[int, float] | None = None  # the launch's run (job 1) ended so
+        self._usage = Usage()  # CPU, memory and GPUs in use, in every heartbeat
         self._started = time.monotonic()
         self._idle_from: float | None = None  # monotonic: since when nothing has run
         self.probe = ReadinessWatch.from_envs(work.envs)  # a service's readiness probe
@@ -717,6 +719,7 @@ class Agent:
         status: dict[str, Any] = {
             "idle_s": None if self._idle_from is None else round(now - self._idle_from, 3),
             "up_s": round(now - self._started, 3),
+            **self._usage.read(),
         }
         if self.probe is not None:
             status["ready"] = self.probe.ready

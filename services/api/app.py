@@ -27,6 +27,7 @@ from corral.services.api.bundles import BUNDLES_PATH
 from corral.services.api.bundles import router as bundles_router
 from corral.services.api.clusters import router as clusters_router
 from corral.services.api.console.infra import pages as console_infra
+from corral.services.api.console.request_page import pages as console_request
 from corral.services.api.console.routes import pages as console_pages
 from corral.services.api.console.routes import router as console_router
 from corral.services.api.costs import router as costs_router
@@ -112,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # /console/login (it shows every project; members and viewers use the API and CLI).
     app.include_router(console_router)
     app.include_router(console_pages)
+    app.include_router(console_request)
     app.include_router(console_infra)
     app.include_router(docs_router)
     app.include_router(console_docs)

@@ -1,4 +1,5 @@
-"""A running request's job queue: ``corral exec ID task.yaml``, ``corral queue``, ``cancel``.
+"""A running request's job queue (``corral exec ID task.yaml``, ``queue``, ``cancel``), and
+what its nodes use (``GET /v1/requests/{id}/usage``: the console's per-node utilisation).
 
 ``POST /v1/requests/{id}/jobs`` queues a task's ``run`` (with its envs) on the request's first
 ``num_nodes`` nodes, behind what runs there; ``GET /v1/requests/{id}/jobs`` lists the jobs
@@ -21,6 +22,7 @@ from corral.services.api.auth import Principal, caller, require_writer
 from corral.services.api.execs import _node
 from corral.services.api.routes import get_deps, visible_request
 from corral.services.providers.base import node_work_of
+from corral.services.runtime import usage
 from corral.services.runtime.deps import Deps
 from corral.services.state.jobs import JobBook, JobSpec, NodeTarget
 from corral.shared import jobs
@@ -152,6 +154,16 @@ def list_jobs(
 ) -> dict[str, Any]:
     req = visible_request(deps, who, request_id)
     return {"request_id": request_id, "jobs": [job_view(j) for j in queue_of(deps, req)]}
+
+
+@router.get("/v1/requests/{request_id}/usage", summary="What each running node uses")
+def request_usage(
+    request_id: str, deps: Deps = Depends(get_deps), who: Principal = Depends(caller)
+) -> dict[str, Any]:
+    """CPU and memory per cent (GPU and GPU memory where the node has GPUs) per running
+    node, from its agent's last heartbeat (``at``)."""
+    visible_request(deps, who, request_id)
+    return {"request_id": request_id, "nodes": usage.of_request(deps, request_id)}
 
 
 @router.post("/v1/requests/{request_id}/jobs/cancel", summary="Cancel jobs of a request")

@@ -107,6 +107,12 @@ class Beat(BaseModel):
     # The launch's run (job 1) ended with this code, at this time; queued jobs run after it.
     run_exit: int | None = Field(default=None, ge=-1024, le=1024)
     run_ended_at: float | None = Field(default=None, ge=0)
+    # What the machine uses (services/agent/usage.py), per cent.
+    cpu_percent: float | None = Field(default=None, ge=0, le=100)
+    mem_percent: float | None = Field(default=None, ge=0, le=100)
+    gpu_percent: float | None = Field(default=None, ge=0, le=100)
+    gpu_mem_percent: float | None = Field(default=None, ge=0, le=100)
+    gpu_count: int | None = Field(default=None, ge=0, le=1024)
 
 
 class Results(BaseModel):

@@ -391,6 +391,7 @@ def test_openapi_lists_every_route(client: TestClient) -> None:
         "/v1/execs/{exec_id}": {"get"},
         "/v1/requests/{request_id}/jobs": {"get", "post"},
         "/v1/requests/{request_id}/jobs/cancel": {"post"},
+        "/v1/requests/{request_id}/usage": {"get"},
         "/v1/requests/{request_id}/sessions": {"post"},
         "/v1/sessions/{session_id}/input": {"post"},
         "/v1/sessions/{session_id}/output": {"get"},
