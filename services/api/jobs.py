@@ -21,7 +21,6 @@ from corral.services.agent.skypilot_env import task_id
 from corral.services.api.auth import Principal, caller, require_writer
 from corral.services.api.execs import _node
 from corral.services.api.routes import get_deps, visible_request
-from corral.services.providers.base import node_work_of
 from corral.services.runtime import usage
 from corral.services.runtime.deps import Deps
 from corral.services.state.jobs import JobBook, JobSpec, NodeTarget
@@ -72,8 +71,7 @@ def _head_beat(deps: Deps, request_id: str) -> dict[str, Any]:
     """The head node's last heartbeat (its agent says there when the launch's run ended)."""
     for inst in deps.store.list_instances(request_id=request_id):
         if inst.node_index == 0 and inst.provider_id and inst.state is InstanceState.RUNNING:
-            work = node_work_of(deps.provider(inst.cloud))
-            beat = None if work is None else work.report(inst.provider_id)
+            beat = usage.beat_of(deps, inst.cloud, inst.provider_id)
             if beat:
                 return dict(beat)
     return {}

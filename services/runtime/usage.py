@@ -5,6 +5,7 @@ node rows and a pool's machines carry it."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from corral.services.providers.base import node_work_of
@@ -12,6 +13,7 @@ from corral.services.runtime.deps import Deps
 from corral.shared.lifecycle import InstanceState
 from corral.shared.records import Instance
 
+log = logging.getLogger(__name__)
 FIELDS = ("cpu_percent", "mem_percent", "gpu_percent", "gpu_mem_percent", "gpu_count")
 
 
@@ -23,13 +25,23 @@ def of_instance(deps: Deps, inst: Instance) -> dict[str, Any]:
     return of_machine(deps, inst.cloud, inst.provider_id)
 
 
-def of_machine(deps: Deps, cloud: str, provider_id: str) -> dict[str, Any]:
-    """A machine's numbers by its cloud and id (a pool's machines have no instance record)."""
+def beat_of(deps: Deps, cloud: str, provider_id: str) -> dict[str, Any] | None:
+    """A machine's agent's last heartbeat (None: silent, or no agent), in any process: the
+    API boots no agents, so a cloud machine's beats are read from the node book there."""
     try:
         work = node_work_of(deps.provider(cloud))
-        beat = None if work is None else work.report(provider_id)
-    except Exception:  # a cloud not configured here any more: no numbers, not an error page
-        return {}
+        if work is not None:
+            return work.report(provider_id)
+        node = deps.nodes.node_of(cloud, provider_id)
+        return None if node is None else deps.nodes.view(node).beat
+    except Exception as exc:  # a cloud not configured here any more: no beat, not an error
+        log.warning("no heartbeat for %s machine %s: %s", cloud, provider_id, exc)
+        return None
+
+
+def of_machine(deps: Deps, cloud: str, provider_id: str) -> dict[str, Any]:
+    """A machine's numbers by its cloud and id (a pool's machines have no instance record)."""
+    beat = beat_of(deps, cloud, provider_id)
     if not beat:
         return {}
     found = {k: beat[k] for k in FIELDS if isinstance(beat.get(k), int | float)}
