@@ -30,7 +30,8 @@ def exec_queue_key(prefix: str, node: str) -> str:
 
 def job_queue_key(prefix: str, node: str) -> str:
     """The jobs (``corral exec ID task.yaml``) waiting for ``node``, first submitted first:
-    its agent takes the next one only when the one before it ended there (shared/jobs.py)."""
+    its agent takes the next one only when the one before it ended there (shared/jobs.py). A
+    sorted set scored by job number: the lowest goes first."""
     return f"{prefix}:jobq:{node}"
 
 

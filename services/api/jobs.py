@@ -177,7 +177,8 @@ def cancel_jobs(
     known = {j.id for j in current}
     if unknown := [n for n in numbers if n not in known]:
         raise HTTPException(404, f"request {request_id} has no job {', '.join(map(str, unknown))}")
-    first = next((j for j in current if j.id == 1), None)
+    # Job 1 is the launch's run only where it has one (a service's first exec'd job is 1 too).
+    first = next((j for j in current if j.id == 1), None) if _has_run(req) else None
     nodes = [
         _node(deps, request_id, i.node_index)[0]
         for i in deps.store.list_instances(request_id=request_id)

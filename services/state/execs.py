@@ -98,9 +98,10 @@ class ExecBook:
 
     def take_job(self, node: str) -> dict[str, Any] | None:
         """The next job queued for ``node`` (its agent is free), marked started."""
-        raw = self.r.lpop(job_queue_key(self.prefix, node))
-        if raw is None:
+        got = self.r.zpopmin(job_queue_key(self.prefix, node), 1)
+        if not got:
             return None
+        raw = got[0][0]
         item: dict[str, Any] = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
         key = exec_key(self.prefix, str(item["id"]))
         self.r.hset(key, mapping={"state": "running", "started_at": repr(time.time())})

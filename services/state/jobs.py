@@ -4,8 +4,10 @@ The queue is one versioned document per request (``P:jobqueue:<request id>``, wr
 compare-and-set: :mod:`corral.services.state.docstore`); the decisions are
 :mod:`corral.shared.jobs`'. A job runs as one command per node, each an exec record
 (:mod:`corral.services.state.execs`) queued on its node's job queue (``jobq:<node>``), which
-the node's agent takes from only when it is free. What the agents report of those commands
-(started, exit code) becomes the job's state when the queue is read (:meth:`JobBook.refresh`).
+the node's agent takes from only when it is free, the lowest job number first (a sorted set:
+two submissions racing between their numbers and their pushes still run in number order).
+What the agents report of those commands (started, exit code) becomes the job's state when
+the queue is read (:meth:`JobBook.refresh`).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ class JobBook:
                 "num_nodes": len(nodes),
                 "task_id": task_id(job.id),
             }
-            pipe.rpush(job_queue_key(self.prefix, n.node), json.dumps(item))
+            pipe.zadd(job_queue_key(self.prefix, n.node), {json.dumps(item): job.id})
             pipe.expire(job_queue_key(self.prefix, n.node), EXEC_TTL_S)
         pipe.execute()
         return job
@@ -190,10 +192,10 @@ class JobBook:
             return
         node = node.decode() if isinstance(node, bytes) else str(node)
         queue = job_queue_key(self.prefix, node)
-        for raw in self.r.lrange(queue, 0, -1):
+        for raw in self.r.zrange(queue, 0, -1):
             text = raw.decode() if isinstance(raw, bytes) else str(raw)
             if json.loads(text).get("id") == xid:
-                self.r.lrem(queue, 1, text)
+                self.r.zrem(queue, text)
         self._kill(node, {"target": xid})
 
     def _kill(self, node: str, what: dict[str, Any]) -> None:

@@ -230,6 +230,37 @@ def test_cancel_all_and_a_request_ended_under_its_queue(system: System, tmp_path
     assert job["state"] == "CANCELLED" and "TERMINATED before it ran" in job["reason"]
 
 
+def test_on_a_services_nodes_job_1_is_the_first_execd_and_cancel_kills_it(
+    system: System, tmp_path: Path
+) -> None:
+    """A service has no run of its own: its first exec'd job is job 1 (as on a SkyPilot
+    cluster launched without one), and `cancel ID 1` kills that job, not the service."""
+    svc = tmp_path / "svc.yaml"
+    svc.write_text(
+        "name: svc\nworkload_type: service\nresources: {cloud: local, instance_type: cpu-2}\n"
+    )
+    rid = _launch(system, svc)
+    marks = tmp_path / "svc-marks"
+    marks.mkdir()
+    job = tmp_path / "svc-job.yaml"
+    job.write_text(f"run: |\n  touch {marks}/started\n  sleep 60\n  touch {marks}/finished\n")
+    later = tmp_path / "svc-later.yaml"
+    later.write_text("run: exit 6\n")
+    try:
+        for task in (job, later):
+            assert system.cli("exec", rid, str(task), "-d").returncode == 0
+        wait_for(lambda: (marks / "started").exists(), 30, "job 1 on the service's node")
+        done = system.cli("cancel", rid, "1")
+        assert done.returncode == 0, done.stderr
+        _wait_job(system, rid, 2, {"FAILED"}, 40)  # ran once job 1 was killed
+        jobs = _queue(system, rid)
+        assert (jobs[1]["state"], jobs[2]["exit_code"]) == ("CANCELLED", 6)
+        assert not (marks / "finished").exists()
+        assert system.request(rid)["state"] == "RUNNING"  # the service itself runs on
+    finally:
+        system.cli("terminate", rid)
+
+
 def test_a_member_of_another_project_sees_no_queue_and_a_viewer_cannot_change_it(
     system: System, tmp_path: Path
 ) -> None:

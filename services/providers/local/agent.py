@@ -223,10 +223,10 @@ class RedisLink:
     def take_job(self) -> dict[str, Any] | None:
         """The next job queued for this machine (it is free), marked started."""
         try:
-            raw = self._r.execute("LPOP", job_queue_key(self.prefix, self.rec.id))
-            if raw is None:
+            got = self._r.execute("ZPOPMIN", job_queue_key(self.prefix, self.rec.id))
+            if not got:
                 return None
-            item: dict[str, Any] = json.loads(raw)
+            item: dict[str, Any] = json.loads(got[0])
             key = exec_key(self.prefix, item["id"])
             self._r.execute("HSET", key, "state", "running", "started_at", repr(time.time()))
         except RedisError as exc:
