@@ -10,16 +10,14 @@ submitted after the last was taken, as the node ends, is cancelled by the contro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from corral.services.agent.core import Agent
+from typing import Any
 
 
-def run_jobs(agent: Agent) -> None:
+def run_jobs(agent: Any) -> None:
     """Run the jobs queued behind the launch's run, until none is left or the agent is
     stopped: a beat now takes the first (the node is free), each later beat ships its output,
-    reports its end and takes the next."""
+    reports its end and takes the next. ``agent``: the core's Agent (not named: core.py
+    imports this module)."""
     if agent.stopping:
         return
     agent._beat(force=True)

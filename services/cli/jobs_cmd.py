@@ -1,6 +1,7 @@
-"""``corral exec ID task.yaml``, ``corral queue ID`` and ``corral cancel ID JOB...``: a running
-request's job queue, as SkyPilot's ``sky exec CLUSTER task.yaml``, ``sky queue`` and
-``sky cancel`` (shared/jobs.py).
+"""``corral exec ID -- CMD`` (a command on a node, at once, through its agent), and a running
+request's job queue: ``corral exec ID task.yaml``, ``corral queue ID`` and ``corral cancel ID
+JOB...``, as SkyPilot's ``sky exec CLUSTER task.yaml``, ``sky queue`` and ``sky cancel``
+(shared/jobs.py).
 
 ``exec`` with a task file queues the file's ``run`` (with its ``envs`` and ``secrets``, and the
 ``--env`` / ``--secret`` / ``--num-nodes`` flags merged over them as ``launch`` merges them) on
@@ -22,6 +23,7 @@ import typer
 
 from corral.services.cli.api_access import api_client, complete_request_id, fail
 from corral.services.cli.output import EXIT_INPUT, data_row, notice, out, print_json, print_list
+from corral.services.cli.overrides_opt import ENV_HELP, SECRET_HELP
 
 JOB_FIELDS = ("name", "run", "envs", "secrets", "num_nodes")
 NOTICED = {
@@ -34,10 +36,64 @@ REQUEST_ID = typer.Argument(..., help="The request's id.", autocompletion=comple
 JSON_OPT = typer.Option(False, "--json", help="Machine-readable output.")
 
 
+EXEC_REQUEST_ID = typer.Argument(..., help="A request id.", autocompletion=complete_request_id)
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``corral queue`` and ``corral cancel`` to ``app``."""
+    """Add ``corral exec``, ``corral queue`` and ``corral cancel`` to ``app``."""
+    app.command(
+        "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+    )(exec_)
     app.command("queue")(queue)
     app.command("cancel")(cancel)
+
+
+def exec_(
+    ctx: typer.Context,
+    request_id: str = EXEC_REQUEST_ID,
+    node: int = typer.Option(0, "--node", min=0, help="The node's index (0: the head)."),
+    detach: bool = typer.Option(
+        False, "--detach", help="A task file: print the queued job and return (also -d)."
+    ),
+    name: str | None = typer.Option(None, "--name", help="A task file: the job's name."),
+    env: list[str] | None = typer.Option(None, "--env", help="A task file: " + ENV_HELP),
+    secret: list[str] | None = typer.Option(None, "--secret", help="A task file: " + SECRET_HELP),
+    num_nodes: int | None = typer.Option(
+        None, "--num-nodes", min=1, help="A task file: run it on the first N nodes."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="A task file: the job as JSON."),
+) -> None:
+    """Run a command on a running request's node through its agent, after `--`: its output
+    as it comes, and its exit code as this command's (`corral exec ID -- nvidia-smi`). Given
+    a task file (`corral exec ID task.yaml`), queue its run as a job on the request's nodes,
+    behind what runs there (as `sky exec`): see `corral queue` and `corral cancel`."""
+    command = list(ctx.args)
+    if not command:
+        fail("expected a command after --, or a task file: corral exec ID -- CMD",
+             EXIT_INPUT, as_json)  # fmt: skip
+    if is_task_file(command[0]):
+        rest = [a for a in command[1:] if a != "-d"]
+        if rest:
+            fail(f"unexpected {' '.join(rest)!r} after the task file", EXIT_INPUT, as_json)
+        file = Path(command[0])
+        job = job_from_file(file, env, secret, num_nodes, name, as_json)
+        exec_task(request_id, file, job, detach or len(command) > 1, as_json)
+        return
+    if env or secret or num_nodes or name or detach or as_json:
+        said = "--env, --secret, --num-nodes, --name, --detach and --json go with a task file"
+        fail(f"{said} (corral exec ID task.yaml); a command takes its own", EXIT_INPUT, as_json)
+    import shlex
+
+    text = command[0] if len(command) == 1 else shlex.join(command)
+    code = 1
+    with api_client(False) as client:
+        for piece in client.exec(request_id, text, node=node):
+            if isinstance(piece, int):
+                code = piece
+            else:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+    raise typer.Exit(code)
 
 
 def is_task_file(arg: str) -> bool:
@@ -150,8 +206,17 @@ def queue(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:
     if as_json:
         print_list("jobs", jobs, request_id=request_id)
         return
+    print_queue(request_id, jobs)
+
+
+def print_queue(request_id: str, jobs: list[dict[str, Any]]) -> None:
+    """The queue as a table; names and reasons printed as written (never read as markup)."""
     from corral.services.cli.requests_cmd import _show, _table
 
+    if not jobs:
+        out.print(f"request {request_id} has no jobs (a service's nodes run none yet)",
+                  markup=False)  # fmt: skip
+        return
     table = _table("ID", "NAME", "SUBMITTED", "STARTED", "DURATION", "STATE", "EXIT")
     for job in jobs:
         code = job.get("exit_code")
@@ -160,10 +225,6 @@ def queue(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:
             _when(job.get("started_at")), _duration(job), job["state"],
             "-" if code is None else str(code),
         )  # fmt: skip
-    if not jobs:
-        out.print(f"request {request_id} has no jobs (a service's nodes run none yet)",
-                  markup=False)  # fmt: skip
-        return
     _show(table)
 
 

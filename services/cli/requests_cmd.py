@@ -14,7 +14,6 @@ from __future__ import annotations
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -30,7 +29,6 @@ from corral.services.cli.output import (
     print_list,
     wide_console,
 )
-from corral.services.cli.overrides_opt import ENV_HELP, SECRET_HELP
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -53,8 +51,8 @@ REQUEST_ID = typer.Argument(..., help="A request id.", autocompletion=complete_r
 
 
 def register(app: typer.Typer) -> None:
-    """Add status, instances, logs, terminate, down, stop, start, exec and the ``run`` group
-    to ``app`` (``launch`` is launch_cmd's)."""
+    """Add status, instances, logs, terminate, down, stop, start and the ``run`` group to
+    ``app`` (``launch`` is launch_cmd's, ``exec`` jobs_cmd's)."""
     app.command("status")(status)
     app.command("instances")(instances)
     app.command("logs")(logs)
@@ -63,9 +61,6 @@ def register(app: typer.Typer) -> None:
     app.command("stop")(stop)
     app.command("autostop")(autostop)
     app.command("start")(start)
-    app.command(
-        "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-    )(exec_)
     app.add_typer(run_app, name="run")
 
 
@@ -435,56 +430,6 @@ def start(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:
         print_json(view.document())
     else:
         out.print(f"request {view.id}: starting", markup=False)
-
-
-def exec_(
-    ctx: typer.Context,
-    request_id: str = REQUEST_ID,
-    node: int = typer.Option(0, "--node", min=0, help="The node's index (0: the head)."),
-    detach: bool = typer.Option(
-        False, "--detach", help="A task file: print the queued job and return (also -d)."
-    ),
-    name: str | None = typer.Option(None, "--name", help="A task file: the job's name."),
-    env: list[str] | None = typer.Option(None, "--env", help="A task file: " + ENV_HELP),
-    secret: list[str] | None = typer.Option(None, "--secret", help="A task file: " + SECRET_HELP),
-    num_nodes: int | None = typer.Option(
-        None, "--num-nodes", min=1, help="A task file: run it on the first N nodes."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="A task file: the job as JSON."),
-) -> None:
-    """Run a command on a running request's node through its agent, after `--`: its output
-    as it comes, and its exit code as this command's (`corral exec ID -- nvidia-smi`). Given
-    a task file (`corral exec ID task.yaml`), queue its run as a job on the request's nodes,
-    behind what runs there (as `sky exec`): see `corral queue` and `corral cancel`."""
-    command = list(ctx.args)
-    if not command:
-        fail("expected a command after --, or a task file: corral exec ID -- CMD",
-             EXIT_INPUT, as_json)  # fmt: skip
-    from corral.services.cli import jobs_cmd
-
-    if jobs_cmd.is_task_file(command[0]):
-        rest = [a for a in command[1:] if a != "-d"]
-        if rest:
-            fail(f"unexpected {' '.join(rest)!r} after the task file", EXIT_INPUT, as_json)
-        file = Path(command[0])
-        job = jobs_cmd.job_from_file(file, env, secret, num_nodes, name, as_json)
-        jobs_cmd.exec_task(request_id, file, job, detach or len(command) > 1, as_json)
-        return
-    if env or secret or num_nodes or name or detach or as_json:
-        said = "--env, --secret, --num-nodes, --name, --detach and --json go with a task file"
-        fail(f"{said} (corral exec ID task.yaml); a command takes its own", EXIT_INPUT, as_json)
-    import shlex
-
-    text = command[0] if len(command) == 1 else shlex.join(command)
-    code = 1
-    with api_client(False) as client:
-        for piece in client.exec(request_id, text, node=node):
-            if isinstance(piece, int):
-                code = piece
-            else:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
-    raise typer.Exit(code)
 
 
 def down(
