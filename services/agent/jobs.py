@@ -12,14 +12,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.services.agent.link import LinkError, say
+
 
 def run_jobs(agent: Any) -> None:
     """Run the jobs queued behind the launch's run, until none is left or the agent is
-    stopped: a beat now takes the first (the node is free), each later beat ships its output,
-    reports its end and takes the next. ``agent``: the core's Agent (not named: core.py
-    imports this module)."""
+    stopped: one look at the node's job queue now (no heartbeat of its own: a run with nothing
+    queued behind it ends as soon as before, its last beat riding with its final report), then
+    each beat ships the running job's output, reports its end and takes the next.
+    ``agent``: the core's Agent (not named: core.py imports this module)."""
     if agent.stopping:
         return
-    agent._beat(force=True)
+    try:
+        agent._execs.step(agent.link, agent._where, True)
+    except LinkError as exc:  # Dismissed too: the node is ending, nothing more runs here
+        say(f"could not look for jobs queued behind the run: {exc}")
+        return
     while not agent.stopping and agent._execs.job is not None:
         agent._wait(None)
