@@ -23,6 +23,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_JOBS = 1000  # jobs a request's queue keeps (the oldest ended ones go first)
+MAX_WAITING = 100  # jobs of one request not ended at once: past it, a submission is refused
 MAX_JOB_NAME = 200
 
 
@@ -172,9 +173,20 @@ def cancel(job: Job, now: float, who: str | None) -> Job:
     return move(job, JobState.CANCELLED, now, reason=f"cancelled by {who or 'the user'}")
 
 
+class QueueFull(ValueError):
+    """A request with :data:`MAX_WAITING` jobs not ended takes no more."""
+
+
 def add(queue: JobQueue, job: Job) -> JobQueue:
     """``queue`` with ``job`` appended under the next number (``job.id`` is replaced); the
-    oldest ended jobs are dropped past :data:`MAX_JOBS`."""
+    oldest ended jobs are dropped past :data:`MAX_JOBS`. Raises :class:`QueueFull` when
+    :data:`MAX_WAITING` jobs have not ended."""
+    waiting = sum(1 for j in queue.jobs if j.state not in TERMINAL)
+    if waiting >= MAX_WAITING:
+        raise QueueFull(
+            f"request {queue.request_id} has {waiting} jobs not ended, the most it may "
+            "queue; wait for some, or cancel them (corral cancel ID JOB)"
+        )
     numbered = job.model_copy(update={"id": queue.next_id})
     jobs = [*queue.jobs, numbered]
     while len(jobs) > MAX_JOBS:

@@ -134,16 +134,26 @@ def submit_job(
         targets.append(NodeTarget(node, inst_id))
     book = JobBook(deps.redis, deps.settings.prefix)
     spec = JobSpec(body.name, body.run, body.envs, body.num_nodes)
-    job = book.submit(
-        request_id,
+    book.refresh(request_id, time.time(), str(req.state))  # ended jobs count as ended
+    try:
+        job = submit(book, req, spec, targets, who.name)
+    except jobs.QueueFull as exc:
+        raise HTTPException(409, str(exc)) from None
+    return {"request_id": request_id, **job_view(job)}
+
+
+def submit(
+    book: JobBook, req: LaunchRequest, spec: JobSpec, targets: list[NodeTarget], user: str
+) -> Job:
+    return book.submit(
+        req.id,
         spec,
         targets,
         now=time.time(),
-        user=who.name,
+        user=user,
         task_id=lambda number: task_id(req.created_at, req.id, number),
         first=2 if _has_run(req) else 1,
     )
-    return {"request_id": request_id, **job_view(job)}
 
 
 @router.get("/v1/requests/{request_id}/jobs", summary="A request's job queue")

@@ -140,3 +140,14 @@ def test_job_1_is_the_launchs_run_as_its_request_says() -> None:
     assert first("RUNNING", has_run=False) is None  # a service has no job 1
     mine = jobs.cancel(running, 25.0, "ana")
     assert first("RUNNING", cancelled=mine) == mine
+
+
+def test_a_request_takes_no_more_than_its_limit_of_jobs_not_ended() -> None:
+    queue = JobQueue(request_id="r-1")
+    for _ in range(jobs.MAX_WAITING):
+        queue = jobs.add(queue, Job(id=0, submitted_at=1.0))
+    with pytest.raises(jobs.QueueFull, match="r-1 has 100 jobs not ended"):
+        jobs.add(queue, Job(id=0, submitted_at=2.0))
+    first = jobs.cancel(queue.jobs[0], 3.0, "ana")
+    freed = queue.model_copy(update={"jobs": [first, *queue.jobs[1:]]})
+    assert jobs.add(freed, Job(id=0, submitted_at=4.0)).jobs[-1].id == jobs.MAX_WAITING + 2
