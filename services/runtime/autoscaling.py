@@ -31,7 +31,7 @@ from typing import Any
 
 from corral.services.providers.base import node_work_of
 from corral.services.providers.registry import cluster_files
-from corral.services.runtime import cluster_nodes, requests, usage
+from corral.services.runtime import cluster_nodes, requests
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.state.clusters import (
     DECISIONS_KEPT,
@@ -276,8 +276,7 @@ def sold_out(req: LaunchRequest) -> bool:
 
 
 def node_rows(deps: Deps, rec: ClusterRecord) -> list[dict[str, Any]]:
-    """``cluster status``'s NODES rows: ``{id, node_type, kind, state, idle_s, used}``, and
-    what the node's machine uses (``cpu_percent``, ``mem_percent``, GPUs: runtime/usage.py)."""
+    """``cluster status``'s NODES rows: ``{id, node_type, kind, state, idle_s, used}``."""
     spec, now = cluster_spec(deps, rec), deps.now()
     report = cluster_nodes.head_report(deps, rec) if is_ray(rec) else None
     ray = report.by_instance() if report is not None else ({} if is_ray(rec) else None)
@@ -290,8 +289,6 @@ def node_rows(deps: Deps, rec: ClusterRecord) -> list[dict[str, Any]]:
         if seen.node.terminate_sent_at is not None:
             row["state"] = InstanceState.TERMINATING.value
         row["idle_s"] = round(node.idle_s, 1)
-        used = usage.of_request(deps, seen.node.request_id)  # the node's machine (one)
-        row.update({k: v for k, v in (used[0] if used else {}).items() if k in usage.FIELDS})
         rows.append(row)
     return rows
 

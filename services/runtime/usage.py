@@ -58,3 +58,12 @@ def of_request(deps: Deps, request_id: str) -> list[dict[str, Any]]:
             base = {"instance_id": inst.id, "node_index": inst.node_index}
             rows.append({**base, **of_instance(deps, inst)})
     return sorted(rows, key=lambda r: (r["node_index"], r["instance_id"]))
+
+
+def on_node_rows(deps: Deps, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A cluster's node rows (each ``id`` a node's request) with what each node's machine
+    uses."""
+    for row in rows:
+        used = of_request(deps, str(row.get("id")))
+        row.update({k: v for k, v in (used[0] if used else {}).items() if k in FIELDS})
+    return rows
