@@ -28,6 +28,13 @@ def exec_queue_key(prefix: str, node: str) -> str:
     return f"{prefix}:execq:{node}"
 
 
+def job_queue_key(prefix: str, node: str) -> str:
+    """The jobs (``corral exec ID task.yaml``) waiting for ``node``, first submitted first:
+    its agent takes the next one only when the one before it ended there (shared/jobs.py). A
+    sorted set scored by job number: the lowest goes first."""
+    return f"{prefix}:jobq:{node}"
+
+
 # --- sessions: corral attach and port-forward, relayed through the API ----------------------
 # A session is an exec of another kind (``shell``: an interactive shell; ``forward``: one TCP
 # connection to 127.0.0.1:PORT on the node) with two byte streams beside it, each a Redis list

@@ -37,6 +37,7 @@ from corral.services.agent import skypilot_env
 from corral.services.agent.bundle import BundleError, clone, mount_path, unpack
 from corral.services.agent.container import Container, container_name, run_argv
 from corral.services.agent.execs import Execs
+from corral.services.agent.jobs import run_jobs
 from corral.services.agent.link import (
     Assignment,
     Dismissed,
@@ -58,6 +59,7 @@ from corral.services.agent.processes import (
 )
 from corral.services.agent.sandbox import Sandbox, assignment_key, assignment_log, read_demand
 from corral.services.agent.sessions import Where
+from corral.services.agent.usage import Usage
 
 RESULTS_KEPT_S = 24 * 3600  # an assignment's result is dropped a day after it was written
 
@@ -104,7 +106,9 @@ class Agent:
         self._written: dict[str, float] = {}  # results written, by id: when (to drop a day on)
         self._bad: dict[str, str] = {}  # unreadable assign fields already reported
         self._results_failing = False  # a failed result write was reported
-        self._execs = Execs()  # commands run beside the work (corral exec)
+        self._execs = Execs(kill_grace_s)  # commands and jobs run beside the work (corral exec)
+        self._run_exit: tuple[int, float] | None = None  # the launch's run (job 1) ended so
+        self._usage = Usage()  # CPU, memory and GPUs in use, in every heartbeat
         self._started = time.monotonic()
         self._idle_from: float | None = None  # monotonic: since when nothing has run
         self.probe = ReadinessWatch.from_envs(work.envs)  # a service's readiness probe
@@ -160,6 +164,8 @@ class Agent:
                 return self._end(code, "setup_failed")
         if rec.run and not self.stopping:
             code = self._run_phase("running", rec.run)
+            self._run_exit = (code, time.time())
+            run_jobs(self)  # the jobs queued behind the run (jobs.py), then the end
             return self._end(code, "terminated" if self.stopping else "completed")
         self._start_ray_reporter()
         self.activity = "idle"
@@ -321,7 +327,7 @@ class Agent:
             self._select(max(0.0, quick_until - time.monotonic()))  # woken by its SIGCHLD
         if child.poll() is None:
             self._beat(force=True, execs=False)
-        while child.poll() is None and not self.stopping:
+        while child.poll() is None and not self.stopping and not self._cancelled(activity):
             self._wait(child)
         code = (
             self._stop_child(child) if child.poll() is None else shell_exit_code(child.returncode)
@@ -665,7 +671,8 @@ class Agent:
             self._link_down = False
             self._link_failures = 0
             if execs:
-                self._execs.step(self.link, self._where)
+                free = self._run_exit is not None or self.activity == "idle"
+                self._execs.step(self.link, self._where, free)
         except Dismissed as exc:
             self._dismiss(exc)
         except LinkError as exc:
@@ -712,10 +719,17 @@ class Agent:
         status: dict[str, Any] = {
             "idle_s": None if self._idle_from is None else round(now - self._idle_from, 3),
             "up_s": round(now - self._started, 3),
+            **self._usage.read(),
         }
         if self.probe is not None:
             status["ready"] = self.probe.ready
+        if self._run_exit is not None:  # job 1 has ended; the jobs queued behind it run
+            status["run_exit"], status["run_ended_at"] = self._run_exit
         return status
+
+    def _cancelled(self, activity: str) -> bool:
+        """`corral cancel ID 1` stops the launch's run (not its setup)."""
+        return activity == "running" and self._execs.run_cancelled
 
     def _dismiss(self, exc: Dismissed) -> None:
         if not self.stopping:

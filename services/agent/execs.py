@@ -3,7 +3,13 @@
 On every beat the agent takes the commands queued for its node, starts each (bash, in the
 task's workdir with the task's environment, a process group of its own), and sends what each
 wrote since the last beat, then its exit code once it ended. Output goes through a file, not a
-pipe, so a command never blocks on a full pipe between beats. Standard library only.
+pipe, so a command never blocks on a full pipe between beats.
+
+Jobs (``corral exec ID task.yaml``; shared/jobs.py) come through a queue of their own: the
+agent takes the next one only when it is free (its launch's run over, no job running), so a
+request's nodes run one job at a time, first submitted first. A ``cancel`` item kills a
+running job's process group (SIGTERM, SIGKILL after the grace period), or the launch's own
+run (job 1: :attr:`Execs.run_cancelled`, which the core acts on). Standard library only.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from corral.services.agent import skypilot_env
 from corral.services.agent.sessions import Session, Where
 
 CHUNK = 256 * 1024
@@ -29,22 +37,32 @@ class Running:
     child: subprocess.Popen[bytes]
     path: str
     sent: int = 0
+    kill_at: float | None = None  # cancelled: when SIGKILL follows the SIGTERM
 
 
 class Execs:
-    def __init__(self) -> None:
+    def __init__(self, kill_grace_s: float = 5.0) -> None:
         self.running: dict[str, Running] = {}
         self.sessions: dict[str, Session] = {}  # corral attach, port-forward (their threads)
         self.folder = ""  # made by the first command, removed by stop_all
+        self.job: str | None = None  # the job running here (its command's id), if any
+        self.run_cancelled = False  # `corral cancel ID 1`: the core stops the launch's run
+        self.kill_grace_s = kill_grace_s
 
-    def step(self, link: Any, where: Callable[[dict[str, Any]], Where | str]) -> None:
-        """Take new commands, ship what the running ones wrote, report those that ended.
+    def step(
+        self, link: Any, where: Callable[[dict[str, Any]], Where | str], free: bool = False
+    ) -> None:
+        """Take new commands, ship what the running ones wrote, report those that ended, and
+        when ``free`` (the launch's run is over) and no job runs, start the next job.
         ``where(item)`` says where an item runs (the machine's work or one assignment's: its
         folder, environment, user, container), or why it cannot run here."""
         take = getattr(link, "take_execs", None)
         if take is None:
             return
         for item in take():
+            if item.get("kind") == "cancel":
+                self._cancel(item)
+                continue
             place = where(item)
             if isinstance(place, str):
                 link.exec_done(str(item["id"]), 1, place)
@@ -64,6 +82,41 @@ class Execs:
                 with contextlib.suppress(OSError):
                     os.unlink(run.path)
                 del self.running[xid]
+                if xid == self.job:
+                    self.job = None
+            elif run.kill_at is not None and time.monotonic() >= run.kill_at:
+                with contextlib.suppress(OSError):
+                    os.killpg(run.child.pid, signal.SIGKILL)
+        if free and self.job is None and (take_job := getattr(link, "take_job", None)):
+            item = take_job()
+            if item is not None:
+                self._start_job(link, item, where(item))
+
+    def _start_job(self, link: Any, item: dict[str, Any], place: Where | str) -> None:
+        """A job's run on this node: in the machine's work (its workdir and environment),
+        with the job's envs and SkyPilot's per-job values (its task id, its nodes)."""
+        xid = str(item["id"])
+        if isinstance(place, str):
+            link.exec_done(xid, 1, place)
+            return
+        envs = {str(k): str(v) for k, v in (item.get("envs") or {}).items()}
+        env = {**place.env, **envs, **job_envs(place.env, item)}
+        job = Where(place.cwd, env, place.wrap, place.uid, place.marker)
+        self._start(xid, str(item.get("run") or "true"), job)
+        self.job = xid
+
+    def _cancel(self, item: dict[str, Any]) -> None:
+        """Kill a cancelled job's process group (SIGTERM now, SIGKILL after the grace); the
+        launch's run (job 1) is the core's to stop. A job not running here: nothing to do
+        (its pending entry was taken off the queue by whoever cancelled it)."""
+        if item.get("job") == 1:
+            self.run_cancelled = True
+            return
+        run = self.running.get(str(item.get("target")))
+        if run is not None and run.kill_at is None and run.child.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(run.child.pid, signal.SIGTERM)
+            run.kill_at = time.monotonic() + self.kill_grace_s
 
     def _start(self, xid: str, command: str, where: Where) -> None:
         if not self.folder:
@@ -98,3 +151,16 @@ class Execs:
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = ""
+
+
+def job_envs(node_env: dict[str, str], item: dict[str, Any]) -> dict[str, str]:
+    """SkyPilot's values for one job on this node: its own task id, and its nodes (the
+    first ``num_nodes`` of the launch's, so a smaller job sees only its own)."""
+    out = {skypilot_env.TASK_ID: str(item.get("task_id") or "")}
+    count = int(item.get("num_nodes") or 1)
+    ips = [ip for ip in node_env.get(skypilot_env.NODE_IPS, "").split("\n") if ip][:count]
+    if ips:
+        lines = "\n".join(ips)
+        out.update({skypilot_env.NODE_IPS: lines, skypilot_env.SETUP_NODE_IPS: lines})
+    out[skypilot_env.NUM_NODES] = str(count)
+    return out

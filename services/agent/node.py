@@ -159,6 +159,11 @@ class HttpLink:
         got = self.call("GET", "/v1/node/execs")
         return list(got.get("execs") or [])
 
+    def take_job(self) -> dict[str, Any] | None:
+        got = self.call("GET", "/v1/node/jobs/next")
+        job = got.get("job") if isinstance(got, dict) else None
+        return job if isinstance(job, dict) else None
+
     def exec_output(self, exec_id: str, data: bytes) -> None:
         self.call("POST", f"/v1/node/execs/{exec_id}/output", raw=data)
 

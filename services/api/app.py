@@ -27,12 +27,14 @@ from corral.services.api.bundles import BUNDLES_PATH
 from corral.services.api.bundles import router as bundles_router
 from corral.services.api.clusters import router as clusters_router
 from corral.services.api.console.infra import pages as console_infra
+from corral.services.api.console.request_page import pages as console_request
 from corral.services.api.console.routes import pages as console_pages
 from corral.services.api.console.routes import router as console_router
 from corral.services.api.costs import router as costs_router
 from corral.services.api.docs import console as console_docs
 from corral.services.api.docs import router as docs_router
 from corral.services.api.execs import router as execs_router
+from corral.services.api.jobs import router as jobs_router
 from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pool_routes import router as pools_router
@@ -107,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(pools_router, dependencies=admins)
     app.include_router(bundles_router, dependencies=signed)
     app.include_router(execs_router, dependencies=signed)
+    app.include_router(jobs_router, dependencies=signed)
     app.include_router(costs_router, dependencies=signed)
     app.include_router(serve_router)  # a service's endpoint: its route checks the token
     app.include_router(nodes_router)  # a node token, each route acting on its own node
@@ -114,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # /console/login (it shows every project; members and viewers use the API and CLI).
     app.include_router(console_router)
     app.include_router(console_pages)
+    app.include_router(console_request)
     app.include_router(console_infra)
     app.include_router(docs_router)
     app.include_router(console_docs)

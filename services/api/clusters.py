@@ -125,12 +125,13 @@ def summary(rec: ClusterRecord) -> dict[str, Any]:
 
 def view(deps: Deps, rec: ClusterRecord) -> dict[str, Any]:
     """``cluster status``: the nodes now, the standing demand, the last decision."""
-    from corral.services.runtime import cluster_nodes
+    from corral.services.runtime import cluster_nodes, usage
 
     failed = [n for n in rec.nodes.values() if n.failure]
     return {
         **summary(rec),
-        "nodes": autoscaling.node_rows(deps, rec),
+        # Each node's row, with what its machine uses (CPU, memory, GPUs: runtime/usage.py).
+        "nodes": usage.on_node_rows(deps, autoscaling.node_rows(deps, rec)),
         # The nodes whose launcher steps failed (newest last): the command and its exit code.
         "failed_nodes": [
             {"id": n.request_id, "node_type": n.node_type, "kind": n.kind, "failure": n.failure}

@@ -104,6 +104,15 @@ class Beat(BaseModel):
     idle_s: float | None = Field(default=None, ge=0)
     up_s: float | None = Field(default=None, ge=0)
     ready: bool | None = None
+    # The launch's run (job 1) ended with this code, at this time; queued jobs run after it.
+    run_exit: int | None = Field(default=None, ge=-1024, le=1024)
+    run_ended_at: float | None = Field(default=None, ge=0)
+    # What the machine uses (services/agent/usage.py), per cent.
+    cpu_percent: float | None = Field(default=None, ge=0, le=100)
+    mem_percent: float | None = Field(default=None, ge=0, le=100)
+    gpu_percent: float | None = Field(default=None, ge=0, le=100)
+    gpu_mem_percent: float | None = Field(default=None, ge=0, le=100)
+    gpu_count: int | None = Field(default=None, ge=0, le=1024)
 
 
 class Results(BaseModel):
@@ -212,6 +221,11 @@ def _check_machine(deps: Deps, node: NodeName, provider_id: str | None) -> None:
 @router.get("/execs", summary="The commands queued for this node (corral exec), taken")
 def take_execs(node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)) -> dict[str, Any]:
     return {"execs": ExecBook(deps.redis, deps.settings.prefix).take(str(node))}
+
+
+@router.get("/jobs/next", summary="The next job queued for this node (it is free), taken")
+def take_job(node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)) -> dict[str, Any]:
+    return {"job": ExecBook(deps.redis, deps.settings.prefix).take_job(str(node))}
 
 
 @router.post("/execs/{exec_id}/output", summary="Output of one of this node's commands")

@@ -53,9 +53,10 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "corral.services.cli.cost_cmd": ("cost-report",),
     "corral.services.cli.check_cmd": ("check",),
     "corral.services.cli.requests_cmd": (
-        "status", "instances", "logs", "terminate", "down", "stop", "autostop", "start", "exec",
+        "status", "instances", "logs", "terminate", "down", "stop", "autostop", "start",
         "run",
     ),
+    "corral.services.cli.jobs_cmd": ("exec", "queue", "cancel"),
     "corral.services.cli.attach_cmd": ("attach", "port-forward"),
     "corral.services.cli.up_cmd": ("up",),  # and worker, beat, flower to `run`
     "corral.services.cli.autoscale_cmd": ("autoscale",),

@@ -51,8 +51,8 @@ REQUEST_ID = typer.Argument(..., help="A request id.", autocompletion=complete_r
 
 
 def register(app: typer.Typer) -> None:
-    """Add status, instances, logs, terminate, down, stop, start, exec and the ``run`` group
-    to ``app`` (``launch`` is launch_cmd's)."""
+    """Add status, instances, logs, terminate, down, stop, start and the ``run`` group to
+    ``app`` (``launch`` is launch_cmd's, ``exec`` jobs_cmd's)."""
     app.command("status")(status)
     app.command("instances")(instances)
     app.command("logs")(logs)
@@ -61,9 +61,6 @@ def register(app: typer.Typer) -> None:
     app.command("stop")(stop)
     app.command("autostop")(autostop)
     app.command("start")(start)
-    app.command(
-        "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-    )(exec_)
     app.add_typer(run_app, name="run")
 
 
@@ -449,30 +446,6 @@ def start(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:
         print_json(view.document())
     else:
         out.print(f"request {view.id}: starting", markup=False)
-
-
-def exec_(
-    ctx: typer.Context,
-    request_id: str = REQUEST_ID,
-    node: int = typer.Option(0, "--node", min=0, help="The node's index (0: the head)."),
-) -> None:
-    """Run a command on a running request's node through its agent, after `--`: its output
-    as it comes, and its exit code as this command's (`corral exec ID -- nvidia-smi`)."""
-    command = list(ctx.args)
-    if not command:
-        fail("expected a command after --: corral exec ID -- CMD", EXIT_INPUT, False)
-    import shlex
-
-    text = command[0] if len(command) == 1 else shlex.join(command)
-    code = 1
-    with api_client(False) as client:
-        for piece in client.exec(request_id, text, node=node):
-            if isinstance(piece, int):
-                code = piece
-            else:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
-    raise typer.Exit(code)
 
 
 def down(

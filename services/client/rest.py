@@ -309,6 +309,40 @@ class Client:
                 return
             time.sleep(interval_s)
 
+    def follow_exec(self, exec_id: str, *, interval_s: float = 0.25) -> Iterator[str | int]:
+        """A command's output as it comes (strings), then its exit code (an int), last."""
+        offset = 0
+        while True:
+            seen = self._json("GET", f"/v1/execs/{_seg(exec_id)}", params={"offset": offset})
+            if seen["output"]:
+                yield str(seen["output"])
+            offset = int(seen["offset"])
+            if seen["exit_code"] is not None:
+                yield int(seen["exit_code"])
+                return
+            time.sleep(interval_s)
+
+    # --- the job queue: corral exec ID task.yaml, queue, cancel ----------------------------
+    def submit_job(self, request_id: str, job: dict[str, Any]) -> dict[str, Any]:
+        """Queue a job (``{name, run, envs, num_nodes}``) on a running request; the job."""
+        got: dict[str, Any] = self._json("POST", f"/v1/requests/{_seg(request_id)}/jobs", json=job)
+        return got
+
+    def jobs(self, request_id: str) -> list[dict[str, Any]]:
+        """The request's jobs, job 1 (the launch's run) first."""
+        got = self._json("GET", f"/v1/requests/{_seg(request_id)}/jobs")
+        return list(got["jobs"])
+
+    def cancel_jobs(
+        self, request_id: str, numbers: list[int], *, every: bool = False
+    ) -> dict[str, Any]:
+        """Cancel jobs by number (``every``: all not ended): ``{cancelled, not_cancelled}``."""
+        body = {"jobs": [] if every else numbers, "all": every}
+        got: dict[str, Any] = self._json(
+            "POST", f"/v1/requests/{_seg(request_id)}/jobs/cancel", json=body
+        )
+        return got
+
     # --- sessions: corral attach and port-forward, relayed by the API (docs/attach.md) ------
     def open_session(self, request_id: str, kind: str, *, node: int = 0, **opts: Any) -> str:
         """Open a ``shell`` or ``forward`` session (``port=``) on a running node; its id.

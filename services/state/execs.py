@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import time
 from typing import Any
 
 import redis
@@ -21,6 +22,7 @@ from corral.shared.execs import (
     exec_key,
     exec_output_key,
     exec_queue_key,
+    job_queue_key,
     session_stream_key,
     user_sessions_key,
 )
@@ -45,6 +47,7 @@ class ExecBook:
         session: dict[str, Any] | None = None,
         user: str | None = None,
         assignment: str | None = None,
+        push: bool = True,
     ) -> str:
         """Queue ``command`` for ``node`` (or, with ``session``, a relayed session: its
         ``kind`` and what it needs, shared/execs.py, counted among ``user``'s); its id.
@@ -75,8 +78,9 @@ class ExecBook:
         item = {"id": xid, "command": command, **(session or {})}
         if assignment is not None:
             item["assignment"] = assignment
-        pipe.rpush(queue, json.dumps(item))
-        pipe.expire(queue, EXEC_TTL_S)
+        if push:  # (a job's command is queued by the job book, once the job has its number)
+            pipe.rpush(queue, json.dumps(item))
+            pipe.expire(queue, EXEC_TTL_S)
         pipe.execute()
         return xid
 
@@ -91,6 +95,17 @@ class ExecBook:
             self.r.hset(exec_key(self.prefix, item["id"]), "state", "running")
             taken.append(item)
         return taken
+
+    def take_job(self, node: str) -> dict[str, Any] | None:
+        """The next job queued for ``node`` (its agent is free), marked started."""
+        got = self.r.zpopmin(job_queue_key(self.prefix, node), 1)
+        if not got:
+            return None
+        raw = got[0][0]
+        item: dict[str, Any] = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
+        key = exec_key(self.prefix, str(item["id"]))
+        self.r.hset(key, mapping={"state": "running", "started_at": repr(time.time())})
+        return item
 
     def belongs(self, exec_id: str, node: str) -> bool:
         return self.r.hget(exec_key(self.prefix, exec_id), "node") in (node, node.encode())
@@ -116,7 +131,8 @@ class ExecBook:
         key = exec_key(self.prefix, exec_id)
         if error:
             self.r.hset(key, "error", error[:500])
-        self.r.hset(key, mapping={"state": "done", "exit_code": exit_code})
+        ended = repr(time.time())
+        self.r.hset(key, mapping={"state": "done", "exit_code": exit_code, "ended_at": ended})
         self.r.delete(session_stream_key(self.prefix, exec_id, "in"))
 
     # --- a user's sessions: a limit, and their end with the user's token ---------------------

@@ -38,13 +38,14 @@ LISTS: dict[str, tuple[str, list[str]]] = {
     "projects list": ("projects", []),
     "cost-report": ("requests", []),  # with its totals beside the list
     "check": ("clouds", []),
+    "queue": ("jobs", ["{hello-job}"]),  # a request's id, from the demo
 }
 # The other commands with --json print one document, not a list (or stream lines); a new
 # command with --json must be put in one of the two tables.
 NOT_LISTS = {
     # down prints {"requests": [...], "count": N} too, but taking things down is not run here.
     "launch", "logs", "terminate", "down", "stop", "autostop", "start", "why", "version",
-    "simulate", "run api",
+    "simulate", "run api", "exec", "cancel",
     "pools apply", "pools delete", "pools resolve", "pools route", "config merge", "config get",
     "cluster up", "cluster down", "cluster status", "cluster demand", "autoscale explain",
     "users add", "users revoke", "projects add", "projects quota",
@@ -72,7 +73,8 @@ def test_every_json_command_is_known_as_a_list_or_not() -> None:
 def test_every_json_list_prints_one_envelope(demo: Any) -> None:
     if demo.system.cli("projects", "add", "habits").returncode == 0:  # once per module
         assert demo.system.cli("users", "add", "habits", "--project", "habits").returncode == 0
-    for command, (kind, args) in LISTS.items():
+    for command, (kind, spelled) in LISTS.items():
+        args = [demo.ids[a[1:-1]] if a.startswith("{") else a for a in spelled]
         done = demo.system.cli(*command.split(), *args, "--json")
         assert done.returncode == 0, (command, done.stderr)
         doc = json.loads(done.stdout)
@@ -296,3 +298,45 @@ def test_autostop_set_on_a_running_service_and_cancelled(demo: Any, tmp_path: Pa
         assert both.returncode == 2
     finally:
         demo.system.cli("terminate", kept)
+
+
+def test_exec_queue_and_cancel_keep_the_habits(demo: Any, tmp_path: Path) -> None:
+    """Issue #49's commands: exit 2 for the input's mistakes (a task file's FILE:LINE, an
+    unknown request or job, flags that go with a task file given with a command), the one
+    --json envelope for queue, one document for exec and cancel."""
+    hello = demo.ids["hello-job"]
+    queue = json.loads(demo.system.cli("queue", hello, "--json").stdout)
+    assert queue["count"] == 1 and queue["jobs"][0]["id"] == 1
+    assert queue["jobs"][0]["state"] == "SUCCEEDED" and queue["jobs"][0]["exit_code"] == 0
+    table = demo.system.cli("queue", hello)
+    assert table.returncode == 0 and "SUCCEEDED" in table.stdout
+    assert demo.system.cli("queue", "r-nope").returncode == 2
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nrun: echo hi\nnum_nodez: 2\n")
+    wrong = demo.system.cli("exec", demo.ids["web-service"], str(bad))
+    assert wrong.returncode == 2 and f"{bad}:3" in wrong.stderr, wrong.stderr
+    assert "Traceback" not in wrong.stderr
+    no_run = tmp_path / "no-run.yaml"
+    no_run.write_text("name: quiet\n")
+    said = demo.system.cli("exec", demo.ids["web-service"], str(no_run), "--json")
+    assert said.returncode == 2 and "run: exec queues the task's run" in said.stderr
+    ended = demo.system.cli("exec", hello, str(no_run.with_name("ok.yaml")))
+    assert ended.returncode != 0  # not a file: a command, on a request that has ended
+    flags = demo.system.cli("exec", hello, "--env", "A=1", "--", "true")
+    assert flags.returncode == 2 and "go with a task file" in flags.stderr
+
+    assert demo.system.cli("cancel", hello).returncode == 2  # no job, no --all
+    assert demo.system.cli("cancel", hello, "1", "--all").returncode == 2
+    refused = demo.system.cli("cancel", hello, "1", "--json")
+    assert refused.returncode == 1
+    assert json.loads(refused.stdout)["not_cancelled"][0]["id"] == 1
+    assert demo.system.cli("cancel", hello, "7").returncode == 2
+
+    # A service's nodes run exec'd jobs too: numbered from 1 (it has no run of its own).
+    job = tmp_path / "on-service.yaml"
+    job.write_text("name: on-service\nrun: echo served; exit 4\n")
+    ran = demo.system.cli("exec", demo.ids["web-service"], str(job))
+    assert ran.returncode == 4 and "served" in ran.stdout, ran.stderr
+    doc = json.loads(demo.system.cli("queue", demo.ids["web-service"], "--json").stdout)
+    assert [(j["id"], j["state"], j["exit_code"]) for j in doc["jobs"]][-1][1:] == ("FAILED", 4)

@@ -508,3 +508,95 @@ def test_the_timeline_has_an_axis_and_the_log_tail_a_node_choice_search_and_down
     got = httpx.get(href, headers=admin)
     assert got.status_code == 200 and "attachment" in got.headers["content-disposition"]
     assert "training on 8 x A100" in got.text
+
+
+# ---- the request page from JSON, utilisation, the job queue (issue #49) ----------------------
+
+
+def _api(system: Any, path: str, method: str = "GET", **kw: Any) -> Any:
+    admin = {"Authorization": f"Bearer {system.token}"}
+    got = httpx.request(method, system.api_url + path, headers=admin, timeout=30, **kw)
+    assert got.status_code < 300, got.text
+    return got.json()
+
+
+def test_the_request_page_refreshes_its_state_from_json_in_place(
+    console: Console, team: Team, tmp_path: Path
+) -> None:
+    """A job's page open while it runs: its state, its job queue and its history change in
+    the page as the job ends, from /console/requests/ID/live.json (the page itself is not
+    fetched again), without a reload and with the scroll where the reader left it."""
+    system, flag = team.system, tmp_path / "go.flag"
+    task = {
+        "name": "console-live",
+        "resources": {"cloud": "local", "instance_type": "cpu-2"},
+        "run": f"while [ ! -f {flag} ]; do sleep 0.1; done; echo done",
+    }
+    rid = system.submit(task)
+    system.wait_state(rid, {"RUNNING"}, 90)
+    _sign_in(console, system.token)
+    console.open(f"/console/requests/{rid}", "request-live-running")
+    browser = console.browser
+    assert console.text_of("#state-value") == "RUNNING"
+    queued = _api(system, f"/v1/requests/{rid}/jobs", "POST", json={"run": "exit 0", "name": "j2"})
+    browser.execute_script("window.__same = 1; window.scrollTo(0, 400);")
+    y = browser.execute_script("return window.scrollY")
+    assert y > 0  # the page is long enough to scroll: keeping it means something
+    _until(lambda: len(console.rows("jobs")) == 2, 30, "job 2 in the page's queue")
+    assert "j2" in console.rows("jobs")[1] and "PENDING" in console.rows("jobs")[1]
+    flag.touch()
+    _until(lambda: console.text_of("#state-value") == "SUCCEEDED", 60, "the state in place")
+    _until(lambda: "SUCCEEDED" in console.rows("jobs")[1], 30, "job 2's end in place")
+    assert queued["id"] == 2
+    assert browser.execute_script("return window.__same") == 1  # never reloaded
+    assert browser.execute_script("return window.scrollY") == y
+    assert any("SUCCEEDED" in r for r in console.rows("history"))
+    fetched = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(function(e){return e.name;})"
+    )
+    page = f"/console/requests/{rid}"
+    assert any(u.endswith(page + "/live.json") for u in fetched), fetched
+    assert not [u for u in fetched if u.split("?")[0].endswith(page)]  # not the HTML again
+    browser.save_screenshot(str(SHOTS / "request-live-ended.png"))
+
+
+def test_each_nodes_utilisation_in_the_page_is_the_apis(console: Console, team: Team) -> None:
+    """The request page's per-node CPU and memory are the numbers GET /v1/requests/ID/usage
+    returned for the same heartbeat (``at``): the test records what the API says while the
+    page refreshes, then finds the page's numbers among them. The cluster and pool pages
+    show their nodes' numbers as bars too."""
+    system = team.system
+    _sign_in(console, system.token)
+    rid = team.live  # mia's service, running
+    console.open(f"/console/requests/{rid}", "request-usage")
+    seen: dict[tuple[str, float], dict[str, Any]] = {}
+
+    def page_matches_api() -> bool:
+        for node in _api(system, f"/v1/requests/{rid}/usage")["nodes"]:
+            if "at" in node:
+                seen[(node["instance_id"], float(node["at"]))] = node
+        rows = console.browser.find_elements("css selector", "#usage tbody tr[data-at]")
+        for row in rows:
+            at = row.get_attribute("data-at")
+            api = seen.get((str(row.get_attribute("data-instance")), float(at or 0)))
+            if api is None:
+                return False
+            for field in ("cpu_percent", "mem_percent"):
+                cell = row.find_element("css selector", f'td[data-field="{field}"]')
+                shown = cell.get_attribute("data-value")
+                if field in api and float(shown or "nan") != api[field]:
+                    pytest.fail(f"{field}: the page shows {shown}, the API said {api[field]}")
+                if field in api:
+                    assert cell.text == f"{api[field]:.1f}%"
+        return bool(rows)
+
+    _until(page_matches_api, 60, "the page's numbers among the API's")
+    assert any("mem_percent" in n for n in seen.values())
+    console.open("/console/clusters/local-lab", "cluster-usage")
+    assert console.browser.find_elements("css selector", "#nodes .bar")
+    nodes = _api(system, "/v1/clusters/local-lab")["nodes"]
+    assert any("cpu_percent" in n for n in nodes), nodes
+    console.open("/console/pools/demo-machine-pool", "pool-usage")
+    machines = _api(system, "/v1/pools/demo-machine-pool")["machines"]
+    if any("mem_percent" in m for m in machines):
+        assert console.browser.find_elements("css selector", ".bar")

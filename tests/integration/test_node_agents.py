@@ -129,8 +129,38 @@ def test_aws_a_job_runs_on_its_agent_and_ends_by_its_exit_code(
     assert "about to fail" in system.cli("logs", bad).stdout
 
 
+def test_aws_a_job_queued_behind_the_run_over_the_http_link(
+    aws: tuple[System, FaultyMoto], vms: Callable[[str], Vm], tmp_path: Path
+) -> None:
+    """Issue #49's job queue on a cloud node (its agent reports through the API): the job
+    waits for the run, job 1 reads as ended while job 2 runs (the run's end rides in the
+    heartbeat), and the request ends after job 2, with its run's exit code."""
+    system, moto = aws
+    go, hold = tmp_path / "go", tmp_path / "hold"
+    run = f"while [ ! -f {go} ]; do sleep 0.1; done; echo run over"
+    rid = system.submit({**AWS_TASK, "name": "queued", "run": run})
+    vms(aws_script(moto, rid))
+    system.wait_state(rid, {"RUNNING"}, 90)
+    job = tmp_path / "job.yaml"
+    job.write_text(f"run: |\n  while [ ! -f {hold} ]; do sleep 0.1; done\n  exit 2\n")
+    assert system.cli("exec", rid, str(job), "-d").returncode == 0
+
+    def states() -> list[str]:
+        return [j["state"] for j in json.loads(system.cli("queue", rid, "--json").stdout)["jobs"]]
+
+    assert states() == ["RUNNING", "PENDING"]
+    go.touch()
+    wait_for(lambda: states() == ["SUCCEEDED", "RUNNING"], 60, "job 2 after the run")
+    assert system.request(rid)["state"] == "RUNNING"
+    hold.touch()
+    done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 60)
+    assert done["state"] == "SUCCEEDED" and done["exit_code"] == 0
+    jobs = json.loads(system.cli("queue", rid, "--json").stdout)["jobs"]
+    assert [(j["state"], j["exit_code"]) for j in jobs] == [("SUCCEEDED", 0), ("FAILED", 2)]
+
+
 def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
-    aws: tuple[System, FaultyMoto], vms: Callable[[str], Vm]
+    aws: tuple[System, FaultyMoto], vms: Callable[[str], Vm], tmp_path: Path
 ) -> None:
     system, moto = aws
     port = free_port()  # the service's own: its setup leaves a server listening there
@@ -190,6 +220,32 @@ def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
         f"{system.api_url}/v1/node/execs", headers={"Authorization": f"Bearer {vm_other.token}"}
     )
     assert theirs_exec.json() == {"execs": []}  # another node's queue is its own
+
+    # A task file exec'd over the cloud agent's HTTP link (issue #49): queued as job 1 of the
+    # service's nodes (no run of its own), run by the agent with its job's own SkyPilot task
+    # id, ended by its exit code; another node's token takes no job of it.
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("name: on-vm\nrun: echo job-on-vm $SKYPILOT_TASK_ID; exit 5\n")
+    queued = system.cli("exec", svc, str(job_file), "-d")
+    assert queued.returncode == 0 and "job 1 on request" in queued.stdout, queued.stderr
+    theirs_job = httpx.get(
+        f"{system.api_url}/v1/node/jobs/next", headers={"Authorization": f"Bearer {vm_other.token}"}
+    )
+    assert theirs_job.json() == {"job": None}
+    wait_for(
+        lambda: (
+            json.loads(system.cli("queue", svc, "--json").stdout)["jobs"][0]["state"] == "FAILED"
+        ),
+        60,
+        "the job on the VM",
+    )
+    job = json.loads(system.cli("queue", svc, "--json").stdout)["jobs"][0]
+    assert job["exit_code"] == 5
+    said = system.get(f"/v1/execs/{job['execs'][0]}").json()["output"]
+    assert said.startswith("job-on-vm sky-") and said.strip().endswith(f"_{svc}_1")
+    # The node's heartbeat carries what it uses: served per node.
+    used = system.get(f"/v1/requests/{svc}/usage").json()["nodes"]
+    assert used and "mem_percent" in used[0], used
 
     # corral attach over the cloud agent's HTTP link (docs/attach.md): stdin from a pipe is
     # the shell's script, its output and exit code come back.

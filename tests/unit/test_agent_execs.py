@@ -74,3 +74,67 @@ def test_a_command_for_an_assignment_that_no_longer_runs_here_is_refused() -> No
     assert link.codes == {"x1": 1} and link.output == b""
     assert link.errors == {"x1": "assignment gone does not run on this node"}
     assert execs.running == {} and execs.folder == ""
+
+
+class JobLink(Link):
+    """A link with a job queue: the node takes the next job only when it asks (free)."""
+
+    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+        super().__init__([])
+        self.jobs = jobs
+
+    def take_job(self) -> dict[str, Any] | None:
+        return self.jobs.pop(0) if self.jobs else None
+
+
+def _until(check: Any, execs: Execs, link: Link, free: bool = True, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.02)
+        execs.step(link, HERE, free)
+    assert check()
+
+
+def test_jobs_run_one_at_a_time_first_queued_first_and_only_once_the_node_is_free() -> None:
+    env = {**os.environ, "SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2"}
+    link = JobLink(
+        [
+            {"id": "j2", "kind": "job", "job": 2, "run": "echo two; sleep 0.3; exit 3",
+             "task_id": "sky-x_r-1_2", "num_nodes": 1, "envs": {"WHO": "two"}},
+            {"id": "j3", "kind": "job", "job": 3, "run": 'echo "$WHO $SKYPILOT_TASK_ID '
+             '$SKYPILOT_NUM_NODES $SKYPILOT_NODE_IPS"', "task_id": "sky-x_r-1_3",
+             "num_nodes": 1, "envs": {"WHO": "three"}},
+        ]
+    )  # fmt: skip
+    execs = Execs()
+    execs.step(link, lambda _i: Where(None, env), free=False)  # the launch's run still runs
+    assert execs.job is None and len(link.jobs) == 2
+    execs.step(link, lambda _i: Where(None, env), free=True)
+    assert execs.job == "j2" and len(link.jobs) == 1
+    execs.step(link, lambda _i: Where(None, env), free=True)
+    assert execs.job == "j2" and len(link.jobs) == 1  # j3 waits behind it
+    deadline = time.monotonic() + 10
+    while "j3" not in link.codes and time.monotonic() < deadline:
+        time.sleep(0.02)
+        execs.step(link, lambda _i: Where(None, env), free=True)
+    assert link.codes == {"j2": 3, "j3": 0}
+    assert link.output == b"two\nthree sky-x_r-1_3 1 10.0.0.1\n"  # its own task id, one node
+    assert execs.job is None
+    execs.stop_all()
+
+
+def test_a_cancel_kills_the_running_jobs_group_and_one_for_job_1_is_the_cores() -> None:
+    link = JobLink([{"id": "j2", "kind": "job", "job": 2, "run": "sleep 30 & wait"}])
+    execs = Execs(kill_grace_s=5)
+    execs.step(link, HERE, True)
+    assert execs.job == "j2"
+    started = time.monotonic()
+    link.commands = [
+        {"id": "k-1", "kind": "cancel", "target": "j2"},
+        {"id": "k-2", "kind": "cancel", "job": 1},
+    ]
+    _until(lambda: "j2" in link.codes, execs, link)
+    assert time.monotonic() - started < 5  # SIGTERM ended it, no wait for the grace
+    assert link.codes["j2"] == 143 and "k-1" not in link.codes  # a cancel reports nothing
+    assert execs.run_cancelled and execs.job is None
+    execs.stop_all()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from corral.services.cli import cluster_cmd, gpus_cmd, output, plan_cmd, requests_cmd
+from corral.services.cli import cluster_cmd, gpus_cmd, jobs_cmd, output, plan_cmd, requests_cmd
 from corral.shared.catalog.gpus import AcceleratorOffer, AcceleratorSummary
 from corral.shared.placement import Placement
 from corral.shared.planner import Candidate, Plan
@@ -150,3 +150,16 @@ def test_lines_and_notices_print_literally(capsys: pytest.CaptureFixture[str]) -
     printed = capsys.readouterr()
     _assert_literal(printed.err, NAME, MARKUP, EMOJI, OPEN_TAG)
     _assert_literal(printed.out, NAME, EMOJI)
+
+
+def test_the_job_queue_prints_job_names_literally(capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = [
+        {"id": 1, "name": NAME, "submitted_at": time.time() - 60, "started_at": time.time() - 50,
+         "ended_at": time.time(), "state": "SUCCEEDED", "exit_code": 0},
+        {"id": 2, "name": MARKUP, "submitted_at": time.time(), "state": "PENDING"},
+        {"id": 3, "name": EMOJI, "submitted_at": time.time(), "state": "PENDING"},
+    ]  # fmt: skip
+    jobs_cmd.print_queue("r-1", jobs)
+    printed = capsys.readouterr().out
+    _assert_literal(printed, NAME, MARKUP, EMOJI)
+    assert "SUCCEEDED" in printed and "0m 50s" in printed

@@ -44,6 +44,8 @@ header .who{margin-left:auto;color:#cfd6e4}form.filters{margin:8px 0}
 form.filters label{margin-right:10px}.pager a,.pager span{margin-right:8px}
 th a{color:inherit}svg.chart{background:#fff;border:1px solid #dde1e8}
 svg.chart text{font-size:11px;fill:#1d2330}
+.bar{display:inline-block;width:80px;height:8px;background:#e5e7eb;vertical-align:middle}
+.bar>span{display:block;height:100%;background:#3a9d5d}
 """
 
 
@@ -110,6 +112,8 @@ def cell(key: str, value: Any) -> str:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if number and value > 1e9 and key.endswith(TIME_KEYS):
         return when(value)
+    if number and key.endswith("_percent"):  # a node's utilisation: a bar and its number
+        return percent(float(value))
     if isinstance(value, dict):
         if not value:
             return "-"
@@ -119,6 +123,15 @@ def cell(key: str, value: Any) -> str:
             return records(value)
         return esc(", ".join(str(x) for x in value)) if value else "-"
     return esc(value)
+
+
+def percent(value: float) -> str:
+    """A share as a bar (drawn by the page's style, no script) and its number."""
+    width = max(0.0, min(100.0, value))
+    return (
+        f'<span class="bar"><span style="width:{width:.1f}%"></span></span> '
+        f'<span class="num" data-value="{value}">{value:.1f}%</span>'
+    )
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, id: str | None = None) -> str:

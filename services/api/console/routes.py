@@ -23,8 +23,6 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from corral.services.api.auth import Principal
 from corral.services.api.console import auth
 from corral.services.api.console.html import (
-    LOG_TAIL_SCRIPT,
-    ago,
     duration,
     esc,
     link,
@@ -35,7 +33,6 @@ from corral.services.api.console.html import (
     when,
 )
 from corral.services.runtime import requests as runtime_requests
-from corral.services.runtime import why as whys
 from corral.services.runtime.deps import Deps
 from corral.shared.costs import cost_line
 from corral.shared.lifecycle import InstanceState, RequestState
@@ -372,78 +369,6 @@ def _timeline(attempts: list[Any], now: float) -> str:
         + f'<div id="timeline" hidden>{"".join(bars)}</div>'
         + f'<p class="muted">{span:.1f}s from the first attempt to the last one\'s end.</p>'
         + table(headers, rows, id="attempts")
-    )
-
-
-@pages.get("/requests/{request_id}", response_class=HTMLResponse)
-def request_page(request: Request, request_id: str) -> HTMLResponse:
-    deps, who = _deps(request), auth.who(request)
-    req = seen_request(request, request_id)
-    view = runtime_requests.public_view(deps, request_id)
-    if view is None:
-        raise HTTPException(404, f"no launch request {request_id!r}")
-    now = deps.now()
-    key = auth.form_key(request)
-    writer = who.role != "viewer"
-    actions = ""
-    if writer and not req.is_terminal:
-        actions = (
-            f'<form class="inline" method="post" action="/console/requests/{quote(req.id)}/cancel">'
-            f'<input type="hidden" name="key" value="{key}">'
-            '<button id="cancel" type="submit">Cancel this request</button></form>'
-        )
-    said = whys.why(deps, request_id)
-    runs = [
-        (esc(f"{r['cloud']}/{r['zone']}"), esc(r["instance_type"]), str(r["nodes"]),
-         when(r["started_at"]), when(r["ended_at"]), esc(r["outcome"]), usd(r["cost_usd"]))
-        for r in view.get("runs", [])
-    ]  # fmt: skip
-    instances = [
-        (esc(i["id"]), state(i["state"]), esc(f"{i['cloud']}/{i['zone']}"),
-         esc(i["instance_type"]), esc(i["market"]), usd(i.get("price_usd_per_hour"), 3),
-         _terminate_form(req.id, i["id"], key) if writer and i["state"] in LIVE else "")
-        for i in view["instances"]
-    ]  # fmt: skip
-    events = [(when(e.at), esc(e.text)) for e in deps.store.events(request_id)[-50:]]
-    history = [(when(t.at), esc(t.from_state), esc(t.to_state), esc(t.reason)) for t in req.history]
-    base = f"/console/requests/{quote(req.id)}/log.txt"
-    nodes = "".join(
-        f'<option value="{esc(i["id"])}">{esc(i["id"])} ({esc(i["state"])})</option>'
-        for i in view["instances"]
-    )
-    body = (
-        '<div id="live-request" data-live>'
-        f'<p id="state">{state(req.state.value)} {esc(req.task.get("name"))} '
-        f'<span class="muted">by {esc(req.user)} in {esc(req.project)}, '
-        f'created {ago(req.created_at, now)}</span> {actions}</p>'
-        f'<p id="why"><b>Why:</b> {esc(said.get("reason"))} ({esc(said.get("code"))})</p>'
-        + (f'<p id="error"><b>Error:</b> {esc(req.error)}</p>' if req.error else "")
-        + "<h2>Attempts</h2>" + _timeline(req.attempts, now)
-        + f'<h2>Runs</h2><p id="cost">Cost over every run: {usd(view.get("cost_usd"))}</p>'
-        + table(("where", "type", "nodes", "started", "ended", "outcome", "cost"), runs, id="runs")
-        + "<h2>Instances</h2>"
-        + table(("id", "state", "where", "type", "market", "$/h", ""), instances, id="instances")
-        + "</div><h2>Log tail</h2>"
-        '<p class="filters"><label>node <select id="log-node"><option value="">every node'
-        f'</option>{nodes}</select></label> <label>search <input id="log-search" size="20">'
-        f'</label> <a id="log-download" href="{base}?download=1">download</a> '
-        '<span class="muted" id="log-matches"></span></p>'
-        f'<pre class="log" id="log" data-src="{base}"></pre>'
-        + LOG_TAIL_SCRIPT
-        + '<div id="live-events" data-live>'
-        + "<h2>Events</h2>" + table(("at", "event"), events, id="events")
-        + "<h2>History</h2>" + table(("at", "from", "to", "reason"), history, id="history")
-        + "</div>"
-    )  # fmt: skip
-    return _html(request, f"Request {req.id}", body, "/console/requests", refresh_s=3)
-
-
-def _terminate_form(request_id: str, instance_id: str, key: str) -> str:
-    action = f"/console/requests/{quote(request_id)}/instances/{quote(instance_id)}/terminate"
-    return (
-        f'<form class="inline" method="post" action="{action}">'
-        f'<input type="hidden" name="key" value="{key}">'
-        f'<button type="submit" class="terminate">Terminate</button></form>'
     )
 
 

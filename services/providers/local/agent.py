@@ -78,6 +78,7 @@ from corral.shared.execs import (
     exec_key,
     exec_output_key,
     exec_queue_key,
+    job_queue_key,
     session_stream_key,
 )
 
@@ -219,6 +220,19 @@ class RedisLink:
             raise LinkError(str(exc)) from exc
         return taken
 
+    def take_job(self) -> dict[str, Any] | None:
+        """The next job queued for this machine (it is free), marked started."""
+        try:
+            got = self._r.execute("ZPOPMIN", job_queue_key(self.prefix, self.rec.id))
+            if not got:
+                return None
+            item: dict[str, Any] = json.loads(got[0])
+            key = exec_key(self.prefix, item["id"])
+            self._r.execute("HSET", key, "state", "running", "started_at", repr(time.time()))
+        except RedisError as exc:
+            raise LinkError(str(exc)) from exc
+        return item
+
     def exec_output(self, exec_id: str, data: bytes) -> None:
         key = exec_key(self.prefix, exec_id)
         try:
@@ -237,7 +251,8 @@ class RedisLink:
         extra = ["error", error[:500]] if error else []
         try:
             r = self._session_redis()  # the agent's own on its main thread
-            r.execute("HSET", key, "state", "done", "exit_code", str(exit_code), *extra)
+            ended = ["ended_at", repr(time.time())]
+            r.execute("HSET", key, "state", "done", "exit_code", str(exit_code), *ended, *extra)
             r.execute("DEL", session_stream_key(self.prefix, exec_id, "in"))  # unread input
         except RedisError as exc:
             raise LinkError(str(exc)) from exc

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services.queues import dispatch
+from corral.services.runtime import usage
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import catalog_for
 from corral.services.runtime.pooled import work
@@ -69,13 +70,18 @@ def pool_view(deps: Deps, name: str) -> dict[str, Any]:
         raise PoolNotFound(f"no pool {name!r} is registered (see `corral pools list`)")
     kind = kind_named(record.kind)
     ledger = kind.ledgers(deps).get(name) or kind.new_ledger(name)
+    view = kind.view(record, ledger)
+    for machine in view.get("machines") or []:  # what each machine uses (runtime/usage.py)
+        if machine.get("provider_id"):
+            used = usage.of_machine(deps, record.cloud, str(machine["provider_id"]))
+            machine.update({k: v for k, v in used.items() if k in usage.FIELDS})
     return {
         "name": name,
         "kind": record.kind,
         "file": record.file_name,
         "cloud": record.cloud,
         "applied_at": record.applied_at,
-        **kind.view(record, ledger),
+        **view,
     }
 
 
