@@ -11,12 +11,15 @@ import os
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corral.shared.clouds import CATALOG_CLOUDS
+
+if TYPE_CHECKING:
+    from corral.shared.catalog import Catalog
 
 PACKAGED_LOCAL_CLOUD = (
     Path(__file__).resolve().parent / "providers" / "local" / "example-cloud.yaml"
@@ -248,6 +251,11 @@ class Settings(BaseSettings):
     def local_machines(self) -> Path:
         return self.local_machines_dir or default_machines_dir(self.home)
 
+    @property
+    def catalog_dir(self) -> Path:
+        """Where ``corral catalog update`` writes the catalog that overrides the shipped one."""
+        return self.home / "catalog"
+
 
 def default_machines_dir(home: Path) -> Path:
     """Local machines' folders for the installation at ``home``, outside it (in the temp dir,
@@ -317,3 +325,12 @@ def child_env(settings: Settings, **extra: str) -> dict[str, str]:
         env["CORRAL_GCP_API_ENDPOINT"] = settings.gcp_api_endpoint
     env.update(extra)
     return env
+
+
+def installed_catalog(settings: Settings | None = None) -> Catalog:
+    """The catalog this installation plans on: the shipped price lists, with each cloud's list
+    that ``corral catalog update`` wrote under <home>/catalog in its place."""
+    from corral.shared.catalog import load_catalog
+
+    folder = (settings or get_settings()).catalog_dir
+    return load_catalog(folder if folder.is_dir() else None)

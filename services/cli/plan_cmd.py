@@ -79,12 +79,11 @@ def plan_catalog(local_cloud: Path | None) -> Catalog:
     """The shipped catalog plus the local cloud's offerings: the file given, else the one
     ``corral up`` uses (CORRAL_LOCAL_CLOUD_FILE, by default the packaged local cloud) when
     launches may use the local cloud (it is in CORRAL_CLOUDS, as by default)."""
-    from corral.services.settings import get_settings
-    from corral.shared.catalog import load_catalog
+    from corral.services.settings import get_settings, installed_catalog
     from corral.shared.config.localcloud import load_local_cloud
 
-    catalog = load_catalog()
     settings = get_settings()
+    catalog = installed_catalog(settings)
     if local_cloud is not None or "local" in settings.clouds:
         path = local_cloud if local_cloud is not None else settings.local_cloud_file
         catalog = catalog.with_offerings(load_local_cloud(path).offerings())

@@ -5,6 +5,7 @@ from corral.shared.catalog.catalog import (
     DATA_DIR,
     Catalog,
     CatalogError,
+    Snapshot,
     load_catalog,
     parse_offerings,
 )
@@ -15,6 +16,7 @@ __all__ = [
     "DATA_DIR",
     "Catalog",
     "CatalogError",
+    "Snapshot",
     "Offering",
     "load_catalog",
     "parse_offerings",
