@@ -160,6 +160,10 @@ class Settings(BaseSettings):
     # Clouds launches may use (each also needs its credentials from the SDK's usual chain).
     clouds: list[str] = Field(default_factory=lambda: ["local", *CATALOG_CLOUDS])
     aws_endpoint_url: str | None = None  # None: real AWS; tests point it at moto's server
+    # `corral catalog update`'s price lists: None: the real AWS Pricing API and Cloud Billing
+    # catalog; tests point them at local fakes.
+    aws_pricing_endpoint_url: str | None = None
+    gcp_billing_endpoint: str | None = None
     # Kubernetes (docs/kubernetes.md): the kubeconfig contexts Corral launches pods in (its
     # regions; none: the current context, or in-cluster inside a pod), their namespaces (its
     # zones), the kubeconfig file (None: KUBECONFIG or ~/.kube/config), and how long a launch

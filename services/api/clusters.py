@@ -69,8 +69,8 @@ CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
     """The cluster file as JSON after every check ``autoscale explain`` makes; ConfigError."""
-    from corral.shared.autoscaler import resolve_cluster
     from corral.services.settings import installed_catalog
+    from corral.shared.autoscaler import resolve_cluster
     from corral.shared.config.cluster import Cluster
     from corral.shared.config.detect import check_problems
     from corral.shared.configio import validate_doc

@@ -49,8 +49,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _resolve(cluster_file: Path, cloud: str | None, local_cloud: Path | None) -> Resolved:
-    from corral.shared.autoscaler.resources import resolve_cluster
     from corral.services.settings import installed_catalog
+    from corral.shared.autoscaler.resources import resolve_cluster
     from corral.shared.config.cluster import Cluster
     from corral.shared.config.detect import load_as
     from corral.shared.configio import ConfigError

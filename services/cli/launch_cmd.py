@@ -152,6 +152,7 @@ def launch(
     if dryrun:
         _dry_run(file, flags, as_json)
         return
+    _check_names(file, flags, as_json)
     if idle_minutes is not None or down:
         task = _with_autostop(task, idle_minutes, down)
     task = _with_wait_terms(task, retry_until_up, max_wait, as_json)
@@ -208,14 +209,26 @@ def _with_flags(
     return data
 
 
+def _check_names(file: Path, flags: LaunchFlags, as_json: bool) -> None:
+    """Exit 2 (FILE:LINE, the field, the nearest name) when the task names an instance type
+    or accelerator that no cloud of this installation's catalog has: it could never plan."""
+    from corral.services.cli.plan_cmd import load_task, plan_catalog
+    from corral.shared.configio import ConfigError
+
+    try:
+        load_task(file, flags, plan_catalog(None))
+    except ConfigError as exc:
+        fail_input(exc, as_json)
+
+
 def _dry_run(file: Path, flags: LaunchFlags, as_json: bool) -> None:
     """``launch --dryrun``: what ``plan`` shows for the file with the same flags."""
     from corral.services.cli.plan_cmd import load_task, plan_catalog, show_plan
     from corral.shared.configio import ConfigError
 
     try:
-        task, said = load_task(file, flags)
         catalog = plan_catalog(None)
+        task, said = load_task(file, flags, catalog)
     except ConfigError as exc:
         fail_input(exc, as_json)
     show_plan(task, catalog, said, every_zone=False, as_json=as_json, local_cloud=None)

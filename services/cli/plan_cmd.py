@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from corral.shared.catalog import Catalog
     from corral.shared.catalog.offering import Offering
     from corral.shared.config.task import Task
+    from corral.shared.configio import Document
     from corral.shared.planner import Candidate, Plan
 
 
@@ -54,25 +55,41 @@ def register(app: typer.Typer) -> None:
     app.command("plan")(plan_command)
 
 
-def load_task(path: Path, flags: LaunchFlags | None = None) -> tuple[Task, list[str]]:
+def load_task(
+    path: Path, flags: LaunchFlags | None = None, catalog: Catalog | None = None
+) -> tuple[Task, list[str]]:
     """The task file, with the command line's flags merged over it (and those flags as
-    ``plan`` lists them); raises ConfigError naming the file (and the flag)."""
+    ``plan`` lists them); raises ConfigError naming the file (and the flag). Given the
+    ``catalog``, an instance type or accelerator it does not know is an error at its line,
+    with the nearest name it has."""
     from corral.shared.config.task import Task
     from corral.shared.configio import ConfigError, Document, check_problems, load_as, validate_doc
 
     task, doc = load_as(path, Task)
-    if flags is None:
-        return task, []
-    try:
-        data, said = merged(dict(doc.data), flags)
-    except ValueError as exc:
-        raise ConfigError.single(str(path), str(exc)) from None
-    if not said:
-        return task, []
-    with_flags = Document(name=f"{path} (with the command line's flags)", data=data)
-    task = validate_doc(Task, with_flags)
-    check_problems(task, with_flags)
+    said: list[str] = []
+    if flags is not None:
+        try:
+            data, said = merged(dict(doc.data), flags)
+        except ValueError as exc:
+            raise ConfigError.single(str(path), str(exc)) from None
+    if said:
+        doc = Document(name=f"{path} (with the command line's flags)", data=data)
+        task = validate_doc(Task, doc)
+        check_problems(task, doc)
+    if catalog is not None:
+        check_catalog_names(task, doc, catalog)
     return task, said
+
+
+def check_catalog_names(task: Task, doc: Document, catalog: Catalog) -> None:
+    """Raise ConfigError (FILE:LINE, the field) for each instance type or accelerator of the
+    task that no offering of ``catalog`` has, naming the nearest one it has."""
+    from corral.shared.catalog_names import resources_name_problems
+    from corral.shared.configio import ConfigError
+
+    found = resources_name_problems(task.resources, catalog)
+    if found:
+        raise ConfigError([doc.issue(path, message) for path, message in found])
 
 
 def plan_catalog(local_cloud: Path | None) -> Catalog:
@@ -258,8 +275,8 @@ def plan_command(
 
     flags = LaunchFlags(env, secret, gpus, infra, cloud, region, zone, num_nodes, use_spot)
     try:
-        task, said = load_task(task_file, flags)
         catalog = plan_catalog(local_cloud)
+        task, said = load_task(task_file, flags, catalog)
     except ConfigError as exc:
         fail_input(exc, as_json)
     show_plan(task, catalog, said, every_zone=every_zone, as_json=as_json, local_cloud=local_cloud)

@@ -34,8 +34,8 @@ from corral.services.queues.redis_conn import connect
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import catalog_for
 from corral.services.runtime.pooled.registry import pool_view
-from corral.shared.blocking import Block
 from corral.services.settings import installed_catalog
+from corral.shared.blocking import Block
 from corral.shared.catalog import Catalog
 from corral.shared.configio import ConfigError
 from corral.shared.lifecycle import (

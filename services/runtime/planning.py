@@ -8,8 +8,8 @@ from pathlib import Path
 
 from corral.services.providers.registry import ProviderUnavailable
 from corral.services.runtime.deps import Deps
-from corral.shared.budgets import Budget, load_budgets
 from corral.services.settings import installed_catalog
+from corral.shared.budgets import Budget, load_budgets
 from corral.shared.catalog import Catalog
 from corral.shared.catalog.offering import Offering
 from corral.shared.config.task import Task

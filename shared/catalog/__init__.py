@@ -16,8 +16,8 @@ __all__ = [
     "DATA_DIR",
     "Catalog",
     "CatalogError",
-    "Snapshot",
     "Offering",
+    "Snapshot",
     "load_catalog",
     "parse_offerings",
 ]
