@@ -66,7 +66,7 @@ class Rebuilt:
         )
 
 
-def _sorted(offerings: Iterable[Offering]) -> list[Offering]:
+def sort_rows(offerings: Iterable[Offering]) -> list[Offering]:
     return sorted(
         offerings,
         key=lambda o: (o.instance_type, o.accelerator or "", o.accelerator_count, o.region, o.zone),
@@ -97,13 +97,15 @@ def aws_rows(facts: AwsFacts) -> Rebuilt:
         if price is None:
             out.left_out_unpriced += 1
             continue
-        out.offerings.append(_row("aws", spec, price, facts.spot.get((name, zone)), region, zone))
+        out.offerings.append(
+            make_row("aws", spec, price, facts.spot.get((name, zone)), region, zone)
+        )
     out.left_out_family = len(left_family)
-    out.offerings = _sorted(out.offerings)
+    out.offerings = sort_rows(out.offerings)
     return out
 
 
-def _row(
+def make_row(
     cloud: str, spec: MachineType, price: float, spot: float | None, region: str, zone: str
 ) -> Offering:
     return Offering(
@@ -223,9 +225,9 @@ def gcp_rows(facts: GcpFacts) -> Rebuilt:
                 out.left_out_unpriced += 1
                 continue
             spot = _gcp_price(facts, spec, region, SPOT, gpus)
-            out.offerings.append(_row("gcp", spec, price, spot, region, zone))
+            out.offerings.append(make_row("gcp", spec, price, spot, region, zone))
     out.left_out_family = len(left_family)
-    out.offerings = _sorted(out.offerings)
+    out.offerings = sort_rows(out.offerings)
     return out
 
 
@@ -272,7 +274,8 @@ def _unit_price(sku: Mapping[str, Any]) -> float | None:
         if not rates:
             continue
         money = rates[-1].get("unitPrice", {})
-        value = int(money.get("units", 0) or 0) + int(money.get("nanos", 0) or 0) / 1e9
+        nanos = int(money.get("units", 0) or 0) * 10**9 + int(money.get("nanos", 0) or 0)
+        value = nanos / 1e9
         unit = str(expr.get("usageUnit", "h"))
         if unit == "GiBy.h" or unit == "h":
             return value
@@ -292,7 +295,7 @@ def merge_regions(
     (an update limited to some regions keeps the rest as they were)."""
     read = set(regions_read)
     kept = [o for o in previous if o.region not in read]
-    return _sorted([*kept, *fresh])
+    return sort_rows([*kept, *fresh])
 
 
 def _number(value: float) -> str:

@@ -53,8 +53,8 @@ def _read_region(
         LocationType="availability-zone",
     ):
         name = item["InstanceType"]
-        spec = facts.types.get(name)
-        if spec is not None and keep_type("aws", name, spec.accelerator):
+        known = facts.types.get(name)
+        if known is not None and keep_type("aws", name, known.accelerator):
             facts.zones.append((name, region, item["Location"]))
             offered += 1
     newest: dict[tuple[str, str], tuple[str, float]] = {}

@@ -104,13 +104,13 @@ def _credentials(anonymous: bool, project: str | None) -> tuple[Any, str, str | 
     if not gcp_credentials_hint() and not _on_gce():
         # No key file, no gcloud login, not a GCE machine: the SDK's chain would only wait
         # out the metadata server's timeouts to say the same.
-        raise google.auth.exceptions.DefaultCredentialsError("none found")
+        raise google.auth.exceptions.DefaultCredentialsError("none found")  # type: ignore[no-untyped-call]
     credentials, found = google.auth.default(
         scopes=["https://www.googleapis.com/auth/cloud-platform"]
     )
     from google.auth.transport.requests import Request
 
-    credentials.refresh(Request())
+    credentials.refresh(Request())  # type: ignore[no-untyped-call]
     chosen = project or found
     if not chosen:
         raise CatalogFetchError("gcp: no project: configure one, or use credentials naming one")
