@@ -83,20 +83,27 @@ def _sku(
     text: str, regions: list[str], units: str, nanos: int, unit: str = "h"
 ) -> dict[str, object]:
     rate = {"unitPrice": {"units": units, "nanos": nanos}}
-    return {"description": text, "serviceRegions": regions,
-            "pricingInfo": [{"pricingExpression": {"usageUnit": unit, "tieredRates": [rate]}}]}  # fmt: skip
+    expression = {"usageUnit": unit, "tieredRates": [rate]}
+    return {
+        "description": text,
+        "serviceRegions": regions,
+        "pricingInfo": [{"pricingExpression": expression}],
+    }
 
 
 def test_gcp_skus_become_per_part_prices() -> None:
+    central = ["us-central1"]
     prices = gcp_sku_prices(
         [
-            _sku("N1 Predefined Instance Core running in Americas", ["us-central1", "us-east1"], "0", 31611000),
-            _sku("Spot Preemptible N1 Predefined Instance Ram running in Americas", ["us-central1"], "0", 936000, "GiBy.h"),
-            _sku("N2D AMD Instance Core running in Americas", ["us-central1"], "0", 27535000),
-            _sku("Nvidia Tesla A100 GPU running in Americas", ["us-central1"], "2", 933908000),
-            _sku("Nvidia H100 80GB GPU running in Americas", ["us-central1"], "9", 0),
-            _sku("Commitment v1: N1 Cpu in Americas for 1 Year", ["us-central1"], "0", 19915000),
-            _sku("Nvidia Tesla T4 GPU attached to Spot Preemptible VMs", ["us-central1"], "0", 1),
+            _sku("N1 Predefined Instance Core running in Americas", [*central, "us-east1"], "0",
+                 31611000),
+            _sku("Spot Preemptible N1 Predefined Instance Ram running in Americas", central, "0",
+                 936000, "GiBy.h"),
+            _sku("N2D AMD Instance Core running in Americas", central, "0", 27535000),
+            _sku("Nvidia Tesla A100 GPU running in Americas", central, "2", 933908000),
+            _sku("Nvidia H100 80GB GPU running in Americas", central, "9", 0),
+            _sku("Commitment v1: N1 Cpu in Americas for 1 Year", central, "0", 19915000),
+            _sku("Nvidia Tesla T4 GPU attached to Spot Preemptible VMs", central, "0", 1),
         ]
     )  # fmt: skip
     assert prices == {
@@ -154,10 +161,11 @@ def test_a_partial_update_keeps_the_regions_it_did_not_read() -> None:
 
 
 def test_csv_round_trips() -> None:
+    west, east = ("europe-west1", "europe-west1-b"), ("us-east-1", "us-east-1a")
     rows = [
-        Offering("gcp", "n1-standard-2", None, 0, 2, 7.5, 0.104592, 0.02088, "europe-west1", "europe-west1-b"),
-        Offering("aws", "p5.48xlarge", "H100", 8, 192, 2048, 55.04, None, "us-east-1", "us-east-1a"),
-    ]  # fmt: skip
+        Offering("gcp", "n1-standard-2", None, 0, 2, 7.5, 0.104592, 0.02088, *west),
+        Offering("aws", "p5.48xlarge", "H100", 8, 192, 2048, 55.04, None, *east),
+    ]
     text = to_csv(rows)
     assert text.splitlines()[0] == ",".join(COLUMNS)
     assert (

@@ -24,16 +24,22 @@ from corral.shared.catalog.skypilot import (
 
 REPO = Path(__file__).resolve().parents[2]
 
-AWS = """\
-InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,Arch,LocalDiskType,NVMeSupported,LocalDiskSize,LocalDiskCount
+AWS_HEADER = (
+    "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,"
+    "Region,AvailabilityZone,Arch,LocalDiskType,NVMeSupported,LocalDiskSize,LocalDiskCount\n"
+)
+AWS = (
+    AWS_HEADER
+    + """\
 a1.large,,,2.0,4.0,,0.051,0.051000,us-east-1,use1-az2,arm64,,False,,
 c5.large,,,2.0,4.0,,0.085,0.0361,ap-south-1,aps1-az1,x86_64,,False,,
-g6e.xlarge,L40S,1.0,4.0,32.0,"{'Gpus': [{'Name': 'L40S'}]}",1.861,0.7023,us-east-1,use1-az2,x86_64,ssd,True,250.0,1.0
-g6e.xlarge,L40S,1.0,4.0,32.0,"{'Gpus': [{'Name': 'L40S'}]}",1.861,,us-east-1,use1-az4,x86_64,ssd,True,250.0,1.0
-g6e.xlarge,L40S,1.0,4.0,32.0,"{'Gpus': [{'Name': 'L40S'}]}",1.861,,us-east-1,use1-az4,x86_64,ssd,True,250.0,1.0
+g6e.xlarge,L40S,1.0,4.0,32.0,"{}",1.861,0.7023,us-east-1,use1-az2,x86_64,ssd,True,250.0,1.0
+g6e.xlarge,L40S,1.0,4.0,32.0,"{}",1.861,,us-east-1,use1-az4,x86_64,ssd,True,250.0,1.0
+g6e.xlarge,L40S,1.0,4.0,32.0,"{}",1.861,,us-east-1,use1-az4,x86_64,ssd,True,250.0,1.0
 g6f.large,L4,0.125,2.0,8.0,,0.2,,us-east-1,use1-az2,x86_64,,False,,
 p5.48xlarge,H100,8.0,192.0,2048.0,,55.04,,us-east-1,use1-az6,x86_64,ssd,True,3800.0,8.0
 """
+)
 ZONES = {"use1-az2": "us-east-1c", "use1-az4": "us-east-1d", "use1-az6": "us-east-1a",
          "aps1-az1": "ap-south-1a"}  # fmt: skip
 
@@ -74,9 +80,13 @@ def test_an_az_id_without_a_name_is_an_error_naming_the_line() -> None:
 
 def test_gcp_hosts_with_built_in_gpus_and_n1_with_attached_ones() -> None:
     rebuilt = from_skypilot_gcp(GCP)
-    rows = {(o.instance_type, o.accelerator, o.accelerator_count, o.zone):
-            (round(o.price_usd_per_hour, 6), o.spot_price_usd_per_hour and round(o.spot_price_usd_per_hour, 6))
-            for o in rebuilt.offerings}  # fmt: skip
+    rows = {
+        (o.instance_type, o.accelerator, o.accelerator_count, o.zone): (
+            round(o.price_usd_per_hour, 6),
+            o.spot_price_usd_per_hour and round(o.spot_price_usd_per_hour, 6),
+        )
+        for o in rebuilt.offerings
+    }
     assert rows == {
         ("a2-highgpu-1g", "A100", 1, "us-central1-a"): (3.673388, 1.18812),
         ("g2-standard-24", "L4", 2, "us-central1-a"): (2.11, 0.84),
