@@ -19,7 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from corral.shared.catalog.catalog import DATA_DIR, SNAPSHOT_FILE, read_file
+from corral.shared.catalog.catalog import DATA_DIR, SNAPSHOT_FILE, catalog_file, read_file
+from corral.shared.catalog.offering import Offering
 from corral.shared.catalog.rebuild import to_csv
 from corral.shared.catalog.skypilot import from_skypilot_aws, from_skypilot_gcp
 
@@ -33,6 +34,24 @@ def moto_zone_ids() -> dict[str, str]:
     return {
         zone.zone_id: zone.name for zones in RegionsAndZonesBackend.zones.values() for zone in zones
     }
+
+
+def with_others(out: Path, cloud: str, rows: list[Offering]) -> list[Offering]:
+    """The current file's rows of the (type, GPUs, region) the new ``rows`` do not cover, in
+    their order, then ``rows`` (an N1 host's rows with GPUs stay when only its bare rows
+    come)."""
+    current = catalog_file(out, cloud)
+
+    def key(o: Offering) -> tuple[str, str | None, int, str]:
+        return (o.instance_type, o.accelerator, o.accelerator_count, o.region)
+
+    covered = {key(o) for o in rows}
+    kept = [
+        o
+        for o in (read_file(current, cloud) if current is not None else [])
+        if key(o) not in covered
+    ]
+    return [*kept, *rows]
 
 
 def write(out: Path, cloud: str, text: str, gzip_over: int) -> Path:
@@ -57,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", required=True, help="where the files came from")
     parser.add_argument("--out", type=Path, default=DATA_DIR)
     parser.add_argument("--gzip-over", type=int, default=1_000_000)
+    parser.add_argument(
+        "--keep-others",
+        action="store_true",
+        help="keep the current rows of every (type, GPUs, region) the file does not list "
+        "(new rows follow them): a partial file adds to the catalog instead of replacing it",
+    )
     args = parser.parse_args(argv)
     if not (args.aws or args.gcp):
         parser.error("give --aws, --gcp or both")
@@ -76,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                 rebuilt = from_skypilot_aws(text, ids, str(given))
             else:
                 rebuilt = from_skypilot_gcp(text, str(given))
-            path = write(args.out, cloud, to_csv(rebuilt.offerings), args.gzip_over)
+            rows = rebuilt.offerings
+            if args.keep_others:
+                rows = with_others(args.out, cloud, rows)
+            path = write(args.out, cloud, to_csv(rows), args.gzip_over)
             read_file(path, cloud)  # what was written reads back as a catalog
             snapshots[cloud] = {"date": args.date, "source": args.source}
             print(f"{rebuilt.summary(cloud)} -> {path}")
