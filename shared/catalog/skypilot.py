@@ -30,7 +30,9 @@ from corral.shared.catalog.rebuild import (
     sort_rows,
 )
 
-AZ_ID = re.compile(r"^[a-z]{2,}[0-9]*-az[0-9]+$")  # use1-az2, apne1-az4, usw2-lax1-az1 (no)
+AZ_ID = re.compile(r"^[a-z]{2,}[0-9]*-az[0-9]+$")  # use1-az2, apne1-az4
+# A Local Zone's id (usw2-lax1-az1): a zone an account must opt in to, left out.
+LOCAL_ZONE_ID = re.compile(r"^[a-z]{2,}[0-9]*-[a-z]+[0-9]+-az[0-9]+$")
 
 # GCP machine types that always carry their GPUs: name pattern -> (accelerator, count or None:
 # the count is the pattern's number).
@@ -120,6 +122,8 @@ def from_skypilot_aws(
             out.left_out_unpriced += 1
             continue
         zone = line.text("AvailabilityZone")
+        if LOCAL_ZONE_ID.match(zone):
+            continue
         if AZ_ID.match(zone):
             if zone_names is None or zone not in zone_names:
                 raise SkypilotFormatError(

@@ -38,6 +38,7 @@ g6e.xlarge,L40S,1.0,4.0,32.0,"{}",1.861,,us-east-1,use1-az4,x86_64,ssd,True,250.
 g6e.xlarge,L40S,1.0,4.0,32.0,"{}",1.861,,us-east-1,use1-az4,x86_64,ssd,True,250.0,1.0
 g6f.large,L4,0.125,2.0,8.0,,0.2,,us-east-1,use1-az2,x86_64,,False,,
 p5.48xlarge,H100,8.0,192.0,2048.0,,55.04,,us-east-1,use1-az6,x86_64,ssd,True,3800.0,8.0
+g4dn.16xlarge,T4,1.0,64.0,256.0,,4.352,0.5222,us-west-2,usw2-lax1-az1,x86_64,ssd,True,900.0,1.0
 """
 )
 ZONES = {"use1-az2": "us-east-1c", "use1-az4": "us-east-1d", "use1-az6": "us-east-1a",
@@ -69,7 +70,8 @@ def test_aws_rows_keep_gpus_and_common_families_with_zone_names() -> None:
         ("g6e.xlarge", "L40S", 1, "us-east-1d", 1.861, None),  # the repeated row once
         ("p5.48xlarge", "H100", 8, "us-east-1a", 55.04, None),
     ]
-    # a1 (ARM) is not a common family; g6f sells a fraction of a GPU.
+    # a1 (ARM) is not a common family; g6f sells a fraction of a GPU; a Local Zone's row
+    # (usw2-lax1-az1) is left out, with no error for its id.
     assert rebuilt.left_out_family == 2
 
 
