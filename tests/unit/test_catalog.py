@@ -141,7 +141,7 @@ def test_spot_at_most_on_demand_and_per_zone_on_aws(catalog: Catalog) -> None:
         ("aws", "g6e.xlarge", "us-east-1", "us-east-1c", 1.861, 0.8783),
         ("aws", "g6e.48xlarge", "eu-north-1", "eu-north-1b", 31.96075, 8.0386),
         ("aws", "g6.8xlarge", "ap-south-1", "ap-south-1a", 2.41888, 0.9777),
-        ("aws", "g4dn.2xlarge", "ap-south-1", "ap-south-1b", 0.828, 0.3294),
+        ("aws", "g4dn.2xlarge", "ap-south-1", "ap-south-1c", 0.828, 0.3294),
         ("gcp", "n1-standard-2", "us-central1", "us-central1-f", 0.095, 0.03191),
         ("gcp", "n1-standard-2", "europe-west1", "europe-west1-d", 0.1045, 0.03961),
     ],
