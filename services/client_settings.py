@@ -4,12 +4,12 @@
 home is, the API's address and token, the bundle limit and the local cloud's file. Building the
 whole tree (``corral.services.settings.Settings``) imports pydantic-settings (with asyncio,
 argparse and dotenv) and checks some sixty fields: a sixth of what those commands cost before
-they sent a byte. This module reads the same five as ``Settings`` reads them (``CORRAL_<NAME>``, the name
-in any case, an empty value kept as empty); a unit test (tests/unit/test_client_settings.py)
-holds the two to the same answers. A value this reading cannot vouch for (a bundle limit that
-is not plain digits within its bounds) is left to ``Settings``, so its error is the one every
-other command gives. It is the settings module's one companion: nothing else reads the
-environment.
+they sent a byte. This module reads the same five as ``Settings`` reads them
+(``CORRAL_<NAME>``, the name in any case, an empty value kept as empty); a unit test
+(tests/unit/test_client_settings.py) holds the two to the same answers. A value this reading
+cannot vouch for (a bundle limit that is not plain digits within its bounds) is left to
+``Settings``, so its error is the one every other command gives. It is the settings module's
+one companion: nothing else reads the environment.
 """
 
 from __future__ import annotations
