@@ -33,7 +33,6 @@ from corral.shared.catalog.rebuild import (
 )
 
 Progress = Callable[[str], None]
-UPDATABLE = ("aws", "gcp")
 
 
 @dataclass(frozen=True)
