@@ -1,15 +1,15 @@
 """The few settings the API client needs, read without pydantic-settings.
 
-``corral status`` and ``corral launch`` need four values of the settings tree: where Corral's
-home is, the API's address and token, and the bundle limit. Building the whole tree
-(``corral.services.settings.Settings``) imports pydantic-settings (with asyncio, argparse and
-dotenv) and checks some sixty fields: a sixth of what those commands cost before they sent a
-byte. This module reads the same four as ``Settings`` reads them (``CORRAL_<NAME>``, the name
-in any case, an empty value kept as empty); a unit test (tests/unit/test_client_settings.py)
-holds the two to the same answers. A value this reading cannot vouch for (a bundle limit that
-is not plain digits within its bounds) is left to ``Settings``, so its error is the one every
-other command gives. It is the settings module's one companion: nothing else reads the
-environment.
+``corral status`` and ``corral launch`` need five values of the settings tree: where Corral's
+home is, the API's address and token, the bundle limit and the local cloud's file. Building the
+whole tree (``corral.services.settings.Settings``) imports pydantic-settings (with asyncio,
+argparse and dotenv) and checks some sixty fields: a sixth of what those commands cost before
+they sent a byte. This module reads the same five as ``Settings`` reads them
+(``CORRAL_<NAME>``, the name in any case, an empty value kept as empty); a unit test
+(tests/unit/test_client_settings.py) holds the two to the same answers. A value this reading
+cannot vouch for (a bundle limit that is not plain digits within its bounds) is left to
+``Settings``, so its error is the one every other command gives. It is the settings module's
+one companion: nothing else reads the environment.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PREFIX = "corral_"
+# Settings.local_cloud_file's default (services/settings.py's PACKAGED_LOCAL_CLOUD).
+PACKAGED_LOCAL_CLOUD = (
+    Path(__file__).resolve().parent / "providers" / "local" / "example-cloud.yaml"
+)
 # Settings.bundle_max_bytes's bounds (ge, le).
 BUNDLE_MAX_BYTES_BOUNDS = (1024, 512 * 1024 * 1024)
 
@@ -50,6 +54,13 @@ def client_settings() -> ClientSettings:
         api_url=env.get(PREFIX + "api_url"),
         api_token=env.get(PREFIX + "api_token"),
     )
+
+
+def local_cloud_file() -> Path:
+    """``Settings.local_cloud_file``: CORRAL_LOCAL_CLOUD_FILE, else the packaged local cloud
+    (launch's quick look at the names a task gives, services/cli/launch_cmd.py)."""
+    text = _environment().get(PREFIX + "local_cloud_file")
+    return PACKAGED_LOCAL_CLOUD if text is None else Path(text)
 
 
 def bundle_max_bytes() -> int:

@@ -11,12 +11,15 @@ import os
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corral.shared.clouds import CATALOG_CLOUDS
+
+if TYPE_CHECKING:
+    from corral.shared.catalog import Catalog
 
 PACKAGED_LOCAL_CLOUD = (
     Path(__file__).resolve().parent / "providers" / "local" / "example-cloud.yaml"
@@ -157,6 +160,10 @@ class Settings(BaseSettings):
     # Clouds launches may use (each also needs its credentials from the SDK's usual chain).
     clouds: list[str] = Field(default_factory=lambda: ["local", *CATALOG_CLOUDS])
     aws_endpoint_url: str | None = None  # None: real AWS; tests point it at moto's server
+    # `corral catalog update`'s price lists: None: the real AWS Pricing API and Cloud Billing
+    # catalog; tests point them at local fakes.
+    aws_pricing_endpoint_url: str | None = None
+    gcp_billing_endpoint: str | None = None
     # Kubernetes (docs/kubernetes.md): the kubeconfig contexts Corral launches pods in (its
     # regions; none: the current context, or in-cluster inside a pod), their namespaces (its
     # zones), the kubeconfig file (None: KUBECONFIG or ~/.kube/config), and how long a launch
@@ -248,6 +255,11 @@ class Settings(BaseSettings):
     def local_machines(self) -> Path:
         return self.local_machines_dir or default_machines_dir(self.home)
 
+    @property
+    def catalog_dir(self) -> Path:
+        """Where ``corral catalog update`` writes the catalog that overrides the shipped one."""
+        return self.home / "catalog"
+
 
 def default_machines_dir(home: Path) -> Path:
     """Local machines' folders for the installation at ``home``, outside it (in the temp dir,
@@ -317,3 +329,12 @@ def child_env(settings: Settings, **extra: str) -> dict[str, str]:
         env["CORRAL_GCP_API_ENDPOINT"] = settings.gcp_api_endpoint
     env.update(extra)
     return env
+
+
+def installed_catalog(settings: Settings | None = None) -> Catalog:
+    """The catalog this installation plans on: the shipped price lists, with each cloud's list
+    that ``corral catalog update`` wrote under <home>/catalog in its place."""
+    from corral.shared.catalog import load_catalog
+
+    folder = (settings or get_settings()).catalog_dir
+    return load_catalog(folder if folder.is_dir() else None)

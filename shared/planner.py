@@ -47,6 +47,7 @@ from corral.shared.catalog.ordering import (
     merge_runs,
     type_runs,
 )
+from corral.shared.catalog_names import unknown_accelerator, unknown_instance_type
 from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.config.task import Resources, Task
 from corral.shared.images import image_regions
@@ -314,15 +315,22 @@ def _clouds_for(
     return (cloud,) if cloud in planned else ()
 
 
-def _unknown_place(catalog: Catalog, spec: Spec, clouds: Iterable[str]) -> str:
-    """`` (no region X in the catalog)`` when the spec names a place no cloud has."""
+def _unknown_place(catalog: Catalog, spec: Spec, clouds: Sequence[str]) -> str:
+    """`` (no region X in the catalog)`` when the spec names a place no cloud has; else
+    ``; instance type X is not in the catalog (did you mean ...?)`` for a name it lacks."""
     for kind, name, index in (
         ("region", spec.where.region, catalog.by_region),
         ("zone", spec.where.zone, catalog.by_zone),
     ):
         if name is not None and not any((cloud, name) in index for cloud in clouds):
             return f" (the catalog has no {kind} {name} there)"
-    return ""
+    only = clouds[0] if len(clouds) == 1 else None
+    why = None
+    if spec.where.instance_type is not None:
+        why = unknown_instance_type(catalog, spec.where.instance_type, only)
+    if why is None and spec.accelerator is not None:
+        why = unknown_accelerator(catalog, spec.accelerator.name, only)
+    return f"; {why}" if why else ""
 
 
 @dataclass

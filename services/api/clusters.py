@@ -69,8 +69,8 @@ CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
     """The cluster file as JSON after every check ``autoscale explain`` makes; ConfigError."""
+    from corral.services.settings import installed_catalog
     from corral.shared.autoscaler import resolve_cluster
-    from corral.shared.catalog import load_catalog
     from corral.shared.config.cluster import Cluster
     from corral.shared.config.detect import check_problems
     from corral.shared.configio import validate_doc
@@ -100,7 +100,7 @@ def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
     found = rules.problems(deps.settings, cluster)
     if found:
         raise ConfigError([doc.issue(path, message) for path, message in found])
-    resolved = resolve_cluster(cluster, load_catalog(), stand_in)
+    resolved = resolve_cluster(cluster, installed_catalog(), stand_in)
     if resolved.problems:
         raise ConfigError([doc.issue(path, message) for path, message in resolved.problems])
     data: dict[str, Any] = cluster.model_dump(mode="json", exclude_none=True, by_alias=True)

@@ -49,8 +49,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _resolve(cluster_file: Path, cloud: str | None, local_cloud: Path | None) -> Resolved:
+    from corral.services.settings import installed_catalog
     from corral.shared.autoscaler.resources import resolve_cluster
-    from corral.shared.catalog import load_catalog
     from corral.shared.config.base import ignored_notices
     from corral.shared.config.cluster import Cluster
     from corral.shared.config.detect import load_as
@@ -70,7 +70,7 @@ def _resolve(cluster_file: Path, cloud: str | None, local_cloud: Path | None) ->
         )
     except ProviderUnavailable:
         stand_in = None  # a cloud Corral has no provider for: the file as written
-    resolved = resolve_cluster(cluster, load_catalog(), stand_in)
+    resolved = resolve_cluster(cluster, installed_catalog(), stand_in)
     if resolved.problems:
         raise ConfigError([doc.issue(path, message) for path, message in resolved.problems])
     return resolved

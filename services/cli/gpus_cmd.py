@@ -7,7 +7,7 @@ carrying it, with its on-demand and spot price in the cheapest region.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -25,6 +25,7 @@ from corral.services.cli.plan_cmd import print_table
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from corral.shared.catalog import Catalog
     from corral.shared.catalog.gpus import AcceleratorOffer, AcceleratorSummary
 
 
@@ -101,6 +102,24 @@ def _parse_name(name: str, as_json: bool) -> tuple[str, int | None]:
     return canonical, int(count_text) if sep else None
 
 
+def snapshot_line(catalog: Catalog, cloud: str | None) -> str | None:
+    """``prices as of: aws 2024-10-01 (shipped), gcp 2025-01-12 (corral catalog update)``."""
+    parts = []
+    for name, snap in catalog.snapshots.items():
+        if cloud is None or cloud == name:
+            how = "corral catalog update" if snap.user else "shipped"
+            parts.append(f"{name} {snap.date} ({how})")
+    return f"prices as of: {', '.join(parts)}" if parts else None
+
+
+def _snapshots(catalog: Catalog, cloud: str | None) -> dict[str, Any]:
+    return {
+        name: snap.to_dict()
+        for name, snap in catalog.snapshots.items()
+        if cloud is None or cloud == name
+    }
+
+
 def _negative(message: str, as_json: bool, known: list[str]) -> NoReturn:
     if as_json:
         print_json({"error": message, "known": known})
@@ -146,13 +165,15 @@ def show_gpus(
                 }
                 for s in rows
             ]
-            print_list("accelerators", listing)
-        elif every:  # SkyPilot's `show-gpus --all`: one table of every offering
+            print_list("accelerators", listing, snapshots=_snapshots(catalog, cloud))
+            return
+        if every:  # SkyPilot's `show-gpus --all`: one table of every offering
             print_table(
                 _offer_table([a for s in rows for a in offers(catalog, s.name, cloud=cloud)])
             )
         else:
             print_table(_summary_table(rows))
+        _print_snapshot(catalog, cloud)
         return
     canonical, count = _parse_name(name, as_json)
     if canonical not in catalog.by_accelerator:
@@ -163,6 +184,19 @@ def show_gpus(
         what = f"{canonical}:{count}" if count else canonical
         _negative(f"no instance type carries {what}{where}", as_json, known)
     if as_json:
-        print_list("offerings", [a.to_dict() for a in found], accelerator=canonical)
+        print_list(
+            "offerings",
+            [a.to_dict() for a in found],
+            accelerator=canonical,
+            snapshots=_snapshots(catalog, cloud),
+        )
     else:
         print_table(_offer_table(found))
+        _print_snapshot(catalog, cloud)
+
+
+def _print_snapshot(catalog: Catalog, cloud: str | None) -> None:
+    """The prices' date, on stderr: stdout stays one table for scripts."""
+    line = snapshot_line(catalog, cloud)
+    if line:
+        err.print(line, markup=False, highlight=False)

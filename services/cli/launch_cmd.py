@@ -153,6 +153,7 @@ def launch(
     if dryrun:
         _dry_run(file, flags, as_json)
         return
+    _check_names(file, flags, task, as_json)
     if idle_minutes is not None or down:
         task = _with_autostop(task, idle_minutes, down)
     task = _with_wait_terms(task, retry_until_up, max_wait, as_json)
@@ -211,14 +212,79 @@ def _with_flags(
     return data
 
 
+def _named(resources: Any) -> list[tuple[str, str]]:
+    """("type" | "gpu", name) for each instance type and accelerator a task's resources (and
+    their any_of / ordered candidates) name."""
+    from corral.shared.accelerators import parse_accelerators
+
+    if not isinstance(resources, dict):
+        return []
+    out: list[tuple[str, str]] = []
+    for item in [resources, *(resources.get("any_of") or ()), *(resources.get("ordered") or ())]:
+        if not isinstance(item, dict):
+            continue
+        if isinstance(item.get("instance_type"), str):
+            out.append(("type", item["instance_type"]))
+        try:
+            request = parse_accelerators(item.get("accelerators"))
+        except ValueError:
+            continue  # the task's own check reported it
+        out.extend(("gpu", o.name) for o in (request.options if request else ()))
+    return out
+
+
+def _names_surely_known(task: dict[str, Any]) -> bool:
+    """True when every instance type and accelerator the task names is written in the catalog
+    files or the local cloud's file: the fast path, a text search of a few hundred KB instead
+    of reading and indexing the catalog (launch's start-up budget, tests/bench). A name not
+    found this way is checked properly."""
+    import re
+
+    from corral.services.client_settings import client_settings, local_cloud_file
+    from corral.shared.catalog.catalog import DATA_DIR, catalog_file
+    from corral.shared.clouds import CATALOG_CLOUDS
+
+    names = _named(task.get("resources"))
+    if not names:
+        return True
+    mine = client_settings().file("catalog")  # Settings.catalog_dir
+    texts = []
+    for cloud in CATALOG_CLOUDS:
+        path = catalog_file(mine, cloud) or catalog_file(DATA_DIR, cloud)
+        if path is None or path.suffix == ".gz":
+            return False
+        texts.append(path.read_text(encoding="utf-8"))
+    local = local_cloud_file()
+    if local.is_file():
+        texts.append(local.read_text(encoding="utf-8"))
+    text = "\n".join(texts).lower()
+    return all(
+        re.search(rf"(?<![\w.-]){re.escape(name.lower())}(?![\w.-])", text) for _, name in names
+    )
+
+
+def _check_names(file: Path, flags: LaunchFlags, task: dict[str, Any], as_json: bool) -> None:
+    """Exit 2 (FILE:LINE, the field, the nearest name) when the task names an instance type
+    or accelerator that no cloud of this installation's catalog has: it could never plan."""
+    from corral.services.cli.plan_cmd import load_task, plan_catalog
+    from corral.shared.configio import ConfigError
+
+    if _names_surely_known(task):
+        return
+    try:
+        load_task(file, flags, plan_catalog(None))
+    except ConfigError as exc:
+        fail_input(exc, as_json)
+
+
 def _dry_run(file: Path, flags: LaunchFlags, as_json: bool) -> None:
     """``launch --dryrun``: what ``plan`` shows for the file with the same flags."""
     from corral.services.cli.plan_cmd import load_task, plan_catalog, show_plan
     from corral.shared.configio import ConfigError
 
     try:
-        task, said = load_task(file, flags)
         catalog = plan_catalog(None)
+        task, said = load_task(file, flags, catalog)
     except ConfigError as exc:
         fail_input(exc, as_json)
     show_plan(task, catalog, said, every_zone=False, as_json=as_json, local_cloud=None)

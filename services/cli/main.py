@@ -46,6 +46,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "corral.services.cli.validate_cmd": ("validate",),
     "corral.services.cli.plan_cmd": ("plan",),
     "corral.services.cli.gpus_cmd": ("show-gpus",),
+    "corral.services.cli.catalog_cmd": ("catalog",),
     "corral.services.cli.config_cmd": ("config",),
     "corral.services.cli.pools_cmd": ("pools",),
     "corral.services.cli.pools_api_cmd": ("why",),  # and apply, list, delete to `pools`

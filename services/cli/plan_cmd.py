@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from corral.shared.catalog import Catalog
     from corral.shared.catalog.offering import Offering
     from corral.shared.config.task import Task
+    from corral.shared.configio import Document
     from corral.shared.planner import Candidate, Plan
 
 
@@ -54,37 +55,52 @@ def register(app: typer.Typer) -> None:
     app.command("plan")(plan_command)
 
 
-def load_task(path: Path, flags: LaunchFlags | None = None) -> tuple[Task, list[str]]:
+def load_task(
+    path: Path, flags: LaunchFlags | None = None, catalog: Catalog | None = None
+) -> tuple[Task, list[str]]:
     """The task file, with the command line's flags merged over it (and those flags as
-    ``plan`` lists them); raises ConfigError naming the file (and the flag)."""
+    ``plan`` lists them); raises ConfigError naming the file (and the flag). Given the
+    ``catalog``, an instance type or accelerator it does not know is an error at its line,
+    with the nearest name it has."""
     from corral.shared.config.task import Task
     from corral.shared.configio import ConfigError, Document, check_problems, load_as, validate_doc
 
     task, doc = load_as(path, Task)
-    if flags is None:
-        return task, []
-    try:
-        data, said = merged(dict(doc.data), flags)
-    except ValueError as exc:
-        raise ConfigError.single(str(path), str(exc)) from None
-    if not said:
-        return task, []
-    with_flags = Document(name=f"{path} (with the command line's flags)", data=data)
-    task = validate_doc(Task, with_flags)
-    check_problems(task, with_flags)
+    said: list[str] = []
+    if flags is not None:
+        try:
+            data, said = merged(dict(doc.data), flags)
+        except ValueError as exc:
+            raise ConfigError.single(str(path), str(exc)) from None
+    if said:
+        doc = Document(name=f"{path} (with the command line's flags)", data=data)
+        task = validate_doc(Task, doc)
+        check_problems(task, doc)
+    if catalog is not None:
+        check_catalog_names(task, doc, catalog)
     return task, said
+
+
+def check_catalog_names(task: Task, doc: Document, catalog: Catalog) -> None:
+    """Raise ConfigError (FILE:LINE, the field) for each instance type or accelerator of the
+    task that no offering of ``catalog`` has, naming the nearest one it has."""
+    from corral.shared.catalog_names import resources_name_problems
+    from corral.shared.configio import ConfigError
+
+    found = resources_name_problems(task.resources, catalog)
+    if found:
+        raise ConfigError([doc.issue(path, message) for path, message in found])
 
 
 def plan_catalog(local_cloud: Path | None) -> Catalog:
     """The shipped catalog plus the local cloud's offerings: the file given, else the one
     ``corral up`` uses (CORRAL_LOCAL_CLOUD_FILE, by default the packaged local cloud) when
     launches may use the local cloud (it is in CORRAL_CLOUDS, as by default)."""
-    from corral.services.settings import get_settings
-    from corral.shared.catalog import load_catalog
+    from corral.services.settings import get_settings, installed_catalog
     from corral.shared.config.localcloud import load_local_cloud
 
-    catalog = load_catalog()
     settings = get_settings()
+    catalog = installed_catalog(settings)
     if local_cloud is not None or "local" in settings.clouds:
         path = local_cloud if local_cloud is not None else settings.local_cloud_file
         catalog = catalog.with_offerings(load_local_cloud(path).offerings())
@@ -262,8 +278,8 @@ def plan_command(
     try:
         # The file's notices, as `launch` prints them (its compute config file's too).
         notices = read_task_file(task_file).notices
-        task, said = load_task(task_file, flags)
         catalog = plan_catalog(local_cloud)
+        task, said = load_task(task_file, flags, catalog)
     except ConfigError as exc:
         fail_input(exc, as_json)
     for text in notices:

@@ -40,11 +40,21 @@ def _check(path: Path, kind: str | None) -> dict[str, Any]:
         if result["kind"] is None:
             raise unknown_kind(doc)
         loaded = validate_as(doc, result["kind"])
+        if result["kind"] == "task":
+            _check_task_names(loaded.model, doc)
     except ConfigError as exc:
         result["issues"] = exc.issues
         return result
     result.update(ok=True, notices=loaded.notices)
     return result
+
+
+def _check_task_names(task: Any, doc: Any) -> None:
+    """A task's instance types and accelerators that no cloud's catalog here has: errors at
+    their lines, with the nearest name (raises ConfigError)."""
+    from corral.services.cli.plan_cmd import check_catalog_names, plan_catalog
+
+    check_catalog_names(task, doc, plan_catalog(None))
 
 
 def validate(

@@ -34,8 +34,9 @@ from corral.services.queues.redis_conn import connect
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import catalog_for
 from corral.services.runtime.pooled.registry import pool_view
+from corral.services.settings import installed_catalog
 from corral.shared.blocking import Block
-from corral.shared.catalog import Catalog, load_catalog
+from corral.shared.catalog import Catalog
 from corral.shared.configio import ConfigError
 from corral.shared.lifecycle import (
     TERMINAL_INSTANCE_STATES,
@@ -311,7 +312,7 @@ def _catalog(deps: Deps) -> Catalog:
         return catalog_for(deps)
     except (OSError, ValueError, ConfigError) as exc:
         log.debug("metrics: local cloud prices left out: %s", exc)
-        return load_catalog()
+        return installed_catalog()
 
 
 def _price(

@@ -185,16 +185,17 @@ class CatalogOfferings:
     name: str
 
     def offerings(self) -> Sequence[Offering]:
-        from corral.shared.catalog import load_catalog
+        from corral.services.settings import installed_catalog
 
-        return tuple(o for o in load_catalog().offerings if o.cloud == self.name)
+        return tuple(o for o in installed_catalog().offerings if o.cloud == self.name)
 
     def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
         # A reservation's zone is the cloud's to enforce (it refuses a launch elsewhere), so
         # every zone offering the type is tried.
-        from corral.shared.catalog import load_catalog
+        from corral.services.settings import installed_catalog
 
-        return [(o.zone, o.region) for o in load_catalog().instance_type(self.name, instance_type)]
+        offerings = installed_catalog().instance_type(self.name, instance_type)
+        return [(o.zone, o.region) for o in offerings]
 
 
 def zones_from(offerings: Iterable[Offering], instance_type: str) -> list[tuple[str, str]]:

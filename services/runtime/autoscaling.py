@@ -77,12 +77,12 @@ def clusters(deps: Deps) -> ClusterStore:
 # ---------------------------------------------------------------------------------- the spec
 @lru_cache(maxsize=64)
 def _resolved(uid: str, cluster_json: str, cloud: str, local_file: str) -> ClusterSpec:
-    from corral.shared.catalog import load_catalog
+    from corral.services.settings import installed_catalog
     from corral.shared.config.localcloud import load_local_cloud
 
     cluster = Cluster.model_validate(json.loads(cluster_json))
     stand_in = cluster_files(cloud).stand_in(lambda: load_local_cloud(local_file))
-    return resolve_cluster(cluster, load_catalog(), stand_in).spec
+    return resolve_cluster(cluster, installed_catalog(), stand_in).spec
 
 
 def cluster_spec(deps: Deps, rec: ClusterRecord) -> ClusterSpec:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from corral.services.providers.registry import ProviderUnavailable
 from corral.services.runtime.deps import Deps
+from corral.services.settings import installed_catalog
 from corral.shared.budgets import Budget, load_budgets
-from corral.shared.catalog import Catalog, load_catalog
+from corral.shared.catalog import Catalog
 from corral.shared.catalog.offering import Offering
 from corral.shared.config.task import Task
 from corral.shared.planner import Plan, plan, request_specs
@@ -21,7 +22,7 @@ def catalog_with_local(local_cloud_file: str, mtime_ns: int) -> Catalog:
     from corral.shared.config.localcloud import load_local_cloud
 
     local = load_local_cloud(local_cloud_file)
-    return load_catalog().with_offerings(local.offerings())
+    return installed_catalog().with_offerings(local.offerings())
 
 
 @lru_cache(maxsize=4)

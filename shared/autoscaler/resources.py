@@ -213,8 +213,9 @@ def _resolve_type(
         return {**detected, **declared}, None, 0.0  # the cluster is already paid for
     if offering is None and nt.resources is None:
         catalog_name = f"the {source} catalog" if source in CATALOG_CLOUDS else "any catalog"
+        hint = _nearest_type(catalog, source, itype)
         out.problems.append(
-            (where, f"instance type {itype!r} is not in {catalog_name}; write its resources")
+            (where, f"instance type {itype!r} is not in {catalog_name}{hint}; write its resources")
         )
     elif offering is None and itype is not None:
         out.notices.append(f"{name}: {itype} is not in the {source} catalog; resources as written")
@@ -224,6 +225,17 @@ def _resolve_type(
         if asks_spot(nt.node_config) and offering.spot_price_usd_per_hour is not None:
             price = offering.spot_price_usd_per_hour
     return {**detected, **declared}, itype, price
+
+
+def _nearest_type(catalog: Catalog | None, source: str, itype: str | None) -> str:
+    """`` (did you mean 'n1-standard-2'?)`` when the cloud's catalog has a close name."""
+    from corral.shared.catalog_names import nearest
+
+    if catalog is None or itype is None:
+        return ""
+    names = {o.instance_type for o in catalog.offerings if o.cloud == source}
+    close = nearest(itype, names)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def _pod_resources(

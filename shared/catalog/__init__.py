@@ -5,6 +5,7 @@ from corral.shared.catalog.catalog import (
     DATA_DIR,
     Catalog,
     CatalogError,
+    Snapshot,
     load_catalog,
     parse_offerings,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "Catalog",
     "CatalogError",
     "Offering",
+    "Snapshot",
     "load_catalog",
     "parse_offerings",
 ]

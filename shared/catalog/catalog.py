@@ -13,8 +13,11 @@ extra offerings after them in the order given.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
+import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -40,8 +43,23 @@ COLUMNS = (
 GroupKey = tuple[str, str | None, int]
 
 
+SNAPSHOT_FILE = "snapshot.json"  # beside the CSV files: each cloud's snapshot date and source
+
+
 class CatalogError(ValueError):
     """A catalog file is malformed (a packaging bug, not a user's mistake)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """When one cloud's prices and offerings were read, and from where."""
+
+    date: str  # ISO date, e.g. 2025-11-20
+    source: str  # e.g. "skypilot-catalog v9", "aws apis (corral catalog update)"
+    user: bool = False  # True: a catalog `corral catalog update` wrote, not the shipped one
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"date": self.date, "source": self.source, "user": self.user}
 
 
 def _number(row: Mapping[str, str], column: str, where: str) -> float:
@@ -105,8 +123,12 @@ class Catalog:
     A catalog never changes after it is built; :meth:`with_offerings` returns a new one.
     """
 
-    def __init__(self, offerings: Iterable[Offering]) -> None:
+    def __init__(
+        self, offerings: Iterable[Offering], snapshots: Mapping[str, Snapshot] | None = None
+    ) -> None:
         self.offerings: tuple[Offering, ...] = tuple(offerings)
+        # Per cloud: when its rows were read (clouds without a price list have none).
+        self.snapshots: dict[str, Snapshot] = dict(snapshots or {})
         offs = self.offerings
         self.clouds: tuple[str, ...] = tuple(dict.fromkeys(o.cloud for o in offs))
         self.by_group: dict[GroupKey, tuple[int, ...]] = _index(
@@ -136,7 +158,7 @@ class Catalog:
     def with_offerings(self, extra: Iterable[Offering]) -> Catalog:
         """A new catalog: these offerings followed by ``extra`` (e.g. the local cloud's), in
         the order given."""
-        return Catalog((*self.offerings, *extra))
+        return Catalog((*self.offerings, *extra), self.snapshots)
 
     def regions(self, cloud: str) -> tuple[str, ...]:
         """The cloud's regions, in catalog order."""
@@ -158,16 +180,66 @@ class Catalog:
         )
 
 
+def read_snapshots(folder: Path) -> dict[str, Snapshot]:
+    """The ``snapshot.json`` of a catalog folder: ``{cloud: Snapshot}`` ({} when absent)."""
+    path = folder / SNAPSHOT_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            cloud: Snapshot(str(v["date"]), str(v.get("source", "")), bool(v.get("user", False)))
+            for cloud, v in data.items()
+        }
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CatalogError(f"{path}: expected {{cloud: {{date, source}}}}: {exc}") from None
+
+
+def catalog_file(folder: Path, cloud: str) -> Path | None:
+    """``<cloud>.csv`` or ``<cloud>.csv.gz`` in ``folder``, whichever exists."""
+    for name in (f"{cloud}.csv", f"{cloud}.csv.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def read_file(path: Path, cloud: str) -> list[Offering]:
+    """The offerings of one catalog file (plain or gzip-compressed CSV)."""
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        raw = gzip.decompress(raw)
+    return parse_offerings(raw.decode("utf-8"), cloud, str(path))
+
+
 def read_shipped(cloud: str) -> list[Offering]:
-    """The offerings of one shipped cloud file, ``data/<cloud>.csv``."""
-    path = DATA_DIR / f"{cloud}.csv"
-    return parse_offerings(path.read_text(encoding="utf-8"), cloud, str(path))
+    """The offerings of one shipped cloud file, ``data/<cloud>.csv[.gz]``."""
+    path = catalog_file(DATA_DIR, cloud)
+    if path is None:
+        raise CatalogError(f"{DATA_DIR}: no {cloud}.csv")
+    return read_file(path, cloud)
 
 
 @cache
-def load_catalog() -> Catalog:
-    """The shipped catalog (aws, then gcp), read and indexed once per process."""
+def load_catalog(user_dir: Path | None = None) -> Catalog:
+    """The catalog (aws, then gcp), read and indexed once per process and folder.
+
+    ``user_dir`` is a folder ``corral catalog update`` wrote (``<CORRAL_HOME>/catalog``): a
+    cloud's file there replaces the shipped one, with its own snapshot date.
+    """
+    shipped = read_snapshots(DATA_DIR)
+    users = read_snapshots(user_dir) if user_dir is not None else {}
     offerings: list[Offering] = []
+    snapshots: dict[str, Snapshot] = {}
     for cloud in CATALOG_CLOUDS:  # one data/<cloud>.csv each, loaded in this order
-        offerings.extend(read_shipped(cloud))
-    return Catalog(offerings)
+        mine = catalog_file(user_dir, cloud) if user_dir is not None else None
+        if mine is not None:
+            offerings.extend(read_file(mine, cloud))
+            found = users.get(cloud)
+            snapshots[cloud] = Snapshot(
+                found.date if found else "unknown", found.source if found else "", True
+            )
+        else:
+            offerings.extend(read_shipped(cloud))
+            if cloud in shipped:
+                snapshots[cloud] = shipped[cloud]
+    return Catalog(offerings, snapshots)

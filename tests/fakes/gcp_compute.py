@@ -69,6 +69,10 @@ class FakeCompute:
     inserts: list[dict[str, Any]] = field(default_factory=list)  # {zone, requestId, body}
     firewalls: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> rule
     calls: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of each call
+    # What machineTypes / acceleratorTypes.aggregatedList answer: zone -> the zone's resources
+    # ({name, guestCpus, memoryMb, accelerators?} / {name, maximumCardsPerInstance}).
+    zone_machine_types: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    zone_accelerator_types: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.instances: dict[tuple[str, str], dict[str, Any]] = {}  # (zone, name) -> resource
@@ -139,6 +143,13 @@ class FakeCompute:
         rest = parts[1:]
         if rest == ["aggregated", "instances"] and method == "GET":
             return self.aggregated_list(query)
+        if rest in (["aggregated", "machineTypes"], ["aggregated", "acceleratorTypes"]):
+            kind = rest[1]
+            listed = (
+                self.zone_machine_types if kind == "machineTypes" else self.zone_accelerator_types
+            )
+            items = {f"zones/{zone}": {kind: found} for zone, found in listed.items()}
+            return {"kind": f"compute#{kind}AggregatedList", "items": items}
         if rest[:2] == ["global", "firewalls"]:
             return self._firewalls_call(method, rest[2:], body)
         if len(rest) >= 3 and rest[0] == "zones":

@@ -118,6 +118,20 @@ def test_an_unknown_instance_type_needs_written_resources() -> None:
     assert resolved.notices == ["w: x9.huge is not in the aws catalog; resources as written"]
 
 
+def test_an_unknown_instance_type_names_the_nearest_in_its_clouds_catalog() -> None:
+    """Ray's GCP files name n1-standard-2; a misspelling of it says what it was meant to be."""
+    text = BASE % ("gcp", "machineType: n1-standard-2", "machineType: n1-standrd-2", "")
+    resolved = resolve_cluster(cluster_from(text), load_catalog())
+    assert resolved.problems == [
+        (
+            ("available_node_types", "w", "node_config", "machineType"),
+            "instance type 'n1-standrd-2' is not in the gcp catalog (did you mean "
+            "'n1-standard-2'?); write its resources",
+        )
+    ]
+    assert resolved.spec.node_types["head"].resources["CPU"] == 2.0  # n1-standard-2 is known
+
+
 def test_gcp_machine_types_and_guest_accelerators() -> None:
     guest = (
         "machineType: zones/us-central1-a/machineTypes/n1-standard-8, "

@@ -112,10 +112,16 @@ def test_regional_prices_differ_as_published(catalog: Catalog) -> None:
     assert by_region["eu-central-1"] > by_region["eu-west-1"] > by_region["us-east-1"]
 
 
-def test_spot_below_on_demand_and_per_zone_on_aws(catalog: Catalog) -> None:
+def test_spot_at_most_on_demand_and_per_zone_on_aws(catalog: Catalog) -> None:
+    # At most, not below: a zone's spot price can reach the on-demand price (SkyPilot's
+    # catalog records g6e.xlarge at 2.327 both ways in eu-central-1a).
     assert all(
-        o.spot_price_usd_per_hour is None or 0 < o.spot_price_usd_per_hour < o.price_usd_per_hour
+        o.spot_price_usd_per_hour is None or 0 < o.spot_price_usd_per_hour <= o.price_usd_per_hour
         for o in catalog.offerings
+    )
+    assert any(
+        o.spot_price_usd_per_hour == o.price_usd_per_hour
+        for o in catalog.instance_type("aws", "g6e.xlarge")
     )
     east = [
         o.spot_price_usd_per_hour
@@ -126,6 +132,57 @@ def test_spot_below_on_demand_and_per_zone_on_aws(catalog: Catalog) -> None:
     assert all(
         o.spot_price_usd_per_hour is None for o in catalog.instance_type("aws", "p4de.24xlarge")
     )
+
+
+@pytest.mark.parametrize(
+    ("cloud", "instance_type", "region", "zone", "price", "spot"),
+    [
+        # From skypilot-catalog v9 (data/README.md): L40S, ap-south-1, europe-west1, n1-standard-2.
+        ("aws", "g6e.xlarge", "us-east-1", "us-east-1c", 1.861, 0.8783),
+        ("aws", "g6e.48xlarge", "eu-north-1", "eu-north-1b", 31.96075, 8.0386),
+        ("aws", "g6.8xlarge", "ap-south-1", "ap-south-1a", 2.41888, 0.9777),
+        ("aws", "g4dn.2xlarge", "ap-south-1", "ap-south-1c", 0.828, 0.3294),
+        ("gcp", "n1-standard-2", "us-central1", "us-central1-f", 0.095, 0.03191),
+        ("gcp", "n1-standard-2", "europe-west1", "europe-west1-d", 0.1045, 0.03961),
+    ],
+)
+def test_rows_seeded_from_skypilots_catalog(
+    catalog: Catalog,
+    cloud: str,
+    instance_type: str,
+    region: str,
+    zone: str,
+    price: float,
+    spot: float,
+) -> None:
+    [row] = [o for o in catalog.instance_type(cloud, instance_type) if o.zone == zone]
+    assert (row.region, row.price_usd_per_hour, row.spot_price_usd_per_hour) == (
+        region,
+        price,
+        spot,
+    )
+
+
+def test_l40s_sold_by_one_four_and_eight_and_the_new_regions(catalog: Catalog) -> None:
+    counts = {catalog.offerings[i].accelerator_count for i in catalog.by_accelerator["L40S"]}
+    assert counts == {1, 4, 8}
+    assert {"ap-south-1", "eu-north-1", "me-central-1"} <= set(catalog.regions("aws"))
+    assert len(catalog.regions("gcp")) >= 29 and "europe-west1" in catalog.regions("gcp")
+    assert catalog.zones("gcp", "europe-west1") == (
+        "europe-west1-b",
+        "europe-west1-c",
+        "europe-west1-d",
+    )
+    # g6e had no on-demand price in ap-northeast-3 in that catalog: those rows are left out.
+    assert not [
+        o for o in catalog.instance_type("aws", "g6e.xlarge") if o.region == "ap-northeast-3"
+    ]
+
+
+def test_the_snapshot_date_is_loaded_with_the_rows(catalog: Catalog) -> None:
+    assert catalog.snapshots["aws"].date == "2024-10-01" and not catalog.snapshots["aws"].user
+    assert "skypilot-catalog v9" in catalog.snapshots["gcp"].source
+    assert catalog.with_offerings([]).snapshots == catalog.snapshots
 
 
 def test_rows_are_unique_per_zone(catalog: Catalog) -> None:

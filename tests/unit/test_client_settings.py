@@ -15,7 +15,13 @@ from pydantic import ValidationError
 from corral.services import client_settings as light
 from corral.services.settings import Settings
 
-NAMES = ("CORRAL_HOME", "CORRAL_API_URL", "CORRAL_API_TOKEN", "CORRAL_BUNDLE_MAX_BYTES")
+NAMES = (
+    "CORRAL_HOME",
+    "CORRAL_API_URL",
+    "CORRAL_API_TOKEN",
+    "CORRAL_BUNDLE_MAX_BYTES",
+    "CORRAL_LOCAL_CLOUD_FILE",
+)
 
 ENVIRONMENTS = [
     {},
@@ -26,6 +32,7 @@ ENVIRONMENTS = [
     {"CORRAL_BUNDLE_MAX_BYTES": str(512 * 1024 * 1024)},
     {"CORRAL_BUNDLE_MAX_BYTES": " 4096 "},  # not plain digits: Settings reads it
     {"CORRAL_API_PORT": "not a port"},  # a value the client never reads
+    {"CORRAL_LOCAL_CLOUD_FILE": "/srv/lab-cloud.yaml"},
 ]
 
 
@@ -54,6 +61,8 @@ def test_the_client_reads_what_settings_read(
     assert (got.home, got.api_url, got.api_token) == (full.home, full.api_url, token)
     assert got.file("api-url") == full.file("api-url")
     assert light.bundle_max_bytes() == full.bundle_max_bytes
+    assert light.local_cloud_file() == full.local_cloud_file
+    assert got.file("catalog") == full.catalog_dir
 
 
 @pytest.mark.parametrize("value", ["1023", str(512 * 1024 * 1024 + 1), "lots"])

@@ -175,18 +175,28 @@ def test_every_example_plans(example: str) -> None:
 
 
 def test_nothing_plannable_exits_1_with_reasons(tmp_path: Path) -> None:
-    path = write(tmp_path, "a10.yaml", "resources: {accelerators: A10:1}\n")
+    path = write(tmp_path, "a100x3.yaml", "resources: {accelerators: A100:3}\n")
     run = corral("plan", path)
     assert run.returncode == 1
     assert "nothing can be planned" in run.stderr
-    assert "A10:1: no offering on aws, gcp" in run.stderr
+    assert "A100:3: no offering on aws, gcp" in run.stderr
     as_json = corral("plan", path, "--json")
     assert as_json.returncode == 1
     assert json.loads(as_json.stdout) == {
         "candidates": [],
         "count": 0,
-        "reasons": ["A10:1: no offering on aws, gcp"],
+        "reasons": ["A100:3: no offering on aws, gcp"],
     }
+
+
+def test_an_accelerator_no_cloud_has_is_exit_2_at_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "a10.yaml", "resources: {accelerators: A10:1}\n")
+    run = corral("plan", path)
+    assert run.returncode == 2
+    assert (
+        f"{path}:1: resources.accelerators: no instance type in the catalog carries "
+        "accelerator 'A10' (did you mean 'A10G'?)"
+    ) in run.stderr
 
 
 def test_invalid_task_file_exits_2_with_file_line_field(tmp_path: Path) -> None:

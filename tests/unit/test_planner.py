@@ -402,7 +402,18 @@ def test_azure_only_is_noticed_and_empty() -> None:
 
 def test_a10_alone_has_no_aws_gcp_offering() -> None:
     result = plan_of("resources: {accelerators: A10:1}")
-    assert result.candidates == [] and result.reasons == ["A10:1: no offering on aws, gcp"]
+    assert result.candidates == [] and result.reasons == [
+        "A10:1: no offering on aws, gcp; no instance type in the catalog carries accelerator "
+        "'A10' (did you mean 'A10G'?)"
+    ]
+
+
+def test_a_type_no_cloud_has_is_named_with_the_nearest() -> None:
+    result = plan_of("resources: {cloud: aws, instance_type: p4d.24xlarg}")
+    assert result.reasons == [
+        "p4d.24xlarg on aws: no offering on aws; instance type 'p4d.24xlarg' is not in the aws "
+        "catalog (did you mean 'p4d.24xlarge'?)"
+    ]
 
 
 def test_clouds_argument_restricts() -> None:

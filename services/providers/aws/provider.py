@@ -182,9 +182,9 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
         if self._regions is not None:
             base = self._regions
         else:
-            from corral.shared.catalog import load_catalog
+            from corral.services.settings import installed_catalog
 
-            base = load_catalog().regions(self.name)
+            base = installed_catalog().regions(self.name)
         with self._lock:
             touched = tuple(self._attempt_regions.values())
         return tuple(dict.fromkeys((*base, *touched)))
