@@ -48,7 +48,8 @@ NOT_LISTS = {
     "simulate", "run api", "exec", "cancel",
     "pools apply", "pools delete", "pools resolve", "pools route", "config merge", "config get",
     "cluster up", "cluster down", "cluster status", "cluster demand", "autoscale explain",
-    "users add", "users revoke", "projects add", "projects quota", "catalog update", "catalog reset",
+    "users add", "users revoke", "projects add", "projects quota",
+    "catalog update", "catalog reset",
 }  # fmt: skip
 
 
