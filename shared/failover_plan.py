@@ -89,13 +89,16 @@ class WaitUntil:
 
     ``because``: ``backoff``, ``block_expiry`` or ``deadline``; ``deadline``: when the wait
     ends for good (None: never). ``waits_on``: per blocked candidate, the block that frees
-    it last, with its end. ``verdict`` and ``reason``: what the request's account says."""
+    it last, with its end. ``verdict`` and ``reason``: what the request's account says.
+    ``since`` and ``retries``: the wait it continues (as in the snapshot's policy)."""
 
     at: float
     because: str
     deadline: float | None
     verdict: str
     reason: str
+    since: float
+    retries: int
     waits_on: tuple[tuple[Block, float], ...] = ()
     passed_over: PassedOver = ()
     escalated: tuple[Escalate, ...] = ()
@@ -174,6 +177,8 @@ def plan_step(snap: Snapshot) -> Decision:
         decided.deadline,
         verdict,
         decided.reason,
+        policy.since,
+        policy.retries,
         tuple(waited),
         found.passed_over,
         up,

@@ -39,17 +39,17 @@ def io(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         return get(self, request_id)
 
     def counted_update(
-        self: Store, model: type, key: str, fn: Callable[[Any], bool], *args: Any
+        self: Store, model: type, key: str, fn: Callable[[Any], tuple[bool, Any]], *args: Any
     ) -> Any:
         if model is not LaunchRequest:
             return update(self, model, key, fn, *args)
         first = [len(args) > 2 and args[2] is not None]  # handed a record: no first read
 
-        def counted(r: Any) -> bool:
+        def counted(r: Any) -> tuple[bool, Any]:  # whether to write, and what was decided
             handed = first.pop() if first else False
             seen["reads"] += 0 if handed else 1
             wrote = fn(r)
-            seen["writes"] += int(wrote)
+            seen["writes"] += int(wrote[0])
             return wrote
 
         return update(self, model, key, counted, *args)
