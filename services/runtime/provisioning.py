@@ -140,7 +140,7 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
         return walked.outcome
     step = walked.run_here
     try:
-        return attempt(deps, request_id, step, carried=walked.written)
+        return attempt(deps, request_id, step, carried=walked.written, task=task)
     except RetryLater as later:  # the attempt waits its turn on its queue, as a retry would
         moved = deps.store.get_request(request_id)
         if moved is not None:
@@ -165,15 +165,19 @@ def attempt(
     step: int,
     try_no: int = 0,
     carried: LaunchRequest | None = None,
+    task: Task | None = None,
 ) -> str:
     """Try candidate ``step`` of the request's chain; on failure, walk on to the next one. A
     next candidate on the same cloud is tried in this task (a refused call costs no broker
     message), up to ``INLINE_ATTEMPTS`` zones; one on another cloud is published on its
     cloud's queue. ``carried``: the request as the caller's walk just wrote it, with this
-    attempt recorded (:func:`failover.walk`), so it is not read again."""
+    attempt recorded (:func:`failover.walk`), so it is not read again. ``task``: the
+    request's task as the caller parsed it (else it is parsed here, once for every zone this
+    task tries)."""
+    typed = TypedTask(task)
     for _ in range(INLINE_ATTEMPTS):
         try:
-            walked = _attempt_once(deps, request_id, step, try_no, carried)
+            walked = _attempt_once(deps, request_id, step, try_no, carried, typed)
         except RetryLater as later:
             later.step = step  # the zone this task had reached
             raise
@@ -189,8 +193,28 @@ def attempt(
 INLINE_ATTEMPTS = 16  # zones one attempt task tries before it hands the rest to the queue
 
 
+class TypedTask:
+    """A request's task, parsed from its stored form at most once per task run (an admission
+    hands over the one it parsed; the zones one attempt task walks share it)."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: Task | None = None) -> None:
+        self._task = task
+
+    def of(self, req: LaunchRequest) -> Task:
+        if self._task is None:
+            self._task = Task.model_validate(req.task)
+        return self._task
+
+
 def _attempt_once(
-    deps: Deps, request_id: str, step: int, try_no: int, held: LaunchRequest | None
+    deps: Deps,
+    request_id: str,
+    step: int,
+    try_no: int,
+    held: LaunchRequest | None,
+    typed: TypedTask,
 ) -> Walked:
     req = held if held is not None else deps.store.get_request(request_id)
     if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
@@ -213,7 +237,7 @@ def _attempt_once(
             if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
                 return STALE
         inline = req.chain[step].cloud
-        walked = _attempt(deps, req, step, try_no, attempt_id, inline=inline, fresh=fresh)
+        walked = _attempt(deps, req, step, try_no, attempt_id, inline, typed, fresh=fresh)
         if walked.outcome == "booting":
             # Its machines are in the boot book: the watch finishes the attempt and nobody
             # waits for this claim (a redelivery of the attempt finds its boot booked, after
@@ -240,6 +264,7 @@ def _attempt(
     try_no: int,
     attempt_id: str,
     inline: str,
+    typed: TypedTask,
     fresh: bool = False,
 ) -> Walked:
     """``fresh``: this task's own write started the attempt (no earlier delivery can have
@@ -260,7 +285,7 @@ def _attempt(
             return after_failure(deps, req, step, Scope.NONE, inline)
         req = record_attempt(deps, req.id, attempt_id, cand, now, current=req) or req
         deps.store.append_event(req.id, attempt_line(req, step), now)
-    task = Task.model_validate(req.task)
+    task = typed.of(req)
     spec = _spec(req, task, cand, attempt_id, deps.settings.bundle_unpacked_max_bytes)
     # The deadline runs from the cloud call (a redelivered attempt keeps the first one).
     boot = Boot(
