@@ -80,7 +80,7 @@ class Attempt:
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        return (*(e.reason for e in self.escalated), f"attempt candidate {self.index}")
+        return (*(e.reason for e in self.escalated), f"try candidate {self.index + 1}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,3 +183,17 @@ def plan_step(snap: Snapshot) -> Decision:
         found.passed_over,
         up,
     )
+
+
+def told(decision: Decision) -> dict[str, object]:
+    """A decision as ``corral why`` shows it: its kind, its candidate or its time, and its
+    reasons in order."""
+    match decision:
+        case Attempt():
+            return {"decision": "attempt", "candidate": decision.index,
+                    "reasons": list(decision.reasons)}  # fmt: skip
+        case WaitUntil():
+            return {"decision": "wait", "until": decision.at, "because": decision.because,
+                    "reasons": list(decision.reasons)}  # fmt: skip
+        case Fail():
+            return {"decision": "fail", "reasons": list(decision.reasons)}

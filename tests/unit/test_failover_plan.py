@@ -68,7 +68,7 @@ def test_a_failed_zone_escalates_scope_by_scope_and_says_so() -> None:
         Escalate(Within.CLOUD, "nothing left to try in its region: look in its cloud"),
         Escalate(Within.ANY, "nothing left to try in its cloud: look in the chain"),
     )
-    assert decided.reasons[-1] == "attempt candidate 3"
+    assert decided.reasons[-1] == "try candidate 4"  # counted from 1, as `why` does
 
 
 def test_blocked_candidates_are_passed_over_with_their_block() -> None:
