@@ -113,7 +113,7 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
     if req.state != RequestState.PENDING:
         return f"nothing to do ({req.state})"
     now = deps.now()
-    task = Task.model_validate(req.task)
+    task = TypedTask().of(req)  # handed to the attempt run here: parsed once
     left_out = clouds_left_out(deps, task)
     # The chain planned at submit; planned here only for a request stored without one.
     chain = list(req.chain)
