@@ -96,11 +96,13 @@ class Walked:
     ``failed``, ``waiting``, ``stale``, ``raced``, ...). ``run_here``: the chain position the
     caller (an attempt task of that cloud) runs now, its attempt recorded by this write;
     ``written``: the request as this write left it, when the write started that attempt (the
-    caller starts from it without reading it again); ``decision``: what was planned."""
+    caller starts from it without reading it again); ``published``: the chain position whose
+    attempt was published on its cloud's queue; ``decision``: what was planned."""
 
     outcome: str
     run_here: int | None = None
     written: LaunchRequest | None = None
+    published: int | None = None
     decision: Decision | None = None
 
 
@@ -130,7 +132,7 @@ def after_failure(
         )
         return Walked("failed")
     walked = walk(deps, req.id, step, Within.REGION, inline=inline, ended=ended, current=current)
-    if walked.outcome.startswith("attempt"):
+    if walked.published is not None:
         return replace(walked, outcome="failed over")
     return walked
 
@@ -213,10 +215,10 @@ def walk(
         return Walked("stale", decision=decision)
     if inline is not None and updated.chain[step].cloud == inline:
         deps.store.append_events(request_id, [*lines, attempt_line(updated, step)], now)
-        return Walked(f"run {step} here", step, updated if started else None, decision)
+        return Walked(f"run {step} here", step, updated if started else None, decision=decision)
     deps.store.append_events(request_id, lines, now)
     send_attempt(deps, updated, step)
-    return Walked(f"attempt {step}", decision=decision)
+    return Walked(f"attempt {step}", published=step, decision=decision)
 
 
 def snapshot(
