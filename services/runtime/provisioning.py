@@ -238,7 +238,7 @@ def _attempt_once(
                 return STALE
         inline = req.chain[step].cloud
         walked = _attempt(deps, req, step, try_no, attempt_id, inline, typed, fresh=fresh)
-        if walked.outcome == "booting":
+        if walked is BOOTING:
             # Its machines are in the boot book: the watch finishes the attempt and nobody
             # waits for this claim (a redelivery of the attempt finds its boot booked, after
             # a retry of at most claim_ttl_s; reconcile leaves its machines alone as long).
