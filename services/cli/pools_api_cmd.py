@@ -234,6 +234,8 @@ def why(
         say(f"  blocked ahead: {kind}{b['scope']}{until} ({b['reason']})")
     if found.get("retry_at"):
         say(f"  next retry: {_clock(found['retry_at'])} (retry {(found.get('retries') or 0) + 1})")
+    if walk := found.get("next_walk"):  # what a walk of the chain made now would decide
+        say(f"  a walk now: {'; '.join(walk.get('reasons') or [walk.get('decision')])}")
     if found.get("state") == "WAITING" or found.get("deadline"):
         deadline = found.get("deadline")
         say(f"  deadline: {_clock(deadline) if deadline else 'none (waits until up)'}")

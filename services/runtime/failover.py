@@ -8,7 +8,7 @@ step is idempotent by a compare-and-set on the request's position. The choice it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, replace
 
 from corral.services.queues import dispatch
 from corral.services.runtime.attempt_record import (
@@ -21,18 +21,27 @@ from corral.services.runtime.attempt_record import (
     finish_attempt,
 )
 from corral.services.runtime.deps import Deps
+from corral.services.state.blocks import RememberedBlock
 from corral.shared.blocking import Block, Placed, place_key
 from corral.shared.errors import Scope
-from corral.shared.failover import WIDER, Within, next_step
+from corral.shared.failover import Within
+from corral.shared.failover_plan import (
+    Attempt,
+    Decision,
+    Fail,
+    Snapshot,
+    WaitPolicy,
+    WaitUntil,
+    plan_step,
+)
 from corral.shared.lifecycle import RequestState
 from corral.shared.records import ChainStep, LaunchRequest, Waiting
 from corral.shared.waiting import (
+    Backoff,
     WaitTerms,
     backoff_of,
-    decide_wait,
     lifted_by_release,
     looking_since,
-    retry_rng,
     still_blocked,
     waits_on,
     woken_by_release,
@@ -78,10 +87,23 @@ def resume(deps: Deps, req: LaunchRequest) -> None:
         send_attempt(deps, req, req.next_step)
 
 
-NEXT = "next "  # advance's answer when the caller runs the next attempt itself: NEXT + step
-
-
 Ended = tuple[str, str, str | None]  # (attempt id, outcome, error) of an attempt that failed
+
+
+@dataclass(frozen=True, slots=True)
+class Walked:
+    """What a step of the walk did. ``outcome``: the step task's result (``attempt 3``,
+    ``failed``, ``waiting``, ``stale``, ``raced``, ...). ``run_here``: the chain position the
+    caller (an attempt task of that cloud) runs now, its attempt recorded by this write;
+    ``written``: the request as this write left it, when the write started that attempt (the
+    caller starts from it without reading it again); ``published``: the chain position whose
+    attempt was published on its cloud's queue; ``decision``: what was planned."""
+
+    outcome: str
+    run_here: int | None = None
+    written: LaunchRequest | None = None
+    published: int | None = None
+    decision: Decision | None = None
 
 
 def after_failure(
@@ -93,13 +115,11 @@ def after_failure(
     *,
     ended: Ended | None = None,
     current: LaunchRequest | None = None,
-    written: list[LaunchRequest] | None = None,
-) -> str:
+) -> Walked:
     """A zone attempt failed: walk on to the next candidate now, in this task (an invalid
     request fails now). ``inline``: the cloud whose next attempt the caller runs itself.
     ``ended``: the failed attempt's outcome, written in the same compare-and-set.
-    ``current``: ``req`` is as just read or written (the write starts from it).
-    ``written``: as for :func:`advance`."""
+    ``current``: ``req`` is as just read or written (the write starts from it)."""
     if scope == Scope.REQUEST:
         if ended is not None:
             finish_attempt(deps, req.id, *ended)
@@ -110,21 +130,20 @@ def after_failure(
             expected={RequestState.PROVISIONING},
             step=step,
         )
-        return "failed"
-    outcome = advance(
-        deps,
-        req.id,
-        step,
-        Within.REGION,
-        inline=inline,
-        ended=ended,
-        current=current,
-        written=written,
-    )
-    return "failed over" if outcome.startswith("attempt") else outcome
+        return Walked("failed")
+    walked = walk(deps, req.id, step, Within.REGION, inline=inline, ended=ended, current=current)
+    if walked.published is not None:
+        return replace(walked, outcome="failed over")
+    return walked
 
 
-def advance(
+def advance(deps: Deps, request_id: str, after: int, within: Within | str) -> str:
+    """A failover step task (``retry_region``, ``retry_cloud``, ``next_cloud``): :func:`walk`
+    on from chain position ``after``; returns what it did."""
+    return walk(deps, request_id, after, within).outcome
+
+
+def walk(
     deps: Deps,
     request_id: str,
     after: int,
@@ -135,135 +154,135 @@ def advance(
     inline: str | None = None,
     ended: Ended | None = None,
     current: LaunchRequest | None = None,
-    written: list[LaunchRequest] | None = None,
-) -> str:
+) -> Walked:
     """Walk the failover steps from ``within`` outwards (the rest of the region, then the
     cloud's other regions, then the rest of the chain) in one go, and publish the one attempt
-    chosen, or fail the request when nothing is left. One task whatever the scope: no broker
-    message and no re-read of the request per level (the step tasks of each scope still
-    arrive here, from a system upgraded mid-chain, and walk on from their own scope).
+    chosen, or make the request wait or fail when nothing is left. Plan, then apply: the
+    decision is :func:`corral.shared.failover_plan.plan_step`'s, from a snapshot of the
+    request as read, and it is written in one compare-and-set (planned again from the fresh
+    record if another writer got in first). One task whatever the scope: no broker message and
+    no re-read of the request per level.
 
     With ``chain`` (admission: ``after`` is -1 and the request PENDING), the request takes the
     chain and moves to PROVISIONING (``why``) in the same write that picks its first step.
-    With ``inline`` (a cloud), a next attempt on that cloud is not published: the answer is
-    ``NEXT`` and its step, for the caller (an attempt task of that cloud) to run; that
+    With ``inline`` (a cloud), a next attempt on that cloud is not published: the answer's
+    ``run_here`` is its step, for the caller (an attempt task of that cloud) to run; that
     attempt (try 0) is recorded in the same write, so the caller need not write the request
-    again to start it, and the record as written is appended to ``written`` for the caller
-    to start from without reading it again (only if this write started it: an attempt found
+    again to start it, and the answer's ``written`` is the record as written, for the caller to
+    start from without reading it again (only if this write started it: an attempt found
     there already may have been launched by an earlier delivery, so the caller reads afresh).
     ``current``: the request as the caller just read it (the write starts from it)."""
     scope = Within(within)
     now = deps.now()
     remembered = deps.blocks.active(now)
-    blocks = [b.block for b in remembered]
-    found: dict[str, Any] = {}
+    blocks = [(b.block, b.until) for b in remembered]
+    backoff = backoff_of(deps.settings.timers)
 
-    def move_on(r: LaunchRequest) -> bool:
-        found.clear()  # a run after a lost race decides afresh
+    def plan_and_apply(r: LaunchRequest) -> tuple[bool, tuple[Decision, bool] | None]:
         if chain is not None:
             if r.state != RequestState.PENDING:
-                return False
+                return False, None
             r.chain, r.next_step = list(chain), -1
             r.move(RequestState.PROVISIONING, now, why or f"planned {len(chain)} candidates")
         elif r.state != RequestState.PROVISIONING or r.next_step != after:
             # Moved on meanwhile: only the failed attempt's outcome is left to write.
-            return ended is not None and end_attempt(r, ended[0], ended[1], now, ended[2])
+            return ended is not None and end_attempt(r, ended[0], ended[1], now, ended[2]), None
         if ended is not None:
             end_attempt(r, ended[0], ended[1], now, ended[2])
-        decision = next_step(r.chain, after, blocks, scope)
-        level = scope
-        while decision.action == "escalate":
-            level = WIDER[level]
-            decision = next_step(r.chain, after, blocks, level)
-        found["decision"] = decision
-        # The widest look passed over every block the narrower ones saw: each told once (and
-        # not again on each walk of a waiting request: `why` names the blocks it waits on).
-        rewalk = r.history[-1].from_state == RequestState.WAITING.value
-        for index, block in () if rewalk else decision.passed_over:
-            reason = blocked_reason(block, next((b for b in remembered if b.block == block), None))
-            add_attempt(r, f"{r.id}-{r.generation}-{index}-blocked", r.chain[index], now,
-                        "blocked", reason)  # fmt: skip
-        found["recorded"] = found["started"] = False
-        if decision.index is None:
-            exhausted(deps, r, now, [(b.block, b.until) for b in remembered])
-            return True
-        r.next_step = decision.index
-        if inline is not None and r.chain[decision.index].cloud == inline:
-            # The caller runs it now: its attempt starts in this write, not in one more.
-            step = decision.index
-            # Started by this write (not found there already): the caller may take the
-            # record as it wrote it, and knows no earlier delivery launched it.
-            found["started"] = add_attempt(r, attempt_id_for(r, step, 0), r.chain[step], now)
-            found["recorded"] = True
-        return True
+        snap = snapshot(r, after, scope, blocks, now, backoff)
+        decision = plan_step(snap)
+        return True, (decision, apply(r, decision, snap, remembered, inline))
 
-    updated = deps.store.update_request(request_id, move_on, current=current)
-    decision = found.get("decision")
-    if updated is None or decision is None:
-        return "stale" if chain is None else "raced"
+    updated, applied = deps.store.decide_request(request_id, plan_and_apply, current=current)
+    if updated is None or applied is None:
+        return Walked("stale" if chain is None else "raced")
+    decision, started = applied
     # The progress lines of this write, in one command.
     lines = [f"state: PROVISIONING ({len(chain)} candidates)"] if chain is not None else []
-    if decision.index is None:
+    if not isinstance(decision, Attempt):
         if updated.state == RequestState.FAILED:
             deps.store.append_events(request_id, [*lines, f"state: FAILED ({updated.error})"], now)
-            return "failed"
+            return Walked("failed", decision=decision)
         if updated.state == RequestState.WAITING:
             waiting = f"state: WAITING ({updated.history[-1].reason})"
             deps.store.append_events(request_id, [*lines, waiting], now)
-            return "waiting"
+            return Walked("waiting", decision=decision)
         deps.store.append_events(request_id, lines, now)
-        return "stale"
-    if updated.state != RequestState.PROVISIONING or updated.next_step != decision.index:
+        return Walked("stale", decision=decision)
+    step = decision.index
+    if updated.state != RequestState.PROVISIONING or updated.next_step != step:
         deps.store.append_events(request_id, lines, now)
-        return "stale"
-    if found["recorded"]:
-        deps.store.append_events(request_id, [*lines, attempt_line(updated, decision.index)], now)
-        if written is not None and found["started"]:
-            written.append(updated)
-        return f"{NEXT}{decision.index}"
+        return Walked("stale", decision=decision)
+    if inline is not None and updated.chain[step].cloud == inline:
+        deps.store.append_events(request_id, [*lines, attempt_line(updated, step)], now)
+        return Walked(f"run {step} here", step, updated if started else None, decision=decision)
     deps.store.append_events(request_id, lines, now)
-    send_attempt(deps, updated, decision.index)
-    return f"attempt {decision.index}"
+    send_attempt(deps, updated, step)
+    return Walked(f"attempt {step}", published=step, decision=decision)
 
 
-def exhausted(deps: Deps, r: LaunchRequest, now: float, blocks: list[tuple[Block, float]]) -> None:
-    """``r``'s chain is walked to its end with nothing launched (inside a compare-and-set):
-    it waits for capacity (WAITING, with when it walks the chain again), or, if it asked to
-    fail fast or its ``max_wait`` has passed, it FAILS
-    (:func:`corral.shared.waiting.decide_wait`)."""
-    tried = sum(a.outcome not in (None, "blocked") for a in r.attempts)
-    verdict = f"all {len(r.chain)} candidates failed or are blocked ({tried} tried)"
+def snapshot(
+    r: LaunchRequest,
+    after: int,
+    within: Within,
+    blocks: list[tuple[Block, float]],
+    now: float,
+    backoff: Backoff,
+) -> Snapshot:
+    """What :func:`plan_step` decides ``r``'s next step from: its chain and position, the
+    blocks in force, its task's wait terms and where its wait stands."""
     since = looking_since(r.created_at, r.history)
     last = r.waiting
     retries = last.retries if last is not None and last.since == since else 0
-    terms = WaitTerms.of(r.task)
-    decided = decide_wait(
-        now=now,
-        since=since,
-        retries=retries,
-        retry_until_up=terms.retry_until_up,
-        max_wait_s=terms.max_wait_s,
-        expiries=[until for _, until in waits_on(r.chain, blocks)],
-        backoff=backoff_of(deps.settings.timers),
-        rng=retry_rng(r.id, retries),
-        candidates=len(r.chain),
-    )
-    if decided.action == "fail":
-        r.error = f"{verdict}; {decided.reason}"
-        if last is not None and last.since == since:
-            r.waiting = last.model_copy(update={"retry_at": None, "reason": decided.reason})
-        r.move(RequestState.FAILED, now, r.error)
-        return
-    r.waiting = Waiting(
-        since=since,
-        retries=retries,
-        retry_at=decided.retry_at,
-        deadline=decided.deadline,
-        because=decided.because,
-        reason=decided.reason,
-    )
-    r.next_step = -1  # the next walk starts from the top of the chain
-    r.move(RequestState.WAITING, now, f"{verdict}; {decided.reason}")
+    wait = WaitPolicy(WaitTerms.of(r.task), backoff, since, retries, r.id)
+    tried = sum(a.outcome not in (None, "blocked") for a in r.attempts)
+    return Snapshot(r.chain, after, within, blocks, now, wait, tried)
+
+
+def apply(
+    r: LaunchRequest,
+    decision: Decision,
+    snap: Snapshot,
+    remembered: Sequence[RememberedBlock],
+    inline: str | None,
+) -> bool:
+    """Write ``decision`` into ``r`` (inside the compare-and-set): the blocks it passed over
+    as blocked attempts, then its step chosen, or the wait, or the failure. Returns whether
+    this write started the attempt the caller runs itself (``inline``)."""
+    now = snap.now
+    # The widest look passed over every block the narrower ones saw: each told once (and
+    # not again on each walk of a waiting request: `why` names the blocks it waits on).
+    rewalk = r.history[-1].from_state == RequestState.WAITING.value
+    for index, block in () if rewalk else decision.passed_over:
+        reason = blocked_reason(block, next((b for b in remembered if b.block == block), None))
+        add_attempt(r, f"{r.id}-{r.generation}-{index}-blocked", r.chain[index], now,
+                    "blocked", reason)  # fmt: skip
+    last = r.waiting
+    match decision:
+        case Attempt(index=step):
+            r.next_step = step
+            if inline is not None and r.chain[step].cloud == inline:
+                # The caller runs it now: its attempt starts in this write, not in one more.
+                # Started by this write (not found there already): the caller may take the
+                # record as it wrote it, and knows no earlier delivery launched it.
+                return add_attempt(r, attempt_id_for(r, step, 0), r.chain[step], now)
+        case Fail():
+            r.error = decision.text
+            if last is not None and snap.wait is not None and last.since == snap.wait.since:
+                r.waiting = last.model_copy(update={"retry_at": None, "reason": decision.reason})
+            r.move(RequestState.FAILED, now, r.error)
+        case WaitUntil():
+            r.waiting = Waiting(
+                since=decision.since,
+                retries=decision.retries,
+                retry_at=decision.at,
+                deadline=decision.deadline,
+                because=decision.because,
+                reason=decision.reason,
+            )
+            r.next_step = -1  # the next walk starts from the top of the chain
+            r.move(RequestState.WAITING, now, f"{decision.verdict}; {decision.reason}")
+    return False
 
 
 def wake(deps: Deps, request_id: str, *, freed: bool = False) -> str:

@@ -40,12 +40,12 @@ from corral.services.runtime.attempt_record import (
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.failover import (
-    NEXT,
-    advance,
+    Walked,
     after_failure,
     capacity_freed,
     resume,
     send_attempt,
+    walk,
 )
 from corral.services.runtime.launch import LaunchDeferred, boot_error, by_node, finish, start
 from corral.services.runtime.planning import clouds_left_out, left_out_text, plan_launch
@@ -114,7 +114,7 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
     if req.state != RequestState.PENDING:
         return f"nothing to do ({req.state})"
     now = deps.now()
-    task = Task.model_validate(req.task)
+    task = TypedTask().of(req)  # handed to the attempt run here: parsed once
     left_out = clouds_left_out(deps, task)
     # The chain planned at submit; planned here only for a request stored without one.
     chain = list(req.chain)
@@ -136,22 +136,12 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
     for cloud, why in left_out.items():  # only clouds the task could have used
         deps.store.append_event(request_id, f"notice: {cloud} is left out of the chain: {why}", now)
     # The chain, PROVISIONING, the first step and (run here) its attempt, in one write.
-    written: list[LaunchRequest] = []
-    outcome = advance(
-        deps,
-        request_id,
-        -1,
-        Within.ANY,
-        chain=chain,
-        inline=cloud,
-        current=req,
-        written=written,
-    )
-    if not outcome.startswith(NEXT):
-        return outcome
-    step = int(outcome.removeprefix(NEXT))
+    walked = walk(deps, request_id, -1, Within.ANY, chain=chain, inline=cloud, current=req)
+    if walked.run_here is None:
+        return walked.outcome
+    step = walked.run_here
     try:
-        return attempt(deps, request_id, step, carried=written)
+        return attempt(deps, request_id, step, carried=walked.written, task=task)
     except RetryLater as later:  # the attempt waits its turn on its queue, as a retry would
         moved = deps.store.get_request(request_id)
         if moved is not None:
@@ -175,23 +165,26 @@ def attempt(
     request_id: str,
     step: int,
     try_no: int = 0,
-    carried: list[LaunchRequest] | None = None,
+    carried: LaunchRequest | None = None,
+    task: Task | None = None,
 ) -> str:
     """Try candidate ``step`` of the request's chain; on failure, walk on to the next one. A
     next candidate on the same cloud is tried in this task (a refused call costs no broker
     message), up to ``INLINE_ATTEMPTS`` zones; one on another cloud is published on its
     cloud's queue. ``carried``: the request as the caller's walk just wrote it, with this
-    attempt recorded (:func:`failover.advance`), so it is not read again."""
-    carried = [] if carried is None else carried
+    attempt recorded (:func:`failover.walk`), so it is not read again. ``task``: the
+    request's task as the caller parsed it (else it is parsed here, once for every zone this
+    task tries)."""
+    typed = TypedTask(task)
     for _ in range(INLINE_ATTEMPTS):
         try:
-            outcome = _attempt_once(deps, request_id, step, try_no, carried)
+            walked = _attempt_once(deps, request_id, step, try_no, carried, typed)
         except RetryLater as later:
             later.step = step  # the zone this task had reached
             raise
-        if not outcome.startswith(NEXT):
-            return outcome
-        step, try_no = int(outcome.removeprefix(NEXT)), 0
+        if walked.run_here is None:
+            return walked.outcome
+        step, try_no, carried = walked.run_here, 0, walked.written
     req = deps.store.get_request(request_id)
     if req is not None:  # a long run of refusals: the rest waits its turn on the queue
         send_attempt(deps, req, step)
@@ -201,13 +194,32 @@ def attempt(
 INLINE_ATTEMPTS = 16  # zones one attempt task tries before it hands the rest to the queue
 
 
+class TypedTask:
+    """A request's task, parsed from its stored form at most once per task run (an admission
+    hands over the one it parsed; the zones one attempt task walks share it)."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: Task | None = None) -> None:
+        self._task = task
+
+    def of(self, req: LaunchRequest) -> Task:
+        if self._task is None:
+            self._task = Task.model_validate(req.task)
+        return self._task
+
+
 def _attempt_once(
-    deps: Deps, request_id: str, step: int, try_no: int, carried: list[LaunchRequest]
-) -> str:
-    held = carried.pop() if carried else None
+    deps: Deps,
+    request_id: str,
+    step: int,
+    try_no: int,
+    held: LaunchRequest | None,
+    typed: TypedTask,
+) -> Walked:
     req = held if held is not None else deps.store.get_request(request_id)
     if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
-        return "stale"  # already moved on: a duplicate delivery
+        return STALE  # already moved on: a duplicate delivery
     attempt_id = attempt_id_for(req, step, try_no)
     owner = uuid.uuid4().hex
     key = f"attempt:{attempt_id}"
@@ -224,18 +236,19 @@ def _attempt_once(
         if not fresh:
             req = deps.store.get_request(request_id)
             if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
-                return "stale"
+                return STALE
         inline = req.chain[step].cloud
-        outcome = _attempt(
-            deps, req, step, try_no, attempt_id, inline=inline, written=carried, fresh=fresh
-        )
-        if outcome == "booting":
+        walked = _attempt(deps, req, step, try_no, attempt_id, inline, typed, fresh=fresh)
+        if walked is BOOTING:
             # Its machines are in the boot book: the watch finishes the attempt and nobody
             # waits for this claim (a redelivery of the attempt finds its boot booked, after
             # a retry of at most claim_ttl_s; reconcile leaves its machines alone as long).
             # It lapses instead of being released: three Redis commands less per launch.
             claim.lapse()
-        return outcome
+        return walked
+
+
+STALE = Walked("stale")
 
 
 def _started_in(req: LaunchRequest | None, attempt_id: str) -> bool:
@@ -252,9 +265,9 @@ def _attempt(
     try_no: int,
     attempt_id: str,
     inline: str,
-    written: list[LaunchRequest],
+    typed: TypedTask,
     fresh: bool = False,
-) -> str:
+) -> Walked:
     """``fresh``: this task's own write started the attempt (no earlier delivery can have
     launched it: its boot is not looked up)."""
     cand = req.chain[step]
@@ -262,7 +275,7 @@ def _attempt(
     existing = next((a for a in req.attempts if a.attempt_id == attempt_id), None)
     if existing is not None and existing.outcome not in (None, "ok"):
         # This attempt failed before a crash; only the hand-over is left to do.
-        return after_failure(deps, req, step, Scope.NONE, inline, written=written)
+        return after_failure(deps, req, step, Scope.NONE, inline)
     if existing is None:  # recorded already: its walk checked the blocks when it chose it
         remembered = deps.blocks.active(now)
         hit = is_blocked(cand, [b.block for b in remembered])
@@ -270,10 +283,10 @@ def _attempt(
             why = next((b for b in remembered if b.block == hit), None)
             reason = blocked_reason(hit, why)
             record_attempt(deps, req.id, attempt_id, cand, now, outcome="blocked", error=reason)
-            return after_failure(deps, req, step, Scope.NONE, inline, written=written)
+            return after_failure(deps, req, step, Scope.NONE, inline)
         req = record_attempt(deps, req.id, attempt_id, cand, now, current=req) or req
         deps.store.append_event(req.id, attempt_line(req, step), now)
-    task = Task.model_validate(req.task)
+    task = typed.of(req)
     spec = _spec(req, task, cand, attempt_id, deps.settings.bundle_unpacked_max_bytes)
     # The deadline runs from the cloud call (a redelivered attempt keeps the first one).
     boot = Boot(
@@ -289,17 +302,18 @@ def _attempt(
         if try_no < timers.throttle_retries:
             deps.store.append_event(req.id, f"  throttled ({exc}); retrying in place", deps.now())
             raise RetryLater(backoff_s(timers.throttle_backoff_s, try_no), try_no + 1) from None
-        return after_failure(deps, req, step, Scope.NONE, inline, written=written)
+        return after_failure(deps, req, step, Scope.NONE, inline)
     except ProviderError as exc:
-        return _failed(
-            deps, req, step, attempt_id, cand, exc, inline, started_at=now, written=written
-        )
+        return _failed(deps, req, step, attempt_id, cand, exc, inline, started_at=now)
     _record_booting(deps, req.id, attempt_id, cand, launched)
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
         found = by_node(launched)
-        return _Landing(deps, req.id, step, attempt_id, cand, found, req).land()
-    return "booting"
+        return Walked(_Landing(deps, req.id, step, attempt_id, cand, found, req).land())
+    return BOOTING
+
+
+BOOTING = Walked("booting")
 
 
 def _failed(
@@ -311,18 +325,15 @@ def _failed(
     exc: ProviderError,
     inline: str | None = None,
     started_at: float | None = None,
-    written: list[LaunchRequest] | None = None,
-) -> str:
+) -> Walked:
     """A failed attempt: its scope remembered, its outcome written with the hand-over to the
-    next candidate (one compare-and-set). ``written``: as for :func:`failover.advance`."""
+    next candidate (one compare-and-set)."""
     deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
     started = next((a.started_at for a in req.attempts if a.attempt_id == attempt_id), started_at)
     remember(deps, cand, exc, started_at=started)
     ended = (attempt_id, exc.outcome, str(exc))
     # ``req`` is as just read or written: the hand-over's write starts from it.
-    return after_failure(
-        deps, req, step, exc.scope, inline, ended=ended, current=req, written=written
-    )
+    return after_failure(deps, req, step, exc.scope, inline, ended=ended, current=req)
 
 
 def booted_all(
@@ -370,7 +381,7 @@ def boot_failed(deps: Deps, boot: Boot, verdict: str) -> str:
     if req.state != RequestState.PROVISIONING or req.next_step != boot.step:
         finish_attempt(deps, req.id, boot.key, exc.outcome, str(exc))
         return "stale"
-    return _failed(deps, req, boot.step, boot.key, req.chain[boot.step], exc)
+    return _failed(deps, req, boot.step, boot.key, req.chain[boot.step], exc).outcome
 
 
 def _record_booting(

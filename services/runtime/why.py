@@ -6,11 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.failover import snapshot
 from corral.services.runtime.pooled.kind_registry import kind_of_route
 from corral.shared.blocking import Block
+from corral.shared.failover import Within
+from corral.shared.failover_plan import plan_step
+from corral.shared.failover_plan import told as plan_told
 from corral.shared.lifecycle import RequestState
 from corral.shared.records import LaunchRequest
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute, pool_of
+from corral.shared.waiting import backoff_of
 
 
 def why(deps: Deps, request_id: str) -> dict[str, Any]:
@@ -25,8 +30,16 @@ def why(deps: Deps, request_id: str) -> dict[str, Any]:
             kind = kind_of_route(pooled)
             return kind.why(deps, req, kind.ledgers(deps).get(pool_of(pooled) or ""))
         case Direct():
-            blocks = deps.blocks.active(deps.now())
-            return direct_why(req, [(b.block, b.until, b.reason) for b in blocks])
+            now = deps.now()
+            blocks = deps.blocks.active(now)
+            told = direct_why(req, [(b.block, b.until, b.reason) for b in blocks])
+            if req.state == RequestState.WAITING and req.chain:
+                # What a walk of its chain made now would decide (the walk's own plan).
+                backoff = backoff_of(deps.settings.timers)
+                snap = snapshot(req, -1, Within.ANY, [(b.block, b.until) for b in blocks], now,
+                                backoff)  # fmt: skip
+                told["next_walk"] = plan_told(plan_step(snap))
+            return told
 
 
 def quota_why(req: LaunchRequest) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.records import Event, Instance, LaunchRequest, Submission
 
 RecordT = TypeVar("RecordT", LaunchRequest, Instance)
+DecidedT = TypeVar("DecidedT")
 
 # KEYS[1] the record's hash; KEYS[2..] the index zsets to add it to.
 # ARGV: id, version, json, score. Returns 1 if created, 0 if the id exists.
@@ -421,6 +422,20 @@ class Store:
         instead of reading it again; the compare-and-set still checks its version, so a
         record that moved on meanwhile is read again, as after any lost race.
         """
+        return self.decide_request(request_id, lambda r: (fn(r), None), retries=retries,
+                                   current=current)[0]  # fmt: skip
+
+    def decide_request(
+        self,
+        request_id: str,
+        fn: Callable[[LaunchRequest], tuple[bool, DecidedT]],
+        *,
+        retries: int = 50,
+        current: LaunchRequest | None = None,
+    ) -> tuple[LaunchRequest | None, DecidedT | None]:
+        """:meth:`update_request` for a change planned from the record (plan, then apply): ``fn``
+        returns whether to write and what it decided; returned with the request as written (or
+        read), the decision of the run that was (None: no such request)."""
         return self._update(
             LaunchRequest,
             self._request_key(request_id),
@@ -439,24 +454,19 @@ class Store:
         current: Instance | None = None,
     ) -> Instance | None:
         """Like :meth:`update_request`, for an instance."""
-        return self._update(
-            Instance,
-            self._instance_key(instance_id),
-            fn,
-            retries,
-            self._instance_state_key,
-            _carried(current, instance_id),
-        )
+        key, carried = self._instance_key(instance_id), _carried(current, instance_id)
+        state_key = self._instance_state_key
+        return self._update(Instance, key, lambda i: (fn(i), None), retries, state_key, carried)[0]
 
     def _update(
         self,
         model: type[RecordT],
         key: str,
-        fn: Callable[[RecordT], bool],
+        fn: Callable[[RecordT], tuple[bool, DecidedT]],
         retries: int,
         state_key: Callable[[Any], str],
         carried: RecordT | None = None,
-    ) -> RecordT | None:
+    ) -> tuple[RecordT | None, DecidedT | None]:
         for attempt in range(retries + 1):
             copy = None
             if carried is not None:
@@ -464,12 +474,13 @@ class Store:
             else:
                 raw = self._r.hget(key, "json")
                 if raw is None:
-                    return None
+                    return None, None
                 current = model.model_validate_json(raw)
                 copy = model.model_validate_json(raw)  # a second parse: cheaper than a deep copy
-            work = _changed(current, fn, copy)
-            if work is None:
-                return current
+            work = _copy(current) if copy is None else copy
+            wanted, decided = fn(work)
+            if not _written(current, work, wanted):
+                return current, decided
             keys = [key, state_key(current.state), state_key(work.state)]
             args: list[str | int | float] = [
                 work.id,
@@ -482,9 +493,9 @@ class Store:
             if written == 1:
                 for listener in self.listeners:  # once: only the writer that won gets here
                     listener.written(current, work)
-                return work
+                return work, decided
             if written == -1:
-                return None
+                return None, None
             lost_race_pause(attempt)
         raise WriteConflict(f"{key}: still losing to other writers after {retries} retries")
 
@@ -737,14 +748,17 @@ def _changed(
     """``fn`` applied to a copy of ``current`` (``copy``, when the caller made one): the copy,
     its version bumped, if ``fn`` asked for it to be written; None for no change."""
     work = _copy(current) if copy is None else copy
-    wanted = fn(work)
+    return work if _written(current, work, fn(work)) else None
+
+
+def _written(current: RecordT, work: RecordT, wanted: bool) -> bool:
+    """Whether ``work`` (changed from ``current``) is to be written; if so, its version bumped."""
     if wanted is not True and wanted is not False:
         raise TypeError(f"update function must return True or False, not {wanted!r}")
-    if not wanted:
-        return None
-    _check_change(current, work)
-    work.version = current.version + 1
-    return work
+    if wanted:
+        _check_change(current, work)
+        work.version = current.version + 1
+    return wanted
 
 
 def _copy(record: RecordT) -> RecordT:

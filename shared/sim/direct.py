@@ -1,7 +1,8 @@
 """Direct requests down a failover chain, as the runtime's admission, zone attempts and
 failover steps do it, with the decisions made by the same functions:
-:func:`corral.shared.planner.plan` (the chain), :func:`corral.shared.failover.next_step` (the
-next candidate within a zone's region, its cloud, or anywhere), :meth:`Block.for_error` and
+:func:`corral.shared.planner.plan` (the chain),
+:func:`corral.shared.failover_plan.plan_step` (the next candidate within a zone's region, its
+cloud, or anywhere; else a wait or a failure), :meth:`Block.for_error` and
 :func:`corral.shared.blocking.is_blocked` (the capacity-error memory).
 
 :class:`Launcher` plays Corral (one memory of blocked scopes shared by every request, a lost
@@ -22,19 +23,12 @@ from ..backoff import backoff_s
 from ..blocking import Block, PlaceKey, is_blocked, place_key
 from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
-from ..failover import WIDER, Within, next_step
+from ..failover import Within
+from ..failover_plan import Attempt, Fail, Snapshot, WaitPolicy, WaitUntil, plan_step
 from ..placement import Placement
 from ..planner import Candidate, Plan, plan
 from ..recovery import Loss, relaunch_after_loss
-from ..waiting import (
-    backoff_of,
-    decide_wait,
-    lifted_by_release,
-    renewed_until,
-    retry_rng,
-    waits_on,
-    woken_by_release,
-)
+from ..waiting import WaitTerms, backoff_of, lifted_by_release, renewed_until, woken_by_release
 from .cloud import SimInstance
 from .engine import Sim
 
@@ -152,6 +146,7 @@ class Launcher:
         self.waiters: dict[str, Flow] = {}  # WAITING for capacity (Corral's rule), by id
         self.submitted = 0
         self.clouds = tuple(sim.scenario.clouds)
+        self.backoff = backoff_of(sim.timers)
 
     def waiting(self) -> int:
         return sum(1 for f in self.flows.values() if not f.up and not f.ended)
@@ -191,57 +186,46 @@ class Launcher:
 
     # ------------------------------------------------------------------ failover steps
     def _advance(self, flow: Flow, after: int, within: Within) -> None:
-        """One failover step (``retry_region`` / ``retry_cloud`` / ``next_cloud``)."""
-        while True:
-            decision = next_step(flow.chain, after, self._blocks(flow), within)
-            if decision.action != "escalate":
-                break
-            within = WIDER[within]
-        if decision.index is not None:
+        """One failover step (``retry_region`` / ``retry_cloud`` / ``next_cloud``): planned
+        by :func:`plan_step`, the runtime's own decision, and applied to the flow."""
+        memory = flow.memory if flow.memory is not None else self.memory
+        now = self.sim.now
+        wait = None
+        if not self.retry_until_up:  # Corral's rule: an exhausted chain waits, or fails
+            terms = WaitTerms(flow.task.retry_until_up, flow.task.max_wait)
+            wait = WaitPolicy(terms, self.backoff, flow.since, flow.retries, flow.rid)
+        decision = plan_step(
+            Snapshot(flow.chain, after, within, memory.active_until(now), now, wait)
+        )
+        if isinstance(decision, Attempt):
             self._attempt(flow, decision.index, 0)
         elif self.retry_until_up:
             flow.memory = BlockMemory()  # a fresh walk: nothing remembered from the last one
             self.sim.after(self.sim.timers.retry_until_up_s, self._retry, flow)
+        elif isinstance(decision, Fail):
+            self._fail(flow, decision.text)
         else:
-            self._exhausted(flow)
+            self._wait(flow, decision, memory)
 
     def _retry(self, flow: Flow) -> None:
         if not flow.ended:
             self._advance(flow, -1, Within.ANY)
 
-    def _exhausted(self, flow: Flow) -> None:
-        """Corral's rule for an exhausted chain (the runtime's ``failover.exhausted``): wait
-        for capacity and walk the chain again when :func:`decide_wait` says, or fail (fail
-        fast, or the task's ``max_wait`` passed). A request whose every candidate is blocked
-        is woken by the end of a block it waits on (:func:`waits_on`): a block renewed
+    def _wait(self, flow: Flow, decided: WaitUntil, memory: BlockMemory) -> None:
+        """Corral's rule for an exhausted chain (the runtime's ``failover`` applies the same
+        :class:`WaitUntil`): walk the chain again at ``decided.at``. A request whose every
+        candidate is blocked is woken by the end of a block it waits on: a block renewed
         meanwhile (another request tried the place and failed) wakes it for nothing."""
-        memory = flow.memory if flow.memory is not None else self.memory
-        now = self.sim.now
-        waited = waits_on(flow.chain, memory.active_until(now))
-        decided = decide_wait(
-            now=now,
-            since=flow.since,
-            retries=flow.retries,
-            retry_until_up=flow.task.retry_until_up,
-            max_wait_s=flow.task.max_wait,
-            expiries=[until for _, until in waited],
-            backoff=backoff_of(self.sim.timers),
-            rng=retry_rng(flow.rid, flow.retries),
-            candidates=len(flow.chain),
-        )
-        if decided.action == "fail" or decided.retry_at is None:
-            tried = len(flow.chain)
-            self._fail(flow, f"all {tried} candidates failed or are blocked; {decided.reason}")
-            return
         if flow.memory is None:  # the shared memory: a release of ours may wake it
             self.waiters[flow.rid] = flow
+        waited = decided.waits_on
         if decided.because != "block_expiry" or len(waited) < len(flow.chain):
-            self.sim.at(decided.retry_at, self._wake, flow, flow.relaunches, flow.retries)
+            self.sim.at(decided.at, self._wake, flow, flow.relaunches, flow.retries)
             return
         # Every candidate blocked: woken by one of these ending.
         blocks = tuple({fields_of(block): None for block, _ in waited})
         wait = (flow.relaunches, flow.retries)
-        self.sim.at(decided.retry_at, self._due, flow, wait, blocks, decided.deadline)
+        self.sim.at(decided.at, self._due, flow, wait, blocks, decided.deadline)
 
     def _due(
         self,

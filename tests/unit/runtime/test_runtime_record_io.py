@@ -39,17 +39,17 @@ def io(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         return get(self, request_id)
 
     def counted_update(
-        self: Store, model: type, key: str, fn: Callable[[Any], bool], *args: Any
+        self: Store, model: type, key: str, fn: Callable[[Any], tuple[bool, Any]], *args: Any
     ) -> Any:
         if model is not LaunchRequest:
             return update(self, model, key, fn, *args)
         first = [len(args) > 2 and args[2] is not None]  # handed a record: no first read
 
-        def counted(r: Any) -> bool:
+        def counted(r: Any) -> tuple[bool, Any]:  # whether to write, and what was decided
             handed = first.pop() if first else False
             seen["reads"] += 0 if handed else 1
             wrote = fn(r)
-            seen["writes"] += int(wrote)
+            seen["writes"] += int(wrote[0])
             return wrote
 
         return update(self, model, key, counted, *args)
@@ -167,3 +167,38 @@ def test_one_direct_launch_costs_a_few_redis_commands(driver: Driver, redis_url:
     # to one), the index of every instance, one script per record at RUNNING (now one for the
     # instance and the request together). 45 before the fifth: the index of every request.
     assert sum(took.values()) == 44
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts of the task parsed from its stored form (``Task.model_validate``) by the
+    runtime's steps."""
+    seen: Counter[str] = Counter()
+    validate = Task.model_validate.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[Task], obj: Any, *args: Any, **kwargs: Any) -> Task:
+        seen["task"] += 1
+        return validate(cls, obj, *args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Task, "model_validate", classmethod(counted))
+    return seen
+
+
+@pytest.mark.parametrize("failed_zones", [0, 1])
+def test_one_direct_launch_parses_its_task_once_in_the_runtime(
+    driver: Driver, parses: Counter[str], failed_zones: int
+) -> None:
+    # Parsed once at submit (here, by the test: the API's parse of the user's file); then once
+    # by the admission, which hands it to the attempt it runs in its own task, and the zones
+    # that attempt walks on to share it. (Before issue #48 item 2: twice with the zone up at
+    # once, three times with one failed zone: the admission, then each zone's attempt.)
+    for _ in range(failed_zones):
+        driver.fake.fail_next(CapacityError("sold out", code="InsufficientCapacity"), "lab-east-a")
+    task = Task.model_validate(SERVICE)
+    parses.clear()
+    rid = requests.submit(driver.deps, task).id
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    assert sum(a.outcome not in (None, "ok") for a in req.attempts) == failed_zones
+    assert parses["task"] == 1

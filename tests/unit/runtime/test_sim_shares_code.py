@@ -22,7 +22,7 @@ from runtime_driver import SMALL_POOL, SMALL_POOL_WORKLOAD, Driver
 
 from corral.services.runtime import requests
 from corral.services.runtime.pooled.registry import apply_pool
-from corral.shared import blocking, budgets, failover, planner, reservations, routing
+from corral.shared import blocking, budgets, failover, failover_plan, planner, reservations, routing
 from corral.shared.config.task import Task
 from corral.shared.scheduling import det_ledger, determined, ledger, machine_pools, pool_passes
 from corral.shared.sim.run import run_policy
@@ -36,6 +36,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 # passes with the schedulers and ledger steps under them, and the budget check.
 DECIDERS: dict[str, Callable[..., Any]] = {
     "planner.plan": planner.plan,
+    "failover_plan.plan_step": failover_plan.plan_step,  # the walk's one decision
     "failover.next_step": failover.next_step,
     "blocking.is_blocked": blocking.is_blocked,
     "routing.route_with_plan": routing.route_with_plan,  # routing.route wraps it
@@ -127,16 +128,18 @@ def test_the_simulator_and_the_workers_reach_the_same_decision_functions(
 def test_a_simulator_with_a_copied_decider_fails_the_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The check can fail: the failover module compiled again from its own source (a verbatim
-    copy) and put in the simulator's hands is not the function the workers call."""
+    """The check can fail: the failover plan's module compiled again from its own source (a
+    verbatim copy) and put in the simulator's hands is not the function the workers call."""
     from corral.shared.sim import direct
 
-    copy = types.ModuleType("copied_failover")
-    monkeypatch.setitem(sys.modules, "copied_failover", copy)
-    exec(compile(inspect.getsource(failover), "copied_failover.py", "exec"), copy.__dict__)
-    monkeypatch.setattr(direct, "next_step", copy.next_step)
+    copy = types.ModuleType("copied_failover_plan")
+    monkeypatch.setitem(sys.modules, "copied_failover_plan", copy)
+    source = inspect.getsource(failover_plan)
+    exec(compile(source, "copied_failover_plan.py", "exec"), copy.__dict__)
+    for name in ("plan_step", "Snapshot", "WaitPolicy", "Attempt", "Fail", "WaitUntil"):
+        monkeypatch.setattr(direct, name, getattr(copy, name))
     reached = _simulator()
-    assert "failover.next_step" not in reached
+    assert "failover_plan.plan_step" not in reached
     assert "planner.plan" in reached
 
 

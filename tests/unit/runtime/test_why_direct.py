@@ -3,8 +3,13 @@ each try failed, and what it waits for (issue #28: it used to say only "not_pool
 
 from __future__ import annotations
 
-from corral.services.runtime.why import direct_why
+from runtime_driver import Driver
+
+from corral.services.runtime import requests
+from corral.services.runtime.why import direct_why, why
 from corral.shared.blocking import Block
+from corral.shared.config.task import Task
+from corral.shared.errors import CapacityError
 from corral.shared.lifecycle import RequestState
 from corral.shared.records import Attempt, ChainStep, LaunchRequest
 
@@ -66,3 +71,25 @@ def test_failed_and_pending_say_why_in_a_line() -> None:
     assert direct_why(failed, [])["reason"] == "every candidate failed"
     pending = direct_why(_request(RequestState.PENDING, 0), [])
     assert pending["code"] == "planning" and "scheduling worker" in pending["reason"]
+
+
+def test_a_waiting_request_says_what_a_walk_made_now_would_decide(driver: Driver) -> None:
+    # The walk's own plan (corral.shared.failover_plan.plan_step) from the request as stored and
+    # the blocks in force: while every zone is blocked, it would wait again; once the blocks
+    # have ended, it would try the first candidate.
+    for zone in ("lab-east-a", "lab-east-b", "lab-west-a"):
+        driver.fake.fail_next(CapacityError(f"{zone} sold out", code="X"), zone)
+    task = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+    rid = requests.submit(driver.deps, Task.model_validate(task)).id
+    driver.run()
+    found = why(driver.deps, rid)
+    assert found["state"] == "WAITING"
+    walk = found["next_walk"]
+    assert walk["decision"] == "wait" and walk["because"] == "block_expiry"
+    assert walk["reasons"][0] == "all 3 candidates failed or are blocked (3 tried)"
+    assert walk["reasons"][1].startswith("waiting for capacity: retry 1 at ")
+    driver.fake.advance(3600.0)  # every block gone
+    walk = why(driver.deps, rid)["next_walk"]
+    assert walk == {"decision": "attempt", "candidate": 0, "reasons": ["try candidate 1"]}
+    # A request that does not wait has no walk to tell.
+    assert "next_walk" not in direct_why(_request(RequestState.PROVISIONING, 2), [])
