@@ -45,9 +45,10 @@ from corral.services.agent.files import FilesMixin
 from corral.services.agent.heartbeat import HeartbeatMixin
 from corral.services.agent.jobs import run_jobs
 from corral.services.agent.link import Assignment, Dismissed, Link, LinkError, Work, say
+from corral.services.agent.pgroup import stop_group
 from corral.services.agent.places import PlacesMixin
 from corral.services.agent.probe import ReadinessWatch
-from corral.services.agent.processes import kill_group, kill_marked, shell_exit_code
+from corral.services.agent.processes import kill_marked, shell_exit_code
 from corral.services.agent.usage import Usage
 from corral.services.agent.work import WorkMixin
 
@@ -222,10 +223,4 @@ class Agent(HeartbeatMixin, WorkMixin, PlacesMixin, FilesMixin, AgentBase):
         return not self.stopping
 
     def _stop_child(self, child: subprocess.Popen[bytes]) -> int:
-        kill_group(child.pid, signal.SIGTERM)
-        try:
-            child.wait(self.kill_grace_s)
-        except subprocess.TimeoutExpired:
-            kill_group(child.pid, signal.SIGKILL)
-            child.wait()
-        return shell_exit_code(child.returncode)
+        return shell_exit_code(stop_group(child, self.kill_grace_s))

@@ -21,10 +21,13 @@ from corral.services.agent.agent_base import (
     private_env,
 )
 from corral.services.agent.link import Assignment, Dismissed, LinkError, say
-from corral.services.agent.processes import (
+from corral.services.agent.pgroup import (
     group_alive,
     kill_group,
     kill_group_now,
+    stop_groups,
+)
+from corral.services.agent.processes import (
     kill_marked,
     ray_python,
     shell_exit_code,
@@ -121,13 +124,7 @@ class WorkMixin(AgentBase):
         if not self._kept:
             return
         say("stopping the node's services")
-        for pgid in self._kept:
-            kill_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.kill_grace_s
-        while time.monotonic() < deadline and any(group_alive(g) for g in self._kept):
-            time.sleep(GROUP_POLL_S)
-        for pgid in self._kept:
-            kill_group(pgid, signal.SIGKILL)
+        stop_groups(self._kept, self.kill_grace_s, GROUP_POLL_S)
         self._kept = []
         kill_marked(self.mark)
 
