@@ -55,6 +55,18 @@ Standard library only. The folders read are ``shared/``, ``services/`` and ``wor
     ``hasattr(x, "name")`` where ``x`` is a name containing ``provider`` or a call of
     something named ``provider`` (``deps.provider(cloud)``).
 
+``process_group_kill_modules``
+    Modules that signal a process group themselves: they call ``killpg`` (``os.killpg(...)``).
+    Every other module stops a group through the one that does.
+
+``retry_pauses_by_hand``
+    A retry in place written out: a call of ``sleep`` or ``RetryLater`` whose first argument
+    is a ``backoff_s(...)`` call (the caller counting its tries and pausing by the backoff
+    formula itself, rather than asking ``shared/retry.py``: AWS's ``terminate_attempts``,
+    GCP's ``teardown_tries``, the ``throttle_retries`` of a launch and of Kubernetes' calls).
+    A compare-and-set loop's drawn pause (``sleep(uniform(0, backoff_s(...)))``) is counted
+    under ``cas_retry_loops``, not here.
+
 ``services_lines``
     Physical lines of the ``.py`` files under ``services/``.
 """
@@ -269,6 +281,32 @@ def redis_clients(mods: list[Module]) -> list[str]:
     return sorted(out)
 
 
+# --- process groups and retries ----------------------------------------------------------
+def process_group_kill_modules(mods: list[Module]) -> list[str]:
+    out = []
+    for mod in mods:
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.Call) and _name(node.func) == "killpg":
+                out.append(mod.path)
+                break
+    return sorted(out)
+
+
+def retry_pauses_by_hand(mods: list[Module]) -> list[str]:
+    out = []
+    for mod in mods:
+        for node in ast.walk(mod.tree):
+            if (
+                isinstance(node, ast.Call)
+                and _name(node.func) in {"sleep", "RetryLater"}
+                and node.args
+                and isinstance(node.args[0], ast.Call)
+                and _name(node.args[0].func) == "backoff_s"
+            ):
+                out.append(f"{mod.path}:{node.lineno}")
+    return out
+
+
 # --- lists of clouds -----------------------------------------------------------------------
 def provider_clouds(root: Path) -> set[str]:
     """The clouds with a provider package: ``services/providers/<cloud>/provider.py``."""
@@ -343,6 +381,8 @@ def count(root: Path) -> dict[str, dict[str, object]]:
         "redis_clients": redis_clients(mods),
         "cloud_lists": cloud_lists(mods, provider_clouds(root)),
         "getattr_features": getattr_features(mods),
+        "process_group_kill_modules": process_group_kill_modules(mods),
+        "retry_pauses_by_hand": retry_pauses_by_hand(mods),
     }
     out: dict[str, dict[str, object]] = {k: {"count": len(v), "where": v} for k, v in found.items()}
     out["services_lines"] = {"count": lines, "where": ["services/**/*.py"]}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.services.agent import skypilot_env
+from corral.services.agent.pgroup import kill_group
 from corral.services.agent.sessions import Session, Where
 
 CHUNK = 256 * 1024
@@ -85,8 +86,7 @@ class Execs:
                 if xid == self.job:
                     self.job = None
             elif run.kill_at is not None and time.monotonic() >= run.kill_at:
-                with contextlib.suppress(OSError):
-                    os.killpg(run.child.pid, signal.SIGKILL)
+                kill_group(run.child.pid, signal.SIGKILL)
         if free and self.job is None and (take_job := getattr(link, "take_job", None)):
             item = take_job()
             if item is not None:
@@ -114,8 +114,7 @@ class Execs:
             return
         run = self.running.get(str(item.get("target")))
         if run is not None and run.kill_at is None and run.child.poll() is None:
-            with contextlib.suppress(OSError):
-                os.killpg(run.child.pid, signal.SIGTERM)
+            kill_group(run.child.pid, signal.SIGTERM)
             run.kill_at = time.monotonic() + self.kill_grace_s
 
     def _start(self, xid: str, command: str, where: Where) -> None:
@@ -146,8 +145,7 @@ class Execs:
         for session in self.sessions.values():
             session.stop()
         for run in self.running.values():
-            with contextlib.suppress(OSError):
-                os.killpg(run.child.pid, signal.SIGKILL)
+            kill_group(run.child.pid, signal.SIGKILL)
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = ""

@@ -1,6 +1,7 @@
-"""The node's processes: exit codes as a shell reads them, process groups, the processes a
-service left behind (by the instance id in their environment), and the Python that runs Ray.
-Standard library only, as the whole agent."""
+"""The node's processes: exit codes as a shell reads them, a copy or clone run with the beat
+going, the processes a service left behind (by the instance id in their environment), and the
+Python that runs Ray. Process groups are signalled in pgroup.py. Standard library only, as the
+whole agent."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,11 +18,6 @@ from pathlib import Path
 def shell_exit_code(returncode: int) -> int:
     """A shell's convention: killed by signal N reads as 128 + N."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 Child = subprocess.Popen[bytes]
@@ -51,50 +46,6 @@ def run_beating(
 
 
 STDERR_TAIL_BYTES = 4096
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _live_members(pgid: int, proc: Path) -> bool:
-    """Whether a process of group ``pgid`` is still alive (not a zombie), by /proc."""
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
-
-
-def kill_group_now(pgid: int, wait_s: float = 1.0) -> bool:
-    """SIGKILL group ``pgid`` and wait up to ``wait_s`` for its processes to exit (a killed
-    process takes a moment to go), so what reports them gone is true. True if they went."""
-    kill_group(pgid, signal.SIGKILL)
-    return await_group_gone(pgid, wait_s)
-
-
-def await_group_gone(pgid: int, timeout_s: float, poll_s: float = 0.005) -> bool:
-    """Wait up to ``timeout_s`` until no live process is left in group ``pgid`` (zombies
-    count as gone). True if it went."""
-    proc = Path("/proc")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if not group_alive(pgid) or (proc.is_dir() and not _live_members(pgid, proc)):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(poll_s)
 
 
 def ray_python(envs: dict[str, str]) -> str | None:

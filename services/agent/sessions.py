@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from corral.services.agent.pgroup import kill_group
 from corral.services.agent.sandbox import forward_refusal
 
 # How an argv is run: as is, or in the task's container (argv, stdin wanted, a tty wanted).
@@ -145,7 +146,7 @@ class ShellPeer(Peer):
 
     def close_input(self) -> None:
         if self.tty:  # the user's terminal went away: hang up, as sshd does
-            _signal_group(self.child.pid, signal.SIGHUP)
+            kill_group(self.child.pid, signal.SIGHUP)
         elif self.child.stdin is not None:
             with contextlib.suppress(OSError):
                 self.child.stdin.close()
@@ -158,7 +159,7 @@ class ShellPeer(Peer):
         return 128 - code if code < 0 else code
 
     def kill(self) -> None:
-        _signal_group(self.child.pid, signal.SIGKILL)
+        kill_group(self.child.pid, signal.SIGKILL)
 
 
 class ForwardPeer(Peer):
@@ -194,11 +195,6 @@ class ForwardPeer(Peer):
 def _controlling_tty() -> None:
     """In the child, after setsid: its pty becomes its controlling terminal."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 class Session:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from corral.services.agent.pgroup import kill_group, stop_group
 from corral.services.settings import Settings, child_env
 
 log = logging.getLogger("corral.up")
@@ -161,8 +162,7 @@ class Child:
         if self.proc is None or self.proc.poll() is not None or self._terminated is self.proc:
             return
         self._terminated = self.proc
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        kill_group(self.proc.pid, signal.SIGTERM)
 
     def stop(self, grace_s: float) -> None:
         """SIGTERM (unless :meth:`terminate` did), SIGKILL after ``grace_s``."""
@@ -170,15 +170,9 @@ class Child:
             return
         if self.proc.poll() is None:
             self.terminate()
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            stop_group(self.proc, grace_s, term=False)
         # Whatever the process left in its group (e.g. prefork children) goes too.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_group(self.proc.pid, signal.SIGKILL)
         if self._log:
             self._log.close()
 

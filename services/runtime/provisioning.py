@@ -55,7 +55,6 @@ from corral.services.state.boots import Boot
 from corral.services.state.bundles import scope_of
 from corral.services.state.store import Together
 from corral.shared.autoscaler.launcher import CLUSTER_LABEL
-from corral.shared.backoff import backoff_s
 from corral.shared.blocking import Placed, is_blocked
 from corral.shared.bundles import node_copied
 from corral.shared.config.task import Task
@@ -67,6 +66,7 @@ from corral.shared.observe import Seen, observe
 from corral.shared.ports import parse_ports
 from corral.shared.readiness import PROBE_ENV
 from corral.shared.records import ChainStep, Instance, LaunchRequest
+from corral.shared.retry import retry_pause
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 from corral.shared.serve.spec import REPLICA_ID_ENV, SERVICE_PORT_ENV
 
@@ -299,9 +299,10 @@ def _attempt(
     except ThrottledError as exc:
         timers = deps.settings.timers
         finish_attempt(deps, req.id, attempt_id, "throttled", str(exc))
-        if try_no < timers.throttle_retries:
+        pause = retry_pause(try_no, timers.throttle_retries + 1, timers.throttle_backoff_s)
+        if pause is not None:
             deps.store.append_event(req.id, f"  throttled ({exc}); retrying in place", deps.now())
-            raise RetryLater(backoff_s(timers.throttle_backoff_s, try_no), try_no + 1) from None
+            raise RetryLater(pause, try_no + 1) from None
         return after_failure(deps, req, step, Scope.NONE, inline)
     except ProviderError as exc:
         return _failed(deps, req, step, attempt_id, cand, exc, inline, started_at=now)

@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 
 from corral.services.agent.bundle import BundleError, clone
-from corral.services.agent.processes import (
-    await_group_gone,
-    group_alive,
-    kill_group,
-    kill_group_now,
-    run_beating,
-)
+from corral.services.agent.pgroup import await_group_gone, group_alive, kill_group, kill_group_now
+from corral.services.agent.processes import run_beating
 
 
 def _group(script: str) -> subprocess.Popen[bytes]:

@@ -49,7 +49,6 @@ from corral.services.providers.base import (
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.services.state.nodes import NodeBook
-from corral.shared.backoff import backoff_s
 from corral.shared.errors import (
     AuthError,
     CapacityError,
@@ -58,6 +57,7 @@ from corral.shared.errors import (
     Scope,
 )
 from corral.shared.ports import port_text
+from corral.shared.retry import with_retries
 
 log = logging.getLogger("corral.providers.aws")
 
@@ -512,23 +512,30 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
         return out
 
     def _terminate_in_region(self, region: str, ids: list[str]) -> None:
-        last: ProviderError | None = None
-        for try_no in range(self.terminate_attempts):
-            try:
-                self._terminate_once(region, ids)
-                return
-            except (AuthError, InvalidRequestError):
-                raise  # no retry will fix credentials or a malformed id
-            except ProviderError as exc:
-                last = exc
-                log.warning("terminating %s in %s failed (try %d): %s", ids, region, try_no, exc)
-                if try_no + 1 < self.terminate_attempts:
-                    time.sleep(backoff_s(self.terminate_backoff_s, try_no))
-        raise ProviderError(
-            f"could not terminate {', '.join(ids)} in {region} after "
-            f"{self.terminate_attempts} tries: {last}",
-            code="TerminateFailed",
-        )
+        def failed(try_no: int, exc: Exception) -> None:
+            log.warning("terminating %s in %s failed (try %d): %s", ids, region, try_no, exc)
+
+        try:
+            with_retries(
+                lambda: self._terminate_once(region, ids),
+                tries=self.terminate_attempts,
+                base_s=self.terminate_backoff_s,
+                sleep=time.sleep,
+                # No retry will fix credentials or a malformed id: those are raised at once.
+                retryable=lambda exc: (
+                    isinstance(exc, ProviderError)
+                    and not isinstance(exc, AuthError | InvalidRequestError)
+                ),
+                on_failure=failed,
+            )
+        except (AuthError, InvalidRequestError):
+            raise
+        except ProviderError as last:
+            raise ProviderError(
+                f"could not terminate {', '.join(ids)} in {region} after "
+                f"{self.terminate_attempts} tries: {last}",
+                code="TerminateFailed",
+            ) from last
 
     def _terminate_once(self, region: str, ids: list[str]) -> None:
         client = self.client(region)

@@ -47,7 +47,6 @@ from corral.services.providers.gcp.instance_body import (
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.services.state.nodes import NodeBook
-from corral.shared.backoff import backoff_s
 from corral.shared.errors import (
     AuthError,
     InvalidRequestError,
@@ -56,6 +55,7 @@ from corral.shared.errors import (
     Scope,
 )
 from corral.shared.ports import port_text
+from corral.shared.retry import with_retries
 
 if TYPE_CHECKING:
     from google.cloud import compute_v1
@@ -480,14 +480,26 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         self._delete_all(targets)
 
     def _delete_all(self, targets: list[tuple[str, str]]) -> None:
-        left, error = list(targets), None
-        for try_no in range(max(1, self.teardown_tries)):
+        """Delete ``targets``, each try deleting what the one before left (shared/retry.py)."""
+        left = list(targets)
+
+        def once() -> None:
+            nonlocal left
             left, error = self._delete_once(left)
-            if error is None:
-                return
-            if try_no + 1 < self.teardown_tries:
-                time.sleep(backoff_s(self.teardown_backoff_s, try_no))
-        assert error is not None
+            if error is not None:
+                raise _Left(error)
+
+        try:
+            with_retries(
+                once,
+                tries=self.teardown_tries,
+                base_s=self.teardown_backoff_s,
+                sleep=time.sleep,
+                retryable=lambda exc: isinstance(exc, _Left),
+            )
+            return
+        except _Left as failed:
+            error = failed.error
         what = ", ".join(f"{z}/{n}" for z, n in left)
         raise type(error)(
             f"could not delete {what} after {self.teardown_tries} tries: {error.message}",
@@ -541,3 +553,11 @@ def _address(inst: compute_v1.Instance) -> str | None:
         if nic.network_i_p:
             return str(nic.network_i_p)
     return None
+
+
+class _Left(Exception):
+    """A try of a teardown left instances behind: ``error``, the last reason."""
+
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(error.message)
+        self.error = error

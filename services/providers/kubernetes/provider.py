@@ -59,7 +59,6 @@ from corral.services.providers.kubernetes.pods import (
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.shared.autoscaler.kube_pods import quantity
-from corral.shared.backoff import backoff_s
 from corral.shared.catalog.offering import Offering as CatalogOffering
 from corral.shared.errors import (
     AuthError,
@@ -71,6 +70,7 @@ from corral.shared.errors import (
     ThrottledError,
 )
 from corral.shared.quota_families import k8s_family
+from corral.shared.retry import with_retries
 
 log = logging.getLogger("corral.providers.kubernetes")
 
@@ -183,20 +183,26 @@ class KubernetesProvider(NodeBookLogs):
         from kubernetes.client.exceptions import ApiException
 
         core = self._core(context)
-        for attempt in range(self.throttle_retries + 1):
-            try:
-                answer = getattr(core, method)(*args, _preload_content=False, **kwargs)
-                return json.loads(answer.data or b"{}")
-            except ApiException as exc:
-                if exc.status == 429 and attempt < self.throttle_retries:
-                    time.sleep(backoff_s(0.2, attempt, cap_s=2.0))
-                    continue
-                raise _typed(exc) from exc
-            except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
-                raise ProviderError(
-                    f"{context}: {exc}", code="Unreachable", scope=Scope.REGION
-                ) from None
-        raise AssertionError("unreachable")
+
+        def once() -> Any:
+            answer = getattr(core, method)(*args, _preload_content=False, **kwargs)
+            return json.loads(answer.data or b"{}")
+
+        try:
+            return with_retries(
+                once,
+                tries=self.throttle_retries + 1,
+                base_s=0.2,
+                cap_s=2.0,
+                sleep=time.sleep,
+                retryable=lambda exc: isinstance(exc, ApiException) and exc.status == 429,
+            )
+        except ApiException as exc:
+            raise _typed(exc) from exc
+        except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
+            raise ProviderError(
+                f"{context}: {exc}", code="Unreachable", scope=Scope.REGION
+            ) from None
 
     # --- what it has --------------------------------------------------------------------------
     def offerings_of(self, context: str) -> list[Offering]:

@@ -54,7 +54,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from corral.services.agent.core import PRIVATE_PREFIXES
+from corral.services.agent.agent_base import PRIVATE_PREFIXES
 from corral.services.providers.local import agent
 
 COMM_LEN = 15  # the kernel keeps this many bytes of a process's name

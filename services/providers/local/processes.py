@@ -3,9 +3,7 @@ instance's agent or task, and a process group killed."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import time
 
@@ -80,11 +78,6 @@ def comm_and_state(pid: int) -> tuple[str, str]:
     head, _, tail = stat.rpartition(")")
     fields = tail.split()
     return head.partition("(")[2], fields[0] if fields else ""
-
-
-def kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def ps_command(pid: int) -> bytes:

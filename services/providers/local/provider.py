@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from corral.services.agent.pgroup import kill_group
 from corral.services.agent.sandbox import assignment_log
 from corral.services.providers.base import (
     TAG_ATTEMPT,
@@ -49,7 +50,6 @@ from corral.services.providers.local.folders import (
     tail,
 )
 from corral.services.providers.local.processes import (
-    kill_group,
     pid_belongs_to,
     task_groups,
 )

@@ -29,6 +29,8 @@ NAMES = {
     "redis_clients",
     "cloud_lists",
     "getattr_features",
+    "process_group_kill_modules",
+    "retry_pauses_by_hand",
     "services_lines",
 }
 
@@ -96,6 +98,15 @@ def test_each_rule_finds_what_it_describes(tmp_path: Path) -> None:
         "    raise WriteConflict('lost')\n"
         "c = redis.Redis.from_url('redis://')\n"
     )
+    (tmp_path / "services" / "k.py").write_text(
+        "import os, time\n"
+        "def stop(pid, n):\n"
+        "    os.killpg(pid, 9)\n"
+        "    time.sleep(backoff_s(1.0, n))\n"  # a retry's pause by hand
+        "    raise RetryLater(backoff_s(0.5, n), n + 1)\n"  # and its queue's
+        "    time.sleep(uniform(0, backoff_s(1.0, n)))\n"  # a drawn pause (a CAS loop's): not
+        "    time.sleep(pause)\n"  # asked of the helper: not
+    )
     counts = _script().count(tmp_path)
     where = {name: entry["where"] for name, entry in counts.items()}
     assert where["machine_record_types"] == ["shared/m.py:Leaf"]
@@ -105,7 +116,9 @@ def test_each_rule_finds_what_it_describes(tmp_path: Path) -> None:
     assert [w.rsplit(":", 1)[1] for w in where["getattr_features"]] == ["can_fly", "nodes"]
     assert where["cas_retry_loops"] == ["services/r.py:go"]
     assert where["redis_clients"] == ["services/r.py"]
-    assert counts["services_lines"]["count"] == 9 + 2  # r.py, base.py
+    assert where["process_group_kill_modules"] == ["services/k.py"]
+    assert where["retry_pauses_by_hand"] == ["services/k.py:4", "services/k.py:5"]
+    assert counts["services_lines"]["count"] == 9 + 2 + 7  # r.py, base.py, k.py
 
 
 def test_the_script_counts_a_git_revision() -> None:
