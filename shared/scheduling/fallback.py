@@ -28,6 +28,7 @@ clock comes in as ``now``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..waiting import Backoff, retry_rng, utc_clock
+from . import trusted
 from .model import Pending, Workload
 
 
@@ -135,11 +137,17 @@ def narrowed(workload: Workload, setback: Setback | None, now: float) -> Workloa
     over (the whole order when all are: it is held back until one is not)."""
     if setback is None:
         return workload
-    gone = setback.avoided(now)
-    if not gone.intersection(workload.group_order):
+    avoid = setback.avoid
+    order = workload.group_order
+    # (A pass asks this of every waiting workload with a setback: no set is built for one
+    # whose groups are all open.)
+    if not any(avoid.get(g, _OPEN) > now for g in order):
         return workload
-    order = tuple(g for g in workload.group_order if g not in gone)
-    return workload.model_copy(update={"group_order": order}) if order else workload
+    left = tuple(g for g in order if not avoid.get(g, _OPEN) > now)
+    return trusted.updated(workload, {"group_order": left}) if left else workload
+
+
+_OPEN = -math.inf  # a group never passed over
 
 
 def holds_back(

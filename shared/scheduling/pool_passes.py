@@ -22,6 +22,7 @@ from ..catalog.catalog import Catalog
 from ..config.machine_pool import MachinePool
 from ..resource_pools import ResolvedPools
 from ..waiting import utc_clock
+from . import trusted
 from .build import market_of
 from .det_ledger import DetLedger, NewAgentId, commit_det, grow, snapshots_of
 from .determined import schedule_pools
@@ -155,11 +156,12 @@ def _told_of_setbacks(
     pending = []
     for p in plan.pending:
         setback = setbacks.get(p.workload_id)
-        if setback is not None and p.code != "backing_off" and (gone := setback.avoided(now)):
-            until = ", ".join(f"{g} until {utc_clock(setback.avoid[g])}" for g in sorted(gone))
-            p = p.model_copy(
-                update={"reason": f"{p.reason}; passed over after a failed launch: {until}"}
-            )
+        if setback is not None and p.code != "backing_off":
+            gone = sorted(g for g, until in setback.avoid.items() if until > now)
+            if gone:
+                until = ", ".join([f"{g} until {utc_clock(setback.avoid[g])}" for g in gone])
+                reason = f"{p.reason}; passed over after a failed launch: {until}"
+                p = trusted.updated(p, {"reason": reason})
         pending.append(p)
     return plan.model_copy(update={"pending": (*pending, *backing_off.values())})
 
