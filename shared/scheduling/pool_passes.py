@@ -21,12 +21,11 @@ from ..budgets import Budget, BudgetSpend, Gate, accrue, budget_rates, for_pools
 from ..catalog.catalog import Catalog
 from ..config.machine_pool import MachinePool
 from ..resource_pools import ResolvedPools
-from ..waiting import utc_clock
 from . import trusted
 from .build import market_of
 from .det_ledger import DetLedger, NewAgentId, commit_det, grow, snapshots_of
 from .determined import schedule_pools
-from .fallback import Setback, holds_back, narrowed
+from .fallback import Setback, holds_back, narrowed, passed_over
 from .ledger import NewMachineId, PoolLedger, commit, snapshot_of
 from .machine_pools import schedule
 from .model import DetPlan, MachineTypeState, Pending, Plan, TaskPending
@@ -156,12 +155,9 @@ def _told_of_setbacks(
     pending = []
     for p in plan.pending:
         setback = setbacks.get(p.workload_id)
-        if setback is not None and p.code != "backing_off":
-            gone = sorted(g for g, until in setback.avoid.items() if until > now)
-            if gone:
-                until = ", ".join([f"{g} until {utc_clock(setback.avoid[g])}" for g in gone])
-                reason = f"{p.reason}; passed over after a failed launch: {until}"
-                p = trusted.updated(p, {"reason": reason})
+        if setback is not None and p.code != "backing_off" and (gone := passed_over(setback, now)):
+            reason = f"{p.reason}; passed over after a failed launch: {gone}"
+            p = trusted.updated(p, {"reason": reason})
         pending.append(p)
     return plan.model_copy(update={"pending": (*pending, *backing_off.values())})
 

@@ -305,10 +305,11 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         self.dirty()
 
     def _start_ready(self) -> None:
+        serving = self.ledger.machines_by_workload()
         for wid, workload in self.ledger.workloads.items():
             if workload.phase != "running":
                 continue
-            nodes = [m for m in self.ledger.machines_of(wid) if m.status != "retiring"]
+            nodes = [m for m in serving.get(wid, ()) if m.status != "retiring"]
             insts = [self.instances.get(m.machine_id) for m in nodes]
             for inst in insts:
                 if inst is not None and inst.owner != wid:
