@@ -156,10 +156,29 @@ def _told_of_setbacks(
     for p in plan.pending:
         setback = setbacks.get(p.workload_id)
         if setback is not None and p.code != "backing_off" and (gone := passed_over(setback, now)):
-            reason = f"{p.reason}; passed over after a failed launch: {gone}"
-            p = trusted.updated(p, {"reason": reason})
+            p = _told(p, gone)
         pending.append(p)
     return plan.model_copy(update={"pending": (*pending, *backing_off.values())})
+
+
+def _told(pending: Pending, gone: str) -> Pending:
+    """``pending`` with the groups it passes over (``gone``) added to its reason. A long
+    queue is told the same pass after pass: the last answer per workload is kept and given
+    again while what it was made of is equal (the models are frozen)."""
+    own = pending.__dict__
+    known = _TOLD.get(own["workload_id"])
+    if known is not None and known[1] == gone and known[0] == own:
+        return known[2]
+    reason = f"{own['reason']}; passed over after a failed launch: {gone}"
+    told = trusted.updated(pending, {"reason": reason})
+    if len(_TOLD) >= _TOLD_MAX:
+        _TOLD.clear()
+    _TOLD[own["workload_id"]] = (own, gone, told)
+    return told
+
+
+_TOLD: dict[str, tuple[dict[str, Any], str, Pending]] = {}
+_TOLD_MAX = 20_000
 
 
 def _pool_holders(
