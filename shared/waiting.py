@@ -17,6 +17,7 @@ come in as arguments.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -307,8 +308,10 @@ def _span(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+@functools.lru_cache(maxsize=4096)
 def utc_clock(at: float) -> str:
-    """A time (seconds since the epoch) as a reason line prints it, in UTC."""
+    """A time (seconds since the epoch) as a reason line prints it, in UTC (remembered: a
+    pool pass words the same few times into hundreds of waiting workloads' reasons)."""
     return time.strftime("%H:%M:%S UTC", time.gmtime(at))
 
 

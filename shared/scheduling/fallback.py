@@ -28,13 +28,15 @@ clock comes in as ``now``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..waiting import Backoff, retry_rng, utc_clock
+from . import trusted
 from .model import Pending, Workload
 
 
@@ -135,11 +137,85 @@ def narrowed(workload: Workload, setback: Setback | None, now: float) -> Workloa
     over (the whole order when all are: it is held back until one is not)."""
     if setback is None:
         return workload
-    gone = setback.avoided(now)
-    if not gone.intersection(workload.group_order):
+    return _seen(_NARROWED, workload, setback, now, _narrow)
+
+
+def _narrow(workload: Workload, setback: Setback, now: float) -> Workload:
+    avoid = setback.avoid
+    order = workload.group_order
+    if not any(avoid.get(g, _OPEN) > now for g in order):
         return workload
-    order = tuple(g for g in workload.group_order if g not in gone)
-    return workload.model_copy(update={"group_order": order}) if order else workload
+    left = tuple(g for g in order if not avoid.get(g, _OPEN) > now)
+    return trusted.updated(workload, {"group_order": left}) if left else workload
+
+
+_OPEN = -math.inf  # a group never passed over
+Seen = TypeVar("Seen")
+# What was worked out of a workload and its setback, per kind (narrowed, its note), by the
+# workload's id(): (the workload, the setback, the span of times it holds for, the answer).
+# Every pass asks it again of each waiting workload with a setback, and between two of the
+# setback's times (a group's return) the answer is the same: a long queue backing off cost
+# hundreds of model copies a pass. The workload and the setback are kept, so the ids stay
+# theirs; both are frozen. Bounded: emptied when full.
+_Memo = dict[int, tuple[Workload, Setback, float, float, Seen]]
+_NARROWED: _Memo[Workload] = {}
+_NOTES: _Memo[Pending] = {}
+_MEMO_MAX = 20_000
+
+
+def _seen(
+    memo: _Memo[Seen],
+    workload: Workload,
+    setback: Setback,
+    now: float,
+    work_out: Callable[[Workload, Setback, float], Seen],
+) -> Seen:
+    """``work_out(workload, setback, now)``, remembered for the span of times around ``now``
+    in which no group of the setback comes back (what it reads of the clock)."""
+    known = memo.get(id(workload))
+    if (
+        known is not None
+        and known[0] is workload
+        and known[1] is setback
+        and known[2] <= now < known[3]
+    ):
+        return known[4]
+    since, until = _span(setback, now)
+    answer = work_out(workload, setback, now)
+    if len(memo) >= _MEMO_MAX:
+        memo.clear()
+    memo[id(workload)] = (workload, setback, since, until, answer)
+    return answer
+
+
+def passed_over(setback: Setback, now: float) -> str:
+    """The groups passed over at ``now`` with their times back, as a waiting workload's
+    reason tells them (``"a until 10:00:00 UTC, b until ..."``, sorted); "" when none is."""
+    known = _PASSED_OVER.get(id(setback))
+    if known is not None and known[0] is setback and known[1] <= now < known[2]:
+        return known[3]
+    since, until = _span(setback, now)
+    gone = sorted(g for g, at in setback.avoid.items() if at > now)
+    text = ", ".join([f"{g} until {utc_clock(setback.avoid[g])}" for g in gone])
+    if len(_PASSED_OVER) >= _MEMO_MAX:
+        _PASSED_OVER.clear()
+    _PASSED_OVER[id(setback)] = (setback, since, until, text)
+    return text
+
+
+_PASSED_OVER: dict[int, tuple[Setback, float, float, str]] = {}
+
+
+def _span(setback: Setback, now: float) -> tuple[float, float]:
+    """The times around ``now`` between which the same groups are passed over: [the last
+    return at or before it, the next after it)."""
+    since, until = _OPEN, math.inf
+    for at in setback.avoid.values():
+        if at > now:
+            until = min(until, at)
+        else:
+            since = max(since, at)
+    return since, until
 
 
 def holds_back(
@@ -151,7 +227,7 @@ def holds_back(
     for wid, setback in setbacks.items():
         workload = workloads.get(wid)
         if workload is not None and workload.phase == "pending" and setback.retry_at > now:
-            out[wid] = note(workload, setback, now)
+            out[wid] = _seen(_NOTES, workload, setback, now, note)
     return out
 
 

@@ -86,6 +86,20 @@ class PoolLedger(BaseModel):
         ]
         return sorted(mine, key=lambda m: (order.get(m.machine_type, 99), m.machine_id))
 
+    def machines_by_workload(self) -> dict[str, list[PoolMachine]]:
+        """``machines_of`` every workload serving on a machine, in one walk over the machines
+        (a sync that looks at every running workload would walk them once per workload)."""
+        mine: dict[str, list[PoolMachine]] = {}
+        for m in self.machines.values():
+            if m.workload_id is not None and not m.head and m.status != "reaping":
+                mine.setdefault(m.workload_id, []).append(m)
+        out = {}
+        for wid, machines in mine.items():
+            workload = self.workloads.get(wid)
+            order = {t: i for i, t in enumerate(workload.group_order)} if workload else {}
+            out[wid] = sorted(machines, key=lambda m: (order.get(m.machine_type, 99), m.machine_id))
+        return out
+
 
 def _key(machine_type: str, partition: str) -> str:
     return f"{machine_type}/{partition}"

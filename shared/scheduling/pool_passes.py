@@ -21,11 +21,11 @@ from ..budgets import Budget, BudgetSpend, Gate, accrue, budget_rates, for_pools
 from ..catalog.catalog import Catalog
 from ..config.machine_pool import MachinePool
 from ..resource_pools import ResolvedPools
-from ..waiting import utc_clock
+from . import trusted
 from .build import market_of
 from .det_ledger import DetLedger, NewAgentId, commit_det, grow, snapshots_of
 from .determined import schedule_pools
-from .fallback import Setback, holds_back, narrowed
+from .fallback import Setback, holds_back, narrowed, passed_over
 from .ledger import NewMachineId, PoolLedger, commit, snapshot_of
 from .machine_pools import schedule
 from .model import DetPlan, MachineTypeState, Pending, Plan, TaskPending
@@ -155,13 +155,30 @@ def _told_of_setbacks(
     pending = []
     for p in plan.pending:
         setback = setbacks.get(p.workload_id)
-        if setback is not None and p.code != "backing_off" and (gone := setback.avoided(now)):
-            until = ", ".join(f"{g} until {utc_clock(setback.avoid[g])}" for g in sorted(gone))
-            p = p.model_copy(
-                update={"reason": f"{p.reason}; passed over after a failed launch: {until}"}
-            )
+        if setback is not None and p.code != "backing_off" and (gone := passed_over(setback, now)):
+            p = _told(p, gone)
         pending.append(p)
     return plan.model_copy(update={"pending": (*pending, *backing_off.values())})
+
+
+def _told(pending: Pending, gone: str) -> Pending:
+    """``pending`` with the groups it passes over (``gone``) added to its reason. A long
+    queue is told the same pass after pass: the last answer per workload is kept and given
+    again while what it was made of is equal (the models are frozen)."""
+    own = pending.__dict__
+    known = _TOLD.get(own["workload_id"])
+    if known is not None and known[1] == gone and known[0] == own:
+        return known[2]
+    reason = f"{own['reason']}; passed over after a failed launch: {gone}"
+    told = trusted.updated(pending, {"reason": reason})
+    if len(_TOLD) >= _TOLD_MAX:
+        _TOLD.clear()
+    _TOLD[own["workload_id"]] = (own, gone, told)
+    return told
+
+
+_TOLD: dict[str, tuple[dict[str, Any], str, Pending]] = {}
+_TOLD_MAX = 20_000
 
 
 def _pool_holders(

@@ -118,9 +118,13 @@ class _Pooled(Generic[LedgerT]):
         self.changed = False  # from here, what sync and the events do counts for the next
         return False
 
-    def finish(self, settled: bool, until: dict[bool, float], notes_same: bool) -> None:
-        """After a pass: quiet until ``until`` (per kind) if it was settled; then sync."""
-        if self.checking and not (settled and notes_same):
+    def finish(
+        self, settled: bool, until: dict[bool, float], notes_same: Callable[[], bool]
+    ) -> None:
+        """After a pass: quiet until ``until`` (per kind) if it was settled; then sync.
+        ``notes_same``: whether the pass left every note as it was (asked only of a pass
+        that would have been skipped: comparing hundreds of notes costs)."""
+        if self.checking and not (settled and notes_same()):
             raise AssertionError(f"{self.name}: a pass skipped at {self.sim.now} would decide")
         if settled:
             self.quiet_until.update(until)
@@ -241,7 +245,7 @@ class MachinePoolSim(_Pooled[PoolLedger]):
                 )
                 for kind in kinds
             }  # fmt: skip
-        self.finish(settled, until if settled else {}, after.notes == before.notes)
+        self.finish(settled, until if settled else {}, lambda: after.notes == before.notes)
 
     def _count(self, plan: Plan) -> None:
         rec = self.sim.recorder
@@ -305,10 +309,11 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         self.dirty()
 
     def _start_ready(self) -> None:
+        serving = self.ledger.machines_by_workload()
         for wid, workload in self.ledger.workloads.items():
             if workload.phase != "running":
                 continue
-            nodes = [m for m in self.ledger.machines_of(wid) if m.status != "retiring"]
+            nodes = [m for m in serving.get(wid, ()) if m.status != "retiring"]
             insts = [self.instances.get(m.machine_id) for m in nodes]
             for inst in insts:
                 if inst is not None and inst.owner != wid:
@@ -400,7 +405,7 @@ class DeterminedSim(_Pooled[DetLedger]):
         until = determined_quiet_until(
             after, self.limits, self.sim.now, pools=self.pools.names(), costing=self.costing
         )
-        self.finish(settled, {False: until}, after.notes == before.notes)
+        self.finish(settled, {False: until}, lambda: after.notes == before.notes)
 
     def sync(self) -> None:
         now = self.sim.now

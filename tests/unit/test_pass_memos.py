@@ -1,0 +1,108 @@
+"""What a pool pass remembers between passes gives what working it out again gives: a
+workload narrowed by its setback, its note, the groups passed over (shared/scheduling/
+fallback.py, remembered between a setback's times), and every workload's machines read in one
+walk (``PoolLedger.machines_by_workload`` against ``machines_of``)."""
+
+from __future__ import annotations
+
+import random
+
+from corral.shared.scheduling import Workload
+from corral.shared.scheduling.fallback import (
+    FallbackPolicy,
+    _narrow,
+    after_failure,
+    holds_back,
+    narrowed,
+    note,
+    passed_over,
+)
+from corral.shared.scheduling.ledger import PoolLedger, PoolMachine
+from corral.shared.waiting import utc_clock
+
+ORDER = ("reserved-a100", "spot-a100", "ondemand-a100")
+
+
+def _workload(wid: str) -> Workload:
+    return Workload(workload_id=wid, submitted_at=0.0, group_order=ORDER)
+
+
+def test_narrowed_note_and_passed_over_agree_with_working_them_out_at_any_time() -> None:
+    """Asked at times going back and forth across the setback's times (a group's return),
+    each answer equals the one worked out afresh; the remembered one is reused in between."""
+    rng = random.Random(46)
+    policy = FallbackPolicy()
+    for n in range(30):
+        w = _workload(f"w{n}")
+        setback = None
+        for failure in range(rng.randint(1, 4)):
+            setback = after_failure(
+                setback,
+                workload_id=w.workload_id,
+                machine_type=rng.choice(ORDER),
+                group_order=ORDER,
+                why="sold out",
+                now=100.0 * failure,
+                policy=policy,
+            )
+        assert setback is not None
+        times = sorted(setback.avoid.values())
+        probes = [t + d for t in times for d in (-1.0, -1e-9, 0.0, 1e-9, 1.0)]
+        probes += [0.0, setback.retry_at - 1.0, 1e9]
+        rng.shuffle(probes)
+        for now in [*probes, *probes]:  # twice: the second round reads what is remembered
+            fresh = _narrow(w, setback, now)
+            assert narrowed(w, setback, now).group_order == fresh.group_order
+            told = holds_back({w.workload_id: w}, {w.workload_id: setback}, now)  # pending
+            if now < setback.retry_at:
+                assert told[w.workload_id] == note(w, setback, now)
+            gone = sorted(g for g, at in setback.avoid.items() if at > now)
+            want = ", ".join(f"{g} until {utc_clock(setback.avoid[g])}" for g in gone)
+            assert passed_over(setback, now) == want
+
+
+def test_a_narrowed_workload_is_reused_between_the_setbacks_times_and_not_across_them() -> None:
+    w = _workload("w")
+    setback = after_failure(
+        None,
+        workload_id="w",
+        machine_type=ORDER[0],
+        group_order=ORDER,
+        why="",
+        now=0.0,
+        policy=FallbackPolicy(),
+    )
+    back = setback.avoid[ORDER[0]]
+    first = narrowed(w, setback, 1.0)
+    assert first.group_order == ORDER[1:]
+    assert narrowed(w, setback, back - 1.0) is first  # the same answer, not a new copy
+    assert narrowed(w, setback, back) is w  # the group is back: the workload itself
+    assert narrowed(w, setback, 2.0).group_order == ORDER[1:]
+
+
+def test_machines_by_workload_is_machines_of_for_every_workload() -> None:
+    rng = random.Random(7)
+    ledger = PoolLedger(pool="p")
+    for n in range(40):
+        wid = f"w{n % 9}"
+        ledger.workloads.setdefault(
+            wid,
+            Workload(
+                workload_id=wid,
+                submitted_at=0.0,
+                group_order=tuple(rng.sample(ORDER, rng.randint(1, 3))),
+            ),
+        )
+        ledger.machines[f"m{n:02d}"] = PoolMachine(
+            machine_id=f"m{rng.randint(0, 99):02d}-{n}",
+            machine_type=rng.choice(ORDER),
+            partition="any",
+            workload_id=rng.choice([wid, None, "gone"]),
+            head=rng.random() < 0.1,
+            status=rng.choice(["launching", "up", "reaping", "retiring"]),
+            created_at=0.0,
+        )
+    by_workload = ledger.machines_by_workload()
+    for wid in [*ledger.workloads, "gone", "never"]:
+        assert by_workload.get(wid, []) == ledger.machines_of(wid), wid
+    assert set(by_workload) <= {*ledger.workloads, "gone"}
