@@ -180,6 +180,11 @@ def test_launch_prints_an_id_and_status_json_has_the_documented_shape(
         "endpoints": [],
         "ready": None,
         "waiting": None,  # set while it waits for capacity
+        # set for a service with replicas (docs/services.md)
+        "service_endpoint": None,
+        "replicas_target": None,
+        "qps": None,
+        "replicas": None,
     }
     listing = json.loads(listed.stdout)
     assert request_id in [v["id"] for v in listing["requests"]]
