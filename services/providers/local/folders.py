@@ -81,6 +81,10 @@ def machine_files(
     project: the agent reads the file and needs no store credentials (a task's environment
     has none)."""
     out = {**files, "home": str(home), "jail": True, "logs": str(logs)}
+    # Where a job's workdir bundle is read from (corral exec ID task.yaml: agent.py).
+    out["bundle_store"] = bundle_store
+    if bundle_store_endpoint:
+        out["bundle_store_endpoint"] = bundle_store_endpoint
     if uid is not None:
         out["uid"] = uid
     if "bundle" in files:
