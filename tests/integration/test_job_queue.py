@@ -347,7 +347,7 @@ def test_an_execd_task_with_a_workdir_runs_in_its_own_copy_on_every_node(
     assert queued.returncode == 0, queued.stderr
     assert "file_mounts are not copied by exec" in queued.stderr
     assert "setup is not run by exec" in queued.stderr
-    assert "workdir" not in queued.stderr  # synced, so not noticed
+    assert "not cloned by exec" not in queued.stderr  # synced, so not noticed
     assert system.cli("exec", rid, str(after), "-d").returncode == 0
     time.sleep(1.0)  # some heartbeats: the launch's run still runs, its files as they were
     assert _job(system, rid, 2)["state"] == "PENDING"
