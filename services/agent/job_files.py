@@ -10,7 +10,8 @@ they are; a job without a workdir runs in the launch's, as before. The folders g
 machine.
 
 The bytes come from the node's link (a cloud machine asks the API with its node token, which
-serves only the bundles of jobs queued on that node; the local cloud reads the blob store),
+serves only the bundles of jobs queued on that node; on the local cloud the control plane
+copied it beside the machine's folder as it queued the job),
 are checked against the job's sha256 and unpacked under the same rules and cap as a launch's
 (:mod:`corral.services.agent.bundle`). Standard library only.
 """

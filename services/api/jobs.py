@@ -166,6 +166,11 @@ def _workdir(deps: Deps, req: LaunchRequest, body: JobIn) -> dict[str, Any]:
             f"bundle: {body.bundle.sha256} is not kept for the request's project; upload it "
             "first (PUT /v1/bundles/{sha256}?project=...)",
         )
+    for inst in deps.store.list_instances(request_id=req.id):
+        hand = getattr(deps.provider(inst.cloud), "hand_job_bundle", None)
+        running = inst.state is InstanceState.RUNNING and inst.provider_id
+        if hand is not None and running and inst.node_index < body.num_nodes:
+            hand(inst.provider_id, scope, body.bundle.sha256)  # the local cloud: beside its folder
     return {
         "bundle": body.bundle.model_dump(),
         "bundle_scope": scope,

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from corral.services.settings import default_machines_dir
+
 from harness import System, run_cli, wait_for
 
 pytestmark = pytest.mark.integration
@@ -349,6 +351,10 @@ def test_an_execd_task_with_a_workdir_runs_in_its_own_copy_on_every_node(
     assert "setup is not run by exec" in queued.stderr
     assert "not cloned by exec" not in queued.stderr  # synced, so not noticed
     assert system.cli("exec", rid, str(after), "-d").returncode == 0
+    # The local cloud: the control plane copied the job's bundle beside each of its machines'
+    # folders (as a launch's), 0600; they go with the machines.
+    beside = list(default_machines_dir(system.home).glob("*.job-*.bundle"))
+    assert len(beside) == 2 and all(p.stat().st_mode & 0o077 == 0 for p in beside), beside
     time.sleep(1.0)  # some heartbeats: the launch's run still runs, its files as they were
     assert _job(system, rid, 2)["state"] == "PENDING"
     assert not list(marks.iterdir())
@@ -365,6 +371,7 @@ def test_an_execd_task_with_a_workdir_runs_in_its_own_copy_on_every_node(
     said = system.get(f"/v1/execs/{jobs[3]['execs'][0]}").json()["output"]
     assert said.strip().endswith("sky_workdir"), said  # the launch's workdir
     system.wait_state(rid, {"SUCCEEDED"}, 60)
+    wait_for(lambda: not any(p.exists() for p in beside), 60, "the bundles to go")
 
 
 def test_an_execd_workdir_is_bounded_and_its_bundle_is_the_requests_projects(

@@ -58,6 +58,7 @@ from typing import Any, TypeVar
 from corral.services.agent.core import Agent
 from corral.services.agent.link import FinalBeat, LinkError, Work, say
 from corral.services.providers.local.agent_redis import MiniRedis, RedisError
+from corral.services.providers.local.folders import job_bundle_path
 from corral.services.providers.local.state import (
     LOCAL_ADDRESS,
     TAG_FAULT,
@@ -333,23 +334,13 @@ class RedisLink:
             ) from None
 
     def fetch_job_bundle(self, item: dict[str, Any]) -> bytes:
-        """A queued job's workdir bundle, read from the blob store the provider named in the
-        machine's files, under the scope the control plane wrote in the job."""
-        from corral.services.state.blobs import BlobStoreError, open_blobs
-
-        files = self.rec.files
+        """A queued job's workdir bundle, which the control plane copied beside the machine's
+        folder when the job was queued (LocalProvider.hand_job_bundle)."""
         sha = str(item["bundle"]["sha256"])
-        store = files.get("bundle_store")
-        if not store:
-            raise LinkError("this machine was launched without a bundle store to read jobs' from")
         try:
-            blobs = open_blobs(str(store), endpoint_url=files.get("bundle_store_endpoint"))
-            data = blobs.get(f"{item.get('bundle_scope')}/{sha}")
-        except (BlobStoreError, ValueError, OSError) as exc:
-            raise LinkError(f"the job's bundle {sha} could not be read: {exc}") from None
-        if data is None:
-            raise LinkError(f"the job's bundle {sha} is no longer kept for this project")
-        return data
+            return job_bundle_path(Path(str(self.rec.files["home"])), sha).read_bytes()
+        except (KeyError, OSError):
+            raise LinkError(f"the job's bundle {sha} is no longer kept for this project") from None
 
 
 RECORD_PATIENCE_S = 600.0  # an agent started while Redis is away waits this long for it
