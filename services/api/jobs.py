@@ -21,6 +21,7 @@ from corral.services.agent.skypilot_env import task_id
 from corral.services.api.auth import Principal, caller, require_writer
 from corral.services.api.execs import _node
 from corral.services.api.routes import get_deps, visible_request
+from corral.services.providers.base import node_work_of
 from corral.services.runtime import usage
 from corral.services.runtime.deps import Deps
 from corral.services.state.bundles import scope_of
@@ -167,10 +168,10 @@ def _workdir(deps: Deps, req: LaunchRequest, body: JobIn) -> dict[str, Any]:
             "first (PUT /v1/bundles/{sha256}?project=...)",
         )
     for inst in deps.store.list_instances(request_id=req.id):
-        hand = getattr(deps.provider(inst.cloud), "hand_job_bundle", None)
-        running = inst.state is InstanceState.RUNNING and inst.provider_id
-        if hand is not None and running and inst.node_index < body.num_nodes:
-            hand(inst.provider_id, scope, body.bundle.sha256)  # the local cloud: beside its folder
+        work = node_work_of(deps.provider(inst.cloud))
+        running = inst.state is InstanceState.RUNNING and inst.provider_id is not None
+        if work is not None and running and inst.node_index < body.num_nodes:
+            work.hand_job_bundle(str(inst.provider_id), scope, body.bundle.sha256)
     return {
         "bundle": body.bundle.model_dump(),
         "bundle_scope": scope,
