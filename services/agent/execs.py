@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.services.agent import skypilot_env
+from corral.services.agent.bundle import BundleError
+from corral.services.agent.job_files import put_workdir
+from corral.services.agent.link import LinkError
 from corral.services.agent.pgroup import kill_group
 from corral.services.agent.sessions import Session, Where
 
@@ -87,14 +90,17 @@ class Execs:
                     self.job = None
             elif run.kill_at is not None and time.monotonic() >= run.kill_at:
                 kill_group(run.child.pid, signal.SIGKILL)
-        if free and self.job is None and (take_job := getattr(link, "take_job", None)):
+        take_job = getattr(link, "take_job", None) if free else None
+        while take_job is not None and self.job is None:  # past those that could not start
             item = take_job()
-            if item is not None:
-                self._start_job(link, item, where(item))
+            if item is None:
+                break
+            self._start_job(link, item, where(item))
 
     def _start_job(self, link: Any, item: dict[str, Any], place: Where | str) -> None:
         """A job's run on this node: in the machine's work (its workdir and environment),
-        with the job's envs and SkyPilot's per-job values (its task id, its nodes)."""
+        with the job's envs and SkyPilot's per-job values (its task id, its nodes); a job
+        with a workdir of its own in that, unpacked now (job_files.py)."""
         xid = str(item["id"])
         if isinstance(place, str):
             link.exec_done(xid, 1, place)
@@ -102,6 +108,15 @@ class Execs:
         envs = {str(k): str(v) for k, v in (item.get("envs") or {}).items()}
         env = {**place.env, **envs, **job_envs(place.env, item)}
         job = Where(place.cwd, env, place.wrap, place.uid, place.marker)
+        if item.get("bundle"):  # its own workdir, unpacked now that it starts (job_files.py)
+            try:
+                job = put_workdir(link, item, job)
+            except (BundleError, LinkError, OSError) as exc:
+                said = f"the job's workdir could not be put in place: {exc}"
+                with contextlib.suppress(LinkError):
+                    link.exec_output(xid, f"[corral-agent] {said}\n".encode())
+                link.exec_done(xid, 1, said)
+                return
         self._start(xid, str(item.get("run") or "true"), job)
         self.job = xid
 

@@ -197,7 +197,15 @@ class HttpLink:
 
     def fetch_bundle(self, files: dict[str, Any]) -> bytes:
         """The task's bundle, from the API with the node token (its own task's only)."""
-        req = urllib.request.Request(self.api + "/v1/node/bundle", method="GET")
+        return self._bundle("/v1/node/bundle")
+
+    def fetch_job_bundle(self, item: dict[str, Any]) -> bytes:
+        """A queued job's workdir bundle (the API serves only those of jobs queued here)."""
+        sha = urllib.parse.quote(str(item["bundle"]["sha256"]), safe="")
+        return self._bundle(f"/v1/node/bundle?sha256={sha}")
+
+    def _bundle(self, path: str) -> bytes:
+        req = urllib.request.Request(self.api + path, method="GET")
         req.add_header("Authorization", self._auth)
         try:
             with urllib.request.urlopen(req, timeout=max(60.0, self.timeout_s)) as resp:
@@ -205,10 +213,10 @@ class HttpLink:
                 return data
         except urllib.error.HTTPError as exc:
             if exc.code == 403:
-                raise Dismissed(f"GET /v1/node/bundle: HTTP 403 {exc.read()[:300]!r}") from None
-            raise LinkError(f"GET /v1/node/bundle: HTTP {exc.code}") from None
+                raise Dismissed(f"GET {path}: HTTP 403 {exc.read()[:300]!r}") from None
+            raise LinkError(f"GET {path}: HTTP {exc.code}") from None
         except (OSError, ValueError) as exc:
-            raise LinkError(f"GET /v1/node/bundle: {exc}") from None
+            raise LinkError(f"GET {path}: {exc}") from None
 
 
 class LogShipper(threading.Thread):

@@ -21,10 +21,13 @@ from corral.services.agent.skypilot_env import task_id
 from corral.services.api.auth import Principal, caller, require_writer
 from corral.services.api.execs import _node
 from corral.services.api.routes import get_deps, visible_request
+from corral.services.providers.base import node_work_of
 from corral.services.runtime import usage
 from corral.services.runtime.deps import Deps
+from corral.services.state.bundles import scope_of
 from corral.services.state.jobs import JobBook, JobSpec, NodeTarget
 from corral.shared import jobs
+from corral.shared.bundles import Bundle
 from corral.shared.execs import MAX_COMMAND_BYTES
 from corral.shared.jobs import MAX_JOB_NAME, Job
 from corral.shared.lifecycle import InstanceState, RequestState
@@ -41,6 +44,16 @@ class JobIn(BaseModel):
     run: str = Field(min_length=1, max_length=MAX_COMMAND_BYTES)
     envs: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENVS)
     num_nodes: int = Field(1, ge=1, le=10_000)
+    # The task's own workdir, uploaded first as launch uploads it (PUT /v1/bundles/{sha256}
+    # for the request's project): the job runs in it, unpacked on each node as it starts.
+    bundle: Bundle | None = None
+
+    @model_validator(mode="after")
+    def _workdir_only(self) -> JobIn:
+        if self.bundle is not None and (self.bundle.mounts or not self.bundle.workdir):
+            raise ValueError("bundle: a job's bundle holds its workdir only (exec copies no "
+                             "file_mounts)")  # fmt: skip
+        return self
 
 
 class CancelIn(BaseModel):
@@ -133,13 +146,37 @@ def submit_job(
         node, inst_id, _ = _node(deps, request_id, index)
         targets.append(NodeTarget(node, inst_id))
     book = JobBook(deps.redis, deps.settings.prefix)
-    spec = JobSpec(body.name, body.run, body.envs, body.num_nodes)
+    spec = JobSpec(body.name, body.run, body.envs, body.num_nodes, **_workdir(deps, req, body))
     book.refresh(request_id, time.time(), str(req.state))  # ended jobs count as ended
     try:
         job = submit(book, req, spec, targets, who.name)
     except jobs.QueueFull as exc:
         raise HTTPException(409, str(exc)) from None
     return {"request_id": request_id, **job_view(job)}
+
+
+def _workdir(deps: Deps, req: LaunchRequest, body: JobIn) -> dict[str, Any]:
+    """The job's own workdir: its bundle, kept for the request's project (as a launch's
+    must be: another project's bundle cannot be named), and the unpacked cap."""
+    if body.bundle is None:
+        return {}
+    scope = scope_of(req.project)
+    if not deps.bundles.has(scope, body.bundle.sha256):
+        raise HTTPException(
+            422,
+            f"bundle: {body.bundle.sha256} is not kept for the request's project; upload it "
+            "first (PUT /v1/bundles/{sha256}?project=...)",
+        )
+    for inst in deps.store.list_instances(request_id=req.id):
+        work = node_work_of(deps.provider(inst.cloud))
+        running = inst.state is InstanceState.RUNNING and inst.provider_id is not None
+        if work is not None and running and inst.node_index < body.num_nodes:
+            work.hand_job_bundle(str(inst.provider_id), scope, body.bundle.sha256)
+    return {
+        "bundle": body.bundle.model_dump(),
+        "bundle_scope": scope,
+        "unpacked_max_bytes": deps.settings.bundle_unpacked_max_bytes,
+    }
 
 
 def submit(

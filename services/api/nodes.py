@@ -24,6 +24,7 @@ from corral.services.api.routes import get_deps
 from corral.services.providers.agent_wheel import AGENT_DIST, build_agent_wheel
 from corral.services.runtime.deps import Deps
 from corral.services.state.execs import ExecBook
+from corral.services.state.jobs import JobBook
 from corral.services.state.nodes import (
     LOG_CHUNK_MAX,
     NODE,
@@ -304,10 +305,21 @@ async def session_output(
 
 
 @router.get("/bundle", summary="The task's files (workdir and file mounts) for this node")
-def bundle(node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)) -> Response:
+def bundle(
+    sha256: str | None = Query(None, pattern=r"^[0-9a-f]{64}$",
+                               description="a job's bundle (corral exec ID task.yaml)"),
+    node: NodeName = Depends(node_of),
+    deps: Deps = Depends(get_deps),
+) -> Response:  # fmt: skip
+    """The launch's bundle; with ``sha256``, that of a job queued on this node (only)."""
     files = deps.nodes.work(node).get("files") or {}
     sha = (files.get("bundle") or {}).get("sha256")
     scope = files.get("bundle_scope")  # the request's project, written by the control plane
+    if sha256 is not None and sha256 != sha:
+        sha, scope = (
+            sha256,
+            JobBook(deps.redis, deps.settings.prefix).bundle_scope(str(node), sha256),
+        )
     data = deps.bundles.get(str(scope), str(sha)) if sha and scope else None
     if data is None:
         raise HTTPException(404, "this node's task has no bundle, or it is no longer kept")

@@ -7,8 +7,11 @@ JOB...``, as SkyPilot's ``sky exec CLUSTER task.yaml``, ``sky queue`` and ``sky 
 ``--env`` / ``--secret`` / ``--num-nodes`` flags merged over them as ``launch`` merges them) on
 the request's first ``num_nodes`` nodes, behind what runs there; it follows the job's output
 on the head and exits with the job's exit code (``--detach``: prints the job and returns).
-As ``sky exec``, it runs no ``setup`` and copies no ``file_mounts`` or ``workdir``: the job
-runs in the launch's workdir; those fields, and ``resources``, are noticed, not acted on.
+As ``sky exec``, it syncs the task's local ``workdir`` (packed and uploaded as ``launch``
+uploads it, for the request's project) and runs no ``setup`` and copies no ``file_mounts``:
+those, and ``resources``, are noticed, not acted on. The job runs in its own copy of the
+workdir on each node, ``~/sky_workdir-job-<N>`` (services/agent/job_files.py says why not in
+``~/sky_workdir`` as SkyPilot does); a task without a workdir runs in the launch's.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ from corral.services.cli.api_access import api_client, complete_request_id, fail
 from corral.services.cli.output import EXIT_INPUT, data_row, notice, out, print_json, print_list
 from corral.services.cli.overrides_opt import ENV_HELP, SECRET_HELP
 
-JOB_FIELDS = ("name", "run", "envs", "secrets", "num_nodes")
+JOB_FIELDS = ("name", "run", "envs", "secrets", "num_nodes", "workdir")
 NOTICED = {
     "setup": "setup is not run by exec (as `sky exec`): the nodes keep the launch's",
-    "workdir": "workdir is not copied by exec: the job runs in the launch's workdir",
+    "workdir": "a git workdir is not cloned by exec: the job runs in the launch's workdir",
     "file_mounts": "file_mounts are not copied by exec: the nodes keep the launch's",
     "resources": "resources: the job runs on the request's nodes as they were launched",
 }
@@ -117,6 +120,9 @@ def job_from_file(
     for key in data:
         if key not in JOB_FIELDS and data[key] not in (None, {}, []):
             notice(f"{file}: {NOTICED.get(key, f'{key}: not used by exec (a launch field)')}")
+    workdir = data.get("workdir")
+    if workdir not in (None, "", {}) and not isinstance(workdir, str):
+        notice(f"{file}: {NOTICED['workdir']}")
     run = data.get("run")
     if not isinstance(run, str) or not run.strip():
         fail(f"{file}: run: exec queues the task's run, and this task has none", EXIT_INPUT,
@@ -135,6 +141,7 @@ def job_from_file(
         "run": run,
         "envs": envs,
         "num_nodes": int(data.get("num_nodes") or 1),
+        **({"workdir": workdir} if isinstance(workdir, str) and workdir else {}),
     }
 
 
@@ -143,6 +150,9 @@ def exec_task(
 ) -> None:
     """Queue the job; follow its head's output to its end unless detached."""
     with api_client(as_json, source=str(file)) as client:
+        workdir = job.pop("workdir", None)
+        if workdir is not None:
+            job["bundle"] = _upload_workdir(client, request_id, file, workdir)
         got = client.submit_job(request_id, job)
         if as_json and detach:
             print_json(got)
@@ -164,6 +174,19 @@ def exec_task(
         out.print(f"job {final['id']}: {final['state']}" + _code(final), markup=False)
     code = final.get("exit_code")
     raise typer.Exit(code if isinstance(code, int) and code else _state_code(final["state"]))
+
+
+def _upload_workdir(client: Any, request_id: str, file: Path, workdir: str) -> Any:
+    """The task's workdir packed and uploaded as launch does it (read from the current
+    folder, at most CORRAL_BUNDLE_MAX_BYTES, once per content), for the request's project:
+    the job's bundle. A workdir that cannot be packed exits 2 naming the file and field."""
+    from corral.services.cli.launch_cmd import _bundle_max_bytes
+
+    project = client.status(request_id).project
+    task = client.with_files(
+        {"workdir": workdir}, source=str(file), max_bytes=_bundle_max_bytes(), project=project
+    )
+    return task["bundle"]
 
 
 def _ended(client: Any, request_id: str, number: int, wait_s: float = 30.0) -> dict[str, Any]:

@@ -225,6 +225,12 @@ class NodeWork(Protocol):
         """The agent's last heartbeat (``activity``, ``queued`` demand, ...), None when it is
         silent."""
 
+    def hand_job_bundle(self, provider_id: str, scope: str, sha256: str) -> None:
+        """A job queued on the machine (``corral exec ID task.yaml``) names a workdir bundle
+        of its own, kept under ``scope``: make it readable to the machine's agent (a cloud
+        machine fetches it from the API with its node token: nothing to do; the local cloud
+        copies it beside the machine's folder)."""
+
 
 def can_stop(provider: Provider) -> bool:
     """Whether the provider's machines can be stopped and started again (:attr:`Features.stop`).

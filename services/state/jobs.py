@@ -43,6 +43,18 @@ class JobSpec:
     run: str
     envs: dict[str, str]
     num_nodes: int
+    # Its own workdir (``corral exec ID task.yaml`` with a ``workdir``): the bundle's
+    # description (shared/bundles.py: workdir only), the scope it is kept under (the
+    # request's project) and the most it may unpack to. None: the launch's workdir.
+    bundle: dict[str, Any] | None = None
+    bundle_scope: str | None = None
+    unpacked_max_bytes: int | None = None
+
+
+def job_bundles_key(prefix: str, node: str) -> str:
+    """The bundles of the jobs queued on ``node`` (sha256 -> scope): the only ones, beside
+    its launch's, the node's token may fetch (``GET /v1/node/bundle?sha256=``)."""
+    return f"{prefix}:jobbundles:{node}"
 
 
 class JobBook:
@@ -84,7 +96,7 @@ class JobBook:
         job = next(j for j in written.jobs if j.execs == xids)
         pipe = self.r.pipeline(transaction=True)
         for xid, n in zip(xids, nodes, strict=True):
-            item = {
+            item: dict[str, Any] = {
                 "id": xid,
                 "kind": "job",
                 "job": job.id,
@@ -93,10 +105,22 @@ class JobBook:
                 "num_nodes": len(nodes),
                 "task_id": task_id(job.id),
             }
+            if spec.bundle is not None:
+                item["bundle"] = spec.bundle
+                item["bundle_scope"] = spec.bundle_scope
+                item["unpacked_max_bytes"] = spec.unpacked_max_bytes
+                key = job_bundles_key(self.prefix, n.node)
+                pipe.hset(key, spec.bundle["sha256"], str(spec.bundle_scope))
+                pipe.expire(key, EXEC_TTL_S)
             pipe.zadd(job_queue_key(self.prefix, n.node), {json.dumps(item): job.id})
             pipe.expire(job_queue_key(self.prefix, n.node), EXEC_TTL_S)
         pipe.execute()
         return job
+
+    def bundle_scope(self, node: str, sha256: str) -> str | None:
+        """The scope of a bundle a job queued on ``node`` names (None: no such job)."""
+        raw = self.r.hget(job_bundles_key(self.prefix, node), sha256)
+        return raw.decode() if isinstance(raw, bytes) else raw
 
     def _report(self, xid: str) -> NodeReport | None:
         raw = self.r.hmget(

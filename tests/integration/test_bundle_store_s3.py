@@ -94,6 +94,7 @@ def test_an_installation_keeps_bundles_in_the_bucket_and_its_machine_reads_them(
         system.start_worker("provision")
         system.start_beat()
         data = workdir_bundle("read-from-s3")
+        flag = tmp_path / "go.flag"
         sha = hashlib.sha256(data).hexdigest()
         headers = {"Authorization": f"Bearer {system.token}"}
         with httpx.Client(base_url=system.api_url, headers=headers, timeout=60) as c:
@@ -103,9 +104,21 @@ def test_an_installation_keeps_bundles_in_the_bucket_and_its_machine_reads_them(
                 "name": "s3-files",
                 "resources": {"cloud": "local", "instance_type": "cpu-2"},
                 "bundle": {"sha256": sha, "size_bytes": len(data), "workdir": True},
-                "run": "cat hello.txt",
+                "run": f"while [ ! -f {flag} ]; do sleep 0.1; done; cat hello.txt",
             }
             rid = c.post("/v1/requests", json={"task": task}).json()["id"]
+            system.wait_state(rid, {"RUNNING"}, 90)
+            # A job exec'd with a workdir of its own (corral exec ID task.yaml): the local
+            # machine's agent reads its bundle from the same bucket as it starts.
+            job_data = workdir_bundle("job-read-from-s3")
+            job_sha = hashlib.sha256(job_data).hexdigest()
+            assert c.put(f"/v1/bundles/{job_sha}", content=job_data).status_code == 201
+            bundle = {"sha256": job_sha, "size_bytes": len(job_data), "workdir": True}
+            queued = c.post(
+                f"/v1/requests/{rid}/jobs", json={"run": "cat hello.txt", "bundle": bundle}
+            )
+            assert queued.status_code == 201, queued.text
+            flag.touch()
 
             def ended() -> bool:
                 state = c.get(f"/v1/requests/{rid}").json()["state"]
@@ -114,7 +127,10 @@ def test_an_installation_keeps_bundles_in_the_bucket_and_its_machine_reads_them(
             wait_for(ended, 90, "the job to end")
             logs = c.get(f"/v1/requests/{rid}/logs").text
             assert c.get(f"/v1/requests/{rid}").json()["state"] == "SUCCEEDED", logs
+            job = c.get(f"/v1/requests/{rid}/jobs").json()["jobs"][1]
+            said = c.get(f"/v1/execs/{job['execs'][0]}").json()["output"]
         assert "read-from-s3" in logs
+        assert (job["state"], said) == ("SUCCEEDED", "job-read-from-s3"), job
         s3 = boto3.client("s3", endpoint_url=moto.url, region_name="us-east-1")
         assert s3.get_object(Bucket=bucket, Key=f"b/_none/{sha}")["Body"].read() == data
         assert not (tmp_path / "bundles").exists()  # nothing in the folder store

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from corral.services.settings import default_machines_dir
+
 from harness import System, run_cli, wait_for
 
 pytestmark = pytest.mark.integration
@@ -296,6 +298,120 @@ def test_a_member_of_another_project_sees_no_queue_and_a_viewer_cannot_change_it
         refused = run_cli(["cancel", rid, "1"], viewer, 60)
         assert refused.returncode == 2, refused.stderr
         assert _job(system, rid, 1)["state"] == "RUNNING"
+    finally:
+        flag.touch()
+        system.wait_state(rid, {"SUCCEEDED"}, 60)
+
+
+def test_an_execd_task_with_a_workdir_runs_in_its_own_copy_on_every_node(
+    system: System, tmp_path: Path
+) -> None:
+    """As `sky exec` (SkyPilot's sky/execution.py ``exec``: it syncs the workdir and skips
+    setup and file_mounts), a task exec'd with a ``workdir`` runs that workdir's files: here a
+    script the launch's workdir does not have, on both nodes, the job ending by its exit code.
+    Where SkyPilot syncs into the cluster's one ~/sky_workdir, Corral unpacks each such job's
+    workdir into a folder of its own (docs/cli.md): the launch's run (job 1), still running
+    when the job is queued, keeps its files, and a later job without a workdir runs in them."""
+    flag = tmp_path / "wd.flag"
+    launch_wd, job_wd, marks = tmp_path / "launch-wd", tmp_path / "job-wd", tmp_path / "wd-marks"
+    for folder in (launch_wd, job_wd, marks):
+        folder.mkdir()
+    (launch_wd / "keep.txt").write_text("launch\n")
+    (job_wd / "keep.txt").write_text("job\n")
+    (job_wd / "sub").mkdir()
+    (job_wd / "sub" / "new.sh").write_text(
+        f'touch {marks}/ran-$SKYPILOT_NODE_RANK\necho "new script on $SKYPILOT_NODE_RANK"\nexit 7\n'
+    )
+    launch = tmp_path / "wd-launch.yaml"
+    launch.write_text(
+        f"name: wd-launch\nnum_nodes: 2\nworkdir: {launch_wd}\n"
+        "resources: {cloud: local, instance_type: cpu-2}\n"
+        f"run: |\n  while [ ! -f {flag} ]; do sleep 0.1; done\n"
+        '  test "$(cat keep.txt)" = launch || exit 8\n'
+        "  test ! -e sub/new.sh || exit 9\n"
+    )
+    rid = _launch(system, launch)
+    job = tmp_path / "wd-job.yaml"
+    job.write_text(
+        f"name: wd-job\nnum_nodes: 2\nworkdir: {job_wd}\n"
+        f"file_mounts: {{/data: {job_wd}}}\nsetup: echo no setup\n"
+        "run: |\n"
+        '  test "$(cat keep.txt)" = job || exit 10\n'
+        '  test "$(cat ~/sky_workdir/keep.txt)" = launch || exit 11\n'
+        "  bash sub/new.sh\n"
+    )
+    after = tmp_path / "wd-after.yaml"
+    after.write_text(
+        "name: wd-after\nrun: |\n  pwd\n"
+        '  test "$(cat keep.txt)" = launch || exit 12\n  test ! -e sub || exit 13\n'
+    )
+    queued = system.cli("exec", rid, str(job), "-d")
+    assert queued.returncode == 0, queued.stderr
+    assert "file_mounts are not copied by exec" in queued.stderr
+    assert "setup is not run by exec" in queued.stderr
+    assert "not cloned by exec" not in queued.stderr  # synced, so not noticed
+    assert system.cli("exec", rid, str(after), "-d").returncode == 0
+    # The local cloud: the control plane copied the job's bundle beside each of its machines'
+    # folders (as a launch's), 0600; they go with the machines.
+    beside = list(default_machines_dir(system.home).glob("*.job-*.bundle"))
+    assert len(beside) == 2 and all(p.stat().st_mode & 0o077 == 0 for p in beside), beside
+    time.sleep(1.0)  # some heartbeats: the launch's run still runs, its files as they were
+    assert _job(system, rid, 2)["state"] == "PENDING"
+    assert not list(marks.iterdir())
+
+    flag.touch()
+    _wait_job(system, rid, 3, {"SUCCEEDED", "FAILED", "CANCELLED"}, 90)
+    jobs = _queue(system, rid)
+    assert [(jobs[n]["state"], jobs[n]["exit_code"]) for n in (1, 2, 3)] == [
+        ("SUCCEEDED", 0), ("FAILED", 7), ("SUCCEEDED", 0),
+    ], [(j["reason"], j["state"]) for j in jobs.values()]  # fmt: skip
+    assert {p.name for p in marks.iterdir()} == {"ran-0", "ran-1"}  # on every node
+    said = system.get(f"/v1/execs/{jobs[2]['execs'][1]}").json()["output"]
+    assert "new script on 1" in said
+    said = system.get(f"/v1/execs/{jobs[3]['execs'][0]}").json()["output"]
+    assert said.strip().endswith("sky_workdir"), said  # the launch's workdir
+    system.wait_state(rid, {"SUCCEEDED"}, 60)
+    wait_for(lambda: not any(p.exists() for p in beside), 60, "the bundles to go")
+
+
+def test_an_execd_workdir_is_bounded_and_its_bundle_is_the_requests_projects(
+    system: System, tmp_path: Path
+) -> None:
+    """Bundle limits and project isolation as for launch (docs/security.md): a workdir over
+    CORRAL_BUNDLE_MAX_BYTES is refused naming the file and the field (exit 2), and a job may
+    name only a bundle kept for its request's project."""
+    import gzip
+    import hashlib
+    import os
+
+    flag = tmp_path / "lim.flag"
+    rid = _launch(system, _waiting_job(tmp_path, flag, "lim"))
+    try:
+        big = tmp_path / "big-wd"
+        big.mkdir()
+        (big / "noise.bin").write_bytes(os.urandom(64 * 1024))
+        task = tmp_path / "big.yaml"
+        task.write_text(f"workdir: {big}\nrun: ls\n")
+        env = {**system.env, "CORRAL_API_URL": system.api_url, "CORRAL_BUNDLE_MAX_BYTES": "4096"}
+        refused = run_cli(["exec", rid, str(task), "-d"], env, 60)
+        assert refused.returncode == 2, refused.stderr
+        assert str(task) in refused.stderr and "workdir" in refused.stderr
+        assert "CORRAL_BUNDLE_MAX_BYTES" in refused.stderr and "Traceback" not in refused.stderr
+
+        assert system.cli("projects", "add", "wd-elsewhere").returncode == 0
+        data = gzip.compress(b"not the request's project's", mtime=0)
+        sha = hashlib.sha256(data).hexdigest()
+        put = system._call("PUT", f"/v1/bundles/{sha}?project=wd-elsewhere", content=data)
+        assert put.status_code == 201, put.text
+        body = {"run": "ls", "bundle": {"sha256": sha, "size_bytes": len(data), "workdir": True}}
+        named = system._call("POST", f"/v1/requests/{rid}/jobs", json=body)
+        assert named.status_code == 422 and "not kept for the request's project" in named.text
+        mounts = {**body["bundle"], "mounts": [{"target": "/d", "member": "mounts/0",
+                                                 "is_dir": True}]}  # fmt: skip
+        with_mounts = system._call("POST", f"/v1/requests/{rid}/jobs", json={**body,
+                                   "bundle": mounts})  # fmt: skip
+        assert with_mounts.status_code == 422 and "workdir only" in with_mounts.text
+        assert set(_queue(system, rid)) == {1}
     finally:
         flag.touch()
         system.wait_state(rid, {"SUCCEEDED"}, 60)

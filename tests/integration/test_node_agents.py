@@ -159,6 +159,46 @@ def test_aws_a_job_queued_behind_the_run_over_the_http_link(
     assert [(j["state"], j["exit_code"]) for j in jobs] == [("SUCCEEDED", 0), ("FAILED", 2)]
 
 
+def test_aws_an_execd_tasks_workdir_comes_through_the_api_for_its_node_only(
+    aws: tuple[System, FaultyMoto], vms: Callable[[str], Vm], tmp_path: Path
+) -> None:
+    """`corral exec ID task.yaml` with a workdir on a cloud node (as `sky exec` syncs it): the
+    node's agent fetches the job's bundle with its node token (GET /v1/node/bundle?sha256=,
+    served for jobs queued on that node only), unpacks it into ~/sky_workdir-job-2 as the
+    job starts and runs the job there; the job ends by its exit code."""
+    system, moto = aws
+    go = tmp_path / "go"
+    run = f"while [ ! -f {go} ]; do sleep 0.1; done; echo run over"
+    rid = system.submit({**AWS_TASK, "name": "synced", "run": run})
+    vm = vms(aws_script(moto, rid))
+    system.wait_state(rid, {"RUNNING"}, 90)
+    workdir = tmp_path / "job-wd"
+    workdir.mkdir()
+    (workdir / "only-here.sh").write_text("echo only-here in $PWD; exit 7\n")
+    job = tmp_path / "wd-job.yaml"
+    job.write_text(f"workdir: {workdir}\nrun: bash only-here.sh\n")
+    assert system.cli("exec", rid, str(job), "-d").returncode == 0
+    node = {"Authorization": f"Bearer {vm.token}"}
+    with httpx.Client(base_url=system.api_url, headers=node, timeout=10) as c:
+        queued = json.loads(system.cli("queue", rid, "--json").stdout)["jobs"][1]
+        assert queued["state"] == "PENDING"
+        stray = c.get("/v1/node/bundle", params={"sha256": "0" * 64})
+        assert stray.status_code == 404  # not a bundle of a job queued here
+    go.touch()
+
+    def job_2() -> dict[str, object]:
+        jobs = json.loads(system.cli("queue", rid, "--json").stdout)["jobs"]
+        return dict(jobs[1])
+
+    wait_for(lambda: job_2()["state"] in ("SUCCEEDED", "FAILED"), 60, "job 2 on the VM")
+    got = job_2()
+    assert (got["state"], got["exit_code"]) == ("FAILED", 7), got
+    said = system.get(f"/v1/execs/{got['execs'][0]}").json()["output"]
+    assert "only-here in " in said and said.strip().endswith("/sky_workdir-job-2"), said
+    done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 60)
+    assert done["state"] == "SUCCEEDED"
+
+
 def test_aws_a_service_runs_until_terminated_and_a_node_token_is_its_own(
     aws: tuple[System, FaultyMoto], vms: Callable[[str], Vm], tmp_path: Path
 ) -> None:

@@ -58,6 +58,7 @@ from typing import Any, TypeVar
 from corral.services.agent.core import Agent
 from corral.services.agent.link import FinalBeat, LinkError, Work, say
 from corral.services.providers.local.agent_redis import MiniRedis, RedisError
+from corral.services.providers.local.folders import job_bundle_path
 from corral.services.providers.local.state import (
     LOCAL_ADDRESS,
     TAG_FAULT,
@@ -331,6 +332,15 @@ class RedisLink:
             raise LinkError(
                 f"the bundle {files['bundle']['sha256']} is no longer kept for this project"
             ) from None
+
+    def fetch_job_bundle(self, item: dict[str, Any]) -> bytes:
+        """A queued job's workdir bundle, which the control plane copied beside the machine's
+        folder when the job was queued (LocalProvider.hand_job_bundle)."""
+        sha = str(item["bundle"]["sha256"])
+        try:
+            return job_bundle_path(Path(str(self.rec.files["home"])), sha).read_bytes()
+        except (KeyError, OSError):
+            raise LinkError(f"the job's bundle {sha} is no longer kept for this project") from None
 
 
 RECORD_PATIENCE_S = 600.0  # an agent started while Redis is away waits this long for it

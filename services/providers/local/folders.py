@@ -38,9 +38,13 @@ def assignment_uid(task_uid: int, drawn: int) -> int:
 
 
 def remove_folders(machines_dir: Path, instance_id: str) -> None:
-    """A gone machine's folder and its assignments' (its disk goes with it)."""
+    """A gone machine's folder and its assignments', and the bundles copied beside it (its
+    launch's, its jobs'): its disk goes with it."""
     for folder in [machines_dir / instance_id, *machines_dir.glob(f"{instance_id}.*")]:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder.is_file() and not folder.is_symlink():
+            folder.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def tail(path: Path, tail_bytes: int) -> bytes:
@@ -88,6 +92,28 @@ def machine_files(
         copy_bundle(bundle_store, bundle_store_endpoint, files, path)
         out["bundle_file"] = str(path)
     return out
+
+
+def job_bundle_path(home: Path, sha256: str) -> Path:
+    """Where a queued job's workdir bundle (``corral exec ID task.yaml``) is copied for the
+    machine whose folder is ``home``: beside it, as its launch's, named by its sha256."""
+    return home.parent / f"{home.name}.job-{sha256}.bundle"
+
+
+def hand_job_bundle(
+    files: dict[str, Any], store: str, endpoint: str | None, scope: str, sha256: str
+) -> None:
+    """A job queued on a machine (its ``files``) names a workdir bundle of its own (``corral
+    exec ID task.yaml``): the control plane copies it from the blob store beside the machine's
+    folder (0600) as the job is queued, as the provisioning worker copies its launch's, so the
+    agent reads a file and needs no store credentials."""
+    home = files.get("home")
+    if home:
+        path = job_bundle_path(Path(str(home)), sha256)
+        if not path.exists():
+            copy_bundle(
+                store, endpoint, {"bundle_scope": scope, "bundle": {"sha256": sha256}}, path
+            )
 
 
 def copy_bundle(store: str, endpoint: str | None, files: dict[str, Any], path: Path) -> None:

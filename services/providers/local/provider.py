@@ -44,6 +44,7 @@ from corral.services.providers.local.faults import play_injected
 from corral.services.providers.local.folders import (
     DEMAND_FILE,
     assignment_uid,
+    hand_job_bundle,
     machine_files,
     remove_folders,
     since,
@@ -680,6 +681,11 @@ class LocalProvider:
     def report(self, provider_id: str) -> dict[str, Any] | None:
         """The agent's last heartbeat, None when it is silent."""
         return self.state.last_beat(provider_id)
+
+    def hand_job_bundle(self, provider_id: str, scope: str, sha256: str) -> None:
+        """A queued job's own workdir bundle, beside the machine's folder (folders.py)."""
+        files = rec.files if (rec := self.state.record(provider_id)) else {}
+        hand_job_bundle(files, self.bundle_store, self.bundle_store_endpoint, scope, sha256)
 
     def agent_name(self, provider_id: str, attempt_id: str | None, node_index: int) -> str:
         """A local agent goes by its machine's id."""
