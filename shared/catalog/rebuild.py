@@ -108,6 +108,11 @@ def aws_rows(facts: AwsFacts) -> Rebuilt:
 def make_row(
     cloud: str, spec: MachineType, price: float, spot: float | None, region: str, zone: str
 ) -> Offering:
+    """One row; a spot price above on-demand is capped at on-demand (AWS never charges spot
+    above on-demand; a source's higher figure is its rounding, as SkyPilot's 18.8381 against
+    18.83806, or a GCP GPU SKU priced above its on-demand one)."""
+    if spot is not None and spot > price:
+        spot = price
     return Offering(
         cloud=cloud,
         instance_type=spec.name,

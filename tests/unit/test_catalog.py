@@ -112,6 +112,34 @@ def test_regional_prices_differ_as_published(catalog: Catalog) -> None:
     assert by_region["eu-central-1"] > by_region["eu-west-1"] > by_region["us-east-1"]
 
 
+SIZES = ("xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge", "24xlarge", "48xlarge")
+
+
+@pytest.mark.parametrize(
+    ("family", "accelerator", "regions"),
+    [
+        # skypilot-catalog catalogs/v9/aws/vms.csv (commit 2c3d7ea7): the regions pricing
+        # every size of each family on demand (data/README.md).
+        ("g5", "A10G", {"ap-east-1", "ap-northeast-1", "ap-northeast-2", "ap-south-1",
+                        "ap-southeast-2", "ap-southeast-3", "ca-central-1", "eu-central-1",
+                        "eu-north-1", "eu-west-1", "eu-west-2", "me-central-1", "us-east-1",
+                        "us-east-2", "us-west-2"}),
+        ("g6e", "L40S", {"ap-northeast-1", "ap-northeast-2", "eu-central-1", "eu-north-1",
+                         "eu-south-2", "me-central-1", "us-east-1", "us-east-2", "us-west-2"}),
+    ],
+)  # fmt: skip
+def test_every_size_of_g5_and_g6e_in_every_region_skypilot_lists(
+    catalog: Catalog, family: str, accelerator: str, regions: set[str]
+) -> None:
+    for size in SIZES:
+        rows = catalog.instance_type("aws", f"{family}.{size}")
+        assert {o.region for o in rows} == regions, f"{family}.{size}"
+        assert {o.accelerator for o in rows} == {accelerator}
+        # on-demand is one price per region, spot one per zone
+        for region in regions:
+            assert len({o.price_usd_per_hour for o in rows if o.region == region}) == 1
+
+
 def test_spot_at_most_on_demand_and_per_zone_on_aws(catalog: Catalog) -> None:
     # At most, not below: a zone's spot price can reach the on-demand price (SkyPilot's
     # catalog records g6e.xlarge at 2.327 both ways in eu-central-1a).

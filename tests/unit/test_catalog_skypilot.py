@@ -102,6 +102,25 @@ def test_gcp_hosts_with_built_in_gpus_and_n1_with_attached_ones() -> None:
     assert rebuilt.left_out_family == 1  # m1-ultramem-40
 
 
+def test_a_spot_price_above_on_demand_is_capped_at_on_demand() -> None:
+    # Rows as skypilot-catalog v9 (commit 2c3d7ea7) has them: its AWS spot figure is rounded
+    # to 4 places (18.8381 against 18.83806 on demand), and its GCP H100 SKU in us-central1
+    # costs more on spot than on demand; AWS never charges spot above on-demand.
+    aws = AWS_HEADER + (
+        'g6e.24xlarge,L40S,4.0,96.0,768.0,"{}",18.83806,18.838100,eu-central-1,euc1-az3,'
+        "x86_64,ssd,True,1900.0,2.0\n"
+    )
+    [row] = from_skypilot_aws(aws, {"euc1-az3": "eu-central-1c"}).offerings
+    assert (row.price_usd_per_hour, row.spot_price_usd_per_hour) == (18.83806, 18.83806)
+    gcp = (
+        GCP.splitlines()[0]
+        + "\na3-highgpu-8g,208.0,1872.0,,,,us-central1,us-central1-a,9.46006,5.15632\n"
+        + ",,,H100,8,,us-central1,us-central1-a,33.60609,42.7096\n"
+    )
+    [host] = from_skypilot_gcp(gcp).offerings
+    assert host.price_usd_per_hour == host.spot_price_usd_per_hour == 43.06615
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
