@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -400,6 +400,22 @@ def kill_agents(system: System) -> None:
         if (is_agent(proc) or is_launcher(proc)) and home.encode() in environ:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(proc.name), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def whole_system(home: Path, redis_url: str, cloud: Path) -> Iterator[System]:
+    """An API, a schedule and a provision worker and beat on the local cloud ``cloud``: what
+    a test module launching local work needs. Stopped, and its machines killed, at the end."""
+    system = System(home, redis_url, cloud, LOCAL_ONLY)
+    try:
+        system.start_api()
+        system.start_worker("schedule")
+        system.start_worker("provision")
+        system.start_beat()
+        yield system
+    finally:
+        system.stop(grace_s=0)
+        kill_agents(system)
 
 
 class Up:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from compat_files import LOCAL_CLOUD, Case, cases, noticed
-from harness import LOCAL_ONLY, System, kill_agents
+from harness import System, whole_system
 
 LAUNCHED = [c for c in cases() if c.launch]
 
@@ -20,16 +20,8 @@ LAUNCHED = [c for c in cases() if c.launch]
 def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     redis_server.flush()
     home = tmp_path_factory.mktemp("compat-home")
-    system = System(home, redis_server.url, LOCAL_CLOUD, LOCAL_ONLY)
-    try:
-        system.start_api()
-        system.start_worker("schedule")
-        system.start_worker("provision")
-        system.start_beat()
+    with whole_system(home, redis_server.url, LOCAL_CLOUD) as system:
         yield system
-    finally:
-        system.stop(grace_s=0)
-        kill_agents(system)
 
 
 def test_a_handful_of_files_launch() -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from corral.services.client import Client, ClientError
 
-from harness import LOCAL_ONLY, System, kill_agents, wait_for
+from harness import System, wait_for, whole_system
 
 pytestmark = pytest.mark.integration
 
@@ -35,16 +35,8 @@ def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     redis_server.flush()
     home = tmp_path_factory.mktemp("lifecycle-home")
     cloud = Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "runtime.yaml"
-    system = System(home, redis_server.url, cloud, LOCAL_ONLY)
-    try:
-        system.start_api()
-        system.start_worker("schedule")
-        system.start_worker("provision")
-        system.start_beat()
+    with whole_system(home, redis_server.url, cloud) as system:
         yield system
-    finally:
-        system.stop(grace_s=0)
-        kill_agents(system)
 
 
 def _down(system: System, request_id: str) -> None:

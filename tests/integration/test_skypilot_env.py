@@ -24,7 +24,7 @@ import pytest
 
 from corral.services.client import Client
 
-from harness import CORRAL, LOCAL_ONLY, System, free_port, kill_agents, wait_for
+from harness import CORRAL, System, free_port, wait_for, whole_system
 from rendezvous import NAMES, RENDEZVOUS
 
 LOCAL_CLOUD = Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / "runtime.yaml"
@@ -34,16 +34,8 @@ LOCAL_CLOUD = Path(__file__).resolve().parents[1] / "fixtures" / "localcloud" / 
 def system(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     redis_server.flush()
     home = tmp_path_factory.mktemp("skyenv-home")
-    system = System(home, redis_server.url, LOCAL_CLOUD, LOCAL_ONLY)
-    try:
-        system.start_api()
-        system.start_worker("schedule")
-        system.start_worker("provision")
-        system.start_beat()
+    with whole_system(home, redis_server.url, LOCAL_CLOUD) as system:
         yield system
-    finally:
-        system.stop(grace_s=0)
-        kill_agents(system)
 
 
 def test_two_nodes_rendezvous_over_tcp_at_the_head_address_skypilot_gives(
