@@ -41,7 +41,7 @@ from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, Requ
 from corral.shared.records import LaunchRequest, ServedReplica, Serving
 from corral.shared.serve.autoscale import QPS_WINDOW_S, Scaling, scale
 from corral.shared.serve.replicas import Replica, ReplicaPlan, plan_replicas
-from corral.shared.serve.spec import REPLICA_ID_ENV, ServiceSpec
+from corral.shared.serve.spec import REPLICA_ID_ENV, ServiceSpec, parse_service
 
 log = logging.getLogger("corral.serving")
 
@@ -62,7 +62,8 @@ def index(deps: Deps) -> ServiceIndex:
 
 def spec_of(req: LaunchRequest) -> ServiceSpec | None:
     """The request's service section when it has replicas (None: not a replicated service)."""
-    spec = Task.model_validate(req.task).service_spec()
+    # The section alone: the task was checked whole at submit, and this runs every pass.
+    spec = parse_service(req.task.get("service"))
     return spec if spec is not None and spec.replicated else None
 
 
