@@ -120,6 +120,9 @@ def test_a_task_execd_queues_behind_the_running_job_and_both_end_by_their_codes(
 
         first_flag.touch()
         _wait_job(system, rid, 2, {"RUNNING"})
+        # The node takes job 2 as soon as its run ends; job 1's end rides with its next
+        # heartbeat (within a beat): wait for it rather than race it.
+        _wait_job(system, rid, 1, {"SUCCEEDED", "FAILED"}, timeout_s=10)
         jobs = _queue(system, rid)
         assert jobs[1]["state"] == "SUCCEEDED" and jobs[1]["exit_code"] == 0
         assert jobs[3]["state"] == "PENDING"  # one at a time
