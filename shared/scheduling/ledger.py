@@ -58,6 +58,9 @@ class PoolMachine(PooledMachine):
     def key(self) -> str:
         return self.machine_id
 
+    def pool_type(self) -> str | None:
+        return self.machine_type
+
 
 class PoolLedger(BaseModel):
     """Everything Corral knows about one pool at run time."""

@@ -54,6 +54,25 @@ class PooledMachine(BaseModel):
             for name, value in at.fields().items():
                 setattr(self, name, value)
 
+    def pool_type(self) -> str | None:
+        """A machine pool's machine type; None for a Determined agent."""
+        return None
+
+    @property
+    def held_at(self) -> Placement | None:
+        """Where the cloud holds it, for the work handed to it: None until it is up (no id
+        there yet); a part its cloud left out is empty (its type: the pool's machine type),
+        its market on demand."""
+        if not self.provider_id or not self.cloud:
+            return None
+        return Placement(
+            self.cloud,
+            self.region or "",
+            self.zone or "",
+            self.instance_type or self.pool_type() or "",
+            self.market or "on_demand",
+        )
+
     @property
     def place(self) -> Placement | None:
         """Where the cloud put it; None until it is up (or while a field is unknown)."""
