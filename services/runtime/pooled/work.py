@@ -23,6 +23,7 @@ from corral.shared.records import Instance, LaunchRequest
 from corral.shared.recovery import Restart, restart_after
 from corral.shared.scheduling.pooled import PooledMachine
 
+
 def as_machine(pooled: PooledMachine) -> PooledMachine | None:
     """A pool machine or a Determined agent, its ledger's record itself, if the cloud holds
     it: where its work runs (its place there: ``held_at``); None until it is up."""
