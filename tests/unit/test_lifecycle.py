@@ -137,6 +137,7 @@ def test_pool_words_move_along_the_machine_lifecycle(
                 record.move(b)
             assert str(caught.value) == f"{kind} m-1: illegal transition {a} -> {b}"
             assert record.status == a
+            assert not is_transition(MACHINE_TRANSITIONS, POOL_WORDS[a], POOL_WORDS[b])
 
 
 @pytest.mark.parametrize("kind", TABLES)
