@@ -27,8 +27,9 @@ remembered, it would stay blocked after our own machine there ends and frees it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import ProviderError, Scope
@@ -55,6 +56,21 @@ class MachinePlace:
     template: int
     launch_market: str  # on_demand | spot: the template's market_type
     accelerator_of: AcceleratorOf | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def launched(
+        cls,
+        place: Placement,
+        config: Mapping[str, Any],
+        accelerator_of: AcceleratorOf | None = None,
+    ) -> MachinePlace:
+        """The place of a machine launched at ``place`` (its market as the cloud was asked)
+        with ``config``: read as ``reserved`` when the config draws on a reservation, as
+        :func:`machine_places` reads its template."""
+        rid = place.reservation or reservation_of(config)
+        market = "reserved" if rid is not None else place.market
+        at = Placement(place.cloud, place.region, place.zone, place.instance_type, market, rid)
+        return cls(at, 0, place.market, accelerator_of)
 
     @property
     def cloud(self) -> str:

@@ -178,3 +178,17 @@ def test_the_account_lists_refusals_and_blocks_in_walk_order() -> None:
         "east-a: capacity: X: east-a sold out; east-b: blocked: aws east-b: cpu-2 (on_demand); "
         "west-a: capacity: X: west-a sold out"
     )
+
+
+def test_a_launched_machines_place_reads_its_reservation_as_the_walk_does() -> None:
+    from corral.shared.machine_walk import MachinePlace
+    from corral.shared.placement import Placement
+
+    bought = Placement("aws", "east", "east-b", "cpu-2", "on_demand")
+    config = {"CapacityReservationSpecification": {
+        "CapacityReservationTarget": {"CapacityReservationId": "r-1"}}}  # fmt: skip
+    reserved = MachinePlace.launched(bought, config)
+    assert (reserved.market, reserved.launch_market, reserved.reservation) == (
+        "reserved", "on_demand", "r-1")  # fmt: skip
+    plain = MachinePlace.launched(bought, {})
+    assert (plain.market, plain.reservation) == ("on_demand", None)

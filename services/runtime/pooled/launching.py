@@ -39,8 +39,9 @@ from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import ProviderError
 from corral.shared.failover_plan import Attempt
-from corral.shared.machine_walk import MachineWalk
+from corral.shared.machine_walk import MachinePlace, MachineWalk, failure_block
 from corral.shared.merge import MergeError, merge_advanced_instance_config
+from corral.shared.placement import Block
 from corral.shared.scheduling.fallback import PASS_AFTER_S, FallbackPolicy, Setback
 from corral.shared.waiting import utc_clock
 
@@ -179,11 +180,34 @@ def boot_failed(deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstan
     there is of it; its work waits for the next pass."""
     if found:
         deps.provider(boot.spec.cloud).terminate([p.provider_id for p in found])
+    exc = boot_error(verdict)
+    _remember_boot(deps, boot, exc)
     machine = _machine(deps, boot)
     if machine is None:
         return "released"
     kind, record, m = machine
-    return _failed(deps, kind, record, boot.key, m, str(boot_error(verdict)))
+    return _failed(deps, kind, record, boot.key, m, str(exc))
+
+
+def _remember_boot(deps: Deps, boot: Boot, exc: ProviderError) -> None:
+    """A failed boot is remembered as a direct attempt's is (``provisioning.boot_failed``): a
+    machine lost while starting blocks its zone's type and market, a launch that timed out
+    its region, one whose agent never registered nothing; by the walk's own rule
+    (:func:`corral.shared.machine_walk.failure_block`). A timeout an outage of ours overlapped
+    blocks nothing: the launch is taken to have begun a whole attempt deadline before the
+    boot's (a pool's own, longer deadline makes that later than it was: never a block too
+    many)."""
+    spec = boot.spec
+    cloud = spec.cloud
+    place = MachinePlace.launched(
+        spec.place,
+        spec.advanced_instance_config,
+        lambda itype: accelerator_of(deps, cloud, itype),
+    )
+    began = boot.deadline - deps.settings.timers.attempt_deadline_s
+    block = failure_block(exc, place, Block.for_error)
+    if block is not None and not slowed_by_us(deps, exc, began):
+        keep_block(deps, block, exc)
 
 
 def _machine(deps: Deps, boot: Boot) -> tuple[PoolKind, PoolRecord, Any] | None:

@@ -119,3 +119,39 @@ def _machines(driver: Driver) -> list[Any]:
 
 def _events(driver: Driver, rid: str) -> list[str]:
     return [e.text for e in driver.deps.store.events(rid)]
+
+
+def test_a_pool_machine_lost_while_booting_blocks_its_zone_as_a_direct_attempts_would(
+    driver: Driver,
+) -> None:
+    """A failed boot is remembered as ``provisioning.boot_failed`` remembers a direct
+    attempt's: a machine the cloud lost while starting blocks its zone's type and market
+    (``InstanceLost``, outcome ``error``, as a direct attempt's); the next launch of that type
+    goes to the next zone."""
+    _pool(driver)
+    driver.fake.boot_delay_s = 60.0  # pending for a minute: lost on its way up
+    rid = requests.submit(driver.deps, Task.model_validate({**WORKLOAD, "name": "w"})).id
+    driver.run(until=lambda: len(driver.fake.launched()) == 1)
+    [pid] = list(driver.fake.machines)
+    driver.fake.lose(pid)
+    driver.run(until=lambda: any("could not be launched" in t for t in _events(driver, rid)))
+    [remembered] = driver.deps.blocks.active(driver.deps.now())
+    assert remembered.block == _east_a() and remembered.outcome == "error"
+    assert "InstanceLost" in remembered.reason
+    driver.fake.boot_delay_s = 0.0
+    task = {"name": "direct", "resources": {"cloud": "local", "instance_type": "cpu-2"}}
+    requests.submit(driver.deps, Task.model_validate(task))
+    driver.run(until=lambda: len(driver.fake.launched()) == 2)
+    assert _zones(driver) == [("lab-east-a", "on_demand"), ("lab-east-b", "on_demand")]
+
+
+def test_a_pool_machine_whose_agent_never_registers_blocks_nothing(driver: Driver) -> None:
+    """Issue #46's rule for direct attempts, for pooled machines too: machines the cloud
+    started whose agents never register are a fault of those machines, not of the zone."""
+    _pool(driver)
+    driver.fake.mute_zones.add("lab-east-a")
+    rid = requests.submit(driver.deps, Task.model_validate({**WORKLOAD, "name": "w"})).id
+    driver.run(until=lambda: any("could not be launched" in t for t in _events(driver, rid)))
+    [failed] = [t for t in _events(driver, rid) if "could not be launched" in t]
+    assert "never registered" in failed
+    assert driver.deps.blocks.active(driver.deps.now()) == []
