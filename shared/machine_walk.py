@@ -38,8 +38,8 @@ from corral.shared.failover_plan import Attempt, Fail, PassedOver
 from corral.shared.placement import Block, Placed, Placement
 from corral.shared.reservations import reservation_of
 
-# (zone, region) pairs where a template may launch; its reservation's id passed when it has one.
-ZonesOf = Callable[[LaunchTemplate, str | None], Sequence[tuple[str, str]]]
+# (zone, region) pairs that offer a template's type (its reservation's zone alone, if it has one).
+ZonesOf = Callable[[LaunchTemplate], Sequence[tuple[str, str]]]
 AcceleratorOf = Callable[[str], str | None]  # an instance type's accelerator kind (None: CPUs)
 BlockRule = Callable[[ProviderError, Placed], Block | None]
 
@@ -120,7 +120,7 @@ def machine_places(
         rid = reservation_of(template.advanced_instance_config)
         launch_market = "spot" if template.market_type == "SPOT" else "on_demand"
         market = "reserved" if rid is not None else launch_market
-        for zone, region in zones_of(template, rid):
+        for zone, region in zones_of(template):
             if template.zones is not None and zone not in template.zones:
                 continue
             place = Placement(cloud, region, zone, template.instance_type, market, rid)

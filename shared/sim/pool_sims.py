@@ -32,6 +32,7 @@ from ..failover_plan import Attempt
 from ..lifecycle import AgentStatus
 from ..machine_walk import BlockRule, MachineWalk
 from ..placement import Block, Placement
+from ..reservations import reservation_of
 from ..resource_pools import resolve_pools
 from ..routing import pool_limits
 from ..scheduling.build import machine_types_of, workload_of
@@ -181,9 +182,11 @@ class _Pooled(Generic[LedgerT]):
             return inst
         return None
 
-    def zones(self, template: LaunchTemplate, reservation: str | None) -> list[tuple[str, str]]:
+    def zones(self, template: LaunchTemplate) -> list[tuple[str, str]]:
         """Where the catalog offers a template's type (a reservation's zone alone), as the
-        runtime asks its provider (the walk keeps the template's own ``zones`` of them)."""
+        runtime's ``launch.zones_for`` asks its provider (the walk keeps the template's own
+        ``zones`` of them)."""
+        reservation = reservation_of(template.advanced_instance_config)
         if reservation is not None:
             res = self.sim.cloud.reservations.get(reservation)
             if res is None:

@@ -11,6 +11,7 @@ from corral.shared.errors import CapacityError, QuotaError, ThrottledError
 from corral.shared.failover_plan import Attempt, Fail
 from corral.shared.machine_walk import MachineWalk, machine_places
 from corral.shared.placement import Block
+from corral.shared.reservations import reservation_of
 
 # Two regions of a cloud: east (two zones), west (one); every type offered everywhere.
 ZONES = [("east-a", "east"), ("east-b", "east"), ("west-a", "west")]
@@ -19,7 +20,8 @@ GPUS = {"p4d.24xlarge": "A100", "a2-highgpu-1g": "A100"}
 FAR = 10_000.0  # every block here ends long after the walk
 
 
-def zones_of(template: LaunchTemplate, reservation: str | None) -> list[tuple[str, str]]:
+def zones_of(template: LaunchTemplate) -> list[tuple[str, str]]:
+    reservation = reservation_of(template.advanced_instance_config)
     return [RESERVATIONS[reservation]] if reservation else list(ZONES)
 
 

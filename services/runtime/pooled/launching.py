@@ -126,7 +126,7 @@ def launch_pooled(
     walk = MachineWalk.of(
         cloud,
         templates,
-        lambda template, _rid: zones_for(deps, cloud, template),
+        lambda template: zones_for(deps, cloud, template),
         [(b.block, b.until) for b in deps.blocks.active(now)],
         accelerator_of=lambda itype: accelerator_of(deps, cloud, itype),
     )
