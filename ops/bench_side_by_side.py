@@ -29,9 +29,11 @@ reported, not an error), 1 when a run printed no figure (its output is kept unde
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -182,13 +184,21 @@ def _run(bench: Bench, side: Side, scale: str, logs: Path, n: int) -> dict[str, 
     argv = [sys.executable, "-m", "pytest", node, "-m", "bench", "-q", "-s", "-p", "no:randomly"]
     argv += ["-p", "no:cacheprovider", "--timeout", str(int(RUN_TIMEOUT_S))]
     started = time.monotonic()
+    # Its own process group: a Ctrl-C here is passed on as one SIGINT to pytest, whose
+    # benchmark then stops what it started (its `finally`), rather than killing pytest alone.
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
     try:
-        done = subprocess.run(
-            argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S + 60
-        )
-        out, rc = done.stdout + done.stderr, done.returncode
-    except subprocess.TimeoutExpired as late:
-        out, rc = f"{late.stdout or ''}{late.stderr or ''}\n(timed out)", -1
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S + 60)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        out, rc = f"{proc.communicate()[0]}\n(timed out)", -1
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise
     log = logs / f"{n:02d}-{bench.name}-{side.label}.log"
     log.write_text(out)
     figures = {f.name: f.read(out) for f in bench.figures}
@@ -196,6 +206,17 @@ def _run(bench: Bench, side: Side, scale: str, logs: Path, n: int) -> dict[str, 
     shown = ", ".join(f"{k.split(': ', 1)[1]} {v:g}" for k, v in figures.items() if v is not None)
     print(f"  {bench.name:<12} {side.label:<6} rc={rc} {took:5.0f}s  {shown or '-'}  ({log})")
     return figures
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """SIGINT to the run's process group, then SIGKILL if it has not ended within a minute."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _row(fig: Figure, before: list[float], after: list[float]) -> list[str]:
