@@ -50,6 +50,8 @@ class BlockStore:
     def __init__(self, client: redis.Redis, prefix: str = "corral") -> None:
         self.client = client
         self.key = f"{prefix}:blocks"
+        # Sent by its SHA (EVALSHA), not its text each time: a failed zone adds one.
+        self._add = client.register_script(_ADD_LUA)
 
     def add(self, block: Block, *, now: float, ttl_s: float, reason: str, outcome: str) -> None:
         """Remember ``block`` until ``now + ttl_s`` (a later, longer block wins)."""
@@ -59,7 +61,7 @@ class BlockStore:
             data["above"] = block.above
         value = json.dumps(data)
         # Keep the later expiry when two workers block the same scope at once.
-        self.client.eval(_ADD_LUA, 1, self.key, field, value, now + ttl_s)
+        self._add(keys=[self.key], args=[field, value, now + ttl_s])
 
     def active(self, now: float) -> list[RememberedBlock]:
         out: list[RememberedBlock] = []
