@@ -332,12 +332,13 @@ def _failed(
     """A failed attempt: its scope remembered, its outcome written with the hand-over to the
     next candidate (one compare-and-set)."""
     started = next((a.started_at for a in req.attempts if a.attempt_id == attempt_id), started_at)
-    remember(deps, cand, exc, started_at=started)
+    # The blocks in force, read with the new one's write: the hand-over walks against them.
+    remembered = remember(deps, cand, exc, started_at=started)
     ended = (attempt_id, exc.outcome, str(exc))
     # ``req`` is as just read or written: the hand-over's write starts from it. The failure's
     # progress line goes with the hand-over's own lines, in one command.
-    line = f"  {exc.outcome}: {exc}"
-    return after_failure(deps, req, step, exc.scope, inline, ended=ended, current=req, lines=[line])
+    return after_failure(deps, req, step, exc.scope, inline, ended=ended, current=req,
+                         lines=[f"  {exc.outcome}: {exc}"], remembered=remembered)  # fmt: skip
 
 
 def booted_all(
