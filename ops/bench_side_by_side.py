@@ -82,10 +82,24 @@ BENCHES = {
             "tests/bench/test_bench_launch_cost.py",
             "tests/bench/test_bench_launch_cost.py",
             (
-                Figure("launch: control-plane CPU ms/launch", r"control-plane CPU ([\d.]+) ms per launch \(target", target=5.0),  # noqa: E501
-                Figure("launch: Redis commands/launch", r"Redis (-?[\d.]+) commands per launch", target=40.0),  # noqa: E501
-                Figure("launch: Celery task messages/launch", r"Celery task messages (-?[\d.]+) per launch", target=3.0),  # noqa: E501
-                Figure("launch: reference loop us (host speed)", r"reference loop .*?: ([\d.]+) us"),  # noqa: E501
+                Figure(
+                    "launch: control-plane CPU ms/launch",
+                    r"control-plane CPU ([\d.]+) ms per launch \(target",
+                    target=5.0,
+                ),
+                Figure(
+                    "launch: Redis commands/launch",
+                    r"Redis (-?[\d.]+) commands per launch",
+                    target=40.0,
+                ),
+                Figure(
+                    "launch: Celery task messages/launch",
+                    r"Celery task messages (-?[\d.]+) per launch",
+                    target=3.0,
+                ),
+                Figure(
+                    "launch: reference loop us (host speed)", r"reference loop .*?: ([\d.]+) us"
+                ),
             ),
         ),
         Bench(
@@ -94,9 +108,17 @@ BENCHES = {
             f"{_BOOTS}[50-4.0]",
             (
                 Figure("boots: all RUNNING, x the boot", r"= ([\d.]+) x the boot", target=1.3),
-                Figure("boots: control-plane CPU ms/launch", r"control-plane CPU ([\d.]+) ms per launch =", target=5.0),  # noqa: E501
-                Figure("boots: CPU per launch in no-op tasks", r"= ([\d.]+) no-op tasks", target=3.0),  # noqa: E501
-                Figure("boots: no-op task CPU ms (host speed)", r"no-op tasks \(([\d.]+) ms each\)"),  # noqa: E501
+                Figure(
+                    "boots: control-plane CPU ms/launch",
+                    r"control-plane CPU ([\d.]+) ms per launch =",
+                    target=5.0,
+                ),
+                Figure(
+                    "boots: CPU per launch in no-op tasks", r"= ([\d.]+) no-op tasks", target=3.0
+                ),
+                Figure(
+                    "boots: no-op task CPU ms (host speed)", r"no-op tasks \(([\d.]+) ms each\)"
+                ),
             ),
         ),
         Bench(
@@ -104,7 +126,11 @@ BENCHES = {
             "tests/bench/test_bench_failover.py",
             "tests/bench/test_bench_failover.py",
             (
-                Figure("failover: overhead ms per failed zone", r"Corral's own overhead (-?[\d.]+) ms", target=1.0),  # noqa: E501
+                Figure(
+                    "failover: overhead ms per failed zone",
+                    r"Corral's own overhead (-?[\d.]+) ms",
+                    target=1.0,
+                ),
                 Figure("failover: provider ms per zone", r"the provider took ([\d.]+) ms"),
             ),
         ),
@@ -118,11 +144,7 @@ BENCHES = {
             "scheduler",
             "tests/bench/test_bench_scheduler.py",
             "tests/bench/test_bench_scheduler.py",
-            (
-                Figure(
-                    "scheduler: placements/s", r"scheduler ([\d,]+) placements/s", lower=False
-                ),
-            ),
+            (Figure("scheduler: placements/s", r"scheduler ([\d,]+) placements/s", lower=False),),
         ),
     )
 }
@@ -187,9 +209,14 @@ def _run(bench: Bench, side: Side, scale: str, logs: Path, n: int) -> dict[str, 
     # Its own process group: a Ctrl-C here is passed on as one SIGINT to pytest, whose
     # benchmark then stops what it started (its `finally`), rather than killing pytest alone.
     proc = subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         out, _ = proc.communicate(timeout=RUN_TIMEOUT_S + 60)
         rc = proc.returncode
@@ -256,13 +283,22 @@ def _table(rows: list[list[str]], heads: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", default=DEFAULT_BEFORE, help=f"a revision (default {DEFAULT_BEFORE})")  # noqa: E501
+    parser.add_argument(
+        "--before", default=DEFAULT_BEFORE, help=f"a revision (default {DEFAULT_BEFORE})"
+    )
     parser.add_argument("--after", default=None, help="a revision (default: this working tree)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side (default 2)")
-    parser.add_argument("--scale", choices=("small", "full"), default="small",
-                        help="CORRAL_BENCH_SCALE: small (CI's sizes) or full (boots: 1,000)")  # fmt: skip
-    parser.add_argument("--only", default=",".join(BENCHES),
-                        help=f"comma-separated, of {', '.join(BENCHES)} (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--scale",
+        choices=("small", "full"),
+        default="small",
+        help="CORRAL_BENCH_SCALE: small (CI's sizes) or full (boots: 1,000)",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(BENCHES),
+        help=f"comma-separated, of {', '.join(BENCHES)} (default: all)",
+    )
     parser.add_argument("--logs", default=None, help="where each run's output is kept")
     parser.add_argument("--json", default=None, help="write every run's figures here")
     parser.add_argument("--keep", action="store_true", help="keep the checked-out revisions")
@@ -278,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.after is not None:
             _git("rev-parse", "--verify", f"{args.after}^{{commit}}")
     except subprocess.CalledProcessError:
-        print(f"bench_side_by_side: no such revision: {args.before} / {args.after}", file=sys.stderr)  # noqa: E501
+        print(
+            f"bench_side_by_side: no such revision: {args.before} / {args.after}", file=sys.stderr
+        )
         return 2
 
     scratch = Path(tempfile.mkdtemp(prefix="corral-side-by-side-"))
@@ -291,8 +329,10 @@ def main(argv: list[str] | None = None) -> int:
             _side("before", args.before, scratch, made),
             _side("after", args.after, scratch, made),
         ]
-        print(f"before: {sides[0].rev}; after: {sides[1].rev}; scale {args.scale}; "
-              f"{args.rounds} round(s) of {', '.join(chosen)}; logs in {logs}")  # fmt: skip
+        print(
+            f"before: {sides[0].rev}; after: {sides[1].rev}; scale {args.scale}; "
+            f"{args.rounds} round(s) of {', '.join(chosen)}; logs in {logs}"
+        )
         n = 0
         for round_no in range(args.rounds):
             print(f"round {round_no + 1}:")
@@ -307,8 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             for tree in made:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                               capture_output=True)  # fmt: skip
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                    capture_output=True,
+                )
     before, after = sides
     rows = [
         _row(fig, before.values.get(fig.name, []), after.values.get(fig.name, []))
@@ -316,13 +358,24 @@ def main(argv: list[str] | None = None) -> int:
         for fig in BENCHES[name].figures
     ]
     print()
-    print(_table(rows, ["figure", f"before {before.rev}", f"after {after.rev}", "after/before",
-                        "target", ""]))  # fmt: skip
+    print(
+        _table(
+            rows,
+            ["figure", f"before {before.rev}", f"after {after.rev}", "after/before", "target", ""],
+        )
+    )
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"before": before.rev, "after": after.rev, "scale": args.scale,
-                        "runs": {"before": before.values, "after": after.values}}, indent=1)
-        )  # fmt: skip
+            json.dumps(
+                {
+                    "before": before.rev,
+                    "after": after.rev,
+                    "scale": args.scale,
+                    "runs": {"before": before.values, "after": after.values},
+                },
+                indent=1,
+            )
+        )
     return 1 if missing else 0
 
 
