@@ -135,6 +135,21 @@ BENCHES = {
             ),
         ),
         Bench(
+            "failover_cpu",
+            "tests/bench/test_bench_failover_cpu.py",
+            "tests/bench/test_bench_failover_cpu.py",
+            (
+                Figure(
+                    "failover CPU: ms per failed zone (in process)",
+                    r"failover CPU: (-?[\d.]+) ms per failed zone",
+                    target=1.0,
+                ),
+                Figure(
+                    "failover CPU: runtime ms per launch", r"a launch ([\d.]+) ms of the runtime"
+                ),
+            ),
+        ),
+        Bench(
             "pool_pass",
             "tests/bench/test_bench_pool_pass.py",
             "tests/bench/test_bench_pool_pass.py",
