@@ -176,7 +176,8 @@ def test_control_plane_cost_per_launch(tmp_path: Path) -> None:
         f"control-plane CPU {cpu_ms:.1f} ms per launch (target <= 10: "
         + ", ".join(f"{r} {v:.1f}" for r, v in per_role.items())
         + f"); Redis {cmds:.0f} commands per launch (target <= 60); Celery task messages "
-        f"{by_command.get('lpush', 0.0):.1f} per launch (kombu's LPUSH: nothing else pushes); idle: "
+        f"{by_command.get('lpush', 0.0):.1f} per launch (kombu's LPUSH: nothing else pushes); "
+        "idle: "
         f"{idle_ms_s:.1f} ms CPU and {(cmd1['total'] - cmd0['total']) / idle_s:.0f} commands "
         "per second; most per launch: "
         + ", ".join(f"{c} {n:.0f}" for c, n in top)
