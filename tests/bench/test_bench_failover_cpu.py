@@ -6,7 +6,8 @@ The runtime's steps run as the Celery tasks run them (``tests/runtime_driver.py`
 the attempt, the boot watch) on the test's redis-server with the real store, against the fake
 cloud, whose refusal costs next to nothing: launches whose first zone is sold out, in turns
 with launches whose first zone is up at once, each launch timed with ``time.process_time``.
-The figure is the difference of the two medians of the rounds' means: the walk on from the
+The figure is the difference of the two best rounds' means (contention on the shared host
+only ever adds CPU time, as `timeit` reasons): the walk on from the
 failed zone (its block remembered, the failed outcome, the next step and its attempt written
 in one compare-and-set, its progress lines, the next attempt's claim). The target (issue #48:
 1 ms per failed zone) is printed beside it; the assertion is a stall guard.
@@ -92,11 +93,12 @@ def test_cpu_per_failed_zone(driver: Driver) -> None:
             gc.collect()
     finally:
         gc.enable()
-    launch_ms, with_zone_ms = statistics.median(up), statistics.median(failed)
+    launch_ms, with_zone_ms = min(up), min(failed)
     zone_ms = with_zone_ms - launch_ms
     print(
         f"\nfailover CPU: {zone_ms:.2f} ms per failed zone in process (target <= 1); a launch "
         f"{launch_ms:.2f} ms of the runtime's CPU, {with_zone_ms:.2f} ms with its first zone "
-        f"sold out (median of {ROUNDS} rounds of {LAUNCHES} each way)"
+        f"sold out (best of {ROUNDS} rounds of {LAUNCHES} each way; medians "
+        f"{statistics.median(up):.2f} and {statistics.median(failed):.2f} ms)"
     )
     assert zone_ms < 50.0  # a stall guard, not the target (a shared machine)
