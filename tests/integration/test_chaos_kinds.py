@@ -15,17 +15,21 @@ launched twice (two live machines for one slot, or one workload's work running t
 its ledger does not hold, or does not place that work on). All must be 0. Then everything is
 taken down and no agent process may be left.
 
-The default run is short (CORRAL_CHAOS_KINDS_DIRECT=4 direct launches, a pool partition of 3,
-a cluster scaled to 3 workers, CORRAL_CHAOS_KINDS_STRIKES=8 faults); ``make chaos`` runs it
-larger."""
+The default run is short: one round (CORRAL_CHAOS_KINDS_ROUNDS) of CORRAL_CHAOS_KINDS_DIRECT=4
+direct launches, a preemption in each pool, a pool machine killed and the cluster scaled to
+CORRAL_CHAOS_KINDS_WORKERS=3 workers and back, beside a pool partition of
+CORRAL_CHAOS_KINDS_POOL=3 low workloads, under CORRAL_CHAOS_KINDS_STRIKES=8 faults; ``make
+chaos`` runs three larger rounds under 30 faults."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import os
 import random
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -57,6 +61,7 @@ DIRECT = int(os.environ.get("CORRAL_CHAOS_KINDS_DIRECT", "4"))
 POOL_SIZE = int(os.environ.get("CORRAL_CHAOS_KINDS_POOL", "3"))  # low workloads fill it
 PEAK = int(os.environ.get("CORRAL_CHAOS_KINDS_WORKERS", "3"))  # Ray workers at the demand's peak
 STRIKES = int(os.environ.get("CORRAL_CHAOS_KINDS_STRIKES", "8"))
+ROUNDS = int(os.environ.get("CORRAL_CHAOS_KINDS_ROUNDS", "1"))  # of preemption, kill, scaling
 SEED = int(os.environ.get("CORRAL_CHAOS_SEED", "13"))
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -177,6 +182,7 @@ class Records:
     """The system's records and the local cloud's, read straight from its Redis."""
 
     def __init__(self, redis_url: str) -> None:
+        self.url = redis_url
         self.r = redis.Redis.from_url(redis_url, decode_responses=False)
         self.store = Store(self.r, prefix=PREFIX)
         self.pools = pool_ledgers(self.r, PREFIX)
@@ -207,27 +213,35 @@ def test_chaos_over_every_kind_of_machine(tmp_path: Path) -> None:
         # The cluster's head and its min_workers up before the chaos starts.
         _wait_cluster(api, workers=1, timeout_s=90)
         ready_s = time.monotonic() - started
-        with Monkey(up, rng, STRIKES) as monkey:
-            killed = _under_chaos(api, records, work)
-        faults = dict(monkey.faults)
-        _wait_settled(api, records, work)
+        with DoubleWatch(records.url) as doubles:
+            with Monkey(up, rng, STRIKES) as monkey:
+                killed = _under_chaos(api, records, work)
+            faults = dict(monkey.faults)
+            _wait_settled(api, records, work)
         audit = _audit_until_clean(records, home, work, timeout_s=30)
-        audit.replaced = killed not in _pool_provider_ids(records)
+        audit.replaced = {k: not set(killed[k]) & set(audit.held_by(k)) for k in KINDS}
         for line in audit.lines():
             print(line, flush=True)
+        print(
+            f"launched twice at any moment ({doubles.looks} looks at the cloud): "
+            f"{ {k: doubles.count(k) for k in KINDS} } {doubles.seen}",
+            flush=True,
+        )
         print(
             f"chaos over every kind: {sum(faults.values())} faults {faults}; ready in "
             f"{ready_s:.0f} s, settled at {time.monotonic() - started:.0f} s",
             flush=True,
         )
         assert audit.clean(), "\n".join(audit.lines() + audit.details)
+        assert doubles.looks > 10 and not doubles.seen, doubles.seen
         assert audit.preempted["pool"] and audit.preempted["determined"], audit.preempted
-        assert audit.replaced, f"the killed pool machine {killed} is still in its ledger"
+        assert all(audit.replaced.values()), (audit.replaced, killed)
         # The audit saw every machine its records hold (the Determined agents: one per low
         # task; the aux agent may have been reaped), and it sees work put where no ledger
         # placed it.
         machines = {k: audit.machines[k] for k in ("direct", "pool", "cluster")}
-        assert machines == {"direct": DIRECT, "pool": POOL_SIZE, "cluster": 2}, audit.machines
+        want = {"direct": DIRECT * ROUNDS, "pool": POOL_SIZE, "cluster": 2}
+        assert machines == want, audit.machines
         assert 2 <= audit.machines["determined"] <= 3, audit.machines
         _probe_stray_assignment(records, home, work)
         left = _take_all_down(api, records, home)
@@ -280,87 +294,152 @@ def _wait_cluster(api: Api, workers: int, timeout_s: float) -> None:
 def _wait_states(records: Records, want: dict[str, str], timeout_s: float) -> None:
     """Wait until every request is in the state given (read from Redis)."""
     seen: dict[str, str | None] = {}
+    since = time.monotonic()
+    reached_at: dict[str, float] = {}
 
     def reached() -> bool:
         with contextlib.suppress(redis.RedisError):
             seen.update(records.states(list(want)))
+            for rid, state in want.items():
+                if seen.get(rid) == state:
+                    reached_at.setdefault(rid, time.monotonic() - since)
             return all(seen.get(rid) == state for rid, state in want.items())
         return False
 
     with contextlib.suppress(pytest.fail.Exception):
         wait_for(reached, timeout_s, "the requests' states")
+        slow = sorted(reached_at, key=reached_at.__getitem__)[-3:]
+        named = [(records.store.get_request(rid), reached_at[rid]) for rid in slow]
+        times = ", ".join(f"{r.task.get('name')} {at:.0f} s" for r, at in named if r)
+        print(f"  {len(want)} requests in their states; the slowest: {times}")
         return
     off = {rid: (seen.get(rid), state) for rid, state in want.items() if seen.get(rid) != state}
     pytest.fail(f"requests not in their state after {timeout_s} s (seen, wanted): {off}")
 
 
-def _under_chaos(api: Api, records: Records, work: Work) -> str:
-    """Everything the kinds do while the monkey strikes; the provider id of the pool machine
-    killed."""
+def _under_chaos(api: Api, records: Records, work: Work) -> list[str]:
+    """Everything the kinds do while the monkey strikes: the low work submitted, then ROUNDS
+    rounds of direct launches, preemption, a pool machine killed and the cluster scaled up and
+    down. The provider ids of the pool machines killed."""
     job = "sleep 600"
-    service = {"resources": {"cloud": "local", "instance_type": "cpu-2"}}
-    submits: list[tuple[str, str, dict[str, Any], str]] = []
-    submits += [("direct", f"direct-{i}", service, "RUNNING") for i in range(DIRECT)]
     low = {"compute_config": COMPUTE, "priority": 0, "run": job}
+    submits: list[tuple[str, str, dict[str, Any], str]] = []
     submits += [("pool", f"pool-low-{i}", low, "RUNNING") for i in range(POOL_SIZE)]
     det_low = {"resources": {"slots": 2, "priority": 50}, "run": job}
     submits += [("determined", f"det-low-{i}", det_low, "RUNNING") for i in range(2)]
     aux = {"resources": {"slots": 0}, "run": "echo board"}
     submits += [("determined", "det-aux", aux, "SUCCEEDED")]
-    with concurrent.futures.ThreadPoolExecutor(6) as threads:
-        scaled = threads.submit(_demand, api, PEAK)
-        ids = list(threads.map(lambda s: api.submit(s[1], s[2]), submits))
-        scaled.result()
-    for (kind, _, _, state), rid in zip(submits, ids, strict=True):
-        work.add(kind, rid, state)
-    lows = [rid for (kind, name, _, _), rid in zip(submits, ids, strict=True) if "low" in name]
+    ids = _submit_all(api, work, submits)
+    lows = [rid for (_, name, _, _), rid in zip(submits, ids, strict=True) if "low" in name]
+    pool_lows = [rid for rid in lows if rid in work.expect["pool"]]
+    det_lows = [rid for rid in lows if rid in work.expect["determined"]]
+    killed: dict[str, list[str]] = {kind: [] for kind in KINDS}
+    for rnd in range(ROUNDS):
+        with concurrent.futures.ThreadPoolExecutor(2) as threads:
+            scaled = threads.submit(_demand, api, PEAK)
+            direct = _round(api, records, work, rnd, lows)
+            scaled.result()
+        # A machine of each kind dies (every process of it, SIGKILL): a direct launch's, a
+        # pool machine, a Determined agent, a cluster worker. Each one's work is placed again.
+        killed["pool"].append(_kill(_pool_machine_of(records, pool_lows[rnd % len(pool_lows)])))
+        killed["determined"].append(_kill(_agent_of(records, det_lows[rnd % len(det_lows)])))
+        killed["direct"].append(_kill(_machine_of(records, direct[0])))
+        _wait_cluster(api, workers=PEAK, timeout_s=150)
+        workers = [n["id"] for n in _cluster_nodes(api) if n["node_type"] == "worker"]
+        killed["cluster"].append(_kill(_machine_of(records, workers[-1])))
+        _demand(api, 0)  # scaled down: idle workers go, min_workers (1) stays
+        if rnd + 1 < ROUNDS:
+            _wait_cluster(api, workers=1, timeout_s=90)
+    return killed
+
+
+def _round(api: Api, records: Records, work: Work, rnd: int, lows: list[str]) -> list[str]:
+    """Direct launches, and once the low work runs, higher-priority work: a pool workload
+    that preempts when the partition is full, and a Determined task (lower number wins
+    there); each ends after a few seconds, and the work it preempted runs again."""
+    service = {"resources": {"cloud": "local", "instance_type": "cpu-2"}}
+    direct = [("direct", f"direct-{rnd}-{i}", service, "RUNNING") for i in range(DIRECT)]
+    direct_ids = _submit_all(api, work, direct)
     _wait_states(records, dict.fromkeys(lows, "RUNNING"), timeout_s=150)
     time.sleep(1.2)  # past min_runtime_s: the low work may be preempted
-    # Higher priority: a pool workload that preempts when the partition is full, and a
-    # Determined task (lower number wins there); each ends after a few seconds, and the work
-    # it preempted runs again.
     high = {
         "compute_config": COMPUTE,
         "priority": 10,
         "run": "sleep 4",
         "scheduling": {"on_full": "preempt"},
     }
-    work.add("pool", api.submit("pool-high", high), "SUCCEEDED")
     det_high = {"resources": {"slots": 2, "priority": 10}, "run": "sleep 4"}
-    work.add("determined", api.submit("det-high", det_high), "SUCCEEDED")
-    # A pool machine dies (every process of it, SIGKILL): its workload is placed again.
-    pool_lows = [rid for rid in lows if work.expect["pool"].get(rid)]
-    killed = _kill_machine_of(records, pool_lows[0])
-    _wait_cluster(api, workers=PEAK, timeout_s=150)
-    _demand(api, 0)  # scaled down: idle workers go, min_workers (1) stays
-    return killed
+    highs = [
+        ("pool", f"pool-high-{rnd}", high, "SUCCEEDED"),
+        ("determined", f"det-high-{rnd}", det_high, "SUCCEEDED"),
+    ]
+    _submit_all(api, work, highs)
+    return direct_ids
 
 
-def _pool_provider_ids(records: Records) -> set[str]:
-    ledger = patiently(lambda: records.pools.get(POOL), "the pool's ledger")
-    assert ledger is not None
-    return {m.provider_id for m in ledger.machines.values() if m.provider_id}
+def _submit_all(
+    api: Api, work: Work, submits: list[tuple[str, str, dict[str, Any], str]]
+) -> list[str]:
+    """Submit (kind, name, task, state it must end in) six at a time; their ids."""
+    with concurrent.futures.ThreadPoolExecutor(6) as threads:
+        ids = list(threads.map(lambda s: api.submit(s[1], s[2]), submits))
+    for (kind, _, _, state), rid in zip(submits, ids, strict=True):
+        work.add(kind, rid, state)
+    return ids
 
 
-def _kill_machine_of(records: Records, rid: str) -> str:
-    """SIGKILL every process of the pool machine the workload runs on; its provider id."""
+def _pool_machine_of(records: Records, rid: str) -> str:
+    """The provider id of the pool machine the workload runs on, once it runs on one."""
 
     def machine() -> str:
         ledger = records.pools.get(POOL)
-        found = [
-            m.provider_id
-            for m in (ledger.machines_of(rid) if ledger is not None else [])
-            if m.provider_id
-        ]
+        mine = ledger.machines_of(rid) if ledger is not None else []
+        found = [m.provider_id for m in mine if m.provider_id]
         if not found:
             raise Retry(f"{rid} has no machine up")
         return found[0]
 
-    provider_id = patiently(machine, f"the machine of {rid}")
+    return patiently(machine, f"the machine of {rid}")
+
+
+def _agent_of(records: Records, rid: str) -> str:
+    """The provider id of the Determined agent the task runs on, once it runs on one."""
+
+    def agent() -> str:
+        ledger = records.dets.get(DET)
+        task = ledger.tasks.get(rid) if ledger is not None else None
+        for alloc in task.allocations if task is not None else ():
+            found = ledger.agents.get(alloc.agent_id) if ledger is not None else None
+            if found is not None and found.provider_id:
+                return found.provider_id
+        raise Retry(f"{rid} runs on no agent")
+
+    return patiently(agent, f"the agent of {rid}")
+
+
+def _machine_of(records: Records, rid: str) -> str:
+    """The provider id of the machine a direct request (or a cluster node) runs on."""
+
+    def machine() -> str:
+        for inst in records.store.list_instances(request_id=rid):
+            if str(inst.state) == "RUNNING" and inst.provider_id:
+                return inst.provider_id
+        raise Retry(f"{rid} runs on no machine")
+
+    return patiently(machine, f"the machine of {rid}")
+
+
+def _kill(provider_id: str) -> str:
+    """SIGKILL every process of a local machine (its agent and its work): it died."""
     for pid in instance_processes(provider_id):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return provider_id
+
+
+def _cluster_nodes(api: Api) -> list[dict[str, Any]]:
+    nodes: list[dict[str, Any]] = api.patient("GET", f"/v1/clusters/{CLUSTER}")["nodes"]
+    return nodes
 
 
 def _wait_settled(api: Api, records: Records, work: Work) -> None:
@@ -369,9 +448,71 @@ def _wait_settled(api: Api, records: Records, work: Work) -> None:
     want = {rid: state for kind in KINDS for rid, state in work.expect[kind].items()}
     _wait_states(records, want, timeout_s=180)
     _wait_cluster(api, workers=1, timeout_s=90)
-    view = api.patient("GET", f"/v1/clusters/{CLUSTER}")
-    for node in view["nodes"]:
+    for node in _cluster_nodes(api):
         work.add("cluster", node["id"], "RUNNING")
+
+
+class DoubleWatch:
+    """Looks at the local cloud's records twice a second all through the chaos and keeps
+    every moment two live machines held one slot (a pool's machine id, a Determined agent's,
+    a request's, for requests of one node): launched twice, if only for a while. Live: not
+    ended, not being terminated, and its agent process alive (or not started yet)."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.r = redis.Redis.from_url(redis_url, decode_responses=True)
+        self.seen: dict[str, set[str]] = {}  # slot -> the machines seen on it at once
+        self.looks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DoubleWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            with contextlib.suppress(redis.RedisError):
+                self._look()
+
+    def _look(self) -> None:
+        ids = sorted(self.r.smembers(f"{PREFIX}:local:instances"))
+        pipe = self.r.pipeline(transaction=False)
+        for iid in ids:
+            pipe.hgetall(f"{PREFIX}:local:instance:{iid}")
+        slots: dict[str, set[str]] = {}
+        for iid, raw in zip(ids, pipe.execute(), strict=True):
+            if not raw or raw.get("ended_at") or raw.get("state") == "terminating":
+                continue
+            if raw.get("pid") and not _alive(int(raw["pid"])):
+                continue
+            tags = json.loads(raw.get("tags") or "{}")
+            slot = (
+                f"{tags[TAG_POOL]}/{tags.get(TAG_MACHINE)}"
+                if TAG_POOL in tags
+                else f"request {raw.get('request_id')}"
+            )
+            slots.setdefault(slot, set()).add(iid)
+        for slot, machines in slots.items():
+            if len(machines) > 1:
+                self.seen.setdefault(slot, set()).update(machines)
+        self.looks += 1
+
+    def count(self, kind: str) -> int:
+        """Slots of this kind seen with two live machines at once."""
+        prefix = {"pool": f"{POOL}/", "determined": f"{DET}/"}.get(kind, "request ")
+        return sum(1 for slot in self.seen if slot.startswith(prefix))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -389,12 +530,16 @@ class Audit:
     stray: Counter[str] = field(default_factory=Counter)  # assignments on machines not held
     machines: Counter[str] = field(default_factory=Counter)  # live machines, by holder's kind
     preempted: Counter[str] = field(default_factory=Counter)
-    replaced: bool = False
+    held: dict[str, str] = field(default_factory=dict)  # live provider id -> its holder's kind
+    replaced: dict[str, bool] = field(default_factory=dict)  # kind -> its killed machines gone
     details: list[str] = field(default_factory=list)
 
     def note(self, count: Counter[str], kind: str, text: str) -> None:
         count[kind] += 1
         self.details.append(f"{kind}: {text}")
+
+    def held_by(self, kind: str) -> list[str]:
+        return [iid for iid, k in self.held.items() if k == kind]
 
     def clean(self) -> bool:
         return not (+self.lost or +self.twice or +self.leaked or +self.stray)
@@ -424,7 +569,7 @@ def _audit_until_clean(records: Records, home: Path, work: Work, timeout_s: floa
 def audit_once(records: Records, home: Path, work: Work) -> Audit:
     audit = Audit()
     live = _live_machines(records, home, audit)
-    held: dict[str, str] = {}  # provider id -> the kind whose record holds it
+    held = audit.held  # provider id -> the kind whose record holds it
     _audit_requests(records, work, live, held, audit)
     _audit_pools(records, work, live, held, audit)
     for iid, rec in live.items():
