@@ -309,6 +309,7 @@ def _audit_pools(
         owner = owners.get(iid)
         if owner is None:
             kind = {POOL: "pool", DET: "determined"}.get(rec.tags.get(TAG_POOL, ""), "unknown")
+            kind = held.get(iid, kind)
             audit.note(audit.stray, kind, f"{iid} runs {sorted(running)}, held by no ledger")
             continue
         kind, key, expected = owner
