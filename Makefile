@@ -54,8 +54,8 @@ bench:
 # the counts: requests lost, failed for a control-plane reason, launched twice, leaked. And
 # 20 SIGKILLs of the provisioning worker mid-attempt (the default test run does 6). And every
 # kind of machine at once under 30 faults (test_chaos_kinds.py): three rounds of 10 direct
-# launches, a preemption in a machine pool of 4 and in a Determined pool, a pool machine killed
-# and a Ray cluster scaled to 5 workers and back; it prints lost, launched twice, leaked and
+# launches, a preemption in a machine pool of 4 and in a Determined pool, a machine of each kind
+# killed and a Ray cluster scaled to 5 workers and back; it prints lost, launched twice, leaked and
 # assignments on machines no record holds, per kind.
 chaos:
 	CORRAL_REDIS_KILL_ROUNDS=3 CORRAL_REDIS_KILL_LAUNCHES=40 CORRAL_CHAOS_LAUNCHES=300 \

@@ -1,10 +1,12 @@
 """Chaos over every kind of machine Corral holds, at once, on `corral up`: direct launches,
 workloads of a machine pool (a higher-priority one preempting the newest low one, which
-requeues, and a machine killed so its workload is placed on a new one), tasks of a Determined
-master's resource pools (the priority scheduler's preemption, a zero-slot task on the aux pool)
-and the nodes of a Ray cluster file (scaled up by a demand, then down to its min_workers),
-while the chaos monkey of test_chaos.py SIGKILLs or pauses every control-plane process (each
-worker role and its pool processes, beat, the API) and redis-server.
+requeues), tasks of a Determined master's resource pools (the priority scheduler's preemption,
+a zero-slot task on the aux pool) and the nodes of a Ray cluster file (scaled up by a demand,
+then down to its min_workers), while the chaos monkey of test_chaos.py SIGKILLs or pauses every
+control-plane process (each worker role and its pool processes, beat, the API) and
+redis-server. Each round also SIGKILLs a machine of each kind (every process of it): a direct
+launch's, a pool machine, a Determined agent, a cluster worker; its work is placed again.
+A watch looks at the cloud twice a second all along for two live machines on one slot.
 
 Once the monkey is done and everything settled, the audit reads Redis (requests and their
 instances, the pool and Determined ledgers, the cluster record) and the local cloud's own view
