@@ -53,24 +53,69 @@ def gcp_env(fake: FakeCompute) -> dict[str, str]:
 
 
 @functools.cache
-def ec2_client(endpoint_url: str) -> Any:
-    """One EC2 client per moto for the test process: tests ask EC2 ten times a second while
-    they wait, and a new client each time is about 13 ms of CPU."""
+def ec2_client(endpoint_url: str, region: str = "us-east-1") -> Any:
+    """One EC2 client per moto and region for the test process: tests ask EC2 ten times a
+    second while they wait, and a new client each time is about 13 ms of CPU."""
     import boto3
 
     return boto3.client(
         "ec2",
         endpoint_url=endpoint_url,
-        region_name="us-east-1",
+        region_name=region,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
 
 
+# Where a test's machine may be: the shipped catalog's regions (a pooled machine goes to the
+# cheapest zone that offers its type, which the catalog's prices decide), us-east-1 first.
+EC2_REGIONS = (
+    "us-east-1",
+    "us-east-2",
+    "us-west-2",
+    "us-west-1",
+    "ca-central-1",
+    "eu-west-1",
+    "eu-north-1",
+    "ap-south-1",
+    "eu-central-1",
+    "eu-west-2",
+    "eu-west-3",
+    "ap-northeast-1",
+    "ap-southeast-1",
+    "ap-southeast-2",
+    "ap-northeast-2",
+    "ap-northeast-3",
+    "eu-south-1",
+    "eu-south-2",
+    "ap-east-1",
+    "af-south-1",
+    "me-central-1",
+    "me-south-1",
+    "ap-southeast-3",
+    "ap-southeast-4",
+    "sa-east-1",
+)
+_found_in: dict[str, str] = {}
+
+
 def ec2_state(endpoint_url: str, provider_id: str) -> str:
-    """An EC2 machine's state as moto tells it."""
-    found = ec2_client(endpoint_url).describe_instances(InstanceIds=[provider_id])["Reservations"]
-    return str(found[0]["Instances"][0]["State"]["Name"])
+    """An EC2 machine's state as moto tells it, in whichever region it was launched."""
+    from botocore.exceptions import ClientError
+
+    known = _found_in.get(provider_id)
+    for region in (known,) if known else EC2_REGIONS:
+        try:
+            found = ec2_client(endpoint_url, region).describe_instances(InstanceIds=[provider_id])[
+                "Reservations"
+            ]
+        except ClientError as exc:
+            if "InvalidInstanceID.NotFound" not in str(exc):
+                raise
+            continue
+        _found_in[provider_id] = region
+        return str(found[0]["Instances"][0]["State"]["Name"])
+    raise AssertionError(f"{provider_id}: in none of {EC2_REGIONS} on moto")
 
 
 class Vm:

@@ -194,7 +194,12 @@ class CatalogOfferings:
         # every zone offering the type is tried.
         from corral.services.settings import installed_catalog
 
-        offerings = installed_catalog().instance_type(self.name, instance_type)
+        # Best first: the cheapest on demand, and the catalog's order among equal prices (a
+        # catalog lists regions alphabetically: af-south-1 would come before us-east-1).
+        offerings = sorted(
+            installed_catalog().instance_type(self.name, instance_type),
+            key=lambda o: o.price_usd_per_hour,
+        )
         return [(o.zone, o.region) for o in offerings]
 
 
