@@ -47,7 +47,7 @@ def test_it_gives_up_after_the_retries_naming_what(pauses: list[float]) -> None:
         rounds.append(attempt)
         return cas.LOST
 
-    with pytest.raises(cas.WriteConflict, match="P:request:r-1: still losing .* after 2 retries"):
+    with pytest.raises(cas.WriteConflict, match=r"P:request:r-1: still losing .* after 2 retries"):
         cas.until_written(losing, retries=2, what="P:request:r-1")
     assert rounds == [0, 1, 2] and len(pauses) == 3
 
