@@ -462,13 +462,11 @@ class Store:
         state_key: Callable[[Any], str],
         carried: RecordT | None = None,
     ) -> tuple[RecordT | None, DecidedT | None]:
-        held = [carried]  # the caller's read, used once: a lost race reads again
-
         def one_round(attempt: int) -> tuple[RecordT | None, DecidedT | None] | Lost:
+            nonlocal carried
             copy = None
-            current = held[0]
-            if current is not None:
-                held[0] = None  # the caller's read: no second one
+            if carried is not None:
+                current, carried = carried, None  # the caller's read: no second one
             else:
                 raw = self._r.hget(key, "json")
                 if raw is None:
@@ -520,14 +518,15 @@ class Store:
         keys = [self._instance_key(i) for i in instance_fns] + [self._request_key(request_id)]
         models: list[type[Any]] = [Instance] * n + [LaunchRequest]
         fns: list[Callable[[Any], bool]] = [*instance_fns.values(), fn]
-        held: list[list[Any]] = [[None] * n + [_carried(current, request_id)]]
+        carried: list[Any] = [None] * n + [_carried(current, request_id)]
 
         def one_round(attempt: int) -> tuple[LaunchRequest, list[Instance]] | Lost | None:
-            read = self._read_for_update(keys, models, held[0])
+            nonlocal carried
+            read = self._read_for_update(keys, models, carried)
             if read is None:
                 return None
             currents, copies = read
-            held[0] = [None] * len(keys)  # a lost race reads every record again
+            carried = [None] * len(keys)  # a lost race reads every record again
             works = [_changed(c, f, w) for c, f, w in zip(currents, fns, copies, strict=True)]
             writes = [(c, w) for c, w in zip(currents, works, strict=True) if w is not None]
             if writes:
