@@ -12,8 +12,11 @@ request's task on its first read of it, once (the memo is bounded: the least rec
 go first).
 
 The Task handed out is shared by every caller in the process: read it, never change it
-(``model_copy`` first). :func:`parse` is the runtime's one door from a task document to a Task,
-for the documents it writes itself (a replica's, a cluster node's).
+(``model_copy`` first); a stored task dict is never changed in place either (a rewrite assigns
+a new one, as ``corral autostop`` does), or the memo could not tell.
+
+:func:`parse` is the runtime's one door from a task document to a Task, for the documents it
+writes itself (a replica's, a cluster node's).
 """
 
 from __future__ import annotations
