@@ -1,22 +1,70 @@
-"""The clouds the pure core knows of itself. Everywhere above shared/, the list of clouds is the
-provider registry's (``corral.services.providers.registry.CLOUDS``: one entry per cloud, with
-its package, and the workers' queues, the CLI's choices, the API's clouds derived from it);
-shared/ cannot import it, so it declares here the one list it needs, and
-``tests/unit/test_cloud_lists.py`` holds it to the registry.
+"""The one list of clouds: every cloud name a task may write (SkyPilot's cloud names, plus
+Corral's own ``local``), each with what Corral has for it. Everything else derives from it:
 
+``KNOWN_CLOUDS``: the names a task may write, in this order (validation's message names them).
+``SHIPPED_CLOUDS``: the clouds Corral ships a provider for, one package each
+(``services/providers/<cloud>/``, whose ``build.CLOUD`` the provider registry takes), in the
+order Corral lists them (``corral check``, the ``--cloud`` choices, the workers' queues).
+The registry (``corral.services.providers.registry.CLOUDS``) is built from it, with the clouds
+registered at run time (``register_cloud``, a cloud outside the tree: ``tests/fakes``) after;
+``tests/unit/test_cloud_lists.py`` holds the two together.
 ``PROVIDER_CLOUDS``: the clouds the core plans when it is given no clouds (the planner's
-default) and the simulator plays. Each is a registered cloud.
+default) and the simulator plays.
 ``CATALOG_CLOUDS``: the clouds that ship a price list, read from the files themselves
 (``catalog/data/<cloud>.csv`` or ``.csv.gz``, in name order): a catalog is a file, not a line here.
-Other cloud names (azure, lambda, ...) are read in users' files and planned only where a
-provider was registered for them (the planner is handed the clouds that can launch).
+Other names (azure, lambda, ...) are read in users' files and planned only where a provider
+was registered for them (the planner is handed the clouds that can launch).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-PROVIDER_CLOUDS: tuple[str, ...] = ("aws", "gcp", "local")
+
+@dataclass(frozen=True)
+class Known:
+    """What Corral has for a cloud name a task may write."""
+
+    # Corral ships its provider (services/providers/<cloud>/): its place where Corral lists
+    # its clouds, 1 first; 0: none ships (a provider may still be registered at run time).
+    listed: int = 0
+    planned: bool = False  # planned when a task names no cloud, and played by the simulator
+
+
+NAMED = Known()  # a name a task may write; Corral ships no provider for it
+
+CLOUDS: dict[str, Known] = {
+    "aws": Known(listed=2, planned=True),
+    "gcp": Known(listed=3, planned=True),
+    "azure": NAMED,
+    "local": Known(listed=1, planned=True),
+    "kubernetes": Known(listed=4),  # its offerings are its nodes, listed live; CORRAL_CLOUDS
+    "lambda": NAMED,
+    "ibm": NAMED,
+    "oci": NAMED,
+    "scp": NAMED,
+    "runpod": NAMED,
+    "vast": NAMED,
+    "vsphere": NAMED,
+    "cudo": NAMED,
+    "fluidstack": NAMED,
+    "paperspace": NAMED,
+    "do": NAMED,
+    "nebius": NAMED,
+    "hyperbolic": NAMED,
+    "seeweb": NAMED,
+    "shadeform": NAMED,
+    "primeintellect": NAMED,
+    "slurm": NAMED,
+    "ssh": NAMED,
+}
+
+KNOWN_CLOUDS: tuple[str, ...] = tuple(CLOUDS)
+SHIPPED_CLOUDS: tuple[str, ...] = tuple(
+    sorted((name for name, known in CLOUDS.items() if known.listed), key=lambda n: CLOUDS[n].listed)
+)
+PROVIDER_CLOUDS: tuple[str, ...] = tuple(name for name, known in CLOUDS.items() if known.planned)
 CATALOG_CLOUDS: tuple[str, ...] = tuple(
     sorted(
         {

@@ -2,7 +2,9 @@
 (``_learn_peers``), beats with what the machine is doing (its activity, assignments, demand,
 idle time, usage, readiness), backs off while the link is down, records its child process
 groups, and stops when the control plane dismisses the node. One concern of
-:class:`~.core.Agent` (a mixin it composes). Standard library only."""
+:class:`~.core.Agent` (a mixin it composes). Standard library only, and the one backoff
+formula (``corral.shared.backoff``, itself the standard library only: the agent's wheel
+carries it)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from corral.services.agent import skypilot_env
 from corral.services.agent.agent_base import AgentBase
 from corral.services.agent.link import Dismissed, FinalBeat, LinkError, say
 from corral.services.agent.sandbox import read_demand
+from corral.shared.backoff import backoff_s  # the one formula: stdlib only, shipped in the wheel
 
 
 class HeartbeatMixin(AgentBase):
@@ -103,7 +106,7 @@ class HeartbeatMixin(AgentBase):
         if not self._link_failures:
             return self.heartbeat_s
         cap = max(self.heartbeat_s, self.heartbeat_ttl_s / 3)
-        backoff = min(cap, self.heartbeat_s * 2 ** min(self._link_failures - 1, 8))
+        backoff = backoff_s(self.heartbeat_s, min(self._link_failures - 1, 8), cap_s=cap)
         return float(backoff * random.uniform(0.5, 1.0))
 
     def _status(self, activity: str) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from importlib import metadata
 from pathlib import Path
 
 AGENT_DIST = "corral_node_agent"
+# shared/ modules the agent imports, shipped beside it (each the standard library only).
+AGENT_SHARED_MODULES = ("backoff",)
 
 
 def agent_wheel_sha256() -> str:
@@ -35,11 +37,17 @@ def build_agent_wheel() -> tuple[str, bytes]:
     except metadata.PackageNotFoundError:
         version = "0"
     from corral.services import agent
+    from corral.shared import backoff
 
     root = Path(agent.__file__).parent
     files = {"corral/services/__init__.py": b'"""Corral\'s services (the node agent only)."""\n'}
     for src in sorted(root.glob("*.py")):
         files[f"corral/services/agent/{src.name}"] = src.read_bytes()
+    # The core's modules the agent imports (each the standard library only).
+    shared = Path(backoff.__file__).parent
+    files["corral/shared/__init__.py"] = b'"""Corral\'s core (the node agent\'s part)."""\n'
+    for name in AGENT_SHARED_MODULES:
+        files[f"corral/shared/{name}.py"] = (shared / f"{name}.py").read_bytes()
     info = f"{AGENT_DIST}-{version}.dist-info"
     files[f"{info}/METADATA"] = (
         f"Metadata-Version: 2.1\nName: {AGENT_DIST.replace('_', '-')}\nVersion: {version}\n"

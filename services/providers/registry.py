@@ -1,128 +1,45 @@
-"""The one registry of clouds and their providers: how each cloud's provider is built from the
+"""The registry of clouds and their providers: how each cloud's provider is built from the
 settings, whether its credentials look present before its SDK loads, its name as people write
-it, where its instance types are listed, and what it does with a Ray cluster file. Every list
-of clouds outside shared/ derives from :data:`CLOUDS` (shared/, which cannot import this,
-declares the few it needs and a test holds them to it); each cloud maps to its package,
-imported on first use (cloud SDKs load lazily). A new cloud is one package and one
-line: ``register_cloud(name, Cloud(build))`` (its settings beside it), as
-``tests/fakes/lambda_cloud`` shows."""
+it, where its instance types are listed, and what it does with a Ray cluster file. The clouds
+are ``shared/clouds.py``'s, the one list (shared/ cannot import this, so the list lives there
+and this derives from it): each cloud Corral ships has its package, whose ``build.CLOUD``
+entry (:class:`~.cloud.Cloud`) is taken here, and every other list of clouds (the workers'
+queues, the CLI's choices, the API's clouds) derives from :data:`CLOUDS`. A cloud outside the
+tree is one package and one line, ``register_cloud(name, Cloud(build))``, as
+``tests/fakes/lambda_cloud`` shows. Cloud SDKs load lazily (the builders import them)."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from corral.services.providers.aws.build import build as build_aws
 from corral.services.providers.base import CloudCheck, Provider, credentials_check
+from corral.services.providers.cloud import Builder, Cloud
 from corral.services.providers.cluster_files import ClusterFiles
-from corral.services.providers.gcp.build import build as build_gcp
-from corral.services.providers.kubernetes.build import build as build_kubernetes
-from corral.services.providers.local.build import build as build_local
-from corral.services.settings import (
-    Settings,
-    aws_credentials_hint,
-    gcp_credentials_hint,
-    kubernetes_credentials_hint,
-)
-from corral.shared.clouds import PROVIDER_CLOUDS
+from corral.services.settings import Settings
+from corral.shared.clouds import PROVIDER_CLOUDS, SHIPPED_CLOUDS
+
+__all__ = ["Builder", "Cloud", "ProviderUnavailable", "register_cloud", "registered_clouds"]
 
 
 class ProviderUnavailable(LookupError):
     """Corral has no provider for this cloud in this installation."""
 
 
-# builder(settings, a loader of the local cloud's file): the cloud's provider
-Builder = Callable[[Settings, Callable[[], Any]], Provider]
+def _shipped(name: str) -> Cloud:
+    """The entry a shipped cloud's package declares (``services/providers/<name>/build.py``)."""
+    entry = importlib.import_module(f"corral.services.providers.{name}.build").CLOUD
+    assert isinstance(entry, Cloud), f"{name}: build.CLOUD is not a registry entry"
+    return entry
 
 
-def _present() -> bool:
-    return True
-
-
-def _plain_files() -> ClusterFiles:
-    return ClusterFiles()
-
-
-def _local_files() -> ClusterFiles:
-    from corral.services.providers.local.cluster_files import LocalClusterFiles
-
-    return LocalClusterFiles()
-
-
-# Each cloud's `corral check`, in its package's check.py, loaded (with its SDK) when asked.
-def _aws_check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
-    from corral.services.providers.aws.check import check
-
-    return check(build_aws(settings, local_cloud))  # type: ignore[arg-type]
-
-
-def _gcp_check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
-    from corral.services.providers.gcp.check import check
-
-    return check(build_gcp(settings, local_cloud))  # type: ignore[arg-type]
-
-
-def _kubernetes_check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
-    from corral.services.providers.kubernetes.check import check
-
-    return check(build_kubernetes(settings, local_cloud))  # type: ignore[arg-type]
-
-
-def _local_check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
-    from corral.services.providers.local.check import check
-
-    return check(local_cloud())
-
-
-def _pod_files() -> ClusterFiles:
-    from corral.services.providers.kubernetes.cluster_files import PodClusterFiles
-
-    return PodClusterFiles()
-
-
-@dataclass(frozen=True)
-class Cloud:
-    """One cloud Corral launches on: how its provider is built, a quick look (no SDK
-    loaded) at whether its usual credentials are there (``corral plan`` marks the clouds a
-    launch would leave out), its name as people write it, and what it does with a Ray
-    cluster file (:mod:`.cluster_files`; loaded when asked)."""
-
-    build: Builder
-    credentials_hint: Callable[[], bool] = _present
-    display_name: str = ""  # "" : the cloud's name
-    types_from: str = ""  # where its instance types are listed; "": "the <name> catalog"
-    cluster_files: Callable[[], ClusterFiles] = _plain_files
-    # `corral check` (settings, local cloud loader): ready or not, as whom, what failed;
-    # None: its provider's credentials look
-    check: Callable[[Settings, Callable[[], Any]], CloudCheck] | None = None
-
-
-# Every cloud Corral launches on, and the one list of them: the CLI's choices, the workers'
-# queues (``provision.<cloud>`` each), the API's and ``corral plan``'s clouds derive from it.
-# Kubernetes has no catalog (its offerings are its nodes, listed live); CORRAL_CLOUDS turns
-# it on.
-CLOUDS: dict[str, Cloud] = {
-    "local": Cloud(
-        build_local,
-        display_name="Local",
-        types_from="the local cloud file",
-        cluster_files=_local_files,
-        check=_local_check,
-    ),
-    "aws": Cloud(build_aws, aws_credentials_hint, display_name="AWS", check=_aws_check),
-    "gcp": Cloud(build_gcp, gcp_credentials_hint, display_name="GCP", check=_gcp_check),
-    "kubernetes": Cloud(
-        build_kubernetes,
-        kubernetes_credentials_hint,
-        display_name="Kubernetes",
-        cluster_files=_pod_files,
-        check=_kubernetes_check,
-    ),
-}
+# Every cloud Corral launches on: those it ships, in the order shared/clouds.py lists them,
+# then those registered at run time.
+CLOUDS: dict[str, Cloud] = {name: _shipped(name) for name in SHIPPED_CLOUDS}
 # The pure core's own declaration (planned when no clouds are given, played by the simulator)
-# names registered clouds only; tests/unit/test_cloud_lists.py holds the two together.
-assert set(PROVIDER_CLOUDS) <= set(CLOUDS), "every cloud the core declares needs an entry"
+# names shipped clouds only; tests/unit/test_cloud_lists.py holds the two together.
+assert set(PROVIDER_CLOUDS) <= set(CLOUDS), "every cloud the core plans needs a provider"
 
 
 def register_cloud(name: str, cloud: Cloud) -> None:

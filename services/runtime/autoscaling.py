@@ -33,6 +33,7 @@ from corral.services.providers.base import node_work_of
 from corral.services.providers.registry import cluster_files
 from corral.services.runtime import cluster_nodes, cluster_stops, requests
 from corral.services.runtime.deps import Deps, new_id
+from corral.services.runtime.typed_task import parse
 from corral.services.state.clusters import (
     DECISIONS_KEPT,
     ClusterNode,
@@ -117,7 +118,7 @@ def node_task(
     resources, node_config = rules.node_launch(
         cluster, config.node_config, labels, spec.instance_type
     )
-    return Task.model_validate(
+    return parse(
         {
             "name": f"{rec.name}-{node.node_type}",
             "resources": {"cloud": cloud, **resources},

@@ -51,6 +51,7 @@ from corral.services.runtime.launch import LaunchDeferred, boot_error, by_node, 
 from corral.services.runtime.planning import clouds_left_out, left_out_text, plan_launch
 from corral.services.runtime.pooled import passes
 from corral.services.runtime.termination import release_instances
+from corral.services.runtime.typed_task import task_of
 from corral.services.state.boots import Boot
 from corral.services.state.bundles import scope_of
 from corral.services.state.store import Together
@@ -195,8 +196,9 @@ INLINE_ATTEMPTS = 16  # zones one attempt task tries before it hands the rest to
 
 
 class TypedTask:
-    """A request's task, parsed from its stored form at most once per task run (an admission
-    hands over the one it parsed; the zones one attempt task walks share it)."""
+    """A request's task, typed once per task run (an admission hands over the one it holds;
+    the zones one attempt task walks share it): :func:`~.typed_task.task_of`, which parses the
+    stored form only when this process holds no typed task for it."""
 
     __slots__ = ("_task",)
 
@@ -205,7 +207,7 @@ class TypedTask:
 
     def of(self, req: LaunchRequest) -> Task:
         if self._task is None:
-            self._task = Task.model_validate(req.task)
+            self._task = task_of(req)
         return self._task
 
 

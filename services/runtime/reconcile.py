@@ -37,9 +37,9 @@ from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
 from corral.services.runtime.pooled import passes
+from corral.services.runtime.typed_task import task_of
 from corral.shared.autoscaler.launcher import CLUSTER_LABEL
 from corral.shared.blocking import Block
-from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError
 from corral.shared.lifecycle import (
     INSTANCE_STATES,
@@ -230,7 +230,7 @@ def _finish_job(
     codes = [n.exit_code for n in current if n.exit_code is not None]
     failed = next((c for c in codes if c != 0), None)
     if failed is not None:
-        policy = Task.model_validate(req.task).recovery()
+        policy = task_of(req).recovery()
         again = restart_after(policy, failed, req.restarts_on_errors)
         if again is not None:
             region = current[0].region
@@ -324,7 +324,7 @@ def relaunch(
     if req is None:
         return "missing"
     now = deps.now()
-    task = Task.model_validate(req.task)
+    task = task_of(req)
     policy = task.recovery()
     planned = [ChainStep.of(c) for c in plan_launch(deps, task).candidates]
     timers = deps.settings.timers

@@ -16,7 +16,7 @@ from typing import Any
 from corral.services.providers.base import node_work_of
 from corral.services.providers.registry import ProviderUnavailable
 from corral.services.queues import dispatch
-from corral.services.runtime import member_fields
+from corral.services.runtime import member_fields, typed_task
 from corral.services.runtime.deps import Deps, new_id
 from corral.services.runtime.planning import clouds_left_out, left_out_text
 from corral.services.runtime.pooled.registry import registry_view
@@ -271,6 +271,7 @@ def submit(
     req = _new_request(deps, task, request_id, owner)
     if deps.store.create_request(req, event=f"accepted: {_name(task)}"):
         stored: LaunchRequest | None = req  # as written: no need to read it back
+        typed_task.remember(req, task)  # checked here: the steps after this one parse nothing
     else:
         stored = deps.store.get_request(req.id)  # the id was taken: what it holds
     assert stored is not None

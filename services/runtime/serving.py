@@ -35,6 +35,7 @@ from corral.services.providers.registry import ProviderUnavailable
 from corral.services.runtime import requests
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.typed_task import parse, task_of
 from corral.services.state.serving import ServiceIndex
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
@@ -169,7 +170,7 @@ def observe(
         ),
         None,
     )
-    task = Task.model_validate(req.task)
+    task = task_of(req)
     port = task.service_port()
     if head is None or not head.address or not head.provider_id or port is None:
         return Replica(replica_id, "launching", pinned=pinned), None
@@ -247,7 +248,7 @@ def replica_task(deps: Deps, service: LaunchRequest, replica_id: int) -> Task:
     with the service and its replica id, SkyServe's ``SKYPILOT_SERVE_REPLICA_ID`` in its envs."""
     task: dict[str, Any] = {k: v for k, v in service.task.items() if k != "service"}
     section = service.task.get("service") or {}
-    parent = Task.model_validate(service.task)
+    parent = task_of(service)
     port = parent.service_port()
     if port is not None and _shares_network(deps, service):
         port += replica_id - 1
@@ -261,7 +262,7 @@ def replica_task(deps: Deps, service: LaunchRequest, replica_id: int) -> Task:
         LABEL_REPLICA: str(replica_id),
     }
     task["name"] = f"{service.task.get('name') or 'service'}-replica-{replica_id}"
-    return Task.model_validate(task)
+    return parse(task)
 
 
 def _shares_network(deps: Deps, service: LaunchRequest) -> bool:

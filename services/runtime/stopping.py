@@ -21,8 +21,8 @@ from typing import Any
 from corral.services.providers.base import ProviderInstance, can_stop, node_work_of
 from corral.services.runtime import termination
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.typed_task import task_of
 from corral.shared.autostop import Action, Autostop, decide, idle_since_of
-from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError
 from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
@@ -274,7 +274,7 @@ def autostop(deps: Deps, counts: dict[str, int]) -> None:
             continue  # no autostop: skip the task's validation
         if not isinstance(req.route, Direct):
             continue
-        policy = Task.model_validate(req.task).autostop()
+        policy = task_of(req).autostop()
         if policy is None:
             continue
         nodes = current_nodes(deps, req, InstanceState.RUNNING)

@@ -13,7 +13,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from redis import Redis
 
-from corral.services.state.store import lost_race_pause
+from corral.services.state.cas import LOST, Lost, until_written
+from corral.services.state.cas import WriteConflict as WriteConflict  # its callers' name for it
 
 # KEYS[1] the document, KEYS[2] the set of names; ARGV: name, version, json.
 _CREATE = """
@@ -53,10 +54,6 @@ class Versioned(Protocol):
 
 
 DocT = TypeVar("DocT", bound=Versioned)
-
-
-class WriteConflict(RuntimeError):
-    """A document kept losing to other writers."""
 
 
 class DocStore(Generic[DocT]):
@@ -110,7 +107,8 @@ class DocStore(Generic[DocT]):
         and write it only if no one wrote in between; a lost race reads again and computes
         again. Returns the document as written (or as read, for a no-op), None if there is
         no such document."""
-        for attempt in range(retries + 1):
+
+        def one_round(attempt: int) -> DocT | Lost | None:
             current = self.get(name)
             if current is None:
                 return None
@@ -122,8 +120,9 @@ class DocStore(Generic[DocT]):
                 return new
             if written == -1:
                 return None
-            lost_race_pause(attempt)
-        raise WriteConflict(f"{self._kind} {name}: still losing to other writers")
+            return LOST
+
+        return until_written(one_round, retries=retries, what=f"{self._kind} {name}")
 
     def update(self, name: str, fn: Callable[[DocT], bool], *, retries: int = 100) -> DocT | None:
         """Change a document with ``fn`` (mutates a fresh copy, True to write it) against

@@ -31,15 +31,14 @@ key, so two submissions racing with one key create one request.
 from __future__ import annotations
 
 import json
-import random
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from redis import Redis
 
-from corral.shared.backoff import backoff_s
+from corral.services.state.cas import LOST, Lost, until_written
+from corral.services.state.cas import WriteConflict as WriteConflict  # its callers' name for it
 from corral.shared.lifecycle import INSTANCE_STATES, InstanceState, RequestState
 from corral.shared.records import Event, Instance, LaunchRequest, Submission
 
@@ -140,10 +139,6 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-
-
-class WriteConflict(RuntimeError):
-    """A compare-and-set kept losing to other writers, ``retries`` times in a row."""
 
 
 class WriteListener(Protocol):
@@ -467,7 +462,8 @@ class Store:
         state_key: Callable[[Any], str],
         carried: RecordT | None = None,
     ) -> tuple[RecordT | None, DecidedT | None]:
-        for attempt in range(retries + 1):
+        def one_round(attempt: int) -> tuple[RecordT | None, DecidedT | None] | Lost:
+            nonlocal carried
             copy = None
             if carried is not None:
                 current, carried = carried, None  # the caller's read: no second one
@@ -496,8 +492,9 @@ class Store:
                 return work, decided
             if written == -1:
                 return None, None
-            lost_race_pause(attempt)
-        raise WriteConflict(f"{key}: still losing to other writers after {retries} retries")
+            return LOST
+
+        return until_written(one_round, retries=retries, what=key)
 
     def update_together(
         self,
@@ -522,7 +519,9 @@ class Store:
         models: list[type[Any]] = [Instance] * n + [LaunchRequest]
         fns: list[Callable[[Any], bool]] = [*instance_fns.values(), fn]
         carried: list[Any] = [None] * n + [_carried(current, request_id)]
-        for attempt in range(retries + 1):
+
+        def one_round(attempt: int) -> tuple[LaunchRequest, list[Instance]] | Lost | None:
+            nonlocal carried
             read = self._read_for_update(keys, models, carried)
             if read is None:
                 return None
@@ -536,8 +535,7 @@ class Store:
                 if written == -1:
                     return None
                 if written == 0:
-                    lost_race_pause(attempt)
-                    continue
+                    return LOST
                 for listener in self.listeners:
                     for before, after in writes:
                         listener.written(before, after)
@@ -545,7 +543,8 @@ class Store:
             req = out[-1]
             assert isinstance(req, LaunchRequest)
             return req, [i for i in out[:-1] if isinstance(i, Instance)]
-        raise WriteConflict(f"{request_id}: still losing to other writers after {retries} retries")
+
+        return until_written(one_round, retries=retries, what=request_id)
 
     def update_together_many(
         self, items: Sequence[Together]
@@ -784,15 +783,3 @@ def _check_change(before: LaunchRequest | Instance, after: LaunchRequest | Insta
         not after.history or after.history[-1].to_state != after.state.value
     ):
         raise ValueError(f"{before.id}: state set to {after.state} without move()")
-
-
-# A lost compare-and-set race: the first retry waits up to 1 ms, each next one twice as long,
-# never more than 50 ms (a writer that keeps losing still gets its turn soon).
-LOST_RACE_BASE_S = 0.001
-LOST_RACE_CAP_S = 0.05
-
-
-def lost_race_pause(attempt: int) -> None:
-    """Sleep a little before retrying a lost race, more after each loss, with jitter so the
-    writers that collided do not collide again in lockstep."""
-    time.sleep(random.uniform(0, backoff_s(LOST_RACE_BASE_S, attempt, cap_s=LOST_RACE_CAP_S)))

@@ -30,11 +30,12 @@ from pydantic import (
 from ..accelerators import AcceleratorRequest, parse_accelerators
 from ..autostop import Autostop, parse_autostop
 from ..bundles import Bundle, check_target, remote_source_problem
+from ..clouds import KNOWN_CLOUDS  # the names a task may write (shared/clouds.py, the one list)
 from ..images import DOCKER_PREFIX
 from ..ports import parse_ports
 from ..readiness import ReadinessProbe, parse_probe
 from ..serve.spec import ServiceSpec, parse_service, service_notices
-from . import DurationS, one_of, word_list
+from . import DurationS, one_of
 from .base import StrictModel
 from .compute_config import ComputeConfig
 
@@ -43,12 +44,6 @@ DETERMINED_DEFAULT_PRIORITY = 42
 DETERMINED_MIN_PRIORITY = 1
 DETERMINED_MAX_PRIORITY = 99
 
-# Cloud names SkyPilot knows, plus Corral's ``local``. Validation accepts all of them; the
-# planner leaves out (with a notice) the clouds Corral has no provider for.
-KNOWN_CLOUDS = word_list(
-    """aws gcp azure local kubernetes lambda ibm oci scp runpod vast vsphere cudo fluidstack
-    paperspace do nebius hyperbolic seeweb shadeform primeintellect slurm ssh"""
-)
 _CLOUD_ALIASES = {"k8s": "kubernetes", "google": "gcp", "amazon": "aws"}
 
 # ``4``, ``4.5``, ``4+``; memory may add a unit (``32GB``, ``512MB``), GiB when absent.

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from corral.services.state.store import LOST_RACE_BASE_S, LOST_RACE_CAP_S
+from corral.services.state.cas import LOST_RACE_BASE_S, LOST_RACE_CAP_S
 from corral.shared.backoff import backoff_s
 
 

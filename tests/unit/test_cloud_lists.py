@@ -1,10 +1,12 @@
-"""Every list of clouds is the provider registry's (issue #48, "a cloud is one package"): the
-workers' queues, the CLI's ``--cloud`` choices and the shipped catalogs derive from it or
-from the files themselves, and the one list the pure core declares for itself
-(``shared/clouds.PROVIDER_CLOUDS``) names registered clouds only."""
+"""Every list of clouds derives from one (issue #48, "a cloud is one package"):
+shared/clouds.py's ``CLOUDS``, every cloud name a task may write and what Corral has for each.
+The provider registry takes the shipped clouds' entries from their packages in its order; the
+workers' queues, the CLI's ``--cloud`` choices, the names a task may write and the core's
+default clouds derive from it, the shipped catalogs from the files themselves."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -12,7 +14,14 @@ from pathlib import Path
 from corral.services.providers import registry
 from corral.services.queues.task_names import PROVISION_QUEUE, provision_queue, role_queues
 from corral.shared.catalog import DATA_DIR, load_catalog
-from corral.shared.clouds import CATALOG_CLOUDS, PROVIDER_CLOUDS
+from corral.shared.clouds import (
+    CATALOG_CLOUDS,
+    CLOUDS,
+    KNOWN_CLOUDS,
+    PROVIDER_CLOUDS,
+    SHIPPED_CLOUDS,
+)
+from corral.shared.config.task import Resources
 
 REPO = Path(__file__).resolve().parents[2]
 PROVIDERS = REPO / "services" / "providers"
@@ -57,9 +66,10 @@ def test_a_cloud_registered_later_gets_its_queue_from_the_same_list() -> None:
         registry.CLOUDS.pop("moon")
 
 
-def test_only_the_registry_and_the_declared_lists_spell_out_clouds() -> None:
-    """structure_counts' ``cloud_lists``: the registry, the core's declaration, and the cloud
-    names a task may write (SkyPilot's, a file format's words, more than Corral launches on)."""
+def test_only_the_one_list_spells_out_clouds() -> None:
+    """structure_counts' ``cloud_lists``: shared/clouds.py's ``CLOUDS`` alone (3 before: the
+    registry's, the core's declaration, the names a task may write); the registry, the names a
+    task may write and the core's default clouds derive from it."""
     spec = importlib.util.spec_from_file_location(
         "structure_counts", REPO / "ops" / "structure_counts.py"
     )
@@ -67,11 +77,7 @@ def test_only_the_registry_and_the_declared_lists_spell_out_clouds() -> None:
     counts = importlib.util.module_from_spec(spec)
     sys.modules["structure_counts"] = counts
     spec.loader.exec_module(counts)
-    assert counts.count(REPO)["cloud_lists"]["where"] == [
-        "services/providers/registry.py:CLOUDS",
-        "shared/clouds.py:PROVIDER_CLOUDS",
-        "shared/config/task.py:KNOWN_CLOUDS",
-    ]
+    assert counts.count(REPO)["cloud_lists"]["where"] == ["shared/clouds.py:CLOUDS"]
 
 
 def test_each_shipped_clouds_builder_lives_in_its_package() -> None:
@@ -79,3 +85,23 @@ def test_each_shipped_clouds_builder_lives_in_its_package() -> None:
         build = registry.CLOUDS[cloud].build
         assert build.__module__ == f"corral.services.providers.{cloud}.build", cloud
         assert (PROVIDERS / cloud / "build.py").is_file()
+
+
+def test_the_registry_is_the_one_lists_shipped_clouds_each_from_its_package() -> None:
+    """The registry derives from shared/clouds.py: the clouds Corral ships, in its order (the
+    order ``corral check`` and the ``--cloud`` choices list them), each entry its package's
+    ``build.CLOUD``; clouds registered at run time come after."""
+    assert registry.registered_clouds()[: len(SHIPPED_CLOUDS)] == SHIPPED_CLOUDS
+    assert SHIPPED_CLOUDS == ("local", "aws", "gcp", "kubernetes")  # the order listed before
+    for cloud in SHIPPED_CLOUDS:
+        package = importlib.import_module(f"corral.services.providers.{cloud}.build")
+        assert registry.CLOUDS[cloud] is package.CLOUD, cloud
+    assert {p.parent.name for p in PROVIDERS.glob("*/provider.py")} == set(SHIPPED_CLOUDS)
+
+
+def test_a_task_may_name_every_cloud_of_the_list_and_no_other() -> None:
+    assert tuple(CLOUDS) == KNOWN_CLOUDS
+    assert set(SHIPPED_CLOUDS) | set(PROVIDER_CLOUDS) <= set(KNOWN_CLOUDS)
+    assert PROVIDER_CLOUDS == ("aws", "gcp", "local")  # as declared by hand before
+    for cloud in KNOWN_CLOUDS:
+        assert Resources.model_validate({"cloud": cloud.upper()}).cloud == cloud

@@ -1,14 +1,17 @@
-"""How the registry builds the aws cloud's provider from the settings: the package's own
-builder (``registry.CLOUDS["aws"]`` names it). The provider, and boto3, load when it
-is called, not when the registry is imported."""
+"""The aws cloud's builder (its provider from the settings) and its registry entry
+(``CLOUD``: the registry takes it for each cloud of ``shared/clouds.SHIPPED_CLOUDS``). The
+provider, and boto3, load when the builder is called, not when the registry is imported."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from corral.services.providers.cloud import Cloud
+from corral.services.settings import aws_credentials_hint
+
 if TYPE_CHECKING:
-    from corral.services.providers.base import Provider
+    from corral.services.providers.base import CloudCheck, Provider
     from corral.services.settings import Settings
 
 
@@ -26,3 +29,13 @@ def build(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         log_book=node_book_for(settings),
         poll_interval_s=settings.timers.cloud_poll_interval_s,
     )
+
+
+def _check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
+    """``corral check`` of the aws cloud (its SDK loaded when asked)."""
+    from corral.services.providers.aws.check import check
+
+    return check(build(settings, local_cloud))  # type: ignore[arg-type]
+
+
+CLOUD = Cloud(build, aws_credentials_hint, display_name="AWS", check=_check)

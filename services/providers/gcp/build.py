@@ -1,14 +1,18 @@
-"""How the registry builds the gcp cloud's provider from the settings: the package's
-own builder (``registry.CLOUDS["gcp"]`` names it). The provider, and google-cloud-compute,
-load when it is called, not when the registry is imported."""
+"""The gcp cloud's builder (its provider from the settings) and its registry entry
+(``CLOUD``: the registry takes it for each cloud of ``shared/clouds.SHIPPED_CLOUDS``). The
+provider, and google-cloud-compute, load when the builder
+is called, not when the registry is imported."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from corral.services.providers.cloud import Cloud
+from corral.services.settings import gcp_credentials_hint
+
 if TYPE_CHECKING:
-    from corral.services.providers.base import Provider
+    from corral.services.providers.base import CloudCheck, Provider
     from corral.services.settings import Settings
 
 
@@ -35,3 +39,13 @@ def build(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         log_book=node_book_for(settings),
         poll_interval_s=settings.timers.cloud_poll_interval_s,
     )
+
+
+def _check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
+    """``corral check`` of the gcp cloud (its SDK loaded when asked)."""
+    from corral.services.providers.gcp.check import check
+
+    return check(build(settings, local_cloud))  # type: ignore[arg-type]
+
+
+CLOUD = Cloud(build, gcp_credentials_hint, display_name="GCP", check=_check)

@@ -1,14 +1,19 @@
-"""How the registry builds the kubernetes cloud's provider from the settings: the package's
-own builder (``registry.CLOUDS["kubernetes"]`` names it). The provider, and the kubernetes
-client, load when it is called, not when the registry is imported."""
+"""The kubernetes cloud's builder (its provider from the settings) and its registry entry
+(``CLOUD``: the registry takes it for each cloud of ``shared/clouds.SHIPPED_CLOUDS``). The
+provider, and the kubernetes client, load when the builder
+is called, not when the registry is imported."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from corral.services.providers.cloud import Cloud
+from corral.services.providers.cluster_files import ClusterFiles
+from corral.services.settings import kubernetes_credentials_hint
+
 if TYPE_CHECKING:
-    from corral.services.providers.base import Provider
+    from corral.services.providers.base import CloudCheck, Provider
     from corral.services.settings import Settings
 
 
@@ -27,3 +32,25 @@ def build(settings: Settings, local_cloud: Callable[[], Any]) -> Provider:
         log_book=node_book_for(settings),
         poll_interval_s=settings.timers.cloud_poll_interval_s,
     )
+
+
+def _check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
+    """``corral check`` of the kubernetes cloud (its SDK loaded when asked)."""
+    from corral.services.providers.kubernetes.check import check
+
+    return check(build(settings, local_cloud))  # type: ignore[arg-type]
+
+
+def _pod_files() -> ClusterFiles:
+    from corral.services.providers.kubernetes.cluster_files import PodClusterFiles
+
+    return PodClusterFiles()
+
+
+CLOUD = Cloud(
+    build,
+    kubernetes_credentials_hint,
+    display_name="Kubernetes",
+    cluster_files=_pod_files,
+    check=_check,
+)

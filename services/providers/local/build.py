@@ -1,14 +1,18 @@
-"""How the registry builds the local cloud's provider from the settings: the package's
-own builder (``registry.CLOUDS["local"]`` names it). The provider, and its Redis records,
-load when it is called, not when the registry is imported."""
+"""The local cloud's builder (its provider from the settings) and its registry entry
+(``CLOUD``: the registry takes it for each cloud of ``shared/clouds.SHIPPED_CLOUDS``). The
+provider, and its Redis records, load when the builder
+is called, not when the registry is imported."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from corral.services.providers.cloud import Cloud
+from corral.services.providers.cluster_files import ClusterFiles
+
 if TYPE_CHECKING:
-    from corral.services.providers.base import Provider
+    from corral.services.providers.base import CloudCheck, Provider
     from corral.services.settings import Settings
 
 
@@ -45,3 +49,25 @@ def local_task_uid(settings: Settings) -> int | None:
     if settings.local_tasks_run_as != "own-user" or os.geteuid() != 0:
         return None
     return task_uid_base(settings.prefix)
+
+
+def _check(settings: Settings, local_cloud: Callable[[], Any]) -> CloudCheck:
+    """``corral check`` of the local cloud: its file read, its processes possible."""
+    from corral.services.providers.local.check import check
+
+    return check(local_cloud())
+
+
+def _local_files() -> ClusterFiles:
+    from corral.services.providers.local.cluster_files import LocalClusterFiles
+
+    return LocalClusterFiles()
+
+
+CLOUD = Cloud(
+    build,
+    display_name="Local",
+    types_from="the local cloud file",
+    cluster_files=_local_files,
+    check=_check,
+)

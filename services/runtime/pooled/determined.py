@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from corral.services.runtime import typed_task
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
@@ -85,7 +86,7 @@ class DeterminedPools:
 
     def add_work(self, record: PoolRecord, req: LaunchRequest) -> Callable[[DetLedger], bool]:
         assert isinstance(req.route, DeterminedRoute)
-        task, pool = task_of(req, Task.model_validate(req.task)), req.route.resource_pool
+        task, pool = task_of(req, typed_task.task_of(req)), req.route.resource_pool
         return lambda ledger: add_task(ledger, task, pool) or True
 
     def work_ids(self, ledger: DetLedger) -> list[str]:
@@ -339,7 +340,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED):
         reason = ledger.started_by.get(tid, "started")
         work.move_request(deps, tid, RequestState.PROVISIONING, reason)
-    spec = Task.model_validate(req.task)
+    spec = typed_task.task_of(req)
     for rank, machine in enumerate(on):
         aid = _aid(tid, task.started_at, machine.key)
         slots = next(a.slots for a in task.allocations if a.agent_id == machine.key)

@@ -19,6 +19,7 @@ from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.pool_kind import LaunchOrder, PassResult
+from corral.services.runtime.typed_task import task_of
 from corral.services.state.docstore import DocStore
 from corral.services.state.pool_store import PoolKind as KindName
 from corral.services.state.pool_store import PoolRecord
@@ -85,7 +86,7 @@ class MachinePools:
     # The queue and passes
 
     def add_work(self, record: PoolRecord, req: LaunchRequest) -> Callable[[PoolLedger], bool]:
-        task = Task.model_validate(req.task)
+        task = task_of(req)
         compute = task.compute_config
         assert isinstance(compute, ComputeConfig)
         workload = workload_of(
@@ -336,7 +337,7 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
         _end_stale_records(deps, name, wid)
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED):
         work.move_request(deps, wid, RequestState.PROVISIONING, ledger.placed_by.get(wid, "placed"))
-    task = Task.model_validate(req.task)
+    task = task_of(req)
     started = workload.started_at or now
     nodes = [m for m in ledger.machines_of(wid) if m.status != "retiring"]
     up = [(m, cm) for m in nodes if m.status == "up" and (cm := work.as_machine(m)) is not None]
@@ -421,7 +422,7 @@ def _own_config(req: LaunchRequest | None) -> bool:
     config's or a worker group's): machines launched for it carry it, so they go with it."""
     if req is None:
         return False
-    task = Task.model_validate(req.task)
+    task = task_of(req)
     compute = task.compute_config
     groups = compute.worker_nodes if isinstance(compute, ComputeConfig) else []
     return bool(
@@ -500,7 +501,7 @@ def _templates(deps: Deps, record: PoolRecord, machine: PoolMachine) -> list[Lau
         found = MachinePool.model_validate(record.spec).machine(machine.machine_type)
         return list(found.launch_templates) if found else []
     req = deps.store.get_request(machine.workload_id or "")
-    compute = Task.model_validate(req.task).compute_config if req else None
+    compute = task_of(req).compute_config if req else None
     if not isinstance(compute, ComputeConfig) or compute.head_node is None:
         return []
     head = compute.head_node
@@ -520,7 +521,7 @@ def _workload_config(deps: Deps, machine: PoolMachine) -> dict[str, Any]:
     req = deps.store.get_request(machine.workload_id)
     if req is None:
         return {}
-    task = Task.model_validate(req.task)
+    task = task_of(req)
     out: dict[str, Any] = {}
     compute = task.compute_config
     if isinstance(compute, ComputeConfig):

@@ -16,6 +16,7 @@ from typing import Any
 from corral.services.providers.base import NodeWork, node_work_of
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import price_of
+from corral.services.runtime.typed_task import task_of
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.placement import Placement
@@ -177,7 +178,7 @@ def finish_when_ended(
     codes = [int(r.get("exit_code") or 0) for r in results if r is not None]
     code = next((c for c in codes if c != 0), 0)
     req = deps.store.get_request(request_id)
-    policy = Task.model_validate(req.task).recovery() if req is not None else None
+    policy = task_of(req).recovery() if req is not None else None
     again = restart_after(policy, code, req.restarts_on_errors) if req is not None else None
     if again is not None and _restart(deps, request_id, again):
         release(False)
