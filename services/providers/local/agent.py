@@ -52,7 +52,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from corral.services.agent.core import Agent
 from corral.services.agent.link import FinalBeat, LinkError, Work, say
@@ -67,7 +67,9 @@ from corral.services.providers.local.state import (
     beat_value,
 )
 from corral.services.queues.redis_conn import MiniRedis, RedisError
-from corral.services.state.execs import ExecBook
+
+if TYPE_CHECKING:
+    from corral.services.state.execs import ExecBook
 
 T = TypeVar("T")
 
@@ -197,6 +199,10 @@ class RedisLink:
     def _book(self) -> ExecBook:
         """The exec book on this thread's connection (one connection is never shared between
         threads: a session's run in threads of their own)."""
+        # Here: most machines never run an exec, and an agent started as a new interpreter
+        # (no launcher) would pay its import (about 6 ms of CPU with the relay) at every start.
+        from corral.services.state.execs import ExecBook
+
         return ExecBook(self._session_redis(), self.prefix)
 
     def take_execs(self) -> list[dict[str, Any]]:
@@ -349,6 +355,7 @@ def warm_up() -> None:
     start took 7.3 ms of CPU in the forked child, 3.0 ms after this). Nothing is connected or
     written."""
     _parser()
+    from corral.services.state import execs  # noqa: F401  (the forks' execs share it)
     for host in ("localhost", "127.0.0.1"):
         with contextlib.suppress(OSError):
             socket.getaddrinfo(host, 6379, type=socket.SOCK_STREAM)
