@@ -123,7 +123,8 @@ class ExecBook:
         got = relay.command(self.r, "ZPOPMIN", job_queue_key(self.prefix, node))
         if not got:
             return None
-        raw = got[0]  # [member, score]
+        # redis-py pairs the reply, [(member, score)]; the agent's MiniRedis: [member, score]
+        raw = got[0][0] if isinstance(got[0], tuple) else got[0]
         item: dict[str, Any] = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
         key = exec_key(self.prefix, str(item["id"]))
         relay.command(self.r, "HSET", key, "state", "running", "started_at", repr(time.time()))
