@@ -89,8 +89,8 @@ class RedisLink:
         self._local = threading.local()
         self.rec = rec
         self.prefix = prefix
-        # The agent's client (redis_conn.MiniRedis, typed as redis-py's for CloudState): its
-        # generic command call for the few commands CloudState does not wrap.
+        # The agent's client (redis_conn.MiniRedis, typed as redis-py's for CloudState), which
+        # the exec book uses on the main thread (sessions' threads open their own).
         self._r: Any = state.r
         # The instance has been heard (a beat written): by this agent, or before it started
         # (its record already holds a first beat's time), so no beat of it writes that again.
