@@ -18,8 +18,10 @@ Limits, each a stream's own: ``max_bytes`` (appends past it are cut, with a note
 ``max_pending`` (entries waiting in a drained stream: past it the writer is told to wait), and
 ``ttl_s``, renewed by every write, on the list and on the ``touch`` keys.
 
-It runs on redis-py's client (raw or decoded replies) and on the node agent's ``MiniRedis``
-alike: it calls ``execute_command`` and transactions of them, nothing else.
+It runs on redis-py's client and on the node agent's ``MiniRedis`` alike: it calls
+``execute_command`` and transactions of them, nothing else. Bytes are written as they are;
+a reader of arbitrary bytes needs raw replies (redis-py's default), while drained entries are
+text, which a decoding client (``MiniRedis``) reads too.
 """
 
 from __future__ import annotations
