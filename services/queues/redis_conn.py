@@ -12,12 +12,12 @@ Two ways in, both from the one parser below:
 - :func:`connect`, for the control plane (API, workers, beat, CLI): redis-py's client, imported
   only there. It rides through a Redis restart or a Sentinel failover: a command that meets a
   connection error or a time-out is tried again, with jittered exponential backoff capped at
-  :data:`BACKOFF_CAP_S`, until ``patience_s`` has passed (then the error is raised). A Sentinel
-  client asks the sentinels for the master again on every new connection, so a retry after a
-  failover lands on the promoted replica. Why retry in the client rather than in each caller:
-  every store write is already safe to repeat (compare-and-set on a version, set-if-absent,
-  idempotent by id), so one policy here covers every caller, the API, the workers and beat
-  alike (the policy itself: :mod:`~corral.services.queues.redis_retry`).
+  :data:`~.redis_retry.BACKOFF_CAP_S`, until ``patience_s`` has passed (then the error is
+  raised). A Sentinel client asks the sentinels for the master again on every new connection,
+  so a retry after a failover lands on the promoted replica. Why retry in the client rather
+  than in each caller: every store write is already safe to repeat (compare-and-set on a
+  version, set-if-absent, idempotent by id), so one policy here covers every caller, the API,
+  the workers and beat alike (the policy itself: :mod:`~corral.services.queues.redis_retry`).
 - :class:`MiniRedis`, for the local cloud's node agent: one connection speaking RESP itself,
   standard library only. Every local machine is an agent process, and redis-py's import costs
   about 160 ms of CPU against some 50 ms for the agent's whole import (a child's CPU, against
@@ -42,13 +42,10 @@ if TYPE_CHECKING:
     import redis
 
 DEFAULT_MASTER_NAME = "mymaster"  # the name Redis's own sentinel.conf uses
-BACKOFF_BASE_S = 0.05
-BACKOFF_CAP_S = 1.0  # once Redis is back, every client is on it within about a second
 CONNECT_TIMEOUT_S = 2.0
 # A command waits this long for its answer before the client counts the connection as dead
 # (a paused or half-open Redis); the retry then reconnects.
 SOCKET_TIMEOUT_S = 10.0
-HEALTH_CHECK_S = 5  # an idle pooled connection is pinged before reuse after this long
 
 
 class RedisUrlError(ValueError):
@@ -141,7 +138,7 @@ def connect(
     from corral.services.queues.redis_retry import client_options
 
     target = parse_redis_url(url)
-    options = client_options(patience_s, decode_responses, socket_timeout_s)
+    options = client_options(patience_s, decode_responses, socket_timeout_s, CONNECT_TIMEOUT_S)
     if not target.is_sentinel:
         return redis.Redis.from_url(url, **options)
     from redis.sentinel import Sentinel

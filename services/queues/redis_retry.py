@@ -16,13 +16,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from corral.services.queues.redis_conn import (
-    BACKOFF_BASE_S,
-    BACKOFF_CAP_S,
-    CONNECT_TIMEOUT_S,
-    HEALTH_CHECK_S,
-    SOCKET_TIMEOUT_S,
-)
+BACKOFF_BASE_S = 0.05
+BACKOFF_CAP_S = 1.0  # once Redis is back, every client is on it within about a second
+HEALTH_CHECK_S = 5  # an idle pooled connection is pinged before reuse after this long
 
 T = TypeVar("T")
 
@@ -113,13 +109,13 @@ def driver_options() -> dict[str, Any]:
 
 
 def client_options(
-    patience_s: float, decode_responses: bool = False, socket_timeout_s: float = SOCKET_TIMEOUT_S
+    patience_s: float, decode_responses: bool, socket_timeout_s: float, connect_timeout_s: float
 ) -> dict[str, Any]:
     """The options of every redis-py connection Corral opens (redis_conn's docstring says why)."""
     return {
         **driver_options(),
         "decode_responses": decode_responses,
-        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "socket_connect_timeout": connect_timeout_s,
         "socket_timeout": socket_timeout_s,
         "socket_keepalive": True,
         "health_check_interval": HEALTH_CHECK_S,

@@ -356,6 +356,7 @@ def warm_up() -> None:
     written."""
     _parser()
     from corral.services.state import execs  # noqa: F401  (the forks' execs share it)
+
     for host in ("localhost", "127.0.0.1"):
         with contextlib.suppress(OSError):
             socket.getaddrinfo(host, 6379, type=socket.SOCK_STREAM)
