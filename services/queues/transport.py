@@ -30,7 +30,7 @@ from typing import Any
 import redis
 from kombu.transport import redis as kombu_redis
 
-from corral.services.queues.redis_conn import driver_options
+from corral.services.queues.redis_retry import driver_options
 
 
 class _ClosedChannelGuard:

@@ -1,21 +1,21 @@
-"""``corral exec`` in Redis: commands queued for a node, their output and exit code
-(key names in shared/execs.py)."""
+"""``corral exec`` and sessions in Redis: commands queued for a node, their output and exit
+code, a session's two streams (key names in shared/execs.py; the bytes ride the one relay,
+state/relay.py). One protocol for both sides of every node: the API calls it for a cloud
+node's agent (over HTTP) and for the user, the local cloud's agent calls it itself, on its own
+client (the methods a node's side calls use ``execute_command`` only, which it has too)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
-
+from corral.services.state import relay
+from corral.services.state.relay import Stream
 from corral.shared.execs import (
-    END_OF_STREAM,
     EXEC_TTL_S,
     MAX_OUTPUT_BYTES,
-    RESIZE_PREFIX,
     SESSION_MAX_PENDING,
     SESSION_READ_BATCH,
     SESSION_TTL_S,
@@ -27,13 +27,35 @@ from corral.shared.execs import (
     user_sessions_key,
 )
 
+if TYPE_CHECKING:
+    import redis
+
+CUT_NOTE = b"\n[corral] output cut at the 8 MiB kept per command\n"
+
+
+def output_stream(prefix: str, exec_id: str) -> Stream:
+    """A command's output: read from a cursor, at most :data:`MAX_OUTPUT_BYTES`."""
+    counter = (exec_key(prefix, exec_id), "bytes")
+    return Stream(exec_output_key(prefix, exec_id), EXEC_TTL_S, counter, max_bytes=MAX_OUTPUT_BYTES)
+
+
+def session_stream(prefix: str, exec_id: str, side: str) -> Stream:
+    """One side of a session: drained, at most :data:`SESSION_MAX_PENDING` entries waiting;
+    a write keeps the session's record alive too."""
+    return Stream(
+        session_stream_key(prefix, exec_id, side),
+        SESSION_TTL_S,
+        max_pending=SESSION_MAX_PENDING,
+        touch=(exec_key(prefix, exec_id),),
+    )
+
 
 class SessionEnded(Exception):
     """Input for a session whose node side (or user side) has ended: refused, not kept."""
 
 
 class ExecBook:
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    def __init__(self, client: redis.Redis, prefix: str) -> None:  # or the agent's MiniRedis
         self.r = client
         self.prefix = prefix
 
@@ -88,23 +110,24 @@ class ExecBook:
         """The commands waiting for ``node`` (taken off its queue), marked running."""
         taken = []
         for _ in range(limit):
-            raw = self.r.lpop(exec_queue_key(self.prefix, node))
+            raw = relay.command(self.r, "LPOP", exec_queue_key(self.prefix, node))
             if raw is None:
                 break
             item = json.loads(str(raw if not isinstance(raw, bytes) else raw.decode()))
-            self.r.hset(exec_key(self.prefix, item["id"]), "state", "running")
+            relay.command(self.r, "HSET", exec_key(self.prefix, item["id"]), "state", "running")
             taken.append(item)
         return taken
 
     def take_job(self, node: str) -> dict[str, Any] | None:
         """The next job queued for ``node`` (its agent is free), marked started."""
-        got = self.r.zpopmin(job_queue_key(self.prefix, node), 1)
+        got = relay.command(self.r, "ZPOPMIN", job_queue_key(self.prefix, node))
         if not got:
             return None
-        raw = got[0][0]
+        # redis-py pairs the reply, [(member, score)]; the agent's MiniRedis: [member, score]
+        raw = got[0][0] if isinstance(got[0], tuple) else got[0]
         item: dict[str, Any] = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
         key = exec_key(self.prefix, str(item["id"]))
-        self.r.hset(key, mapping={"state": "running", "started_at": repr(time.time())})
+        relay.command(self.r, "HSET", key, "state", "running", "started_at", repr(time.time()))
         return item
 
     def belongs(self, exec_id: str, node: str) -> bool:
@@ -112,28 +135,21 @@ class ExecBook:
 
     def output(self, exec_id: str, data: bytes) -> None:
         """Append output, up to the cap (past it, the rest is dropped and the cut said)."""
-        key = exec_key(self.prefix, exec_id)
-        held = int(self.r.hget(key, "bytes") or 0)
-        room = MAX_OUTPUT_BYTES - held
-        if room <= 0:
-            return
-        piece = data[:room]
-        if len(data) > room:
-            piece += b"\n[corral] output cut at the 8 MiB kept per command\n"
-        pipe = self.r.pipeline(transaction=True)
-        pipe.rpush(exec_output_key(self.prefix, exec_id), piece)
-        pipe.hincrby(key, "bytes", len(piece))
-        pipe.expire(exec_output_key(self.prefix, exec_id), EXEC_TTL_S)
-        pipe.execute()
+        relay.append(self.r, output_stream(self.prefix, exec_id), data, cut_note=CUT_NOTE)
 
     def done(self, exec_id: str, exit_code: int, error: str | None = None) -> None:
         """The command (or session) ended: its code kept; a session's unread input let go."""
         key = exec_key(self.prefix, exec_id)
-        if error:
-            self.r.hset(key, "error", error[:500])
-        ended = repr(time.time())
-        self.r.hset(key, mapping={"state": "done", "exit_code": exit_code, "ended_at": ended})
-        self.r.delete(session_stream_key(self.prefix, exec_id, "in"))
+        fields = ["state", "done", "exit_code", exit_code, "ended_at", repr(time.time())]
+        error_field = ["error", error[:500]] if error else []
+        relay.together(  # one round trip; each write stands alone
+            self.r,
+            [
+                ("HSET", key, *fields, *error_field),
+                ("DEL", session_stream_key(self.prefix, exec_id, "in")),
+            ],
+            transaction=False,
+        )
 
     # --- a user's sessions: a limit, and their end with the user's token ---------------------
     def open_sessions(self, user: str) -> list[str]:
@@ -181,33 +197,35 @@ class ExecBook:
     ) -> bool:
         """Append ``data`` (then a terminal ``size``, then the end, with ``eof``) to one
         stream; False when the stream is full (the reader is behind: write again later)."""
-        stream = session_stream_key(self.prefix, exec_id, side)
         if side == "in":
             state, closed = self.r.hmget(exec_key(self.prefix, exec_id), ["state", "in_closed"])
             if state in (None, "done", b"done") or closed:
                 raise SessionEnded(f"session {exec_id} has ended: its input is refused")
-        if int(self.r.llen(stream)) >= SESSION_MAX_PENDING:
-            return False
-        items = (
-            ([base64.b64encode(data).decode()] if data else [])
-            + ([f"{RESIZE_PREFIX}{size[0]}:{size[1]}"] if size else [])
-            + ([END_OF_STREAM] if eof else [])
+        close = [("HSET", exec_key(self.prefix, exec_id), "in_closed", 1)]
+        return relay.push(
+            self.r,
+            session_stream(self.prefix, exec_id, side),
+            relay.encode_entries(data, eof, size),
+            also=close if side == "in" and eof else (),
         )
-        if items:
-            pipe = self.r.pipeline(transaction=True)
-            pipe.rpush(stream, *items)
-            pipe.expire(stream, SESSION_TTL_S)
-            pipe.expire(exec_key(self.prefix, exec_id), SESSION_TTL_S)
-            if side == "in" and eof:
-                pipe.hset(exec_key(self.prefix, exec_id), "in_closed", 1)
-            pipe.execute()
-        return True
 
     def pull(self, exec_id: str, side: str) -> tuple[bytes, bool, tuple[int, int] | None]:
         """What waits in one stream (taken off it), whether its end was reached, and the
         last terminal size it carried."""
-        got = self.r.lpop(session_stream_key(self.prefix, exec_id, side), SESSION_READ_BATCH)
-        return decode_chunks(got)
+        stream = session_stream(self.prefix, exec_id, side)
+        return relay.decode_entries(relay.take(self.r, stream, SESSION_READ_BATCH))
+
+    def wait_pull(
+        self, exec_id: str, side: str, wait_s: float
+    ) -> tuple[bytes, bool, tuple[int, int] | None] | None:
+        """As :meth:`pull`, waiting up to ``wait_s`` for something to come (None: nothing came)."""
+        stream = session_stream(self.prefix, exec_id, side)
+        got = relay.wait_take(self.r, stream, wait_s, SESSION_READ_BATCH)
+        return None if got is None else relay.decode_entries(got)
+
+    def gone(self, exec_id: str) -> bool:
+        """The session's (or command's) record is no more: ended long ago, or its user revoked."""
+        return not relay.command(self.r, "EXISTS", exec_key(self.prefix, exec_id))
 
     def instance_of(self, exec_id: str) -> str | None:
         got = self.r.hget(exec_key(self.prefix, exec_id), "instance_id")
@@ -227,8 +245,7 @@ class ExecBook:
         if not rec:
             return None
         rec = {(k.decode() if isinstance(k, bytes) else k): v for k, v in rec.items()}
-        chunks = self.r.lrange(exec_output_key(self.prefix, exec_id), 0, -1)
-        data = b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
+        _, data, end = relay.read_since(self.r, output_stream(self.prefix, exec_id), offset)
         state = rec.get("state")
         state = state.decode() if isinstance(state, bytes) else state
         code = rec.get("exit_code")
@@ -237,24 +254,7 @@ class ExecBook:
             "id": exec_id,
             "request_id": owner.decode() if isinstance(owner, bytes) else owner,
             "state": state,
-            "output": data[offset:].decode("utf-8", errors="replace"),
-            "offset": len(data),
+            "output": data.decode("utf-8", errors="replace"),
+            "offset": end,
             "exit_code": int(code) if code is not None and state == "done" else None,
         }
-
-
-def decode_chunks(got: Any) -> tuple[bytes, bool, tuple[int, int] | None]:
-    """A stream's entries (base64 text, ``size:R:C``, an empty one for its end) as bytes,
-    the end, and the last size."""
-    data, eof, size = b"", False, None
-    for item in got or []:
-        text = item.decode() if isinstance(item, bytes) else str(item)
-        if text == END_OF_STREAM:
-            eof = True
-            break  # nothing is written after the end
-        if text.startswith(RESIZE_PREFIX):
-            rows, _, cols = text[len(RESIZE_PREFIX) :].partition(":")
-            size = (int(rows), int(cols))
-            continue
-        data += base64.b64decode(text)
-    return data, eof, size

@@ -53,7 +53,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from corral.services.state import relay
 from corral.services.state.outage import OutageBook, outage_book
+from corral.services.state.relay import Stream
 from corral.shared.liveness import silent_too_long
 
 if TYPE_CHECKING:
@@ -321,12 +323,15 @@ class NodeBook:
         """Whether ``assignment_id`` was ever handed to this node."""
         return bool(self.r.sismember(self._k(node, "assigned"), assignment_id))
 
-    def _log_keys(self, node: NodeName, stream: str | None) -> tuple[str, str, str]:
-        """The list of a log stream (None: the machine's own; else an assignment's key), and
-        its two counters' fields in ``:rec``."""
-        if stream is None:
-            return self._k(node, "log"), "log_bytes", "log_kept"
-        return self._k(node, f"log:{stream}"), f"log_bytes:{stream}", f"log_kept:{stream}"
+    def _log(self, node: NodeName, stream: str | None) -> Stream:
+        """A log (None: the machine's own; else an assignment's key), its counters in ``:rec``."""
+        part, counted, kept = "log", "log_bytes", "log_kept"
+        if stream is not None:
+            part, counted, kept = f"log:{stream}", f"log_bytes:{stream}", f"log_kept:{stream}"
+        rec = self._k(node, "rec")
+        return Stream(
+            self._k(node, part), NODE_TTL_S, (rec, counted), kept, keep_bytes=LOG_KEPT_BYTES
+        )
 
     def append_log(
         self, node: NodeName, offset: int, data: bytes, stream: str | None = None
@@ -334,28 +339,10 @@ class NodeBook:
         """Add output the node sent from ``offset`` of its log (or, ``stream``, of one
         assignment's); returns how many bytes the book now holds in all, so a node that
         resends (a lost answer) is not repeated."""
-        rec = self._k(node, "rec")
-        log, counted, kept_field = self._log_keys(node, stream)
-        held = int(self.r.hget(rec, counted) or 0)
-        if offset > held or offset + len(data) <= held:
-            return held  # a gap (the node resyncs from ``held``) or all of it already here
-        fresh = data[held - offset :]
-        pipe = self.r.pipeline(transaction=True)
-        pipe.rpush(log, fresh)
-        pipe.hincrby(rec, counted, len(fresh))
-        pipe.hincrby(rec, kept_field, len(fresh))
-        pipe.expire(log, NODE_TTL_S)
-        total, kept = pipe.execute()[1:3]
-        while kept > LOG_KEPT_BYTES:
-            dropped = self.r.lpop(log)
-            if not dropped:
-                break
-            kept = self.r.hincrby(rec, kept_field, -len(dropped))
-        return int(total)
+        return relay.append(self.r, self._log(node, stream), data, at=offset)
 
     def log(self, node: NodeName, stream: str | None = None) -> bytes:
-        chunks = self.r.lrange(self._log_keys(node, stream)[0], 0, -1)
-        return b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
+        return relay.read_all(self.r, self._log(node, stream))
 
     def log_since(
         self, node: NodeName, offset: int, stream: str | None = None
@@ -363,15 +350,8 @@ class NodeBook:
         """The node's output (or one assignment's, ``stream``) from byte ``offset`` of
         everything it sent: (the offset the bytes start at, the bytes). The start is later
         than ``offset`` when that part was no longer kept. One round trip."""
-        log, counted, _ = self._log_keys(node, stream)
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hget(self._k(node, "rec"), counted)
-        pipe.lrange(log, 0, -1)
-        total_raw, chunks = pipe.execute()
-        data = b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
-        first = max(0, int(total_raw or 0) - len(data))  # the kept tail starts here
-        start = max(offset, first)
-        return start, data[start - first :]
+        start, data, _ = relay.read_since(self.r, self._log(node, stream), offset)
+        return start, data
 
     # --- the cloud's id for a node ----------------------------------------------------------
     def bind(self, provider_id: str, node: NodeName) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from corral.services.providers.local.agent_redis import MiniRedis, RedisError
+from corral.services.queues.redis_conn import MiniRedis, RedisError
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import redis
 import redis.utils
 
 from corral.services.cli.supervisor import masked_url
-from corral.services.providers.local.agent_redis import MiniRedis
 from corral.services.queues.redis_conn import (
+    MiniRedis,
     RedisUrlError,
     broker_options,
     broker_url,

@@ -33,14 +33,13 @@ background processes kept) until it is withdrawn.
 The work itself is run by the agent core (:mod:`corral.services.agent.core`), the same one a
 cloud machine's agent runs; this module is its Redis link and its command line.
 
-Dependency-light on purpose: the standard library, a small Redis client of its own (agent_redis.py:
-redis-py's import alone took most of a second) and state.py; never celery.
+Dependency-light on purpose: the standard library, Redis through redis_conn's light client
+(``MiniRedis``: redis-py's import alone costs three times the agent's) and state.py; never celery.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import functools
 import json
@@ -53,11 +52,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from corral.services.agent.core import Agent
 from corral.services.agent.link import FinalBeat, LinkError, Work, say
-from corral.services.providers.local.agent_redis import MiniRedis, RedisError
 from corral.services.providers.local.folders import job_bundle_path
 from corral.services.providers.local.state import (
     LOCAL_ADDRESS,
@@ -68,20 +66,10 @@ from corral.services.providers.local.state import (
     InstanceRecord,
     beat_value,
 )
-from corral.shared.execs import (
-    END_OF_STREAM,
-    EXEC_TTL_S,
-    MAX_OUTPUT_BYTES,
-    RESIZE_PREFIX,
-    SESSION_MAX_PENDING,
-    SESSION_READ_BATCH,
-    SESSION_TTL_S,
-    exec_key,
-    exec_output_key,
-    exec_queue_key,
-    job_queue_key,
-    session_stream_key,
-)
+from corral.services.queues.redis_conn import MiniRedis, RedisError
+
+if TYPE_CHECKING:
+    from corral.services.state.execs import ExecBook
 
 T = TypeVar("T")
 
@@ -101,8 +89,8 @@ class RedisLink:
         self._local = threading.local()
         self.rec = rec
         self.prefix = prefix
-        # The agent's own client (agent_redis.MiniRedis, typed as redis-py's for CloudState): its
-        # generic command call for the few commands CloudState does not wrap.
+        # The agent's client (redis_conn.MiniRedis, typed as redis-py's for CloudState), which
+        # the exec book uses on the main thread (sessions' threads open their own).
         self._r: Any = state.r
         # The instance has been heard (a beat written): by this agent, or before it started
         # (its record already holds a first beat's time), so no beat of it writes that again.
@@ -206,59 +194,42 @@ class RedisLink:
             raise LinkError(str(exc)) from exc
         return [LOCAL_ADDRESS] * count if len(heard) == count and all(heard) else None
 
-    # --- corral exec: commands queued for this machine (key names in shared/execs.py) -------
+    # --- corral exec and sessions (corral attach, port-forward): the exec book's protocol, on
+    # this agent's client (services/state/execs.py; the node side: services/agent/) ---------
+    def _book(self) -> ExecBook:
+        """The exec book on this thread's connection (one connection is never shared between
+        threads: a session's run in threads of their own)."""
+        # Here: most machines never run an exec, and an agent started as a new interpreter
+        # (no launcher) would pay its import (about 6 ms of CPU with the relay) at every start.
+        from corral.services.state.execs import ExecBook
+
+        return ExecBook(self._session_redis(), self.prefix)
+
     def take_execs(self) -> list[dict[str, Any]]:
-        taken = []
         try:
-            for _ in range(8):
-                raw = self._r.execute("LPOP", exec_queue_key(self.prefix, self.rec.id))
-                if raw is None:
-                    break
-                item = json.loads(raw)
-                self._r.execute("HSET", exec_key(self.prefix, item["id"]), "state", "running")
-                taken.append(item)
+            return self._book().take(self.rec.id)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
-        return taken
 
     def take_job(self) -> dict[str, Any] | None:
         """The next job queued for this machine (it is free), marked started."""
         try:
-            got = self._r.execute("ZPOPMIN", job_queue_key(self.prefix, self.rec.id))
-            if not got:
-                return None
-            item: dict[str, Any] = json.loads(got[0])
-            key = exec_key(self.prefix, item["id"])
-            self._r.execute("HSET", key, "state", "running", "started_at", repr(time.time()))
+            return self._book().take_job(self.rec.id)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
-        return item
 
     def exec_output(self, exec_id: str, data: bytes) -> None:
-        key = exec_key(self.prefix, exec_id)
         try:
-            held = int(self._r.execute("HGET", key, "bytes") or 0)
-            if held >= MAX_OUTPUT_BYTES:
-                return
-            piece = data[: MAX_OUTPUT_BYTES - held].decode("utf-8", errors="replace")
-            self._r.execute("RPUSH", exec_output_key(self.prefix, exec_id), piece)
-            self._r.execute("HINCRBY", key, "bytes", len(piece.encode()))
-            self._r.execute("EXPIRE", exec_output_key(self.prefix, exec_id), EXEC_TTL_S)
+            self._book().output(exec_id, data)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
     def exec_done(self, exec_id: str, exit_code: int, error: str | None = None) -> None:
-        key = exec_key(self.prefix, exec_id)
-        extra = ["error", error[:500]] if error else []
         try:
-            r = self._session_redis()  # the agent's own on its main thread
-            ended = ["ended_at", repr(time.time())]
-            r.execute("HSET", key, "state", "done", "exit_code", str(exit_code), *ended, *extra)
-            r.execute("DEL", session_stream_key(self.prefix, exec_id, "in"))  # unread input
+            self._book().done(exec_id, exit_code, error)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
-    # --- sessions (corral attach, port-forward): services/agent/sessions.py ----------------
     def _in_session(self) -> bool:
         return threading.current_thread() is not threading.main_thread()
 
@@ -276,51 +247,27 @@ class RedisLink:
     def session_pull(
         self, session_id: str, wait_s: float
     ) -> tuple[bytes, bool, tuple[int, int] | None]:
-        stream = session_stream_key(self.prefix, session_id, "in")
         try:
-            r = self._session_redis()
-            first = r.execute("BLPOP", stream, str(min(wait_s, 2.0)))
-            if not first:
-                if self.session_gone(session_id):
-                    raise LinkError(f"session {session_id} is gone")
-                return b"", False, None
-            more = r.execute("LPOP", stream, str(SESSION_READ_BATCH)) or []
+            book = self._book()
+            got = book.wait_pull(session_id, "in", min(wait_s, 2.0))
+            if got is None and book.gone(session_id):
+                raise LinkError(f"session {session_id} is gone")
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
-        data, eof, size = b"", False, None
-        for text in [first[1], *more]:
-            if text == END_OF_STREAM:
-                eof = True
-                break
-            if text.startswith(RESIZE_PREFIX):
-                rows, _, cols = text[len(RESIZE_PREFIX) :].partition(":")
-                size = (int(rows), int(cols))
-                continue
-            data += base64.b64decode(text)
-        return data, eof, size
+        return got or (b"", False, None)
 
     def session_push(self, session_id: str, data: bytes, eof: bool) -> bool:
-        stream = session_stream_key(self.prefix, session_id, "up")
-        items = ([base64.b64encode(data).decode()] if data else []) + (
-            [END_OF_STREAM] if eof else []
-        )
         try:
-            r = self._session_redis()
-            if not r.execute("EXISTS", exec_key(self.prefix, session_id)):
+            book = self._book()
+            if book.gone(session_id):
                 raise LinkError(f"session {session_id} is gone")
-            if int(r.execute("LLEN", stream) or 0) >= SESSION_MAX_PENDING:
-                return False
-            if items:
-                r.execute("RPUSH", stream, *items)
-                r.execute("EXPIRE", stream, str(SESSION_TTL_S))
-                r.execute("EXPIRE", exec_key(self.prefix, session_id), str(SESSION_TTL_S))
+            return book.push(session_id, "up", data, eof)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
-        return True
 
     def session_gone(self, session_id: str) -> bool:
         try:
-            return not self._session_redis().execute("EXISTS", exec_key(self.prefix, session_id))
+            return self._book().gone(session_id)
         except RedisError as exc:
             raise LinkError(str(exc)) from exc
 
@@ -408,6 +355,8 @@ def warm_up() -> None:
     start took 7.3 ms of CPU in the forked child, 3.0 ms after this). Nothing is connected or
     written."""
     _parser()
+    from corral.services.state import execs  # noqa: F401  (the forks' execs share it)
+
     for host in ("localhost", "127.0.0.1"):
         with contextlib.suppress(OSError):
             socket.getaddrinfo(host, 6379, type=socket.SOCK_STREAM)
