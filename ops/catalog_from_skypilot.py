@@ -3,7 +3,11 @@
     python ops/catalog_from_skypilot.py --aws aws/vms.csv --gcp gcp/vms.csv --date 2025-11-20 \\
         --source "skypilot-catalog v9" [--aws-zone-ids ids.json] [--out shared/catalog/data]
 
-Either file may be given alone; the other cloud's file is left as it is. SkyPilot's AWS file
+Either file may be given alone; the other cloud's file is left as it is. ``--gcp-gpu-prices``
+(JSON ``{"A100": {"us-central1": 2.933908}}``, USD per GPU-hour) puts a second published
+source's on-demand GPU prices in place of the file's for those accelerators (and leaves out
+their rows in regions it does not price); ``--leave-out H100-MEGA,B200`` drops accelerators
+whose prices could not be confirmed. SkyPilot's AWS file
 names zones by AZ id: ``--aws-zone-ids`` maps them to names (JSON ``{"use1-az2":
 "us-east-1c"}``); without it, the table of moto's EC2 model is used when moto is installed (one
 real account's mapping; another account's names differ, which `corral catalog update` reads
@@ -20,6 +24,7 @@ import sys
 from pathlib import Path
 
 from corral.shared.catalog.catalog import DATA_DIR, SNAPSHOT_FILE, catalog_file, read_file
+from corral.shared.catalog.families import family
 from corral.shared.catalog.offering import Offering
 from corral.shared.catalog.rebuild import to_csv
 from corral.shared.catalog.skypilot import from_skypilot_aws, from_skypilot_gcp
@@ -72,6 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--aws", type=Path, help="SkyPilot's aws/vms.csv")
     parser.add_argument("--gcp", type=Path, help="SkyPilot's gcp/vms.csv")
     parser.add_argument("--aws-zone-ids", type=Path, help="JSON {az id: zone name}")
+    parser.add_argument(
+        "--gcp-gpu-prices", type=Path, help="JSON {accelerator: {region: USD per GPU-hour}}"
+    )
+    parser.add_argument(
+        "--leave-out", default="", help="accelerators to leave out, comma-separated (GCP)"
+    )
+    parser.add_argument(
+        "--cpu-families",
+        default="",
+        help="keep only these CPU-only families, comma-separated (e2,n1,n2); GPU types are "
+        "always kept; default: every common family (corral.shared.catalog.families)",
+    )
     parser.add_argument("--date", required=True, help="the snapshot's date, YYYY-MM-DD")
     parser.add_argument("--source", required=True, help="where the files came from")
     parser.add_argument("--out", type=Path, default=DATA_DIR)
@@ -100,8 +117,18 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 rebuilt = from_skypilot_aws(text, ids, str(given))
             else:
-                rebuilt = from_skypilot_gcp(text, str(given))
+                listed = (
+                    json.loads(args.gcp_gpu_prices.read_text()) if args.gcp_gpu_prices else None
+                )
+                dropped = [a.strip().upper() for a in args.leave_out.split(",") if a.strip()]
+                rebuilt = from_skypilot_gcp(text, str(given), listed, dropped)
             rows = rebuilt.offerings
+            wanted = {f.strip().lower() for f in args.cpu_families.split(",") if f.strip()}
+            if wanted:
+                rows = [
+                    o for o in rows if o.accelerator or family(cloud, o.instance_type) in wanted
+                ]
+                rebuilt.offerings = rows
             if args.keep_others:
                 rows = with_others(args.out, cloud, rows)
             path = write(args.out, cloud, to_csv(rows), args.gzip_over)

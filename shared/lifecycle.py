@@ -1,5 +1,5 @@
-"""Every lifecycle, each one transition table: requests, instances, and the machines of pools
-(a machine pool's machines, a Determined pool's agents).
+"""Every lifecycle, each one transition table: a request's, and one machine's for every
+machine Corral holds (a request's node, a machine pool's machine, a Determined pool's agent).
 
 A table maps a state to the states it may move to, with the reason for each edge beside it.
 Anything not in the table is refused with :class:`IllegalTransition`. Moving to the state a
@@ -29,18 +29,6 @@ class RequestState(StrEnum):
     PREEMPTED = "PREEMPTED"  # a scheduler took its machines for another request
     STOPPED = "STOPPED"  # its machines are stopped (disks kept, not billed for compute)
     STARTING = "STARTING"  # its stopped machines were started: waiting for their agents
-
-
-class InstanceState(StrEnum):
-    """Where one machine (one node of a request) is. Values are what the CLI and API print."""
-
-    REQUESTED = "REQUESTED"  # the cloud was asked for it
-    RUNNING = "RUNNING"  # the cloud (or the local agent) reports it up
-    TERMINATING = "TERMINATING"  # we asked the cloud to stop it
-    TERMINATED = "TERMINATED"  # it is gone and no longer billed
-    FAILED = "FAILED"  # it never came up, and nothing of it exists
-    LOST = "LOST"  # we lost track of it: it may still exist (and bill) until cleaned up
-    STOPPED = "STOPPED"  # the cloud stopped it (corral stop, autostop): its disk is kept
 
 
 REQUEST_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
@@ -109,118 +97,129 @@ REQUEST_TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
     RequestState.TERMINATED: frozenset(),
 }
 
-INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
-    InstanceState.REQUESTED: frozenset(
+
+class MachineState(StrEnum):
+    """Where one machine Corral holds is, whatever asked for it: a node of a request (its
+    :class:`~corral.shared.records.Instance`), a machine pool's machine or a Determined pool's
+    agent (their ledgers' entries, which name these states with the pools' own words:
+    :data:`POOL_WORDS`). Values are what the CLI and API print for a request's instances."""
+
+    REQUESTED = "REQUESTED"  # the cloud was asked for it
+    RUNNING = "RUNNING"  # the cloud (or the local agent) reports it up
+    RETIRING = "RETIRING"  # a pool's machine whose replacement is up: it goes once its
+    # workload runs there (only a pool's machines pass through it)
+    TERMINATING = "TERMINATING"  # we asked the cloud to stop it
+    TERMINATED = "TERMINATED"  # it is gone and no longer billed
+    FAILED = "FAILED"  # it never came up, and nothing of it exists
+    LOST = "LOST"  # we lost track of it: it may still exist (and bill) until cleaned up
+    STOPPED = "STOPPED"  # the cloud stopped it (corral stop, autostop): its disk is kept
+
+
+# A request's node is a machine: the machine lifecycle under the name its records always had.
+InstanceState = MachineState
+
+# The one machine lifecycle. A pool's machine leaves its ledger from where it is (a reaped one
+# once the cloud has terminated it, one that failed to launch at once), so the pools use the
+# moves among REQUESTED, RUNNING, RETIRING and TERMINATING only.
+MACHINE_TRANSITIONS: dict[MachineState, frozenset[MachineState]] = {
+    MachineState.REQUESTED: frozenset(
         {
-            InstanceState.RUNNING,  # the cloud or the local agent reports it up
-            InstanceState.FAILED,  # refused (capacity, quota, ...): nothing exists
-            InstanceState.LOST,  # launch outcome unknown (timeout): look for it
-            InstanceState.TERMINATING,  # its request was cancelled while it was coming up
-            InstanceState.TERMINATED,  # it ended before it was seen up (a job that exited at once)
+            MachineState.RUNNING,  # the cloud or the local agent reports it up
+            MachineState.FAILED,  # refused (capacity, quota, ...): nothing exists
+            MachineState.LOST,  # launch outcome unknown (timeout): look for it
+            MachineState.TERMINATING,  # its request was cancelled while it was coming up; a
+            # pool's machine idle before it came up, or a head whose workload ended
+            MachineState.TERMINATED,  # it ended before it was seen up (a job that exited at once)
+            MachineState.RETIRING,  # a pool's warm machine took its workload over before it
+            # came up
         }
     ),
-    InstanceState.RUNNING: frozenset(
+    MachineState.RUNNING: frozenset(
         {
-            InstanceState.TERMINATING,  # asked to stop: the user terminated, or its job ended
-            InstanceState.LOST,  # its process is gone or its heartbeats stopped
-            InstanceState.TERMINATED,  # it ended by itself (exited, spot reclaim)
-            InstanceState.STOPPED,  # the cloud stopped it on Corral's word (stop, autostop)
+            MachineState.TERMINATING,  # asked to stop: the user terminated, or its job ended; a
+            # pool's machine idle past its limit, or a head whose workload ended
+            MachineState.LOST,  # its process is gone or its heartbeats stopped
+            MachineState.TERMINATED,  # it ended by itself (exited, spot reclaim)
+            MachineState.STOPPED,  # the cloud stopped it on Corral's word (stop, autostop)
+            MachineState.RETIRING,  # a pool's machine whose replacement came up (better
+            # capacity freed)
         }
     ),
-    InstanceState.STOPPED: frozenset(
+    MachineState.RETIRING: frozenset(
         {
-            InstanceState.RUNNING,  # started again, and its agent reported since
-            InstanceState.TERMINATING,  # terminated while stopped
-            InstanceState.TERMINATED,  # the cloud says it is gone
-            InstanceState.LOST,  # the cloud no longer knows it, nobody asked
+            MachineState.TERMINATING,  # a retiring head whose workload ended before the
+            # hand-over
         }
     ),
-    InstanceState.TERMINATING: frozenset(
+    MachineState.STOPPED: frozenset(
         {
-            InstanceState.TERMINATED,  # the cloud confirms it is gone
+            MachineState.RUNNING,  # started again, and its agent reported since
+            MachineState.TERMINATING,  # terminated while stopped
+            MachineState.TERMINATED,  # the cloud says it is gone
+            MachineState.LOST,  # the cloud no longer knows it, nobody asked
+        }
+    ),
+    MachineState.TERMINATING: frozenset(
+        {
+            MachineState.TERMINATED,  # the cloud confirms it is gone
             # Not LOST: a stop that has not been confirmed stays TERMINATING and is retried.
         }
     ),
-    InstanceState.LOST: frozenset(
+    MachineState.LOST: frozenset(
         {
-            InstanceState.TERMINATING,  # found again (or still listed): stop what is left
-            InstanceState.TERMINATED,  # the cloud confirms nothing is left
+            MachineState.TERMINATING,  # found again (or still listed): stop what is left
+            MachineState.TERMINATED,  # the cloud confirms nothing is left
             # Not RUNNING: its request has been relaunched elsewhere, so a lost instance that
             # shows up again is a duplicate to stop, not a node to adopt.
         }
     ),
     # Terminal.
-    InstanceState.TERMINATED: frozenset(),
-    InstanceState.FAILED: frozenset(),
+    MachineState.TERMINATED: frozenset(),
+    MachineState.FAILED: frozenset(),
 }
+INSTANCE_TRANSITIONS = MACHINE_TRANSITIONS  # the same table under its older name
+
+# The states a request's node can be in: every machine state but RETIRING. The instance
+# indexes of the store, the metrics and the autoscaler's NODES file walk these.
+INSTANCE_STATES: tuple[MachineState, ...] = tuple(
+    s for s in MachineState if s is not MachineState.RETIRING
+)
 
 
 class MachineStatus(StrEnum):
-    """Where one machine of a machine pool is. Values are what `corral pools list` prints."""
+    """A machine pool's words for the machine states its machines pass through (what
+    `corral pools list` prints, and what its ledger stores): see :data:`POOL_WORDS`."""
 
-    LAUNCHING = "launching"  # the ledger wants it; the provisioning worker launches it
-    UP = "up"  # the cloud reported it up: it serves workloads, one after another
-    RETIRING = "retiring"  # its replacement is up: it goes once its workload runs there
-    REAPING = "reaping"  # idle past its limit (or a head whose workload ended): terminate it
-
-
-MACHINE_TRANSITIONS: dict[MachineStatus, frozenset[MachineStatus]] = {
-    MachineStatus.LAUNCHING: frozenset(
-        {
-            MachineStatus.UP,  # the cloud reported it up
-            MachineStatus.RETIRING,  # a warm machine took its workload over before it came up
-            MachineStatus.REAPING,  # idle before it came up (its workload left), or a head
-            # whose workload ended: it goes as soon as it exists
-        }
-    ),
-    MachineStatus.UP: frozenset(
-        {
-            MachineStatus.RETIRING,  # its replacement came up (better capacity freed)
-            MachineStatus.REAPING,  # idle past the pool's limit, a head whose workload ended,
-            # or a machine launched with its ended workload's own config
-        }
-    ),
-    MachineStatus.RETIRING: frozenset(
-        {
-            MachineStatus.REAPING,  # a retiring head whose workload ended before the hand-over
-        }
-    ),
-    # Terminal: a reaped machine leaves the ledger once the cloud has terminated it. (A machine
-    # that fails to launch, or is retired, leaves the ledger from where it is.)
-    MachineStatus.REAPING: frozenset(),
-}
+    LAUNCHING = "launching"  # REQUESTED: the ledger wants it; the provisioning worker launches it
+    UP = "up"  # RUNNING: it serves workloads, one after another
+    RETIRING = "retiring"  # RETIRING: its replacement is up
+    REAPING = "reaping"  # TERMINATING: idle past its limit (or a head whose workload ended)
 
 
 class AgentStatus(StrEnum):
-    """Where one agent of a Determined resource pool is."""
+    """A Determined resource pool's words for the machine states its agents pass through."""
 
-    LAUNCHING = "launching"  # the pool grew for waiting tasks; the provisioning worker launches it
-    UP = "up"  # the cloud reported it up: its slots take tasks
-    REAPING = "reaping"  # idle past max_idle_agent_period: terminate it
+    LAUNCHING = "launching"  # REQUESTED: the pool grew for waiting tasks
+    UP = "up"  # RUNNING: its slots take tasks
+    REAPING = "reaping"  # TERMINATING: idle past max_idle_agent_period
 
 
-AGENT_TRANSITIONS: dict[AgentStatus, frozenset[AgentStatus]] = {
-    AgentStatus.LAUNCHING: frozenset(
-        {
-            AgentStatus.UP,  # the cloud reported it up
-            # Not REAPING: an agent on its way is waited for; one that fails leaves the ledger.
-        }
-    ),
-    AgentStatus.UP: frozenset(
-        {
-            AgentStatus.REAPING,  # idle past the pool's max_idle_agent_period
-        }
-    ),
-    # Terminal: a reaped agent leaves the ledger once the cloud has terminated it.
-    AgentStatus.REAPING: frozenset(),
+# The machine state each word of the pools names (a machine pool's and a Determined pool's
+# words are the same where they overlap).
+POOL_WORDS: dict[str, MachineState] = {
+    "launching": MachineState.REQUESTED,
+    "up": MachineState.RUNNING,
+    "retiring": MachineState.RETIRING,
+    "reaping": MachineState.TERMINATING,
 }
 
 TERMINAL_REQUEST_STATES: frozenset[RequestState] = frozenset(
     {RequestState.SUCCEEDED, RequestState.FAILED, RequestState.CANCELLED, RequestState.TERMINATED}
 )
-TERMINAL_INSTANCE_STATES: frozenset[InstanceState] = frozenset(
-    {InstanceState.TERMINATED, InstanceState.FAILED}
+TERMINAL_MACHINE_STATES: frozenset[MachineState] = frozenset(
+    {MachineState.TERMINATED, MachineState.FAILED}
 )
+TERMINAL_INSTANCE_STATES = TERMINAL_MACHINE_STATES
 
 S = TypeVar("S", bound=StrEnum)
 
@@ -232,7 +231,7 @@ class IllegalTransition(ValueError):
         self.record_id = record_id
         self.from_state = from_state
         self.to_state = to_state
-        self.kind = kind  # "request", "instance", "machine" or "agent"
+        self.kind = kind  # "request", "instance", "machine" or "agent": who holds the record
         what = f"{kind} {record_id}" if kind else record_id
         super().__init__(f"{what}: illegal transition {from_state} -> {to_state}")
 

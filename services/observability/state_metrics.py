@@ -39,16 +39,16 @@ from corral.shared.blocking import Block
 from corral.shared.catalog import Catalog
 from corral.shared.configio import ConfigError
 from corral.shared.lifecycle import (
+    INSTANCE_STATES,
     TERMINAL_INSTANCE_STATES,
     TERMINAL_REQUEST_STATES,
-    InstanceState,
     RequestState,
 )
 
 log = logging.getLogger("corral.metrics")
 
 LIVE_REQUEST_STATES = tuple(s for s in RequestState if s not in TERMINAL_REQUEST_STATES)
-LIVE_INSTANCE_STATES = tuple(s for s in InstanceState if s not in TERMINAL_INSTANCE_STATES)
+LIVE_INSTANCE_STATES = tuple(s for s in INSTANCE_STATES if s not in TERMINAL_INSTANCE_STATES)
 # Every one of these is billed: a cloud bills from the accepted call until the machine is gone.
 BILLED_INSTANCE_STATES = LIVE_INSTANCE_STATES
 BILLED_MACHINE_STATUSES = frozenset({"launching", "up", "retiring", "reaping"})

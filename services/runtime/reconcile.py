@@ -42,6 +42,7 @@ from corral.shared.blocking import Block
 from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError
 from corral.shared.lifecycle import (
+    INSTANCE_STATES,
     INSTANCE_TRANSITIONS,
     TERMINAL_REQUEST_STATES,
     InstanceState,
@@ -63,7 +64,7 @@ from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute
 log = logging.getLogger("corral.reconcile")
 
 LIVE = (InstanceState.REQUESTED, InstanceState.RUNNING, InstanceState.TERMINATING)
-_NOT_ENDED = frozenset(InstanceState) - {InstanceState.TERMINATED, InstanceState.FAILED}
+_NOT_ENDED = frozenset(INSTANCE_STATES) - {InstanceState.TERMINATED, InstanceState.FAILED}
 _UP = frozenset({InstanceState.RUNNING, InstanceState.TERMINATING})  # what a pass checks
 
 

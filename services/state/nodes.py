@@ -100,10 +100,11 @@ class NodeName:
 
 @dataclass
 class NodeView:
-    """What the control plane knows of a node from its agent."""
+    """What the control plane knows of a node from its agent: its reports, not the machine
+    (the caller holds the machine's record; the cloud's id the agent registered with is
+    checked at registration and kept in its record here, binds it: :meth:`NodeBook.node_of`)."""
 
     registered_at: float | None
-    provider_id: str | None
     beat: dict[str, Any] | None  # None: no fresh heartbeat
     ended_at: float | None
     exit_code: int | None
@@ -497,7 +498,6 @@ class NodeBook:
                 held = _held(rec, time.time(), outage_end)
             out[node] = NodeView(
                 registered_at=_float(rec.get("registered_at")),
-                provider_id=rec.get("provider_id") or None,
                 beat=json.loads(beat) if beat else None,
                 ended_at=_float(rec.get("ended_at")),
                 exit_code=int(rec["exit_code"]) if rec.get("exit_code") else None,

@@ -28,9 +28,9 @@ from corral.services.state.store import Store
 if TYPE_CHECKING:
     from corral.services.settings import Settings
 from corral.shared.lifecycle import (
+    INSTANCE_STATES,
     TERMINAL_INSTANCE_STATES,
     TERMINAL_REQUEST_STATES,
-    InstanceState,
     RequestState,
 )
 from corral.shared.records import Instance, LaunchRequest
@@ -127,7 +127,7 @@ def _delete_request(
     for inst in instances:
         pipe.delete(store._instance_key(inst.id))
         pipe.zrem(store._key("instances", "created"), inst.id)  # an older version's index
-        for istate in InstanceState:
+        for istate in INSTANCE_STATES:
             pipe.zrem(store._instance_state_key(istate), inst.id)
     pipe.delete(store._key("instances", "request", req.id))
     for key in keys:

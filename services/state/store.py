@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypeVar
 from redis import Redis
 
 from corral.shared.backoff import backoff_s
-from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.lifecycle import INSTANCE_STATES, InstanceState, RequestState
 from corral.shared.records import Event, Instance, LaunchRequest, Submission
 
 RecordT = TypeVar("RecordT", LaunchRequest, Instance)
@@ -382,7 +382,7 @@ class Store:
             index_keys = [self._key("instances", "request", request_id)]
         else:  # every instance is in the index of its state (all of them: every instance)
             index_keys = [
-                self._instance_state_key(s) for s in (InstanceState if wanted is None else wanted)
+                self._instance_state_key(s) for s in (INSTANCE_STATES if wanted is None else wanted)
             ]
         pipe = self._r.pipeline(transaction=False)
         for key in index_keys:

@@ -27,7 +27,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from ..config import one_of
 from ..config.base import StrictModel
 from ..configio import ConfigError, Document, PathKey, validate_doc
-from ..lifecycle import InstanceState
+from ..lifecycle import INSTANCE_STATES, InstanceState
 
 # The finest amount the autoscaler tells apart (Ray's own resource granularity).
 RESOURCE_UNIT = 0.0001
@@ -115,7 +115,7 @@ def summed(bundles: Iterable[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
-_STATES = tuple(state.value for state in InstanceState)
+_STATES = tuple(state.value for state in INSTANCE_STATES)
 
 
 class Node(StrictModel):

@@ -98,21 +98,49 @@ def _offering_from_row(cloud: str, row: Mapping[str, str], where: str) -> Offeri
     )
 
 
+def _fast_row(cloud: str, cells: list[str], at: tuple[int, ...]) -> Offering | None:
+    """One well-formed row read without the per-field checks of :func:`_offering_from_row`
+    (the same result), or None when a cell needs them (blank, padded, negative, odd count)."""
+    itype, acc, count, vcpus, mem, price, spot, region, zone = (cells[i] for i in at)
+    if not (itype and region and zone) or " " in itype + region + zone:
+        return None
+    try:
+        numbers = (float(vcpus), float(mem), float(price))
+        spot_value = float(spot) if spot else None
+        n = int(float(count)) if acc else 0
+    except ValueError:
+        return None
+    if min(numbers) < 0 or (spot_value is not None and spot_value < 0) or (acc and n < 1):
+        return None
+    accelerator = acc.upper() if acc else None
+    if accelerator is not None and accelerator != accelerator.strip():
+        return None
+    return Offering(
+        cloud, itype, accelerator, n, numbers[0], numbers[1], numbers[2], spot_value, region, zone
+    )
+
+
 def parse_offerings(text: str, cloud: str, name: str = "<catalog>") -> list[Offering]:
     """Read one cloud's CSV text (header row first) into offerings, in file order."""
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, [])
+    missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise CatalogError(f"{name}: missing columns {', '.join(missing)}")
+    at = tuple(header.index(c) for c in COLUMNS)
+    width = len(header)
+    out: list[Offering] = []
     # Line numbers: the header is line 1, so the first row is line 2.
-    return [_offering_from_row(cloud, row, f"{name}:{n}") for n, row in enumerate(reader, start=2)]
+    for n, cells in enumerate(reader, start=2):
+        fast = _fast_row(cloud, cells, at) if len(cells) == width else None
+        if fast is None:  # the checked path names the line and field of anything wrong
+            row = dict(zip(header, cells, strict=False))
+            fast = _offering_from_row(cloud, row, f"{name}:{n}")
+        out.append(fast)
+    return out
 
 
-def _index(offerings: tuple[Offering, ...], key: Any) -> dict[Any, tuple[int, ...]]:
-    """Offering indices grouped by ``key(offering)``, each group in catalog order."""
-    groups: dict[Any, list[int]] = {}
-    for i, o in enumerate(offerings):
-        groups.setdefault(key(o), []).append(i)
+def _frozen(groups: Mapping[Any, list[int]]) -> dict[Any, tuple[int, ...]]:
     return {k: tuple(v) for k, v in groups.items()}
 
 
@@ -131,21 +159,24 @@ class Catalog:
         self.snapshots: dict[str, Snapshot] = dict(snapshots or {})
         offs = self.offerings
         self.clouds: tuple[str, ...] = tuple(dict.fromkeys(o.cloud for o in offs))
-        self.by_group: dict[GroupKey, tuple[int, ...]] = _index(
-            offs, lambda o: (o.cloud, o.accelerator, o.accelerator_count)
-        )
-        self.by_accelerator: dict[str, tuple[int, ...]] = {
-            k: v for k, v in _index(offs, lambda o: o.accelerator).items() if k is not None
-        }
-        self.by_instance_type: dict[tuple[str, str], tuple[int, ...]] = _index(
-            offs, lambda o: (o.cloud, o.instance_type.lower())
-        )
-        self.by_region: dict[tuple[str, str], tuple[int, ...]] = _index(
-            offs, lambda o: (o.cloud, o.region)
-        )
-        self.by_zone: dict[tuple[str, str], tuple[int, ...]] = _index(
-            offs, lambda o: (o.cloud, o.zone)
-        )
+        # One pass builds every index (each group in catalog order).
+        group: dict[GroupKey, list[int]] = {}
+        accel: dict[str, list[int]] = {}
+        itype: dict[tuple[str, str], list[int]] = {}
+        region: dict[tuple[str, str], list[int]] = {}
+        zone: dict[tuple[str, str], list[int]] = {}
+        for i, o in enumerate(offs):
+            group.setdefault((o.cloud, o.accelerator, o.accelerator_count), []).append(i)
+            if o.accelerator is not None:
+                accel.setdefault(o.accelerator, []).append(i)
+            itype.setdefault((o.cloud, o.instance_type.lower()), []).append(i)
+            region.setdefault((o.cloud, o.region), []).append(i)
+            zone.setdefault((o.cloud, o.zone), []).append(i)
+        self.by_group: dict[GroupKey, tuple[int, ...]] = _frozen(group)
+        self.by_accelerator: dict[str, tuple[int, ...]] = _frozen(accel)
+        self.by_instance_type: dict[tuple[str, str], tuple[int, ...]] = _frozen(itype)
+        self.by_region: dict[tuple[str, str], tuple[int, ...]] = _frozen(region)
+        self.by_zone: dict[tuple[str, str], tuple[int, ...]] = _frozen(zone)
         # Per-catalog memo for derived, immutable views (see catalog.ordering).
         self.memo: dict[Any, Any] = {}
 

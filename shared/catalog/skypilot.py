@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from corral.shared.catalog.families import keep_type
@@ -160,11 +160,22 @@ def _add(a: _Priced, b: _Priced) -> _Priced:
     return a[0] + b[0], spot
 
 
-def from_skypilot_gcp(text: str, name: str = "gcp/vms.csv") -> Rebuilt:
+def from_skypilot_gcp(
+    text: str,
+    name: str = "gcp/vms.csv",
+    gpu_list_prices: Mapping[str, Mapping[str, float]] | None = None,
+    leave_out: Collection[str] = (),
+) -> Rebuilt:
     """SkyPilot's GCP rows joined into Corral's: each kept machine type per zone (host plus
-    its built-in GPUs), and N1 hosts with each attachable GPU count the zone prices."""
+    its built-in GPUs), and N1 hosts with each attachable GPU count the zone prices.
+
+    ``gpu_list_prices`` ({accelerator: {region: USD per GPU-hour}}) replaces the on-demand
+    price of those accelerators' rows with the list price times the count (their spot price
+    stays); a row of such an accelerator in a region the mapping does not price is left out.
+    Accelerators in ``leave_out`` are left out altogether."""
     hosts: dict[tuple[str, str], tuple[MachineType, str, _Priced]] = {}  # (type, zone)
     gpus: dict[tuple[str, int, str], _Priced] = {}  # (accelerator, count, zone)
+    listed = gpu_list_prices or {}
     out = Rebuilt()
     left: set[str] = set()
     for line in _lines(text, name, GCP_COLUMNS):
@@ -177,8 +188,18 @@ def from_skypilot_gcp(text: str, name: str = "gcp/vms.csv") -> Rebuilt:
         if not itype:
             accelerator = _accelerator(line.text("AcceleratorName"))
             count = line.number("AcceleratorCount") or 0
-            if accelerator and not accelerator.startswith("TPU") and count >= 1:
-                gpus.setdefault((accelerator, int(count), zone), priced)
+            if not accelerator or accelerator.startswith("TPU") or count < 1:
+                continue
+            if accelerator in leave_out:
+                out.left_out_unpriced += 1
+                continue
+            if accelerator in listed:
+                per_gpu = listed[accelerator].get(line.text("Region"))
+                if per_gpu is None:
+                    out.left_out_unpriced += 1
+                    continue
+                priced = (round(per_gpu * count, 6), priced[1])
+            gpus.setdefault((accelerator, int(count), zone), priced)
             continue
         spec = MachineType(itype, line.number("vCPUs") or 0, line.number("MemoryGiB") or 0)
         hosts.setdefault((itype, zone), (spec, line.text("Region"), priced))

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field
 
 from ..budgets import BudgetSpend
-from ..lifecycle import AGENT_TRANSITIONS, AgentStatus
+from ..lifecycle import AgentStatus
 from ..resource_pools import ResolvedPools
 from .build import det_scheduler
 from .fitting import can_ever_fit
@@ -40,7 +40,6 @@ class DetAgent(PooledMachine):
     """One agent (machine) of one pool."""
 
     KIND: ClassVar[str] = "agent"
-    TRANSITIONS: ClassVar = AGENT_TRANSITIONS
 
     agent_id: str
     pool: str

@@ -22,7 +22,7 @@ from typing import ClassVar
 from pydantic import BaseModel, Field
 
 from ..budgets import BudgetSpend
-from ..lifecycle import MACHINE_TRANSITIONS, MachineStatus
+from ..lifecycle import MachineStatus
 from ..placement import Placement
 from . import trusted
 from .fallback import FallbackPolicy, Setback, after_failure, note
@@ -52,7 +52,6 @@ class PoolMachine(PooledMachine):
     """One machine of the pool, as the control plane knows it."""
 
     KIND: ClassVar[str] = "machine"
-    TRANSITIONS: ClassVar = MACHINE_TRANSITIONS
 
     machine_id: str
     machine_type: str
@@ -65,6 +64,9 @@ class PoolMachine(PooledMachine):
     @property
     def key(self) -> str:
         return self.machine_id
+
+    def pool_type(self) -> str | None:
+        return self.machine_type
 
 
 class PoolLedger(BaseModel):

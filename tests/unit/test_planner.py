@@ -3,6 +3,7 @@ properties that hold for random requests."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +27,10 @@ from corral.shared.planner import (
     request_specs,
 )
 
-CATALOG = load_catalog()
+# The planner's logic on the frozen catalog of tests/fixtures/catalog (the shipped rows before
+# the data of issue #45 item 6): refreshing the shipped prices does not change these cases.
+FROZEN_CATALOG = Path(__file__).resolve().parents[1] / "fixtures" / "catalog"
+CATALOG = load_catalog(FROZEN_CATALOG)
 
 
 def task(text: str) -> Task:

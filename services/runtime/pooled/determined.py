@@ -132,7 +132,7 @@ class DeterminedPools:
     def sync_machine(
         self, deps: Deps, record: PoolRecord, ledger: DetLedger, machine_id: str, machine: DetAgent
     ) -> bool:
-        cloud_machine = work.as_machine(machine_id, machine)
+        cloud_machine = work.as_machine(machine)
         if cloud_machine is not None and not _on_agent(ledger, machine_id):
             work.withdraw(deps, cloud_machine)
         return False
@@ -311,10 +311,10 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
     req = deps.store.get_request(tid)
     now = deps.now()
     agents = [ledger.agents.get(a.agent_id) for a in task.allocations]
-    on = [m for a in agents if a is not None and (m := work.as_machine(a.agent_id, a)) is not None]
+    on = [m for a in agents if a is not None and (m := work.as_machine(a)) is not None]
     if req is None or req.is_terminal:
         for machine in on:
-            work.withdraw(deps, machine, _aid(tid, task.started_at, machine.machine_id))
+            work.withdraw(deps, machine, _aid(tid, task.started_at, machine.key))
         deps.det_ledgers.update(master, partial(_release, tid=tid, now=now, finished=True))
         work.end_instances(deps, tid, f"its request ended ({req.state.value if req else 'gone'})")
         return True
@@ -329,7 +329,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
             deps,
             req,
             by,
-            [(m, _aid(tid, task.started_at, m.machine_id)) for m in on],
+            [(m, _aid(tid, task.started_at, m.key)) for m in on],
             lambda: deps.det_ledgers.update(
                 master, partial(_release, tid=tid, now=now, finished=False)
             ),
@@ -341,8 +341,8 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
         work.move_request(deps, tid, RequestState.PROVISIONING, reason)
     spec = Task.model_validate(req.task)
     for rank, machine in enumerate(on):
-        aid = _aid(tid, task.started_at, machine.machine_id)
-        slots = next(a.slots for a in task.allocations if a.agent_id == machine.machine_id)
+        aid = _aid(tid, task.started_at, machine.key)
+        slots = next(a.slots for a in task.allocations if a.agent_id == machine.key)
         envs = {
             "CORRAL_REQUEST_ID": tid,
             "CORRAL_NODE_RANK": str(rank),
@@ -352,7 +352,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
         }
         if work.ensure_assigned(deps, machine, work.assignment(aid, spec, envs)):
             deps.store.append_event(
-                tid, f"{slots} slot(s) on agent {machine.machine_id} ({ledger.pool_of(tid)})", now
+                tid, f"{slots} slot(s) on agent {machine.key} ({ledger.pool_of(tid)})", now
             )
         work.record_instance(deps, machine, tid, rank, aid, _placement(tid, task.started_at))
     if len(on) < len(task.allocations):
@@ -360,7 +360,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
     work.move_request(deps, tid, RequestState.RUNNING, f"{len(on)} agent(s) run it")
     if not spec.run:
         return False
-    results = [work.result(deps, m, _aid(tid, task.started_at, m.machine_id)) for m in on]
+    results = [work.result(deps, m, _aid(tid, task.started_at, m.key)) for m in on]
     return work.finish_when_ended(
         deps,
         tid,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from corral.services.queues import dispatch
@@ -140,7 +139,7 @@ class MachinePools:
     ) -> bool:
         if machine.status == "retiring":
             return _retire(deps, record.name, ledger, machine)
-        cloud_machine = work.as_machine(machine_id, machine)
+        cloud_machine = work.as_machine(machine)
         if machine.workload_id is None and cloud_machine is not None:
             work.withdraw(deps, cloud_machine)
         return False
@@ -285,9 +284,7 @@ def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str) -> bool:
     workload = ledger.workloads[wid]
     req = deps.store.get_request(wid)
     now = deps.now()
-    on = [
-        cm for m in ledger.machines_of(wid) if (cm := work.as_machine(m.machine_id, m)) is not None
-    ]
+    on = [cm for m in ledger.machines_of(wid) if (cm := work.as_machine(m)) is not None]
     if req is None or req.is_terminal:
         for machine in on:
             work.withdraw(deps, machine)
@@ -342,11 +339,7 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
     task = Task.model_validate(req.task)
     started = workload.started_at or now
     nodes = [m for m in ledger.machines_of(wid) if m.status != "retiring"]
-    up = [
-        (m, cm)
-        for m in nodes
-        if m.status == "up" and (cm := work.as_machine(m.machine_id, m)) is not None
-    ]
+    up = [(m, cm) for m in nodes if m.status == "up" and (cm := work.as_machine(m)) is not None]
     for rank, (machine, cloud_machine) in enumerate(up):
         aid = assignment_id(wid, started, machine)
         envs = {
@@ -397,18 +390,19 @@ def _head_ready(
         deps.ledgers.update(name, lambda led: add_head(led, wid, machine_id, now))
         dispatch.pool_sync(name, settings=deps.settings)  # its launch is handed over there
         return False
-    cloud_machine = work.as_machine(head.machine_id, head)
+    cloud_machine = work.as_machine(head)
     if head.status != "up" or cloud_machine is None:
         return False
     placement = placement_id(wid, started)
     aid = f"{placement}.head"
     work.record_instance(
         deps,
-        replace(cloud_machine, machine_type=HEAD_NODE),
+        cloud_machine,
         wid,
         len(ledger.machines_of(wid)),
         aid,
         placement,
+        as_type=HEAD_NODE,
     )
     return True
 
@@ -482,7 +476,7 @@ def _clear_replaces(ledger: PoolLedger, machine_id: str) -> bool:
 
 def _serving(deps: Deps, machine: PoolMachine, ledger: PoolLedger) -> bool:
     """Whether a replacement's machine is up and has taken its workload's work."""
-    cloud_machine = work.as_machine(machine.machine_id, machine)
+    cloud_machine = work.as_machine(machine)
     if machine.status != "up" or cloud_machine is None or machine.workload_id is None:
         return False
     if work.agents(deps, cloud_machine) is None:

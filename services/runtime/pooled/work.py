@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from corral.services.providers.base import NodeWork, node_work_of
@@ -22,37 +21,32 @@ from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.placement import Placement
 from corral.shared.records import Instance, LaunchRequest
 from corral.shared.recovery import Restart, restart_after
+from corral.shared.scheduling.pooled import PooledMachine
 
 
-@dataclass(frozen=True)
-class Machine:
-    """Where an assignment runs: a pooled machine as the cloud knows it (its place: what its
-    ledger recorded when it came up; a part it left out is empty, its market on demand)."""
-
-    machine_id: str
-    provider_id: str
-    place: Placement
-    machine_type: str | None = None  # a machine pool's type; None for a Determined agent
-
-    @property
-    def cloud(self) -> str:
-        return self.place.cloud
+def as_machine(pooled: PooledMachine) -> PooledMachine | None:
+    """A pool machine or a Determined agent, its ledger's record itself, if the cloud holds
+    it: where its work runs (its place there: ``held_at``); None until it is up."""
+    return pooled if pooled.held_at is not None else None
 
 
-def as_machine(machine_id: str, pooled: Any) -> Machine | None:
-    """A pool machine or a Determined agent (from its ledger) as the cloud knows it; None
-    until it is up (no provider id yet)."""
-    if not pooled.provider_id or not pooled.cloud:
-        return None
-    machine_type = getattr(pooled, "machine_type", None)
-    place = Placement(
-        pooled.cloud,
-        pooled.region or "",
-        pooled.zone or "",
-        pooled.instance_type or machine_type or "",
-        pooled.market or "on_demand",
-    )
-    return Machine(machine_id, pooled.provider_id, place, machine_type)
+def _not_up(machine: PooledMachine) -> ValueError:
+    return ValueError(f"pooled {machine.KIND} {machine.key} is not up: no work goes to it")
+
+
+def _held_at(machine: PooledMachine) -> Placement:
+    """Where the cloud holds a machine that is up (work is only handed to those)."""
+    place = machine.held_at
+    if place is None:
+        raise _not_up(machine)
+    return place
+
+
+def _cloud_id(machine: PooledMachine) -> str:
+    """The cloud's id of a machine that is up."""
+    if not machine.provider_id:
+        raise _not_up(machine)
+    return machine.provider_id
 
 
 def terminate(deps: Deps, pooled: Any) -> bool:
@@ -64,20 +58,20 @@ def terminate(deps: Deps, pooled: Any) -> bool:
     return True
 
 
-def agents(deps: Deps, machine: Machine) -> NodeWork | None:
+def agents(deps: Deps, machine: PooledMachine) -> NodeWork | None:
     """The agents of the machine's cloud, which take assignments (the local cloud's, and AWS
     and Google Cloud machines booted with the node agent); None for a cloud whose machines run
     none: a pooled machine there is only held for its work."""
-    return node_work_of(deps.provider(machine.cloud))
+    return node_work_of(deps.provider(_held_at(machine).cloud))
 
 
-def status(deps: Deps, machine: Machine) -> dict[str, Any]:
+def status(deps: Deps, machine: PooledMachine) -> dict[str, Any]:
     """The machine's assignments: {"assigned": [...], "running": {id: activity}, "results":
     {id: result}} (empty for a cloud without agents)."""
     provider = agents(deps, machine)
     if provider is None:
         return {"assigned": [], "running": {}, "results": {}}
-    return provider.assignment_status(machine.provider_id)
+    return provider.assignment_status(_cloud_id(machine))
 
 
 def assignment(aid: str, task: Task, envs: Mapping[str, str]) -> dict[str, Any]:
@@ -93,7 +87,7 @@ def assignment(aid: str, task: Task, envs: Mapping[str, str]) -> dict[str, Any]:
 
 
 def ensure_assigned(
-    deps: Deps, machine: Machine, work: dict[str, Any], seen: Mapping[str, Any] | None = None
+    deps: Deps, machine: PooledMachine, work: dict[str, Any], seen: Mapping[str, Any] | None = None
 ) -> bool:
     """Hand ``work`` to the machine unless it already has it (or ran it); True if sent."""
     provider = agents(deps, machine)
@@ -103,11 +97,11 @@ def ensure_assigned(
     aid = work["id"]
     if aid in current.get("assigned", ()) or aid in current.get("results", {}):
         return False
-    provider.assign(machine.provider_id, work)
+    provider.assign(_cloud_id(machine), work)
     return True
 
 
-def withdraw(deps: Deps, machine: Machine, aid: str | None = None) -> None:
+def withdraw(deps: Deps, machine: PooledMachine, aid: str | None = None) -> None:
     """Stop one assignment on the machine (or, ``aid`` None, all of them)."""
     provider = agents(deps, machine)
     if provider is None:
@@ -115,27 +109,27 @@ def withdraw(deps: Deps, machine: Machine, aid: str | None = None) -> None:
     current = status(deps, machine)
     if aid is None:
         if current.get("assigned"):
-            provider.withdraw(machine.provider_id)
+            provider.withdraw(_cloud_id(machine))
     elif aid in current.get("assigned", ()):
-        provider.withdraw(machine.provider_id, aid)
+        provider.withdraw(_cloud_id(machine), aid)
 
 
-def withdraw_others(deps: Deps, machine: Machine, keep: set[str]) -> None:
+def withdraw_others(deps: Deps, machine: PooledMachine, keep: set[str]) -> None:
     """Stop every assignment on the machine but ``keep``."""
     provider = agents(deps, machine)
     if provider is None:
         return
     for aid in status(deps, machine).get("assigned", ()):
         if aid not in keep:
-            provider.withdraw(machine.provider_id, aid)
+            provider.withdraw(_cloud_id(machine), aid)
 
 
-def running(deps: Deps, machine: Machine, prefix: str) -> bool:
+def running(deps: Deps, machine: PooledMachine, prefix: str) -> bool:
     """Whether an assignment whose id starts with ``prefix`` still runs on the machine."""
     return any(aid.startswith(prefix) for aid in status(deps, machine).get("running", {}))
 
 
-def result(deps: Deps, machine: Machine, aid: str) -> Mapping[str, Any] | None:
+def result(deps: Deps, machine: PooledMachine, aid: str) -> Mapping[str, Any] | None:
     """The assignment's result once it ended (None while it runs, or on a cloud without
     agents)."""
     found = status(deps, machine).get("results", {}).get(aid)
@@ -146,7 +140,7 @@ def stop_preempted(
     deps: Deps,
     req: LaunchRequest,
     by: str,
-    machines: Sequence[tuple[Machine, str | None]],
+    machines: Sequence[tuple[PooledMachine, str | None]],
     release: Callable[[], object],
 ) -> bool:
     """Preempted work: its request shows it (PREEMPTED, or PENDING if it had not run yet), its
@@ -278,23 +272,30 @@ def instance_id_for(aid: str) -> str:
 
 
 def record_instance(
-    deps: Deps, machine: Machine, request_id: str, rank: int, aid: str, placement: str
+    deps: Deps,
+    machine: PooledMachine,
+    request_id: str,
+    rank: int,
+    aid: str,
+    placement: str,
+    as_type: str | None = None,
 ) -> None:
     """The request's record of the work running on this machine (once per assignment), part
-    of ``placement`` (its nodes' records share it), priced as the catalog prices the machine."""
+    of ``placement`` (its nodes' records share it), priced as the catalog prices the machine.
+    ``as_type``: the machine type the record shows, instead of the pool's (a head node's)."""
     now = deps.now()
     inst_id = instance_id_for(aid)
-    place = machine.place
+    place = _held_at(machine)
     inst = Instance.new(
         inst_id,
         request_id,
         rank,
         now,
-        f"assigned pooled machine {machine.machine_id}",
-        provider_id=machine.provider_id,
+        f"assigned pooled machine {machine.key}",
+        provider_id=_cloud_id(machine),
         attempt_id=aid,
         **place.fields(),
-        machine_type=machine.machine_type or place.instance_type or None,
+        machine_type=as_type or machine.pool_type() or place.instance_type or None,
         placement=placement,
         price_usd_per_hour=price_of(
             deps, place.cloud, place.instance_type, place.zone or None, place.market

@@ -7,16 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.pooled.work import Machine, record_instance
+from corral.services.runtime.pooled.work import record_instance
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.placement import Placement
 from corral.shared.records import LaunchRequest
+from corral.shared.scheduling.det_ledger import DetAgent
 
-MACHINE = Machine(
-    machine_id="m-1",
-    provider_id="local-1",
-    place=Placement("local", "lab-east", "lab-east-a", "gpu-a100-8", "on_demand"),
-)
+# A pooled machine that is up, as its ledger holds it (work runs on the ledger's record).
+MACHINE = DetAgent(agent_id="m-1", pool="p", slots=1, created_at=0.0)
+MACHINE.settle("local-1", Placement("local", "lab-east", "lab-east-a", "gpu-a100-8", "on_demand"))
 
 
 def _stored(deps: Deps, state: RequestState) -> LaunchRequest:
