@@ -52,12 +52,19 @@ bench:
 # rounds of 40 launches with redis-server SIGKILLed 1 s in, the Sentinel failover, and 300
 # launches while workers, beat, the API and Redis are killed or paused at random. It prints
 # the counts: requests lost, failed for a control-plane reason, launched twice, leaked. And
-# 20 SIGKILLs of the provisioning worker mid-attempt (the default test run does 6).
+# 20 SIGKILLs of the provisioning worker mid-attempt (the default test run does 6). And every
+# kind of machine at once under 30 faults (test_chaos_kinds.py): three rounds of 10 direct
+# launches, a preemption in a machine pool of 4 and in a Determined pool, a machine of each kind
+# killed and a Ray cluster scaled to 5 workers and back; it prints lost, launched twice, leaked and
+# assignments on machines no record holds, per kind.
 chaos:
 	CORRAL_REDIS_KILL_ROUNDS=3 CORRAL_REDIS_KILL_LAUNCHES=40 CORRAL_CHAOS_LAUNCHES=300 \
 		CORRAL_CHAOS_STRIKES=15 CORRAL_CRASH_TRIALS=20 \
+		CORRAL_CHAOS_KINDS_ROUNDS=3 CORRAL_CHAOS_KINDS_DIRECT=10 CORRAL_CHAOS_KINDS_POOL=4 \
+		CORRAL_CHAOS_KINDS_WORKERS=5 CORRAL_CHAOS_KINDS_STRIKES=30 \
 		$(PY) -m pytest tests/integration/test_redis_restart.py tests/integration/test_sentinel.py \
-		tests/integration/test_chaos.py tests/integration/test_crash_trials.py \
+		tests/integration/test_chaos.py tests/integration/test_chaos_kinds.py \
+		tests/integration/test_crash_trials.py \
 		-m integration -q -s -p no:randomly --timeout 3600
 
 # The API fuzzed from its OpenAPI document with many more examples than the default run, and

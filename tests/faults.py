@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
+import random
+import signal
+import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import redis
 
 from harness import Up, wait_for
@@ -21,6 +27,9 @@ ROLES = ("schedule", "provision", "autoscale")
 SERVICE = {"resources": {"cloud": "local", "instance_type": "cpu-2"}}
 # A request FAILED for one of these reasons failed because of the control plane, not the cloud.
 CONTROL_PLANE_REASONS = ("InstanceLost", "InstanceSilent", "timeout", "unreachable", "lost")
+# What a chaos monkey strikes: a worker of each role (its whole process group), one process of
+# a worker's pool, beat, the API, redis-server (SIGKILL), or Redis paused (SIGSTOP, SIGCONT).
+VICTIMS = ("schedule", "provision", "autoscale", "pool-process", "beat", "api", "redis", "pause")
 
 
 def children_of(pid: int) -> dict[int, str]:
@@ -56,6 +65,61 @@ def supervised(up: Up, what: str, timeout_s: float = 30) -> int:
 
     wait_for(there, timeout_s, f"`corral up` to run {what}")
     return found[0]
+
+
+class Monkey:
+    """Kills or pauses one of `corral up`'s processes every 1-2.5 s, each kind in turn (in a
+    random order), ``strikes`` times in all (test_chaos.py, test_chaos_kinds.py). On exit it
+    waits for the last strikes to land, even after the work under test settled."""
+
+    def __init__(self, up: Up, rng: random.Random, strikes: int) -> None:
+        self.up, self.rng, self.strikes = up, rng, strikes
+        self.done = threading.Event()
+        self.faults: Counter[str] = Counter()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Monkey:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.thread.join(self.strikes * 4)
+        self.done.set()
+        self.thread.join(30)
+
+    def _run(self) -> None:
+        order: list[str] = []
+        while sum(self.faults.values()) < self.strikes and not self.done.wait(
+            self.rng.uniform(1, 2.5)
+        ):
+            if not order:  # every kind of fault once, in a random order, then again
+                order = self.rng.sample(VICTIMS, len(VICTIMS))
+            victim = order.pop()
+            with contextlib.suppress(ProcessLookupError, AssertionError, pytest.fail.Exception):
+                self._strike(victim)
+                self.faults[victim] += 1
+
+    def _find(self, what: str) -> int:
+        return supervised(self.up, what, timeout_s=5)  # restarting: strike something else
+
+    def _strike(self, victim: str) -> None:
+        if victim == "pause":
+            pid = self._find("redis-server")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(self.rng.uniform(1.0, 3.0))
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        elif victim == "pool-process":
+            worker = self._find(self.rng.choice(("schedule", "provision")))
+            pool = list(children_of(worker))
+            if not pool:
+                raise ProcessLookupError
+            os.kill(self.rng.choice(pool), signal.SIGKILL)
+        elif victim == "redis":
+            os.kill(self._find("redis-server"), signal.SIGKILL)
+        else:
+            os.killpg(self._find(victim), signal.SIGKILL)
 
 
 def wait_ready(up: Up, timeout_s: float = 120) -> tuple[str, dict[str, str]]:
@@ -97,18 +161,21 @@ def submit(url: str, headers: dict[str, str], task: dict[str, Any]) -> tuple[str
     return str(resp.json()["id"]), ""
 
 
-def submit_patiently(url: str, headers: dict[str, str], name: str) -> str | None:
+def submit_patiently(
+    url: str, headers: dict[str, str], name: str, task: dict[str, Any] | None = None
+) -> str | None:
     """Submit with one idempotency key until the API takes it (it may be down or restarting);
     None if it never did within two minutes. A resend the API answers 200 found the request
     an earlier try created (that try's answer was lost: the API killed after the write, or a
-    503 from a step after it), which is the key doing its job: taken once."""
+    503 from a step after it), which is the key doing its job: taken once. The task is a
+    service of the local cloud named ``name`` unless ``task`` is given."""
     key = {"Idempotency-Key": uuid.uuid4().hex}
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
             resp = httpx.post(
                 f"{url}/v1/requests",
-                json={"task": {**SERVICE, "name": name}},
+                json={"task": task or {**SERVICE, "name": name}},
                 headers={**headers, **key},
                 timeout=60,
             )

@@ -426,11 +426,13 @@ class Up:
         home: Path,
         local_cloud: Path = REPO / "tests/fixtures/localcloud/runtime.yaml",
         timers: dict[str, str] | None = None,
+        settings: dict[str, str] | None = None,
     ) -> None:
         self.home = home
         env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
         timers = FAST_TIMERS if timers is None else timers
         env.update({f"CORRAL_TIMERS__{k}": v for k, v in timers.items()})
+        env.update(settings or {})  # other CORRAL_* settings, named in full
         env.update({"CORRAL_HOME": str(home), "CORRAL_LOCAL_CLOUD_FILE": str(local_cloud)})
         env["CORRAL_LOCAL_TASKS_RUN_AS"] = "corral"  # as System's (the tests' folders)
         self.env = env

@@ -95,24 +95,47 @@ def finish_attempt(
 
 def remember(
     deps: Deps, cand: ChainStep, exc: ProviderError, started_at: float | None = None
-) -> None:
+) -> list[RememberedBlock] | None:
     """Block the scope ``exc`` calls for, for ``blocked_ttl_s``. Only the cloud's answers
     block: an attempt that ran out of time while the control plane had an outage (it ended
-    after the attempt began) was slowed by the control plane, so it blocks nothing."""
-    # Slowed by us (the outage is read only for a timeout: the other outcomes never ask).
-    if exc.outcome == "timeout" and started_at is not None and deps.outage.last_end() >= started_at:
-        return
+    after the attempt began) was slowed by the control plane, so it blocks nothing. Returns
+    every block in force, read in the same round trip, when it added one (the walk on from
+    the failed zone needs them); else None."""
+    if slowed_by_us(deps, exc, started_at):
+        return None
     # The candidate itself (not its bare place): a quota error's family is read from what it
     # asks (its accelerator) when the cloud's answer names none.
     block = Block.for_error(exc, cand)
-    if block is not None:
-        deps.blocks.add(
-            block,
-            now=deps.now(),
-            ttl_s=deps.settings.timers.blocked_ttl_s,
-            reason=str(exc),
-            outcome=exc.outcome,
-        )
+    if block is None:
+        return None
+    return deps.blocks.add_then_active(
+        block,
+        now=deps.now(),
+        ttl_s=deps.settings.timers.blocked_ttl_s,
+        reason=str(exc),
+        outcome=exc.outcome,
+    )
+
+
+def slowed_by_us(deps: Deps, exc: ProviderError, started_at: float | None) -> bool:
+    """Whether ``exc`` is a timeout the control plane's own outage caused (an outage ended
+    after the attempt began): it says nothing of the cloud. The outage is read only for a
+    timeout: the other outcomes never ask."""
+    return (
+        exc.outcome == "timeout" and started_at is not None and deps.outage.last_end() >= started_at
+    )
+
+
+def keep_block(deps: Deps, block: Block, exc: ProviderError) -> None:
+    """Remember ``block``, which ``exc`` called for, for ``blocked_ttl_s`` (every worker and
+    every later launch, direct or pooled, passes over what it covers)."""
+    deps.blocks.add(
+        block,
+        now=deps.now(),
+        ttl_s=deps.settings.timers.blocked_ttl_s,
+        reason=str(exc),
+        outcome=exc.outcome,
+    )
 
 
 def blocked_reason(block: Block, remembered: RememberedBlock | None) -> str:

@@ -115,12 +115,17 @@ def after_failure(
     *,
     ended: Ended | None = None,
     current: LaunchRequest | None = None,
+    lines: Sequence[str] = (),
+    remembered: Sequence[RememberedBlock] | None = None,
 ) -> Walked:
     """A zone attempt failed: walk on to the next candidate now, in this task (an invalid
     request fails now). ``inline``: the cloud whose next attempt the caller runs itself.
     ``ended``: the failed attempt's outcome, written in the same compare-and-set.
-    ``current``: ``req`` is as just read or written (the write starts from it)."""
+    ``current``: ``req`` is as just read or written (the write starts from it). ``lines``:
+    the caller's progress lines (the failure's), written first, with the walk's own.
+    ``remembered``: the blocks as the caller just read them (else the walk reads them)."""
     if scope == Scope.REQUEST:
+        deps.store.append_events(req.id, lines, deps.now())
         if ended is not None:
             finish_attempt(deps, req.id, *ended)
         fail_request(
@@ -131,7 +136,8 @@ def after_failure(
             step=step,
         )
         return Walked("failed")
-    walked = walk(deps, req.id, step, Within.REGION, inline=inline, ended=ended, current=current)
+    walked = walk(deps, req.id, step, Within.REGION, inline=inline, ended=ended, current=current,
+                  lines=lines, remembered=remembered)  # fmt: skip
     if walked.published is not None:
         return replace(walked, outcome="failed over")
     return walked
@@ -154,6 +160,8 @@ def walk(
     inline: str | None = None,
     ended: Ended | None = None,
     current: LaunchRequest | None = None,
+    lines: Sequence[str] = (),
+    remembered: Sequence[RememberedBlock] | None = None,
 ) -> Walked:
     """Walk the failover steps from ``within`` outwards (the rest of the region, then the
     cloud's other regions, then the rest of the chain) in one go, and publish the one attempt
@@ -171,10 +179,16 @@ def walk(
     again to start it, and the answer's ``written`` is the record as written, for the caller to
     start from without reading it again (only if this write started it: an attempt found
     there already may have been launched by an earlier delivery, so the caller reads afresh).
-    ``current``: the request as the caller just read it (the write starts from it)."""
+    ``current``: the request as the caller just read it (the write starts from it).
+    ``lines``: the caller's progress lines, written first in the walk's one command.
+    ``remembered``: the blocks as the caller just read them (those still in force now are
+    walked against), else they are read here."""
     scope = Within(within)
     now = deps.now()
-    remembered = deps.blocks.active(now)
+    if remembered is None:
+        remembered = deps.blocks.active(now)
+    else:
+        remembered = [b for b in remembered if b.until > now]
     blocks = [(b.block, b.until) for b in remembered]
     backoff = backoff_of(deps.settings.timers)
 
@@ -195,10 +209,15 @@ def walk(
 
     updated, applied = deps.store.decide_request(request_id, plan_and_apply, current=current)
     if updated is None or applied is None:
+        if updated is not None:
+            deps.store.append_events(request_id, lines, now)
         return Walked("stale" if chain is None else "raced")
     decision, started = applied
     # The progress lines of this write, in one command.
-    lines = [f"state: PROVISIONING ({len(chain)} candidates)"] if chain is not None else []
+    lines = [
+        *lines,
+        *([f"state: PROVISIONING ({len(chain)} candidates)"] if chain is not None else []),
+    ]
     if not isinstance(decision, Attempt):
         if updated.state == RequestState.FAILED:
             deps.store.append_events(request_id, [*lines, f"state: FAILED ({updated.error})"], now)

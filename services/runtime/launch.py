@@ -9,8 +9,8 @@ cloud call (idempotent by the attempt id), hands the machines to the boot watch
 describe per cloud and region, and finishes each launch as
 :func:`corral.shared.observe.boot_verdict` says.
 
-- :func:`launch_on_zones`: one machine of a launch template, in the first zone that takes it
-  (the reservation's zone for a reserved template), for pooled machines.
+- :func:`zones_for`: where a launch template's type is offered, for a pooled machine's walk
+  (:func:`corral.services.runtime.pooled.launching.launch_pooled`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from corral.services.runtime.deps import Deps
 from corral.services.state.boots import Boot
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import LaunchTimeoutError, ProviderError, Scope, UnregisteredError
-from corral.shared.merge import merge_advanced_instance_config
 from corral.shared.reservations import reservation_of  # one reading, shared with the simulator
 
 log = logging.getLogger("corral.launch")
@@ -194,62 +193,14 @@ _CALLERS = _Callers()
 
 
 # ----------------------------------------------------------------------------------------------
-# One machine of a launch template (pooled machines)
-
-
-def launch_on_zones(
-    deps: Deps,
-    cloud: str,
-    template: LaunchTemplate,
-    label: str,
-    boot: Boot,
-    extra: dict[str, Any] | None = None,
-) -> LaunchSpec:
-    """Start one machine of ``template`` in the first zone that takes it (the reservation's
-    zone for a reserved template), idempotent by the boot's attempt id, and hand it to the boot
-    watch; returns the spec launched. Raises the last zone's ProviderError when no zone took
-    it, MergeError for a bad ``extra`` config, LaunchDeferred when the cloud's limits are
-    full. ``boot`` is the watch's record of it (its spec is filled in per zone here)."""
-    attempt_id, tags = boot.spec.attempt_id, boot.spec.tags
-    config = dict(template.advanced_instance_config)
-    if extra:
-        config = merge_advanced_instance_config(cloud, config, extra)
-    last: ProviderError = ProviderError(
-        f"no zone of {cloud} offers {template.instance_type}", code="NoZone"
-    )
-    failures = []
-    for zone, region in zones_for(deps, cloud, template):
-        spec = LaunchSpec(
-            request_id=label,
-            attempt_id=attempt_id,
-            cloud=cloud,
-            region=region,
-            zone=zone,
-            instance_type=template.instance_type,
-            market="spot" if template.market_type == "SPOT" else "on_demand",
-            count=1,
-            advanced_instance_config=config,
-            tags=tags,
-        )
-        try:
-            start(deps, boot.model_copy(update={"spec": spec}))
-            return spec
-        except ProviderError as exc:
-            failures.append(f"{zone}: {exc.outcome}: {exc}")
-            last = exc
-    if failures:
-        raise ProviderError("; ".join(failures), code=last.code)
-    raise last
+# Pooled machines: where a template may launch, and the market a launched one is billed in
 
 
 def zones_for(deps: Deps, cloud: str, template: LaunchTemplate) -> list[tuple[str, str]]:
-    """(zone, region) pairs to try for a template: its own zones, else where the cloud
-    offers the type (a reservation's zone alone, where the cloud knows it)."""
+    """(zone, region) pairs that offer a template's type (a reservation's zone alone, where
+    the cloud knows it); the walk keeps the template's own ``zones`` of them."""
     rid = reservation_of(template.advanced_instance_config)
-    pairs = deps.provider(cloud).zones_of(template.instance_type, rid)
-    if template.zones:
-        pairs = [p for p in pairs if p[0] in template.zones]
-    return pairs
+    return deps.provider(cloud).zones_of(template.instance_type, rid)
 
 
 def market_of(spec: LaunchSpec, got: ProviderInstance) -> str:

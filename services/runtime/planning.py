@@ -117,3 +117,10 @@ def budgets_of(deps: Deps) -> tuple[Budget, ...]:
     if path is None:
         return ()
     return _budgets_file(str(path), Path(path).stat().st_mtime_ns)
+
+
+def accelerator_of(deps: Deps, cloud: str, instance_type: str) -> str | None:
+    """The accelerator kind of ``cloud``'s ``instance_type`` by the catalog (None: a CPU type,
+    or one the catalog does not know): what a pooled machine asks, for its quota families."""
+    offerings = catalog_for(deps).instance_type(cloud, instance_type)
+    return offerings[0].accelerator if offerings else None

@@ -239,12 +239,14 @@ def _attempt_once(
                 return STALE
         inline = req.chain[step].cloud
         walked = _attempt(deps, req, step, try_no, attempt_id, inline, typed, fresh=fresh)
-        if walked is BOOTING:
-            # Its machines are in the boot book: the watch finishes the attempt and nobody
-            # waits for this claim (a redelivery of the attempt finds its boot booked, after
-            # a retry of at most claim_ttl_s; reconcile leaves its machines alone as long).
-            # It lapses instead of being released: three Redis commands less per launch.
-            claim.lapse()
+        # Nobody waits to take this claim next, so it lapses instead of being released (a
+        # release is a script of three Redis commands and a round trip): booting, its machines
+        # are in the boot book and the watch finishes the attempt (a redelivery finds its boot
+        # booked, after a retry of at most claim_ttl_s; reconcile leaves its machines alone as
+        # long); failed, its outcome is written and the walk went on under the next attempt's
+        # own claim (a redelivery finds it ended); landed, it is over. Only an attempt that
+        # must run again (RetryLater, an error) releases its claim, for that run to take it.
+        claim.lapse()
         return walked
 
 
@@ -329,12 +331,14 @@ def _failed(
 ) -> Walked:
     """A failed attempt: its scope remembered, its outcome written with the hand-over to the
     next candidate (one compare-and-set)."""
-    deps.store.append_event(req.id, f"  {exc.outcome}: {exc}", deps.now())
     started = next((a.started_at for a in req.attempts if a.attempt_id == attempt_id), started_at)
-    remember(deps, cand, exc, started_at=started)
+    # The blocks in force, read with the new one's write: the hand-over walks against them.
+    remembered = remember(deps, cand, exc, started_at=started)
     ended = (attempt_id, exc.outcome, str(exc))
-    # ``req`` is as just read or written: the hand-over's write starts from it.
-    return after_failure(deps, req, step, exc.scope, inline, ended=ended, current=req)
+    # ``req`` is as just read or written: the hand-over's write starts from it. The failure's
+    # progress line goes with the hand-over's own lines, in one command.
+    return after_failure(deps, req, step, exc.scope, inline, ended=ended, current=req,
+                         lines=[f"  {exc.outcome}: {exc}"], remembered=remembered)  # fmt: skip
 
 
 def booted_all(

@@ -12,7 +12,7 @@ deletes them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,20 +50,39 @@ class BlockStore:
     def __init__(self, client: redis.Redis, prefix: str = "corral") -> None:
         self.client = client
         self.key = f"{prefix}:blocks"
+        # Sent by their SHA (EVALSHA), not their text each time: a failed zone adds one.
+        self._add = client.register_script(_ADD_LUA)
+        self._add_read = client.register_script(_ADD_READ_LUA)
 
     def add(self, block: Block, *, now: float, ttl_s: float, reason: str, outcome: str) -> None:
         """Remember ``block`` until ``now + ttl_s`` (a later, longer block wins)."""
-        field = block_key(block)
+        # Keep the later expiry when two workers block the same scope at once.
+        self._add(keys=[self.key], args=self._add_args(block, now, ttl_s, reason, outcome))
+
+    def add_then_active(
+        self, block: Block, *, now: float, ttl_s: float, reason: str, outcome: str
+    ) -> list[RememberedBlock]:
+        """:meth:`add`, then :meth:`active` at ``now``, in one round trip (a failed zone
+        remembers its block, then walks on against every block)."""
+        args = self._add_args(block, now, ttl_s, reason, outcome)
+        flat = self._add_read(keys=[self.key], args=args)
+        return self._parse(zip(flat[::2], flat[1::2], strict=True), now)
+
+    def _add_args(
+        self, block: Block, now: float, ttl_s: float, reason: str, outcome: str
+    ) -> list[str | float]:
         data: dict[str, Any] = {"until": now + ttl_s, "reason": reason, "outcome": outcome}
         if block.above is not None:
             data["above"] = block.above
-        value = json.dumps(data)
-        # Keep the later expiry when two workers block the same scope at once.
-        self.client.eval(_ADD_LUA, 1, self.key, field, value, now + ttl_s)
+        return [block_key(block), json.dumps(data), now + ttl_s]
 
     def active(self, now: float) -> list[RememberedBlock]:
+        return self._parse(self.client.hgetall(self.key).items(), now)
+
+    def _parse(self, items: Iterable[tuple[Any, Any]], now: float) -> list[RememberedBlock]:
+        """The blocks in force at ``now`` among the hash's (field, value) pairs."""
         out: list[RememberedBlock] = []
-        for field, raw in self.client.hgetall(self.key).items():
+        for field, raw in items:
             data: dict[str, Any] = json.loads(raw)
             if data["until"] > now:
                 key = field.decode() if isinstance(field, bytes) else field
@@ -131,4 +150,13 @@ if old then
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
+"""
+
+# _ADD_LUA, then every block (the hash as HGETALL gives it) for a caller that reads them next.
+_ADD_READ_LUA = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if not old or tonumber(cjson.decode(old)['until']) < tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+return redis.call('HGETALL', KEYS[1])
 """

@@ -38,12 +38,14 @@ class CorralPolicy:
             sim, relaunch_limit=sim.timers.relaunch_limit, wide_blocks=self.wide_blocks
         )
         budgets = self.workload.budgets
+        # One memory of blocked scopes for every launch, direct or pooled (the runtime's Redis).
+        memory, rule = self.launcher.memory, self.launcher.block_for
         self.pools = {
-            name: MachinePoolSim(sim, name, pool, _cloud_of(sim, pool), budgets)
+            name: MachinePoolSim(sim, name, pool, _cloud_of(sim, pool), budgets, memory, rule)
             for name, pool in self.workload.machine_pools.items()
         }
         master = self.workload.master
-        self.det = DeterminedSim(sim, MASTER, master, budgets) if master else None
+        self.det = DeterminedSim(sim, MASTER, master, budgets, memory, rule) if master else None
         self.clusters = {
             name: RaySim(sim, name, cluster, self.launcher)
             for name, cluster in self.workload.clusters.items()

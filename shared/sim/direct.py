@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from ..backoff import backoff_s
-from ..blocking import Block, PlaceKey, is_blocked, place_key
+from ..blocking import Block, Placed, PlaceKey, is_blocked, place_key
 from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from ..failover import Within
@@ -280,7 +280,7 @@ class Launcher:
                 self.sim.after(call_s, self._advance, flow, index, Within.REGION)
             return
         except ProviderError as exc:
-            self._remember(flow, self._block_for(exc, cand))
+            self._remember(flow, self.block_for(exc, cand))
             wait_s = (
                 self.sim.timers.attempt_deadline_s
                 if isinstance(exc, LaunchTimeoutError)
@@ -298,9 +298,9 @@ class Launcher:
             self.sim.launched(inst)
         self.sim.at(max(i.up_at for i in got), self._booted, flow, got)
 
-    def _block_for(self, exc: ProviderError, cand: Candidate) -> Block | None:
+    def block_for(self, exc: ProviderError, cand: Placed) -> Block | None:
         """What the failure blocks: the runtime's rule (``attempt_record.remember``), or with
-        ``wide_blocks`` the rule before issue #46."""
+        ``wide_blocks`` the rule before issue #46 (a machine pool's launches follow it too)."""
         if self.wide_blocks:
             scope = Scope.REGION if exc.scope == Scope.FAMILY else exc.scope
             return Block.from_scope(scope, cand)

@@ -30,8 +30,10 @@ from ..config.machine_pool import LaunchTemplate, MachinePool
 from ..config.master_config import MasterConfig
 from ..config.task import Task
 from ..errors import ProviderError
+from ..failover_plan import Attempt
 from ..lifecycle import AgentStatus
-from ..placement import Placement
+from ..machine_walk import BlockRule, MachineWalk
+from ..placement import Block, Placement
 from ..reservations import reservation_of
 from ..resource_pools import resolve_pools
 from ..routing import pool_limits
@@ -62,6 +64,7 @@ from ..scheduling.quiet import (
     machine_pool_settled,
 )
 from .cloud import SimInstance
+from .direct import BlockMemory
 from .engine import Sim
 
 LedgerT = TypeVar("LedgerT", PoolLedger, DetLedger)
@@ -74,8 +77,12 @@ class _Pooled(Generic[LedgerT]):
 
     ledger: LedgerT
 
-    def __init__(self, sim: Sim, name: str, cloud: str) -> None:
+    def __init__(self, sim: Sim, name: str, cloud: str, memory: BlockMemory | None = None,
+                 block_rule: BlockRule = Block.for_error) -> None:  # fmt: skip
         self.sim, self.name, self.cloud = sim, name, cloud
+        # The blocks every launch shares (a direct request's too), and what a refusal blocks.
+        self.memory = memory if memory is not None else BlockMemory()
+        self.block_rule = block_rule
         self.instances: dict[str, SimInstance] = {}  # machine id -> its instance
         self.machine_of: dict[str, str] = {}  # instance id -> machine id
         self.launching: set[str] = set()
@@ -148,36 +155,53 @@ class _Pooled(Generic[LedgerT]):
     def launch_one(
         self, machine_id: str, templates: list[LaunchTemplate], gpus_of: Callable[[str], int]
     ) -> SimInstance | None:
-        """One machine in the first (template, zone) that takes it, as ``launch_on_zones``."""
-        for template in templates:
-            reservation = reservation_of(template.advanced_instance_config)
-            market = "spot" if template.market_type == "SPOT" else "on_demand"
-            for zone, region in self.zones(template, reservation):
-                place = Placement(
-                    self.cloud, region, zone, template.instance_type, market, reservation
-                )
-                key = f"{self.name}/{machine_id}/{zone}/{template.instance_type}"
-                try:
-                    inst = self.sim.cloud.launch(
-                        place, self.sim.now, key, gpus_of(template.instance_type)
-                    )
-                except ProviderError:
-                    continue
-                self.instances[machine_id] = inst
-                self.machine_of[inst.iid] = machine_id
-                self.sim.launched(inst)
-                return inst
+        """One machine in the first place of its launch order that takes it, walked as the
+        runtime's ``launch_pooled`` walks (:class:`~corral.shared.machine_walk.MachineWalk`)
+        over the blocks every launch shares: blocked places passed over, refusals remembered."""
+        now = self.sim.now
+        walk = MachineWalk.of(
+            self.cloud,
+            templates,
+            self.zones,
+            self.memory.active_until(now),
+            accelerator_of=self.accelerator,
+            rule=self.block_rule,
+        )
+        while isinstance(step := walk.next(), Attempt):
+            at = walk.places[step.index]
+            place = Placement(
+                self.cloud, at.region, at.zone, at.instance_type, at.launch_market, at.reservation
+            )
+            key = f"{self.name}/{machine_id}/{at.zone}/{at.instance_type}"
+            try:
+                inst = self.sim.cloud.launch(place, now, key, gpus_of(at.instance_type))
+            except ProviderError as exc:
+                block = walk.failed(step.index, exc)
+                if block is not None:
+                    self.memory.add(block, now, self.sim.timers.blocked_ttl_s)
+                continue
+            self.instances[machine_id] = inst
+            self.machine_of[inst.iid] = machine_id
+            self.sim.launched(inst)
+            return inst
         return None
 
-    def zones(self, template: LaunchTemplate, reservation: str | None) -> list[tuple[str, str]]:
+    def zones(self, template: LaunchTemplate) -> list[tuple[str, str]]:
+        """Where the catalog offers a template's type (a reservation's zone alone), as the
+        runtime's ``launch.zones_for`` asks its provider (the walk keeps the template's own
+        ``zones`` of them)."""
+        reservation = reservation_of(template.advanced_instance_config)
         if reservation is not None:
             res = self.sim.cloud.reservations.get(reservation)
             if res is None:
                 return []
             return [(res.zone, self.sim.cloud.regions[(res.cloud, res.zone)])]
         offered = self.sim.catalog.instance_type(self.cloud, template.instance_type)
-        pairs = [(o.zone, o.region) for o in offered]
-        return [p for p in pairs if template.zones is None or p[0] in template.zones]
+        return [(o.zone, o.region) for o in offered]
+
+    def accelerator(self, instance_type: str) -> str | None:
+        found = self.sim.catalog.instance_type(self.cloud, instance_type)
+        return found[0].accelerator if found else None
 
     def gpus(self, instance_type: str) -> int:
         found = self.sim.catalog.instance_type(self.cloud, instance_type)
@@ -194,9 +218,16 @@ class MachinePoolSim(_Pooled[PoolLedger]):
     """One registered machine pool."""
 
     def __init__(
-        self, sim: Sim, name: str, pool: MachinePool, cloud: str, budgets: tuple[Budget, ...]
+        self,
+        sim: Sim,
+        name: str,
+        pool: MachinePool,
+        cloud: str,
+        budgets: tuple[Budget, ...],
+        memory: BlockMemory | None = None,
+        block_rule: BlockRule = Block.for_error,
     ) -> None:
-        super().__init__(sim, name, cloud)
+        super().__init__(sim, name, cloud, memory, block_rule)
         self.pool = pool
         self.types = machine_types_of(pool)
         self.ledger = PoolLedger(pool=name)
@@ -363,9 +394,15 @@ class DeterminedSim(_Pooled[DetLedger]):
     """The registered master config: every resource pool, agents grown for waiting tasks."""
 
     def __init__(
-        self, sim: Sim, name: str, master: MasterConfig, budgets: tuple[Budget, ...]
+        self,
+        sim: Sim,
+        name: str,
+        master: MasterConfig,
+        budgets: tuple[Budget, ...],
+        memory: BlockMemory | None = None,
+        block_rule: BlockRule = Block.for_error,
     ) -> None:
-        super().__init__(sim, name, "")
+        super().__init__(sim, name, "", memory, block_rule)
         self.pools = resolve_pools(master)
         self.limits = pool_limits(self.pools, sim.catalog)
         self.ledger = DetLedger(master=name)

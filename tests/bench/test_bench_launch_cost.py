@@ -7,7 +7,11 @@ stack idle for as long, in one run.
   processes take idle over as long; Flower, the `corral up` supervisor and the local
   machines (their agents and launchers) are left out;
 - Redis commands per launch: the sum of INFO commandstats calls over the same windows (every
-  client counted: the local agents, Celery's task events, Flower), idle subtracted.
+  client counted: the local agents, Celery's task events, Flower; the commands a Lua script
+  runs count too), idle subtracted;
+- Celery task messages per launch: the LPUSH calls among them (kombu's Redis transport
+  publishes each task message, a retry's and a countdown's included, with one LPUSH; nothing
+  of Corral's pushes on a list from the left), idle subtracted.
 
 The idle rate is measured before the jobs, over ``IDLE_S``, and scaled to the jobs' window.
 ``CORRAL_BENCH_SCALE=small``: 20 jobs, 3 s idle, 1 s to settle. Full: 100 jobs, 40 s idle, 10 s
@@ -171,7 +175,9 @@ def test_control_plane_cost_per_launch(tmp_path: Path) -> None:
         f"\nlaunch cost: {JOBS} short jobs over HTTP on `corral up` in {busy_s:.1f} s; "
         f"control-plane CPU {cpu_ms:.1f} ms per launch (target <= 10: "
         + ", ".join(f"{r} {v:.1f}" for r, v in per_role.items())
-        + f"); Redis {cmds:.0f} commands per launch (target <= 60); idle: "
+        + f"); Redis {cmds:.0f} commands per launch (target <= 60); Celery task messages "
+        f"{by_command.get('lpush', 0.0):.1f} per launch (kombu's LPUSH: nothing else pushes); "
+        "idle: "
         f"{idle_ms_s:.1f} ms CPU and {(cmd1['total'] - cmd0['total']) / idle_s:.0f} commands "
         "per second; most per launch: "
         + ", ".join(f"{c} {n:.0f}" for c, n in top)

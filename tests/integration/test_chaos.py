@@ -14,8 +14,6 @@ import concurrent.futures
 import contextlib
 import os
 import random
-import signal
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,11 +23,10 @@ import pytest
 
 from faults import (
     Account,
+    Monkey,
     account,
     cancel_all,
-    children_of,
     submit_patiently,
-    supervised,
     wait_ready,
     wait_settled,
 )
@@ -41,59 +38,6 @@ LAUNCHES = int(os.environ.get("CORRAL_CHAOS_LAUNCHES", "15"))
 WAVE = 30  # launches at once (the chaos cloud holds 120 machines)
 STRIKES = int(os.environ.get("CORRAL_CHAOS_STRIKES", "8"))  # faults per wave, at most
 SEED = int(os.environ.get("CORRAL_CHAOS_SEED", "13"))
-VICTIMS = ("schedule", "provision", "autoscale", "pool-process", "beat", "api", "redis", "pause")
-
-
-class Monkey:
-    """Kills or pauses one of `corral up`'s processes every 1-2.5 s, each kind in turn (in a
-    random order), ``STRIKES`` times per wave."""
-
-    def __init__(self, up: Up, rng: random.Random) -> None:
-        self.up, self.rng = up, rng
-        self.done = threading.Event()
-        self.faults: Counter[str] = Counter()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Monkey:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.thread.join(STRIKES * 4)  # the wave's faults all land, even after it settled
-        self.done.set()
-        self.thread.join(30)
-
-    def _run(self) -> None:
-        order: list[str] = []
-        while sum(self.faults.values()) < STRIKES and not self.done.wait(self.rng.uniform(1, 2.5)):
-            if not order:  # every kind of fault once, in a random order, then again
-                order = self.rng.sample(VICTIMS, len(VICTIMS))
-            victim = order.pop()
-            with contextlib.suppress(ProcessLookupError, AssertionError, pytest.fail.Exception):
-                self._strike(victim)
-                self.faults[victim] += 1
-
-    def _find(self, what: str) -> int:
-        return supervised(self.up, what, timeout_s=5)  # restarting: strike something else
-
-    def _strike(self, victim: str) -> None:
-        if victim == "pause":
-            pid = self._find("redis-server")
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                time.sleep(self.rng.uniform(1.0, 3.0))
-            finally:
-                os.kill(pid, signal.SIGCONT)
-        elif victim == "pool-process":
-            worker = self._find(self.rng.choice(("schedule", "provision")))
-            pool = list(children_of(worker))
-            if not pool:
-                raise ProcessLookupError
-            os.kill(self.rng.choice(pool), signal.SIGKILL)
-        elif victim == "redis":
-            os.kill(self._find("redis-server"), signal.SIGKILL)
-        else:
-            os.killpg(self._find(victim), signal.SIGKILL)
 
 
 def test_chaos_loses_fails_duplicates_and_leaks_nothing(tmp_path: Path) -> None:
@@ -109,7 +53,7 @@ def test_chaos_loses_fails_duplicates_and_leaks_nothing(tmp_path: Path) -> None:
         redis_url = (home / "redis-url").read_text().strip()
         for wave, start in enumerate(range(0, LAUNCHES, WAVE)):
             names = [f"w{wave}-{i}" for i in range(start, min(LAUNCHES, start + WAVE))]
-            with Monkey(up, rng) as monkey:
+            with Monkey(up, rng, STRIKES) as monkey:
                 with concurrent.futures.ThreadPoolExecutor(8) as pool:
                     got = pool.map(lambda n: submit_patiently(url, headers, n), names)
                     ids = [rid for rid in got if rid]

@@ -165,8 +165,7 @@ def test_spot_at_most_on_demand_and_per_zone_on_aws(catalog: Catalog) -> None:
     # skypilot-catalog v9 records a spot price for p4de.24xlarge in every zone it lists (the
     # 2024 rows had none).
     assert all(
-        o.spot_price_usd_per_hour is not None
-        for o in catalog.instance_type("aws", "p4de.24xlarge")
+        o.spot_price_usd_per_hour is not None for o in catalog.instance_type("aws", "p4de.24xlarge")
     )
 
 

@@ -132,3 +132,47 @@ def test_spot_never_above_on_demand(catalog: Catalog) -> None:
         for o in catalog.offerings
         if o.cloud in ("aws", "gcp")
     )
+
+
+# The SkyPilot-format AWS catalog of 2026-05-20 lists each common CPU family in these regions
+# (me-south-1, opt-in, has none of them; m6i, c6i and r6i are missing where that file has no rows).
+CPU_FAMILY_GAPS = {
+    "m5": {"me-south-1"},
+    "m7i": {"me-south-1"},
+    "c5": {"me-south-1"},
+    "c7i": {"me-south-1"},
+    "r5": {"me-south-1"},
+    "m6i": {"me-south-1", "ap-southeast-4", "eu-south-2"},
+    "r6i": {"me-south-1", "ap-southeast-3", "ap-southeast-4", "eu-south-2"},
+    "c6i": {"me-south-1", "ap-southeast-3", "ap-southeast-4", "eu-south-2", "me-central-1"},
+}
+
+
+@pytest.mark.parametrize("family", sorted(CPU_FAMILY_GAPS))
+def test_common_aws_cpu_families_in_every_region_the_source_lists(
+    catalog: Catalog, family: str
+) -> None:
+    aws = [o for o in catalog.offerings if o.cloud == "aws"]
+    sizes = ("large", "xlarge", "2xlarge", "4xlarge")
+    for size in sizes:
+        regions = {o.region for o in aws if o.instance_type == f"{family}.{size}"}
+        assert regions >= AWS_REGIONS - CPU_FAMILY_GAPS[family], f"{family}.{size}"
+    # Each row of the family priced on demand; spot never above it.
+    rows = [o for o in aws if o.instance_type.startswith(f"{family}.")]
+    assert rows and all(o.price_usd_per_hour > 0 for o in rows)
+    assert all(
+        o.spot_price_usd_per_hour is None or o.spot_price_usd_per_hour <= o.price_usd_per_hour
+        for o in rows
+    )
+
+
+def test_m6i_large_rows_are_the_sources(catalog: Catalog) -> None:
+    """Two rows read back against the source file (anycloud-sh/catalog aws/vms.csv, 5134b89)."""
+    rows = {
+        (o.region, o.zone): (o.price_usd_per_hour, o.spot_price_usd_per_hour)
+        for o in catalog.offerings
+        if o.cloud == "aws" and o.instance_type == "m6i.large"
+    }
+    assert {r for r, _ in rows} >= {"us-east-1", "ap-south-1", "eu-west-1"}
+    us_east_1 = {p for (r, _), (p, _s) in rows.items() if r == "us-east-1"}
+    assert us_east_1 == {0.096}

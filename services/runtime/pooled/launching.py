@@ -1,14 +1,16 @@
 """One pooled machine up (provisioning worker): a machine pool's machine or a Determined
 agent, launched through the one launch path (:mod:`corral.services.runtime.launch`) from the
-templates its kind gives. The launch returns once the cloud took it; the boot watch records the
-machine up in the ledger (:func:`booted`), or failed so that its work waits again
-(:func:`boot_failed`)."""
+templates its kind gives, in the first place that the zone walk a direct launch also uses
+picks (:func:`launch_pooled`, :mod:`corral.shared.machine_walk`: the same block memory). The
+launch returns once the cloud took it; the boot watch records the machine up in the ledger
+(:func:`booted`), or failed so that its work waits again (:func:`boot_failed`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from corral.services.providers.base import (
@@ -19,15 +21,27 @@ from corral.services.providers.base import (
     ProviderInstance,
 )
 from corral.services.queues import dispatch
+from corral.services.runtime.attempt_record import keep_block, slowed_by_us
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.launch import LaunchDeferred, boot_error, launch_on_zones, market_of
+from corral.services.runtime.launch import (
+    LaunchDeferred,
+    boot_error,
+    market_of,
+    start,
+    zones_for,
+)
+from corral.services.runtime.planning import accelerator_of
 from corral.services.runtime.pooled.kind_registry import kind_named
 from corral.services.runtime.pooled.pool_kind import PoolKind
 from corral.services.state.boots import Boot
 from corral.services.state.pool_store import PoolRecord
+from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import ProviderError
-from corral.shared.merge import MergeError
+from corral.shared.failover_plan import Attempt
+from corral.shared.machine_walk import MachinePlace, MachineWalk, failure_block
+from corral.shared.merge import MergeError, merge_advanced_instance_config
+from corral.shared.placement import Block
 from corral.shared.scheduling.fallback import PASS_AFTER_S, FallbackPolicy, Setback
 from corral.shared.waiting import utc_clock
 
@@ -61,7 +75,7 @@ def _launch(deps: Deps, kind: PoolKind, record: PoolRecord, machine_id: str, mac
         return _failed(deps, kind, record, machine_id, machine, order)
     tags = {TAG_MANAGED: "true", TAG_POOL: record.name, TAG_MACHINE: machine_id}
     label = f"pool-{record.name}"
-    # The spec's place is filled in per zone by launch_on_zones.
+    # The spec's place is filled in per place by launch_pooled.
     spec = LaunchSpec(
         request_id=label,
         attempt_id=machine_id,
@@ -75,24 +89,80 @@ def _launch(deps: Deps, kind: PoolKind, record: PoolRecord, machine_id: str, mac
     boot = Boot(
         kind="pool_machine", spec=spec, deadline=deadline, pool=record.name, machine_id=machine_id
     )
-    errors: list[str] = []
-    for template in order.templates:
+    try:
+        launch_pooled(deps, order.cloud, order.templates, label, boot, order.extra)
+    except LaunchDeferred as full:
+        dispatch.pool_machine(
+            record.name, machine_id, order.cloud, countdown=full.wait_s, settings=deps.settings
+        )
+        return "deferred"
+    except ProviderError as exc:
+        return _failed(deps, kind, record, machine_id, machine, str(exc) or "no zone offers it")
+    except MergeError as exc:
+        why = f"advanced_instance_config: {exc}"
+        return _failed(deps, kind, record, machine_id, machine, why)
+    return "booting"
+
+
+def launch_pooled(
+    deps: Deps,
+    cloud: str,
+    templates: Sequence[LaunchTemplate],
+    label: str,
+    boot: Boot,
+    extra: dict[str, Any] | None = None,
+) -> LaunchSpec:
+    """Start one pooled machine in the first place of its launch order that takes it (each
+    template in order, in the zones that offer it; a reserved template in its reservation's
+    zone), idempotent by the boot's attempt id, and hand it to the boot watch; returns the
+    spec launched. The walk is :class:`corral.shared.machine_walk.MachineWalk`'s, over the
+    blocks every launch remembers: a place a block covers is passed over without a call, and
+    a refusal is remembered at its scope for every later launch. Raises a ProviderError whose
+    text is the walk's account when no place took it, MergeError for a bad ``extra`` config
+    (at the first try of its template), LaunchDeferred when the cloud's limits are full.
+    ``boot`` is the watch's record of it (its spec is filled in per place here)."""
+    attempt_id, tags = boot.spec.attempt_id, boot.spec.tags
+    now = deps.now()
+    walk = MachineWalk.of(
+        cloud,
+        templates,
+        lambda template: zones_for(deps, cloud, template),
+        [(b.block, b.until) for b in deps.blocks.active(now)],
+        accelerator_of=lambda itype: accelerator_of(deps, cloud, itype),
+    )
+    configs: dict[int, dict[str, Any]] = {}
+    while isinstance(step := walk.next(), Attempt):
+        at = walk.places[step.index]
+        if at.template not in configs:
+            config = dict(templates[at.template].advanced_instance_config)
+            if extra:
+                config = merge_advanced_instance_config(cloud, config, extra)
+            configs[at.template] = config
+        spec = LaunchSpec(
+            request_id=label,
+            attempt_id=attempt_id,
+            cloud=cloud,
+            region=at.region,
+            zone=at.zone,
+            instance_type=at.instance_type,
+            market=at.launch_market,
+            count=1,
+            advanced_instance_config=configs[at.template],
+            tags=tags,
+        )
+        started = deps.now()
         try:
-            launch_on_zones(deps, order.cloud, template, label, boot, order.extra)
-        except LaunchDeferred as full:
-            dispatch.pool_machine(
-                record.name, machine_id, order.cloud, countdown=full.wait_s, settings=deps.settings
-            )
-            return "deferred"
+            start(deps, boot.model_copy(update={"spec": spec}))
         except ProviderError as exc:
-            errors.append(str(exc))
+            block = walk.failed(step.index, exc, remember=not slowed_by_us(deps, exc, started))
+            if block is not None:
+                keep_block(deps, block, exc)
             continue
-        except MergeError as exc:
-            why = f"advanced_instance_config: {exc}"
-            return _failed(deps, kind, record, machine_id, machine, why)
-        return "booting"
-    why = "; ".join(errors) or "no zone offers it"
-    return _failed(deps, kind, record, machine_id, machine, why)
+        if walk.passed_over:
+            log.info("%s: %s passed over %s", label, attempt_id, walk.account())
+        return spec
+    last = walk.tried[-1][1].code if walk.tried else ("Blocked" if walk.passed else "NoZone")
+    raise ProviderError(walk.account() or f"no zone of {cloud} offers it", code=last)
 
 
 def booted(deps: Deps, boot: Boot, got: ProviderInstance) -> str:
@@ -110,11 +180,34 @@ def boot_failed(deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstan
     there is of it; its work waits for the next pass."""
     if found:
         deps.provider(boot.spec.cloud).terminate([p.provider_id for p in found])
+    exc = boot_error(verdict)
+    _remember_boot(deps, boot, exc)
     machine = _machine(deps, boot)
     if machine is None:
         return "released"
     kind, record, m = machine
-    return _failed(deps, kind, record, boot.key, m, str(boot_error(verdict)))
+    return _failed(deps, kind, record, boot.key, m, str(exc))
+
+
+def _remember_boot(deps: Deps, boot: Boot, exc: ProviderError) -> None:
+    """A failed boot is remembered as a direct attempt's is (``provisioning.boot_failed``): a
+    machine lost while starting blocks its zone's type and market, a launch that timed out
+    its region, one whose agent never registered nothing; by the walk's own rule
+    (:func:`corral.shared.machine_walk.failure_block`). A timeout an outage of ours overlapped
+    blocks nothing: the launch is taken to have begun a whole attempt deadline before the
+    boot's (a pool's own, longer deadline makes that later than it was: never a block too
+    many)."""
+    spec = boot.spec
+    cloud = spec.cloud
+    place = MachinePlace.launched(
+        spec.place,
+        spec.advanced_instance_config,
+        lambda itype: accelerator_of(deps, cloud, itype),
+    )
+    began = boot.deadline - deps.settings.timers.attempt_deadline_s
+    block = failure_block(exc, place, Block.for_error)
+    if block is not None and not slowed_by_us(deps, exc, began):
+        keep_block(deps, block, exc)
 
 
 def _machine(deps: Deps, boot: Boot) -> tuple[PoolKind, PoolRecord, Any] | None:

@@ -166,7 +166,39 @@ def test_one_direct_launch_costs_a_few_redis_commands(driver: Driver, redis_url:
     # 48 before the fourth round: the registered pools read at submit (a plain task cannot go
     # to one), the index of every instance, one script per record at RUNNING (now one for the
     # instance and the request together). 45 before the fifth: the index of every request.
-    assert sum(took.values()) == 44
+    # 44 before issue #48's launch-path round: the attempt's claim released (a script of three
+    # commands) rather than left to lapse once the attempt is over.
+    assert sum(took.values()) == 41
+
+
+def test_a_failed_zone_costs_a_few_redis_commands_more(driver: Driver, redis_url: str) -> None:
+    # The commands one sold-out zone adds to a launch (the fake cloud's refusal costs none):
+    # its claim (1), the block remembered (a script: 3), the blocks read for the walk (1), the
+    # walk's one compare-and-set (the failed outcome, the next step and its attempt started: a
+    # script, 3) and one progress-line command for the failure's line and the walk's (1).
+    client = redis.Redis.from_url(redis_url)
+    skip = {"cmdstat_info", "cmdstat_hello", "cmdstat_client|setinfo", "cmdstat_script|load"}
+
+    def launch_commands(failed_zones: int) -> int:
+        for _ in range(failed_zones):
+            sold_out = CapacityError("sold out", code="InsufficientCapacity")
+            driver.fake.fail_next(sold_out, "lab-east-a")
+        driver.deps.blocks.clear()
+        before = Counter({k: int(v["calls"]) for k, v in client.info("commandstats").items()})
+        rid = requests.submit(driver.deps, Task.model_validate(SERVICE)).id
+        driver.run()
+        after = Counter({k: int(v["calls"]) for k, v in client.info("commandstats").items()})
+        req = driver.deps.store.get_request(rid)
+        assert req is not None and req.state == RequestState.RUNNING
+        return sum(n for k, n in (after - before).items() if k not in skip)
+
+    launch_commands(0)  # connections and scripts warm
+    launch_commands(1)
+    extra = launch_commands(1) - launch_commands(0)
+    print(f"\none failed zone: {extra} commands more")
+    # 13 before issue #48's launch-path round: the failure's line in a command of its own,
+    # the failed attempt's claim released (a script of three commands).
+    assert extra == 9
 
 
 @pytest.fixture

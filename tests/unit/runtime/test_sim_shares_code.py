@@ -22,7 +22,16 @@ from runtime_driver import SMALL_POOL, SMALL_POOL_WORKLOAD, Driver
 
 from corral.services.runtime import requests
 from corral.services.runtime.pooled.registry import apply_pool
-from corral.shared import blocking, budgets, failover, failover_plan, planner, reservations, routing
+from corral.shared import (
+    blocking,
+    budgets,
+    failover,
+    failover_plan,
+    machine_walk,
+    planner,
+    reservations,
+    routing,
+)
 from corral.shared.config.task import Task
 from corral.shared.scheduling import det_ledger, determined, ledger, machine_pools, pool_passes
 from corral.shared.sim.run import run_policy
@@ -32,13 +41,16 @@ from corral.shared.sim.workload import generate, load_workload
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "sim"
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
-# What decides: the planner, a failover step, the blocked-scope memory, routing, both pool
-# passes with the schedulers and ledger steps under them, and the budget check.
+# What decides: the planner, a failover step, the blocked-scope memory, a pooled machine's
+# walk, routing, both pool passes with the schedulers and ledger steps under them, and the
+# budget check.
 DECIDERS: dict[str, Callable[..., Any]] = {
     "planner.plan": planner.plan,
     "failover_plan.plan_step": failover_plan.plan_step,  # the walk's one decision
     "failover.next_step": failover.next_step,
     "blocking.is_blocked": blocking.is_blocked,
+    # A pooled machine's zone walk over the same blocks (issue #48 item 2).
+    "machine_walk.MachineWalk.next": machine_walk.MachineWalk.next,
     "routing.route_with_plan": routing.route_with_plan,  # routing.route wraps it
     "pool_passes.machine_pool_pass": pool_passes.machine_pool_pass,
     "machine_pools.schedule": machine_pools.schedule,
@@ -269,4 +281,32 @@ def test_a_release_frees_capacity_by_the_same_rule_in_both(driver: Driver, tmp_p
     (tmp_path / "w.yaml").write_text(FULL_ZONE_WORKLOAD)
     with entered() as simulator:
         run_policy(load_scenario(tmp_path / "s.yaml"), load_workload(tmp_path / "w.yaml"), "corral")
+    assert {n for n, c in codes.items() if simulator.get(id(c)) is c} == set(codes)
+
+
+def test_a_pooled_machines_refusal_is_remembered_by_the_same_rule_in_both(
+    driver: Driver, tmp_path: Path
+) -> None:
+    """What a pooled machine's refused launch blocks (for every later launch, pooled or
+    direct) is :func:`corral.shared.machine_walk.failure_block` in the runtime's
+    ``launch_pooled`` and in the simulator's pools alike, over the one block rule
+    (:meth:`~corral.shared.placement.Block.for_error`)."""
+    from corral.shared.errors import CapacityError
+    from corral.shared.placement import Block
+
+    codes = {f.__name__: f.__code__ for f in (machine_walk.failure_block,
+                                              Block.for_error.__func__)}  # fmt: skip
+    apply_pool(driver.deps, name="small", kind="machine_pool", file_name="p.yaml", spec=SMALL_POOL,
+               cloud="local")  # fmt: skip
+    driver.queue.clear()
+    driver.fake.fail_next(CapacityError("lab-east-a sold out", code="X"), "lab-east-a")
+    with entered() as runtime:
+        requests.submit(driver.deps, Task.model_validate(WORKLOAD))
+        driver.run(until=lambda: len(driver.fake.launched()) == 2)
+    assert {n for n, c in codes.items() if runtime.get(id(c)) is c} == set(codes)
+    assert [b.block.zone for b in driver.deps.blocks.active(driver.deps.now())] == ["lab-east-a"]
+    scenario = load_scenario(EXAMPLES / "day-scenario.yaml")
+    workload = load_workload(EXAMPLES / "day-workload.yaml")
+    with entered() as simulator:
+        run_policy(scenario, workload, "corral")
     assert {n for n, c in codes.items() if simulator.get(id(c)) is c} == set(codes)
