@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import chain, compress
+from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -249,11 +251,72 @@ def note(workload: Workload, setback: Setback, now: float) -> Pending:
     return Pending(workload_id=workload.workload_id, code="backing_off", reason=text)
 
 
-def thresholds(workloads: Mapping[str, Workload], setbacks: Mapping[str, Setback]) -> list[float]:
-    """The times a pass reads from the setbacks: a pause's end, a group's return."""
-    out = []
+def seen_at(
+    workloads: Mapping[str, Workload], setbacks: Mapping[str, Setback], now: float
+) -> tuple[dict[str, Workload], dict[str, Pending], dict[str, str]]:
+    """What a pass at ``now`` reads of the setbacks, in one walk over them: the workloads
+    :func:`narrowed` changes (by id), :func:`holds_back`, and :func:`passed_over` of each
+    workload that passes a group over (by id, "" left out). A long queue in which nearly
+    every workload has failed a launch asks this every pass: each workload's answers are
+    kept between the times its setback names (a pause's end, a group's return), and only
+    worked out again when its workload, its setback or that span changed."""
+    changed: dict[str, Workload] = {}
+    held: dict[str, Pending] = {}
+    gone: dict[str, str] = {}
+    memo = _VIEWS
     for wid, setback in setbacks.items():
-        if wid in workloads:
-            out.append(setback.retry_at)
-            out.extend(setback.avoid.values())
+        workload = workloads.get(wid)
+        if workload is None:
+            continue
+        view = memo.get(wid)
+        if (
+            view is None
+            or view[0] is not workload
+            or view[1] is not setback
+            or not view[2] <= now < view[3]
+        ):
+            view = _view(workload, setback, now)
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            memo[wid] = view
+        if view[4] is not workload:
+            changed[wid] = view[4]
+        if view[5] is not None:
+            held[wid] = view[5]
+        if view[6]:
+            gone[wid] = view[6]
+    return changed, held, gone
+
+
+_View = tuple[Workload, Setback, float, float, Workload, Pending | None, str]
+_VIEWS: dict[str, _View] = {}
+
+
+def _view(workload: Workload, setback: Setback, now: float) -> _View:
+    """The workload's answers at ``now`` and the span of times they hold for: the groups'
+    returns and the pause's end around ``now``."""
+    since, until = _span(setback, now)
+    retry_at = setback.retry_at
+    if retry_at > now:
+        until = min(until, retry_at)
+    else:
+        since = max(since, retry_at)
+    held = None
+    if workload.phase == "pending" and retry_at > now:
+        held = _seen(_NOTES, workload, setback, now, note)
+    seen = narrowed(workload, setback, now)
+    return (workload, setback, since, until, seen, held, passed_over(setback, now))
+
+
+def thresholds(workloads: Mapping[str, Workload], setbacks: Mapping[str, Setback]) -> list[float]:
+    """The times a pass reads from the setbacks: a pause's end, a group's return (the pauses'
+    ends first; read at C speed, a queue of thousands backing off is asked after each pass)."""
+    mine = list(map(_FIELDS, compress(setbacks.values(), map(workloads.__contains__, setbacks))))
+    out = list(map(_RETRY_AT, mine))
+    out.extend(chain.from_iterable(map(dict.values, map(_AVOID, mine))))
     return out
+
+
+_FIELDS = attrgetter("__dict__")  # a model's fields as stored
+_RETRY_AT = itemgetter("retry_at")
+_AVOID = itemgetter("avoid")

@@ -16,6 +16,7 @@ partition, so the real machines of a partition never exceed its size either.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from operator import attrgetter, itemgetter
 from typing import ClassVar
 
 from pydantic import BaseModel, Field
@@ -23,6 +24,7 @@ from pydantic import BaseModel, Field
 from ..budgets import BudgetSpend
 from ..lifecycle import MachineStatus
 from ..placement import Placement
+from . import trusted
 from .fallback import FallbackPolicy, Setback, after_failure, note
 from .model import (
     Machine,
@@ -35,6 +37,11 @@ from .model import (
     Workload,
 )
 from .pooled import PooledMachine
+
+_FIELDS = attrgetter("__dict__")  # a model's fields as stored (read at C speed)
+_WORKLOAD_ID = itemgetter("workload_id")
+
+_NO_CHANGE: dict[str, object] = {}  # a copy of a machine as it is (``trusted.updated``)
 
 REAPING_OWNER = "~reaping"  # what a reaped machine is "held by" until it is gone
 
@@ -152,7 +159,7 @@ def copy_ledger(ledger: PoolLedger) -> PoolLedger:
     are shared."""
     return ledger.model_copy(
         update={
-            "machines": {k: m.model_copy() for k, m in ledger.machines.items()},
+            "machines": {k: trusted.updated(m, _NO_CHANGE) for k, m in ledger.machines.items()},
             "workloads": dict(ledger.workloads),
             "reservations": list(ledger.reservations),
             "free_since": dict(ledger.free_since),
@@ -209,8 +216,8 @@ def commit(
         if machine is not None and machine.workload_id is None:
             machine.move(MachineStatus.REAPING)
     out.reservations = list(plan.reservations)
-    for pending in plan.pending:
-        out.notes[pending.workload_id] = pending
+    pending = plan.pending
+    out.notes.update(zip(map(_WORKLOAD_ID, map(_FIELDS, pending)), pending, strict=True))
     refresh_free_since(out, machine_types, now)
     return out
 

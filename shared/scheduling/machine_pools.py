@@ -66,17 +66,18 @@ def schedule(
     pending: list[Pending] = []
     verdicts: dict[VerdictKey, Pending] | None = {} if reuse_verdicts else None
     holding, fit_and_take = state.holding, state.fit_and_take
-    for workload in queue(state):
+    waiting, kinds = _queue(state)
+    for workload, its_kind in zip(waiting, kinds, strict=True):
         # The common cases first, as _decide would take them: no room held for it, and alike
         # work was told it waits since the last move (then so is it), or the free room is
         # enough. A move forgets what alike work was told, as after _decide.
         own = workload.__dict__  # its fields (see FIELDS)
         kind = None  # its verdict key, when looked up and not found
         if verdicts and own["workload_id"] not in holding:
-            kind = _verdict_key(state, workload)
+            kind = its_kind
             known = verdicts.get(kind)
             if known is not None:
-                pending.append(trusted.pending_for(known, own["workload_id"]))
+                pending.append(_told_too(known, own["workload_id"]))
                 continue
         if own["on_full"] == "fallback" and own["workload_id"] not in holding:
             done = fit_and_take(workload, own)
@@ -134,9 +135,15 @@ def schedule(
 
 def queue(state: PoolState) -> list[Workload]:
     """Pending workloads in the order they are considered (see the module docstring)."""
+    return _queue(state)[0]
+
+
+def _queue(state: PoolState) -> tuple[list[Workload], list[VerdictKey]]:
+    """``queue`` and each of its workloads' verdict key (:func:`_verdict_key`), read
+    together at C speed."""
     waiting = state.pending()
     if not waiting:
-        return []
+        return [], []
     # The best rule priority a machine type's partitions give, per labels: machine types
     # alike in rules (the same rule objects) give the same, so a table per label id maps
     # rules to it, filled as asked. Read for the whole queue at C speed. Rule priorities are
@@ -171,7 +178,8 @@ def queue(state: PoolState) -> list[Workload]:
         list(map(neg, best)),
     ):
         order.sort(key=keys.__getitem__)
-    return list(map(waiting.__getitem__, order))
+    kinds = list(zip(lids, map(_KIND_FIELDS, fields), strict=True))
+    return list(map(waiting.__getitem__, order)), list(map(kinds.__getitem__, order))
 
 
 def _same_everywhere(state: PoolState, tables: dict[int, _BestIn]) -> dict[int, int] | None:
@@ -220,21 +228,35 @@ class _BestIn(dict[tuple[int, ...] | None, int]):
 
 
 # What decides whether a workload without held room can be placed or can preempt, and what
-# it is told: its labels (their label id: rules), group order, nodes, mode, own priority, its
-# preemptor.
-VerdictKey = tuple[int, tuple[str, ...], int, str, int, str | None]
+# it is told: its labels (their label id: rules), and its group order, nodes, mode, own
+# priority and preemptor (a preempted workload is told who preempted it).
+VerdictKey = tuple[int, tuple[tuple[str, ...], int, str, int, str | None]]
+_KIND_FIELDS = itemgetter("group_order", "num_nodes", "on_full", "priority", "preempted_by")
 
 
 def _verdict_key(state: PoolState, workload: Workload) -> VerdictKey:
-    own = workload.__dict__  # its fields (see FIELDS)
-    return (
-        state.label_id(workload),
-        own["group_order"],
-        own["num_nodes"],
-        own["on_full"],
-        own["priority"],
-        own["preempted_by"],  # a preempted workload is told who preempted it
-    )
+    return (state.label_id(workload), _KIND_FIELDS(workload.__dict__))
+
+
+def _told_too(known: Pending, workload_id: str) -> Pending:
+    """What ``known`` says, for this workload (``trusted.pending_for``). A long queue that
+    cannot move is told the same pass after pass: the answer made for a workload is kept and
+    given again while the verdict it was made from is equal (the models are frozen), so a
+    pass makes no model per waiting workload, and what reads the answers next (the notes,
+    the setbacks' reasons) finds the very object it saw before."""
+    said, fields_set = known.__dict__, known.__pydantic_fields_set__
+    kept = _TOLD_TOO.get(workload_id)
+    if kept is not None and (kept[0] is said or kept[0] == said) and kept[1] == fields_set:
+        return kept[2]
+    told = trusted.pending_for(known, workload_id)
+    if len(_TOLD_TOO) >= _TOLD_TOO_MAX:
+        _TOLD_TOO.clear()
+    _TOLD_TOO[workload_id] = (said, fields_set, told)
+    return told
+
+
+_TOLD_TOO: dict[str, tuple[dict[str, Any], set[str], Pending]] = {}
+_TOLD_TOO_MAX = 50_000
 
 
 def _decide(

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import itemgetter
 from typing import Any
 
 from ..budgets import Budget, BudgetSpend, Gate, accrue, budget_rates, for_pools
@@ -25,10 +27,11 @@ from . import trusted
 from .build import market_of
 from .det_ledger import DetLedger, NewAgentId, commit_det, grow, snapshots_of
 from .determined import schedule_pools
-from .fallback import Setback, holds_back, narrowed, passed_over
+from .fallback import seen_at
 from .ledger import NewMachineId, PoolLedger, commit, snapshot_of
 from .machine_pools import schedule
-from .model import DetPlan, MachineTypeState, Pending, Plan, TaskPending
+from .model import DetPlan, MachineTypeState, Pending, Plan, TaskPending, Workload
+from .partitions import FIELDS
 
 NO_REAPING = 10**9  # a pass that must not reap (only a rebalancing pass reaps)
 
@@ -82,15 +85,13 @@ def machine_pool_pass(
     seen without the groups it passes over."""
     snapshot = snapshot_of(ledger, types)
     setbacks = ledger.setbacks
+    backing_off: dict[str, Pending] = {}
+    gone: dict[str, str] = {}
     if setbacks:
+        changed, backing_off, gone = seen_at(ledger.workloads, setbacks, now)
         snapshot = snapshot.model_copy(
-            update={
-                "workloads": tuple(
-                    narrowed(w, setbacks.get(w.workload_id), now) for w in snapshot.workloads
-                )
-            }
+            update={"workloads": _narrowed_all(ledger, snapshot.workloads, changed)}
         )
-    backing_off = holds_back(ledger.workloads, setbacks, now) if setbacks else {}
 
     def run(hidden: Mapping[str, Any]) -> Plan:
         snap = snapshot
@@ -110,7 +111,7 @@ def machine_pool_pass(
     if costing is None or not budgets:
         plan = run(backing_off)
         if setbacks:
-            plan = _told_of_setbacks(plan, backing_off, setbacks, now)
+            plan = _told_of_setbacks(plan, backing_off, gone)
         return commit(ledger, plan, types, now, new_id), plan
     prices = costing.prices
     rates = budget_rates(budgets, _pool_holders(ledger, prices))
@@ -140,24 +141,44 @@ def machine_pool_pass(
         held.update((p.workload_id, p) for p in refused)
     plan = plan.model_copy(update={"pending": (*plan.pending, *held.values())})
     if setbacks:
-        plan = _told_of_setbacks(plan, {}, setbacks, now)
+        plan = _told_of_setbacks(plan, {}, gone)
     after = commit(ledger, plan, types, now, new_id)
     after.budget_spend = _booked(spend, gate)
     return after, plan
 
 
+def _narrowed_all(
+    ledger: PoolLedger, workloads: tuple[Workload, ...], changed: Mapping[str, Workload]
+) -> tuple[Workload, ...]:
+    """The snapshot's workloads (``ledger.workloads``' values, in order) with those that
+    :func:`narrowed` changes (``changed``, by id) put in their places."""
+    if not changed:
+        return workloads
+    out = list(workloads)
+    where = dict(zip(ledger.workloads, range(len(out)), strict=True))
+    for wid, seen in changed.items():
+        out[where[wid]] = seen
+    return tuple(out)
+
+
+_WORKLOAD_ID = itemgetter("workload_id")
+
+
 def _told_of_setbacks(
-    plan: Plan, backing_off: Mapping[str, Pending], setbacks: Mapping[str, Setback], now: float
+    plan: Plan, backing_off: Mapping[str, Pending], gone: Mapping[str, str]
 ) -> Plan:
     """The plan with the workloads held back (``backing_off``) among its waiting ones, and a
-    waiting workload that passes groups over told so: its reason speaks of the groups it may
-    use, not of the ones it waits to use again."""
-    pending = []
-    for p in plan.pending:
-        setback = setbacks.get(p.workload_id)
-        if setback is not None and p.code != "backing_off" and (gone := passed_over(setback, now)):
-            p = _told(p, gone)
-        pending.append(p)
+    waiting workload that passes groups over told so (``gone``: by id, the groups it passes
+    over, as :func:`passed_over` says them): its reason speaks of the groups it may use, not
+    of the ones it waits to use again. Only those in ``gone`` are looked at (a queue of
+    thousands is picked out at C speed)."""
+    pending = list(plan.pending)
+    if gone:
+        ids = list(map(_WORKLOAD_ID, map(FIELDS, pending)))
+        for i in compress(range(len(ids)), map(gone.__contains__, ids)):
+            p = pending[i]
+            if p.code != "backing_off":
+                pending[i] = _told(p, gone[ids[i]])
     return plan.model_copy(update={"pending": (*pending, *backing_off.values())})
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import compress, repeat
+from operator import attrgetter, eq, itemgetter
 from typing import Any, Generic, TypeVar
 
 from ..budgets import Budget
@@ -66,6 +68,8 @@ from .direct import BlockMemory
 from .engine import Sim
 
 LedgerT = TypeVar("LedgerT", PoolLedger, DetLedger)
+_FIELDS = attrgetter("__dict__")  # a model's fields as stored (read at C speed)
+_PHASE = itemgetter("phase")
 
 
 class _Pooled(Generic[LedgerT]):
@@ -288,12 +292,13 @@ class MachinePoolSim(_Pooled[PoolLedger]):
     def sync(self) -> None:
         """Carry the ledger out (the runtime's ``sync``)."""
         now = self.sim.now
-        for wid, workload in list(self.ledger.workloads.items()):
-            if workload.phase == "stopping":
-                self.sim.work_stop(wid)
-                self.started.discard(wid)
-                release(self.ledger, wid, now)
-                self.dirty()
+        workloads = self.ledger.workloads
+        phases = map(_PHASE, map(_FIELDS, workloads.values()))
+        for wid in list(compress(workloads, map(eq, phases, repeat("stopping")))):
+            self.sim.work_stop(wid)
+            self.started.discard(wid)
+            release(self.ledger, wid, now)
+            self.dirty()
         for mid, machine in list(self.ledger.machines.items()):
             if machine.status == "launching" and mid not in self.launching:
                 self._launch(mid)
@@ -341,7 +346,11 @@ class MachinePoolSim(_Pooled[PoolLedger]):
 
     def _start_ready(self) -> None:
         serving = self.ledger.machines_by_workload()
-        for wid, workload in self.ledger.workloads.items():
+        workloads = self.ledger.workloads
+        # Only a workload with machines can start or be handed one: those are picked out
+        # of the queue at C speed, in its order.
+        for wid in list(filter(serving.__contains__, workloads)):
+            workload = workloads[wid]
             if workload.phase != "running":
                 continue
             nodes = [m for m in serving.get(wid, ()) if m.status != "retiring"]

@@ -16,8 +16,11 @@ from corral.shared.scheduling.fallback import (
     narrowed,
     note,
     passed_over,
+    seen_at,
 )
 from corral.shared.scheduling.ledger import PoolLedger, PoolMachine
+from corral.shared.scheduling.machine_pools import _told_too
+from corral.shared.scheduling.model import Pending
 from corral.shared.waiting import utc_clock
 
 ORDER = ("reserved-a100", "spot-a100", "ondemand-a100")
@@ -59,6 +62,70 @@ def test_narrowed_note_and_passed_over_agree_with_working_them_out_at_any_time()
             gone = sorted(g for g, at in setback.avoid.items() if at > now)
             want = ", ".join(f"{g} until {utc_clock(setback.avoid[g])}" for g in gone)
             assert passed_over(setback, now) == want
+
+
+def test_seen_at_gives_in_one_walk_what_each_gives_apart_either_side_of_every_time() -> None:
+    """``seen_at`` (one walk over the setbacks, its answers kept per workload between the
+    setback's times, the pause's end among them) against ``_narrow``, ``note`` and the
+    groups passed over worked out afresh, at times either side of every time a setback names,
+    asked back and forth; a workload placed meanwhile (another object) is seen afresh."""
+    rng = random.Random(4646)
+    policy = FallbackPolicy()
+    workloads: dict[str, Workload] = {}
+    setbacks = {}
+    for n in range(40):
+        w = _workload(f"s{n}")
+        setback = None
+        for failure in range(rng.randint(1, 4)):
+            setback = after_failure(
+                setback,
+                workload_id=w.workload_id,
+                machine_type=rng.choice(ORDER),
+                group_order=ORDER,
+                why="sold out",
+                now=50.0 * failure + n,
+                policy=policy,
+            )
+        assert setback is not None
+        workloads[w.workload_id], setbacks[w.workload_id] = w, setback
+    setbacks["gone"] = setbacks["s0"]  # a setback whose workload left: never seen
+    times = {t for s in setbacks.values() for t in (s.retry_at, *s.avoid.values())}
+    probes = [t + d for t in times for d in (-1e-9, 0.0, 1e-9)] + [0.0, 1e9]
+    rng.shuffle(probes)
+    for round_ in range(3):
+        if round_ == 2:  # placed: another object, another phase
+            for wid in list(workloads)[::3]:
+                workloads[wid] = workloads[wid].model_copy(update={"phase": "running"})
+        for now in probes:
+            changed, held, gone = seen_at(workloads, setbacks, now)
+            for wid, w in workloads.items():
+                setback = setbacks[wid]
+                fresh = _narrow(w, setback, now)
+                assert changed.get(wid, w).group_order == fresh.group_order
+                assert (wid in changed) == (fresh is not w)
+                if w.phase == "pending" and now < setback.retry_at:
+                    assert held[wid] == note(w, setback, now)
+                else:
+                    assert wid not in held
+                left = sorted(g for g, at in setback.avoid.items() if at > now)
+                want = ", ".join(f"{g} until {utc_clock(setback.avoid[g])}" for g in left)
+                assert gone.get(wid, "") == want
+            assert list(held) == [w for w in setbacks if w in held]  # the setbacks' order
+            assert "gone" not in changed and "gone" not in held and "gone" not in gone
+
+
+def test_a_verdict_told_again_is_the_same_answer_while_the_verdict_is_equal() -> None:
+    """A pass tells each waiting workload what one alike was told: the answer kept for a
+    workload is given again for an equal verdict (the same object), and made afresh, equal
+    to ``model_copy``'s, for another."""
+    said = Pending(workload_id="first", code="partition_full", reason="needs 1 node(s), 0 free")
+    first = _told_too(said, "w")
+    assert first == said.model_copy(update={"workload_id": "w"})
+    again = Pending(workload_id="first", code="partition_full", reason="needs 1 node(s), 0 free")
+    assert _told_too(again, "w") is first
+    other = said.model_copy(update={"reason": "needs 1 node(s), 1 free"})
+    assert _told_too(other, "w") == other.model_copy(update={"workload_id": "w"})
+    assert _told_too(other, "w").reason == "needs 1 node(s), 1 free"
 
 
 def test_a_narrowed_workload_is_reused_between_the_setbacks_times_and_not_across_them() -> None:
