@@ -35,7 +35,7 @@ from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import ProviderError, Scope
 from corral.shared.failover import Within, next_step
 from corral.shared.failover_plan import Attempt, Fail, PassedOver
-from corral.shared.placement import Block, Placed, Placement
+from corral.shared.placement import AtPlace, Block, Placed, Placement
 from corral.shared.reservations import reservation_of
 
 # (zone, region) pairs that offer a template's type (its reservation's zone alone, if it has one).
@@ -45,7 +45,7 @@ BlockRule = Callable[[ProviderError, Placed], Block | None]
 
 
 @dataclass(frozen=True, slots=True)
-class MachinePlace:
+class MachinePlace(AtPlace):
     """One place of a pooled machine's launch order: ``template`` is its launch template's
     position. Its ``market`` is ``reserved`` when the template draws on a reservation (what
     blocks and quota families read); :attr:`launch_market` is the market the cloud is asked
@@ -71,26 +71,6 @@ class MachinePlace:
         market = "reserved" if rid is not None else place.market
         at = Placement(place.cloud, place.region, place.zone, place.instance_type, market, rid)
         return cls(at, 0, place.market, accelerator_of)
-
-    @property
-    def cloud(self) -> str:
-        return self.place.cloud
-
-    @property
-    def region(self) -> str:
-        return self.place.region
-
-    @property
-    def zone(self) -> str:
-        return self.place.zone
-
-    @property
-    def instance_type(self) -> str:
-        return self.place.instance_type
-
-    @property
-    def market(self) -> str:
-        return self.place.market
 
     @property
     def reservation(self) -> str | None:

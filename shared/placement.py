@@ -108,6 +108,35 @@ class Placement:
         return block.matches(self)
 
 
+class AtPlace:
+    """A placed thing's place fields read as its own (a planner candidate, a pooled machine's
+    place): blocks and scopes read ``cloud``, ``region``, ``zone``, ``instance_type`` and
+    ``market`` off it. The class declares ``place``."""
+
+    __slots__ = ()
+    place: Placement
+
+    @property
+    def cloud(self) -> str:
+        return self.place.cloud
+
+    @property
+    def region(self) -> str:
+        return self.place.region
+
+    @property
+    def zone(self) -> str:
+        return self.place.zone
+
+    @property
+    def instance_type(self) -> str:
+        return self.place.instance_type
+
+    @property
+    def market(self) -> str:
+        return self.place.market
+
+
 @dataclass(frozen=True, slots=True)
 class Ask:
     """What a candidate asks beyond its place, as blocks read it: its accelerator kind (for

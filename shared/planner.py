@@ -51,7 +51,7 @@ from corral.shared.catalog_names import unknown_accelerator, unknown_instance_ty
 from corral.shared.clouds import PROVIDER_CLOUDS
 from corral.shared.config.task import Resources, Task
 from corral.shared.images import image_regions
-from corral.shared.placement import Pattern, Placement
+from corral.shared.placement import AtPlace, Pattern, Placement
 from corral.shared.quota_families import quota_families
 
 # A CPU task that states neither cpus nor memory gets a general-purpose machine of this size.
@@ -60,7 +60,7 @@ DEFAULT_MIN_MEMORY_GIB = 16.0
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(AtPlace):
     """One step of a failover chain: ``num_nodes`` instances of one type and market in one
     zone (its ``place``), with what each node has and costs."""
 
@@ -70,27 +70,6 @@ class Candidate:
     memory_gib: float
     price_usd_per_hour: float  # per node
     num_nodes: int = 1
-
-    # Its place's fields read as its own (a candidate is placed: blocks and scopes take it).
-    @property
-    def cloud(self) -> str:
-        return self.place.cloud
-
-    @property
-    def region(self) -> str:
-        return self.place.region
-
-    @property
-    def zone(self) -> str:
-        return self.place.zone
-
-    @property
-    def instance_type(self) -> str:
-        return self.place.instance_type
-
-    @property
-    def market(self) -> str:
-        return self.place.market
 
     @property
     def cost_usd_per_hour(self) -> float:
