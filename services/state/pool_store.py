@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from redis import Redis
 
 from corral.services.state.docstore import DocStore
+from corral.services.state.machines import MachineTable
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
 
@@ -47,8 +48,26 @@ def pool_records(redis: Redis, prefix: str) -> DocStore[PoolRecord]:
 
 
 def det_ledgers(redis: Redis, prefix: str) -> DocStore[DetLedger]:
-    return DocStore(redis, prefix, "det-ledger", DetLedger.model_validate_json)
+    """Master configs' ledgers; one stored before the machine table has its agents' cloud
+    ids and places moved into the table as it is read."""
+    table = MachineTable(redis, prefix)
+
+    def read(raw: bytes | str) -> DetLedger:
+        ledger = DetLedger.model_validate_json(raw)
+        table.adopt(("det_pool", ledger.master), ledger.agents)
+        return ledger
+
+    return DocStore(redis, prefix, "det-ledger", read)
 
 
 def pool_ledgers(redis: Redis, prefix: str) -> DocStore[PoolLedger]:
-    return DocStore(redis, prefix, "pool-ledger", PoolLedger.model_validate_json)
+    """Machine pools' ledgers; one stored before the machine table has its machines' cloud
+    ids and places moved into the table as it is read."""
+    table = MachineTable(redis, prefix)
+
+    def read(raw: bytes | str) -> PoolLedger:
+        ledger = PoolLedger.model_validate_json(raw)
+        table.adopt(("pool", ledger.pool), ledger.machines)
+        return ledger
+
+    return DocStore(redis, prefix, "pool-ledger", read)
