@@ -93,7 +93,14 @@ class DeterminedPools:
         return list(ledger.tasks)
 
     def pass_over(
-        self, deps: Deps, record: PoolRecord, ledger: DetLedger, now: float, *, rebalance: bool
+        self,
+        deps: Deps,
+        record: PoolRecord,
+        ledger: DetLedger,
+        now: float,
+        *,
+        rebalance: bool,
+        held: Held,
     ) -> PassResult:
         pools = resolved(record)
         limits = pool_limits(pools, catalog_for(deps))
@@ -108,7 +115,7 @@ class DeterminedPools:
             Costing(budgets, slot_prices(pools, limits, catalog_for(deps))) if budgets else None
         )
         # An up agent's market counts in scheduling: its row of the machine table holds it.
-        markets = {m: row.market for m, row in work.held_rows(deps, ledger.agents.values()).items()}
+        markets = {a: row.market for a in ledger.agents if (row := held.get(a)) is not None}
         after, plans = determined_pass(
             ledger, pools, limits, now, new_id=new_id, costing=costing, markets=markets
         )

@@ -98,7 +98,14 @@ class MachinePools:
         return list(ledger.workloads)
 
     def pass_over(
-        self, deps: Deps, record: PoolRecord, ledger: PoolLedger, now: float, *, rebalance: bool
+        self,
+        deps: Deps,
+        record: PoolRecord,
+        ledger: PoolLedger,
+        now: float,
+        *,
+        rebalance: bool,
+        held: Held,
     ) -> PassResult:
         types = _types(record)
         name, version = record.name, ledger.version

@@ -70,31 +70,42 @@ def run_pass(deps: Deps, name: str, *, rebalance: bool = False) -> str:
         return "no such pool"
     record, kind = found
     computed: list[PassResult] = []
+    rows: list[Mapping[str, Instance]] = [{}]
 
     def step(ledger: Any) -> Any | None:
         computed.clear()
-        result = kind.pass_over(deps, record, ledger, deps.now(), rebalance=rebalance)
+        # The machine table's rows of its machines that came up, read once with the ledger
+        # (one pipelined read): the pass reads an agent's market there, and sync carries on.
+        rows[0] = held = work.held_rows(deps, kind.machines(ledger).values())
+        result = kind.pass_over(deps, record, ledger, deps.now(), rebalance=rebalance, held=held)
         if result.after.model_dump(exclude={"version"}) == ledger.model_dump(exclude={"version"}):
             return None  # nothing to write
         computed.append(result)
         return result.after
 
-    if kind.ledgers(deps).replace(name, step) is None:
+    written = kind.ledgers(deps).replace(name, step)
+    if written is None:
         return "no such pool"
     for result in computed:
         result.log()  # the plan that was written
-    return sync(deps, name)
+    return sync(deps, name, written, rows[0])
 
 
-def sync(deps: Deps, name: str) -> str:
-    """Carry pool ``name``'s ledger out once (idempotent; see the module docstring)."""
+def sync(
+    deps: Deps, name: str, ledger: Any | None = None, held: Mapping[str, Instance] | None = None
+) -> str:
+    """Carry pool ``name``'s ledger out once (idempotent; see the module docstring).
+    ``ledger``, ``held``: the ledger as a pass just wrote (or read) it and its machines' rows
+    (read here when not given)."""
     found = _pool(deps, name)
-    ledger = found[1].ledgers(deps).get(name) if found else None
+    if found is not None and ledger is None:
+        ledger = found[1].ledgers(deps).get(name)
     if found is None or ledger is None:
         return "no such pool"
     record, kind = found
     changed = False
-    held = work.held_rows(deps, kind.machines(ledger).values())
+    if held is None:
+        held = work.held_rows(deps, kind.machines(ledger).values())
     for work_id in kind.work_ids(ledger):
         changed |= kind.sync_work(deps, record, ledger, work_id, held)
     ledger = kind.ledgers(deps).get(name) or ledger

@@ -62,10 +62,17 @@ class PoolKind(Protocol):
 
     # A pass
     def pass_over(
-        self, deps: Deps, record: PoolRecord, ledger: Any, now: float, *, rebalance: bool
+        self,
+        deps: Deps,
+        record: PoolRecord,
+        ledger: Any,
+        now: float,
+        *,
+        rebalance: bool,
+        held: Held,
     ) -> PassResult:
         """The scheduler over a snapshot of ``ledger``, applied to a copy (pure but for
-        reading settings)."""
+        reading settings). ``held``: the table's rows of its machines that came up."""
         ...
 
     def lose_machine(self, ledger: Any, machine_id: str, now: float) -> list[str]:
