@@ -11,6 +11,10 @@ rows share one key space (``P:instance:<id>``: Corral's ids of the kinds never c
 
     P:instance:<id>                       hash {version, json}: one row
     P:machines:owner:<kind>:<owner id>    zset  id -> created_at (the rows of one owner)
+
+A pool's row outlives its place in the ledger (the record of where the machine was); retention
+exports and deletes the rows that ended longer ago than the retention time
+(:meth:`MachineTable.ended_before`, :mod:`corral.services.state.retention`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 from redis import Redis
 
 from corral.services.state.cas import LOST, Lost, until_written
-from corral.shared.lifecycle import InstanceState
+from corral.shared.lifecycle import TERMINAL_INSTANCE_STATES, InstanceState, MachineState
 from corral.shared.placement import Placement
 from corral.shared.records import Instance, OwnerKind
 from corral.shared.scheduling.pooled import PooledMachine
@@ -202,6 +206,27 @@ class MachineTable:
                 reason="read from its pool's ledger (stored before the machine table)",
             )
         return written
+
+    def ended_before(self, cutoff: float, batch: int = 500) -> list[Instance]:
+        """Rows of the pools' machines that ended (terminating, terminated, failed, lost:
+        their pool let them go) before ``cutoff``: what retention exports and forgets. At most
+        ``batch`` rows per owner are looked at per call."""
+        ended = (MachineState.TERMINATING, *TERMINAL_INSTANCE_STATES, MachineState.LOST)
+        out: list[Instance] = []
+        for raw in self._r.scan_iter(match=self._owner_key("*", "*"), count=1000):
+            ids = self._r.zrangebyscore(_text(raw), "-inf", cutoff, start=0, num=batch)
+            rows = self.get_many(_text(i) for i in ids)
+            out += [r for r in rows.values() if r.state in ended and r.updated_at < cutoff]
+        return out
+
+    def forget(self, rows: Iterable[Instance]) -> None:
+        """Delete rows and their owners' index entries, in one round trip."""
+        pipe = self._r.pipeline(transaction=True)
+        for row in rows:
+            pipe.delete(self._key(row.id))
+            pipe.zrem(self._owner_key(*row.owner), row.id)
+        if pipe.command_stack:
+            pipe.execute()
 
     def move(self, machine_id: str, to: InstanceState, now: float, reason: str) -> Instance | None:
         """Move a row to ``to`` unless it is there, or ended, or ``to`` is not a move its
