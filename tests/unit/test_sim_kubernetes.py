@@ -5,7 +5,9 @@ namespace, a pod no node holds failing as FailedScheduling so the chain moves on
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -16,6 +18,7 @@ from corral.shared.placement import Ask, Block, Placement
 from corral.shared.planner import plan
 from corral.shared.sim.cloud import SimCloud, SimInstance
 from corral.shared.sim.engine import Sim, SimTimers
+from corral.shared.sim.pods import PodAsk
 from corral.shared.sim.run import make_policy, run_policy
 from corral.shared.sim.scenario import Scenario, load_scenario
 from corral.shared.sim.workload import Workload, load_workload
@@ -220,11 +223,45 @@ def test_a_pod_the_scheduler_does_not_answer_in_time_fails_the_launch(tmp_path: 
     assert cloud.refused_after_s(place, CapacityError("x")) == pytest.approx(1.0 + 10.0)
 
 
-def test_the_provider_and_the_simulator_ask_the_same_of_a_pod() -> None:
+def test_the_provider_and_the_simulator_ask_the_same_of_a_pod(tmp_path: Path) -> None:
+    """The provider's manifest and the simulated pod come from one function; the day's
+    decisions on a kubernetes cloud are the runtime's own functions (entered by identity)."""
+    from corral.services.providers.base import LaunchSpec
     from corral.services.providers.kubernetes import pods as provider_pods
-    from corral.shared import pod_shapes
+    from corral.shared import failover_plan, planner, pod_shapes
 
     assert provider_pods.shape_resources is pod_shapes.shape_resources
+    spec = LaunchSpec(
+        request_id="r", attempt_id="a", cloud="kubernetes", region="lab", zone="team-a",
+        instance_type=T4, market="on_demand", count=1, accelerators={"T4": 1},
+    )  # fmt: skip
+    manifest = provider_pods.pod_manifest(spec, 0, namespace="team-a", script="", image="i")
+    resources = manifest["spec"]["containers"][0]["resources"]
+    assert PodAsk.of(T4, 1).usage == pod_shapes.quota_usage(resources)
+
+    wanted = {
+        f.__code__: name
+        for name, f in {
+            "plan": planner.plan,
+            "plan_step": failover_plan.plan_step,
+            "for_error": Block.for_error.__func__,  # type: ignore[attr-defined]
+            "shape_resources": pod_shapes.shape_resources,
+        }.items()
+    }
+    seen: set[str] = set()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code in wanted:
+            seen.add(wanted[frame.f_code])
+
+    work = "arrivals:\n  - {at: 0s, count: 3, every: 1s, duration: 1h, task: {resources: %s}}\n"
+    scenario, workload = _files(tmp_path, work % "{accelerators: T4:1}")
+    sys.setprofile(profile)
+    try:
+        run_policy(scenario, workload, "corral")
+    finally:
+        sys.setprofile(None)
+    assert seen == set(wanted.values())
 
 
 @pytest.mark.parametrize(
