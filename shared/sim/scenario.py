@@ -306,7 +306,12 @@ class Scenario(StrictModel):
         for i, res in enumerate(self.reservations):
             path: PathKey = ("reservations", i)
             if isinstance(self.clouds.get(res.cloud), PodCloudSpec):
-                out.append(((*path, "cloud"), f"{res.cloud} sells no reservations: its nodes"))
+                out.append(
+                    (
+                        (*path, "cloud"),
+                        f"{res.cloud} has no reservations (its nodes are its capacity)",
+                    )
+                )
             elif (res.cloud, res.zone) not in zones:
                 out.append(((*path, "zone"), f"no zone {res.zone!r} in cloud {res.cloud!r}"))
             elif res.instance_type not in self.instance_types(res.cloud):
