@@ -176,19 +176,26 @@ class MachineTable:
         row.move(InstanceState.RUNNING, now, reason)
         return self.create(row)
 
-    def adopt(self, owner: tuple[OwnerKind, str], machines: Mapping[str, PooledMachine]) -> int:
+    def adopt(
+        self,
+        owner: tuple[OwnerKind, str],
+        older: Mapping[str, Mapping[str, Any]],
+        machines: Mapping[str, PooledMachine],
+    ) -> int:
         """Move into the table the cloud ids and places a ledger stored by an older version
-        kept in its machines' entries (``legacy``), for the machines without a row: one round
-        trip to look, one write per machine moved. Returns how many rows it wrote."""
-        older = {mid: m for mid, m in machines.items() if m.legacy is not None}
-        if not older:
+        kept in its machines' entries (``older``, by machine id: what
+        :func:`~corral.shared.scheduling.pooled.split_older_entries` took out), for the
+        machines still in the ledger without a row: one round trip to look, one write per
+        machine moved. Returns how many rows it wrote."""
+        wanted = [mid for mid in older if mid in machines]
+        if not wanted:
             return 0
-        have = self.get_many(older)
+        have = self.get_many(wanted)
         written = 0
-        for mid, machine in older.items():
-            if mid in have or machine.legacy is None:
+        for mid in wanted:
+            if mid in have:
                 continue
-            kept = machine.legacy
+            kept, machine = older[mid], machines[mid]
             at = Placement(
                 str(kept.get("cloud") or ""),
                 str(kept.get("region") or ""),

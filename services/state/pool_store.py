@@ -16,6 +16,7 @@ Every write is a compare-and-set on the document's version (:mod:`corral.service
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -25,8 +26,13 @@ from corral.services.state.docstore import DocStore
 from corral.services.state.machines import MachineTable
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
+from corral.shared.scheduling.pooled import split_older_entries
 
 PoolKind = Literal["machine_pool", "master_config"]
+
+# A ledger stored before the machine table names its machines' cloud ids: only such a ledger is
+# read the slow way (no key of today's ledgers is spelled so).
+_OLDER = b'"provider_id"'
 
 
 class PoolRecord(BaseModel):
@@ -53,8 +59,12 @@ def det_ledgers(redis: Redis, prefix: str) -> DocStore[DetLedger]:
     table = MachineTable(redis, prefix)
 
     def read(raw: bytes | str) -> DetLedger:
-        ledger = DetLedger.model_validate_json(raw)
-        table.adopt(("det_pool", ledger.master), ledger.agents)
+        if _OLDER not in (raw if isinstance(raw, bytes) else raw.encode()):
+            return DetLedger.model_validate_json(raw)  # the table's time: as stored
+        doc = json.loads(raw)
+        older = split_older_entries(doc.get("agents") or {})
+        ledger = DetLedger.model_validate(doc)
+        table.adopt(("det_pool", ledger.master), older, ledger.agents)
         return ledger
 
     return DocStore(redis, prefix, "det-ledger", read)
@@ -66,8 +76,12 @@ def pool_ledgers(redis: Redis, prefix: str) -> DocStore[PoolLedger]:
     table = MachineTable(redis, prefix)
 
     def read(raw: bytes | str) -> PoolLedger:
-        ledger = PoolLedger.model_validate_json(raw)
-        table.adopt(("pool", ledger.pool), ledger.machines)
+        if _OLDER not in (raw if isinstance(raw, bytes) else raw.encode()):
+            return PoolLedger.model_validate_json(raw)  # the table's time: as stored
+        doc = json.loads(raw)
+        older = split_older_entries(doc.get("machines") or {})
+        ledger = PoolLedger.model_validate(doc)
+        table.adopt(("pool", ledger.pool), older, ledger.machines)
         return ledger
 
     return DocStore(redis, prefix, "pool-ledger", read)

@@ -6,15 +6,15 @@ it last went idle; and a status that moves only along the one machine lifecycle
 (:data:`~corral.shared.lifecycle.POOL_WORDS`).
 
 Ledgers stored before the table kept the cloud's id and the place in each machine's entry:
-those fields are read into :attr:`PooledMachine.legacy` (never written back), for the store
-to move them into the table on read."""
+:func:`split_older_entries` takes them out of such a ledger's JSON, for the store to move them
+into the table as it reads it; a ledger's entries never carry them again."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, PrivateAttr, model_validator
+from pydantic import BaseModel
 
 from ..lifecycle import MACHINE_TRANSITIONS, POOL_WORDS, IllegalTransition, is_transition
 
@@ -30,25 +30,6 @@ class PooledMachine(BaseModel):
     status: StrEnum
     created_at: float
     idle_since: float | None = None
-    _legacy: dict[str, Any] | None = PrivateAttr(default=None)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _older_entry(cls, data: Any, handler: Any) -> Any:
-        """An entry stored before the table: its cloud id and place kept aside (``legacy``)."""
-        if not isinstance(data, dict) or not any(k in data for k in LEGACY_FIELDS):
-            return handler(data)
-        kept = {k: data[k] for k in LEGACY_FIELDS if k in data}
-        made = handler({k: v for k, v in data.items() if k not in LEGACY_FIELDS})
-        if kept.get("provider_id"):
-            made._legacy = kept
-        return made
-
-    @property
-    def legacy(self) -> dict[str, Any] | None:
-        """The cloud id and place an older ledger stored in this entry (None: none, or a
-        machine that was not up)."""
-        return self._legacy
 
     @property
     def key(self) -> str:
@@ -69,3 +50,16 @@ class PooledMachine(BaseModel):
     def pool_type(self) -> str | None:
         """A machine pool's machine type; None for a Determined agent."""
         return None
+
+
+def split_older_entries(entries: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Take the cloud id and place out of the entries of a ledger stored before the machine
+    table (``entries``: its ``machines`` or ``agents``, as parsed JSON; changed in place), by
+    machine id: only the entries that had a cloud id."""
+    older: dict[str, dict[str, Any]] = {}
+    for machine_id, entry in entries.items():
+        if isinstance(entry, dict) and any(k in entry for k in LEGACY_FIELDS):
+            kept = {k: entry.pop(k) for k in LEGACY_FIELDS if k in entry}
+            if kept.get("provider_id"):
+                older[machine_id] = kept
+    return older

@@ -168,7 +168,7 @@ def test_an_older_pool_ledger_loads_and_its_machines_move_into_the_table(
     docs = pool_ledgers(r, "corral")
     read = docs.get("train")
     assert read is not None and read.version == 3 and set(read.machines) == {"m-1", "m-2"}
-    assert read.machines["m-1"].status == "up" and read.machines["m-2"].legacy is None
+    assert read.machines["m-1"].status == "up" and read.machines["m-2"].status == "launching"
     row = table.get("m-1")
     assert row is not None and row.provider_id == "i-0old" and row.place == AT
     assert row.owner == ("pool", "train") and row.machine_type == "gpu" and row.created_at == 5.0
