@@ -96,7 +96,12 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
     """Plan the chain of a PENDING request and start its first attempt. With ``cloud`` (the
     task came on that cloud's provisioning queue), a first attempt on that cloud is run here,
     in the same task, instead of being published: one broker message per launch, not two."""
-    req = deps.store.get_request(request_id)
+    remembered = None
+    if cloud is None:
+        req = deps.store.get_request(request_id)
+    else:  # a direct request with its chain: its walk needs the blocks, read with it
+        req, raw_blocks = deps.store.get_request_beside(request_id, deps.blocks.key)
+        remembered = deps.blocks.active_in(raw_blocks, deps.now())
     if req is None:
         return "missing"
     if req.state == RequestState.PENDING and (refused := quotas.refusal_for(deps, req)):
@@ -137,7 +142,8 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
     for cloud, why in left_out.items():  # only clouds the task could have used
         deps.store.append_event(request_id, f"notice: {cloud} is left out of the chain: {why}", now)
     # The chain, PROVISIONING, the first step and (run here) its attempt, in one write.
-    walked = walk(deps, request_id, -1, Within.ANY, chain=chain, inline=cloud, current=req)
+    walked = walk(deps, request_id, -1, Within.ANY, chain=chain, inline=cloud, current=req,
+                  remembered=remembered)  # fmt: skip
     if walked.run_here is None:
         return walked.outcome
     step = walked.run_here
