@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import one_zone_cloud
 from runtime_driver import Driver
 
 from corral.services.queues import dispatch
@@ -33,6 +32,8 @@ from corral.services.runtime.deps import Deps
 from corral.services.settings import Settings
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import RequestState
+
+from harness import one_zone_cloud
 
 pytestmark = [pytest.mark.bench, pytest.mark.integration]
 
