@@ -15,6 +15,7 @@ from corral.services.cli.output import (
     EXIT_INPUT,
     EXIT_NEGATIVE,
     err,
+    fail,
     fail_input,
     print_json,
 )
@@ -57,13 +58,6 @@ def complete_request_id(incomplete: str) -> list[tuple[str, str]]:
     except (ClientError, OSError, ValueError):
         return []
     return [(v.id, f"{v.name or '-'} {v.state}") for v in views if v.id.startswith(incomplete)]
-
-
-def fail(message: str, code: int, as_json: bool) -> NoReturn:
-    if as_json:
-        print_json({"error": message})
-    err.print(f"error: {message}", markup=False)
-    raise typer.Exit(code)
 
 
 def _token_hint() -> str:

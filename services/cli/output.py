@@ -88,6 +88,9 @@ def fail_input(exc: ConfigError, as_json: bool = False) -> NoReturn:
     raise typer.Exit(EXIT_INPUT)
 
 
-def fail(message: str, code: int = EXIT_NEGATIVE) -> NoReturn:
+def fail(message: str, code: int = EXIT_NEGATIVE, as_json: bool = False) -> NoReturn:
+    """Report an error (as ``{"error": message}`` too with ``--json``) and exit ``code``."""
+    if as_json:
+        print_json({"error": message})
     err.print(f"error: {message}", markup=False)
     raise typer.Exit(code)
