@@ -23,6 +23,8 @@ from corral.services.cli.output import (
 if TYPE_CHECKING:
     from corral.services.client import ApiError, Client
 
+__all__ = ["api_client", "complete_request_id", "fail", "fail_api"]  # fail: output.py's
+
 
 @contextmanager
 def api_client(as_json: bool, source: str | None = None) -> Iterator[Client]:
