@@ -9,7 +9,10 @@ The registry (``corral.services.providers.registry.CLOUDS``) is built from it, w
 registered at run time (``register_cloud``, a cloud outside the tree: ``tests/fakes``) after;
 ``tests/unit/test_cloud_lists.py`` holds the two together.
 ``PROVIDER_CLOUDS``: the clouds the core plans when it is given no clouds (the planner's
-default) and the simulator plays.
+default).
+``SIMULATED_CLOUDS``: the clouds a simulation scenario may name, each with how the simulator
+plays it: ``machines`` (zones with capacity per instance type and market, billed by the hour)
+or ``pods`` (a Kubernetes cluster: contexts, namespaces, nodes; :mod:`corral.shared.sim.pods`).
 ``CATALOG_CLOUDS``: the clouds that ship a price list, read from the files themselves
 (``catalog/data/<cloud>.csv`` or ``.csv.gz``, in name order): a catalog is a file, not a line here.
 Other names (azure, lambda, ...) are read in users' files and planned only where a provider
@@ -29,17 +32,20 @@ class Known:
     # Corral ships its provider (services/providers/<cloud>/): its place where Corral lists
     # its clouds, 1 first; 0: none ships (a provider may still be registered at run time).
     listed: int = 0
-    planned: bool = False  # planned when a task names no cloud, and played by the simulator
+    planned: bool = False  # planned when a task names no cloud
+    # How the simulator plays it (``machines`` or ``pods``); None: a scenario cannot name it.
+    played: str | None = None
 
 
 NAMED = Known()  # a name a task may write; Corral ships no provider for it
 
 CLOUDS: dict[str, Known] = {
-    "aws": Known(listed=2, planned=True),
-    "gcp": Known(listed=3, planned=True),
+    "aws": Known(listed=2, planned=True, played="machines"),
+    "gcp": Known(listed=3, planned=True, played="machines"),
     "azure": NAMED,
-    "local": Known(listed=1, planned=True),
-    "kubernetes": Known(listed=4),  # its offerings are its nodes, listed live; CORRAL_CLOUDS
+    "local": Known(listed=1, planned=True, played="machines"),
+    # Its offerings are its nodes, listed live; planned where CORRAL_CLOUDS names it.
+    "kubernetes": Known(listed=4, played="pods"),
     "lambda": NAMED,
     "ibm": NAMED,
     "oci": NAMED,
@@ -65,6 +71,9 @@ SHIPPED_CLOUDS: tuple[str, ...] = tuple(
     sorted((name for name, known in CLOUDS.items() if known.listed), key=lambda n: CLOUDS[n].listed)
 )
 PROVIDER_CLOUDS: tuple[str, ...] = tuple(name for name, known in CLOUDS.items() if known.planned)
+SIMULATED_CLOUDS: dict[str, str] = {
+    name: known.played for name, known in CLOUDS.items() if known.played is not None
+}
 CATALOG_CLOUDS: tuple[str, ...] = tuple(
     sorted(
         {

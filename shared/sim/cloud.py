@@ -3,9 +3,10 @@ outages, API errors, spot preemptions, and the bill.
 
 A launch call either takes the instance (up ``boot_s`` later) or raises the provider error a
 real cloud's answer becomes (:mod:`corral.shared.errors`), so failover reads it exactly as it
-reads a real one. Every draw (API errors, when a spot instance is reclaimed) is a hash of the
-scenario's seed and the launch's own key: a run is the same every time, and a policy's draws do
-not depend on what another policy did.
+reads a real one; a cloud played as pods schedules them on its nodes and admits them by its
+namespaces' quotas (:mod:`.pods`). Every draw (API errors, when a spot instance is reclaimed)
+is a hash of the scenario's seed and the launch's own key: a run is the same every time, and a
+policy's draws do not depend on what another policy did.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import dataclass, field
 
 from ..errors import CapacityError, LaunchTimeoutError, ProviderError, QuotaError, ThrottledError
 from ..placement import MARKETS, Placement
-from ..quota_families import quota_families
-from .scenario import Capacity, OutageSpec, ReservationSpec, Scenario
+from ..quota_families import k8s_family, quota_families
+from .pods import PodAsk, SimCluster
+from .scenario import Capacity, OutageSpec, PodCloudSpec, ReservationSpec, Scenario
 
 
 @dataclass(eq=False, slots=True)
@@ -79,8 +81,16 @@ class SimCloud:
         self.caps: dict[tuple[str, str, str, str], _Steps] = {}
         self.rates: dict[tuple[str, str, str], float] = {}
         self.spot_prices: dict[tuple[str, str, str], float] = {}
+        # A pod cloud's clusters, by (cloud, context); its pods by instance id.
+        self.clusters: dict[tuple[str, str], SimCluster] = {}
+        self.pods: dict[str, SimCluster] = {}
+        self.accelerators = {c: scenario.instance_types(c) for c in scenario.clouds}
         for cloud, zone, region in scenario.places():
             spec = scenario.clouds[cloud]
+            if isinstance(spec, PodCloudSpec):
+                if (cloud, region) not in self.clusters:
+                    self.clusters[(cloud, region)] = SimCluster.of(spec.contexts[region])
+                continue
             factor = spec.regions[region].price_factor
             for itype, t in spec.instance_types.items():
                 slot = scenario.slot(cloud, region, zone, itype)
@@ -108,7 +118,11 @@ class SimCloud:
         return steps.at(t) if steps else 0
 
     def free(self, place: Placement, t: float) -> int:
-        """Instances one more launch could take now, outages aside."""
+        """Instances one more launch could take now, outages aside (a pod cloud: the pods of
+        this shape its nodes hold and its namespace's quota admits)."""
+        cluster = self.clusters.get((place.cloud, place.region))
+        if cluster is not None:
+            return cluster.free(place.zone, PodAsk.of(place.instance_type, 0))
         return max(0, self.capacity(place, t) - self.in_use.get(_key(place), 0))
 
     def outage(self, place: Placement, t: float) -> OutageSpec | None:
@@ -142,9 +156,7 @@ class SimCloud:
         """The quota family used up at ``t`` that a launch here counts against, if any."""
         if not self.scenario.quotas or place.reservation is not None:
             return None  # a reservation is bought already: no quota to meet
-        spec = self.scenario.clouds[place.cloud]
-        itype = spec.instance_types.get(place.instance_type)
-        accelerator = next(iter(itype.accelerators), None) if itype else None
+        accelerator = self.accelerators[place.cloud].get(place.instance_type, (None, 0))[0]
         families = quota_families(
             place.cloud, place.instance_type, place.market,
             accelerator.upper() if accelerator else None, place.zone,
@@ -165,7 +177,10 @@ class SimCloud:
     ) -> list[SimInstance]:
         """One call for every node of a request at ``place``, all or none (as the local
         cloud's): a zone with fewer free than asked refuses with how many were (``free``: the
-        shortfall's ceiling), before any is taken."""
+        shortfall's ceiling), before any is taken. A pod cloud: one pod per node (:meth:`pods`)."""
+        cluster = self.clusters.get((place.cloud, place.region))
+        if cluster is not None:
+            return self.pods_of(cluster, place, now, keys, gpus)
         free = self.free(place, now)
         if len(keys) > 1 and 0 < free < len(keys) and self.outage(place, now) is None:
             self.calls += 1
@@ -189,21 +204,12 @@ class SimCloud:
     def launch(self, place: Placement, now: float, key: str, gpus: int) -> SimInstance:
         """Launch one instance at ``place`` (``key`` names this call, for the draws), or raise
         the error the cloud answers with."""
+        cluster = self.clusters.get((place.cloud, place.region))
+        if cluster is not None:
+            return self.pods_of(cluster, place, now, [key], gpus)[0]
         self.calls += 1
         spec = self.scenario.clouds[place.cloud]
-        outage = self.outage(place, now)
-        if outage is not None and outage.error == "timeout":
-            raise LaunchTimeoutError(f"no answer from {place.region}", code="Timeout")
-        u = draw(self.seed, self.salt, "api", key)
-        if u < spec.api.throttle_rate:
-            raise ThrottledError("request limit exceeded", code="RequestLimitExceeded")
-        if u < spec.api.throttle_rate + spec.api.error_rate:
-            raise ProviderError("internal error", code="InternalError")
-        family = self.quota_out(place, now)
-        if family is not None:
-            raise QuotaError(
-                f"quota {family} used up in {place.region}", code="QuotaExceeded", family=family
-            )
+        outage = self._answer(place, now, key)
         if outage is not None or self.free(place, now) <= 0:
             what = "reservation" if place.reservation else place.market
             raise CapacityError(
@@ -224,6 +230,96 @@ class SimCloud:
         self.live[inst.iid] = inst
         return inst
 
+    def _answer(self, place: Placement, now: float, key: str) -> OutageSpec | None:
+        """What every cloud's API may answer before capacity is looked at: a hung region, a
+        throttle or an error drawn for this call, a quota used up. Returns the outage that
+        covers the place (a sold-out one refuses later, as capacity)."""
+        spec = self.scenario.clouds[place.cloud]
+        outage = self.outage(place, now)
+        if outage is not None and outage.error == "timeout":
+            raise LaunchTimeoutError(f"no answer from {place.region}", code="Timeout")
+        u = draw(self.seed, self.salt, "api", key)
+        if u < spec.api.throttle_rate:
+            raise ThrottledError("request limit exceeded", code="RequestLimitExceeded")
+        if u < spec.api.throttle_rate + spec.api.error_rate:
+            raise ProviderError("internal error", code="InternalError")
+        family = self.quota_out(place, now)
+        if family is not None:
+            raise QuotaError(
+                f"quota {family} used up in {place.region}", code="QuotaExceeded", family=family
+            )
+        return outage
+
+    def pods_of(
+        self, cluster: SimCluster, place: Placement, now: float, keys: list[str], gpus: int
+    ) -> list[SimInstance]:
+        """One pod per key in namespace ``place.zone`` of context ``place.region``, every one
+        scheduled or none (the provider's launch): each pod created (one call each: the API's
+        answers, then its namespace's ResourceQuota), then the scheduler binds them all, or the
+        launch's pods are deleted and it fails as FailedScheduling for the shape there."""
+        spec = self.scenario.clouds[place.cloud]
+        assert isinstance(spec, PodCloudSpec)
+        ask = PodAsk.of(place.instance_type, gpus)
+        created: list[str] = []
+        try:
+            outage = None
+            for key in keys:
+                self.calls += 1
+                outage = self._answer(place, now, key)
+                refused = cluster.admit(key, place.zone, ask)
+                if refused is not None:
+                    raise QuotaError(
+                        f"pods {key!r} is forbidden: exceeded quota in {place.zone}, requested: "
+                        f"{refused}, limited: {refused}={cluster.hard[place.zone][refused]:g}",
+                        code="ExceededQuota",
+                        family=k8s_family(place.zone, refused),
+                    )
+                created.append(key)
+            if outage is not None:  # its nodes cordoned for the window
+                n = len(cluster.nodes)
+                why = f"0/{n} nodes are available: {n} node(s) were unschedulable."
+            elif spec.scheduler_s > spec.schedule_wait_s:
+                why = f"not scheduled within {spec.schedule_wait_s:g} s"
+            elif not all(cluster.bind(key) for key in created):
+                why = "FailedScheduling: " + cluster.why_pending(ask)
+            else:
+                why = None
+            if why is not None:
+                raise CapacityError(
+                    f"{place.region}/{place.zone}: {place.instance_type} cannot be scheduled: "
+                    f"{why}",
+                    code="FailedScheduling",
+                )
+        except ProviderError:
+            for key in created:
+                cluster.delete(key)
+            raise
+        got = []
+        for key in created:
+            inst = SimInstance(
+                iid=key,
+                place=place,
+                gpus=gpus,
+                price_usd_per_hour=0.0,
+                launched_at=now,
+                up_at=now + spec.boot_s,
+                preempt_at=None,
+                billed_to_s=now,
+            )
+            self.in_use[_key(place)] = self.in_use.get(_key(place), 0) + 1
+            self.live[inst.iid] = inst
+            self.pods[inst.iid] = cluster
+            got.append(inst)
+        return got
+
+    def refused_after_s(self, place: Placement, error: ProviderError) -> float:
+        """How long after the call its refusal is known: the call's time, or, for pods that
+        cannot be scheduled, the scheduler's verdict (or the provider's wait for one)."""
+        spec = self.scenario.clouds[place.cloud]
+        if isinstance(spec, PodCloudSpec) and isinstance(error, CapacityError):
+            return spec.refused_after_s()
+        return spec.call_s
+
     def price(self, place: Placement) -> float:
         """USD per hour of one instance here (a reservation's own price: already paid)."""
         if place.reservation is not None:
@@ -231,6 +327,8 @@ class SimCloud:
         if place.market == "spot":
             return self.spot_prices[(place.cloud, place.zone, place.instance_type)]
         spec = self.scenario.clouds[place.cloud]
+        if isinstance(spec, PodCloudSpec):
+            return 0.0  # the cluster's nodes are paid for already
         factor = spec.regions[place.region].price_factor
         return spec.instance_types[place.instance_type].price_usd_per_hour * factor
 
@@ -271,6 +369,9 @@ class SimCloud:
         inst.ended_at = now
         self.in_use[_key(inst.place)] -= 1
         self.live.pop(inst.iid, None)
+        cluster = self.pods.pop(inst.iid, None)
+        if cluster is not None:
+            cluster.delete(inst.iid)  # its node's room and its namespace's quota back
 
     def reclaim(self, now: float) -> list[SimInstance]:
         """Spot instances over their zone's capacity now, and instances in an outage that takes

@@ -284,7 +284,7 @@ class Launcher:
             wait_s = (
                 self.sim.timers.attempt_deadline_s
                 if isinstance(exc, LaunchTimeoutError)
-                else call_s
+                else self.sim.cloud.refused_after_s(place, exc)
             )
             if exc.scope == Scope.REQUEST:
                 self.sim.after(wait_s, self._fail, flow, "the cloud refused the request")

@@ -29,6 +29,26 @@
     quotas:                       # a quota family used up in a region (see quota_families)
       - {cloud: aws, region: us-west-2, family: "on_demand:p", from: 2h, to: 8h}
 
+A cloud played as pods (``kubernetes``, :data:`corral.shared.clouds.SIMULATED_CLOUDS`) is
+written as its clusters, not as priced zones: kubeconfig contexts (its regions), each with its
+namespaces (its zones, a ResourceQuota each may have) and its nodes; its instance types are
+the node shapes (``8CPU--32GB--T4:1``), priced 0 (see :mod:`corral.shared.sim.pods`)::
+
+    clouds:
+      kubernetes:
+        boot: 20s                 # a pod bound to a node is up after this (image, agent)
+        call: 1s                  # creating a pod, answered or refused
+        schedule_wait: 10s        # the provider's schedule_wait_s
+        scheduler: 1s             # the scheduler binds a pod, or calls it Unschedulable
+        contexts:
+          lab:
+            namespaces:
+              default: {}
+              team-a: {quota: {requests.nvidia.com/gpu: 2, requests.cpu: 64}}
+            nodes:
+              - {count: 4, cpus: 8, memory_gib: 32, accelerator: T4, gpus: 1}
+              - {count: 6, cpus: 16, memory_gib: 64}
+
 Times are seconds (a number) or durations (``90s``, ``12h``, ``1d``) from the start of the
 simulated day. Every model forbids unknown keys; :func:`load_scenario` reports each mistake as
 ``FILE:LINE: field: what was expected``.
@@ -40,14 +60,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator
 
+from ..autoscaler.kube_pods import quantity
 from ..catalog.catalog import Catalog
 from ..catalog.offering import Offering
-from ..clouds import PROVIDER_CLOUDS
+from ..clouds import SIMULATED_CLOUDS
 from ..config import parse_duration_s
 from ..config.base import StrictModel
 from ..configio import ConfigError, Document, PathKey, load_file, validate_doc
+from ..pod_shapes import QUOTA_RESOURCES, shape_name
 
 
 def _time_s(value: object) -> object:
@@ -120,6 +142,92 @@ class CloudSpec(StrictModel):
     regions: dict[str, RegionSpec] = Field(min_length=1)
 
 
+class NodeGroup(StrictModel):
+    """``count`` nodes of one shape: their allocatable cpu, memory and GPUs (of one kind)."""
+
+    count: int = Field(ge=0)
+    cpus: float = Field(gt=0)
+    memory_gib: float = Field(gt=0)
+    accelerator: str | None = None  # the kind a node label names (T4, A100, ...)
+    gpus: int = Field(0, ge=0)  # allocatable nvidia.com/gpu
+
+    @property
+    def shape(self) -> str:
+        """The instance type the provider lists these nodes as (``8CPU--32GB--T4:1``)."""
+        accelerator = (self.accelerator or "GPU") if self.gpus else None
+        return shape_name(self.cpus, self.memory_gib, accelerator, self.gpus)
+
+
+class NamespaceSpec(StrictModel):
+    """A namespace Corral launches in; ``quota``: its ResourceQuota's ``hard`` limits, as
+    Kubernetes writes them (``requests.nvidia.com/gpu: 2``, ``requests.memory: 256Gi``)."""
+
+    quota: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("quota", mode="before")
+    @classmethod
+    def _quantities(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        out: dict[object, float] = {}
+        for resource, amount in value.items():
+            if resource not in QUOTA_RESOURCES:
+                raise ValueError(
+                    f"{resource!r}: expected a resource Corral's pods count against "
+                    f"({', '.join(QUOTA_RESOURCES)})"
+                )
+            out[resource] = quantity(amount)
+        return out
+
+
+class ContextSpec(StrictModel):
+    """A kubeconfig context (the cloud's region): its namespaces (its zones) and its nodes."""
+
+    namespaces: dict[str, NamespaceSpec] = Field(min_length=1)
+    nodes: list[NodeGroup] = Field(min_length=1)
+
+    def shapes(self) -> dict[str, NodeGroup]:
+        """Each node shape of the context, as the provider lists them: fewest GPUs, then CPUs,
+        then memory first (one group per shape: the first written)."""
+        groups = sorted(
+            (g for g in self.nodes if g.count), key=lambda g: (g.gpus, g.cpus, g.memory_gib)
+        )
+        out: dict[str, NodeGroup] = {}
+        for group in groups:
+            out.setdefault(group.shape, group)
+        return out
+
+
+class PodCloudSpec(StrictModel):
+    """A cloud played as pods (a Kubernetes cluster per context): see the module docstring."""
+
+    boot_s: TimeS = Field(20.0, alias="boot")
+    call_s: TimeS = Field(1.0, alias="call")
+    schedule_wait_s: TimeS = Field(10.0, alias="schedule_wait")
+    scheduler_s: TimeS = Field(1.0, alias="scheduler")
+    api: ApiSpec = Field(default_factory=ApiSpec)
+    contexts: dict[str, ContextSpec] = Field(min_length=1)
+
+    def refused_after_s(self) -> float:
+        """When a launch learns its pods cannot be scheduled: the scheduler's verdict, or the
+        provider's wait for one, whichever comes first, after the pods were created."""
+        return self.call_s + min(self.scheduler_s, self.schedule_wait_s)
+
+
+def _played_as(value: object) -> str:
+    """How a cloud of the file is written: as clusters (``contexts``: ``pods``), else as
+    priced zones (``machines``)."""
+    if isinstance(value, PodCloudSpec) or (isinstance(value, dict) and "contexts" in value):
+        return "pods"
+    return "machines"
+
+
+AnyCloudSpec = Annotated[
+    Annotated[CloudSpec, Tag("CloudSpec")] | Annotated[PodCloudSpec, Tag("PodCloudSpec")],
+    Discriminator(lambda value: "PodCloudSpec" if _played_as(value) == "pods" else "CloudSpec"),
+]
+
+
 class ReservationSpec(StrictModel):
     """Capacity bought ahead: ``count`` instances in one zone, paid for its whole window."""
 
@@ -165,7 +273,7 @@ class Scenario(StrictModel):
     seed: int = 0
     duration_s: TimeS = Field(86400.0, alias="duration")
     sample_every_s: TimeS = Field(300.0, alias="sample_every")
-    clouds: dict[str, CloudSpec] = Field(min_length=1)
+    clouds: dict[str, AnyCloudSpec] = Field(min_length=1)
     reservations: list[ReservationSpec] = Field(default_factory=list)
     outages: list[OutageSpec] = Field(default_factory=list)
     quotas: list[QuotaSpec] = Field(default_factory=list)
@@ -174,8 +282,19 @@ class Scenario(StrictModel):
         """Names that point nowhere, each with its path in the file."""
         out: list[tuple[PathKey, str]] = []
         for name, cloud in self.clouds.items():
-            if name not in PROVIDER_CLOUDS:
-                out.append((("clouds", name), f"expected one of {', '.join(PROVIDER_CLOUDS)}"))
+            if name not in SIMULATED_CLOUDS:
+                out.append((("clouds", name), f"expected one of {', '.join(SIMULATED_CLOUDS)}"))
+                continue
+            played = SIMULATED_CLOUDS[name]
+            if played != _played_as(cloud):
+                written = (
+                    "contexts (its clusters)" if played == "pods" else "instance_types and regions"
+                )
+                out.append((("clouds", name), f"{name} is played as {played}: expected {written}"))
+                continue
+            if isinstance(cloud, PodCloudSpec):
+                out.extend(_pod_problems(name, cloud))
+                continue
             types = cloud.instance_types
             for where, table in _capacity_tables(name, cloud):
                 out.extend(
@@ -186,9 +305,16 @@ class Scenario(StrictModel):
         zones = {(c, z): r for c, z, r in self.places()}
         for i, res in enumerate(self.reservations):
             path: PathKey = ("reservations", i)
-            if (res.cloud, res.zone) not in zones:
+            if isinstance(self.clouds.get(res.cloud), PodCloudSpec):
+                out.append(
+                    (
+                        (*path, "cloud"),
+                        f"{res.cloud} has no reservations (its nodes are its capacity)",
+                    )
+                )
+            elif (res.cloud, res.zone) not in zones:
                 out.append(((*path, "zone"), f"no zone {res.zone!r} in cloud {res.cloud!r}"))
-            elif res.instance_type not in self.clouds[res.cloud].instance_types:
+            elif res.instance_type not in self.instance_types(res.cloud):
                 out.append(((*path, "instance_type"), f"no instance type {res.instance_type!r}"))
         for i, outage in enumerate(self.outages):
             path = ("outages", i)
@@ -208,20 +334,48 @@ class Scenario(StrictModel):
                 out.append(((*path, "to"), "expected a time after from"))
         return out
 
-    def _regions(self, cloud: str) -> dict[str, RegionSpec]:
+    def _regions(self, cloud: str) -> dict[str, object]:
         spec = self.clouds.get(cloud)
-        return spec.regions if spec else {}
+        if isinstance(spec, PodCloudSpec):
+            return dict(spec.contexts)
+        return dict(spec.regions) if spec else {}
+
+    def instance_types(self, cloud: str) -> dict[str, tuple[str | None, int]]:
+        """A cloud's instance types, each with its accelerator and how many (a pod cloud's:
+        its node shapes)."""
+        spec = self.clouds.get(cloud)
+        if isinstance(spec, PodCloudSpec):
+            return {
+                name: (group.accelerator if group.gpus else None, group.gpus)
+                for context in spec.contexts.values()
+                for name, group in context.shapes().items()
+            }
+        if spec is None:
+            return {}
+        return {
+            name: next(iter(t.accelerators.items()), (None, 0))
+            for name, t in spec.instance_types.items()
+        }
 
     def places(self) -> Iterator[tuple[str, str, str]]:
-        """``(cloud, zone, region)`` of every zone, in file order."""
+        """``(cloud, zone, region)`` of every zone, in file order (a pod cloud's: each
+        context's namespaces)."""
         for cname, cloud in self.clouds.items():
+            if isinstance(cloud, PodCloudSpec):
+                for context, spec in cloud.contexts.items():
+                    for namespace in spec.namespaces:
+                        yield cname, namespace, context
+                continue
             for rname, region in cloud.regions.items():
                 for zname in region.zones:
                     yield cname, zname, rname
 
     def slot(self, cloud: str, region: str, zone: str, instance_type: str) -> Slot | None:
-        """The zone's capacity of a type: its own, else its region's, else its cloud's."""
+        """The zone's capacity of a type: its own, else its region's, else its cloud's (a pod
+        cloud has none: its nodes are scheduled, :mod:`corral.shared.sim.pods`)."""
         c = self.clouds[cloud]
+        if isinstance(c, PodCloudSpec):
+            return None
         r = c.regions[region]
         for table in (r.zones[zone].capacity, r.capacity, c.capacity):
             if instance_type in table:
@@ -232,8 +386,11 @@ class Scenario(StrictModel):
         """The offerings the planner sees: every type a zone has capacity or a reservation
         for, at the region's prices (the list price; a spot slot's own price when it sets one)."""
         reserved = {(r.cloud, r.zone, r.instance_type) for r in self.reservations}
-        offerings = []
+        offerings: list[Offering] = []
         for cname, cloud in self.clouds.items():
+            if isinstance(cloud, PodCloudSpec):
+                offerings.extend(_pod_offerings(cname, cloud))
+                continue
             for rname, region in cloud.regions.items():
                 for zname in region.zones:
                     for tname, t in cloud.instance_types.items():
@@ -263,6 +420,38 @@ def _offering(
         region=region,
         zone=zone,
     )
+
+
+def _pod_offerings(cloud: str, spec: PodCloudSpec) -> Iterator[Offering]:
+    """A pod cloud's offerings as its provider lists them live from the nodes: every shape of
+    a context once per namespace, priced 0 (the cluster is paid for already, so the planner
+    tries it before any cloud), on demand only."""
+    for context, cspec in spec.contexts.items():
+        for name, group in cspec.shapes().items():
+            accelerator = (group.accelerator or "GPU") if group.gpus else None
+            for namespace in cspec.namespaces:
+                yield Offering(
+                    cloud=cloud,
+                    instance_type=name,
+                    accelerator=accelerator.upper() if accelerator else None,
+                    accelerator_count=group.gpus,
+                    vcpus=group.cpus,
+                    memory_gib=group.memory_gib,
+                    price_usd_per_hour=0.0,
+                    spot_price_usd_per_hour=None,
+                    region=context,
+                    zone=namespace,
+                )
+
+
+def _pod_problems(name: str, spec: PodCloudSpec) -> Iterator[tuple[PathKey, str]]:
+    for context, cspec in spec.contexts.items():
+        for i, group in enumerate(cspec.nodes):
+            where: PathKey = ("clouds", name, "contexts", context, "nodes", i)
+            if group.gpus and not group.accelerator:
+                yield (*where, "accelerator"), "nodes with gpus need the accelerator they hold"
+            if group.accelerator and not group.gpus:
+                yield (*where, "gpus"), f"expected the number of {group.accelerator} per node"
 
 
 def _capacity_tables(name: str, cloud: CloudSpec) -> Iterator[tuple[PathKey, dict[str, Slot]]]:

@@ -14,14 +14,10 @@ import kubernetes_validate
 import pytest
 
 from corral.services.providers.base import LaunchSpec
-from corral.services.providers.kubernetes.pods import (
-    accelerator_name,
-    parse_shape,
-    pod_name,
-    shape_name,
-)
+from corral.services.providers.kubernetes.pods import accelerator_name, pod_name
 from corral.services.providers.kubernetes.provider import KubernetesProvider, kubeconfig_for
 from corral.shared.errors import CapacityError, QuotaError, Scope
+from corral.shared.pod_shapes import parse_shape, shape_name
 
 from fakes.k8s_api import FakeKube
 

@@ -9,6 +9,8 @@ Where Kubernetes sits in Corral's places:
 - an **instance type** is a node shape, SkyPilot's spelling: ``4CPU--16GB`` or
   ``8CPU--32GB--T4:1``, listed live from the nodes (their allocatable cpu, memory and
   ``nvidia.com/gpu``); a node pool is the set of nodes of one shape and accelerator label.
+  Its name, and what a pod of it asks for, are the core's (``shared/pod_shapes.py``): the
+  simulator plays pods with the same numbers.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from corral.services.providers.base import (
 from corral.shared.autoscaler.kube_pods import CONTAINER_ANNOTATION
 from corral.shared.errors import InvalidRequestError
 from corral.shared.merge import MergeError, merge_advanced_instance_config
+from corral.shared.pod_shapes import shape_resources
 
 GPU = "nvidia.com/gpu"
 CONTAINER = "corral"
@@ -47,7 +50,6 @@ ACCELERATOR_LABELS = (
     "karpenter.k8s.aws/instance-gpu-name",
 )
 _GPU_MODEL = re.compile(r"(B200|H200|H100|A100|A10G|A10|L40S|L4|T4|V100|P100|P4|K80)", re.I)
-_SHAPE = re.compile(r"^(\d+(?:\.\d+)?)CPU--(\d+(?:\.\d+)?)GB(?:--([A-Za-z0-9-]+):(\d+))?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -61,24 +63,6 @@ def accelerator_name(label_key: str, value: str) -> str | None:
         return None
     name = found.group(1).upper()
     return f"{name}-80GB" if name == "A100" and "80" in value else name
-
-
-def shape_name(cpus: float, memory_gib: float, accelerator: str | None, count: int) -> str:
-    """The instance type of a node shape: ``4CPU--16GB`` or ``8CPU--32GB--T4:1``."""
-    base = f"{cpus:g}CPU--{memory_gib:g}GB"
-    return f"{base}--{accelerator}:{count}" if accelerator and count else base
-
-
-def parse_shape(instance_type: str) -> tuple[float, float, str | None, int]:
-    """(cpus, memory GiB, accelerator, count) of an instance type; InvalidRequestError for
-    anything else."""
-    m = _SHAPE.match(instance_type)
-    if m is None:
-        raise InvalidRequestError(
-            f"instance type {instance_type!r} is not a Kubernetes shape "
-            "(expected 4CPU--16GB or 8CPU--32GB--T4:1)"
-        )
-    return float(m[1]), float(m[2]), m[3], int(m[4] or 0)
 
 
 def pod_name(attempt_id: str, rank: int) -> str:
@@ -117,14 +101,8 @@ def pod_manifest(
     label of their kind, ``restartPolicy: Never`` (a machine that ends is not restarted: Corral
     relaunches), the launch's ``advanced_instance_config`` (a Pod or a PodSpec) merged in as a
     strategic merge patch, then Corral's own fields on top (name, labels, restart policy)."""
-    cpus, memory_gib, accelerator, count = parse_shape(spec.instance_type)
-    count = spec.accelerators.get(accelerator, count) if accelerator else 0
-    resources: dict[str, Any] = {
-        "requests": {"cpu": f"{cpus:g}", "memory": f"{memory_gib:g}Gi"},
-        "limits": {"memory": f"{memory_gib:g}Gi"},
-    }
-    if count:
-        resources["limits"][GPU] = str(count)
+    resources = shape_resources(spec.instance_type, spec.accelerators)
+    count = GPU in resources["limits"]
     tags = {**spec.tags, TAG_MANAGED: "true", TAG_NODE: str(rank)}
     tags.setdefault(TAG_REQUEST, spec.request_id)
     tags.setdefault(TAG_ATTEMPT, spec.attempt_id)

@@ -55,7 +55,6 @@ from corral.services.providers.kubernetes.pods import (
     pod_manifest,
     pod_name,
     pod_state,
-    shape_name,
 )
 from corral.services.providers.nodes import NodeAgents, NodeBookLogs
 from corral.shared.autoscaler.kube_pods import quantity
@@ -69,6 +68,7 @@ from corral.shared.errors import (
     Scope,
     ThrottledError,
 )
+from corral.shared.pod_shapes import shape_name
 from corral.shared.quota_families import k8s_family
 from corral.shared.retry import with_retries
 
