@@ -64,7 +64,6 @@ def test_two_beats_fire_once_and_the_standby_takes_over(make_system: Callable[..
     assert standby.poll() is None
 
 
-
 def test_a_standby_beat_takes_over_soon_with_the_shipped_lock(
     make_system: Callable[..., System],
 ) -> None:
@@ -96,6 +95,7 @@ def test_a_standby_beat_takes_over_soon_with_the_shipped_lock(
     print(f"the lock had {left_ms} ms left; the standby led {took_s:.1f} s after the kill")
     assert 0 < left_ms <= 5000, left_ms  # a dead leader's lock lapses within 5 s
     assert took_s < 9.0, took_s  # its TTL, the standby's next look (2 s) and some slack
+
 
 def test_a_beat_told_to_stop_while_redis_is_down_stops(
     tmp_path: Path, own_redis_server: Any
