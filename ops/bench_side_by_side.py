@@ -150,6 +150,19 @@ BENCHES = {
             ),
         ),
         Bench(
+            "local_cpu",
+            "tests/bench/test_bench_local_launch_cpu.py",
+            "tests/bench/test_bench_local_launch_cpu.py",
+            (
+                Figure(
+                    "local launch CPU: runtime ms/launch (in process)",
+                    r"local launch CPU: ([\d.]+) ms of the runtime per launch",
+                ),
+                Figure("local launch CPU: admission ms", r"admission with its attempt ([\d.]+)"),
+                Figure("local launch CPU: boot watch ms", r", boot watch ([\d.]+);"),
+            ),
+        ),
+        Bench(
             "pool_pass",
             "tests/bench/test_bench_pool_pass.py",
             "tests/bench/test_bench_pool_pass.py",

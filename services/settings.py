@@ -60,7 +60,12 @@ class Timers(BaseModel):
     # How often a worker sweeps the broker for unacknowledged tasks of dead workers (kombu's
     # default of 10 s x throttle 10 makes recovery take about 100 s).
     unacked_restore_interval_s: float = 5.0
-    beat_lock_timeout_s: float = 10.0  # a standby beat takes over this long after the leader dies
+    # A standby beat (or the one `corral up` restarts) takes over at most this long after the
+    # leader died: every periodic pass (pool rebalancing, reconcile) waits that long. The leader
+    # renews its lock every tick, at most beat_max_loop_interval_s apart: 2.5 of them here (a
+    # Redis pause longer than that loses the lock; beat takes it again, and a moment of two
+    # beats both firing sends idempotent passes twice). Whole seconds (redbeat's lock).
+    beat_lock_timeout_s: float = 5.0
     beat_max_loop_interval_s: float = 2.0
     supervise_interval_s: float = 1.0  # `corral up` checks its processes this often
     restart_backoff_s: float = 1.0  # `corral up` waits this long before restarting a process

@@ -223,4 +223,7 @@ class Agent(HeartbeatMixin, WorkMixin, PlacesMixin, FilesMixin, AgentBase):
         return not self.stopping
 
     def _stop_child(self, child: subprocess.Popen[bytes]) -> int:
-        return shell_exit_code(stop_group(child, self.kill_grace_s))
+        """The child's exit code as a shell reads it, stopped first (its group: SIGTERM, the
+        grace, SIGKILL) if it still runs."""
+        ended = child.poll() is not None
+        return shell_exit_code(child.returncode if ended else stop_group(child, self.kill_grace_s))

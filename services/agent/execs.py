@@ -30,6 +30,7 @@ from corral.services.agent.bundle import BundleError
 from corral.services.agent.job_files import put_workdir
 from corral.services.agent.link import LinkError
 from corral.services.agent.pgroup import kill_group
+from corral.services.agent.processes import shell_exit_code
 from corral.services.agent.sessions import Session, Where
 
 CHUNK = 256 * 1024
@@ -81,8 +82,7 @@ class Execs:
             self._ship(link, run)
             if ended:
                 self._ship(link, run)  # what it wrote as it ended
-                code = run.child.returncode
-                link.exec_done(xid, 128 - code if code < 0 else code)
+                link.exec_done(xid, shell_exit_code(run.child.returncode))
                 with contextlib.suppress(OSError):
                     os.unlink(run.path)
                 del self.running[xid]

@@ -74,7 +74,10 @@ class HttpLink:
         *,
         raw: bytes | None = None,
         timeout_s: float | None = None,
+        as_bytes: bool = False,
     ) -> Any:
+        """The API's JSON answer (``as_bytes``: its bytes); LinkError, or Dismissed on a 403
+        (the token names a node that has ended)."""
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
         ctype = "application/octet-stream" if raw is not None else "application/json"
         req = urllib.request.Request(self.api + path, data=data, method=method)
@@ -91,7 +94,7 @@ class HttpLink:
             raise LinkError(f"{method} {path}: HTTP {exc.code} {detail}") from None
         except (OSError, ValueError) as exc:
             raise LinkError(f"{method} {path}: {exc}") from None
-        return json.loads(text) if text else None
+        return text if as_bytes else json.loads(text) if text else None
 
     # --- the Link protocol ------------------------------------------------------------------
     def heartbeat(
@@ -142,15 +145,7 @@ class HttpLink:
             # The last beat is a request of its own here; as it always was, its failure
             # (even a dismissal) does not keep the final report from being sent.
             try:
-                self.heartbeat(
-                    beat.activity,
-                    beat.now,
-                    beat.ttl_s,
-                    beat.queued,
-                    beat.assignment,
-                    beat.assignments,
-                    beat.status,
-                )
+                self.heartbeat(**vars(beat))
             except (Dismissed, LinkError) as exc:
                 say(f"the last heartbeat failed: {exc}")
         self.call("POST", "/v1/node/finish", {"exit_code": exit_code, "reason": reason})
@@ -205,18 +200,8 @@ class HttpLink:
         return self._bundle(f"/v1/node/bundle?sha256={sha}")
 
     def _bundle(self, path: str) -> bytes:
-        req = urllib.request.Request(self.api + path, method="GET")
-        req.add_header("Authorization", self._auth)
-        try:
-            with urllib.request.urlopen(req, timeout=max(60.0, self.timeout_s)) as resp:
-                data: bytes = resp.read()
-                return data
-        except urllib.error.HTTPError as exc:
-            if exc.code == 403:
-                raise Dismissed(f"GET {path}: HTTP 403 {exc.read()[:300]!r}") from None
-            raise LinkError(f"GET {path}: HTTP {exc.code}") from None
-        except (OSError, ValueError) as exc:
-            raise LinkError(f"GET {path}: {exc}") from None
+        data: bytes = self.call("GET", path, timeout_s=max(60.0, self.timeout_s), as_bytes=True)
+        return data
 
 
 class LogShipper(threading.Thread):

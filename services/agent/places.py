@@ -12,7 +12,6 @@ from typing import Any
 from corral.services.agent.agent_base import AgentBase
 from corral.services.agent.container import Container, container_name, run_argv
 from corral.services.agent.link import say
-from corral.services.agent.processes import shell_exit_code
 from corral.services.agent.sandbox import assignment_key
 from corral.services.agent.sessions import Where
 
@@ -39,9 +38,7 @@ class PlacesMixin(AgentBase):
         )  # fmt: skip
         while child.poll() is None and not self.stopping:
             self._wait(child)
-        code = (
-            self._stop_child(child) if child.poll() is None else shell_exit_code(child.returncode)
-        )
+        code = self._stop_child(child)
         if code != 0:
             say(f"docker run {image} exited {code}")
             return code

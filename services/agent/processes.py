@@ -74,6 +74,12 @@ def kill_marked(instance_id: str, name: str = "CORRAL_INSTANCE_ID") -> int:
     ``name``, carries that variable set to ``instance_id``: an assignment's mark): what a
     service left behind outside its process groups. Linux (/proc); elsewhere nothing."""
     marker = f"{name}={instance_id}".encode()
+    return kill_where(lambda entry: marker in (entry / "environ").read_bytes().split(b"\0"))
+
+
+def kill_where(test: Callable[[Path], bool]) -> int:
+    """SIGKILL every process (but this one) whose ``/proc`` entry passes ``test`` (one that
+    cannot be read, OSError, is passed over); how many. Linux (/proc); elsewhere nothing."""
     killed = 0
     proc = Path("/proc")
     if not proc.is_dir():
@@ -82,10 +88,10 @@ def kill_marked(instance_id: str, name: str = "CORRAL_INSTANCE_ID") -> int:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            environ = (entry / "environ").read_bytes()
+            hit = test(entry)
         except OSError:
             continue
-        if marker in environ.split(b"\0"):
+        if hit:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed += 1

@@ -19,11 +19,12 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from corral.services.agent.processes import kill_where
 
 MAX_DEMAND_BYTES = 256 * 1024
 
@@ -106,24 +107,7 @@ class Sandbox:
 
 def kill_user(uid: int) -> int:
     """SIGKILL every process whose real uid is ``uid`` (never root's, never this one)."""
-    if uid == 0:
-        return 0
-    killed = 0
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return 0
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            real = entry.stat().st_uid
-        except OSError:
-            continue
-        if real == uid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-    return killed
+    return 0 if uid == 0 else kill_where(lambda entry: entry.stat().st_uid == uid)
 
 
 def read_demand(path: str, say: Any) -> dict[str, Any] | None:

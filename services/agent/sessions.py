@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.services.agent.pgroup import kill_group
+from corral.services.agent.processes import shell_exit_code
 from corral.services.agent.sandbox import forward_refusal
 
 # How an argv is run: as is, or in the task's container (argv, stdin wanted, a tty wanted).
@@ -89,6 +90,7 @@ class ShellPeer(Peer):
         command = str(item.get("command") or "")
         self.tty = bool(item.get("tty"))
         wrap, cwd, env = where.wrap, where.cwd, where.env
+        stdio: dict[str, Any]
         if self.tty:
             argv = wrap(["bash", "-c", command] if command else ["bash", "-l"], True, True)
             self.master, slave = os.openpty()
@@ -96,30 +98,17 @@ class ShellPeer(Peer):
             fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
             if where.uid is not None:
                 os.fchown(slave, where.uid, where.uid)  # the shell's user owns its terminal
-            self.child = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env={"TERM": "xterm-256color", **env},
-                stdin=slave,
-                stdout=slave,
-                stderr=slave,
-                start_new_session=True,
-                preexec_fn=_controlling_tty,
-                **where.popen(),
-            )
-            os.close(slave)
+            env = {"TERM": "xterm-256color", **env}
+            stdio = dict(stdin=slave, stdout=slave, stderr=slave, preexec_fn=_controlling_tty)
         else:
             argv = wrap(["bash", "-c", command] if command else ["bash"], True, False)
-            self.child = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                **where.popen(),
-            )
+            stdio = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.child = subprocess.Popen(
+            argv, cwd=cwd, env=env, start_new_session=True, **stdio, **where.popen()
+        )
+        if self.tty:
+            os.close(slave)
+        else:
             assert self.child.stdout is not None
             self.master = self.child.stdout.fileno()
 
@@ -156,7 +145,7 @@ class ShellPeer(Peer):
         if self.tty:
             with contextlib.suppress(OSError):
                 os.close(self.master)
-        return 128 - code if code < 0 else code
+        return shell_exit_code(code)
 
     def kill(self) -> None:
         kill_group(self.child.pid, signal.SIGKILL)

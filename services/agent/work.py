@@ -52,9 +52,7 @@ class WorkMixin(AgentBase):
             self._beat(force=True, execs=False)
         while child.poll() is None and not self.stopping and not self._cancelled(activity):
             self._wait(child)
-        code = (
-            self._stop_child(child) if child.poll() is None else shell_exit_code(child.returncode)
-        )
+        code = self._stop_child(child)
         if keep and code == 0 and not self.stopping:
             self._kept.append(child.pid)
         else:

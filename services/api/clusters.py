@@ -8,7 +8,6 @@ these routes write the cluster record and dispatch a tick.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
@@ -16,7 +15,7 @@ from fastapi import APIRouter, Depends, HTTPException, status
 from pydantic import BaseModel, Field
 
 from corral.services.api.auth import require_token
-from corral.services.api.routes import get_deps
+from corral.services.api.routes import check_name, get_deps, invalid_file
 from corral.services.providers.registry import (
     ProviderUnavailable,
     cluster_files,
@@ -55,16 +54,8 @@ class DemandBody(BaseModel):
     file_name: str = "demand.yaml"
 
 
-def _invalid(exc: ConfigError, what: str) -> HTTPException:
-    issues = [i.as_dict() for i in exc.issues]
-    return HTTPException(422, {"error": f"invalid {what}", "issues": issues})
-
-
 def _not_found(name: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no cluster named {name!r}")
-
-
-CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 def _validated(deps: Deps, body: ClusterBody) -> dict[str, Any]:
@@ -162,16 +153,9 @@ def create_cluster(body: ClusterBody, deps: Deps = Depends(get_deps)) -> dict[st
     try:
         cluster = _validated(deps, body)
     except ConfigError as exc:
-        raise _invalid(exc, "cluster file") from None
+        raise invalid_file(exc, "cluster file") from None
     name = body.name or str(cluster["cluster_name"])
-    if not CLUSTER_NAME.fullmatch(name):
-        raise HTTPException(
-            422,
-            {
-                "error": f"cluster name {name!r}: expected letters, digits, '.', '_' or '-' "
-                "(at most 63, starting with a letter or digit)"
-            },
-        )
+    check_name("cluster", name)
     mounts = _mounts(body)
     now = deps.now()
     rec = ClusterRecord(
@@ -295,7 +279,7 @@ def put_demand(name: str, body: DemandBody, deps: Deps = Depends(get_deps)) -> d
     try:
         demand = _demand(body)
     except ConfigError as exc:
-        raise _invalid(exc, "demand") from None
+        raise invalid_file(exc, "demand") from None
 
     def replace(r: ClusterRecord) -> bool:
         r.demand, r.updated_at = demand, deps.now()

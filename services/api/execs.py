@@ -167,9 +167,7 @@ async def session_input(
     who: Principal = Depends(require_writer),
 ) -> dict[str, Any]:
     book = _session_book(deps, session_id, who)
-    data = await request.body()
-    if len(data) > SESSION_CHUNK_BYTES:
-        raise HTTPException(413, f"at most {SESSION_CHUNK_BYTES} bytes per write")
+    data = await session_chunk(request)
     size = (rows, cols) if rows is not None and cols is not None else None
     try:
         return {"ok": book.push(session_id, "in", data, eof, size)}
@@ -202,6 +200,14 @@ async def session_output(
         "exit_code": code,
         "error": error,
     }
+
+
+async def session_chunk(request: Request) -> bytes:
+    """The bytes a session's side sent; 413 over :data:`SESSION_CHUNK_BYTES`."""
+    data = await request.body()
+    if len(data) > SESSION_CHUNK_BYTES:
+        raise HTTPException(413, f"at most {SESSION_CHUNK_BYTES} bytes per write")
+    return data
 
 
 async def wait_pull(

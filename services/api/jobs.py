@@ -141,15 +141,20 @@ def submit_job(
         raise HTTPException(
             422, f"num_nodes: the job asks {body.num_nodes} nodes; request {request_id} has {count}"
         )
-    targets = []
-    for index in range(body.num_nodes):
-        node, inst_id, _ = _node(deps, request_id, index)
-        targets.append(NodeTarget(node, inst_id))
+    targets = [NodeTarget(*_node(deps, request_id, i)[:2]) for i in range(body.num_nodes)]
     book = JobBook(deps.redis, deps.settings.prefix)
     spec = JobSpec(body.name, body.run, body.envs, body.num_nodes, **_workdir(deps, req, body))
     book.refresh(request_id, time.time(), str(req.state))  # ended jobs count as ended
     try:
-        job = submit(book, req, spec, targets, who.name)
+        job = book.submit(
+            req.id,
+            spec,
+            targets,
+            now=time.time(),
+            user=who.name,
+            task_id=lambda number: task_id(req.created_at, req.id, number),
+            first=2 if _has_run(req) else 1,
+        )
     except jobs.QueueFull as exc:
         raise HTTPException(409, str(exc)) from None
     return {"request_id": request_id, **job_view(job)}
@@ -177,20 +182,6 @@ def _workdir(deps: Deps, req: LaunchRequest, body: JobIn) -> dict[str, Any]:
         "bundle_scope": scope,
         "unpacked_max_bytes": deps.settings.bundle_unpacked_max_bytes,
     }
-
-
-def submit(
-    book: JobBook, req: LaunchRequest, spec: JobSpec, targets: list[NodeTarget], user: str
-) -> Job:
-    return book.submit(
-        req.id,
-        spec,
-        targets,
-        now=time.time(),
-        user=user,
-        task_id=lambda number: task_id(req.created_at, req.id, number),
-        first=2 if _has_run(req) else 1,
-    )
 
 
 @router.get("/v1/requests/{request_id}/jobs", summary="A request's job queue")

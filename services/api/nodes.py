@@ -19,7 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, field_validator
 
 from corral.services.agent.sandbox import assignment_key
-from corral.services.api.execs import wait_pull
+from corral.services.api.execs import session_chunk, wait_pull
 from corral.services.api.routes import get_deps
 from corral.services.providers.agent_wheel import AGENT_DIST, build_agent_wheel
 from corral.services.runtime.deps import Deps
@@ -34,7 +34,7 @@ from corral.services.state.nodes import (
     ResultsRefused,
     TokenError,
 )
-from corral.shared.execs import SESSION_CHUNK_BYTES, SESSION_MAX_WAIT_S
+from corral.shared.execs import SESSION_MAX_WAIT_S
 
 router = APIRouter(prefix="/v1/node", tags=["nodes"])
 
@@ -236,9 +236,7 @@ async def exec_output(
     node: NodeName = Depends(node_of),
     deps: Deps = Depends(get_deps),
 ) -> dict[str, Any]:
-    book = ExecBook(deps.redis, deps.settings.prefix)
-    if not book.belongs(exec_id, str(node)):
-        raise HTTPException(404, f"no command {exec_id!r} for this node")
+    book = _own(deps, exec_id, node)
     data = await request.body()
     book.output(exec_id, data[:LOG_CHUNK_MAX])
     return {"ok": True}
@@ -253,17 +251,16 @@ class ExecDone(BaseModel):
 def exec_done(
     exec_id: str, body: ExecDone, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
 ) -> dict[str, Any]:
-    book = ExecBook(deps.redis, deps.settings.prefix)
-    if not book.belongs(exec_id, str(node)):
-        raise HTTPException(404, f"no command {exec_id!r} for this node")
+    book = _own(deps, exec_id, node)
     book.done(exec_id, body.exit_code, body.error)
     return {"ok": True}
 
 
-def _own_session(deps: Deps, session_id: str, node: NodeName) -> ExecBook:
+def _own(deps: Deps, xid: str, node: NodeName, what: str = "command") -> ExecBook:
+    """The book of this node's command (or ``what`` "session": session); else 404."""
     book = ExecBook(deps.redis, deps.settings.prefix)
-    if not book.belongs(session_id, str(node)) or not book.is_session(session_id):
-        raise HTTPException(404, f"no session {session_id!r} for this node")
+    if not book.belongs(xid, str(node)) or (what == "session" and not book.is_session(xid)):
+        raise HTTPException(404, f"no {what} {xid!r} for this node")
     return book
 
 
@@ -271,7 +268,7 @@ def _own_session(deps: Deps, session_id: str, node: NodeName) -> ExecBook:
 def session_kept(
     session_id: str, node: NodeName = Depends(node_of), deps: Deps = Depends(get_deps)
 ) -> dict[str, Any]:
-    _own_session(deps, session_id, node)
+    _own(deps, session_id, node, "session")
     return {"ok": True}
 
 
@@ -282,10 +279,10 @@ async def session_input(
     node: NodeName = Depends(node_of),
     deps: Deps = Depends(get_deps),
 ) -> dict[str, Any]:
-    book = _own_session(deps, session_id, node)
+    book = _own(deps, session_id, node, "session")
     data, eof, size = await wait_pull(book, session_id, "in", wait_s)
     if not (data or eof or size):
-        _own_session(deps, session_id, node)  # gone meanwhile (its user revoked): 404
+        _own(deps, session_id, node, "session")  # gone meanwhile (its user revoked): 404
     return {"data": base64.b64encode(data).decode(), "eof": eof, "size": size}
 
 
@@ -297,10 +294,8 @@ async def session_output(
     node: NodeName = Depends(node_of),
     deps: Deps = Depends(get_deps),
 ) -> dict[str, Any]:
-    book = _own_session(deps, session_id, node)
-    data = await request.body()
-    if len(data) > SESSION_CHUNK_BYTES:
-        raise HTTPException(413, f"at most {SESSION_CHUNK_BYTES} bytes per write")
+    book = _own(deps, session_id, node, "session")
+    data = await session_chunk(request)
     return {"ok": book.push(session_id, "up", data, eof)}
 
 

@@ -10,13 +10,12 @@ errors to statuses.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, HTTPException, status
 
 from corral.services.api.auth import Principal, caller, require_token
-from corral.services.api.routes import get_deps, visible_request
+from corral.services.api.routes import check_name, get_deps, invalid_file, visible_request
 from corral.services.api.schemas import (
     PoolApplied,
     PoolBody,
@@ -42,12 +41,6 @@ if TYPE_CHECKING:
 router = APIRouter()
 
 POOL_KINDS = ("machine_pool", "master_config")
-POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-
-
-def _invalid(exc: ConfigError, kind: str) -> HTTPException:
-    issues = [i.as_dict() for i in exc.issues]
-    return HTTPException(422, {"error": f"invalid {kind.replace('_', ' ')}", "issues": issues})
 
 
 def _refused(message: str) -> HTTPException:
@@ -234,15 +227,11 @@ def _resource_pools(deps: Deps, name: str) -> list[str]:
 def apply_pool(body: PoolBody, deps: Deps = Depends(get_deps)) -> dict[str, Any]:
     if body.kind not in POOL_KINDS:
         raise _refused(f"kind {body.kind!r}: expected one of {', '.join(POOL_KINDS)}")
-    if not POOL_NAME.fullmatch(body.name):
-        raise _refused(
-            f"pool name {body.name!r}: expected letters, digits, '.', '_' or '-' "
-            "(at most 63, starting with a letter or digit)"
-        )
+    check_name("pool", body.name)
     try:
         cloud, warnings = _checked(deps, body)
     except ConfigError as exc:
-        raise _invalid(exc, body.kind) from None
+        raise invalid_file(exc, body.kind.replace("_", " ")) from None
     replaced = deps.pools.get(body.name) is not None
     kind: PoolKind = "machine_pool" if body.kind == "machine_pool" else "master_config"
     try:

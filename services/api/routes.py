@@ -11,6 +11,7 @@ and errors to status codes.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response, status
@@ -100,6 +101,27 @@ def project_for(deps: Deps, who: Principal, project: str | None) -> str | None:
         f"project: user {who.name!r} belongs to {len(who.projects)} projects "
         f"({', '.join(who.projects)}); name one (?project=NAME, corral launch --project)",
     )
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a pool's or a cluster's
+
+
+def check_name(what: str, name: str) -> None:
+    """422 unless ``name`` can name a pool or a cluster (``what``)."""
+    if not NAME.fullmatch(name):
+        raise HTTPException(
+            422,
+            {
+                "error": f"{what} name {name!r}: expected letters, digits, '.', '_' or '-' "
+                "(at most 63, starting with a letter or digit)"
+            },
+        )
+
+
+def invalid_file(exc: ConfigError, what: str) -> HTTPException:
+    """422 for a file that is not valid (a pool's, a cluster's, a demand): its issues."""
+    issues = [i.as_dict() for i in exc.issues]
+    return HTTPException(422, {"error": f"invalid {what}", "issues": issues})
 
 
 def _invalid(exc: ConfigError) -> HTTPException:

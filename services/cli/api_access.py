@@ -15,12 +15,15 @@ from corral.services.cli.output import (
     EXIT_INPUT,
     EXIT_NEGATIVE,
     err,
+    fail,
     fail_input,
     print_json,
 )
 
 if TYPE_CHECKING:
     from corral.services.client import ApiError, Client
+
+__all__ = ["api_client", "complete_request_id", "fail", "fail_api"]  # fail: output.py's
 
 
 @contextmanager
@@ -57,13 +60,6 @@ def complete_request_id(incomplete: str) -> list[tuple[str, str]]:
     except (ClientError, OSError, ValueError):
         return []
     return [(v.id, f"{v.name or '-'} {v.state}") for v in views if v.id.startswith(incomplete)]
-
-
-def fail(message: str, code: int, as_json: bool) -> NoReturn:
-    if as_json:
-        print_json({"error": message})
-    err.print(f"error: {message}", markup=False)
-    raise typer.Exit(code)
 
 
 def _token_hint() -> str:

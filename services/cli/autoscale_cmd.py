@@ -28,8 +28,8 @@ from corral.services.cli.output import (
     fail,
     fail_input,
     notice,
-    out,
     print_json,
+    say,
 )
 
 if TYPE_CHECKING:  # the decision core is loaded when the command runs, not at start-up
@@ -102,10 +102,6 @@ def _nothing_possible(decision: Decision) -> bool:
     plan = decision.plan
     placed = any(b.placed for b in decision.bins)
     return bool(plan.unsatisfiable) and not plan.waiting and not placed and plan.is_empty()
-
-
-def say(text: str) -> None:
-    out.print(text, markup=False)  # names are data, never markup
 
 
 def _print(resolved: Resolved, nodes: list[Node], plan: Plan) -> None:

@@ -20,11 +20,11 @@ REGION_RE = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 catalog_app = typer.Typer(help="The price lists Corral plans with.", no_args_is_help=True)
 
 
-def _bad_input(message: str, as_json: bool) -> typer.Exit:
+def _bad_input(message: str, as_json: bool, code: int = EXIT_INPUT) -> typer.Exit:
     if as_json:
         print_list("clouds", [], error=message)
     err.print(f"error: {message}", markup=False)
-    return typer.Exit(EXIT_INPUT)
+    return typer.Exit(code)
 
 
 def _clouds(named: list[str] | None, as_json: bool) -> list[str]:
@@ -52,10 +52,7 @@ def _clouds(named: list[str] | None, as_json: bool) -> list[str]:
             "or gcp (GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login); "
             "the shipped catalog stays in use"
         )
-        if as_json:
-            print_list("clouds", [], error=message)
-        err.print(f"error: {message}", markup=False)
-        raise typer.Exit(EXIT_NEGATIVE)
+        raise _bad_input(message, as_json, EXIT_NEGATIVE)
     return found
 
 

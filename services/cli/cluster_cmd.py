@@ -31,6 +31,8 @@ from corral.services.cli.output import (
     out,
     print_json,
     print_list,
+    report,
+    say,
 )
 
 if TYPE_CHECKING:
@@ -49,10 +51,6 @@ NameArg = Annotated[str, typer.Argument(metavar="NAME", help="the cluster's name
 def register(app: typer.Typer) -> None:
     """Add ``corral cluster`` to the app."""
     app.add_typer(cluster_app, name="cluster")
-
-
-def say(text: str) -> None:
-    out.print(text, markup=False)  # names are data, never markup
 
 
 def _read(path: Path, as_json: bool) -> str:
@@ -117,10 +115,7 @@ def down(name: NameArg, as_json: JsonOpt = False) -> None:
     """Terminate every node of the cluster and forget it."""
     with api_client(as_json) as client:
         gone = client.delete_cluster(name).document()
-    if as_json:
-        print_json(gone)
-    else:
-        say(f"cluster {name}: terminating {len(gone.get('terminating', []))} nodes")
+    report(as_json, gone, f"cluster {name}: terminating {len(gone.get('terminating', []))} nodes")
 
 
 @cluster_app.command("list")
@@ -221,10 +216,9 @@ def demand(
     text = _read(demand_file, as_json)
     with api_client(as_json) as client:
         result = client.set_demand(name, text, str(demand_file)).document()
-    if as_json:
-        print_json(result)
-    else:
-        say(f"cluster {name}: demand {'set' if result.get('demand') else 'cleared'}")
+    report(
+        as_json, result, f"cluster {name}: demand {'set' if result.get('demand') else 'cleared'}"
+    )
 
 
 @cluster_app.command(

@@ -16,6 +16,7 @@ from corral.services.cli.output import (
     EXIT_NEGATIVE,
     data_row,
     err,
+    fail,
     fail_input,
     print_json,
     print_list,
@@ -95,10 +96,7 @@ def _parse_name(name: str, as_json: bool) -> tuple[str, int | None]:
         if sep and not (count_text.isdigit() and int(count_text) >= 1):
             raise ValueError(f"expected NAME or NAME:COUNT with a count >= 1, got {name!r}")
     except ValueError as exc:
-        if as_json:
-            print_json({"error": str(exc)})
-        err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(EXIT_INPUT) from None
+        fail(str(exc), EXIT_INPUT, as_json)
     return canonical, int(count_text) if sep else None
 
 

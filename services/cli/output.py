@@ -60,6 +60,19 @@ def print_list(kind: str, items: list[Any], **extra: Any) -> None:
     print_json(list_envelope(kind, items, **extra))
 
 
+def say(text: str) -> None:
+    """One line on stdout, as written (names are data, never markup)."""
+    out.print(text, markup=False)
+
+
+def report(as_json: bool, doc: Any, line: str) -> None:
+    """What a command did: ``doc`` as JSON with ``--json``, else ``line``."""
+    if as_json:
+        print_json(doc)
+    else:
+        say(line)
+
+
 def notice(message: str) -> None:
     """A one-line notice on stderr (never on stdout, so --json output stays parseable)."""
     from rich.text import Text
@@ -88,6 +101,9 @@ def fail_input(exc: ConfigError, as_json: bool = False) -> NoReturn:
     raise typer.Exit(EXIT_INPUT)
 
 
-def fail(message: str, code: int = EXIT_NEGATIVE) -> NoReturn:
+def fail(message: str, code: int = EXIT_NEGATIVE, as_json: bool = False) -> NoReturn:
+    """Report an error (as ``{"error": message}`` too with ``--json``) and exit ``code``."""
+    if as_json:
+        print_json({"error": message})
     err.print(f"error: {message}", markup=False)
     raise typer.Exit(code)

@@ -26,9 +26,9 @@ from corral.services.cli.output import (
     EXIT_NEGATIVE,
     fail_input,
     notice,
-    out,
     print_json,
     print_list,
+    say,
     warning,
 )
 from corral.services.cli.pools_cmd import pools_app
@@ -45,10 +45,6 @@ def register(app: typer.Typer) -> None:
     """Add ``corral why``; ``apply``, ``list`` and ``delete`` join the ``pools`` group when this
     module is imported."""
     app.command("why")(why)
-
-
-def say(text: str) -> None:
-    out.print(text, markup=False)  # names are data, never markup
 
 
 def load_pool_file(path: Path) -> Loaded:

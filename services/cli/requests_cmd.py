@@ -27,6 +27,7 @@ from corral.services.cli.output import (
     out,
     print_json,
     print_list,
+    report,
     wide_console,
 )
 
@@ -406,10 +407,7 @@ def stop(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:
     start` brings them back. Refused (exit 2) on a cloud that cannot stop a machine."""
     with api_client(as_json) as client:
         view = client.stop(request_id)
-    if as_json:
-        print_json(view.document())
-    else:
-        out.print(f"request {view.id}: stopping", markup=False)
+    report(as_json, view.document(), f"request {view.id}: stopping")
 
 
 def autostop(
@@ -442,10 +440,7 @@ def start(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:
     """Start a stopped service's machines again; it is RUNNING once their agents report."""
     with api_client(as_json) as client:
         view = client.start(request_id)
-    if as_json:
-        print_json(view.document())
-    else:
-        out.print(f"request {view.id}: starting", markup=False)
+    report(as_json, view.document(), f"request {view.id}: starting")
 
 
 def down(
@@ -540,10 +535,7 @@ def run_api(
         fail(f"cannot listen on {host}:{port}: {exc}", EXIT_INPUT, as_json)
     bound = sock.getsockname()[1]
     url = f"http://{f'[{host}]' if ':' in host else host}:{bound}"
-    if as_json:
-        print_json({"url": url})
-    else:
-        out.print(f"api listening on {url}", markup=False)
+    report(as_json, {"url": url}, f"api listening on {url}")
     sys.stdout.flush()
     # Logs go to stderr, as text or JSON lines (CORRAL_LOG_FORMAT): see uvicorn_log_config.
     from corral.services.api.server import server_config

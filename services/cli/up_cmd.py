@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from corral.services.cli.output import EXIT_INPUT, err, out
+from corral.services.cli.output import EXIT_INPUT, err, fail, out
 
 if TYPE_CHECKING:
     from corral.services.cli.supervisor import Supervisor
@@ -160,8 +160,7 @@ def up(
     try:  # one `up` per home: a second would start a Redis on the first's files (issue #47)
         held = lock_home(settings.home)
     except HomeLocked as exc:
-        err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(EXIT_INPUT) from None
+        fail(str(exc), EXIT_INPUT)
     private_dir(settings.home)
     private_dir(settings.logs)
     sup = Supervisor(

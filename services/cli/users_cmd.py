@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from corral.services.cli.api_access import api_client, fail
-from corral.services.cli.output import EXIT_INPUT, out, print_json, print_list
+from corral.services.cli.output import EXIT_INPUT, print_json, print_list, report, say
 
 users_app = typer.Typer(help="API users: tokens with a role (admin, member, viewer).")
 projects_app = typer.Typer(help="Projects and their quotas (GPUs at once, dollars per day).")
@@ -31,10 +31,6 @@ ROLES = ("admin", "member", "viewer")
 def register(app: typer.Typer) -> None:
     app.add_typer(users_app, name="users")
     app.add_typer(projects_app, name="projects")
-
-
-def say(text: str) -> None:
-    out.print(text, markup=False)  # names are data, never markup
 
 
 @contextmanager
@@ -125,10 +121,7 @@ def revoke_user(
     """Revoke a user's token: it stops working at once."""
     with api_client(as_json) as client, _refusals(as_json):
         view = client.revoke_user(name)
-    if as_json:
-        print_json(view.document())
-    else:
-        say(f"revoked {view.name}: its token no longer works")
+    report(as_json, view.document(), f"revoked {view.name}: its token no longer works")
 
 
 def _quota(gpus: int | None, dollars_per_day: float | None) -> dict[str, Any]:
@@ -163,10 +156,7 @@ def add_project(
     """Add a project, with its quota if given."""
     with api_client(as_json) as client, _refusals(as_json):
         view = client.add_project(name, _quota(gpus, dollars_per_day))
-    if as_json:
-        print_json(view.document())
-    else:
-        say(f"added project {_project_line(view.document())}")
+    report(as_json, view.document(), f"added project {_project_line(view.document())}")
 
 
 @projects_app.command("list")
@@ -193,7 +183,4 @@ def set_quota(
     """Set a project's quota; a limit not given is no limit."""
     with api_client(as_json) as client, _refusals(as_json):
         view = client.set_quota(name, _quota(gpus, dollars_per_day))
-    if as_json:
-        print_json(view.document())
-    else:
-        say(f"quota set: {_project_line(view.document())}")
+    report(as_json, view.document(), f"quota set: {_project_line(view.document())}")

@@ -56,7 +56,7 @@ def pack(task: dict[str, Any], base: Path, max_bytes: int) -> tuple[bytes, Bundl
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         workdir = task.get("workdir")
         if isinstance(workdir, str):
-            source = _local(base, workdir, "workdir")
+            source = _local(base, workdir)
             if not source.is_dir():
                 raise BundleError("workdir", f"{source} is not a folder")
             files += _add(tar, source, WORKDIR_MEMBER, "workdir")
@@ -67,7 +67,7 @@ def pack(task: dict[str, Any], base: Path, max_bytes: int) -> tuple[bytes, Bundl
                 raise BundleError(field, problem)
             if "://" in source:
                 continue  # s3://: the node copies it itself (shared/bundles.py)
-            path = _local(base, source, field)
+            path = _local(base, source)
             if not path.exists():
                 raise BundleError(field, f"{path} does not exist")
             member = f"mounts/{i}"
@@ -92,7 +92,7 @@ def pack(task: dict[str, Any], base: Path, max_bytes: int) -> tuple[bytes, Bundl
     )
 
 
-def _local(base: Path, text: str, field: str) -> Path:
+def _local(base: Path, text: str) -> Path:
     path = Path(os.path.expanduser(text))
     return (path if path.is_absolute() else base / path).resolve()
 

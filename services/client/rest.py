@@ -298,16 +298,7 @@ class Client:
         started = self._json(
             "POST", f"/v1/requests/{_seg(request_id)}/exec", json={"command": command, "node": node}
         )
-        offset = 0
-        while True:
-            seen = self._json("GET", f"/v1/execs/{_seg(started['id'])}", params={"offset": offset})
-            if seen["output"]:
-                yield str(seen["output"])
-            offset = int(seen["offset"])
-            if seen["exit_code"] is not None:
-                yield int(seen["exit_code"])
-                return
-            time.sleep(interval_s)
+        yield from self.follow_exec(str(started["id"]), interval_s=interval_s)
 
     def follow_exec(self, exec_id: str, *, interval_s: float = 0.25) -> Iterator[str | int]:
         """A command's output as it comes (strings), then its exit code (an int), last."""

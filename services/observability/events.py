@@ -185,11 +185,6 @@ def _was_running(req: LaunchRequest) -> bool:
     return any(t.to_state == RequestState.RUNNING.value for t in req.history)
 
 
-def _moved_at(record: LaunchRequest | Instance) -> float:
-    """When the record's last move happened (its history's time, not this process's clock)."""
-    return record.history[-1].at if record.history else record.updated_at
-
-
 class EventMetrics:
     """The store's write listener (``state.store.WriteListener``) that counts these metrics;
     the runtime's Deps hands it to the store, so the store imports no metrics."""

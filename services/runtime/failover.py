@@ -207,37 +207,58 @@ def walk(
         decision = plan_step(snap)
         return True, (decision, apply(r, decision, snap, remembered, inline))
 
-    updated, applied = deps.store.decide_request(request_id, plan_and_apply, current=current)
+    def written_lines(r: LaunchRequest, applied: tuple[Decision, bool] | None) -> list[str]:
+        # The progress lines of this write, written by its script (one round trip).
+        return [] if applied is None else _progress(r, applied[0], lines, chain, inline)
+
+    updated, applied = deps.store.decide_request(
+        request_id, plan_and_apply, current=current, log=(written_lines, now)
+    )
     if updated is None or applied is None:
         if updated is not None:
             deps.store.append_events(request_id, lines, now)
         return Walked("stale" if chain is None else "raced")
-    decision, started = applied
-    # The progress lines of this write, in one command.
-    lines = [
+    decision, started = applied  # written, with its lines
+    if not isinstance(decision, Attempt):
+        if updated.state == RequestState.FAILED:
+            return Walked("failed", decision=decision)
+        if updated.state == RequestState.WAITING:
+            return Walked("waiting", decision=decision)
+        return Walked("stale", decision=decision)
+    step = decision.index
+    if updated.state != RequestState.PROVISIONING or updated.next_step != step:
+        return Walked("stale", decision=decision)
+    if inline is not None and updated.chain[step].cloud == inline:
+        return Walked(f"run {step} here", step, updated if started else None, decision=decision)
+    send_attempt(deps, updated, step)
+    return Walked(f"attempt {step}", published=step, decision=decision)
+
+
+def _progress(
+    r: LaunchRequest,
+    decision: Decision,
+    lines: Sequence[str],
+    chain: list[ChainStep] | None,
+    inline: str | None,
+) -> list[str]:
+    """A walk's progress lines for the record ``r`` as its write leaves it: the caller's
+    ``lines``, the move to PROVISIONING (admission), and what was decided (FAILED, WAITING,
+    or the attempt the caller runs itself)."""
+    out = [
         *lines,
         *([f"state: PROVISIONING ({len(chain)} candidates)"] if chain is not None else []),
     ]
     if not isinstance(decision, Attempt):
-        if updated.state == RequestState.FAILED:
-            deps.store.append_events(request_id, [*lines, f"state: FAILED ({updated.error})"], now)
-            return Walked("failed", decision=decision)
-        if updated.state == RequestState.WAITING:
-            waiting = f"state: WAITING ({updated.history[-1].reason})"
-            deps.store.append_events(request_id, [*lines, waiting], now)
-            return Walked("waiting", decision=decision)
-        deps.store.append_events(request_id, lines, now)
-        return Walked("stale", decision=decision)
+        if r.state == RequestState.FAILED:
+            return [*out, f"state: FAILED ({r.error})"]
+        if r.state == RequestState.WAITING:
+            return [*out, f"state: WAITING ({r.history[-1].reason})"]
+        return out
     step = decision.index
-    if updated.state != RequestState.PROVISIONING or updated.next_step != step:
-        deps.store.append_events(request_id, lines, now)
-        return Walked("stale", decision=decision)
-    if inline is not None and updated.chain[step].cloud == inline:
-        deps.store.append_events(request_id, [*lines, attempt_line(updated, step)], now)
-        return Walked(f"run {step} here", step, updated if started else None, decision=decision)
-    deps.store.append_events(request_id, lines, now)
-    send_attempt(deps, updated, step)
-    return Walked(f"attempt {step}", published=step, decision=decision)
+    here = inline is not None and r.chain[step].cloud == inline
+    if here and r.state == RequestState.PROVISIONING and r.next_step == step:
+        return [*out, attempt_line(r, step)]
+    return out
 
 
 def snapshot(

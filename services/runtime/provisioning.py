@@ -96,7 +96,12 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
     """Plan the chain of a PENDING request and start its first attempt. With ``cloud`` (the
     task came on that cloud's provisioning queue), a first attempt on that cloud is run here,
     in the same task, instead of being published: one broker message per launch, not two."""
-    req = deps.store.get_request(request_id)
+    remembered = None
+    if cloud is None:
+        req = deps.store.get_request(request_id)
+    else:  # a direct request with its chain: its walk needs the blocks, read with it
+        req, raw_blocks = deps.store.get_request_beside(request_id, deps.blocks.key)
+        remembered = deps.blocks.active_in(raw_blocks, deps.now())
     if req is None:
         return "missing"
     if req.state == RequestState.PENDING and (refused := quotas.refusal_for(deps, req)):
@@ -137,7 +142,8 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
     for cloud, why in left_out.items():  # only clouds the task could have used
         deps.store.append_event(request_id, f"notice: {cloud} is left out of the chain: {why}", now)
     # The chain, PROVISIONING, the first step and (run here) its attempt, in one write.
-    walked = walk(deps, request_id, -1, Within.ANY, chain=chain, inline=cloud, current=req)
+    walked = walk(deps, request_id, -1, Within.ANY, chain=chain, inline=cloud, current=req,
+                  remembered=remembered)  # fmt: skip
     if walked.run_here is None:
         return walked.outcome
     step = walked.run_here
@@ -365,13 +371,15 @@ def booted_all(
         landings.append((n, _Landing(deps, req.id, boot.step, boot.key, cand, by_node(found), req)))
     written = deps.store.update_together_many([land.together for _, land in landings])
     events = []
+    ended: list[ProviderInstance] = []  # quick jobs' machines, let go together below
     for (n, land), result in zip(landings, written, strict=True):
         try:
-            outcomes[n] = land.settle(result, freed)
+            outcomes[n] = land.settle(result, freed, ended)
         except Exception:  # the others go on; the boot watch tries this one again
             log.exception("could not finish the boot of %s", land.attempt_id)
             outcomes[n] = "error"
         events.append((land.request_id, land.events))
+    _terminate_ended(deps, ended)
     deps.store.append_events_many(events, deps.now())
     return outcomes
 
@@ -578,18 +586,19 @@ def _let_go(
     attempt_id: str,
     cand: ChainStep,
     freed: list[Placed] | None = None,
+    ended: list[ProviderInstance] | None = None,
 ) -> None:
     """A job ended at its first look: its machines are let go (a cloud VM outlives the agent
     that reported the end), and whatever else of the request still runs: nothing, when no
     other attempt of it ever launched (its only instances are the ones just written ended;
-    no list of them is read). ``freed``: where a caller that lets several go at once (a boot
-    watch's look) collects the places freed, to tell them in one go; else they are told now
-    (:func:`failover.capacity_freed`)."""
-    for pi in launched:
-        try:
-            deps.provider(pi.cloud).terminate([pi.provider_id], zone=pi.zone)
-        except ProviderError as exc:  # reconcile's stray cleaning ends it later
-            log.warning("could not terminate %s after its job ended: %s", pi.provider_id, exc)
+    no list of them is read). ``freed`` and ``ended``: where a caller that lets several go at
+    once (a boot watch's look) collects the places freed, to tell them in one go, and the
+    machines, to terminate them in one call per cloud and zone; else both are done now
+    (:func:`failover.capacity_freed`, :func:`_terminate_ended`)."""
+    if ended is None:
+        _terminate_ended(deps, launched)
+    else:
+        ended.extend(launched)
     if freed is None:
         capacity_freed(deps, [cand] * len(launched))
     else:
@@ -601,6 +610,19 @@ def _let_go(
         release_instances(deps, req.id, "the job ended", req=req, look_for_strays=False, frees=True)
     except ProviderError as exc:
         log.warning("could not let go of %s's machines: %s", req.id, exc)
+
+
+def _terminate_ended(deps: Deps, machines: list[ProviderInstance]) -> None:
+    """Terminate the machines of jobs that ended, one call per cloud and zone (a look's quick
+    jobs together: the local cloud then removes their folders in one pass over its folder)."""
+    by_place: dict[tuple[str, str | None], list[str]] = {}
+    for pi in machines:
+        by_place.setdefault((pi.cloud, pi.zone), []).append(pi.provider_id)
+    for (cloud, zone), ids in by_place.items():
+        try:
+            deps.provider(cloud).terminate(ids, zone=zone)
+        except ProviderError as exc:  # reconcile's stray cleaning ends them later
+            log.warning("could not terminate %s after their jobs ended: %s", ", ".join(ids), exc)
 
 
 class _Landing:
@@ -651,7 +673,10 @@ class _Landing:
         return outcome
 
     def settle(
-        self, together: tuple[LaunchRequest, list[Instance]] | None, freed: list[Placed] | None
+        self,
+        together: tuple[LaunchRequest, list[Instance]] | None,
+        freed: list[Placed] | None,
+        ended: list[ProviderInstance] | None = None,
     ) -> str:
         """After the compare-and-set (``together``: its result; None when an instance was
         missing, its attempt having died before it recorded it: then one by one, creating it
@@ -674,7 +699,7 @@ class _Landing:
             self.events = [f"state: RUNNING ({', '.join(ids)})"]
             self.events += [f"state: SUCCEEDED ({JOB_EXITED_0})"] * self.done
             if self.done:
-                _let_go(deps, updated, self.launched, self.attempt_id, self.cand, freed)
+                _let_go(deps, updated, self.launched, self.attempt_id, self.cand, freed, ended)
                 return "ended"
             return "running"
         # Cancelled, or another attempt won, while we launched: what we got must not leak, and

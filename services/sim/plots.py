@@ -49,10 +49,7 @@ def _markets(plt: Any, runs: Sequence[dict[str, Any]], path: Path) -> Path:
         ax.legend(loc="upper right", fontsize=8)
     axes[-1].set_xlabel("hour of the day")
     fig.suptitle("Instances by market")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def _lines(plt: Any, runs: Sequence[dict[str, Any]], key: str, label: str, path: Path) -> Path:
@@ -61,12 +58,7 @@ def _lines(plt: Any, runs: Sequence[dict[str, Any]], key: str, label: str, path:
         ax.plot(_hours(run["series"]), run["series"][key], label=run["policy"])
     ax.set_xlabel("hour of the day")
     ax.set_ylabel(label)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, ax)
 
 
 def _ttc(plt: Any, runs: Sequence[dict[str, Any]], path: Path) -> Path:
@@ -80,8 +72,15 @@ def _ttc(plt: Any, runs: Sequence[dict[str, Any]], path: Path) -> Path:
     ax.set_xscale("log")
     ax.set_xlabel("time to capacity (s, log scale)")
     ax.set_ylabel("share of requests that got capacity")
-    ax.legend()
-    ax.grid(alpha=0.3)
+    return _save(plt, fig, path, ax)
+
+
+def _save(plt: Any, fig: Any, path: Path, ax: Any = None) -> Path:
+    """Write the figure to ``path`` and close it; ``ax``: one plot's, given its legend and
+    grid."""
+    if ax is not None:
+        ax.legend()
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -12,7 +12,7 @@ deletes them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,11 @@ class BlockStore:
 
     def active(self, now: float) -> list[RememberedBlock]:
         return self._parse(self.client.hgetall(self.key).items(), now)
+
+    def active_in(self, raw: Mapping[Any, Any], now: float) -> list[RememberedBlock]:
+        """:meth:`active` from the hash at :attr:`key` as its caller read it (beside another
+        read, in one round trip: :meth:`Store.get_request_beside`)."""
+        return self._parse(raw.items(), now)
 
     def _parse(self, items: Iterable[tuple[Any, Any]], now: float) -> list[RememberedBlock]:
         """The blocks in force at ``now`` among the hash's (field, value) pairs."""

@@ -44,6 +44,8 @@ from corral.shared.records import Event, Instance, LaunchRequest, Submission
 
 RecordT = TypeVar("RecordT", LaunchRequest, Instance)
 DecidedT = TypeVar("DecidedT")
+# A request write's progress lines: (lines from the record as written and what was decided, time)
+Logged = tuple[Callable[[Any, DecidedT], Sequence[str]], float]
 
 # KEYS[1] the record's hash; KEYS[2..] the index zsets to add it to.
 # ARGV: id, version, json, score. Returns 1 if created, 0 if the id exists.
@@ -92,8 +94,9 @@ redis.call('HSET', KEYS[1], 'refusal', ARGV[1], 'at', ARGV[2])
 return 1
 """
 
-# KEYS[1] the record's hash, KEYS[2] the old state's index, KEYS[3] the new state's index.
-# ARGV: id, expected version, new version, json, score.
+# KEYS[1] the record's hash, KEYS[2] the old state's index, KEYS[3] the new state's index,
+# KEYS[4] (a request's, optional) its progress log. ARGV: id, expected version, new version,
+# json, score, then the progress lines appended with the write (a walk's: one round trip).
 # Returns 1 if written, 0 if the version moved on (lost race), -1 if the record is gone.
 _CAS = """
 local current = redis.call('HGET', KEYS[1], 'version')
@@ -104,6 +107,7 @@ if KEYS[2] ~= KEYS[3] then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 end
+if KEYS[4] then redis.call('RPUSH', KEYS[4], unpack(ARGV, 6)) end
 return 1
 """
 
@@ -285,6 +289,15 @@ class Store:
         raw = self._r.hget(self._request_key(request_id), "json")
         return None if raw is None else LaunchRequest.model_validate_json(raw)
 
+    def get_request_beside(self, request_id: str, key: str) -> tuple[LaunchRequest | None, Any]:
+        """The request (or None) and the hash at ``key``, in one round trip (an admission reads
+        the blocks in force with its request)."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hget(self._request_key(request_id), "json")
+        pipe.hgetall(key)
+        raw, other = pipe.execute()
+        return (None if raw is None else LaunchRequest.model_validate_json(raw)), other
+
     def get_instance(self, instance_id: str) -> Instance | None:
         """The instance as stored, or None."""
         raw = self._r.hget(self._instance_key(instance_id), "json")
@@ -427,18 +440,15 @@ class Store:
         *,
         retries: int = 50,
         current: LaunchRequest | None = None,
+        log: Logged[DecidedT] | None = None,
     ) -> tuple[LaunchRequest | None, DecidedT | None]:
         """:meth:`update_request` for a change planned from the record (plan, then apply): ``fn``
         returns whether to write and what it decided; returned with the request as written (or
-        read), the decision of the run that was (None: no such request)."""
-        return self._update(
-            LaunchRequest,
-            self._request_key(request_id),
-            fn,
-            retries,
-            self._request_state_key,
-            _carried(current, request_id),
-        )
+        read), the decision of the run that was (None: no such request). ``log``: its progress
+        lines (from the record as written and the decision) and their time, appended by the
+        write's own script; a run that writes nothing appends none."""
+        key, carried = self._request_key(request_id), _carried(current, request_id)
+        return self._update(LaunchRequest, key, fn, retries, self._request_state_key, carried, log)
 
     def update_instance(
         self,
@@ -461,6 +471,7 @@ class Store:
         retries: int,
         state_key: Callable[[Any], str],
         carried: RecordT | None = None,
+        log: Logged[DecidedT] | None = None,
     ) -> tuple[RecordT | None, DecidedT | None]:
         def one_round(attempt: int) -> tuple[RecordT | None, DecidedT | None] | Lost:
             nonlocal carried
@@ -485,6 +496,10 @@ class Store:
                 work.model_dump_json(),
                 work.created_at,
             ]
+            lines, at = ([], 0.0) if log is None else (log[0](work, decided), log[1])
+            if lines:
+                keys.append(self._key("events", work.id))
+                args += [_event_entry(at, text) for text in lines]
             written = int(self._cas(keys=keys, args=args))
             if written == 1:
                 for listener in self.listeners:  # once: only the writer that won gets here

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -61,6 +62,39 @@ def test_two_beats_fire_once_and_the_standby_takes_over(make_system: Callable[..
     before = _queued(client, "provision")
     wait_for(lambda: _queued(client, "provision") > before + 2, 30, "the standby beat to fire")
     assert standby.poll() is None
+
+
+def test_a_standby_beat_takes_over_soon_with_the_shipped_lock(
+    make_system: Callable[..., System],
+) -> None:
+    """With beat's lock timeout and loop interval as shipped, the standby fires again within
+    about 7 s of the leader's death. Every periodic pass (a pool's rebalancing: a machine
+    that died found, its work placed again) waits for it: 11-14 s a beat kill under `make
+    chaos` with the 10 s lock this replaces, the lock's TTL at the kill at least 9.5 s."""
+    system = make_system(RECONCILE_INTERVAL_S="0.5")
+    for name in ("BEAT_LOCK_TIMEOUT_S", "BEAT_MAX_LOOP_INTERVAL_S"):
+        system.env.pop(f"CORRAL_TIMERS__{name}")  # the shipped values
+    client = redis.Redis.from_url(system.env["CORRAL_REDIS_URL"], decode_responses=True)
+
+    def log(name: str) -> str:
+        path = system.home / "logs" / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    leader = system.start_beat("beat-1")
+    wait_for(lambda: "Acquired lock" in log("beat-1"), 60, "the first beat to lead")
+    system.start_beat("beat-2")
+    wait_for(lambda: "beat: Starting" in log("beat-2"), 60, "the standby to start")
+    found = re.search(r"lock -> `([^`]+)`", log("beat-1"))
+    assert found, log("beat-1")
+    time.sleep(1)  # a few ticks: the leader renews its lock on each (every 0.5 s here)
+    os.killpg(leader.pid, signal.SIGKILL)
+    dead_at = time.monotonic()
+    left_ms = client.pttl(found.group(1))
+    wait_for(lambda: "Acquired lock" in log("beat-2"), 30, "the standby to take the lock")
+    took_s = time.monotonic() - dead_at
+    print(f"the lock had {left_ms} ms left; the standby led {took_s:.1f} s after the kill")
+    assert 0 < left_ms <= 5000, left_ms  # a dead leader's lock lapses within 5 s
+    assert took_s < 9.0, took_s  # its TTL, the standby's next look (2 s) and some slack
 
 
 def test_a_beat_told_to_stop_while_redis_is_down_stops(

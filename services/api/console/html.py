@@ -9,7 +9,6 @@ URL, so the scroll stays), the log tail's poll and the charts' drawing (console/
 from __future__ import annotations
 
 import html
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -94,13 +93,6 @@ def state(value: Any) -> str:
 
 def link(href: str, text: Any) -> str:
     return f'<a href="{esc(href)}">{esc(text)}</a>'
-
-
-def compact(value: Any) -> str:
-    """A nested value (a mapping, a list) as short JSON text, escaped."""
-    if isinstance(value, (dict, list)):
-        return esc(json.dumps(value, default=str, separators=(", ", ": ")))
-    return esc(value)
 
 
 TIME_KEYS = ("_at", "until", "since", "expires")

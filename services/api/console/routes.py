@@ -182,9 +182,7 @@ def overview(request: Request) -> HTMLResponse:
     return _html(request, "Overview", body, "/console/", refresh_s=5)
 
 
-def _request_table(
-    deps: Deps, reqs: list[LaunchRequest], now: float, id: str = "requests", sort: str = ""
-) -> str:
+def _request_table(deps: Deps, reqs: list[LaunchRequest], now: float, id: str = "requests") -> str:
     rows = []
     for r in reqs:
         line = cost_line(r, deps.store.list_instances(request_id=r.id), now)

@@ -449,18 +449,12 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
     def _each(self, provider_ids: list[str], zone: str | None, call: str) -> None:
         api = self._api()
         deadline = time.monotonic() + self.operation_timeout_s
-        for pid in provider_ids:
-            where, _, name = pid.rpartition("/")
-            if not (where or zone):
-                raise InvalidRequestError(f"no zone for instance {pid!r}")
+        for where, name in _targets(provider_ids, zone):
             with translated():
                 op = getattr(api.instances, call)(
-                    project=api.project,
-                    zone=where or str(zone),
-                    instance=name,
-                    timeout=self.call_timeout_s,
+                    project=api.project, zone=where, instance=name, timeout=self.call_timeout_s
                 )
-            failed = self._wait(where or str(zone), op, deadline)
+            failed = self._wait(where, op, deadline)
             if failed is not None:
                 raise failed
 
@@ -469,12 +463,7 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         """Delete instances (ids are ``zone/name``; a bare name needs ``zone``) and wait until
         they are gone. Idempotent: a missing instance is fine. Failures are retried, then
         raised naming what is left."""
-        targets = []
-        for pid in provider_ids:
-            where, _, name = pid.rpartition("/")
-            if not (where or zone):
-                raise InvalidRequestError(f"no zone for instance {pid!r}")
-            targets.append((where or str(zone), name))
+        targets = _targets(provider_ids, zone)
         if self.nodes is not None:
             self.nodes.end(provider_ids)
         self._delete_all(targets)
@@ -542,6 +531,17 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
                 left.append(target)
                 error = failed
         return left, error
+
+
+def _targets(provider_ids: list[str], zone: str | None) -> list[tuple[str, str]]:
+    """(zone, name) of each id (``zone/name``; a bare name is in ``zone``)."""
+    targets = []
+    for pid in provider_ids:
+        where, _, name = pid.rpartition("/")
+        if not (where or zone):
+            raise InvalidRequestError(f"no zone for instance {pid!r}")
+        targets.append((where or str(zone), name))
+    return targets
 
 
 def _address(inst: compute_v1.Instance) -> str | None:

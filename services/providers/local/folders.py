@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import zlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,22 @@ def assignment_uid(task_uid: int, drawn: int) -> int:
     return task_uid + 1 + drawn % (UIDS_PER_CLOUD - 1)
 
 
-def remove_folders(machines_dir: Path, instance_id: str) -> None:
-    """A gone machine's folder and its assignments', and the bundles copied beside it (its
-    launch's, its jobs'): its disk goes with it."""
-    for folder in [machines_dir / instance_id, *machines_dir.glob(f"{instance_id}.*")]:
+def remove_folders(machines_dir: Path, instance_ids: Collection[str]) -> None:
+    """Gone machines' folders and their assignments', and the bundles copied beside them
+    (their launch's, their jobs'): their disk goes with them. One pass over the folder for
+    them all (a boot watch lets a burst's quick jobs go together: a pass per machine made
+    ending N machines cost N passes over N folders)."""
+    if not instance_ids:
+        return
+    gone = set(instance_ids)
+    try:
+        with os.scandir(machines_dir) as entries:
+            # A machine's folder is named by its id; what lies beside it, "<id>.<more>".
+            found = [e.path for e in entries if e.name.split(".", 1)[0] in gone]
+    except FileNotFoundError:
+        return
+    for name in found:
+        folder = Path(name)
         if folder.is_file() and not folder.is_symlink():
             folder.unlink(missing_ok=True)
         else:

@@ -734,7 +734,7 @@ class LocalProvider:
                 )
             if not rec.run:  # a job's machine was never given any (assign refuses it)
                 self.state.drop_assignment(rec.id)  # a gone machine takes no work
-            remove_folders(self.machines_dir, rec.id)
+        remove_folders(self.machines_dir, [rec.id for rec in records])
 
     def _record_to_end(self, instance_id: str) -> InstanceRecord | None:
         rec = self._ended.get(instance_id)

@@ -15,6 +15,7 @@ import redis
 from runtime_driver import Driver
 
 from corral.services.runtime import launch, requests, typed_task
+from corral.services.state.blocks import BlockStore
 from corral.services.state.boots import Boot, BootBook
 from corral.services.state.store import Store
 from corral.shared.config.task import Task
@@ -27,16 +28,20 @@ SERVICE = {"name": "svc", "resources": {"cloud": "local", "instance_type": "cpu-
 
 @pytest.fixture
 def io(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
-    """Counts of request-record reads (a get, or the read of a compare-and-set that was not
-    handed the record its caller had just read) and writes (a compare-and-set that changed
-    it, or its creation)."""
+    """Counts of request-record reads (a get, alone or with another hash in its round trip, or
+    the read of a compare-and-set that was not handed the record its caller had just read)
+    and writes (a compare-and-set that changed it, or its creation)."""
     seen: Counter[str] = Counter()
     get, update, create = Store.get_request, Store._update, Store.create_request
-    together = Store.update_together
+    together, beside = Store.update_together, Store.get_request_beside
 
     def counted_get(self: Store, request_id: str) -> LaunchRequest | None:
         seen["reads"] += 1
         return get(self, request_id)
+
+    def counted_beside(self: Store, request_id: str, key: str) -> tuple[Any, Any]:
+        seen["reads"] += 1  # the request, with another hash in the same round trip
+        return beside(self, request_id, key)
 
     def counted_update(
         self: Store, model: type, key: str, fn: Callable[[Any], tuple[bool, Any]], *args: Any
@@ -73,6 +78,7 @@ def io(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         return together(self, request_id, counted, *args, **kwargs)
 
     monkeypatch.setattr(Store, "get_request", counted_get)
+    monkeypatch.setattr(Store, "get_request_beside", counted_beside)
     monkeypatch.setattr(Store, "_update", counted_update)
     monkeypatch.setattr(Store, "create_request", counted_create)
     monkeypatch.setattr(Store, "update_together", counted_together)
@@ -113,6 +119,37 @@ def test_a_failed_zone_costs_a_few_record_reads_and_writes_more(
     # (Before issue #23: 9 writes, 17 reads, and a broker message for the region step; then
     # 6 writes, 10 reads; then 6 writes, 5 reads.)
     assert took == {"writes": 4, "reads": 1}
+
+
+def test_an_admission_reads_the_blocks_with_its_request_and_writes_its_lines_with_its_walk(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Round trips, not commands: the blocks in force come in the round trip that reads the
+    # request, and the walk's progress lines (PROVISIONING, the attempt run here) go in the
+    # script of its compare-and-set. (Before: a read of the blocks and an RPUSH of their own.)
+    calls: Counter[str] = Counter()
+    active, append = BlockStore.active, Store.append_events
+
+    def counted_active(self: BlockStore, now: float) -> Any:
+        calls["blocks read alone"] += 1
+        return active(self, now)
+
+    def counted_append(self: Store, request_id: str, texts: Any, now: float) -> int:
+        calls["lines written alone"] += 1
+        return append(self, request_id, texts, now)
+
+    monkeypatch.setattr(BlockStore, "active", counted_active)
+    monkeypatch.setattr(Store, "append_events", counted_append)
+    driver.fake.boot_delay_s = 60.0  # still booting when the admission's task ends
+    rid = requests.submit(driver.deps, Task.model_validate(SERVICE)).id
+    driver.run(until=lambda: bool(driver.deps.boots.of("local")))
+    assert driver.ran == ["corral.schedule.admit"]
+    assert calls == {}
+    texts = [e.text for e in driver.deps.store.events(rid)]
+    assert texts[1:3] == [
+        "state: PROVISIONING (3 candidates)",
+        "attempt 1/3: local lab-east/lab-east-a cpu-2 (on_demand)",
+    ]
 
 
 def test_an_attempt_started_in_its_own_task_does_not_look_up_its_boot(

@@ -441,6 +441,25 @@ def _booted_then_exited(driver: Driver, code: int) -> tuple[str, str]:
     return rid, inst.id
 
 
+def test_the_jobs_over_at_one_look_are_let_go_in_one_terminate(driver: Driver) -> None:
+    # A look that sees a burst's quick jobs over lets their machines go in one call per cloud
+    # and zone (the local cloud then removes their folders in one pass over its folder).
+    driver.fake.boot_delay_s = 5.0
+    rids = [_submit(driver, {**JOB, "name": f"job{n}"}) for n in range(3)]
+    assert [driver.step() for _ in rids] == ["booting"] * 3
+    driver.fake.advance(5.0)
+    machines = [i.provider_id for r in rids for i in driver.deps.store.list_instances(request_id=r)]
+    for pid in machines:
+        assert pid is not None
+        driver.fake.exit(pid, 0)
+    assert driver.step() == {"up": 3}
+    for rid in rids:
+        req = driver.deps.store.get_request(rid)
+        assert req is not None and req.state == RequestState.SUCCEEDED
+    [let_go] = [args for name, args in driver.fake.calls if name == "terminate"]
+    assert sorted(let_go) == sorted(machines)
+
+
 def test_a_job_over_at_the_watchs_first_look_ends_in_that_look(driver: Driver) -> None:
     rid, iid = _booted_then_exited(driver, 0)
     assert driver.step() == {"up": 1}

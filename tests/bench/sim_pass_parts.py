@@ -1,0 +1,131 @@
+"""Where the held-out-shaped day's machine-pool passes go: how many passes, how long their
+queues are, and one pass's parts (CPU time, the collector paused, best of 7 each).
+
+Usage: ``.venv/bin/python tests/bench/sim_pass_parts.py [REQUESTS]`` (default 3,000). Plays
+the day of ``test_bench_sim.test_a_day_shaped_like_the_held_out_one`` once, counting each
+pool's passes and the workloads they found waiting; then takes the pass of the ``train`` pool
+that saw the most workloads and times it again and again, whole and in parts, as
+``pool_passes.machine_pool_pass`` runs them. Replayed, a pass finds every answer it keeps
+between passes already kept: these are the parts of a pass over a queue that did not change.
+The counts are read through a wrapper of the pass the simulator calls (its answers are
+returned as they are).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from corral.services.sim.runner import load
+from corral.shared.scheduling import pool_passes
+from corral.shared.scheduling.fallback import seen_at
+from corral.shared.scheduling.ledger import PoolLedger, commit, snapshot_of
+from corral.shared.scheduling.machine_pools import _queue, schedule
+from corral.shared.scheduling.partitions import PoolState
+from corral.shared.scheduling.quiet import machine_pool_quiet_until
+from corral.shared.sim import pool_sims
+from corral.shared.sim.run import run_policy
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sim"
+REGION_OUTAGE = (
+    "  - {cloud: gcp, region: us-central1, from: 15h, to: 17h, error: timeout, "
+    "lose_running: true}\n"
+)
+
+
+def best_us(run: Callable[[], Any], times: int = 7, loops: int = 50) -> float:
+    """The least CPU a call of ``run`` took, in microseconds (collector paused)."""
+    run()
+    out = []
+    for _ in range(times):
+        gc.collect()
+        gc.disable()
+        try:
+            started = time.process_time()
+            for _ in range(loops):
+                run()
+            out.append((time.process_time() - started) / loops)
+        finally:
+            gc.enable()
+    return min(out) * 1e6
+
+
+def main(requests: int) -> None:
+    folder = Path(tempfile.mkdtemp())
+    for name in os.listdir(EXAMPLES):
+        (folder / name).write_bytes((EXAMPLES / name).read_bytes())
+    scenario_file = folder / "day-scenario.yaml"
+    scenario_file.write_text(scenario_file.read_text() + REGION_OUTAGE)
+    scenario, workload = load(scenario_file, folder / "day-workload.yaml", generate_n=requests)
+
+    passes: dict[str, list[int]] = defaultdict(list)  # pool -> waiting workloads per pass
+    largest: list[Any] = [None, -1]
+    real = pool_passes.machine_pool_pass
+
+    def counted(ledger: PoolLedger, types: Any, now: float, knobs: Any, **kw: Any) -> Any:
+        waiting = sum(w.phase == "pending" for w in ledger.workloads.values())
+        passes[ledger.pool].append(waiting)
+        if ledger.pool == "train" and waiting > largest[1]:
+            largest[:] = [(ledger, types, now, knobs), waiting]
+        return real(ledger, types, now, knobs, **kw)
+
+    pool_sims.machine_pool_pass = counted  # type: ignore[assignment]
+    try:
+        started = time.process_time()
+        run = run_policy(scenario, workload, "corral")
+        day_s = time.process_time() - started
+    finally:
+        pool_sims.machine_pool_pass = real
+    print(f"{requests} requests: {day_s:.1f} s CPU with the counting, {run.events} events")
+    for pool, waiting in passes.items():
+        print(
+            f"  {pool}: {len(waiting)} passes run, waiting workloads per pass mean "
+            f"{statistics.mean(waiting):.0f}, max {max(waiting)}"
+        )
+
+    ledger, types, now, knobs = largest[0]
+
+    def new_id(node: Any, wid: str, index: int) -> str:
+        return f"m-{wid}-{index}"
+
+    after, plan = real(ledger, types, now, knobs, rebalance=False, new_id=new_id)
+    snap = snapshot_of(ledger, types)
+    changed, backing_off, gone = seen_at(ledger.workloads, ledger.setbacks, now)
+    snap = snap.model_copy(
+        update={"workloads": pool_passes._narrowed_all(ledger, snap.workloads, changed)}
+    )
+    kept = tuple(w for w in snap.workloads if w.workload_id not in backing_off)
+    seen = snap.model_copy(update={"workloads": kept})
+    bare = schedule(seen, now, min_runtime_s=knobs.min_runtime_s, replacement_budget=0)
+    parts = {
+        "the whole pass": lambda: real(ledger, types, now, knobs, rebalance=False, new_id=new_id),
+        "snapshot_of": lambda: snapshot_of(ledger, types),
+        "seen_at (setbacks)": lambda: seen_at(ledger.workloads, ledger.setbacks, now),
+        "schedule": lambda: schedule(
+            seen, now, min_runtime_s=knobs.min_runtime_s, replacement_budget=0
+        ),
+        "  PoolState": lambda: PoolState(seen),
+        "  PoolState + _queue": lambda: _queue(PoolState(seen)),
+        "_told_of_setbacks": lambda: pool_passes._told_of_setbacks(bare, backing_off, gone),
+        "commit": lambda: commit(ledger, plan, types, now, new_id),
+        "quiet_until": lambda: machine_pool_quiet_until(after, types, now, knobs, rebalance=False),
+    }
+    print(
+        f"the train pool's pass at {now:.0f} s: {len(ledger.workloads)} workloads, "
+        f"{largest[1]} waiting, {len(backing_off)} backing off, {len(kept)} not held back, "
+        f"{len(plan.placements)} placed"
+    )
+    for name, part in parts.items():
+        print(f"  {name:<24} {best_us(part):8.0f} us")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3000)
