@@ -282,8 +282,20 @@ class LaunchRequest(_Record):
         return endpoints(head.address if head else None, parse_ports(ports))
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+# Who holds a machine of the machine table: a request (its node), a machine pool, a master
+# config's Determined pools, a Ray cluster.
+OwnerKind = Literal["request", "pool", "det_pool", "cluster"]
+
+
 class Instance(PlacementFields, _Record):
-    """One machine: one node of one request, launched by one attempt, at its place."""
+    """One row of the machine table: one machine Corral holds, keyed by Corral's id, with the
+    cloud's id, its place, its one lifecycle state and its owner. A request's node (launched
+    by one attempt) is owned by its request; a pool's machine or a Determined agent by its
+    pool (``owner_kind``/``owner_id``; ``request_id`` empty), which points at it by id."""
 
     id: str  # Corral's id, stable across the cloud's
     request_id: str
@@ -303,6 +315,15 @@ class Instance(PlacementFields, _Record):
     # Pool work: the placement it belongs to (its nodes' records share it; a run is one).
     placement: str | None = None
     history: list[Transition] = Field(default_factory=list)  # every move, oldest first
+    # Its owner when not its request (records stored before owners were, and every request's
+    # node, leave both out: owned by ``request_id``; a node's JSON is as it always was).
+    owner_kind: OwnerKind | None = Field(default=None, exclude_if=_is_none)
+    owner_id: str | None = Field(default=None, exclude_if=_is_none)
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        """(kind, id) of what holds the machine: ``("request", request_id)`` unless stored."""
+        return (self.owner_kind or "request", self.owner_id or self.request_id)
 
     @classmethod
     def new(

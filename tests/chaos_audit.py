@@ -20,6 +20,7 @@ from corral.services.providers.base import TAG_MACHINE, TAG_POOL
 from corral.services.providers.local.state import CloudState, InstanceRecord
 from corral.services.runtime.pooled.machine_pool import placement_id
 from corral.services.state.clusters import ClusterStore
+from corral.services.state.machines import MachineTable
 from corral.services.state.pool_store import det_ledgers, pool_ledgers
 from corral.services.state.store import Store
 
@@ -55,6 +56,7 @@ class Records:
         self.store = Store(self.r, prefix=PREFIX)
         self.pools = pool_ledgers(self.r, PREFIX)
         self.dets = det_ledgers(self.r, PREFIX)
+        self.machines = MachineTable(self.r, PREFIX)  # where each pooled machine is held
         self.clusters = ClusterStore(self.r, PREFIX)
         self.cloud = CloudState(redis.Redis.from_url(redis_url, decode_responses=True), PREFIX)
 
@@ -280,13 +282,16 @@ def _audit_pools(
     for iid, rec in live.items():
         if rec.tags.get(TAG_POOL) in (POOL, DET):
             by_key.setdefault((rec.tags[TAG_POOL], rec.tags.get(TAG_MACHINE, "")), []).append(iid)
+    rows = records.machines.get_many(
+        [*(pool.machines if pool else ()), *(det.agents if det else ())]
+    )
     if pool is not None:
         for m in pool.machines.values():
             aids: set[str] = set()
             w = pool.workloads.get(m.workload_id or "")
             if w is not None and w.started_at is not None and m.status != "reaping":
                 aids.add(f"{placement_id(w.workload_id, w.started_at)}.{m.machine_id}")
-            _ledger_machine(live, by_key, owners, held, audit, "pool", POOL, m, aids)
+            _ledger_machine(live, by_key, owners, held, audit, "pool", POOL, m, rows, aids)
         for rid, state in work.expect["pool"].items():
             w = pool.workloads.get(rid)
             if state == "RUNNING" and (w is None or len(pool.machines_of(rid)) != w.num_nodes):
@@ -299,7 +304,7 @@ def _audit_pools(
                 for t in det.tasks.values()
                 if any(al.agent_id == a.agent_id for al in t.allocations)
             }
-            _ledger_machine(live, by_key, owners, held, audit, "determined", DET, a, aids)
+            _ledger_machine(live, by_key, owners, held, audit, "determined", DET, a, rows, aids)
     for iid, rec in live.items():
         beat = records.cloud.last_beat(iid) or {}
         assigned, _ = records.cloud.assignments(iid)
@@ -328,13 +333,15 @@ def _ledger_machine(
     kind: str,
     ledger: str,
     machine: Any,
+    rows: dict[str, Any],
     aids: set[str],
 ) -> None:
     key = machine.key
     mine = by_key.get((ledger, key), [])
     if len(mine) > 1:
         audit.note(audit.twice, kind, f"ledger machine {key} on {mine}")
-    pid = machine.provider_id
+    row = rows.get(key) if machine.status != "launching" else None
+    pid = None if row is None else row.provider_id  # its row of the machine table
     if pid and pid in owners:
         audit.note(audit.twice, kind, f"{pid} held by {owners[pid][1]} and {key}")
     if pid:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
@@ -41,14 +42,20 @@ def _pool_file(tmp: Path) -> Path:
     return path
 
 
+def _cloud_ids(records: Records, machines: list[Any]) -> list[str | None]:
+    """The cloud's ids of a workload's machines that came up, from the machine table."""
+    rows = records.machines.get_many(m.machine_id for m in machines if m.status != "launching")
+    return [row.provider_id for row in rows.values()]
+
+
 def _running(records: Records, rid: str, timeout_s: float, old: str = "") -> float:
     """Seconds until ``rid`` is RUNNING on a machine other than ``old``."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
         try:
             ledger = records.pools.get(POOL)
-            mine = ledger.machines_of(rid) if ledger is not None else []
-            moved = any(m.provider_id and m.provider_id != old for m in mine)
+            ids = _cloud_ids(records, ledger.machines_of(rid) if ledger is not None else [])
+            moved = any(pid and pid != old for pid in ids)
             if moved and records.state(rid) == "RUNNING":
                 return time.monotonic() - start
         except Exception:  # Redis restarting
@@ -61,7 +68,9 @@ def _placed_anew(records: Records, rid: str, old: str) -> None:
     while True:
         ledger = records.pools.get(POOL)
         mine = ledger.machines_of(rid) if ledger is not None else []
-        if any(m.provider_id != old for m in mine):
+        if any(m.status == "launching" for m in mine) or any(
+            pid != old for pid in _cloud_ids(records, mine)
+        ):
             return
         time.sleep(0.02)
 

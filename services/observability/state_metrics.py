@@ -279,14 +279,19 @@ class StateCollector(Collector):
                 else deps.det_ledgers.get(name)
             )
             found = ledger.machines if view["kind"] == "machine_pool" else ledger.agents
+            found = (found or {}) if ledger is not None else {}
             markets = {mt["machine_type"]: mt["market"] for mt in view.get("machine_types") or ()}
-            for m in (found or {}).values() if ledger is not None else ():
+            # Where each machine that came up is: its row of the machine table.
+            rows = deps.machines.get_many(k for k, m in found.items() if m.status != "launching")
+            for key, m in found.items():
+                row = rows.get(key) if m.status != "launching" else None
                 planned = markets.get(getattr(m, "machine_type", ""), "unknown")
-                cloud, market = m.cloud or view["cloud"], m.market or planned
+                cloud = (row.cloud if row else None) or view["cloud"]
+                market = (row.market if row else None) or planned
                 machines[(name, cloud, market, str(m.status))] += 1
-                if m.instance_type and str(m.status) in BILLED_MACHINE_STATUSES:
+                if row and row.instance_type and str(m.status) in BILLED_MACHINE_STATUSES:
                     cost[(cloud, market)] += _price(
-                        catalog, cloud, m.instance_type, m.region, m.zone, market
+                        catalog, cloud, row.instance_type, row.region, row.zone, market
                     )
             if view["kind"] == "master_config" and ledger is not None:
                 _slots(f["corral_determined_slots"], name, ledger)

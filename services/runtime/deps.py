@@ -22,6 +22,7 @@ from corral.services.state.boots import BootBook
 from corral.services.state.bundles import BundleStore
 from corral.services.state.docstore import DocStore
 from corral.services.state.limits import LaunchLimits
+from corral.services.state.machines import MachineTable
 from corral.services.state.nodes import NodeBook
 from corral.services.state.outage import OutageBook, outage_book
 from corral.services.state.pool_store import PoolRecord, det_ledgers, pool_ledgers, pool_records
@@ -53,6 +54,11 @@ class Deps:
     @cached_property
     def store(self) -> Store:
         return Store(self.redis, prefix=self.settings.prefix, listeners=self.store_listeners)
+
+    @cached_property
+    def machines(self) -> MachineTable:
+        """The machine table's rows (a pool's machines; any row read)."""
+        return MachineTable(self.redis, prefix=self.settings.prefix)
 
     @cached_property
     def blocks(self) -> BlockStore:

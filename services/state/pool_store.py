@@ -16,16 +16,23 @@ Every write is a compare-and-set on the document's version (:mod:`corral.service
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from redis import Redis
 
 from corral.services.state.docstore import DocStore
+from corral.services.state.machines import MachineTable
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
+from corral.shared.scheduling.pooled import split_older_entries
 
 PoolKind = Literal["machine_pool", "master_config"]
+
+# A ledger stored before the machine table names its machines' cloud ids: only such a ledger is
+# read the slow way (no key of today's ledgers is spelled so).
+_OLDER = b'"provider_id"'
 
 
 class PoolRecord(BaseModel):
@@ -47,8 +54,34 @@ def pool_records(redis: Redis, prefix: str) -> DocStore[PoolRecord]:
 
 
 def det_ledgers(redis: Redis, prefix: str) -> DocStore[DetLedger]:
-    return DocStore(redis, prefix, "det-ledger", DetLedger.model_validate_json)
+    """Master configs' ledgers; one stored before the machine table has its agents' cloud
+    ids and places moved into the table as it is read."""
+    table = MachineTable(redis, prefix)
+
+    def read(raw: bytes | str) -> DetLedger:
+        if _OLDER not in (raw if isinstance(raw, bytes) else raw.encode()):
+            return DetLedger.model_validate_json(raw)  # the table's time: as stored
+        doc = json.loads(raw)
+        older = split_older_entries(doc.get("agents") or {})
+        ledger = DetLedger.model_validate(doc)
+        table.adopt(("det_pool", ledger.master), older, ledger.agents)
+        return ledger
+
+    return DocStore(redis, prefix, "det-ledger", read)
 
 
 def pool_ledgers(redis: Redis, prefix: str) -> DocStore[PoolLedger]:
-    return DocStore(redis, prefix, "pool-ledger", PoolLedger.model_validate_json)
+    """Machine pools' ledgers; one stored before the machine table has its machines' cloud
+    ids and places moved into the table as it is read."""
+    table = MachineTable(redis, prefix)
+
+    def read(raw: bytes | str) -> PoolLedger:
+        if _OLDER not in (raw if isinstance(raw, bytes) else raw.encode()):
+            return PoolLedger.model_validate_json(raw)  # the table's time: as stored
+        doc = json.loads(raw)
+        older = split_older_entries(doc.get("machines") or {})
+        ledger = PoolLedger.model_validate(doc)
+        table.adopt(("pool", ledger.pool), older, ledger.machines)
+        return ledger
+
+    return DocStore(redis, prefix, "pool-ledger", read)

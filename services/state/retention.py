@@ -10,8 +10,9 @@ machine not yet ended is kept whatever its age.
 
 The export file (``<home>/exports/corral-export-<UTC date>.jsonl``, mode 0600) holds one
 object per line: ``{"kind": "request", "request": {...}, "events": [...], "instances":
-[...], "submissions": {key: {...}}}`` or ``{"kind": "submission", "key": ..., ...}`` for a
-refused submission.
+[...], "submissions": {key: {...}}}``, ``{"kind": "submission", "key": ..., ...}`` for a
+refused submission, or ``{"kind": "machine", "machine": {...}}`` for a row of the machine table
+a pool let go (its machine ended before the retention time).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from corral.services.state.machines import MachineTable
 from corral.services.state.store import Store
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ class Swept:
 
     requests: int = 0
     submissions: int = 0
+    machines: int = 0  # rows of the pools' machines, ended long ago
     kept_running: list[str] = field(default_factory=list)  # finished, a machine still up
     export_file: Path | None = None
 
@@ -78,6 +81,11 @@ def sweep(store: Store, *, now: float, keep_s: float, export_dir: Path, batch: i
             _export(export_file, line)
             _delete_request(store, req, instances, list(subs))
             out.requests += 1
+    ended = MachineTable(store._r, store.prefix).ended_before(cutoff, batch)
+    for row in ended:  # a pool's machines, let go long ago (a request's go with it, above)
+        _export(export_file, {"kind": "machine", "machine": row.model_dump(mode="json")})
+    MachineTable(store._r, store.prefix).forget(ended)
+    out.machines = len(ended)
     for key, sub in by_request.get("", {}).items():  # refused, never a request
         if float(sub.get("at") or 0) < cutoff:
             _export(export_file, {"kind": "submission", "key": key, **sub})

@@ -71,10 +71,20 @@ class DetLedger(BaseModel):
         return self.running_in.get(task_id) or self.home[task_id]
 
 
+def _market_class(market: str | None) -> str:
+    return market if market in ("reserved", "spot") else "on_demand"
+
+
 def snapshots_of(
-    ledger: DetLedger, pools: ResolvedPools, limits: Mapping[str, Mapping[str, Any]]
+    ledger: DetLedger,
+    pools: ResolvedPools,
+    limits: Mapping[str, Mapping[str, Any]],
+    markets: Mapping[str, str] | None = None,
 ) -> list[DetPoolSnapshot]:
-    """One snapshot per pool. ``limits``: per pool, ``det_limits`` of its provider."""
+    """One snapshot per pool. ``limits``: per pool, ``det_limits`` of its provider;
+    ``markets``: the market of each agent that is up, as its row of the machine table holds
+    it (an agent not in it counts as on demand, as one not yet up)."""
+    markets = markets or {}
     busy = {a.agent_id for t in ledger.tasks.values() for a in t.allocations}
     out = []
     for pool in pools.pools:
@@ -83,7 +93,7 @@ def snapshots_of(
             Agent(
                 agent_id=a.agent_id,
                 slots=a.slots,
-                market=a.market if a.market in ("reserved", "spot") else "on_demand",
+                market=_market_class(markets.get(a.agent_id)),
                 idle_since=None if a.agent_id in busy else (a.idle_since or a.created_at),
             )
             for a in ledger.agents.values()

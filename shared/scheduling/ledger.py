@@ -23,7 +23,6 @@ from pydantic import BaseModel, Field
 
 from ..budgets import BudgetSpend
 from ..lifecycle import MachineStatus
-from ..placement import Placement
 from . import trusted
 from .fallback import FallbackPolicy, Setback, after_failure, note
 from .model import (
@@ -298,17 +297,15 @@ def add_workload(ledger: PoolLedger, workload: Workload) -> bool:
     return True
 
 
-def machine_up(
-    ledger: PoolLedger, machine_id: str, provider_id: str, at: Placement | None = None
-) -> PoolMachine | None:
-    """A launching machine came up as the cloud's ``provider_id``, ``at`` its placement. The
-    machine a replacement retires starts retiring now. None if the machine is unknown."""
+def machine_up(ledger: PoolLedger, machine_id: str) -> PoolMachine | None:
+    """A launching machine came up (where, and as which of the cloud's machines, is its row of
+    the machine table). The machine a replacement retires starts retiring now. None if the
+    machine is unknown."""
     machine = ledger.machines.get(machine_id)
     if machine is None:
         return None
     if machine.status == MachineStatus.LAUNCHING:
         machine.move(MachineStatus.UP)
-        machine.settle(provider_id, at)
         old = ledger.machines.get(machine.replaces or "")
         if old is not None and old.workload_id == machine.workload_id:
             old.move(MachineStatus.RETIRING)

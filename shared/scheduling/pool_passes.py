@@ -254,10 +254,12 @@ def determined_pass(
     *,
     new_id: NewAgentId,
     costing: Costing | None = None,
+    markets: Mapping[str, str] | None = None,
 ) -> tuple[DetLedger, tuple[DetPlan, ...]]:
     """Every pool of the master's ledger scheduled at ``now``, committed to a copy, and agents
-    added for tasks left waiting for room. ``limits``: per pool, its provider's limits."""
-    snapshots = snapshots_of(ledger, pools, limits)
+    added for tasks left waiting for room. ``limits``: per pool, its provider's limits;
+    ``markets``: each up agent's market, from its row of the machine table."""
+    snapshots = snapshots_of(ledger, pools, limits, markets)
     budgets = for_pools(costing.budgets, [ledger.master, *pools.names()]) if costing else ()
     held: dict[str, TaskPending] = {}
     gate: Gate | None = None

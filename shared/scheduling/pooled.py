@@ -1,18 +1,25 @@
-"""What a pool's machine and a Determined pool's agent have in common: where the cloud put it
-(its id there and its :class:`~corral.shared.placement.Placement`, both unknown until it is
-up), when it last went idle, and a status that moves only along the one machine lifecycle
+"""What a pool's machine and a Determined pool's agent have in common: the assignment of a
+machine of the machine table (the one record of where the cloud put it, its id there and its
+state: ``Instance``, owned by the pool) to a pool, pointing at it by Corral's machine id; when
+it last went idle; and a status that moves only along the one machine lifecycle
 (:data:`~corral.shared.lifecycle.MACHINE_TRANSITIONS`), which the pools' words name
-(:data:`~corral.shared.lifecycle.POOL_WORDS`)."""
+(:data:`~corral.shared.lifecycle.POOL_WORDS`).
+
+Ledgers stored before the table kept the cloud's id and the place in each machine's entry:
+:func:`split_older_entries` takes them out of such a ledger's JSON, for the store to move them
+into the table as it reads it; a ledger's entries never carry them again."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from ..lifecycle import MACHINE_TRANSITIONS, POOL_WORDS, IllegalTransition, is_transition
-from ..placement import FIELDS, Placement
+
+# The fields an older ledger kept in each machine's entry (now the table's).
+LEGACY_FIELDS = ("provider_id", "cloud", "region", "zone", "instance_type", "market")
 
 
 class PooledMachine(BaseModel):
@@ -23,17 +30,10 @@ class PooledMachine(BaseModel):
     status: StrEnum
     created_at: float
     idle_since: float | None = None
-    provider_id: str | None = None  # the cloud's id, once up
-    # The placement's fields, flat in the stored JSON; each None until the machine is up.
-    cloud: str | None = None
-    region: str | None = None
-    zone: str | None = None
-    instance_type: str | None = None
-    market: str | None = None
 
     @property
     def key(self) -> str:
-        """The machine's id in its ledger."""
+        """The machine's id in its ledger (and in the machine table)."""
         raise NotImplementedError
 
     def move(self, to: StrEnum) -> bool:
@@ -47,36 +47,19 @@ class PooledMachine(BaseModel):
         self.status = to
         return True
 
-    def settle(self, provider_id: str, at: Placement | None = None) -> None:
-        """Record where the cloud put it: its id there and, when known, its placement."""
-        self.provider_id = provider_id
-        if at is not None:
-            for name, value in at.fields().items():
-                setattr(self, name, value)
-
     def pool_type(self) -> str | None:
         """A machine pool's machine type; None for a Determined agent."""
         return None
 
-    @property
-    def held_at(self) -> Placement | None:
-        """Where the cloud holds it, for the work handed to it: None until it is up (no id
-        there yet); a part its cloud left out is empty (its type: the pool's machine type),
-        its market on demand."""
-        if not self.provider_id or not self.cloud:
-            return None
-        return Placement(
-            self.cloud,
-            self.region or "",
-            self.zone or "",
-            self.instance_type or self.pool_type() or "",
-            self.market or "on_demand",
-        )
 
-    @property
-    def place(self) -> Placement | None:
-        """Where the cloud put it; None until it is up (or while a field is unknown)."""
-        values = [getattr(self, name) for name in FIELDS]
-        if any(v is None for v in values):
-            return None
-        return Placement(*values)
+def split_older_entries(entries: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Take the cloud id and place out of the entries of a ledger stored before the machine
+    table (``entries``: its ``machines`` or ``agents``, as parsed JSON; changed in place), by
+    machine id: only the entries that had a cloud id."""
+    older: dict[str, dict[str, Any]] = {}
+    for machine_id, entry in entries.items():
+        if isinstance(entry, dict) and any(k in entry for k in LEGACY_FIELDS):
+            kept = {k: entry.pop(k) for k in LEGACY_FIELDS if k in entry}
+            if kept.get("provider_id"):
+                older[machine_id] = kept
+    return older

@@ -19,7 +19,6 @@ the seeded draws keyed on them) are those of a run that skips nothing; with
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from itertools import compress, repeat
 from operator import attrgetter, eq, itemgetter
 from typing import Any, Generic, TypeVar
@@ -340,7 +339,7 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         self.launching.discard(mid)
         if inst.ended_at is not None or mid not in self.ledger.machines:
             return
-        machine_up(self.ledger, mid, inst.iid, _billed(inst.place))
+        machine_up(self.ledger, mid)  # where it is: its instance, the sim's table
         self.sync()
         self.dirty()
 
@@ -410,6 +409,7 @@ class DeterminedSim(_Pooled[DetLedger]):
             Costing(budgets, slot_prices(self.pools, self.limits, sim.catalog)) if budgets else None
         )
         self.started: set[str] = set()
+        self.markets: dict[str, str] = {}  # an up agent's market (its instance's place)
 
     def add(self, rid: str, task: Task, pool: str) -> None:
         det = DetTask(
@@ -439,7 +439,13 @@ class DeterminedSim(_Pooled[DetLedger]):
             return f"a-{self.name}-{version}-{pool}-{index}"
 
         after, plans = determined_pass(
-            before, self.pools, self.limits, self.sim.now, new_id=new_id, costing=self.costing
+            before,
+            self.pools,
+            self.limits,
+            self.sim.now,
+            new_id=new_id,
+            costing=self.costing,
+            markets=self.markets,
         )
         after.version = version + 1
         self.ledger = after
@@ -495,7 +501,7 @@ class DeterminedSim(_Pooled[DetLedger]):
         if inst.ended_at is not None or agent is None or agent.status != AgentStatus.LAUNCHING:
             return
         agent.move(AgentStatus.UP)
-        agent.settle(inst.iid, inst.place)
+        self.markets[aid] = inst.place.market  # the sim's machine table: its instance's place
         agent.idle_since = self.sim.now
         self.sync()
         self.dirty()
@@ -534,8 +540,3 @@ class DeterminedSim(_Pooled[DetLedger]):
             self.started.discard(tid)
         self.dirty()
         return True
-
-
-def _billed(place: Placement) -> Placement:
-    """A machine bought from a reservation is billed, and counted, as reserved."""
-    return replace(place, market="reserved") if place.reservation else place

@@ -371,8 +371,9 @@ def _pool_machine_of(records: Records, rid: str) -> str:
 
     def machine() -> str:
         ledger = records.pools.get(POOL)
-        mine = ledger.machines_of(rid) if ledger is not None else []
-        found = [m.provider_id for m in mine if m.provider_id]
+        mine = [m for m in ledger.machines_of(rid) if m.status != "launching"] if ledger else []
+        rows = records.machines.get_many(m.machine_id for m in mine)  # where each one is
+        found = [row.provider_id for row in rows.values() if row.provider_id]
         if not found:
             raise Retry(f"{rid} has no machine up")
         return found[0]
@@ -388,8 +389,9 @@ def _agent_of(records: Records, rid: str) -> str:
         task = ledger.tasks.get(rid) if ledger is not None else None
         for alloc in task.allocations if task is not None else ():
             found = ledger.agents.get(alloc.agent_id) if ledger is not None else None
-            if found is not None and found.provider_id:
-                return found.provider_id
+            row = records.machines.get(alloc.agent_id)  # its row of the machine table
+            if found is not None and found.status != "launching" and row and row.provider_id:
+                return row.provider_id
         raise Retry(f"{rid} runs on no agent")
 
     return patiently(agent, f"the agent of {rid}")

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from corral.services.state.machines import MachineTable
 from corral.services.state.retention import DAY_S, sweep
 from corral.services.state.store import Store
 from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.placement import Placement
 from corral.shared.records import Instance, LaunchRequest
 
 pytestmark = pytest.mark.integration
@@ -94,3 +96,28 @@ def test_the_retention_time_is_a_setting(tmp_path: Path) -> None:
     assert Settings(home=tmp_path, retention_days=7).retention_days == 7
     with pytest.raises(ValueError):
         Settings(home=tmp_path, retention_days=0)
+
+
+def test_a_pools_machine_rows_go_once_they_ended_long_ago(store: Store, tmp_path: Path) -> None:
+    """A pool's row of the machine table outlives the machine's place in its ledger; it is
+    exported, then deleted with its owner's index entry, once it ended before the retention
+    time. A row still running, or ended recently, stays."""
+    table = MachineTable(store._r, store.prefix)
+    old = NOW - KEEP_S - DAY_S
+    at = Placement("local", "lab", "lab-a", "cpu-2", "on_demand")
+    for mid in ("m-gone", "m-up", "m-recent"):
+        assert table.up(mid, ("pool", "p"), f"i-{mid}", at, old, machine_type="cpu")
+    table.move("m-gone", InstanceState.TERMINATING, old + 60, "reaped")
+    table.move("m-recent", InstanceState.TERMINATING, NOW - DAY_S, "reaped")
+
+    done = sweep(store, now=NOW, keep_s=KEEP_S, export_dir=tmp_path / "exports")
+
+    assert done.machines == 1
+    assert table.get("m-gone") is None
+    assert sorted(r.id for r in table.of_owner("pool", "p")) == ["m-recent", "m-up"]
+    assert done.export_file is not None
+    lines = [json.loads(x) for x in done.export_file.read_text().splitlines()]
+    [row] = [x["machine"] for x in lines if x["kind"] == "machine"]
+    assert row["id"] == "m-gone" and row["provider_id"] == "i-m-gone"
+    assert row["owner_kind"] == "pool" and row["state"] == "TERMINATING"
+    assert sweep(store, now=NOW, keep_s=KEEP_S, export_dir=tmp_path / "exports").machines == 0

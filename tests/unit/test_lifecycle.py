@@ -32,6 +32,7 @@ from corral.shared.lifecycle import (
 from corral.shared.placement import Placement
 from corral.shared.scheduling.det_ledger import DetAgent
 from corral.shared.scheduling.ledger import PoolMachine
+from corral.shared.scheduling.pooled import split_older_entries
 
 TABLES = {
     "request": (REQUEST_TRANSITIONS, RequestState, TERMINAL_REQUEST_STATES, RequestState.PENDING),
@@ -260,11 +261,15 @@ def test_agents_move_along_their_table_and_keep_their_json() -> None:
     agent.move(AgentStatus.UP)
     with pytest.raises(IllegalTransition, match="agent a-1: illegal transition up -> launching"):
         agent.move(AgentStatus.LAUNCHING)
-    assert agent.place is None  # not up anywhere yet
-    at = Placement("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
-    agent.settle("i-1", at)
     stored = agent.model_dump(mode="json")
-    assert stored["status"] == "up" and stored["provider_id"] == "i-1"
-    assert stored["zone"] == "us-east-1a" and stored["market"] == "spot"  # flat, as before
+    assert stored["status"] == "up" and "provider_id" not in stored  # the machine table's
     assert DetAgent.model_validate(stored) == agent
-    assert DetAgent.model_validate(stored).place == at
+    # An entry stored before the machine table (its cloud id and place flat in it) still
+    # reads: those fields are taken out for the store to move into the table, never written.
+    at = Placement("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
+    entries = {"a-1": {**stored, "provider_id": "i-1", **at.fields()}}
+    assert split_older_entries(entries) == {"a-1": {"provider_id": "i-1", **at.fields()}}
+    assert entries == {"a-1": stored}
+    assert DetAgent.model_validate(entries["a-1"]).model_dump(mode="json") == stored
+    launching = {"a-2": {**stored, "provider_id": None, "cloud": None}}  # not up: nothing
+    assert split_older_entries(launching) == {} and launching == {"a-2": stored}

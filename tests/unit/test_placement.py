@@ -11,8 +11,7 @@ from corral.shared.config.task import Resources
 from corral.shared.errors import Scope
 from corral.shared.placement import Block, Pattern, Placement
 from corral.shared.planner import Candidate, request_specs
-from corral.shared.records import Attempt, ChainStep
-from corral.shared.scheduling.ledger import PoolMachine
+from corral.shared.records import Attempt, ChainStep, Instance
 
 HERE = Placement("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
 OTHER_ZONE = Placement("aws", "us-east-1", "us-east-1b", "p4d.24xlarge", "spot")
@@ -61,17 +60,17 @@ def test_a_pattern_is_a_partial_placement_and_a_block_is_one_with_its_cloud() ->
 
 
 def test_every_holder_gives_back_the_same_value_and_keeps_its_json_flat() -> None:
-    machine = PoolMachine(machine_id="m-1", machine_type="gpu", partition="p", created_at=0.0)
-    assert machine.place is None  # a pool machine has none until it is up
-    machine.settle("i-1", HERE)
+    # Where a pool's machine is up is its row of the machine table (its ledger entry has none).
+    row = Instance.new("m-1", "", 0, 0.0, provider_id="i-1", owner_kind="pool", owner_id="p",
+                       **HERE.fields())  # fmt: skip
     candidate = Candidate(HERE, {"A100": 8}, 96, 1152, 9.8)
     step = ChainStep.of(candidate)
     attempt = Attempt(attempt_id="a-1", started_at=0.0, **HERE.fields())
     view = InstanceView(id="i-1", state="RUNNING", **HERE.fields())
-    for holder in (candidate, step, attempt, view, machine):
+    for holder in (candidate, step, attempt, view, row):
         assert holder.place == HERE and Placement.of(holder) == HERE
     docs = (candidate.to_dict(), step.model_dump(), attempt.to_public(), view.model_dump())
-    for doc in (*docs, machine.model_dump(mode="json")):
+    for doc in (*docs, row.model_dump(mode="json")):
         assert {k: doc[k] for k in HERE.fields()} == HERE.fields()
         assert "place" not in doc
     assert Placement.of(candidate.to_dict()) == HERE  # a stored chain step's JSON too

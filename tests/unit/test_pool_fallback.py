@@ -95,7 +95,7 @@ class Cloud:
                 if o.machine_type == m.machine_type and o.status in ("up", "retiring")
             )
             if up < self.room[m.machine_type]:
-                machine_up(ledger, mid, f"i-{mid}", AT)
+                machine_up(ledger, mid)
             else:
                 if m.workload_id is not None:  # not one its placement's failure let go
                     self.failures.append((now, m.workload_id, m.machine_type))

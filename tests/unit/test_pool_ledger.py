@@ -69,9 +69,9 @@ def test_placements_launch_machines_then_reuse_them_warm() -> None:
     assert types == [RESERVED, RESERVED, SPOT]  # spans the groups as they fill
     assert all(m.status == "launching" for m in ledger.machines.values())
     for m in list(ledger.machines):
-        machine_up(ledger, m, f"li-{m}", ZONE_Z)
-    assert {m.place for m in ledger.machines.values()} == {ZONE_Z}
-    assert all(m.model_dump()["zone"] == "z" for m in ledger.machines.values())  # flat JSON
+        machine_up(ledger, m)
+    # Where it is up is its row of the machine table: its ledger entry keeps none of it.
+    assert all("zone" not in m.model_dump() for m in ledger.machines.values())
     release(ledger, "a", 20, finished=True)
     assert "a" not in ledger.workloads
     assert all(m.workload_id is None and m.idle_since == 20 for m in ledger.machines.values())
@@ -92,7 +92,7 @@ def test_machines_launched_with_a_workloads_own_config_go_with_it() -> None:
     add_workload(ledger, job("a", 1, num_nodes=2))
     ledger = one_pass(ledger, 10, new_id)
     for m in list(ledger.machines):
-        machine_up(ledger, m, f"li-{m}", ZONE_Z)
+        machine_up(ledger, m)
     release(ledger, "a", 20, reap=True)  # preempted: back on the queue
     assert all(m.status == "reaping" and m.idle_since == 20 for m in ledger.machines.values())
     assert ledger.workloads["a"].phase == "pending" and ledger.machines_of("a") == []
@@ -108,7 +108,7 @@ def test_a_failed_launch_sends_the_workload_back_keeping_its_place() -> None:
     add_workload(ledger, job("a", 1, num_nodes=2))
     ledger = one_pass(ledger, 5, ids())
     first, second = (m.machine_id for m in ledger.machines_of("a"))
-    machine_up(ledger, first, "li-1")
+    machine_up(ledger, first)
     assert machine_failed(ledger, second, 6) == "a"
     assert ledger.workloads["a"].phase == "pending"
     assert ledger.workloads["a"].submitted_at == 1
@@ -122,7 +122,7 @@ def test_replacement_keeps_the_worse_machine_until_the_better_one_is_up() -> Non
     add_workload(ledger, job("a", 1, enable_replacement=True, replacement_threshold_s=5.0))
     ledger = one_pass(ledger, 1, new_id)
     for m in list(ledger.machines):
-        machine_up(ledger, m, f"li-{m}")
+        machine_up(ledger, m)
     [old] = ledger.machines_of("a")
     assert old.machine_type == SPOT
     blockers = [m.machine_id for m in ledger.machines_of("blocker")]
@@ -135,7 +135,7 @@ def test_replacement_keeps_the_worse_machine_until_the_better_one_is_up() -> Non
     [new] = [m for m in ledger.machines.values() if m.replaces]
     assert new.machine_type == RESERVED and new.replaces == old.machine_id
     assert ledger.machines[old.machine_id].status == "up"  # not retired before the new is up
-    machine_up(ledger, new.machine_id, "li-new")
+    machine_up(ledger, new.machine_id)
     assert ledger.machines[old.machine_id].status == "retiring"
     machine_gone(ledger, old.machine_id)
     assert [m.machine_type for m in ledger.machines_of("a")] == [RESERVED]
@@ -148,7 +148,7 @@ def test_a_warm_better_machine_takes_over_and_the_old_one_retires() -> None:
     add_workload(ledger, job("a", 1, enable_replacement=True, replacement_threshold_s=5.0))
     ledger = one_pass(ledger, 1, new_id)
     for m in list(ledger.machines):
-        machine_up(ledger, m, f"li-{m}")
+        machine_up(ledger, m)
     [old] = ledger.machines_of("a")
     release(ledger, "blocker", 2, finished=True)
     ledger = one_pass(ledger, 3, new_id, replacement_budget=1)
@@ -165,7 +165,7 @@ def test_reaped_machines_count_until_gone_and_reserved_go_last() -> None:
     add_workload(ledger, job("a", 1, num_nodes=3))
     ledger = one_pass(ledger, 1, new_id)
     for m in list(ledger.machines):
-        machine_up(ledger, m, f"li-{m}")
+        machine_up(ledger, m)
     release(ledger, "a", 2, finished=True)
     types = tuple(t.model_copy(update={"max_idle_s": 10.0}) for t in TYPES)
     plan = schedule(snapshot_of(ledger, types), 20.0, min_machines=1)
@@ -207,7 +207,7 @@ def test_racing_writers_never_take_a_partition_over_its_size() -> None:
         ledger = winner
         for m in list(ledger.machines.values()):
             if m.status == "launching":
-                machine_up(ledger, m.machine_id, f"li-{m.machine_id}")
+                machine_up(ledger, m.machine_id)
         for w in list(ledger.workloads.values()):
             if w.phase == "stopping" or (w.phase == "running" and rng.random() < 0.2):
                 release(ledger, w.workload_id, t, finished=w.phase == "running")

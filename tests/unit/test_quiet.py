@@ -69,7 +69,7 @@ def _pass(
 def _up(ledger: PoolLedger) -> None:
     for mid, machine in ledger.machines.items():
         if machine.status == "launching":
-            machine_up(ledger, mid, f"i-{mid}")
+            machine_up(ledger, mid)
 
 
 def _quiet(

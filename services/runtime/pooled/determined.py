@@ -21,7 +21,7 @@ from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.agent_places import agent_zones
 from corral.services.runtime.pooled.cloud_ready import cloud_not_ready
 from corral.services.runtime.pooled.kube_pods import kube_template
-from corral.services.runtime.pooled.pool_kind import LaunchOrder, PassResult
+from corral.services.runtime.pooled.pool_kind import Held, LaunchOrder, PassResult
 from corral.services.state.docstore import DocStore
 from corral.services.state.pool_store import PoolKind as KindName
 from corral.services.state.pool_store import PoolRecord
@@ -30,8 +30,7 @@ from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task
 from corral.shared.det_providers import agent_launch
 from corral.shared.lifecycle import AgentStatus, RequestState
-from corral.shared.placement import Placement
-from corral.shared.records import LaunchRequest
+from corral.shared.records import LaunchRequest, OwnerKind
 from corral.shared.resource_pools import ResolvedPools, resolve_pools
 from corral.shared.routing import DeterminedRoute, pool_limits
 from corral.shared.scheduling import DetTask
@@ -73,6 +72,7 @@ class DeterminedPools:
     """The master-config kind (see :class:`corral.services.runtime.pooled.pool_kind.PoolKind`)."""
 
     name: KindName = "master_config"
+    owner_kind: OwnerKind = "det_pool"
     label: str = "master config"
 
     def ledgers(self, deps: Deps) -> DocStore[DetLedger]:
@@ -93,7 +93,14 @@ class DeterminedPools:
         return list(ledger.tasks)
 
     def pass_over(
-        self, deps: Deps, record: PoolRecord, ledger: DetLedger, now: float, *, rebalance: bool
+        self,
+        deps: Deps,
+        record: PoolRecord,
+        ledger: DetLedger,
+        now: float,
+        *,
+        rebalance: bool,
+        held: Held,
     ) -> PassResult:
         pools = resolved(record)
         limits = pool_limits(pools, catalog_for(deps))
@@ -107,7 +114,11 @@ class DeterminedPools:
         costing = (
             Costing(budgets, slot_prices(pools, limits, catalog_for(deps))) if budgets else None
         )
-        after, plans = determined_pass(ledger, pools, limits, now, new_id=new_id, costing=costing)
+        # An up agent's market counts in scheduling: its row of the machine table holds it.
+        markets = {a: row.market for a in ledger.agents if (row := held.get(a)) is not None}
+        after, plans = determined_pass(
+            ledger, pools, limits, now, new_id=new_id, costing=costing, markets=markets
+        )
 
         def log() -> None:
             for plan in plans:
@@ -124,16 +135,24 @@ class DeterminedPools:
     # ------------------------------------------------------------------------------------------
     # Carrying the ledger out
 
-    def sync_work(self, deps: Deps, record: PoolRecord, ledger: DetLedger, work_id: str) -> bool:
-        return _sync_task(deps, record.name, ledger, work_id)
+    def sync_work(
+        self, deps: Deps, record: PoolRecord, ledger: DetLedger, work_id: str, held: Held
+    ) -> bool:
+        return _sync_task(deps, record.name, ledger, work_id, held)
 
     def machines(self, ledger: DetLedger) -> dict[str, DetAgent]:
         return dict(ledger.agents)
 
     def sync_machine(
-        self, deps: Deps, record: PoolRecord, ledger: DetLedger, machine_id: str, machine: DetAgent
+        self,
+        deps: Deps,
+        record: PoolRecord,
+        ledger: DetLedger,
+        machine_id: str,
+        machine: DetAgent,
+        held: Held,
     ) -> bool:
-        cloud_machine = work.as_machine(machine)
+        cloud_machine = work.as_machine(held, machine)
         if cloud_machine is not None and not _on_agent(ledger, machine_id):
             work.withdraw(deps, cloud_machine)
         return False
@@ -169,14 +188,11 @@ class DeterminedPools:
         )
         return LaunchOrder(cloud, [template], boot_deadline_s=launch.boot_deadline_s)
 
-    def machine_up(
-        self, ledger: DetLedger, machine_id: str, provider_id: str, at: Placement, now: float
-    ) -> bool:
+    def machine_up(self, ledger: DetLedger, machine_id: str, now: float) -> bool:
         found = ledger.agents.get(machine_id)
         if found is None or found.status != AgentStatus.LAUNCHING:
             return False
         found.move(AgentStatus.UP)
-        found.settle(provider_id, at)
         found.idle_since = now
         ledger.launch_failures.pop(found.pool, None)
         return True
@@ -236,7 +252,7 @@ class DeterminedPools:
         _launch_cause(deps, route.master, ledger, out)
         return out
 
-    def view(self, record: PoolRecord, ledger: DetLedger) -> dict[str, Any]:
+    def view(self, record: PoolRecord, ledger: DetLedger, rows: Held) -> dict[str, Any]:
         return {
             "machines": [
                 {
@@ -244,11 +260,12 @@ class DeterminedPools:
                     "pool": a.pool,
                     "slots": a.slots,
                     "status": a.status,
-                    "provider_id": a.provider_id,
-                    "zone": a.zone,
-                    "market": a.market,
+                    "provider_id": None if row is None else row.provider_id,
+                    "zone": None if row is None else row.zone or None,
+                    "market": None if row is None else row.market,
                 }
                 for a in ledger.agents.values()
+                for row in [work.as_machine(rows, a)]
             ],
             "workloads": [
                 {
@@ -307,15 +324,15 @@ def _on_agent(ledger: DetLedger, agent_id: str) -> list[tuple[str, int]]:
     ]
 
 
-def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
+def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str, held: Held) -> bool:
     task = ledger.tasks[tid]
     req = deps.store.get_request(tid)
     now = deps.now()
     agents = [ledger.agents.get(a.agent_id) for a in task.allocations]
-    on = [m for a in agents if a is not None and (m := work.as_machine(a)) is not None]
+    on = [m for a in agents if a is not None and (m := work.as_machine(held, a)) is not None]
     if req is None or req.is_terminal:
         for machine in on:
-            work.withdraw(deps, machine, _aid(tid, task.started_at, machine.key))
+            work.withdraw(deps, machine, _aid(tid, task.started_at, machine.id))
         deps.det_ledgers.update(master, partial(_release, tid=tid, now=now, finished=True))
         work.end_instances(deps, tid, f"its request ended ({req.state.value if req else 'gone'})")
         return True
@@ -330,7 +347,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
             deps,
             req,
             by,
-            [(m, _aid(tid, task.started_at, m.key)) for m in on],
+            [(m, _aid(tid, task.started_at, m.id)) for m in on],
             lambda: deps.det_ledgers.update(
                 master, partial(_release, tid=tid, now=now, finished=False)
             ),
@@ -342,8 +359,8 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
         work.move_request(deps, tid, RequestState.PROVISIONING, reason)
     spec = typed_task.task_of(req)
     for rank, machine in enumerate(on):
-        aid = _aid(tid, task.started_at, machine.key)
-        slots = next(a.slots for a in task.allocations if a.agent_id == machine.key)
+        aid = _aid(tid, task.started_at, machine.id)
+        slots = next(a.slots for a in task.allocations if a.agent_id == machine.id)
         envs = {
             "CORRAL_REQUEST_ID": tid,
             "CORRAL_NODE_RANK": str(rank),
@@ -353,7 +370,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
         }
         if work.ensure_assigned(deps, machine, work.assignment(aid, spec, envs)):
             deps.store.append_event(
-                tid, f"{slots} slot(s) on agent {machine.key} ({ledger.pool_of(tid)})", now
+                tid, f"{slots} slot(s) on agent {machine.id} ({ledger.pool_of(tid)})", now
             )
         work.record_instance(deps, machine, tid, rank, aid, _placement(tid, task.started_at))
     if len(on) < len(task.allocations):
@@ -361,7 +378,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str) -> bool:
     work.move_request(deps, tid, RequestState.RUNNING, f"{len(on)} agent(s) run it")
     if not spec.run:
         return False
-    results = [work.result(deps, m, _aid(tid, task.started_at, m.key)) for m in on]
+    results = [work.result(deps, m, _aid(tid, task.started_at, m.id)) for m in on]
     return work.finish_when_ended(
         deps,
         tid,

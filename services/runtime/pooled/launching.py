@@ -39,6 +39,7 @@ from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import ProviderError
 from corral.shared.failover_plan import Attempt
+from corral.shared.lifecycle import InstanceState
 from corral.shared.machine_walk import MachinePlace, MachineWalk, failure_block
 from corral.shared.merge import MergeError, merge_advanced_instance_config
 from corral.shared.placement import Block
@@ -232,14 +233,27 @@ def _up(
     got: ProviderInstance,
     market: str,
 ) -> str:
-    """Record the launched machine up; terminate it if its pool let it go meanwhile."""
+    """Record the launched machine up: its row of the machine table first (where the cloud
+    put it, idempotent by its id), then its ledger's word; terminate it if its pool let it go
+    meanwhile."""
     at = dataclasses.replace(got.place, market=market)
     now = deps.now()
+    deps.machines.up(
+        machine_id,
+        (kind.owner_kind, record.name),
+        got.provider_id,
+        at,
+        now,
+        machine_type=machine.pool_type(),
+        created_at=machine.created_at,
+        reason=f"up in {got.zone or got.region or got.cloud}",
+    )
     updated = kind.ledgers(deps).update(
-        record.name, lambda led: kind.machine_up(led, machine_id, got.provider_id, at, now)
+        record.name, lambda led: kind.machine_up(led, machine_id, now)
     )
     if updated is None or machine_id not in kind.machines(updated):
         deps.provider(got.cloud).terminate([got.provider_id])
+        deps.machines.move(machine_id, InstanceState.TERMINATING, now, "its pool let it go")
         return "released"
     if workload := kind.workload_of(machine):
         up_in = f"pool machine {machine_id} ({machine.machine_type}) up in {got.zone}"

@@ -18,7 +18,7 @@ from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
-from corral.services.runtime.pooled.pool_kind import LaunchOrder, PassResult
+from corral.services.runtime.pooled.pool_kind import Held, LaunchOrder, PassResult
 from corral.services.runtime.typed_task import task_of
 from corral.services.state.docstore import DocStore
 from corral.services.state.pool_store import PoolKind as KindName
@@ -27,8 +27,7 @@ from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.machine_pool import LaunchTemplate, MachinePool
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import RequestState
-from corral.shared.placement import Placement
-from corral.shared.records import LaunchRequest
+from corral.shared.records import Instance, LaunchRequest, OwnerKind
 from corral.shared.routing import pool_of
 from corral.shared.scheduling import MachineTypeState
 from corral.shared.scheduling.build import machine_types_of, workload_of
@@ -74,6 +73,7 @@ class MachinePools:
     """The machine-pool kind (see :class:`corral.services.runtime.pooled.pool_kind.PoolKind`)."""
 
     name: KindName = "machine_pool"
+    owner_kind: OwnerKind = "pool"
     label: str = "machine pool"
 
     def ledgers(self, deps: Deps) -> DocStore[PoolLedger]:
@@ -98,7 +98,14 @@ class MachinePools:
         return list(ledger.workloads)
 
     def pass_over(
-        self, deps: Deps, record: PoolRecord, ledger: PoolLedger, now: float, *, rebalance: bool
+        self,
+        deps: Deps,
+        record: PoolRecord,
+        ledger: PoolLedger,
+        now: float,
+        *,
+        rebalance: bool,
+        held: Held,
     ) -> PassResult:
         types = _types(record)
         name, version = record.name, ledger.version
@@ -124,8 +131,10 @@ class MachinePools:
     # ------------------------------------------------------------------------------------------
     # Carrying the ledger out
 
-    def sync_work(self, deps: Deps, record: PoolRecord, ledger: PoolLedger, work_id: str) -> bool:
-        return _sync_workload(deps, record.name, ledger, work_id)
+    def sync_work(
+        self, deps: Deps, record: PoolRecord, ledger: PoolLedger, work_id: str, held: Held
+    ) -> bool:
+        return _sync_workload(deps, record.name, ledger, work_id, held)
 
     def machines(self, ledger: PoolLedger) -> dict[str, PoolMachine]:
         return dict(ledger.machines)
@@ -137,10 +146,11 @@ class MachinePools:
         ledger: PoolLedger,
         machine_id: str,
         machine: PoolMachine,
+        held: Held,
     ) -> bool:
         if machine.status == "retiring":
-            return _retire(deps, record.name, ledger, machine)
-        cloud_machine = work.as_machine(machine)
+            return _retire(deps, record.name, ledger, machine, held)
+        cloud_machine = work.as_machine(held, machine)
         if machine.workload_id is None and cloud_machine is not None:
             work.withdraw(deps, cloud_machine)
         return False
@@ -162,13 +172,11 @@ class MachinePools:
             return "its machine type left the pool file"
         return LaunchOrder(record.cloud, templates, _workload_config(deps, machine))
 
-    def machine_up(
-        self, ledger: PoolLedger, machine_id: str, provider_id: str, at: Placement, now: float
-    ) -> bool:
+    def machine_up(self, ledger: PoolLedger, machine_id: str, now: float) -> bool:
         machine = ledger.machines.get(machine_id)
         if machine is None or machine.status != "launching":
             return False
-        machine_up(ledger, machine_id, provider_id, at)
+        machine_up(ledger, machine_id)
         return True
 
     def machine_failed(
@@ -210,17 +218,21 @@ class MachinePools:
                 reason=f"preempted by {workload.preempted_by}; giving its machines back",
             )
         else:
-            machines = [machine_view(m) for m in ledger.machines_of(req.id)]
+            mine = ledger.machines_of(req.id)
+            rows = work.held_rows(deps, mine)
+            machines = [machine_view(m, work.as_machine(rows, m)) for m in mine]
             out.update(
                 code="placed", reason=ledger.placed_by.get(req.id, "placed"), machines=machines
             )
         return out
 
-    def view(self, record: PoolRecord, ledger: PoolLedger) -> dict[str, Any]:
+    def view(self, record: PoolRecord, ledger: PoolLedger, rows: Held) -> dict[str, Any]:
         pool = MachinePool.model_validate(record.spec)
         held = _held(ledger)
         return {
-            "machines": [machine_view(m) for m in ledger.machines.values()],
+            "machines": [
+                machine_view(m, work.as_machine(rows, m)) for m in ledger.machines.values()
+            ],
             "workloads": [
                 {"id": w.workload_id, "phase": w.phase, "priority": w.priority}
                 for w in ledger.workloads.values()
@@ -243,16 +255,18 @@ class MachinePools:
         }
 
 
-def machine_view(m: PoolMachine) -> dict[str, Any]:
+def machine_view(m: PoolMachine, row: Instance | None) -> dict[str, Any]:
+    """A machine as `pools list` shows it: its assignment, and where its row of the machine
+    table says the cloud holds it (None until it is up)."""
     return {
         "id": m.machine_id,
         "machine_type": m.machine_type,
         "partition": m.partition,
         "status": m.status,
         "workload": m.workload_id,
-        "provider_id": m.provider_id,
-        "zone": m.zone,
-        "market": m.market,
+        "provider_id": None if row is None else row.provider_id,
+        "zone": None if row is None else row.zone or None,
+        "market": None if row is None else row.market,
     }
 
 
@@ -281,11 +295,11 @@ def _log_plan(deps: Deps, plan: Any, now: float) -> None:
 # Carrying a workload out
 
 
-def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str) -> bool:
+def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str, held: Held) -> bool:
     workload = ledger.workloads[wid]
     req = deps.store.get_request(wid)
     now = deps.now()
-    on = [cm for m in ledger.machines_of(wid) if (cm := work.as_machine(m)) is not None]
+    on = [cm for m in ledger.machines_of(wid) if (cm := work.as_machine(held, m)) is not None]
     if req is None or req.is_terminal:
         for machine in on:
             work.withdraw(deps, machine)
@@ -314,7 +328,7 @@ def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str) -> bool:
                 name, lambda led: _release(led, wid, now, reap=_own_config(req))
             ),
         )
-    return _sync_running(deps, name, ledger, wid, req)
+    return _sync_running(deps, name, ledger, wid, req, held)
 
 
 def _end_stale_records(deps: Deps, name: str, wid: str) -> None:
@@ -328,7 +342,9 @@ def _end_stale_records(deps: Deps, name: str, wid: str) -> None:
     work.end_stale_records(deps, wid, "its placement was sent back to the queue", current)
 
 
-def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: LaunchRequest) -> bool:
+def _sync_running(
+    deps: Deps, name: str, ledger: PoolLedger, wid: str, req: LaunchRequest, held: Held
+) -> bool:
     workload = ledger.workloads[wid]
     now = deps.now()
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED, RequestState.PROVISIONING):
@@ -340,7 +356,9 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
     task = task_of(req)
     started = workload.started_at or now
     nodes = [m for m in ledger.machines_of(wid) if m.status != "retiring"]
-    up = [(m, cm) for m in nodes if m.status == "up" and (cm := work.as_machine(m)) is not None]
+    up = [
+        (m, cm) for m in nodes if m.status == "up" and (cm := work.as_machine(held, m)) is not None
+    ]
     for rank, (machine, cloud_machine) in enumerate(up):
         aid = assignment_id(wid, started, machine)
         envs = {
@@ -357,7 +375,7 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
                 now,
             )
         work.record_instance(deps, cloud_machine, wid, rank, aid, placement_id(wid, started))
-    if not _head_ready(deps, name, ledger, wid, task, started):
+    if not _head_ready(deps, name, ledger, wid, task, started, held):
         return False
     if not nodes or len(up) < len(nodes):
         return False
@@ -376,7 +394,7 @@ def _sync_running(deps: Deps, name: str, ledger: PoolLedger, wid: str, req: Laun
 
 
 def _head_ready(
-    deps: Deps, name: str, ledger: PoolLedger, wid: str, task: Task, started: float
+    deps: Deps, name: str, ledger: PoolLedger, wid: str, task: Task, started: float, held: Held
 ) -> bool:
     """A workload whose compute config has a ``head_node`` gets one, launched outside the
     pool for as long as it is placed; True once it is up (or when it has none)."""
@@ -391,7 +409,7 @@ def _head_ready(
         deps.ledgers.update(name, lambda led: add_head(led, wid, machine_id, now))
         dispatch.pool_sync(name, settings=deps.settings)  # its launch is handed over there
         return False
-    cloud_machine = work.as_machine(head)
+    cloud_machine = work.as_machine(held, head)
     if head.status != "up" or cloud_machine is None:
         return False
     placement = placement_id(wid, started)
@@ -446,13 +464,14 @@ def assignment_id(wid: str, started_at: float, machine: PoolMachine) -> str:
 # Replacement: a retiring machine goes once its successor serves the work
 
 
-def _retire(deps: Deps, name: str, ledger: PoolLedger, machine: PoolMachine) -> bool:
+def _retire(deps: Deps, name: str, ledger: PoolLedger, machine: PoolMachine, held: Held) -> bool:
     successor = next(
         (m for m in ledger.machines.values() if m.replaces == machine.machine_id), None
     )
-    if successor is not None and not _serving(deps, successor, ledger):
+    if successor is not None and not _serving(deps, successor, ledger, held):
         return False  # the better machine is not running the work yet: keep this one
-    if work.terminate(deps, machine):
+    row = work.as_machine(held, machine)
+    if work.terminate(deps, row, "retired: its replacement serves its work"):
         log.info("terminated pool machine %s (retired)", machine.machine_id)
     deps.ledgers.update(name, lambda led: machine_gone(led, machine.machine_id) is not None)
     if successor is not None:
@@ -462,7 +481,7 @@ def _retire(deps: Deps, name: str, ledger: PoolLedger, machine: PoolMachine) -> 
             deps,
             machine.workload_id,
             "replaced by a better machine",
-            provider_id=machine.provider_id,
+            provider_id=None if row is None else row.provider_id,
         )
     return True
 
@@ -475,9 +494,9 @@ def _clear_replaces(ledger: PoolLedger, machine_id: str) -> bool:
     return True
 
 
-def _serving(deps: Deps, machine: PoolMachine, ledger: PoolLedger) -> bool:
+def _serving(deps: Deps, machine: PoolMachine, ledger: PoolLedger, held: Held) -> bool:
     """Whether a replacement's machine is up and has taken its workload's work."""
-    cloud_machine = work.as_machine(machine)
+    cloud_machine = work.as_machine(held, machine)
     if machine.status != "up" or cloud_machine is None or machine.workload_id is None:
         return False
     if work.agents(deps, cloud_machine) is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from corral.services.providers.base import TAG_POOL, ProviderInstance
@@ -26,8 +27,9 @@ from corral.services.runtime.pooled.kind_registry import kind_named, kind_of_rou
 from corral.services.runtime.pooled.pool_kind import PassResult, PoolKind
 from corral.services.state.pool_store import PoolRecord
 from corral.shared.errors import ProviderError
+from corral.shared.lifecycle import InstanceState
 from corral.shared.observe import Seen, observe
-from corral.shared.records import LaunchRequest
+from corral.shared.records import Instance, LaunchRequest
 from corral.shared.routing import PooledRoute, pool_of
 from corral.shared.scheduling.pooled import PooledMachine
 
@@ -68,35 +70,50 @@ def run_pass(deps: Deps, name: str, *, rebalance: bool = False) -> str:
         return "no such pool"
     record, kind = found
     computed: list[PassResult] = []
+    rows: list[Mapping[str, Instance]] = [{}]
 
     def step(ledger: Any) -> Any | None:
         computed.clear()
-        result = kind.pass_over(deps, record, ledger, deps.now(), rebalance=rebalance)
+        # The machine table's rows of its machines that came up, read once with the ledger
+        # (one pipelined read): the pass reads an agent's market there, and sync carries on.
+        rows[0] = held = work.held_rows(deps, kind.machines(ledger).values())
+        result = kind.pass_over(deps, record, ledger, deps.now(), rebalance=rebalance, held=held)
         if result.after.model_dump(exclude={"version"}) == ledger.model_dump(exclude={"version"}):
             return None  # nothing to write
         computed.append(result)
         return result.after
 
-    if kind.ledgers(deps).replace(name, step) is None:
+    written = kind.ledgers(deps).replace(name, step)
+    if written is None:
         return "no such pool"
     for result in computed:
         result.log()  # the plan that was written
-    return sync(deps, name)
+    return sync(deps, name, written, rows[0])
 
 
-def sync(deps: Deps, name: str) -> str:
-    """Carry pool ``name``'s ledger out once (idempotent; see the module docstring)."""
+def sync(
+    deps: Deps, name: str, ledger: Any | None = None, held: Mapping[str, Instance] | None = None
+) -> str:
+    """Carry pool ``name``'s ledger out once (idempotent; see the module docstring).
+    ``ledger``, ``held``: the ledger as a pass just wrote (or read) it and its machines' rows
+    (read here when not given)."""
     found = _pool(deps, name)
-    ledger = found[1].ledgers(deps).get(name) if found else None
+    if found is not None and ledger is None:
+        ledger = found[1].ledgers(deps).get(name)
     if found is None or ledger is None:
         return "no such pool"
     record, kind = found
     changed = False
+    if held is None:
+        held = work.held_rows(deps, kind.machines(ledger).values())
     for work_id in kind.work_ids(ledger):
-        changed |= kind.sync_work(deps, record, ledger, work_id)
+        changed |= kind.sync_work(deps, record, ledger, work_id, held)
     ledger = kind.ledgers(deps).get(name) or ledger
-    for machine_id, machine in kind.machines(ledger).items():
-        changed |= _sync_machine(deps, kind, record, ledger, machine_id, machine)
+    machines = kind.machines(ledger)
+    if any(m.status != "launching" and mid not in held for mid, m in machines.items()):
+        held = work.held_rows(deps, machines.values())  # one came up meanwhile
+    for machine_id, machine in machines.items():
+        changed |= _sync_machine(deps, kind, record, ledger, machine_id, machine, held)
     if changed:
         dispatch.pool_pass(name, settings=deps.settings)
         return "changed"
@@ -110,6 +127,7 @@ def _sync_machine(
     ledger: Any,
     machine_id: str,
     machine: PooledMachine,
+    held: Mapping[str, Instance],
 ) -> bool:
     if machine.status == "launching":  # MachineStatus and AgentStatus alike
         # Hand it to the provisioning worker once per retry period (the launch is idempotent).
@@ -126,12 +144,12 @@ def _sync_machine(
         with_work = getattr(machine, "workload_id", None) and not getattr(machine, "head", False)
         if with_work and ended is not None and deps.now() - ended < REAP_GRACE_S:
             return False
-        if work.terminate(deps, machine):
-            why = "its workload's own config" if with_work else "idle past its limit"
+        why = "its workload's own config" if with_work else "idle past its limit"
+        if work.terminate(deps, work.as_machine(held, machine), f"reaped: {why}"):
             log.info("terminated pool machine %s (reaped: %s)", machine_id, why)
         kind.ledgers(deps).update(record.name, lambda led: kind.drop_machine(led, machine_id))
         return True
-    return kind.sync_machine(deps, record, ledger, machine_id, machine)
+    return kind.sync_machine(deps, record, ledger, machine_id, machine, held)
 
 
 def rebalance_all(deps: Deps) -> dict[str, str]:
@@ -152,28 +170,29 @@ def check_machines(deps: Deps, record: PoolRecord, kind: PoolKind) -> list[str]:
     ledger = kind.ledgers(deps).get(record.name)
     if ledger is None:
         return []
+    held = work.held_rows(deps, kind.machines(ledger).values())
     placed = {
-        mid: m
+        mid: row
         for mid, m in kind.machines(ledger).items()
-        if m.provider_id and m.cloud and m.status != "launching"
+        if (row := work.as_machine(held, m)) is not None and row.provider_id and row.cloud
     }
     dropped = []
-    for cloud in sorted({str(m.cloud) for m in placed.values()}):
+    for cloud in sorted({row.cloud for row in placed.values()}):
         try:
             found = deps.provider(cloud).describe({TAG_POOL: record.name})
         except ProviderError as exc:
             log.warning("%s did not answer for pool %s (%s)", cloud, record.name, exc)
             continue
         seen = {p.provider_id: p for p in found}
-        for mid, m in placed.items():
-            if m.cloud == cloud and (why := _gone(seen.get(str(m.provider_id)))):
-                _drop(deps, record, kind, mid, m, why)
+        for mid, row in placed.items():
+            if row.cloud == cloud and (why := _gone(seen.get(str(row.provider_id)))):
+                _drop(deps, record, kind, mid, row, why)
                 dropped.append(mid)
     return dropped
 
 
 def _drop(
-    deps: Deps, record: PoolRecord, kind: PoolKind, mid: str, machine: PooledMachine, why: str
+    deps: Deps, record: PoolRecord, kind: PoolKind, mid: str, row: Instance, why: str
 ) -> None:
     """One machine out of its pool (and terminated); its work queued again."""
     now = deps.now()
@@ -185,8 +204,9 @@ def _drop(
 
     kind.ledgers(deps).update(record.name, lose)
     log.warning("pool %s: machine %s %s", record.name, mid, why)
+    deps.machines.move(mid, InstanceState.LOST, now, f"its pool's machine {why}")
     with contextlib.suppress(ProviderError):  # what remains of it is a stray for reconcile
-        work.terminate(deps, machine)
+        work.terminate(deps, row, f"its pool's machine {why}")
     for wid in sent_back:
         work.end_instances(deps, wid, f"pool machine {mid} {why}")
         deps.store.append_event(

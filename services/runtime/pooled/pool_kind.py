@@ -13,10 +13,11 @@ from corral.services.state.docstore import DocStore
 from corral.services.state.pool_store import PoolKind as KindName
 from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.machine_pool import LaunchTemplate
-from corral.shared.placement import Placement
-from corral.shared.records import LaunchRequest
+from corral.shared.records import Instance, LaunchRequest, OwnerKind
 from corral.shared.scheduling.fallback import FallbackPolicy, Setback
 from corral.shared.scheduling.pooled import PooledMachine
+
+Held = Mapping[str, Instance]  # machine id -> its row of the machine table (those up)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class PoolKind(Protocol):
     (a pool machine or an agent)."""
 
     name: KindName
+    owner_kind: OwnerKind  # the machine table's name for it, as the owner of its machines
     label: str  # for messages: "machine pool", "master config"
 
     def ledgers(self, deps: Deps) -> DocStore[Any]: ...
@@ -60,10 +62,17 @@ class PoolKind(Protocol):
 
     # A pass
     def pass_over(
-        self, deps: Deps, record: PoolRecord, ledger: Any, now: float, *, rebalance: bool
+        self,
+        deps: Deps,
+        record: PoolRecord,
+        ledger: Any,
+        now: float,
+        *,
+        rebalance: bool,
+        held: Held,
     ) -> PassResult:
         """The scheduler over a snapshot of ``ledger``, applied to a copy (pure but for
-        reading settings)."""
+        reading settings). ``held``: the table's rows of its machines that came up."""
         ...
 
     def lose_machine(self, ledger: Any, machine_id: str, now: float) -> list[str]:
@@ -72,14 +81,17 @@ class PoolKind(Protocol):
         ...
 
     # Carrying the ledger out
-    def sync_work(self, deps: Deps, record: PoolRecord, ledger: Any, work_id: str) -> bool:
-        """Carry one request's part of the ledger out (idempotent); True if anything moved."""
+    def sync_work(
+        self, deps: Deps, record: PoolRecord, ledger: Any, work_id: str, held: Held
+    ) -> bool:
+        """Carry one request's part of the ledger out (idempotent); True if anything moved.
+        ``held``: the machine table's rows of the ledger's machines that came up."""
         ...
 
     def machines(self, ledger: Any) -> Mapping[str, PooledMachine]: ...
 
     def sync_machine(
-        self, deps: Deps, record: PoolRecord, ledger: Any, machine_id: str, machine: Any
+        self, deps: Deps, record: PoolRecord, ledger: Any, machine_id: str, machine: Any, held: Held
     ) -> bool:
         """The kind's own part of carrying a machine out (launching and reaping machines are
         handled for both kinds alike); True if anything moved."""
@@ -94,11 +106,9 @@ class PoolKind(Protocol):
         """How to launch ``machine``, or why it cannot be launched any more."""
         ...
 
-    def machine_up(
-        self, ledger: Any, machine_id: str, provider_id: str, at: Placement, now: float
-    ) -> bool:
-        """``machine_id`` came up as the cloud's ``provider_id``, ``at`` its placement: False
-        if the ledger no longer waits for it."""
+    def machine_up(self, ledger: Any, machine_id: str, now: float) -> bool:
+        """``machine_id`` came up (its row of the machine table says where): False if the
+        ledger no longer waits for it."""
         ...
 
     def machine_failed(
@@ -119,6 +129,7 @@ class PoolKind(Protocol):
     # Views
     def why(self, deps: Deps, req: LaunchRequest, ledger: Any | None) -> dict[str, Any]: ...
 
-    def view(self, record: PoolRecord, ledger: Any) -> dict[str, Any]:
-        """``machines``, ``workloads`` and (machine pools) ``machine_types`` for `pools list`."""
+    def view(self, record: PoolRecord, ledger: Any, rows: Held) -> dict[str, Any]:
+        """``machines``, ``workloads`` and (machine pools) ``machine_types`` for `pools list`
+        (a machine's cloud id and place from its row in ``rows``)."""
         ...

@@ -70,7 +70,7 @@ def pool_view(deps: Deps, name: str) -> dict[str, Any]:
         raise PoolNotFound(f"no pool {name!r} is registered (see `corral pools list`)")
     kind = kind_named(record.kind)
     ledger = kind.ledgers(deps).get(name) or kind.new_ledger(name)
-    view = kind.view(record, ledger)
+    view = kind.view(record, ledger, work.held_rows(deps, kind.machines(ledger).values()))
     for machine in view.get("machines") or []:  # what each machine uses (runtime/usage.py)
         if machine.get("provider_id"):
             used = usage.of_machine(deps, record.cloud, str(machine["provider_id"]))
@@ -104,8 +104,10 @@ def delete_pool(deps: Deps, name: str) -> dict[str, Any]:
             "terminate them first (`corral terminate ID`)"
         )
     terminated = []
-    for machine_id, machine in (kind.machines(ledger) if ledger else {}).items():
-        if work.terminate(deps, machine):
+    machines = kind.machines(ledger) if ledger else {}
+    rows = work.held_rows(deps, machines.values())
+    for machine_id, machine in machines.items():
+        if work.terminate(deps, work.as_machine(rows, machine), f"pool {name} deleted"):
             terminated.append(machine_id)
     for each in KINDS.values():
         each.ledgers(deps).delete(name)

@@ -9,8 +9,9 @@ TERMINATED ("released to the pool") when it stops; the machine itself goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from corral.services.providers.base import NodeWork, node_work_of
@@ -19,54 +20,49 @@ from corral.services.runtime.planning import price_of
 from corral.services.runtime.typed_task import task_of
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import InstanceState, RequestState
-from corral.shared.placement import Placement
 from corral.shared.records import Instance, LaunchRequest
 from corral.shared.recovery import Restart, restart_after
 from corral.shared.scheduling.pooled import PooledMachine
 
 
-def as_machine(pooled: PooledMachine) -> PooledMachine | None:
-    """A pool machine or a Determined agent, its ledger's record itself, if the cloud holds
-    it: where its work runs (its place there: ``held_at``); None until it is up."""
-    return pooled if pooled.held_at is not None else None
+def as_machine(held: Mapping[str, Instance], pooled: PooledMachine) -> Instance | None:
+    """A pool machine's or a Determined agent's row of the machine table, if the cloud holds
+    it (``held``: the rows of the pool's machines that came up, read once per sync); None
+    until it is up: no work goes to it."""
+    return None if pooled.status == "launching" else held.get(pooled.key)
 
 
-def _not_up(machine: PooledMachine) -> ValueError:
-    return ValueError(f"pooled {machine.KIND} {machine.key} is not up: no work goes to it")
+def held_rows(deps: Deps, machines: Iterable[PooledMachine]) -> dict[str, Instance]:
+    """The table's rows of the machines that came up, in one round trip (none when all are
+    launching)."""
+    return deps.machines.get_many(m.key for m in machines if m.status != "launching")
 
 
-def _held_at(machine: PooledMachine) -> Placement:
-    """Where the cloud holds a machine that is up (work is only handed to those)."""
-    place = machine.held_at
-    if place is None:
-        raise _not_up(machine)
-    return place
-
-
-def _cloud_id(machine: PooledMachine) -> str:
+def _cloud_id(machine: Instance) -> str:
     """The cloud's id of a machine that is up."""
     if not machine.provider_id:
-        raise _not_up(machine)
+        raise ValueError(f"pooled machine {machine.id} is not up: no work goes to it")
     return machine.provider_id
 
 
-def terminate(deps: Deps, pooled: Any) -> bool:
-    """Terminate a pool machine or a Determined agent at its cloud: False (nothing done) when
-    it never came up."""
-    if not pooled.provider_id or not pooled.cloud:
+def terminate(deps: Deps, row: Instance | None, reason: str = "its pool let it go") -> bool:
+    """Terminate a pool machine or a Determined agent at its cloud, and record it so in its
+    row: False (nothing done) when it never came up (no row)."""
+    if row is None or not row.provider_id:
         return False
-    deps.provider(pooled.cloud).terminate([pooled.provider_id], zone=pooled.zone)
+    deps.provider(row.cloud).terminate([row.provider_id], zone=row.zone or None)
+    deps.machines.move(row.id, InstanceState.TERMINATING, deps.now(), reason)
     return True
 
 
-def agents(deps: Deps, machine: PooledMachine) -> NodeWork | None:
+def agents(deps: Deps, machine: Instance) -> NodeWork | None:
     """The agents of the machine's cloud, which take assignments (the local cloud's, and AWS
     and Google Cloud machines booted with the node agent); None for a cloud whose machines run
     none: a pooled machine there is only held for its work."""
-    return node_work_of(deps.provider(_held_at(machine).cloud))
+    return node_work_of(deps.provider(machine.cloud))
 
 
-def status(deps: Deps, machine: PooledMachine) -> dict[str, Any]:
+def status(deps: Deps, machine: Instance) -> dict[str, Any]:
     """The machine's assignments: {"assigned": [...], "running": {id: activity}, "results":
     {id: result}} (empty for a cloud without agents)."""
     provider = agents(deps, machine)
@@ -88,7 +84,7 @@ def assignment(aid: str, task: Task, envs: Mapping[str, str]) -> dict[str, Any]:
 
 
 def ensure_assigned(
-    deps: Deps, machine: PooledMachine, work: dict[str, Any], seen: Mapping[str, Any] | None = None
+    deps: Deps, machine: Instance, work: dict[str, Any], seen: Mapping[str, Any] | None = None
 ) -> bool:
     """Hand ``work`` to the machine unless it already has it (or ran it); True if sent."""
     provider = agents(deps, machine)
@@ -102,7 +98,7 @@ def ensure_assigned(
     return True
 
 
-def withdraw(deps: Deps, machine: PooledMachine, aid: str | None = None) -> None:
+def withdraw(deps: Deps, machine: Instance, aid: str | None = None) -> None:
     """Stop one assignment on the machine (or, ``aid`` None, all of them)."""
     provider = agents(deps, machine)
     if provider is None:
@@ -115,7 +111,7 @@ def withdraw(deps: Deps, machine: PooledMachine, aid: str | None = None) -> None
         provider.withdraw(_cloud_id(machine), aid)
 
 
-def withdraw_others(deps: Deps, machine: PooledMachine, keep: set[str]) -> None:
+def withdraw_others(deps: Deps, machine: Instance, keep: set[str]) -> None:
     """Stop every assignment on the machine but ``keep``."""
     provider = agents(deps, machine)
     if provider is None:
@@ -125,12 +121,12 @@ def withdraw_others(deps: Deps, machine: PooledMachine, keep: set[str]) -> None:
             provider.withdraw(_cloud_id(machine), aid)
 
 
-def running(deps: Deps, machine: PooledMachine, prefix: str) -> bool:
+def running(deps: Deps, machine: Instance, prefix: str) -> bool:
     """Whether an assignment whose id starts with ``prefix`` still runs on the machine."""
     return any(aid.startswith(prefix) for aid in status(deps, machine).get("running", {}))
 
 
-def result(deps: Deps, machine: PooledMachine, aid: str) -> Mapping[str, Any] | None:
+def result(deps: Deps, machine: Instance, aid: str) -> Mapping[str, Any] | None:
     """The assignment's result once it ended (None while it runs, or on a cloud without
     agents)."""
     found = status(deps, machine).get("results", {}).get(aid)
@@ -141,7 +137,7 @@ def stop_preempted(
     deps: Deps,
     req: LaunchRequest,
     by: str,
-    machines: Sequence[tuple[PooledMachine, str | None]],
+    machines: Sequence[tuple[Instance, str | None]],
     release: Callable[[], object],
 ) -> bool:
     """Preempted work: its request shows it (PREEMPTED, or PENDING if it had not run yet), its
@@ -274,7 +270,7 @@ def instance_id_for(aid: str) -> str:
 
 def record_instance(
     deps: Deps,
-    machine: PooledMachine,
+    machine: Instance,
     request_id: str,
     rank: int,
     aid: str,
@@ -286,17 +282,20 @@ def record_instance(
     ``as_type``: the machine type the record shows, instead of the pool's (a head node's)."""
     now = deps.now()
     inst_id = instance_id_for(aid)
-    place = _held_at(machine)
+    # A part the cloud left out: its type is the pool's machine type, as the ledger held it.
+    place = machine.place
+    if not place.instance_type and machine.machine_type:
+        place = dataclasses.replace(place, instance_type=machine.machine_type)
     inst = Instance.new(
         inst_id,
         request_id,
         rank,
         now,
-        f"assigned pooled machine {machine.key}",
+        f"assigned pooled machine {machine.id}",
         provider_id=_cloud_id(machine),
         attempt_id=aid,
         **place.fields(),
-        machine_type=as_type or machine.pool_type() or place.instance_type or None,
+        machine_type=as_type or machine.machine_type or place.instance_type or None,
         placement=placement,
         price_usd_per_hour=price_of(
             deps, place.cloud, place.instance_type, place.zone or None, place.market

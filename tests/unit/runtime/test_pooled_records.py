@@ -10,12 +10,14 @@ from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled.work import record_instance
 from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.placement import Placement
-from corral.shared.records import LaunchRequest
-from corral.shared.scheduling.det_ledger import DetAgent
+from corral.shared.records import Instance, LaunchRequest
 
-# A pooled machine that is up, as its ledger holds it (work runs on the ledger's record).
-MACHINE = DetAgent(agent_id="m-1", pool="p", slots=1, created_at=0.0)
-MACHINE.settle("local-1", Placement("local", "lab-east", "lab-east-a", "gpu-a100-8", "on_demand"))
+# A pooled machine that is up, as the machine table holds it (work runs on its row).
+AT = Placement("local", "lab-east", "lab-east-a", "gpu-a100-8", "on_demand")
+MACHINE = Instance.new(
+    "m-1", "", 0, 0.0, provider_id="local-1", owner_kind="det_pool", owner_id="p", **AT.fields()
+)
+MACHINE.move(InstanceState.RUNNING, 0.0, "up")
 
 
 def _stored(deps: Deps, state: RequestState) -> LaunchRequest:
