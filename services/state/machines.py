@@ -25,35 +25,14 @@ from typing import Any
 from redis import Redis
 
 from corral.services.state.cas import LOST, Lost, until_written
+from corral.services.state.store import CAS_SCRIPT, CREATE_SCRIPT
 from corral.shared.lifecycle import TERMINAL_INSTANCE_STATES, InstanceState, MachineState
 from corral.shared.placement import Placement
 from corral.shared.records import Instance, OwnerKind
 from corral.shared.scheduling.pooled import PooledMachine
 
-# KEYS[1] the row, KEYS[2] its owner's index; ARGV: id, version, json, score (created_at).
-# 1 if created, 0 if the id is taken.
-_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
-return 1
-"""
-
-# KEYS[1] the row, KEYS[2] the old state's index, KEYS[3] the new state's (the same key: no
-# index moves). ARGV: id, expected version, new version, json, score. 1 written, 0 the version
-# moved on (a lost race), -1 the row is gone. (The store's script, so a request's node written
-# here keeps its state index right.)
-_CAS = """
-local current = redis.call('HGET', KEYS[1], 'version')
-if not current then return -1 end
-if current ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'version', ARGV[3], 'json', ARGV[4])
-if KEYS[2] ~= KEYS[3] then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
-end
-return 1
-"""
+# The store's scripts, so a request's node written here keeps its state index right: a row
+# is created with its owner's index (KEYS[2]), and written with its state's indexes.
 
 
 class MachineTable:
@@ -62,8 +41,8 @@ class MachineTable:
     def __init__(self, redis: Redis, prefix: str = "corral") -> None:
         self._r = redis
         self.prefix = prefix
-        self._create = redis.register_script(_CREATE)
-        self._cas = redis.register_script(_CAS)
+        self._create = redis.register_script(CREATE_SCRIPT)
+        self._cas = redis.register_script(CAS_SCRIPT)
 
     def _key(self, machine_id: str) -> str:
         return f"{self.prefix}:instance:{machine_id}"

@@ -17,18 +17,21 @@ Every write is a compare-and-set on the document's version (:mod:`corral.service
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from redis import Redis
 
 from corral.services.state.docstore import DocStore
 from corral.services.state.machines import MachineTable
+from corral.shared.records import OwnerKind
 from corral.shared.scheduling.det_ledger import DetLedger
 from corral.shared.scheduling.ledger import PoolLedger
-from corral.shared.scheduling.pooled import split_older_entries
+from corral.shared.scheduling.pooled import PooledMachine, split_older_entries
 
 PoolKind = Literal["machine_pool", "master_config"]
+LedgerT = TypeVar("LedgerT", PoolLedger, DetLedger)
 
 # A ledger stored before the machine table names its machines' cloud ids: only such a ledger is
 # read the slow way (no key of today's ledgers is spelled so).
@@ -53,35 +56,51 @@ def pool_records(redis: Redis, prefix: str) -> DocStore[PoolRecord]:
     return DocStore(redis, prefix, "pool", PoolRecord.model_validate_json)
 
 
-def det_ledgers(redis: Redis, prefix: str) -> DocStore[DetLedger]:
-    """Master configs' ledgers; one stored before the machine table has its agents' cloud
-    ids and places moved into the table as it is read."""
+def _ledgers(
+    redis: Redis,
+    prefix: str,
+    kind: str,
+    model: type[LedgerT],
+    entries: str,
+    mine: Callable[[LedgerT], tuple[tuple[OwnerKind, str], Mapping[str, PooledMachine]]],
+) -> DocStore[LedgerT]:
+    """A ledger store whose reads move an older ledger's cloud ids and places (stored before
+    the machine table) into the table: ``entries`` names its machines in the stored JSON,
+    ``mine`` gives the rows' owner and the ledger's machines."""
     table = MachineTable(redis, prefix)
 
-    def read(raw: bytes | str) -> DetLedger:
+    def read(raw: bytes | str) -> LedgerT:
         if _OLDER not in (raw if isinstance(raw, bytes) else raw.encode()):
-            return DetLedger.model_validate_json(raw)  # the table's time: as stored
+            return model.model_validate_json(raw)  # the table's time: as stored
         doc = json.loads(raw)
-        older = split_older_entries(doc.get("agents") or {})
-        ledger = DetLedger.model_validate(doc)
-        table.adopt(("det_pool", ledger.master), older, ledger.agents)
+        older = split_older_entries(doc.get(entries) or {})
+        ledger = model.model_validate(doc)
+        owner, machines = mine(ledger)
+        table.adopt(owner, older, machines)
         return ledger
 
-    return DocStore(redis, prefix, "det-ledger", read)
+    return DocStore(redis, prefix, kind, read)
+
+
+def det_ledgers(redis: Redis, prefix: str) -> DocStore[DetLedger]:
+    """Master configs' ledgers (an older one's agents moved into the machine table)."""
+    return _ledgers(
+        redis,
+        prefix,
+        "det-ledger",
+        DetLedger,
+        "agents",
+        lambda x: (("det_pool", x.master), x.agents),
+    )
 
 
 def pool_ledgers(redis: Redis, prefix: str) -> DocStore[PoolLedger]:
-    """Machine pools' ledgers; one stored before the machine table has its machines' cloud
-    ids and places moved into the table as it is read."""
-    table = MachineTable(redis, prefix)
-
-    def read(raw: bytes | str) -> PoolLedger:
-        if _OLDER not in (raw if isinstance(raw, bytes) else raw.encode()):
-            return PoolLedger.model_validate_json(raw)  # the table's time: as stored
-        doc = json.loads(raw)
-        older = split_older_entries(doc.get("machines") or {})
-        ledger = PoolLedger.model_validate(doc)
-        table.adopt(("pool", ledger.pool), older, ledger.machines)
-        return ledger
-
-    return DocStore(redis, prefix, "pool-ledger", read)
+    """Machine pools' ledgers (an older one's machines moved into the machine table)."""
+    return _ledgers(
+        redis,
+        prefix,
+        "pool-ledger",
+        PoolLedger,
+        "machines",
+        lambda x: (("pool", x.pool), x.machines),
+    )

@@ -49,7 +49,7 @@ Logged = tuple[Callable[[Any, DecidedT], Sequence[str]], float]
 
 # KEYS[1] the record's hash; KEYS[2..] the index zsets to add it to.
 # ARGV: id, version, json, score. Returns 1 if created, 0 if the id exists.
-_CREATE = """
+CREATE_SCRIPT = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
 for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
@@ -58,7 +58,8 @@ return 1
 
 # A new request: KEYS[1] its hash, KEYS[2] its progress log, KEYS[3..] its index zsets. ARGV:
 # id, version, json, score (created_at), its first progress line (JSON; none if empty). As
-# _CREATE, with the line appended when it creates (one round trip for the submit's two writes).
+# CREATE_SCRIPT, with the line appended when it creates (one round trip for the submit's two
+# writes).
 _CREATE_REQUEST = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
@@ -98,7 +99,7 @@ return 1
 # KEYS[4] (a request's, optional) its progress log. ARGV: id, expected version, new version,
 # json, score, then the progress lines appended with the write (a walk's: one round trip).
 # Returns 1 if written, 0 if the version moved on (lost race), -1 if the record is gone.
-_CAS = """
+CAS_SCRIPT = """
 local current = redis.call('HGET', KEYS[1], 'version')
 if not current then return -1 end
 if current ~= ARGV[2] then return 0 end
@@ -111,7 +112,7 @@ if KEYS[4] then redis.call('RPUSH', KEYS[4], unpack(ARGV, 6)) end
 return 1
 """
 
-# _CAS for several records at once, all or none: KEYS three per record (its hash, old and new
+# CAS_SCRIPT for several records at once, all or none: KEYS three per record (its hash, old and new
 # state index), ARGV five per record (id, expected version, new version, json, score).
 # Returns 1 if all were written, 0 if one's version moved on, -1 if one is gone (then none).
 _CAS_ALL = """
@@ -171,8 +172,8 @@ class Store:
         self._r = redis
         self.prefix = prefix
         self.listeners: tuple[WriteListener, ...] = tuple(listeners)
-        self._create = redis.register_script(_CREATE)
-        self._cas = redis.register_script(_CAS)
+        self._create = redis.register_script(CREATE_SCRIPT)
+        self._cas = redis.register_script(CAS_SCRIPT)
         self._cas_all = redis.register_script(_CAS_ALL)
         self._release = redis.register_script(_RELEASE)
         self._renew = redis.register_script(_RENEW)
