@@ -59,10 +59,6 @@ TERMINATED = "terminated"
 LOST = "lost"
 ENDED = frozenset({TERMINATED, LOST})
 
-# What the agent is doing (the heartbeat's ``activity``). ``serving``: an assignment without a
-# run whose setup is done, kept until it is withdrawn.
-ACTIVITIES = ("setup", "running", "serving", "idle", "exited")
-
 # How long the mapping attempt -> instance ids is kept: longer than any redelivery of a task.
 ATTEMPT_TTL_S = 7 * 24 * 3600
 # Local machines are processes on this host and share its network: each is reached at the
