@@ -25,7 +25,7 @@ from typing import Any
 from redis import Redis
 
 from corral.services.state.cas import LOST, Lost, until_written
-from corral.services.state.store import CAS_SCRIPT, CREATE_SCRIPT
+from corral.services.state.store import CAS_SCRIPT, CREATE_SCRIPT, check_change
 from corral.shared.lifecycle import TERMINAL_INSTANCE_STATES, InstanceState, MachineState
 from corral.shared.placement import Placement
 from corral.shared.records import Instance, OwnerKind
@@ -230,14 +230,10 @@ class MachineTable:
 
 
 def _check(before: Instance, after: Instance) -> None:
-    """Refuse the changes a row's writer must never make."""
-    same = (before.id, before.version, before.created_at, before.owner, before.request_id)
-    if (after.id, after.version, after.created_at, after.owner, after.request_id) != same:
-        raise ValueError(f"{before.id}: an update must not change id, version, owner or times")
-    if after.state != before.state and (
-        not after.history or after.history[-1].to_state != after.state.value
-    ):
-        raise ValueError(f"{before.id}: state set to {after.state} without move()")
+    """Refuse the changes a row's writer must never make: the store's, and a new owner."""
+    check_change(before, after)
+    if after.owner != before.owner:
+        raise ValueError(f"{before.id}: an update must not change owner")
 
 
 def _text(value: Any) -> str:

@@ -771,7 +771,7 @@ def _written(current: RecordT, work: RecordT, wanted: bool) -> bool:
     if wanted is not True and wanted is not False:
         raise TypeError(f"update function must return True or False, not {wanted!r}")
     if wanted:
-        _check_change(current, work)
+        check_change(current, work)
         work.version = current.version + 1
     return wanted
 
@@ -782,7 +782,7 @@ def _copy(record: RecordT) -> RecordT:
     return type(record).model_validate(record.model_dump())
 
 
-def _check_change(before: LaunchRequest | Instance, after: LaunchRequest | Instance) -> None:
+def check_change(before: LaunchRequest | Instance, after: LaunchRequest | Instance) -> None:
     """Refuse changes an update function must never make (they would corrupt the indexes or
     skip the lifecycle)."""
     if after.id != before.id or after.version != before.version:
