@@ -248,7 +248,8 @@ class LocalProvider:
             if value is None:
                 return None
             if not value.startswith("pending:"):
-                return [str(i) for i in _json_list(value)]
+                ids = json.loads(value)
+                return [str(i) for i in ids] if isinstance(ids, list) else []
             time.sleep(ATTEMPT_POLL_S)
         raise ThrottledError(f"attempt {attempt_id} is still being launched by another caller")
 
@@ -261,7 +262,7 @@ class LocalProvider:
         reservation_id: str | None,
     ) -> list[ProviderInstance] | None:
         """Launch the attempt if no caller has bound it yet; None if one has."""
-        played = self._play_injected_error(spec)
+        played = play_injected(self.cloud, self.state, spec)  # the zone's injected error
         if played is True:
             return None
         # Whoever binds the capacity to the attempt starts its agents, within CLAIM_MARGIN_S
@@ -341,10 +342,6 @@ class LocalProvider:
         """The attempt's instances whose agent was never started."""
         records = [r for r in map(self.state.record, ids) if r is not None]
         return [r for r in records if r.pid is None and r.start_at is None and r.state == PENDING]
-
-    def _play_injected_error(self, spec: LaunchSpec) -> bool | str:
-        """The zone's injected error, played when its turn comes (faults.play_injected)."""
-        return play_injected(self.cloud, self.state, spec)
 
     def _new_records(
         self,
@@ -790,8 +787,3 @@ def _reservation_id(spec: LaunchSpec) -> str | None:
     if spec.reservation_id:
         return str(spec.reservation_id)
     return reservation_of(spec.advanced_instance_config)
-
-
-def _json_list(text: str) -> list[object]:
-    value = json.loads(text)
-    return value if isinstance(value, list) else []
