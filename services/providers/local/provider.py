@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -65,6 +64,7 @@ from corral.services.providers.local.state import (
     UNREGISTERED,
     CloudState,
     InstanceRecord,
+    bound_ids,
     derive_state,
 )
 from corral.services.queues.redis_conn import connect
@@ -248,8 +248,7 @@ class LocalProvider:
             if value is None:
                 return None
             if not value.startswith("pending:"):
-                ids = json.loads(value)
-                return [str(i) for i in ids] if isinstance(ids, list) else []
+                return bound_ids(value)
             time.sleep(ATTEMPT_POLL_S)
         raise ThrottledError(f"attempt {attempt_id} is still being launched by another caller")
 
