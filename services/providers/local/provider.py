@@ -429,8 +429,7 @@ class LocalProvider:
             "--kill-grace-s",
             str(self.terminate_grace_s / 2),
         ]
-        # The Redis URL may hold a password: the environment, not the command line.
-        env = {"CORRAL_REDIS_URL": self.redis_url}
+        # The Redis URL may hold a password: the environment (a pipe), not the command line.
         if self._launcher is not None:
             # The launcher plays the boot: it forks the agent once the boot is over (no
             # process before then), and that agent records its own pid.
@@ -438,7 +437,7 @@ class LocalProvider:
             request: dict[str, Any] = {
                 "argv": [*args, *later],
                 "log": rec.log_path,
-                "env": env,
+                "env": {"CORRAL_REDIS_URL": self.redis_url},
                 "name": rec.id,
                 "record": rec.to_hash(),  # the agent need not read it back from Redis
             }
@@ -455,12 +454,11 @@ class LocalProvider:
                 rec.start_at = time.time() + boot_delay_s if pid is None else None
                 return
         args += ["--boot-delay-s", str(boot_delay_s)]
-        rec.pid = self._spawn_agent(rec, args, env)
+        rec.pid = self._spawn_agent(rec, args)
 
-    def _spawn_agent(self, rec: InstanceRecord, args: list[str], env: dict[str, str]) -> int:
+    def _spawn_agent(self, rec: InstanceRecord, args: list[str]) -> int:
         # The Redis URL goes through a pipe, not the agent's environment: a task can read its
         # agent's /proc/<pid>/environ (the same user), and the URL may hold a password.
-        secret_env = {k: v for k, v in env.items() if k == "CORRAL_REDIS_URL"}
         fd = os.open(rec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with open(fd, "ab") as out:
             proc = subprocess.Popen(
@@ -470,14 +468,11 @@ class LocalProvider:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own session: it outlives the launching worker
                 close_fds=True,
-                env={
-                    **launcher.public_env(),
-                    **{k: v for k, v in env.items() if k not in secret_env},
-                },
+                env=launcher.public_env(),
             )
         assert proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write((secret_env.get("CORRAL_REDIS_URL", "") + "\n").encode())
+            proc.stdin.write((self.redis_url + "\n").encode())
         proc.stdin.close()
         # Reap it when it exits, so no zombie lingers while this process lives.
         threading.Thread(target=proc.wait, name=f"reap-{rec.id}", daemon=True).start()
