@@ -18,14 +18,6 @@ if TYPE_CHECKING:
 Builder = Callable[["Settings", Callable[[], Any]], "Provider"]
 
 
-def _present() -> bool:
-    return True
-
-
-def _plain_files() -> ClusterFiles:
-    return ClusterFiles()
-
-
 @dataclass(frozen=True)
 class Cloud:
     """One cloud Corral launches on: how its provider is built, a quick look (no SDK
@@ -34,10 +26,10 @@ class Cloud:
     cluster file (:mod:`.cluster_files`; loaded when asked)."""
 
     build: Builder
-    credentials_hint: Callable[[], bool] = _present
+    credentials_hint: Callable[[], bool] = lambda: True
     display_name: str = ""  # "" : the cloud's name
     types_from: str = ""  # where its instance types are listed; "": "the <name> catalog"
-    cluster_files: Callable[[], ClusterFiles] = _plain_files
+    cluster_files: Callable[[], ClusterFiles] = ClusterFiles
     # `corral check` (settings, local cloud loader): ready or not, as whom, what failed;
     # None: its provider's credentials look
     check: Callable[[Settings, Callable[[], Any]], CloudCheck] | None = None

@@ -75,38 +75,6 @@ def warn_if_plain_http(api_url: str) -> bool:
     return True
 
 
-def read_node_log(
-    book: NodeBook,
-    cloud: str,
-    provider_id: str,
-    attempt_id: str | None,
-    node_index: int,
-    tail_bytes: int,
-) -> bytes:
-    """The last ``tail_bytes`` a cloud machine's agent shipped to the node book (a pooled
-    machine's node is known by the cloud's id, its log holding what it ran)."""
-    node = book.node_of(cloud, provider_id)
-    if node is None and attempt_id:
-        node = NodeName(cloud, attempt_id, node_index)
-    return book.log(node)[-tail_bytes:] if node is not None else b""
-
-
-def read_node_log_since(
-    book: NodeBook,
-    cloud: str,
-    provider_id: str,
-    attempt_id: str | None,
-    node_index: int,
-    offset: int,
-) -> tuple[int, bytes]:
-    """What a cloud machine's agent shipped from byte ``offset`` of its output: (the offset the
-    bytes start at, later than ``offset`` when that part is no longer kept; the bytes)."""
-    node = book.node_of(cloud, provider_id)
-    if node is None and attempt_id:
-        node = NodeName(cloud, attempt_id, node_index)
-    return book.log_since(node, offset) if node is not None else (offset, b"")
-
-
 class NodeBookLogs:
     """The port's log reads for a cloud whose machines' agents ship their output to the node
     book (AWS, Google Cloud, Kubernetes): a provider class inherits these; it sets ``name``
@@ -115,15 +83,22 @@ class NodeBookLogs:
     name: str
     log_book: NodeBook | None
 
+    def _node(self, provider_id: str, attempt_id: str | None, node_index: int) -> NodeName | None:
+        """The machine's node in the book: as its agent registered (a pooled machine's is known
+        by the cloud's id, its log holding what it ran), else as its attempt named it."""
+        node = self.log_book.node_of(self.name, provider_id) if self.log_book else None
+        if node is None and attempt_id:
+            node = NodeName(self.name, attempt_id, node_index)
+        return node
+
     def read_log(
         self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
     ) -> bytes:
         """What the machine's node agent shipped, the last ``tail_bytes``."""
-        if self.log_book is None:
+        node = self._node(provider_id, attempt_id, node_index)
+        if self.log_book is None or node is None:
             return b""
-        return read_node_log(
-            self.log_book, self.name, provider_id, attempt_id, node_index, tail_bytes
-        )
+        return self.log_book.log(node)[-tail_bytes:]
 
     def agent_name(self, provider_id: str, attempt_id: str | None, node_index: int) -> str:
         """The node's name in the book: as its agent registered, else as its attempt named it
@@ -138,11 +113,10 @@ class NodeBookLogs:
         self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
     ) -> tuple[int, bytes]:
         """What the machine's node agent shipped from byte ``offset`` on."""
-        if self.log_book is None:
+        node = self._node(provider_id, attempt_id, node_index)
+        if self.log_book is None or node is None:
             return offset, b""
-        return read_node_log_since(
-            self.log_book, self.name, provider_id, attempt_id, node_index, offset
-        )
+        return self.log_book.log_since(node, offset)
 
     def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
         """What the machine's agent shipped of one assignment's own output, the last
@@ -198,13 +172,6 @@ class NodeAgents:
                 self.source,
             )
         self._bound: OrderedDict[str, NodeName] = OrderedDict()
-
-    def read_log(
-        self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
-    ) -> bytes:
-        """What the machine's agent shipped of its output (a pooled machine's node is known by
-        the cloud's id, its log holding what it ran), the last ``tail_bytes``."""
-        return read_node_log(self.book, self.cloud, provider_id, attempt_id, node_index, tail_bytes)
 
     # --- launch ----------------------------------------------------------------------------
     def boot_script(self, spec: LaunchSpec, rank: int | None = None) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import redis
 
+from corral.services.state import as_text
 from corral.shared.launches import Boot
 
 __all__ = ["Boot", "BootBook"]
@@ -70,10 +71,7 @@ class BootBook:
 
     def keys(self, cloud: str) -> set[str]:
         """The attempt ids of ``cloud``'s launches on their way up (the boots not read)."""
-        return {
-            k.decode() if isinstance(k, bytes) else str(k)
-            for k in self.client.hkeys(self._key(cloud))
-        }
+        return {as_text(k) for k in self.client.hkeys(self._key(cloud))}
 
     def get(self, cloud: str, attempt_id: str) -> Boot | None:
         raw = self.client.hget(self._key(cloud), attempt_id)

@@ -13,6 +13,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from redis import Redis
 
+from corral.services.state import as_text
 from corral.services.state.cas import LOST, Lost, until_written
 from corral.services.state.cas import WriteConflict as WriteConflict  # its callers' name for it
 
@@ -87,9 +88,7 @@ class DocStore(Generic[DocT]):
         return None if raw is None else self._parse(raw)
 
     def names(self) -> list[str]:
-        return sorted(
-            n.decode() if isinstance(n, bytes) else str(n) for n in self._r.smembers(self._names)
-        )
+        return sorted(as_text(n) for n in self._r.smembers(self._names))
 
     def write(self, name: str, doc: DocT, expected_version: int) -> int:
         """1 written (``doc.version`` set to the new one), 0 lost the race, -1 gone."""

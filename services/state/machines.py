@@ -24,8 +24,9 @@ from typing import Any
 
 from redis import Redis
 
+from corral.services.state import as_text
 from corral.services.state.cas import LOST, Lost, until_written
-from corral.services.state.store import CAS_SCRIPT, CREATE_SCRIPT
+from corral.services.state.store import CAS_SCRIPT, CREATE_SCRIPT, check_change
 from corral.shared.lifecycle import TERMINAL_INSTANCE_STATES, InstanceState, MachineState
 from corral.shared.placement import Placement
 from corral.shared.records import Instance, OwnerKind
@@ -88,7 +89,7 @@ class MachineTable:
 
     def of_owner(self, kind: str, owner_id: str) -> list[Instance]:
         """The rows an owner (not a request) holds or held, oldest first."""
-        ids = [_text(i) for i in self._r.zrange(self._owner_key(kind, owner_id), 0, -1)]
+        ids = [as_text(i) for i in self._r.zrange(self._owner_key(kind, owner_id), 0, -1)]
         found = self.get_many(ids)
         return [found[i] for i in ids if i in found]
 
@@ -200,8 +201,8 @@ class MachineTable:
         ended = (MachineState.TERMINATING, *TERMINAL_INSTANCE_STATES, MachineState.LOST)
         out: list[Instance] = []
         for raw in self._r.scan_iter(match=self._owner_key("*", "*"), count=1000):
-            ids = self._r.zrangebyscore(_text(raw), "-inf", cutoff, start=0, num=batch)
-            rows = self.get_many(_text(i) for i in ids)
+            ids = self._r.zrangebyscore(as_text(raw), "-inf", cutoff, start=0, num=batch)
+            rows = self.get_many(as_text(i) for i in ids)
             out += [r for r in rows.values() if r.state in ended and r.updated_at < cutoff]
         return out
 
@@ -230,15 +231,7 @@ class MachineTable:
 
 
 def _check(before: Instance, after: Instance) -> None:
-    """Refuse the changes a row's writer must never make."""
-    same = (before.id, before.version, before.created_at, before.owner, before.request_id)
-    if (after.id, after.version, after.created_at, after.owner, after.request_id) != same:
-        raise ValueError(f"{before.id}: an update must not change id, version, owner or times")
-    if after.state != before.state and (
-        not after.history or after.history[-1].to_state != after.state.value
-    ):
-        raise ValueError(f"{before.id}: state set to {after.state} without move()")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """Refuse the changes a row's writer must never make: the store's, and a new owner."""
+    check_change(before, after)
+    if after.owner != before.owner:
+        raise ValueError(f"{before.id}: an update must not change owner")

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from corral.services.state import relay
+from corral.services.state import as_text, relay
 from corral.services.state.outage import OutageBook, outage_book
 from corral.services.state.relay import Stream
 from corral.shared.liveness import silent_too_long
@@ -364,7 +364,7 @@ class NodeBook:
         raw = self.r.get(self._bound(cloud, provider_id))
         if not raw:
             return None
-        attempt, _, rank = _s(raw).rpartition(":")
+        attempt, _, rank = as_text(raw).rpartition(":")
         return NodeName(cloud, attempt, int(rank)) if attempt and rank.isdigit() else None
 
     def _bound(self, cloud: str, provider_id: str) -> str:
@@ -387,8 +387,8 @@ class NodeBook:
             except ValueError:
                 continue
             if isinstance(value, dict):
-                results[_s(key)] = value
-        return [_s(a) for a in assigned or ()], json.loads(beat) if beat else None, results
+                results[as_text(key)] = value
+        return [as_text(a) for a in assigned or ()], json.loads(beat) if beat else None, results
 
     def assignments(self, node: NodeName) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         raw = self.r.hgetall(self._k(node, "assign"))
@@ -469,7 +469,7 @@ class NodeBook:
         out = {}
         outage_end: float | None = None
         for i, node in enumerate(nodes):
-            rec = {_s(k): _s(v) for k, v in (raw[2 * i] or {}).items()}
+            rec = {as_text(k): as_text(v) for k, v in (raw[2 * i] or {}).items()}
             beat = raw[2 * i + 1]
             held = False
             if not beat and rec.get("registered_at") and not rec.get("ended_at"):
@@ -535,7 +535,7 @@ class NodeBook:
         pipe = self.r.pipeline(transaction=False)
         for rank in range(count):
             pipe.hget(self._k(NodeName(node.cloud, node.attempt_id, rank), "rec"), "address")
-        found = [_s(a) if a else None for a in pipe.execute()]
+        found = [as_text(a) if a else None for a in pipe.execute()]
         return None if any(a is None for a in found) else [str(a) for a in found]
 
     def paused(self, node: NodeName) -> bool:
@@ -565,10 +565,6 @@ def _held(rec: dict[str, str], now: float, outage_end: float) -> bool:
     )
     ttl_s = _float(rec.get("beat_ttl_s")) or 0.0
     return not silent_too_long(last, now, ttl_s, outage_end)
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _float(value: str | None) -> float | None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from corral.services.state import as_text
 from corral.shared.liveness import outage_gap_s
 
 if TYPE_CHECKING:
@@ -93,36 +94,32 @@ class OutageBook:
         info: dict[str, Any] = self.r.info("server")
         run_id = str(info.get("run_id", ""))
         ended, _now = self._pulse(keys=[self.key], args=[run_id, self.gap_s])
-        return float(_text(ended))
+        return float(as_text(ended))
 
     def pulse_api(self) -> float:
         """The API is up and listening to the machines (its pulse thread calls this every
         :func:`api_pulse_interval_s`); returns when its last outage ended."""
-        return float(_text(self._api_pulse(keys=[self.api_key], args=[self.gap_s])))
+        return float(as_text(self._api_pulse(keys=[self.api_key], args=[self.gap_s])))
 
     def api_heard_since(self) -> float:
         """Since when machines reporting through the API could be heard: now while the API is
         away (no pulse for the gap), else the end of its last outage (0.0: none, or no API)."""
-        return float(_text(self._api_heard(keys=[self.api_key], args=[self.gap_s])))
+        return float(as_text(self._api_heard(keys=[self.api_key], args=[self.gap_s])))
 
     def last_end(self) -> float:
         """When the last outage ended, without pulsing (0.0: none seen)."""
         value = self.r.hget(self.key, "ended_at")
-        return float(_text(value)) if value else 0.0
+        return float(as_text(value)) if value else 0.0
 
     def last(self) -> dict[str, float]:
         """The hash as numbers (began_at, ended_at, pulse_at), for views and tests."""
         raw = self.r.hgetall(self.key)
         out = {}
         for k, v in raw.items():
-            name = _text(k)
+            name = as_text(k)
             if name != "run_id":
-                out[name] = float(_text(v))
+                out[name] = float(as_text(v))
         return out
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def api_pulse_interval_s(book: OutageBook) -> float:

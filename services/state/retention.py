@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from corral.services.state import as_text
 from corral.services.state.machines import MachineTable
 from corral.services.state.store import Store
 
@@ -62,7 +63,9 @@ def sweep(store: Store, *, now: float, keep_s: float, export_dir: Path, batch: i
     for state in sorted(TERMINAL_REQUEST_STATES):
         index = store._request_state_key(state)
         # Scored by creation: a request finished before the cutoff was created before it.
-        ids = [_s(i) for i in store._r.zrangebyscore(index, "-inf", cutoff, start=0, num=batch)]
+        ids = [
+            as_text(i) for i in store._r.zrangebyscore(index, "-inf", cutoff, start=0, num=batch)
+        ]
         for req in store._load(LaunchRequest, (store._request_key(i) for i in ids)):
             if req.updated_at >= cutoff or req.state not in TERMINAL_REQUEST_STATES:
                 continue
@@ -109,8 +112,8 @@ def _submissions_by_request(store: Store) -> dict[str, dict[str, dict[str, Any]]
     prefix = store._key("submission", "")
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for raw in store._r.scan_iter(match=f"{prefix}*", count=1000):
-        key = _s(raw)
-        fields = {_s(k): _s(v) for k, v in store._r.hgetall(key).items()}
+        key = as_text(raw)
+        fields = {as_text(k): as_text(v) for k, v in store._r.hgetall(key).items()}
         if not fields:
             continue
         out.setdefault(fields.get("request_id", ""), {})[key[len(prefix) :]] = fields
@@ -119,7 +122,7 @@ def _submissions_by_request(store: Store) -> dict[str, dict[str, dict[str, Any]]
 
 def _instances(store: Store, request_id: str) -> list[Instance]:
     ids = store._r.zrange(store._key("instances", "request", request_id), 0, -1)
-    return store._load(Instance, (store._instance_key(_s(i)) for i in ids))
+    return store._load(Instance, (store._instance_key(as_text(i)) for i in ids))
 
 
 def _delete_request(
@@ -152,7 +155,3 @@ def _export(path: Path, line: dict[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -37,6 +37,7 @@ from typing import Any, Protocol, TypeVar
 
 from redis import Redis
 
+from corral.services.state import as_text
 from corral.services.state.cas import LOST, Lost, until_written
 from corral.services.state.cas import WriteConflict as WriteConflict  # its callers' name for it
 from corral.shared.lifecycle import INSTANCE_STATES, InstanceState, RequestState
@@ -224,7 +225,7 @@ class Store:
         this call created it, an earlier request's id when the key was taken (then nothing is
         written but the count of submissions)."""
         keys, args = self._new_request_script_args(req, event)
-        return _text(self._create_keyed(keys=[self._key("submission", key), *keys], args=args))
+        return as_text(self._create_keyed(keys=[self._key("submission", key), *keys], args=args))
 
     def _new_request_script_args(
         self, req: LaunchRequest, event: str | None
@@ -248,7 +249,9 @@ class Store:
 
     def submission(self, key: str) -> Submission | None:
         """What the task submitted under ``key`` became, or None if nothing was recorded."""
-        raw = {_text(k): _text(v) for k, v in self._r.hgetall(self._key("submission", key)).items()}
+        raw = {
+            as_text(k): as_text(v) for k, v in self._r.hgetall(self._key("submission", key)).items()
+        }
         if "at" not in raw:
             return None
         refusal = json.loads(raw["refusal"]) if "refusal" in raw else None
@@ -332,7 +335,7 @@ class Store:
                 pipe.zrevrange(key, 0, limit - 1, withscores=True)
         # In the order one index would give: by creation time, then by id.
         scored = sorted(
-            ((float(score), _text(i)) for batch in pipe.execute() for i, score in batch),
+            ((float(score), as_text(i)) for batch in pipe.execute() for i, score in batch),
             reverse=created_before is None and not oldest_first,
         )
         ids = [i for _, i in scored[:limit]]
@@ -352,7 +355,7 @@ class Store:
         pipe = self._r.pipeline(transaction=False)
         for project in dict.fromkeys(projects):
             pipe.zrange(self._project_key(project), 0, -1, withscores=True)
-        scored = [(float(score), _text(i)) for batch in pipe.execute() for i, score in batch]
+        scored = [(float(score), as_text(i)) for batch in pipe.execute() for i, score in batch]
         scored.sort(reverse=not oldest_first)
         out: list[LaunchRequest] = []
         batch_size = max(limit, 100)
@@ -366,7 +369,7 @@ class Store:
 
     def project_request_ids(self, project: str) -> list[str]:
         """Every request id of ``project``, oldest first."""
-        return [_text(i) for i in self._r.zrange(self._project_key(project), 0, -1)]
+        return [as_text(i) for i in self._r.zrange(self._project_key(project), 0, -1)]
 
     def load_requests(self, request_ids: Iterable[str]) -> list[LaunchRequest]:
         """The requests of these ids that exist, in the order given."""
@@ -396,7 +399,7 @@ class Store:
         pipe = self._r.pipeline(transaction=False)
         for key in index_keys:
             pipe.zrange(key, 0, -1)
-        ids = {_text(i) for batch in pipe.execute() for i in batch}
+        ids = {as_text(i) for batch in pipe.execute() for i in batch}
         found = self._load(Instance, (self._instance_key(i) for i in sorted(ids)))
         found = [i for i in found if wanted is None or i.state in wanted]
         return sorted(found, key=lambda i: (i.created_at, i.request_id, i.node_index, i.id))
@@ -752,11 +755,6 @@ def _carried(record: RecordT | None, record_id: str) -> RecordT | None:
     return record
 
 
-def _text(value: Any) -> str:
-    """A member or value from Redis as text, whether the client decodes responses or not."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _changed(
     current: RecordT, fn: Callable[[RecordT], bool], copy: RecordT | None = None
 ) -> RecordT | None:
@@ -771,7 +769,7 @@ def _written(current: RecordT, work: RecordT, wanted: bool) -> bool:
     if wanted is not True and wanted is not False:
         raise TypeError(f"update function must return True or False, not {wanted!r}")
     if wanted:
-        _check_change(current, work)
+        check_change(current, work)
         work.version = current.version + 1
     return wanted
 
@@ -782,7 +780,7 @@ def _copy(record: RecordT) -> RecordT:
     return type(record).model_validate(record.model_dump())
 
 
-def _check_change(before: LaunchRequest | Instance, after: LaunchRequest | Instance) -> None:
+def check_change(before: LaunchRequest | Instance, after: LaunchRequest | Instance) -> None:
     """Refuse changes an update function must never make (they would corrupt the indexes or
     skip the lifecycle)."""
     if after.id != before.id or after.version != before.version:

@@ -50,7 +50,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -72,6 +72,15 @@ if TYPE_CHECKING:
     from corral.services.state.execs import ExecBook
 
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def _link_errors() -> Iterator[None]:
+    """A Redis error inside, raised as the agent's :class:`LinkError`."""
+    try:
+        yield
+    except RedisError as exc:
+        raise LinkError(str(exc)) from exc
 
 
 class RedisLink:
@@ -107,7 +116,7 @@ class RedisLink:
         assignments: dict[str, str],
         status: dict[str, Any] | None = None,
     ) -> None:
-        try:
+        with _link_errors():
             self.state.heartbeat(
                 self.rec,
                 activity,
@@ -122,20 +131,14 @@ class RedisLink:
             )
             self._heard = True
             self._child_pid = None
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def assignments(self) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-        try:
+        with _link_errors():
             return self.state.assignments(self.rec.id)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def put_results(self, results: list[dict[str, Any]], drop: list[str]) -> None:
-        try:
+        with _link_errors():
             self.state.put_assign_results(self.rec.id, results, drop)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def record_children(
         self, child_pid: int | None = None, groups: list[int] | None = None
@@ -148,10 +151,8 @@ class RedisLink:
         child_pid = child_pid if child_pid is not None else self._child_pid
         if child_pid is not None:
             fields["child_pid"] = child_pid
-        try:
+        with _link_errors():
             self.state.set_fields(self.rec.id, **fields)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
         self._child_pid = None
 
     def finish(
@@ -169,7 +170,7 @@ class RedisLink:
                 beat.assignments,
                 beat.status,
             )
-        try:
+        with _link_errors():
             self.state.finish(
                 self.rec,
                 state=TERMINATED,
@@ -180,18 +181,14 @@ class RedisLink:
                 beat_ttl_s=beat.ttl_s if beat is not None else 0.0,
                 first=not self._heard,
             )
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def peers(self, count: int) -> list[str] | None:
         """Every local machine is this host (LOCAL_ADDRESS); known once every node of the
         launch has been heard, so none starts before the others are up."""
         if count == 1:
             return [LOCAL_ADDRESS]
-        try:
+        with _link_errors():
             heard = self.state.heard_nodes(self.rec.attempt_id)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
         return [LOCAL_ADDRESS] * count if len(heard) == count and all(heard) else None
 
     # --- corral exec and sessions (corral attach, port-forward): the exec book's protocol, on
@@ -206,29 +203,21 @@ class RedisLink:
         return ExecBook(self._session_redis(), self.prefix)
 
     def take_execs(self) -> list[dict[str, Any]]:
-        try:
+        with _link_errors():
             return self._book().take(self.rec.id)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def take_job(self) -> dict[str, Any] | None:
         """The next job queued for this machine (it is free), marked started."""
-        try:
+        with _link_errors():
             return self._book().take_job(self.rec.id)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def exec_output(self, exec_id: str, data: bytes) -> None:
-        try:
+        with _link_errors():
             self._book().output(exec_id, data)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def exec_done(self, exec_id: str, exit_code: int, error: str | None = None) -> None:
-        try:
+        with _link_errors():
             self._book().done(exec_id, exit_code, error)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def _in_session(self) -> bool:
         return threading.current_thread() is not threading.main_thread()
@@ -247,29 +236,23 @@ class RedisLink:
     def session_pull(
         self, session_id: str, wait_s: float
     ) -> tuple[bytes, bool, tuple[int, int] | None]:
-        try:
+        with _link_errors():
             book = self._book()
             got = book.wait_pull(session_id, "in", min(wait_s, 2.0))
             if got is None and book.gone(session_id):
                 raise LinkError(f"session {session_id} is gone")
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
         return got or (b"", False, None)
 
     def session_push(self, session_id: str, data: bytes, eof: bool) -> bool:
-        try:
+        with _link_errors():
             book = self._book()
             if book.gone(session_id):
                 raise LinkError(f"session {session_id} is gone")
             return book.push(session_id, "up", data, eof)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def session_gone(self, session_id: str) -> bool:
-        try:
+        with _link_errors():
             return self._book().gone(session_id)
-        except RedisError as exc:
-            raise LinkError(str(exc)) from exc
 
     def fetch_bundle(self, files: dict[str, Any]) -> bytes:
         """The bundle its provider copied from the blob store beside the machine's folder."""

@@ -62,11 +62,6 @@ def task_groups(rec: InstanceRecord) -> list[int]:
     return sorted(pid for pid in leaders if pid is not None and task_belongs_to(pid, rec.id))
 
 
-def proc_state(pid: int) -> str:
-    """The one-letter state from /proc/<pid>/stat (Z for a zombie); empty if unreadable."""
-    return comm_and_state(pid)[1]
-
-
 def comm_and_state(pid: int) -> tuple[str, str]:
     """The process name and one-letter state from /proc/<pid>/stat; empty if unreadable."""
     try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -65,6 +64,7 @@ from corral.services.providers.local.state import (
     UNREGISTERED,
     CloudState,
     InstanceRecord,
+    bound_ids,
     derive_state,
 )
 from corral.services.queues.redis_conn import connect
@@ -248,7 +248,7 @@ class LocalProvider:
             if value is None:
                 return None
             if not value.startswith("pending:"):
-                return [str(i) for i in _json_list(value)]
+                return bound_ids(value)
             time.sleep(ATTEMPT_POLL_S)
         raise ThrottledError(f"attempt {attempt_id} is still being launched by another caller")
 
@@ -261,7 +261,7 @@ class LocalProvider:
         reservation_id: str | None,
     ) -> list[ProviderInstance] | None:
         """Launch the attempt if no caller has bound it yet; None if one has."""
-        played = self._play_injected_error(spec)
+        played = play_injected(self.cloud, self.state, spec)  # the zone's injected error
         if played is True:
             return None
         # Whoever binds the capacity to the attempt starts its agents, within CLAIM_MARGIN_S
@@ -341,10 +341,6 @@ class LocalProvider:
         """The attempt's instances whose agent was never started."""
         records = [r for r in map(self.state.record, ids) if r is not None]
         return [r for r in records if r.pid is None and r.start_at is None and r.state == PENDING]
-
-    def _play_injected_error(self, spec: LaunchSpec) -> bool | str:
-        """The zone's injected error, played when its turn comes (faults.play_injected)."""
-        return play_injected(self.cloud, self.state, spec)
 
     def _new_records(
         self,
@@ -433,8 +429,7 @@ class LocalProvider:
             "--kill-grace-s",
             str(self.terminate_grace_s / 2),
         ]
-        # The Redis URL may hold a password: the environment, not the command line.
-        env = {"CORRAL_REDIS_URL": self.redis_url}
+        # The Redis URL may hold a password: the environment (a pipe), not the command line.
         if self._launcher is not None:
             # The launcher plays the boot: it forks the agent once the boot is over (no
             # process before then), and that agent records its own pid.
@@ -442,7 +437,7 @@ class LocalProvider:
             request: dict[str, Any] = {
                 "argv": [*args, *later],
                 "log": rec.log_path,
-                "env": env,
+                "env": {"CORRAL_REDIS_URL": self.redis_url},
                 "name": rec.id,
                 "record": rec.to_hash(),  # the agent need not read it back from Redis
             }
@@ -459,12 +454,11 @@ class LocalProvider:
                 rec.start_at = time.time() + boot_delay_s if pid is None else None
                 return
         args += ["--boot-delay-s", str(boot_delay_s)]
-        rec.pid = self._spawn_agent(rec, args, env)
+        rec.pid = self._spawn_agent(rec, args)
 
-    def _spawn_agent(self, rec: InstanceRecord, args: list[str], env: dict[str, str]) -> int:
+    def _spawn_agent(self, rec: InstanceRecord, args: list[str]) -> int:
         # The Redis URL goes through a pipe, not the agent's environment: a task can read its
         # agent's /proc/<pid>/environ (the same user), and the URL may hold a password.
-        secret_env = {k: v for k, v in env.items() if k == "CORRAL_REDIS_URL"}
         fd = os.open(rec.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with open(fd, "ab") as out:
             proc = subprocess.Popen(
@@ -474,14 +468,11 @@ class LocalProvider:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own session: it outlives the launching worker
                 close_fds=True,
-                env={
-                    **launcher.public_env(),
-                    **{k: v for k, v in env.items() if k not in secret_env},
-                },
+                env=launcher.public_env(),
             )
         assert proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write((secret_env.get("CORRAL_REDIS_URL", "") + "\n").encode())
+            proc.stdin.write((self.redis_url + "\n").encode())
         proc.stdin.close()
         # Reap it when it exits, so no zombie lingers while this process lives.
         threading.Thread(target=proc.wait, name=f"reap-{rec.id}", daemon=True).start()
@@ -790,8 +781,3 @@ def _reservation_id(spec: LaunchSpec) -> str | None:
     if spec.reservation_id:
         return str(spec.reservation_id)
     return reservation_of(spec.advanced_instance_config)
-
-
-def _json_list(text: str) -> list[object]:
-    value = json.loads(text)
-    return value if isinstance(value, list) else []

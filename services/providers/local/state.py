@@ -59,10 +59,6 @@ TERMINATED = "terminated"
 LOST = "lost"
 ENDED = frozenset({TERMINATED, LOST})
 
-# What the agent is doing (the heartbeat's ``activity``). ``serving``: an assignment without a
-# run whose setup is done, kept until it is withdrawn.
-ACTIVITIES = ("setup", "running", "serving", "idle", "exited")
-
 # How long the mapping attempt -> instance ids is kept: longer than any redelivery of a task.
 ATTEMPT_TTL_S = 7 * 24 * 3600
 # Local machines are processes on this host and share its network: each is reached at the
@@ -409,26 +405,15 @@ class CloudState:
         if not attempt_ids:
             return []
         values = self.r.mget([self.keys.attempt(a) for a in attempt_ids])
-        ids: list[str] = []
-        for value in values:
-            if value is None or str(value).startswith("pending:"):
-                continue
-            found = json.loads(value)
-            if isinstance(found, list):
-                ids.extend(str(i) for i in found)
-        return ids
+        return [iid for value in values for iid in bound_ids(value)]
 
     def heard_nodes(self, attempt_id: str) -> list[bool]:
         """Whether each instance of the attempt, in node order, has been heard (its agent
         beat, or it ended): its address is known. Empty while nothing is bound to it. The
         agent asks this (its own client's commands only)."""
-        value = self.r.get(self.keys.attempt(attempt_id))
-        if value is None or str(value).startswith("pending:"):
-            return []
-        ids = json.loads(value)
         heard = []
-        for iid in ids if isinstance(ids, list) else []:
-            raw = self.r.hgetall(self.keys.record(str(iid)))
+        for iid in bound_ids(self.r.get(self.keys.attempt(attempt_id))):
+            raw = self.r.hgetall(self.keys.record(iid))
             heard.append(bool(raw.get("first_heartbeat_at") or raw.get("ended_at")))
         return heard
 
@@ -690,6 +675,14 @@ class CloudState:
             if isinstance(value, dict):
                 results[str(aid)] = value
         return sorted(str(a) for a in assigned or {}), json.loads(beat) if beat else None, results
+
+
+def bound_ids(value: Any) -> list[str]:
+    """The instance ids an attempt's value binds (none while it is being launched)."""
+    if value is None or str(value).startswith("pending:"):
+        return []
+    ids = json.loads(value)
+    return [str(i) for i in ids] if isinstance(ids, list) else []
 
 
 def beat_value(
