@@ -7,6 +7,7 @@ and every later request skips it while it lasts.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import cast
 
 from corral.services.runtime.deps import Deps
@@ -153,20 +154,34 @@ def fail_request(
     position ``step``); True when this call failed it."""
     now = deps.now()
 
-    def fail(r: LaunchRequest) -> bool:
+    def fail(r: LaunchRequest) -> tuple[bool, bool]:
         if r.state not in expected or (step is not None and r.next_step != step):
-            return False
+            return False, False
         r.error = why
         r.move(RequestState.FAILED, now, why)
-        return True
+        return True, True
 
-    before = deps.store.get_request(request_id)
-    updated = deps.store.update_request(request_id, fail)
-    if (
-        updated is not None
-        and updated.state == RequestState.FAILED
-        and (before is None or before.state != RequestState.FAILED)
-    ):
+    failed = bool(deps.store.decide_request(request_id, fail)[1])
+    if failed:
         deps.store.append_event(request_id, f"state: FAILED ({why})", now)
-        return True
-    return False
+    return failed
+
+
+def move_request_from(
+    deps: Deps, request_id: str, frm: Collection[RequestState], to: RequestState, why: str
+) -> LaunchRequest | None:
+    """Move the request from any state in ``frm`` to ``to`` by compare-and-set, with its
+    progress line; the request as written if this call moved it, else None."""
+    now = deps.now()
+
+    def move(r: LaunchRequest) -> tuple[bool, bool]:
+        if r.state not in frm:
+            return False, False
+        r.move(to, now, why)
+        return True, True
+
+    updated, moved = deps.store.decide_request(request_id, move)
+    if not moved or updated is None:
+        return None
+    deps.store.append_event(request_id, f"state: {to.value} ({why})", now)
+    return updated

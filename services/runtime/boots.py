@@ -87,7 +87,7 @@ def _look(deps: Deps, cloud: str, boots: list[Boot], counts: dict[str, int]) -> 
                 ups.append((boot, found))
                 continue
             try:
-                _finish_one(deps, boot, verdict, found, freed)
+                _finish_one(deps, boot, verdict, found)
             except Exception:  # left in the book: the next look finishes it
                 counts["errors"] += 1
                 log.exception("could not finish the boot of %s; trying again next look", boot.key)
@@ -139,9 +139,7 @@ def _describe(provider: Any, boots: list[Boot], outage_end: float) -> list[Provi
     return list(provider.describe())
 
 
-def _finish_one(
-    deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstance], freed: list[Placed]
-) -> None:
+def _finish_one(deps: Deps, boot: Boot, verdict: str, found: list[ProviderInstance]) -> None:
     match boot.kind, verdict:
         case "attempt", _:
             provisioning.boot_failed(deps, boot, verdict)

@@ -125,20 +125,6 @@ class Deps:
                 continue
         return tuple(clouds)
 
-    def clouds_without_credentials(self) -> tuple[str, ...]:
-        """Enabled clouds with a provider here but no credentials (left out of launches)."""
-        launchable = set(self.launchable_clouds())
-        out = []
-        for cloud in self.settings.clouds:
-            if cloud in launchable:
-                continue
-            try:
-                self.provider(cloud)
-            except ProviderUnavailable:
-                continue
-            out.append(cloud)
-        return tuple(out)
-
     def now(self) -> float:
         return self.clock()
 

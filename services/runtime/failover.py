@@ -337,17 +337,13 @@ def wake(deps: Deps, request_id: str, *, freed: bool = False) -> str:
     whenever its retry was due."""
     now = deps.now()
     blocks = [(b.block, b.until) for b in deps.blocks.active(now)]
-    woke: list[int] = []
-    renewed_ends: list[float] = []
 
-    def due(r: LaunchRequest) -> bool:
-        woke.clear()  # a run after a lost race decides afresh
-        renewed_ends.clear()
+    def due(r: LaunchRequest) -> tuple[bool, str | None]:
         wait = r.waiting
         if r.state != RequestState.WAITING or wait is None:
-            return False
+            return False, None
         if not freed and wait.retry_at is not None and wait.retry_at > now:
-            return False
+            return False, None
         if not freed and wait.because == "block_expiry":
             waited = waits_on(r.chain, blocks)
             ends = [until for _, until in waited]
@@ -363,22 +359,20 @@ def wake(deps: Deps, request_id: str, *, freed: bool = False) -> str:
                         "reason": renewed.reason,
                     }
                 )
-                renewed_ends.append(renewed.retry_at or now)
-                return True
+                return True, "still blocked"
         r.waiting = wait.model_copy(update={"retries": wait.retries + 1, "retry_at": None})
         r.walks += 1  # new attempt ids: the last walk's failures are not this walk's
         r.next_step = -1
         why = "capacity freed in its chain" if freed else "walk the chain again"
         r.move(RequestState.PROVISIONING, now, f"retry {wait.retries + 1}: {why}")
-        woke.append(wait.retries + 1)
-        return True
+        return True, "woke"
 
-    updated = deps.store.update_request(request_id, due)
+    updated, verdict = deps.store.decide_request(request_id, due)
     if updated is None:
         return "missing"
-    if renewed_ends:
-        return "still blocked"
-    if not woke or updated.state != RequestState.PROVISIONING:
+    if verdict == "still blocked":
+        return verdict
+    if verdict != "woke" or updated.state != RequestState.PROVISIONING:
         return "not due"
     deps.store.append_event(request_id, f"state: PROVISIONING ({updated.history[-1].reason})", now)
     return advance(deps, request_id, -1, Within.ANY)

@@ -540,10 +540,7 @@ def _instance_up(
     if deps.store.update_instance(instance_id, up) is not None:
         return instance_id
     inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
-    inst.move(InstanceState.RUNNING, now, "the provider reports it running")
-    if done:
-        inst.exit_code = 0
-        inst.move(InstanceState.TERMINATED, now, "its job exited with code 0")
+    up(inst)  # REQUESTED as created: moved up as the stored one would be
     if not deps.store.create_instance(inst):  # created meanwhile: move that one up
         deps.store.update_instance(inst.id, up)
     return inst.id

@@ -85,21 +85,15 @@ def refuse(deps: Deps, request_id: str, refusal: QuotaRefusal) -> bool:
     """Fail a PENDING request for its quota, the refusal kept on it; True when this call did."""
     now = deps.now()
 
-    def fail(r: LaunchRequest) -> bool:
+    def fail(r: LaunchRequest) -> tuple[bool, bool]:
         if r.state != RequestState.PENDING:
-            return False
+            return False, False
         r.error = refusal.reason
         r.quota_refusal = refusal.to_dict()
         r.move(RequestState.FAILED, now, refusal.reason)
-        return True
+        return True, True
 
-    before = deps.store.get_request(request_id)
-    updated = deps.store.update_request(request_id, fail)
-    done = (
-        updated is not None
-        and updated.state == RequestState.FAILED
-        and (before is None or before.state != RequestState.FAILED)
-    )
+    done = bool(deps.store.decide_request(request_id, fail)[1])
     if done:
         deps.store.append_event(request_id, f"state: FAILED ({refusal.reason})", now)
     return done

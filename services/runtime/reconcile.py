@@ -33,6 +33,7 @@ from corral.services.providers.base import (
 )
 from corral.services.queues import dispatch
 from corral.services.runtime import failover, launch, stopping, termination
+from corral.services.runtime.attempt_record import move_request_from
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
@@ -532,7 +533,8 @@ def _recheck_running(deps: Deps, counts: dict[str, int]) -> None:
         if all(_terminated_on_purpose(m) for m in current):
             # A terminate (the user's) ended the machines and has not ended the request yet:
             # relaunching would start a machine nobody wants.
-            _end_terminated(deps, req.id, now)
+            ended = "its machines were terminated"
+            move_request_from(deps, req.id, {RequestState.RUNNING}, RequestState.TERMINATED, ended)
         elif req.task.get("run") and exited:
             _finish_job(deps, req, last.attempt_id)
         else:
@@ -543,17 +545,3 @@ def _terminated_on_purpose(inst: Instance) -> bool:
     """Ended by the control plane's terminate (it went TERMINATING), not by its job's exit."""
     stopped = any(t.to_state == InstanceState.TERMINATING for t in inst.history)
     return inst.state == InstanceState.TERMINATED and inst.exit_code is None and stopped
-
-
-def _end_terminated(deps: Deps, request_id: str, now: float) -> None:
-    why = "its machines were terminated"
-
-    def end(r: LaunchRequest) -> bool:
-        if r.state != RequestState.RUNNING:
-            return False
-        r.move(RequestState.TERMINATED, now, why)
-        return True
-
-    updated = deps.store.update_request(request_id, end)
-    if updated is not None and updated.state == RequestState.TERMINATED:
-        deps.store.append_event(request_id, f"state: TERMINATED ({why})", now)

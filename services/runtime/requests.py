@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from corral.services.providers.base import node_work_of
+from corral.services.providers.base import Provider, node_work_of
 from corral.services.providers.registry import ProviderUnavailable
 from corral.services.queues import dispatch
 from corral.services.runtime import member_fields, typed_task
@@ -454,31 +454,13 @@ def read_log_pieces(
     """What each of the request's instances (or one) wrote from its offset in ``offsets``
     (0 for an instance not named there): the one read a follower repeats, so each line is
     given exactly once, whatever the other instances write meanwhile."""
-    record = deps.store.get_request(request_id)
-    if record is None:
-        raise RequestNotFound(request_id)
     pieces: list[LogPiece] = []
-    pooled = not isinstance(record.route, Direct)  # its instances are assignments
-    for inst in deps.store.list_instances(request_id=request_id):
-        if (instance_id and inst.id != instance_id) or not inst.provider_id:
-            continue
+    for record, inst, provider, pid, assignment in _log_sources(deps, request_id, instance_id):
         offset = max(0, offsets.get(inst.id, 0))
-        try:
-            provider = deps.provider(inst.cloud)
-        except ProviderUnavailable:
-            continue
-        if pooled:
-            # Its assignment's own stream: never the machine's log, which holds what other
-            # projects' assignments ran there before (issue #47 item 1).
-            if not inst.attempt_id:
-                continue
-            start, data = provider.read_assignment_log_since(
-                inst.provider_id, inst.attempt_id, offset
-            )
+        if assignment is not None:
+            start, data = provider.read_assignment_log_since(pid, assignment, offset)
         else:
-            start, data = provider.read_log_since(
-                inst.provider_id, inst.attempt_id, inst.node_index, offset
-            )
+            start, data = provider.read_log_since(pid, inst.attempt_id, inst.node_index, offset)
         data = data[:max_bytes]
         if not (inst.is_terminal or record.is_terminal):
             if b"\n" in data:
@@ -502,27 +484,35 @@ def read_logs(
 ) -> str:
     """The output of the request's instances, as each one's cloud keeps it (the local cloud's
     agents' log files, what cloud machines' agents shipped to the node book)."""
+    parts: list[str] = []
+    for _, inst, provider, pid, assignment in _log_sources(deps, request_id, instance_id):
+        if assignment is not None:
+            data = provider.read_assignment_log(pid, assignment, tail_bytes)
+        else:
+            data = provider.read_log(pid, inst.attempt_id, inst.node_index, tail_bytes)
+        if data:
+            text = data.decode("utf-8", errors="replace")
+            parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
+    return "\n".join(parts)
+
+
+def _log_sources(
+    deps: Deps, request_id: str, instance_id: str | None
+) -> Iterator[tuple[LaunchRequest, Instance, Provider, str, str | None]]:
+    """The request's instances (or one) whose output their cloud can read, each with the
+    request, its cloud's provider, its provider id and, for a pool assignment, the
+    assignment's id: it is read from its own stream, never the machine's log, which holds
+    what other projects' assignments ran there before (issue #47 item 1)."""
     record = deps.store.get_request(request_id)
     if record is None:
         raise RequestNotFound(request_id)
     pooled = not isinstance(record.route, Direct)  # its instances are assignments
-    parts: list[str] = []
     for inst in deps.store.list_instances(request_id=request_id):
-        if instance_id and inst.id != instance_id:
-            continue
-        if not inst.provider_id:
+        pid, assignment = inst.provider_id, inst.attempt_id if pooled else None
+        if (instance_id and inst.id != instance_id) or not pid or (pooled and not assignment):
             continue
         try:
             provider = deps.provider(inst.cloud)
         except ProviderUnavailable:
             continue
-        if pooled:
-            if not inst.attempt_id:
-                continue
-            data = provider.read_assignment_log(inst.provider_id, inst.attempt_id, tail_bytes)
-        else:
-            data = provider.read_log(inst.provider_id, inst.attempt_id, inst.node_index, tail_bytes)
-        if data:
-            text = data.decode("utf-8", errors="replace")
-            parts.append(f"==> {inst.id} ({inst.provider_id}) <==\n{text}")
-    return "\n".join(parts)
+        yield record, inst, provider, pid, assignment

@@ -20,6 +20,7 @@ from typing import Any
 
 from corral.services.providers.base import ProviderInstance, can_stop, node_work_of
 from corral.services.runtime import termination
+from corral.services.runtime.attempt_record import move_request_from
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.typed_task import task_of
 from corral.shared.autostop import Action, Autostop, decide, idle_since_of
@@ -69,28 +70,6 @@ def refusal(deps: Deps, req: LaunchRequest, action: str) -> str | None:
     return None
 
 
-def _move_request(
-    deps: Deps, request_id: str, frm: RequestState, to: RequestState, why: str
-) -> LaunchRequest | None:
-    """Move the request ``frm`` -> ``to`` by compare-and-set; the request if this call did."""
-    now = deps.now()
-    moved = False
-
-    def move(r: LaunchRequest) -> bool:
-        nonlocal moved
-        if r.state != frm:
-            return False
-        r.move(to, now, why)
-        moved = True
-        return True
-
-    updated = deps.store.update_request(request_id, move)
-    if not moved or updated is None:
-        return None
-    deps.store.append_event(request_id, f"state: {to.value} ({why})", now)
-    return updated
-
-
 def _move_instance(
     deps: Deps,
     inst: Instance,
@@ -132,7 +111,7 @@ def stop(deps: Deps, request_id: str, why: str = "stopped by the user") -> str:
     nodes = current_nodes(deps, req, InstanceState.RUNNING)
     if refusal(deps, req, "stop") is not None:
         return "refused"
-    updated = _move_request(deps, request_id, RequestState.RUNNING, RequestState.STOPPED, why)
+    updated = move_request_from(deps, request_id, {RequestState.RUNNING}, RequestState.STOPPED, why)
     if updated is None:
         return str(req.state)
     for n in nodes:
@@ -175,7 +154,10 @@ def start(deps: Deps, request_id: str) -> str:
         return "refused"
     nodes = current_nodes(deps, req, InstanceState.STOPPED)
     why = "started by the user"
-    if _move_request(deps, request_id, RequestState.STOPPED, RequestState.STARTING, why) is None:
+    if (
+        move_request_from(deps, request_id, {RequestState.STOPPED}, RequestState.STARTING, why)
+        is None
+    ):
         return str(req.state)
     for (cloud, zone), ids in _by_cloud(nodes).items():
         try:
@@ -183,10 +165,10 @@ def start(deps: Deps, request_id: str) -> str:
         except ProviderError as exc:
             # No capacity to start it again (InsufficientInstanceCapacity, a zone's stockout):
             # it stays stopped; the user starts it again later.
-            _move_request(
+            move_request_from(
                 deps,
                 request_id,
-                RequestState.STARTING,
+                {RequestState.STARTING},
                 RequestState.STOPPED,
                 f"the cloud did not start it: {exc}",
             )
@@ -222,7 +204,7 @@ def watch_starting(
         silent = current_nodes(deps, req, InstanceState.STOPPED)
         if not silent:
             why = "every machine's agent reported again"
-            if _move_request(deps, req.id, RequestState.STARTING, RequestState.RUNNING, why):
+            if move_request_from(deps, req.id, {RequestState.STARTING}, RequestState.RUNNING, why):
                 counts["started"] += 1
         elif deps.now() - started_at > start_deadline_s(deps):
             _start_failed(deps, req.id, silent, counts)
@@ -243,7 +225,7 @@ def _start_failed(
     that did report goes back to STOPPED with them (the request is stopped whole)."""
     deadline_s = start_deadline_s(deps)
     why = f"its machines' agents did not report within {deadline_s:g} s of the start"
-    req = _move_request(deps, request_id, RequestState.STARTING, RequestState.STOPPED, why)
+    req = move_request_from(deps, request_id, {RequestState.STARTING}, RequestState.STOPPED, why)
     if req is None:
         return
     counts["start_timed_out"] += 1
@@ -316,27 +298,23 @@ def set_autostop(deps: Deps, request_id: str, policy: Autostop | None) -> Launch
     write, and idle time counts from now. Raises AutostopRefused for an ended request or one
     whose machines are a pool's (the pool decides when they go), LookupError for no request."""
     now = deps.now()
-    refused: list[str] = []
 
-    def rewrite(req: LaunchRequest) -> bool:
-        refused.clear()  # called again after a lost race: decide from this record alone
+    def rewrite(req: LaunchRequest) -> tuple[bool, str | None]:  # -> (write, refused because)
         if req.state in TERMINAL_REQUEST_STATES:
-            refused.append(f"request {req.id} has ended ({req.state.value})")
-            return False
+            return False, f"request {req.id} has ended ({req.state.value})"
         if not isinstance(req.route, Direct):
-            refused.append(f"request {req.id} runs on a pool's machines: the pool stops them")
-            return False
+            return False, f"request {req.id} runs on a pool's machines: the pool stops them"
         resources = dict(req.task.get("resources") or {})
         resources["autostop"] = False if policy is None else policy.to_json()
         req.task = {**req.task, "resources": resources}
         req.autostop_set_at = now
-        return True
+        return True, None
 
-    updated = deps.store.update_request(request_id, rewrite)
+    updated, refused = deps.store.decide_request(request_id, rewrite)
     if updated is None:
         raise LookupError(request_id)
     if refused:
-        raise AutostopRefused(refused[0])
+        raise AutostopRefused(refused)
     if policy is None:
         said = "cancelled"
     else:

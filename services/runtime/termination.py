@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from corral.services.providers.base import TAG_ATTEMPT, TAG_REQUEST
+from corral.services.runtime.attempt_record import move_request_from
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.failover import capacity_freed
 from corral.services.runtime.pooled import passes
@@ -68,12 +69,11 @@ def terminate(
     """Terminate a request's instances (or one of them); a running request whose machines are
     all gone is TERMINATED. Idempotent. ``by_user``: the user asked for the whole request to
     end, so one that went back to provisioning meanwhile (a relaunch) is cancelled too."""
-    now = deps.now()
     if by_user and instance_id is None:
-        _cancel_if_not_running(deps, request_id, reason, now)
+        move_request_from(deps, request_id, _NOT_RUNNING, RequestState.CANCELLED, reason)
     current = deps.store.get_request(request_id)
     if current is not None and current.route.kind != "direct":
-        return _terminate_workload(deps, current, reason, now)
+        return _terminate_workload(deps, current, reason)
     req = release_instances(deps, request_id, reason, instance_id, frees=True)
     if req is None:
         return "missing"
@@ -82,20 +82,8 @@ def terminate(
         for i in deps.store.list_instances(request_id=request_id)
         if i.state not in (InstanceState.TERMINATED, InstanceState.FAILED, InstanceState.LOST)
     ]
-
-    def done(r: LaunchRequest) -> bool:
-        if r.state in _ENDABLE and not remaining:
-            r.move(RequestState.TERMINATED, now, reason)
-            return True
-        return False
-
-    updated = deps.store.update_request(request_id, done)
-    if (
-        updated is not None
-        and updated.state == RequestState.TERMINATED
-        and req.state != RequestState.TERMINATED
-    ):
-        deps.store.append_event(request_id, f"state: TERMINATED ({reason})", now)
+    if not remaining:
+        move_request_from(deps, request_id, _ENDABLE, RequestState.TERMINATED, reason)
     return "terminated"
 
 
@@ -103,18 +91,10 @@ def terminate(
 _ENDABLE = (RequestState.RUNNING, RequestState.STOPPED, RequestState.STARTING)
 
 
-def _terminate_workload(deps: Deps, req: LaunchRequest, reason: str, now: float) -> str:
+def _terminate_workload(deps: Deps, req: LaunchRequest, reason: str) -> str:
     """A pool workload: end its request; the pool withdraws its work and keeps the machines."""
-
-    def end(r: LaunchRequest) -> bool:
-        if r.state in (RequestState.RUNNING, RequestState.PREEMPTED):
-            r.move(RequestState.TERMINATED, now, reason)
-            return True
-        return False
-
-    updated = deps.store.update_request(req.id, end)
-    if updated is not None and updated.state != req.state:
-        deps.store.append_event(req.id, f"state: {updated.state.value} ({reason})", now)
+    ending = (RequestState.RUNNING, RequestState.PREEMPTED)
+    move_request_from(deps, req.id, ending, RequestState.TERMINATED, reason)
     passes.sync(deps, pool_of(req.route) or "")
     return "terminated"
 
@@ -123,19 +103,6 @@ def _terminate_workload(deps: Deps, req: LaunchRequest, reason: str, now: float)
 _NOT_RUNNING = frozenset(
     {RequestState.PENDING, RequestState.PROVISIONING, RequestState.WAITING, RequestState.PREEMPTED}
 )
-
-
-def _cancel_if_not_running(deps: Deps, request_id: str, reason: str, now: float) -> None:
-    def cancel(r: LaunchRequest) -> bool:
-        if r.state in _NOT_RUNNING:
-            r.move(RequestState.CANCELLED, now, reason)
-            return True
-        return False
-
-    before = deps.store.get_request(request_id)
-    after = deps.store.update_request(request_id, cancel)
-    if before and after and before.state != after.state:
-        deps.store.append_event(request_id, f"state: CANCELLED ({reason})", now)
 
 
 def _terminate_instance(deps: Deps, inst: Instance, reason: str) -> bool:

@@ -15,11 +15,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from corral.services.providers.base import NodeWork, node_work_of
+from corral.services.runtime.attempt_record import fail_request, move_request_from
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import price_of
 from corral.services.runtime.typed_task import task_of
 from corral.shared.config.task import Task
-from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
 from corral.shared.records import Instance, LaunchRequest
 from corral.shared.recovery import Restart, restart_after
 from corral.shared.scheduling.pooled import PooledMachine
@@ -213,21 +214,8 @@ def _restart(deps: Deps, request_id: str, again: Restart) -> bool:
 
 def move_request(deps: Deps, request_id: str, to: RequestState, reason: str) -> bool:
     """Move a request (unless it is there already, or ended); True if this call moved it."""
-    now = deps.now()
-    moved = False
-
-    def move(r: LaunchRequest) -> bool:
-        nonlocal moved
-        if r.state == to or r.is_terminal:
-            return False
-        r.move(to, now, reason)
-        moved = True
-        return True
-
-    deps.store.update_request(request_id, move)
-    if moved:
-        deps.store.append_event(request_id, f"state: {to.value} ({reason})", now)
-    return moved
+    live = set(RequestState) - TERMINAL_REQUEST_STATES - {to}
+    return move_request_from(deps, request_id, live, to, reason) is not None
 
 
 def finish_request(deps: Deps, request_id: str, code: int) -> None:
@@ -251,17 +239,7 @@ def finish_request(deps: Deps, request_id: str, code: int) -> None:
 
 def fail_pending(deps: Deps, request_id: str, reason: str) -> None:
     """A PENDING request that can never run here ends FAILED with ``reason``."""
-    now = deps.now()
-
-    def fail(r: LaunchRequest) -> bool:
-        if r.state != RequestState.PENDING:
-            return False
-        r.error = reason
-        r.move(RequestState.FAILED, now, reason)
-        return True
-
-    if deps.store.update_request(request_id, fail) is not None:
-        deps.store.append_event(request_id, f"state: FAILED ({reason})", now)
+    fail_request(deps, request_id, reason, expected={RequestState.PENDING})
 
 
 def instance_id_for(aid: str) -> str:
