@@ -14,8 +14,8 @@ from corral.shared.scheduling import (
     PoolSnapshot,
     RuleSpec,
     Workload,
+    queue_order,
 )
-from corral.shared.scheduling import queue_order
 from corral.shared.scheduling.partitions import PoolState
 
 RULES = (
@@ -76,7 +76,9 @@ def _changed(rng: random.Random, w: Workload) -> Workload:
 def _seen(state: PoolState, out: tuple[list[Workload], list[Any]]) -> list[Any]:
     """The order as objects, and each verdict key with its label id read back as labels."""
     waiting, kinds = out
-    return [(id(w), state._label_keys[lid], rest) for w, (lid, rest) in zip(waiting, kinds)]
+    return [
+        (id(w), state._label_keys[lid], rest) for w, (lid, rest) in zip(waiting, kinds, strict=True)
+    ]
 
 
 @pytest.mark.parametrize("shared", [True, False])
