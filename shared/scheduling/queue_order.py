@@ -19,7 +19,6 @@ checks one against the other over queues that change).
 from __future__ import annotations
 
 from bisect import bisect
-from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from operator import attrgetter, itemgetter, mul, neg, not_
@@ -45,6 +44,7 @@ _SUBMITTED_AT = itemgetter("submitted_at")
 _TYPE = itemgetter("workload_type")
 _WORKLOAD_ID = itemgetter("workload_id")
 _KEPT_POOLS_MAX = 64
+_BEST_MAX = 10_000
 
 
 @dataclass
@@ -57,6 +57,8 @@ class _Kept:
     keys: list[SortKey]
     labels: list[LabelsKey]
     kinds: list[tuple[Any, ...]]  # KIND_FIELDS of each
+    # (labels, group order) -> the best rule priority under these rules, as found so far
+    best: dict[tuple[LabelsKey, tuple[str, ...]], int]
 
 
 _KEPT: dict[str, _Kept] = {}
@@ -74,7 +76,7 @@ def ordered(state: PoolState, keep: bool = True) -> tuple[list[Workload], list[V
     kept = _KEPT.get(pool) if keep else None
     kept = _carried(state, kept, waiting) if kept is not None and kept.rules == rules else None
     if kept is None:
-        kept = _afresh(state, waiting, rules)
+        kept = _afresh(state, waiting, rules, {})
     if keep:
         if pool not in _KEPT and len(_KEPT) >= _KEPT_POOLS_MAX:
             _KEPT.clear()
@@ -110,9 +112,10 @@ def _carried(state: PoolState, kept: _Kept, waiting: list[Workload]) -> _Kept | 
         list(compress(kept.keys, stay)),
         list(compress(kept.labels, stay)),
         list(compress(kept.kinds, stay)),
+        kept.best if len(kept.best) < _BEST_MAX else {},
     )
     if fresh:
-        new = _afresh(state, fresh, kept.rules)
+        new = _afresh(state, fresh, kept.rules, out.best)
         for i, key in enumerate(new.keys):
             at = bisect(out.keys, key)
             out.keys.insert(at, key)
@@ -123,35 +126,28 @@ def _carried(state: PoolState, kept: _Kept, waiting: list[Workload]) -> _Kept | 
     return out
 
 
-def _afresh(state: PoolState, waiting: list[Workload], rules: tuple[Any, ...]) -> _Kept:
-    """These workloads ordered from scratch, read together at C speed."""
-    # The best rule priority a machine type's partitions give, per labels: machine types
-    # alike in rules (the same rule objects) give the same, so a table per label id maps
-    # rules to it, filled as asked. Rule priorities are never below 0: a workload none of
-    # whose machine types is in the pool has 0.
-    tables: dict[int, _BestIn] = {}
+def _afresh(
+    state: PoolState,
+    waiting: list[Workload],
+    rules: tuple[Any, ...],
+    best: dict[tuple[LabelsKey, tuple[str, ...]], int],
+) -> _Kept:
+    """These workloads ordered from scratch, read together at C speed. ``best``: the best
+    rule priorities already found under these rules (those found here are added)."""
     fields = list(map(FIELDS, waiting))
-    lids = state.label_ids(waiting, fields)
-    # A machine type of each kind of rules, to read them from.
-    example = {kind: t for t, kind in reversed(state.rules_of_type.items())}
-    # One workload of each set of labels (the last: any gives the same decisions).
-    for lid, workload in dict(zip(lids, waiting, strict=True)).items():
-        tables[lid] = _BestIn(state, workload, example)
-    groups = map(_GROUP_ORDER, fields)
-    same = _same_everywhere(state, tables)
-    best: Iterable[int]
-    if same is not None:
-        # Every machine type gives each set of labels the same: a workload has it when any of
-        # its machine types is in the pool.
-        in_pool = map(not_, map(state.types.keys().isdisjoint, groups))
-        best = map(mul, map(same.__getitem__, lids), in_pool)
-    else:
-        lookups = map(attrgetter("__getitem__"), map(tables.__getitem__, lids))
-        rules_of = map(map, repeat(state.rules_of_type.get), groups)
-        best = map(max, map(chain, repeat((0,)), map(map, lookups, rules_of)))
+    labels = list(
+        zip(map(_TYPE, fields), map(tuple, map(dict.items, map(_LABELS, fields))), strict=True)
+    )
+    wanted = list(zip(labels, map(_GROUP_ORDER, fields), strict=True))
+    found: list[int | None] = list(map(best.get, wanted))
+    if None in found:
+        unknown = [i for i, b in enumerate(found) if b is None]
+        worked = _best_of(state, [waiting[i] for i in unknown], [fields[i] for i in unknown])
+        for i, b in zip(unknown, worked, strict=True):
+            found[i] = best[wanted[i]] = b
     keys: list[SortKey] = list(
         zip(
-            map(neg, best),
+            map(neg, found),  # type: ignore[arg-type]  # none is None by now
             map(neg, map(_PRIORITY, fields)),
             map(_SUBMITTED_AT, fields),
             map(_WORKLOAD_ID, fields),
@@ -165,9 +161,6 @@ def _afresh(state: PoolState, waiting: list[Workload], rules: tuple[Any, ...]) -
         column = list(map(itemgetter(part), keys))
         order.sort(key=column.__getitem__)
     pick = order.__iter__
-    labels = list(
-        zip(map(_TYPE, fields), map(tuple, map(dict.items, map(_LABELS, fields))), strict=True)
-    )
     return _Kept(
         rules,
         list(map(waiting.__getitem__, pick())),
@@ -175,7 +168,33 @@ def _afresh(state: PoolState, waiting: list[Workload], rules: tuple[Any, ...]) -
         list(map(keys.__getitem__, pick())),
         list(map(labels.__getitem__, pick())),
         list(map(list(map(KIND_FIELDS, fields)).__getitem__, pick())),
+        best,
     )
+
+
+def _best_of(state: PoolState, waiting: list[Workload], fields: list[dict[str, Any]]) -> list[int]:
+    """The best rule priority each of these workloads has in any partition of its groups."""
+    # A machine type's partitions give the same, per labels, as machine types alike in rules
+    # (the same rule objects), so a table per label id maps rules to it, filled as asked.
+    # Rule priorities are never below 0: a workload none of whose machine types is in the
+    # pool has 0.
+    tables: dict[int, _BestIn] = {}
+    lids = state.label_ids(waiting, fields)
+    # A machine type of each kind of rules, to read them from.
+    example = {kind: t for t, kind in reversed(state.rules_of_type.items())}
+    # One workload of each set of labels (the last: any gives the same decisions).
+    for lid, workload in dict(zip(lids, waiting, strict=True)).items():
+        tables[lid] = _BestIn(state, workload, example)
+    groups = map(_GROUP_ORDER, fields)
+    same = _same_everywhere(state, tables)
+    if same is not None:
+        # Every machine type gives each set of labels the same: a workload has it when any of
+        # its machine types is in the pool.
+        in_pool = map(not_, map(state.types.keys().isdisjoint, groups))
+        return list(map(mul, map(same.__getitem__, lids), in_pool))
+    lookups = map(attrgetter("__getitem__"), map(tables.__getitem__, lids))
+    rules_of = map(map, repeat(state.rules_of_type.get), groups)
+    return list(map(max, map(chain, repeat((0,)), map(map, lookups, rules_of))))
 
 
 def _same_everywhere(state: PoolState, tables: dict[int, _BestIn]) -> dict[int, int] | None:

@@ -90,9 +90,9 @@ def test_the_kept_order_is_the_order_worked_out_afresh_pass_after_pass(
     ordered_afresh = queue_order._afresh
     carried = []
 
-    def counted(state: PoolState, waiting: list[Workload], rules: Any) -> Any:
+    def counted(state: PoolState, waiting: list[Workload], *rest: Any) -> Any:
         carried.append(len(waiting) < len(state.pending()))
-        return ordered_afresh(state, waiting, rules)
+        return ordered_afresh(state, waiting, *rest)
 
     monkeypatch.setattr(queue_order, "_afresh", counted)
     queue_order._KEPT.clear()
