@@ -55,10 +55,25 @@ class _Kept:
     order: list[Workload]
     ids: list[int]  # id() of each workload (they are kept alive here)
     keys: list[SortKey]
-    labels: list[LabelsKey]
+    labels: list[int]  # each one's labels, as their place in ``sets``
     kinds: list[tuple[Any, ...]]  # KIND_FIELDS of each
     # (labels, group order) -> the best rule priority under these rules, as found so far
     best: dict[tuple[LabelsKey, tuple[str, ...]], int]
+    sets: _Sets  # the sets of labels met so far (kept with the order, as ``best``)
+
+
+class _Sets(dict[LabelsKey, int]):
+    """Sets of labels (:func:`~.partitions.labels_key`) -> their place in ``listed``: a pass
+    reads each set's label id once, not each waiting workload's labels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed: list[LabelsKey] = []
+
+    def __missing__(self, key: LabelsKey) -> int:
+        at = self[key] = len(self.listed)
+        self.listed.append(key)
+        return at
 
 
 _KEPT: dict[str, _Kept] = {}
@@ -76,12 +91,12 @@ def ordered(state: PoolState, keep: bool = True) -> tuple[list[Workload], list[V
     kept = _KEPT.get(pool) if keep else None
     kept = _carried(state, kept, waiting) if kept is not None and kept.rules == rules else None
     if kept is None:
-        kept = _afresh(state, waiting, rules, {})
+        kept = _afresh(state, waiting, rules, {}, _Sets())
     if keep:
         if pool not in _KEPT and len(_KEPT) >= _KEPT_POOLS_MAX:
             _KEPT.clear()
         _KEPT[pool] = kept
-    lids = state.label_ids_of(list(map(itemgetter(3), kept.keys)), kept.labels)
+    lids = state.label_ids_of(list(map(itemgetter(3), kept.keys)), kept.labels, kept.sets.listed)
     return list(kept.order), list(zip(lids, kept.kinds, strict=True))
 
 
@@ -103,7 +118,7 @@ def _carried(state: PoolState, kept: _Kept, waiting: list[Workload]) -> _Kept | 
     stay = list(map(present.__contains__, kept.ids))
     known = set(compress(kept.ids, stay))
     fresh = list(compress(waiting, map(not_, map(known.__contains__, now_ids))))
-    if len(fresh) * 4 > len(waiting):
+    if len(fresh) * 4 > len(waiting) or len(kept.sets) > _BEST_MAX:
         return None
     out = _Kept(
         kept.rules,
@@ -113,9 +128,10 @@ def _carried(state: PoolState, kept: _Kept, waiting: list[Workload]) -> _Kept | 
         list(compress(kept.labels, stay)),
         list(compress(kept.kinds, stay)),
         kept.best if len(kept.best) < _BEST_MAX else {},
+        kept.sets,
     )
     if fresh:
-        new = _afresh(state, fresh, kept.rules, out.best)
+        new = _afresh(state, fresh, kept.rules, out.best, out.sets)
         for i, key in enumerate(new.keys):
             at = bisect(out.keys, key)
             out.keys.insert(at, key)
@@ -131,9 +147,11 @@ def _afresh(
     waiting: list[Workload],
     rules: tuple[Any, ...],
     best: dict[tuple[LabelsKey, tuple[str, ...]], int],
+    sets: _Sets,
 ) -> _Kept:
     """These workloads ordered from scratch, read together at C speed. ``best``: the best
-    rule priorities already found under these rules (those found here are added)."""
+    rule priorities already found under these rules, ``sets``: the sets of labels met
+    (those found here are added to both)."""
     fields = list(map(FIELDS, waiting))
     labels = list(
         zip(map(_TYPE, fields), map(tuple, map(dict.items, map(_LABELS, fields))), strict=True)
@@ -166,9 +184,10 @@ def _afresh(
         list(map(waiting.__getitem__, pick())),
         list(map(id, map(waiting.__getitem__, pick()))),
         list(map(keys.__getitem__, pick())),
-        list(map(labels.__getitem__, pick())),
+        list(map(sets.__getitem__, map(labels.__getitem__, pick()))),
         list(map(list(map(KIND_FIELDS, fields)).__getitem__, pick())),
         best,
+        sets,
     )
 
 
