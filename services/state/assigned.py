@@ -14,6 +14,7 @@ full copy of the machine) read as they always did.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from redis import Redis
 
@@ -24,11 +25,23 @@ from corral.shared.records import Assignment, Instance
 _MARK = '"machine_id":'
 
 
+def is_assignment(raw: bytes | str) -> bool:
+    """Whether a record stored at ``P:instance:<id>`` is an assignment (else a machine)."""
+    return _MARK.encode() in raw if isinstance(raw, bytes) else _MARK in raw
+
+
 def parse(raw: bytes | str) -> Instance | Assignment:
     """A record stored at ``P:instance:<id>``: a machine (a request's node, a pool's row) or
     an assignment."""
-    mark = _MARK.encode() if isinstance(raw, bytes) else _MARK
-    return Assignment.model_validate_json(raw) if mark in raw else Instance.model_validate_json(raw)
+    model = Assignment if is_assignment(raw) else Instance
+    return model.model_validate_json(raw)
+
+
+def follow(assignment: Assignment, view: Any) -> str:
+    """The JSON to store for a write of ``assignment``'s view (an :class:`Instance`)."""
+    if not isinstance(view, Instance):
+        raise TypeError(f"{assignment.id}: an assignment is written through its instance view")
+    return assignment.follow(view).model_dump_json()
 
 
 def read(

@@ -453,21 +453,15 @@ class Store:
                 raw = self._r.hget(key, "json")
                 if raw is None:
                     return None, None
-                if model is Instance:  # an assignment: its view, and the assignment to write
-                    [(view, of)] = assigned.read(self._r, self.prefix, [raw])
-                    current = cast(RecordT, view)
-                else:
-                    current = model.model_validate_json(raw)
-                # A second parse: cheaper than a deep copy.
-                copy = model.model_validate_json(raw) if of is None else None
+                current, copy, of = self._for_update(model, raw)
             work = _copy(current) if copy is None else copy
             wanted, decided = fn(work)
             if not _written(current, work, wanted):
                 return current, decided
             keys = [key, state_key(current.state), state_key(work.state)]
-            stored = work if of is None else of.follow(cast(Instance, work))
+            stored = work.model_dump_json() if of is None else assigned.follow(of, work)
             args: list[str | int | float] = [
-                work.id, current.version, work.version, stored.model_dump_json(), work.created_at
+                work.id, current.version, work.version, stored, work.created_at
             ]  # fmt: skip
             lines, at = ([], 0.0) if log is None else (log[0](work, decided), log[1])
             if lines:
@@ -483,6 +477,14 @@ class Store:
             return LOST
 
         return until_written(one_round, retries=retries, what=key)
+
+    def _for_update(self, model: type[Any], raw: Any) -> tuple[Any, Any, Assignment | None]:
+        """A record read for an update: as read, a copy for the update function (a second
+        parse: cheaper than a deep copy), and the assignment it is the view of, if one."""
+        if model is Instance and assigned.is_assignment(raw):
+            [(view, of)] = assigned.read(self._r, self.prefix, [raw])
+            return view, _copy(view), of
+        return model.model_validate_json(raw), model.model_validate_json(raw), None
 
     def update_together(
         self,
