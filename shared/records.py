@@ -410,17 +410,6 @@ class Assignment(_Record):
     exit_code: int | None = None
     history: list[Transition] = Field(default_factory=list)
 
-    @classmethod
-    def of(cls, view: Instance, machine_id: str, shown_type: str | None = None) -> Assignment:
-        """The assignment a view of it stands for (what a write of the view stores)."""
-        return cls(
-            id=view.id, request_id=view.request_id, node_index=view.node_index,
-            machine_id=machine_id, attempt_id=view.attempt_id or "", placement=view.placement,
-            shown_type=shown_type, state=view.state, version=view.version,
-            created_at=view.created_at, updated_at=view.updated_at, exit_code=view.exit_code,
-            history=list(view.history),
-        )  # fmt: skip
-
     def view(self, row: Instance | None) -> Instance:
         """The assignment as its request's instance, read through the machine's row: the
         row's cloud id, place (a part the cloud left out: its type is the pool's machine

@@ -8,12 +8,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from runtime_driver import SMALL_POOL, Driver
+from runtime_driver import SMALL_POOL_WORKLOAD as WORKLOAD
+
+from corral.services.runtime import requests
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.pooled import work
+from corral.services.runtime.pooled import passes, work
+from corral.services.runtime.pooled.registry import apply_pool, pool_view
+from corral.shared.config.task import Task
 from corral.shared.lifecycle import InstanceState, MachineState, MachineStatus, RequestState
 from corral.shared.placement import Placement
 from corral.shared.records import Instance, LaunchRequest
-from corral.shared.scheduling.ledger import PoolMachine
+from corral.shared.scheduling.ledger import PoolLedger, PoolMachine
 
 AT = Placement("local", "lab-east", "lab-east-b", "cpu-8", "spot")
 
@@ -98,3 +104,35 @@ def test_the_pools_words_retiring_and_reaping_reach_the_row(
                                                      "TERMINATING"]  # fmt: skip
     machine.status = MachineStatus.UP  # an up machine's row is left as it is
     assert work.mirror(deps, reaping, machine) is reaping
+
+
+def test_a_running_workload_reads_its_machine_through_the_row_and_retiring_reaches_it(
+    driver: Driver,
+) -> None:
+    """On the runtime's own path (a pass, its sync, the machine's launch): the request's
+    record points at the row; a machine the ledger retires is RETIRING on its row before it
+    is terminated."""
+    apply_pool(
+        driver.deps, name="small", kind="machine_pool", file_name="small.yaml",
+        spec=SMALL_POOL, cloud="local",
+    )  # fmt: skip
+    driver.queue.clear()
+    rid = requests.submit(driver.deps, Task.model_validate({**WORKLOAD, "name": "w"})).id
+    driver.run(until=lambda: bool(driver.deps.store.list_instances(request_id=rid)))
+    [inst] = driver.deps.store.list_instances(request_id=rid)
+    [mid] = [m["id"] for m in pool_view(driver.deps, "small")["machines"]]
+    row = driver.deps.machines.get(mid)
+    assert row is not None and _stored_json(driver.deps, inst.id)["machine_id"] == mid
+    assert (inst.provider_id, inst.place, inst.price_usd_per_hour) == (
+        row.provider_id, row.place, row.price_usd_per_hour
+    )  # fmt: skip
+    assert row.price_usd_per_hour == 0.10  # cpu-2 on demand, by the local cloud's catalog
+
+    def retire(ledger: PoolLedger) -> bool:
+        return ledger.machines[mid].move(MachineStatus.RETIRING)
+
+    driver.deps.ledgers.update("small", retire)
+    passes.sync(driver.deps, "small")
+    row = driver.deps.machines.get(mid)
+    assert row is not None
+    assert [t.to_state for t in row.history][-2:] == ["RETIRING", "TERMINATING"]
