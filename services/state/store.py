@@ -40,6 +40,7 @@ from redis import Redis
 from corral.services.state import as_text
 from corral.services.state.cas import LOST, Lost, until_written
 from corral.services.state.cas import WriteConflict as WriteConflict  # its callers' name for it
+from corral.services.state.rows import write_fresh
 from corral.shared.lifecycle import INSTANCE_STATES, InstanceState, RequestState
 from corral.shared.records import Event, Instance, LaunchRequest, Submission
 
@@ -267,20 +268,16 @@ class Store:
         """Count one more submission under ``key`` (a duplicate answered without a write)."""
         self._r.hincrby(self._key("submission", key), "received", 1)
 
-    def create_instance(self, inst: Instance) -> bool:
-        """Store a new instance; False (and nothing written) if its id already exists."""
+    def create_instance(self, inst: Instance, *, fresh: bool = False) -> bool:
+        """Store a new instance; False (and nothing written) if its id already exists. ``fresh``:
+        no row can hold its id (the caller's own write just started its attempt): see rows.py."""
         keys = [
             self._instance_key(inst.id),
             self._key("instances", "request", inst.request_id),
             self._instance_state_key(inst.state),
         ]
-        args: list[str | int | float] = [
-            inst.id,
-            inst.version,
-            inst.model_dump_json(),
-            inst.created_at,
-        ]
-        created = int(self._create(keys=keys, args=args)) == 1
+        args: list[Any] = [inst.id, inst.version, inst.model_dump_json(), inst.created_at]
+        created = write_fresh(self._r, keys, *args) if fresh else self._create(keys, args) == 1
         if created:
             for listener in self.listeners:
                 listener.created(inst)
