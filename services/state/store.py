@@ -20,12 +20,14 @@ Key layout (``P`` is the prefix, "corral" by default; ids and states as stored):
 
 The state indexes are sorted sets scored by creation time, so listing the requests of one
 state in order reads only that set. Every index is changed in the same script as the record,
-so an index never disagrees with a record it points at. An instance is in exactly one state
-index, so every instance is their union: no index of all instances is written at each
-creation (an older version wrote ``P:instances:created``; retention still removes ids from
-it). The same holds for requests (an older version wrote ``P:requests:created``). A request
-submitted under an idempotency key is created in the same script that records it under the
-key, so two submissions racing with one key create one request.
+so an index never disagrees with a record it points at (a fresh attempt's instance, new for
+certain, is written with its indexes in one pipelined round trip instead: rows.py). An
+instance is in exactly one state index, so every instance is their union: no index of all
+instances is written at each creation (an older version wrote ``P:instances:created``;
+retention still removes ids from it). The same holds for requests (an older version wrote
+``P:requests:created``). A request submitted under an idempotency key is created in the same
+script that records it under the key, so two submissions racing with one key create one
+request.
 """
 
 from __future__ import annotations
