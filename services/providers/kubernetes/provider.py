@@ -68,7 +68,7 @@ from corral.shared.errors import (
     Scope,
     ThrottledError,
 )
-from corral.shared.pod_shapes import shape_name
+from corral.shared.pod_shapes import shape_name, shape_offerings
 from corral.shared.quota_families import k8s_family
 from corral.shared.retry import with_retries
 
@@ -232,11 +232,8 @@ class KubernetesProvider(NodeBookLogs):
 
     # --- the port: what the planner and the logs read ---------------------------------------
     def offerings(self) -> Sequence[CatalogOffering]:
-        return self.catalog_offerings()
-
-    def catalog_offerings(self) -> Sequence[CatalogOffering]:
-        """Every node shape of every context, once per namespace (Corral's zones), priced 0:
-        the cluster is already paid for, so the planner tries it first."""
+        """Every node shape of every context, once per namespace (Corral's zones), priced 0
+        (``shape_offerings``, the simulator's too)."""
         out: list[CatalogOffering] = []
         for context in self.contexts():
             try:
@@ -245,25 +242,20 @@ class KubernetesProvider(NodeBookLogs):
                 log.warning("kubernetes context %s: nodes not listed: %s", context, exc)
                 continue
             for shape in shapes:
-                for namespace in self.namespaces:
-                    out.append(
-                        CatalogOffering(
-                            cloud=self.name,
-                            instance_type=shape.instance_type,
-                            accelerator=shape.accelerator,
-                            accelerator_count=shape.accelerator_count,
-                            vcpus=shape.cpus,
-                            memory_gib=shape.memory_gib,
-                            price_usd_per_hour=0.0,
-                            spot_price_usd_per_hour=None,
-                            region=context,
-                            zone=namespace,
-                        )
-                    )
+                out += shape_offerings(
+                    self.name,
+                    context,
+                    self.namespaces,
+                    shape.instance_type,
+                    cpus=shape.cpus,
+                    memory_gib=shape.memory_gib,
+                    accelerator=shape.accelerator,
+                    accelerator_count=shape.accelerator_count,
+                )
         return out
 
     def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
-        return zones_from(self.catalog_offerings(), instance_type)
+        return zones_from(self.offerings(), instance_type)
 
     # --- launch -------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
