@@ -28,7 +28,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import urllib3
@@ -289,8 +288,7 @@ class KubernetesProvider(NodeBookLogs):
                 raise
             created.append(pod["metadata"]["name"])
         pods = self._await_scheduling(context, namespace, created, spec)
-        instances = [self._to_instance(context, p) for p in pods]
-        return instances if self.nodes is None else self.nodes.overlay(instances)
+        return self._seen([self._to_instance(context, p) for p in pods])
 
     def _ranks(self, spec: LaunchSpec) -> list[int]:
         if spec.count == 1:  # one node, maybe one replacing a given node of its request
@@ -379,7 +377,7 @@ class KubernetesProvider(NodeBookLogs):
                     label_selector=label_selector(wanted),
                 ).get("items", [])
                 found += [self._to_instance(context, p) for p in pods]
-        return found if self.nodes is None else self.nodes.overlay(found)
+        return self._seen(found)
 
     def _to_instance(self, context: str, pod: dict[str, Any]) -> ProviderInstance:
         meta = pod.get("metadata") or {}
@@ -472,20 +470,3 @@ def _bound(pod: dict[str, Any]) -> bool:
 def _split(provider_id: str) -> tuple[str, str, str]:
     context, namespace, name = provider_id.rsplit("/", 2)
     return context, namespace, name
-
-
-def kubeconfig_for(url: str, path: Path, context: str = "test") -> Path:
-    """A kubeconfig with one context pointing at ``url`` (no auth): tests and local clusters."""
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": context, "cluster": {"server": url}}],
-                "users": [{"name": context, "user": {}}],
-                "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
-                "current-context": context,
-            }
-        )
-    )
-    return path
