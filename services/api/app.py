@@ -101,9 +101,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # clusters are the admins'.
     signed = [Depends(caller)]
     admins = [Depends(require_admin)]
+    # The busiest route first: each request is matched against the routes in turn.
+    app.include_router(submit_router)  # its route checks the token itself, as `signed` does
     app.include_router(health_router)
     app.include_router(router, dependencies=signed)
-    app.include_router(submit_router)  # its route checks the token itself, as `signed` does
     app.include_router(why_router, dependencies=signed)
     app.include_router(users_router, dependencies=signed)
     app.include_router(clusters_router, dependencies=admins)
