@@ -67,10 +67,12 @@ def enqueue(deps: Deps, req: LaunchRequest) -> str:
     return run_pass(deps, name)
 
 
-def run_pass(deps: Deps, name: str, *, rebalance: bool = False) -> str:
+def run_pass(deps: Deps, name: str, woken: bool = False, *, rebalance: bool = False) -> str:
     """One scheduling pass over pool ``name``, committed by compare-and-set, then carried
-    out. ``rebalance`` (beat): replacement and idle reaping are decided too."""
-    deps.store.release(_wake_key(name), "queued")  # what it reads covers every wake so far
+    out. ``rebalance`` (beat): replacement and idle reaping are decided too. ``woken``: sent
+    by :func:`wake`, whose next wake may send again once this pass starts reading."""
+    if woken:
+        deps.store.release(_wake_key(name), "queued")  # what it reads covers every wake so far
     found = _pool(deps, name)
     if found is None:
         return "no such pool"
@@ -164,7 +166,7 @@ def wake(deps: Deps, name: str) -> bool:
     if not deps.store.claim(_wake_key(name), "queued", WAKE_COALESCE_S):
         return False
     try:
-        dispatch.pool_pass(name, settings=deps.settings)
+        dispatch.pool_pass(name, settings=deps.settings, woken=True)
     except Exception:
         deps.store.release(_wake_key(name), "queued")  # not sent: the next wake sends it
         raise

@@ -55,7 +55,7 @@ def test_a_lost_pool_machine_is_dropped_and_its_pool_woken_at_reconcile(driver: 
     driver.fake.lose(provider_id)
     counts = reconcile.reconcile(driver.deps)
     assert counts["pool_machines_lost"] == 1 and counts["pools_woken"] == 1
-    assert _passes(driver) == [["small"]]
+    assert _passes(driver) == [["small", True]]
     assert pool_view(driver.deps, "small")["machines"] == []  # dropped, its work queued
     texts = [e.text for e in driver.deps.store.events(rid)]
     assert any("was lost" in t for t in texts), texts
@@ -70,16 +70,18 @@ def test_a_reported_end_of_work_wakes_the_machines_pool(driver: Driver) -> None:
     driver.fake.node_work = agents  # type: ignore[assignment]
     agents.ended = [provider_id, provider_id, "fk-unknown"]
     counts = reconcile.reconcile(driver.deps)
-    assert counts["pools_woken"] == 1 and _passes(driver) == [["small"]]
+    assert counts["pools_woken"] == 1 and _passes(driver) == [["small", True]]
     reconcile.reconcile(driver.deps)  # taken: not woken twice for one report
-    assert _passes(driver) == [["small"]]
+    assert _passes(driver) == [["small", True]]
 
 
 def test_wakes_coalesce_until_the_pass_starts(driver: Driver) -> None:
     _placed(driver)
     assert passes.wake(driver.deps, "small")
     assert not passes.wake(driver.deps, "small")  # one waits already: it reads this too
-    assert _passes(driver) == [["small"]]
-    driver.step()  # the pass starts: a wake after it sends again
+    passes.run_pass(driver.deps, "small")  # another pass frees no wake: the woken one will
+    assert not passes.wake(driver.deps, "small")
+    assert _passes(driver) == [["small", True]]
+    driver.step()  # the woken pass starts: a wake after it sends again
     assert passes.wake(driver.deps, "small")
-    assert _passes(driver) == [["small"]]
+    assert _passes(driver) == [["small", True]]
