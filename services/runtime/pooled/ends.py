@@ -76,8 +76,8 @@ def notice(
         record = deps.pools.get(name)
         if record is None:
             continue
-        if name in dead and passes.check_machines(deps, record, kind_named(record.kind)):
-            counts["pool_machines_lost"] += 1
+        if name in dead and (lost := passes.check_machines(deps, record, kind_named(record.kind))):
+            counts["pool_machines_lost"] += len(lost)
             ended.add(name)
         if name in ended and passes.wake(deps, name):
             woken.append(name)
