@@ -11,6 +11,7 @@ reads and rewrites a record must not drop a field a newer one added.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -25,7 +26,7 @@ from corral.shared.lifecycle import (
     RequestState,
     check_move,
 )
-from corral.shared.placement import PlacementFields
+from corral.shared.placement import Placement, PlacementFields
 from corral.shared.planner import Candidate
 from corral.shared.ports import endpoints, parse_ports
 from corral.shared.routing import DeterminedRoute, Direct, MachinePoolRoute, Route
@@ -384,6 +385,60 @@ class Instance(PlacementFields, _Record):
             "exit_code": self.exit_code,
             "price_usd_per_hour": self.price_usd_per_hour,
         }
+
+
+class Assignment(_Record):
+    """A request's record of its work on a pool's machine (a machine pool's machine, a
+    Determined agent): it points at that machine's row of the machine table by id
+    (``machine_id``) and keeps only what is the assignment's own: its node's rank, its id on
+    the machine (``attempt_id``), the placement it is part of (a run), its own lifecycle
+    (RUNNING while the work runs there, TERMINATED once released to the pool: the machine goes
+    on) and exit code. The cloud's id, the place, the type and the price are the row's, read
+    through it (:meth:`view`), never copied here."""
+
+    id: str  # the request's instance id for it (its ``instance_ids`` lists it)
+    request_id: str
+    node_index: int
+    machine_id: str  # Corral's id of the pool's machine: its row of the machine table
+    attempt_id: str  # the assignment's id on the machine (what its agent runs)
+    placement: str | None = None  # the run it is part of (its nodes' records share it)
+    shown_type: str | None = Field(default=None, exclude_if=_is_none)  # a head node's word
+    state: InstanceState = InstanceState.RUNNING
+    version: int = 0
+    created_at: float
+    updated_at: float
+    exit_code: int | None = None
+    history: list[Transition] = Field(default_factory=list)
+
+    def view(self, row: Instance | None) -> Instance:
+        """The assignment as its request's instance, read through the machine's row: the
+        row's cloud id, place (a part the cloud left out: its type is the pool's machine
+        type), type and price, with the assignment's own state, history and exit code. A row
+        no longer held (retention forgot it) leaves the place empty."""
+        place = Placement("", "", "", "", "on_demand") if row is None else row.place
+        if row is not None and not place.instance_type and row.machine_type:
+            place = dataclasses.replace(place, instance_type=row.machine_type)
+        row_type = None if row is None else row.machine_type
+        shown = self.shown_type or row_type or place.instance_type or None
+        return Instance(
+            id=self.id, request_id=self.request_id, node_index=self.node_index,
+            provider_id=None if row is None else row.provider_id, attempt_id=self.attempt_id,
+            **place.fields(), machine_type=shown,
+            state=self.state, version=self.version, created_at=self.created_at,
+            updated_at=self.updated_at, exit_code=self.exit_code,
+            price_usd_per_hour=None if row is None else row.price_usd_per_hour,
+            placement=self.placement, history=list(self.history),
+        )  # fmt: skip
+
+    def follow(self, view: Instance) -> Assignment:
+        """The assignment after a write of its view: the view's state, history, time, exit
+        code and version (what a move of the work changes; the rest is the row's)."""
+        return self.model_copy(
+            update={
+                "state": view.state, "history": list(view.history), "updated_at": view.updated_at,
+                "exit_code": view.exit_code, "version": view.version,
+            }
+        )  # fmt: skip
 
 
 class Event(BaseModel):

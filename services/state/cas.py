@@ -25,6 +25,55 @@ LOST_RACE_BASE_S = 0.001
 LOST_RACE_CAP_S = 0.05
 
 
+# The Lua scripts of the stores' rounds (the request store's and the machine table's).
+
+# KEYS[1] the record's hash; KEYS[2..] the index zsets to add it to.
+# ARGV: id, version, json, score. Returns 1 if created, 0 if the id exists.
+CREATE_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
+for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
+return 1
+"""
+
+# KEYS[1] the record's hash, KEYS[2] the old state's index, KEYS[3] the new state's index,
+# KEYS[4] (a request's, optional) its progress log. ARGV: id, expected version, new version,
+# json, score, then the progress lines appended with the write (a walk's: one round trip).
+# Returns 1 if written, 0 if the version moved on (lost race), -1 if the record is gone.
+CAS_SCRIPT = """
+local current = redis.call('HGET', KEYS[1], 'version')
+if not current then return -1 end
+if current ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[3], 'json', ARGV[4])
+if KEYS[2] ~= KEYS[3] then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+end
+if KEYS[4] then redis.call('RPUSH', KEYS[4], unpack(ARGV, 6)) end
+return 1
+"""
+
+# CAS_SCRIPT for several records at once, all or none: KEYS three per record (its hash, old
+# and new state index), ARGV five per record (id, expected version, new version, json, score).
+# Returns 1 if all were written, 0 if one's version moved on, -1 if one is gone (then none).
+CAS_ALL_SCRIPT = """
+for i = 0, #KEYS / 3 - 1 do
+  local current = redis.call('HGET', KEYS[3 * i + 1], 'version')
+  if not current then return -1 end
+  if current ~= ARGV[5 * i + 2] then return 0 end
+end
+for i = 0, #KEYS / 3 - 1 do
+  local k, a = 3 * i, 5 * i
+  redis.call('HSET', KEYS[k + 1], 'version', ARGV[a + 3], 'json', ARGV[a + 4])
+  if KEYS[k + 2] ~= KEYS[k + 3] then
+    redis.call('ZREM', KEYS[k + 2], ARGV[a + 1])
+    redis.call('ZADD', KEYS[k + 3], ARGV[a + 5], ARGV[a + 1])
+  end
+end
+return 1
+"""
+
+
 class WriteConflict(RuntimeError):
     """A compare-and-set kept losing to other writers, ``retries`` times in a row."""
 

@@ -25,8 +25,8 @@ from typing import Any
 from redis import Redis
 
 from corral.services.state import as_text
-from corral.services.state.cas import LOST, Lost, until_written
-from corral.services.state.store import CAS_SCRIPT, CREATE_SCRIPT, check_change
+from corral.services.state.cas import CAS_SCRIPT, CREATE_SCRIPT, LOST, Lost, until_written
+from corral.services.state.store import check_change
 from corral.shared.lifecycle import TERMINAL_INSTANCE_STATES, InstanceState, MachineState
 from corral.shared.placement import Placement
 from corral.shared.records import Instance, OwnerKind
@@ -137,10 +137,12 @@ class MachineTable:
         machine_type: str | None = None,
         created_at: float | None = None,
         reason: str = "up",
+        price_usd_per_hour: float | None = None,
     ) -> bool:
-        """Write the row of a pool's machine the cloud gave an id (RUNNING, at ``at``):
-        False (nothing written) if it has one already, so a redelivered boot is harmless.
-        A part of the place the cloud left out stays empty, as the cloud reported it."""
+        """Write the row of a pool's machine the cloud gave an id (RUNNING, at ``at``, priced
+        at ``price_usd_per_hour``): False (nothing written) if it has one already, so a
+        redelivered boot is harmless. A part of the place the cloud left out stays empty, as
+        the cloud reported it."""
         row = Instance.new(
             machine_id,
             "",
@@ -150,6 +152,7 @@ class MachineTable:
             provider_id=provider_id,
             **at.fields(),
             machine_type=machine_type,
+            price_usd_per_hour=price_usd_per_hour,
             owner_kind=owner[0],
             owner_id=owner[1],
         )

@@ -10,7 +10,9 @@ Key layout (``P`` is the prefix, "corral" by default; ids and states as stored):
     P:request:<id>                  hash {version, json}: one LaunchRequest
     P:requests:state:<STATE>        zset  id -> created_at (requests in that state)
     P:requests:project:<project>    zset  id -> created_at (a project's requests)
-    P:instance:<id>                 hash {version, json}: one Instance
+    P:instance:<id>                 hash {version, json}: one Instance, or one Assignment (a
+                                    request's work on a pool's machine, read as an Instance
+                                    through the machine's row: state/assigned.py)
     P:instances:request:<req id>    zset  id -> created_at (a request's instances)
     P:instances:state:<STATE>       zset  id -> created_at (instances in that state)
     P:events:<req id>               list of JSON {"at", "text"}: the request's progress log
@@ -33,29 +35,27 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from redis import Redis
 
-from corral.services.state import as_text
-from corral.services.state.cas import LOST, Lost, until_written
+from corral.services.state import as_text, assigned
+from corral.services.state.cas import (
+    CAS_ALL_SCRIPT,
+    CAS_SCRIPT,
+    CREATE_SCRIPT,
+    LOST,
+    Lost,
+    until_written,
+)
 from corral.services.state.cas import WriteConflict as WriteConflict  # its callers' name for it
 from corral.shared.lifecycle import INSTANCE_STATES, InstanceState, RequestState
-from corral.shared.records import Event, Instance, LaunchRequest, Submission
+from corral.shared.records import Assignment, Event, Instance, LaunchRequest, Submission
 
 RecordT = TypeVar("RecordT", LaunchRequest, Instance)
 DecidedT = TypeVar("DecidedT")
 # A request write's progress lines: (lines from the record as written and what was decided, time)
 Logged = tuple[Callable[[Any, DecidedT], Sequence[str]], float]
-
-# KEYS[1] the record's hash; KEYS[2..] the index zsets to add it to.
-# ARGV: id, version, json, score. Returns 1 if created, 0 if the id exists.
-CREATE_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'version', ARGV[2], 'json', ARGV[3])
-for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[4], ARGV[1]) end
-return 1
-"""
 
 # A new request: KEYS[1] its hash, KEYS[2] its progress log, KEYS[3..] its index zsets. ARGV:
 # id, version, json, score (created_at), its first progress line (JSON; none if empty). As
@@ -93,43 +93,6 @@ _REFUSE_KEYED = """
 redis.call('HINCRBY', KEYS[1], 'received', 1)
 if redis.call('HEXISTS', KEYS[1], 'request_id') == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'refusal', ARGV[1], 'at', ARGV[2])
-return 1
-"""
-
-# KEYS[1] the record's hash, KEYS[2] the old state's index, KEYS[3] the new state's index,
-# KEYS[4] (a request's, optional) its progress log. ARGV: id, expected version, new version,
-# json, score, then the progress lines appended with the write (a walk's: one round trip).
-# Returns 1 if written, 0 if the version moved on (lost race), -1 if the record is gone.
-CAS_SCRIPT = """
-local current = redis.call('HGET', KEYS[1], 'version')
-if not current then return -1 end
-if current ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'version', ARGV[3], 'json', ARGV[4])
-if KEYS[2] ~= KEYS[3] then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
-end
-if KEYS[4] then redis.call('RPUSH', KEYS[4], unpack(ARGV, 6)) end
-return 1
-"""
-
-# CAS_SCRIPT for several records at once, all or none: KEYS three per record (its hash, old and new
-# state index), ARGV five per record (id, expected version, new version, json, score).
-# Returns 1 if all were written, 0 if one's version moved on, -1 if one is gone (then none).
-_CAS_ALL = """
-for i = 0, #KEYS / 3 - 1 do
-  local current = redis.call('HGET', KEYS[3 * i + 1], 'version')
-  if not current then return -1 end
-  if current ~= ARGV[5 * i + 2] then return 0 end
-end
-for i = 0, #KEYS / 3 - 1 do
-  local k, a = 3 * i, 5 * i
-  redis.call('HSET', KEYS[k + 1], 'version', ARGV[a + 3], 'json', ARGV[a + 4])
-  if KEYS[k + 2] ~= KEYS[k + 3] then
-    redis.call('ZREM', KEYS[k + 2], ARGV[a + 1])
-    redis.call('ZADD', KEYS[k + 3], ARGV[a + 5], ARGV[a + 1])
-  end
-end
 return 1
 """
 
@@ -175,7 +138,7 @@ class Store:
         self.listeners: tuple[WriteListener, ...] = tuple(listeners)
         self._create = redis.register_script(CREATE_SCRIPT)
         self._cas = redis.register_script(CAS_SCRIPT)
-        self._cas_all = redis.register_script(_CAS_ALL)
+        self._cas_all = redis.register_script(CAS_ALL_SCRIPT)
         self._release = redis.register_script(_RELEASE)
         self._renew = redis.register_script(_RENEW)
         self._create_request = redis.register_script(_CREATE_REQUEST)
@@ -267,8 +230,9 @@ class Store:
         """Count one more submission under ``key`` (a duplicate answered without a write)."""
         self._r.hincrby(self._key("submission", key), "received", 1)
 
-    def create_instance(self, inst: Instance) -> bool:
-        """Store a new instance; False (and nothing written) if its id already exists."""
+    def create_instance(self, inst: Instance, stored: Assignment | None = None) -> bool:
+        """Store a new instance; False (and nothing written) if its id already exists.
+        ``stored``: the assignment ``inst`` is the view of, stored instead (:mod:`.assigned`)."""
         keys = [
             self._instance_key(inst.id),
             self._key("instances", "request", inst.request_id),
@@ -277,7 +241,7 @@ class Store:
         args: list[str | int | float] = [
             inst.id,
             inst.version,
-            inst.model_dump_json(),
+            (stored or inst).model_dump_json(),
             inst.created_at,
         ]
         created = int(self._create(keys=keys, args=args)) == 1
@@ -305,7 +269,7 @@ class Store:
     def get_instance(self, instance_id: str) -> Instance | None:
         """The instance as stored, or None."""
         raw = self._r.hget(self._instance_key(instance_id), "json")
-        return None if raw is None else Instance.model_validate_json(raw)
+        return None if raw is None else assigned.read(self._r, self.prefix, [raw])[0][0]
 
     def list_requests(
         self,
@@ -408,7 +372,10 @@ class Store:
         pipe = self._r.pipeline(transaction=False)
         for key in keys:
             pipe.hget(key, "json")
-        return [model.model_validate_json(raw) for raw in pipe.execute() if raw is not None]
+        raws = [raw for raw in pipe.execute() if raw is not None]
+        if model is Instance:  # an assignment read through its machine's row
+            return cast(list[RecordT], [v for v, _ in assigned.read(self._r, self.prefix, raws)])
+        return [model.model_validate_json(raw) for raw in raws]
 
     # ---- compare-and-set updates ----------------------------------------------------------
 
@@ -479,27 +446,23 @@ class Store:
     ) -> tuple[RecordT | None, DecidedT | None]:
         def one_round(attempt: int) -> tuple[RecordT | None, DecidedT | None] | Lost:
             nonlocal carried
-            copy = None
+            copy, of = None, None
             if carried is not None:
                 current, carried = carried, None  # the caller's read: no second one
             else:
                 raw = self._r.hget(key, "json")
                 if raw is None:
                     return None, None
-                current = model.model_validate_json(raw)
-                copy = model.model_validate_json(raw)  # a second parse: cheaper than a deep copy
+                current, copy, of = self._for_update(model, raw)
             work = _copy(current) if copy is None else copy
             wanted, decided = fn(work)
             if not _written(current, work, wanted):
                 return current, decided
             keys = [key, state_key(current.state), state_key(work.state)]
+            stored = work.model_dump_json() if of is None else assigned.follow(of, work)
             args: list[str | int | float] = [
-                work.id,
-                current.version,
-                work.version,
-                work.model_dump_json(),
-                work.created_at,
-            ]
+                work.id, current.version, work.version, stored, work.created_at
+            ]  # fmt: skip
             lines, at = ([], 0.0) if log is None else (log[0](work, decided), log[1])
             if lines:
                 keys.append(self._key("events", work.id))
@@ -514,6 +477,14 @@ class Store:
             return LOST
 
         return until_written(one_round, retries=retries, what=key)
+
+    def _for_update(self, model: type[Any], raw: Any) -> tuple[Any, Any, Assignment | None]:
+        """A record read for an update: as read, a copy for the update function (a second
+        parse: cheaper than a deep copy), and the assignment it is the view of, if one."""
+        if model is Instance and assigned.is_assignment(raw):
+            [(view, of)] = assigned.read(self._r, self.prefix, [raw])
+            return view, _copy(view), of
+        return model.model_validate_json(raw), model.model_validate_json(raw), None
 
     def update_together(
         self,

@@ -31,7 +31,7 @@ from corral.services.runtime.launch import (
     start,
     zones_for,
 )
-from corral.services.runtime.planning import accelerator_of
+from corral.services.runtime.planning import accelerator_of, price_of
 from corral.services.runtime.pooled.kind_registry import kind_named
 from corral.services.runtime.pooled.pool_kind import PoolKind
 from corral.services.state.boots import Boot
@@ -247,6 +247,9 @@ def _up(
         machine_type=machine.pool_type(),
         created_at=machine.created_at,
         reason=f"up in {got.zone or got.region or got.cloud}",
+        price_usd_per_hour=price_of(
+            deps, at.cloud, at.instance_type or machine.pool_type(), at.zone or None, at.market
+        ),
     )
     updated = kind.ledgers(deps).update(
         record.name, lambda led: kind.machine_up(led, machine_id, now)

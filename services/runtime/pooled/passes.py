@@ -137,6 +137,7 @@ def _sync_machine(
     machine: PooledMachine,
     held: Mapping[str, Instance],
 ) -> bool:
+    work.mirror(deps, work.as_machine(held, machine), machine)  # its row says retiring, reaping
     if machine.status == "launching":  # MachineStatus and AgentStatus alike
         # Hand it to the provisioning worker once per retry period (the launch is idempotent).
         retry_s = deps.settings.timers.pool_machine_launch_retry_s

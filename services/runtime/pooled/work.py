@@ -9,7 +9,6 @@ TERMINATED ("released to the pool") when it stops; the machine itself goes on.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -20,8 +19,16 @@ from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import price_of
 from corral.services.runtime.typed_task import task_of
 from corral.shared.config.task import Task
-from corral.shared.lifecycle import TERMINAL_REQUEST_STATES, InstanceState, RequestState
-from corral.shared.records import Instance, LaunchRequest
+from corral.shared.lifecycle import (
+    MACHINE_TRANSITIONS,
+    POOL_WORDS,
+    TERMINAL_REQUEST_STATES,
+    InstanceState,
+    MachineState,
+    RequestState,
+    is_transition,
+)
+from corral.shared.records import Assignment, Instance, LaunchRequest, Transition
 from corral.shared.recovery import Restart, restart_after
 from corral.shared.scheduling.pooled import PooledMachine
 
@@ -54,6 +61,20 @@ def terminate(deps: Deps, row: Instance | None, reason: str = "its pool let it g
     deps.provider(row.cloud).terminate([row.provider_id], zone=row.zone or None)
     deps.machines.move(row.id, InstanceState.TERMINATING, deps.now(), reason)
     return True
+
+
+def mirror(deps: Deps, row: Instance | None, pooled: PooledMachine) -> Instance | None:
+    """The pool's word for its machine carried onto the machine's row, along the one machine
+    lifecycle (``POOL_WORDS``): ``retiring`` makes it RETIRING, ``reaping`` TERMINATING (its
+    pool let it go; the cloud is asked once its grace is over). Nothing is written when the
+    row is there already, or past it (ended, lost). The row as it is now."""
+    to = POOL_WORDS[pooled.status]
+    if row is None or to not in (MachineState.RETIRING, MachineState.TERMINATING):
+        return row
+    if row.state == to or not is_transition(MACHINE_TRANSITIONS, row.state, to):
+        return row
+    why = "its replacement is up" if to is MachineState.RETIRING else "its pool reaps it"
+    return deps.machines.move(row.id, to, deps.now(), f"{pooled.status}: {why}") or row
 
 
 def agents(deps: Deps, machine: Instance) -> NodeWork | None:
@@ -256,37 +277,28 @@ def record_instance(
     as_type: str | None = None,
 ) -> None:
     """The request's record of the work running on this machine (once per assignment), part
-    of ``placement`` (its nodes' records share it), priced as the catalog prices the machine.
+    of ``placement`` (its nodes' records share it): an :class:`Assignment` pointing at the
+    machine's row, which its request reads through the row (cloud id, place, type, price).
     ``as_type``: the machine type the record shows, instead of the pool's (a head node's)."""
     now = deps.now()
-    inst_id = instance_id_for(aid)
-    # A part the cloud left out: its type is the pool's machine type, as the ledger held it.
-    place = machine.place
-    if not place.instance_type and machine.machine_type:
-        place = dataclasses.replace(place, instance_type=machine.machine_type)
-    inst = Instance.new(
-        inst_id,
-        request_id,
-        rank,
-        now,
-        f"assigned pooled machine {machine.id}",
-        provider_id=_cloud_id(machine),
-        attempt_id=aid,
-        **place.fields(),
-        machine_type=as_type or machine.machine_type or place.instance_type or None,
-        placement=placement,
-        price_usd_per_hour=price_of(
-            deps, place.cloud, place.instance_type, place.zone or None, place.market
-        ),
-    )
-    inst.move(InstanceState.RUNNING, now, "its pooled machine runs the work")
-    if not deps.store.create_instance(inst):
+    _cloud_id(machine)  # a machine not up runs no work
+    row = _priced(deps, machine)
+    record = Assignment(
+        id=instance_id_for(aid), request_id=request_id, node_index=rank, machine_id=row.id,
+        attempt_id=aid, placement=placement, shown_type=as_type, state=InstanceState.REQUESTED,
+        created_at=now, updated_at=now,
+        history=[Transition(from_state=None, to_state=InstanceState.REQUESTED.value, at=now,
+                            reason=f"assigned pooled machine {row.id}")],
+    )  # fmt: skip
+    view = record.view(row)
+    view.move(InstanceState.RUNNING, now, "its pooled machine runs the work")
+    if not deps.store.create_instance(view, stored=record.follow(view)):
         return
 
     def link(r: LaunchRequest) -> bool:
-        if inst_id in r.instance_ids:
+        if view.id in r.instance_ids:
             return False
-        r.instance_ids = [*r.instance_ids, inst_id]
+        r.instance_ids = [*r.instance_ids, view.id]
         return True
 
     linked = deps.store.update_request(request_id, link)
@@ -294,6 +306,29 @@ def record_instance(
         # The request ended while this placement was being written (a cancel): its sweep of
         # the records may have listed them before this one existed, so it ends here.
         end_instances(deps, request_id, f"its request ended ({linked.state.value})")
+
+
+def _priced(deps: Deps, machine: Instance) -> Instance:
+    """The machine's row with its price, as the catalog prices it: a row that has none (one
+    written before rows were priced, or adopted from an older ledger) gets it written once."""
+    if machine.price_usd_per_hour is not None:
+        return machine
+    place = machine.place
+    price = price_of(
+        deps, place.cloud, place.instance_type or machine.machine_type or "", place.zone or None,
+        place.market,
+    )  # fmt: skip
+    if price is None:
+        return machine
+
+    def set_price(row: Instance) -> bool:
+        if row.price_usd_per_hour is not None:
+            return False
+        row.price_usd_per_hour = price
+        return True
+
+    written = deps.machines.update(machine.id, set_price)
+    return written or machine.model_copy(update={"price_usd_per_hour": price})
 
 
 def end_stale_records(
