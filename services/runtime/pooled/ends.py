@@ -30,6 +30,8 @@ from corral.shared.records import Instance
 log = logging.getLogger("corral.pools")
 
 PoolRows = dict[str, list[Instance]]  # pool name -> the rows of its machines that are up
+# A retiring machine serves its work until its replacement does: its death counts too.
+_SERVING = (InstanceState.RUNNING, InstanceState.RETIRING)
 
 
 def pool_rows(deps: Deps) -> PoolRows:
@@ -44,7 +46,7 @@ def pool_rows(deps: Deps) -> PoolRows:
         if kind is None or ledger is None:
             continue
         rows = work.held_rows(deps, kind.machines(ledger).values()).values()
-        out[name] = [r for r in rows if r.state == InstanceState.RUNNING and r.provider_id]
+        out[name] = [r for r in rows if r.state in _SERVING and r.provider_id]
     return out
 
 
