@@ -163,6 +163,18 @@ BENCHES = {
             ),
         ),
         Bench(
+            "api_submit",
+            "tests/bench/test_bench_api_submit_cpu.py",
+            "tests/bench/test_bench_api_submit_cpu.py",
+            (
+                Figure(
+                    "API submit CPU: ms per submit served (in process)",
+                    r"API submit CPU: ([\d.]+) ms per submit",
+                ),
+                Figure("API submit CPU: its send ms", r"its admission's send ([\d.]+) ms"),
+            ),
+        ),
+        Bench(
             "pool_pass",
             "tests/bench/test_bench_pool_pass.py",
             "tests/bench/test_bench_pool_pass.py",

@@ -15,9 +15,10 @@ cannot disagree about what a pod takes. Pure.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from .autoscaler.kube_pods import GPU_RESOURCE, quantity
+from .catalog.offering import Offering
 from .errors import InvalidRequestError
 
 _SHAPE = re.compile(r"^(\d+(?:\.\d+)?)CPU--(\d+(?:\.\d+)?)GB(?:--([A-Za-z0-9-]+):(\d+))?$")
@@ -39,6 +40,38 @@ def shape_name(cpus: float, memory_gib: float, accelerator: str | None, count: i
     """The instance type of a node shape: ``4CPU--16GB`` or ``8CPU--32GB--T4:1``."""
     base = f"{cpus:g}CPU--{memory_gib:g}GB"
     return f"{base}--{accelerator}:{count}" if accelerator and count else base
+
+
+def shape_offerings(
+    cloud: str,
+    context: str,
+    namespaces: Iterable[str],
+    instance_type: str,
+    *,
+    cpus: float,
+    memory_gib: float,
+    accelerator: str | None,
+    accelerator_count: int,
+) -> list[Offering]:
+    """A context's node shape as the planner's offerings: one per namespace (Corral's zones),
+    priced 0 (the cluster is paid for already, so the planner tries it before any cloud), on
+    demand only. The provider lists its contexts' shapes with it and the simulator its
+    scenario's, so the two cannot offer a shape apart."""
+    return [
+        Offering(
+            cloud=cloud,
+            instance_type=instance_type,
+            accelerator=accelerator,
+            accelerator_count=accelerator_count,
+            vcpus=cpus,
+            memory_gib=memory_gib,
+            price_usd_per_hour=0.0,
+            spot_price_usd_per_hour=None,
+            region=context,
+            zone=namespace,
+        )
+        for namespace in namespaces
+    ]
 
 
 def parse_shape(instance_type: str) -> tuple[float, float, str | None, int]:

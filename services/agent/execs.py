@@ -31,6 +31,7 @@ from corral.services.agent.job_files import put_workdir
 from corral.services.agent.link import LinkError
 from corral.services.agent.pgroup import kill_group
 from corral.services.agent.processes import shell_exit_code
+from corral.services.agent.sandbox import run_as
 from corral.services.agent.sessions import Session, Where
 
 CHUNK = 256 * 1024
@@ -145,7 +146,7 @@ class Execs:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                **where.popen(),
+                **run_as(where.uid),
             )
         self.running[xid] = Running(xid, child, path)
 

@@ -84,12 +84,6 @@ class Sandbox:
             return workdir
         return str(self.folder) if self.folder is not None else None
 
-    def popen(self) -> dict[str, Any]:
-        """subprocess.Popen's arguments that run a process as the sandbox's user."""
-        if self.uid is None:
-            return {}
-        return {"user": self.uid, "group": self.uid, "extra_groups": []}
-
     def open_log(self) -> int | None:
         """A descriptor appending to the sandbox's log (the caller closes it), None without."""
         if self.log is None:
@@ -103,6 +97,11 @@ class Sandbox:
             kill_user(self.uid)
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def run_as(uid: int | None) -> dict[str, Any]:
+    """subprocess.Popen's arguments that run a process as ``uid`` (None: the agent's user)."""
+    return {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
 
 
 def kill_user(uid: int) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 from corral.services.agent.pgroup import kill_group
 from corral.services.agent.processes import shell_exit_code
-from corral.services.agent.sandbox import forward_refusal
+from corral.services.agent.sandbox import forward_refusal, run_as
 
 # How an argv is run: as is, or in the task's container (argv, stdin wanted, a tty wanted).
 Wrap = Callable[[list[str], bool, bool], list[str]]
@@ -48,11 +48,6 @@ class Where:
     wrap: Wrap = as_is
     uid: int | None = None
     marker: str | None = None
-
-    def popen(self) -> dict[str, Any]:
-        if self.uid is None:
-            return {}
-        return {"user": self.uid, "group": self.uid, "extra_groups": []}
 
 
 READ_BYTES = 64 * 1024
@@ -104,7 +99,7 @@ class ShellPeer(Peer):
             argv = wrap(["bash", "-c", command] if command else ["bash"], True, False)
             stdio = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.child = subprocess.Popen(
-            argv, cwd=cwd, env=env, start_new_session=True, **stdio, **where.popen()
+            argv, cwd=cwd, env=env, start_new_session=True, **stdio, **run_as(where.uid)
         )
         if self.tty:
             os.close(slave)

@@ -32,7 +32,7 @@ from corral.services.agent.processes import (
     ray_python,
     shell_exit_code,
 )
-from corral.services.agent.sandbox import Sandbox, assignment_key, assignment_log
+from corral.services.agent.sandbox import Sandbox, assignment_key, assignment_log, run_as
 
 
 class WorkMixin(AgentBase):
@@ -77,7 +77,7 @@ class WorkMixin(AgentBase):
         env = self._env(envs)
         # Its environment carries CORRAL_INSTANCE_ID (set by the provider), which is how the
         # provider recognises the task's processes when it must kill them itself.
-        argv, user = ["bash", "-c", script], sandbox.popen()
+        argv, user = ["bash", "-c", script], run_as(sandbox.uid)
         if container and self._container is not None:
             # The container is the task's user and room: docker's client needs the agent's.
             argv, user = self._container.exec_argv(["bash", "-c", script], workdir, envs), {}
@@ -109,7 +109,7 @@ class WorkMixin(AgentBase):
         argv = [python, script, "--gcs", gcs, "--out", out, "--interval-s", "1"]
         child = subprocess.Popen(
             argv, env={**private_env(), **envs}, stdin=subprocess.DEVNULL, start_new_session=True,
-            cwd=self.sandbox.cwd(None), **self.sandbox.popen(),
+            cwd=self.sandbox.cwd(None), **run_as(self.sandbox.uid),
         )  # fmt: skip
         say(f"reporting Ray's demand from the GCS at {gcs} (pid {child.pid})")
         self._kept.append(child.pid)

@@ -39,7 +39,7 @@ from corral.services.api.limits import BodyLimit
 from corral.services.api.nodes import router as nodes_router
 from corral.services.api.pool_routes import router as pools_router
 from corral.services.api.pool_routes import why_router
-from corral.services.api.routes import health_router, router
+from corral.services.api.routes import health_router, router, submit_router
 from corral.services.api.serve import close as close_relay
 from corral.services.api.serve import router as serve_router
 from corral.services.api.users import router as users_router
@@ -101,6 +101,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # clusters are the admins'.
     signed = [Depends(caller)]
     admins = [Depends(require_admin)]
+    # The busiest route first: each request is matched against the routes in turn.
+    app.include_router(submit_router)  # its route checks the token itself, as `signed` does
     app.include_router(health_router)
     app.include_router(router, dependencies=signed)
     app.include_router(why_router, dependencies=signed)

@@ -38,6 +38,7 @@ _bearer = HTTPBearer(
     auto_error=False,
     description="the first admin's token (CORRAL_API_TOKEN or <home>/api-token) or a user's",
 )
+BEARER_SCHEME = _bearer.scheme_name  # its name in the OpenAPI document's security schemes
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,12 @@ async def require_admin(who: Principal = Depends(caller)) -> Principal:
             status.HTTP_403_FORBIDDEN, f"user {who.name!r} is a {who.role}: this needs an admin"
         )
     return who
+
+
+async def caller_of(request: Request) -> Principal:
+    """:func:`caller` called directly, not as a dependency (the busiest route, a submit,
+    resolves its own: see ``services/api/routes.py``), with the same answers."""
+    return await caller(request, await _bearer(request))
 
 
 async def require_writer(who: Principal = Depends(caller)) -> Principal:

@@ -15,15 +15,15 @@ at start-up; the client and the config models load when a command runs.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from corral.services.cli.api_access import api_client, fail
 from corral.services.cli.output import (
     EXIT_INPUT,
+    command_text,
     data_row,
     err,
     fail_input,
@@ -33,10 +33,8 @@ from corral.services.cli.output import (
     print_list,
     report,
     say,
+    write_output,
 )
-
-if TYPE_CHECKING:
-    pass
 
 cluster_app = typer.Typer(
     name="cluster",
@@ -254,12 +252,5 @@ def exec_(
             env["RAY_ADDRESS"] = ray["gcs_address"]
             env["RAY_HEAD_IP"] = ray["gcs_address"].rsplit(":", 1)[0]
         exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items()))
-        text = command[0] if len(command) == 1 else shlex.join(command)
-        code = 1
-        for piece in client.exec(chosen[0]["id"], exports + text):
-            if isinstance(piece, int):
-                code = piece
-            else:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+        code = write_output(client.exec(chosen[0]["id"], exports + command_text(command)))
     raise typer.Exit(code)

@@ -16,7 +16,6 @@ workdir on each node, ``~/sky_workdir-job-<N>`` (services/agent/job_files.py say
 
 from __future__ import annotations
 
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +24,16 @@ from typing import Any
 import typer
 
 from corral.services.cli.api_access import api_client, complete_request_id, fail
-from corral.services.cli.output import EXIT_INPUT, data_row, notice, out, print_json, print_list
+from corral.services.cli.output import (
+    EXIT_INPUT,
+    command_text,
+    data_row,
+    notice,
+    out,
+    print_json,
+    print_list,
+    write_output,
+)
 from corral.services.cli.overrides_opt import ENV_HELP, SECRET_HELP
 
 JOB_FIELDS = ("name", "run", "envs", "secrets", "num_nodes", "workdir")
@@ -85,17 +93,8 @@ def exec_(
     if env or secret or num_nodes or name or detach or as_json:
         said = "--env, --secret, --num-nodes, --name, --detach and --json go with a task file"
         fail(f"{said} (corral exec ID task.yaml); a command takes its own", EXIT_INPUT, as_json)
-    import shlex
-
-    text = command[0] if len(command) == 1 else shlex.join(command)
-    code = 1
     with api_client(False) as client:
-        for piece in client.exec(request_id, text, node=node):
-            if isinstance(piece, int):
-                code = piece
-            else:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+        code = write_output(client.exec(request_id, command_text(command), node=node))
     raise typer.Exit(code)
 
 
@@ -163,10 +162,7 @@ def exec_task(
         if detach:
             out.print(f"follow it with `corral queue {request_id}`", markup=False)
             return
-        for piece in client.follow_exec(got["execs"][0]):
-            if isinstance(piece, str) and not as_json:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+        write_output(client.follow_exec(got["execs"][0]), shown=not as_json)
         final = _ended(client, request_id, int(got["id"]))
     if as_json:
         print_json(final)

@@ -73,6 +73,26 @@ def report(as_json: bool, doc: Any, line: str) -> None:
         say(line)
 
 
+def command_text(args: list[str]) -> str:
+    """The command given after ``--``: one word as written (a shell line), else quoted."""
+    import shlex
+
+    return args[0] if len(args) == 1 else shlex.join(args)
+
+
+def write_output(pieces: Iterable[str | int], shown: bool = True) -> int:
+    """A command's output as it comes, on stdout as written (unless not ``shown``); its exit
+    code, the last piece (1 when none came)."""
+    code = 1
+    for piece in pieces:
+        if isinstance(piece, int):
+            code = piece
+        elif shown:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    return code
+
+
 def notice(message: str) -> None:
     """A one-line notice on stderr (never on stdout, so --json output stays parseable)."""
     from rich.text import Text

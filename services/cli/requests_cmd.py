@@ -425,15 +425,10 @@ def autostop(
         fail("give --cancel alone, or -i N (and --down)", EXIT_INPUT, as_json)
     with api_client(as_json) as client:
         view = client.autostop(request_id, idle_minutes, down=down, cancel=cancel)
-    if as_json:
-        print_json(view.document())
-        return
-    if cancel:
-        out.print(f"request {view.id}: autostop cancelled", markup=False)
-        return
     then = "terminated" if down else "stopped"
     minutes = 5 if idle_minutes is None else idle_minutes
-    out.print(f"request {view.id}: {then} after {minutes:g} idle minutes", markup=False)
+    said = "autostop cancelled" if cancel else f"{then} after {minutes:g} idle minutes"
+    report(as_json, view.document(), f"request {view.id}: {said}")
 
 
 def start(request_id: str = REQUEST_ID, as_json: bool = JSON_OPT) -> None:

@@ -48,9 +48,8 @@ from corral.shared.lifecycle import (
 log = logging.getLogger("corral.metrics")
 
 LIVE_REQUEST_STATES = tuple(s for s in RequestState if s not in TERMINAL_REQUEST_STATES)
+# Every live instance is billed: a cloud bills from the accepted call until the machine is gone.
 LIVE_INSTANCE_STATES = tuple(s for s in INSTANCE_STATES if s not in TERMINAL_INSTANCE_STATES)
-# Every one of these is billed: a cloud bills from the accepted call until the machine is gone.
-BILLED_INSTANCE_STATES = LIVE_INSTANCE_STATES
 BILLED_MACHINE_STATUSES = frozenset({"launching", "up", "retiring", "reaping"})
 
 # (name, help, labels) of every gauge this collector yields, in the order it yields them.

@@ -77,11 +77,16 @@ def warn_if_plain_http(api_url: str) -> bool:
 
 class NodeBookLogs:
     """The port's log reads for a cloud whose machines' agents ship their output to the node
-    book (AWS, Google Cloud, Kubernetes): a provider class inherits these; it sets ``name``
-    and ``log_book`` (None: no Redis here, so no output)."""
+    book (AWS, Google Cloud, Kubernetes): a provider class inherits these; it sets ``name``,
+    ``log_book`` (None: no Redis here, so no output) and ``nodes`` (None: blind boots)."""
 
     name: str
     log_book: NodeBook | None
+    nodes: NodeAgents | None
+
+    def _seen(self, instances: list[ProviderInstance]) -> list[ProviderInstance]:
+        """Machines as the control plane must see them: up once their agent registered."""
+        return instances if self.nodes is None else self.nodes.overlay(instances)
 
     def _node(self, provider_id: str, attempt_id: str | None, node_index: int) -> NodeName | None:
         """The machine's node in the book: as its agent registered (a pooled machine's is known
@@ -355,6 +360,9 @@ class NodeAgents:
     def report(self, provider_id: str) -> dict[str, Any] | None:
         node = self.book.node_of(self.cloud, provider_id)
         return None if node is None else self.book.view(node).beat
+
+    def ended_work(self) -> list[str]:
+        return self.book.take_ended_work(self.cloud)
 
     def hand_job_bundle(self, provider_id: str, scope: str, sha256: str) -> None:
         """Nothing: the agent fetches it (GET /v1/node/bundle?sha256=, its node token)."""

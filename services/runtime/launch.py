@@ -43,13 +43,19 @@ class LaunchDeferred(Exception):
         self.wait_s = wait_s
 
 
-def start(deps: Deps, boot: Boot, fresh: bool = False) -> list[ProviderInstance]:
+def start(
+    deps: Deps,
+    boot: Boot,
+    fresh: bool = False,
+    recorded: Callable[[list[ProviderInstance]], object] | None = None,
+) -> list[ProviderInstance]:
     """Launch ``boot.spec`` and hand its machines to the boot watch; returns what the cloud
     answered (machines usually still booting). Raises the provider's error, or
     :class:`LaunchDeferred` when the cloud's limits are full. Called again for the same
     attempt (a redelivered task), it launches nothing more and keeps the first deadline.
     ``fresh``: the caller's own write just started this attempt, so no earlier call can have
-    booked its boot (the book is not read)."""
+    booked its boot (the book is not read). ``recorded``: called with what the cloud answered
+    before the boot is booked, so what it writes is there before the watch can see the boot."""
     spec = boot.spec
     if not fresh:
         boot = deps.boots.get(spec.cloud, boot.key) or boot
@@ -67,6 +73,8 @@ def start(deps: Deps, boot: Boot, fresh: bool = False) -> list[ProviderInstance]
     except ProviderError:
         deps.limits.release(spec.cloud, spec.region, spec.attempt_id)
         raise
+    if recorded is not None:
+        recorded(launched)
     # Watched, and a watch of the cloud scheduled if none is, in one round trip.
     interval = watch_interval(deps, spec.cloud)
     if deps.boots.add(boot, watch_ttl_s=_watch_mark_ttl(interval)):

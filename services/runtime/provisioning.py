@@ -302,8 +302,14 @@ def _attempt(
     boot = Boot(
         kind="attempt", spec=spec, deadline=now + deps.settings.timers.attempt_deadline_s, step=step
     )
+
+    # The instances are recorded before the boot is booked: a fresh attempt's rows are then
+    # new for certain (the watch, which may finish a quick job first, sees the boot only after).
+    def recorded(launched: list[ProviderInstance]) -> None:
+        _record_booting(deps, req.id, attempt_id, cand, launched, fresh=fresh)
+
     try:
-        launched = start(deps, boot, fresh=fresh)
+        launched = start(deps, boot, fresh=fresh, recorded=recorded)
     except LaunchDeferred as full:
         raise RetryLater(full.wait_s, try_no) from None  # the same attempt, later
     except ThrottledError as exc:
@@ -316,7 +322,6 @@ def _attempt(
         return after_failure(deps, req, step, Scope.NONE, inline)
     except ProviderError as exc:
         return _failed(deps, req, step, attempt_id, cand, exc, inline, started_at=now)
-    _record_booting(deps, req.id, attempt_id, cand, launched)
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
         found = by_node(launched)
@@ -405,11 +410,14 @@ def _record_booting(
     attempt_id: str,
     cand: ChainStep,
     launched: list[ProviderInstance],
+    fresh: bool = False,
 ) -> None:
-    """The attempt's instances as the cloud accepted them: REQUESTED, on their way up."""
+    """The attempt's instances as the cloud accepted them: REQUESTED, on their way up.
+    ``fresh``: the attempt was just started by this task's own write (no row can be there)."""
     now = deps.now()
     for node, pi in enumerate(by_node(launched)):
-        deps.store.create_instance(_instance_of(request_id, attempt_id, cand, node, pi, now))
+        inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
+        deps.store.create_instance(inst, fresh=fresh)
 
 
 def _instance_of(

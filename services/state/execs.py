@@ -106,6 +106,12 @@ class ExecBook:
         pipe.execute()
         return xid
 
+    def anything_queued(self, node: str) -> bool:
+        """Whether ``node``'s command queue or job queue holds anything, in one command (an
+        emptied queue is no key: EXISTS counts the two keys)."""
+        keys = (exec_queue_key(self.prefix, node), job_queue_key(self.prefix, node))
+        return int(relay.command(self.r, "EXISTS", *keys)) > 0
+
     def take(self, node: str, limit: int = 8) -> list[dict[str, Any]]:
         """The commands waiting for ``node`` (taken off its queue), marked running."""
         taken = []

@@ -22,12 +22,14 @@ Key layout (``P`` is the prefix, "corral" by default; ids and states as stored):
 
 The state indexes are sorted sets scored by creation time, so listing the requests of one
 state in order reads only that set. Every index is changed in the same script as the record,
-so an index never disagrees with a record it points at. An instance is in exactly one state
-index, so every instance is their union: no index of all instances is written at each
-creation (an older version wrote ``P:instances:created``; retention still removes ids from
-it). The same holds for requests (an older version wrote ``P:requests:created``). A request
-submitted under an idempotency key is created in the same script that records it under the
-key, so two submissions racing with one key create one request.
+so an index never disagrees with a record it points at (a fresh attempt's instance, new for
+certain, is written with its indexes in one pipelined round trip instead: rows.py). An
+instance is in exactly one state index, so every instance is their union: no index of all
+instances is written at each creation (an older version wrote ``P:instances:created``;
+retention still removes ids from it). The same holds for requests (an older version wrote
+``P:requests:created``). A request submitted under an idempotency key is created in the same
+script that records it under the key, so two submissions racing with one key create one
+request.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from corral.services.state.cas import (
     until_written,
 )
 from corral.services.state.cas import WriteConflict as WriteConflict  # its callers' name for it
+from corral.services.state.rows import write_fresh
 from corral.shared.lifecycle import INSTANCE_STATES, InstanceState, RequestState
 from corral.shared.records import Assignment, Event, Instance, LaunchRequest, Submission
 
@@ -230,21 +233,21 @@ class Store:
         """Count one more submission under ``key`` (a duplicate answered without a write)."""
         self._r.hincrby(self._key("submission", key), "received", 1)
 
-    def create_instance(self, inst: Instance, stored: Assignment | None = None) -> bool:
+    def create_instance(
+        self, inst: Instance, stored: Assignment | None = None, *, fresh: bool = False
+    ) -> bool:
         """Store a new instance; False (and nothing written) if its id already exists.
-        ``stored``: the assignment ``inst`` is the view of, stored instead (:mod:`.assigned`)."""
+        ``stored``: the assignment ``inst`` is the view of, stored instead (:mod:`.assigned`).
+        ``fresh``: no row can hold its id (the caller's own write just started its attempt):
+        written without the creation script's look for it (:mod:`.rows`)."""
         keys = [
             self._instance_key(inst.id),
             self._key("instances", "request", inst.request_id),
             self._instance_state_key(inst.state),
         ]
-        args: list[str | int | float] = [
-            inst.id,
-            inst.version,
-            (stored or inst).model_dump_json(),
-            inst.created_at,
-        ]
-        created = int(self._create(keys=keys, args=args)) == 1
+        row = (stored or inst).model_dump_json()
+        args: list[Any] = [inst.id, inst.version, row, inst.created_at]
+        created = write_fresh(self._r, keys, *args) if fresh else self._create(keys, args) == 1
         if created:
             for listener in self.listeners:
                 listener.created(inst)

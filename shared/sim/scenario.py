@@ -69,7 +69,7 @@ from ..clouds import SIMULATED_CLOUDS
 from ..config import parse_duration_s
 from ..config.base import StrictModel
 from ..configio import ConfigError, Document, PathKey, load_file, validate_doc
-from ..pod_shapes import QUOTA_RESOURCES, shape_name
+from ..pod_shapes import QUOTA_RESOURCES, shape_name, shape_offerings
 
 
 def _time_s(value: object) -> object:
@@ -423,25 +423,20 @@ def _offering(
 
 
 def _pod_offerings(cloud: str, spec: PodCloudSpec) -> Iterator[Offering]:
-    """A pod cloud's offerings as its provider lists them live from the nodes: every shape of
-    a context once per namespace, priced 0 (the cluster is paid for already, so the planner
-    tries it before any cloud), on demand only."""
+    """A pod cloud's offerings as its provider lists them live from the nodes."""
     for context, cspec in spec.contexts.items():
         for name, group in cspec.shapes().items():
-            accelerator = (group.accelerator or "GPU") if group.gpus else None
-            for namespace in cspec.namespaces:
-                yield Offering(
-                    cloud=cloud,
-                    instance_type=name,
-                    accelerator=accelerator.upper() if accelerator else None,
-                    accelerator_count=group.gpus,
-                    vcpus=group.cpus,
-                    memory_gib=group.memory_gib,
-                    price_usd_per_hour=0.0,
-                    spot_price_usd_per_hour=None,
-                    region=context,
-                    zone=namespace,
-                )
+            accelerator = (group.accelerator or "GPU").upper() if group.gpus else None
+            yield from shape_offerings(
+                cloud,
+                context,
+                cspec.namespaces,
+                name,
+                cpus=group.cpus,
+                memory_gib=group.memory_gib,
+                accelerator=accelerator,
+                accelerator_count=group.gpus,
+            )
 
 
 def _pod_problems(name: str, spec: PodCloudSpec) -> Iterator[tuple[PathKey, str]]:

@@ -33,6 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -370,3 +371,21 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
         do_GET = do_POST = do_DELETE = do_PATCH = _serve
 
     return Handler
+
+
+def kubeconfig_for(url: str, path: Path, context: str = "test") -> Path:
+    """A kubeconfig with one context pointing at ``url`` (no auth), for the
+    provider to reach this server by."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": context, "cluster": {"server": url}}],
+                "users": [{"name": context, "user": {}}],
+                "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+                "current-context": context,
+            }
+        )
+    )
+    return path

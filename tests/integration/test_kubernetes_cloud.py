@@ -14,10 +14,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from corral.services.providers.kubernetes.provider import kubeconfig_for
-
 from cloud_vms import Fleet, Vm, start_with_agents
-from fakes.k8s_api import FakeKube
+from fakes.k8s_api import FakeKube, kubeconfig_for
 from harness import System, wait_for
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from corral.services.providers.kubernetes.provider import kubeconfig_for
-
 from cloud_vms import start_with_agents
-from fakes.k8s_api import FakeKube
+from fakes.k8s_api import FakeKube, kubeconfig_for
 from fakes.k8s_pods import PodPlayer
 from harness import System, wait_for
 

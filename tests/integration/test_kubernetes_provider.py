@@ -15,11 +15,11 @@ import pytest
 
 from corral.services.providers.base import LaunchSpec
 from corral.services.providers.kubernetes.pods import accelerator_name, pod_name
-from corral.services.providers.kubernetes.provider import KubernetesProvider, kubeconfig_for
+from corral.services.providers.kubernetes.provider import KubernetesProvider
 from corral.shared.errors import CapacityError, QuotaError, Scope
 from corral.shared.pod_shapes import parse_shape, shape_name
 
-from fakes.k8s_api import FakeKube
+from fakes.k8s_api import FakeKube, kubeconfig_for
 
 pytestmark = pytest.mark.integration
 

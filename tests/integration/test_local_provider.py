@@ -336,6 +336,47 @@ def test_an_id_taken_already_is_refused_and_the_launch_takes_nothing(
     assert state.attempt_value(s.attempt_id) is None and state.record(records[0].id) is None
 
 
+def test_the_high_water_mark_is_read_only_when_a_launch_may_pass_it(
+    provider: LocalProvider,
+) -> None:
+    # The mark only grows: under what this process saw last, a launch neither reads nor
+    # writes it (no HGET); past it, the script reads the stored mark and raises it.
+    state, keys = provider.state, provider.state.keys
+    pool = keys.pool("lab-east-a", "cpu-2")
+    r = state.r
+
+    def hgets() -> int:
+        return int(r.info("commandstats").get("cmdstat_hget", {}).get("calls", 0))
+
+    def reserve(count: int) -> list[str]:
+        s = spec(count=count)
+        records = provider._new_records(s, pool, "on_demand", None)
+        assert state.reserve(pool, 8, s.attempt_id, records)[0] == 1
+        return [rec.id for rec in records]
+
+    first = reserve(3)
+    assert state.high_water() == {pool: 3}
+    for iid in first[:2]:  # two slots freed: 1 in use
+        r.srem(pool, iid)
+    before = hgets()
+    reserve(2)  # 3 in use: not past the mark this process saw
+    assert hgets() == before and state.high_water() == {pool: 3}
+    before = hgets()
+    reserve(1)  # 4 in use: past it, read and raised
+    assert hgets() == before + 1 and state.high_water() == {pool: 4}
+    # Another process, which saw no mark yet, reads the stored one and never lowers it.
+    other = LocalProvider(
+        CLOUD, provider.redis_url, prefix=provider.prefix, log_dir=provider.log_dir
+    )
+    s = spec()
+    other.state.reserve(pool, 8, s.attempt_id, other._new_records(s, pool, "on_demand", None))
+    assert state.high_water() == {pool: 5}
+    r.srem(pool, *r.smembers(pool))
+    s = spec()
+    other.state.reserve(pool, 8, s.attempt_id, other._new_records(s, pool, "on_demand", None))
+    assert state.high_water() == {pool: 5}
+
+
 def test_the_same_attempt_from_racing_callers_launches_once(provider: LocalProvider) -> None:
     s = spec("lab-east-slow", count=2)  # a launch delay keeps the first caller busy
     results: list[list[str]] = []

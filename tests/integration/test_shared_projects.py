@@ -28,10 +28,9 @@ import pytest
 import redis
 import yaml
 
-from corral.services.providers.kubernetes.provider import kubeconfig_for
 from corral.services.state.store import Store
 
-from fakes.k8s_api import FakeKube
+from fakes.k8s_api import FakeKube, kubeconfig_for
 from harness import CORRAL, System, wait_for
 
 pytestmark = pytest.mark.integration

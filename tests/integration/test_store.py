@@ -73,6 +73,28 @@ def test_create_is_idempotent_and_never_overwrites(store: Store) -> None:
     assert store.list_instances(request_id="req-2") == []
 
 
+def test_a_fresh_instance_is_stored_as_the_creation_script_stores_one(
+    store: Store, client: redis.Redis
+) -> None:
+    # ``fresh``: no look for the id (the caller knows it is new), 3 commands; the row, its
+    # version and both indexes as the script writes them, and the row moves on as any.
+    store.create_instance(new_instance("i-s", "req-1", 0))
+    before = {k: int(v["calls"]) for k, v in client.info("commandstats").items()}
+    assert store.create_instance(new_instance("i-f", "req-1", 1), fresh=True) is True
+    after = {k: int(v["calls"]) for k, v in client.info("commandstats").items()}
+    sent = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    assert sent == {"cmdstat_hset": 1, "cmdstat_zadd": 2, "cmdstat_info": 1}
+    scripted = client.hgetall(f"{PREFIX}:instance:i-s")
+    fresh = client.hgetall(f"{PREFIX}:instance:i-f")
+    assert scripted[b"version"] == fresh[b"version"] == b"0"
+    assert {i.id for i in store.list_instances(request_id="req-1")} == {"i-s", "i-f"}
+    requested = store.list_instances(states=[InstanceState.REQUESTED])
+    assert {i.id for i in requested} == {"i-s", "i-f"}
+    moved = store.update_instance("i-f", lambda i: i.move(InstanceState.RUNNING, 102.0, "up"))
+    assert moved is not None and moved.version == 1
+    assert [i.id for i in store.list_instances(states=[InstanceState.RUNNING])] == ["i-f"]
+
+
 def test_every_key_starts_with_the_prefix(store: Store, client: redis.Redis) -> None:
     store.create_request(new_request())
     store.create_instance(new_instance("i-1", "req-1", 0))

@@ -81,3 +81,38 @@ def test_a_sessions_streams_carry_bytes_both_ways_and_end(node_side: Any, api: r
     assert not node.gone(xid)
     user.end_sessions_of("u")
     assert node.gone(xid)
+
+
+def test_the_local_agents_step_looks_at_both_queues_with_one_command(
+    redis_url: str, api: redis.Redis
+) -> None:
+    """An agent's step takes commands, then (free) the next job: with both queues empty, one
+    EXISTS answers both; with either holding something, each is taken as before."""
+    from corral.services.providers.local.agent import RedisLink
+    from corral.services.providers.local.state import CloudState, InstanceRecord
+
+    prefix = f"t{uuid.uuid4().hex[:6]}"
+    state = CloudState(MiniRedis.from_url(redis_url), prefix)  # type: ignore[arg-type]
+    rec = InstanceRecord(
+        id="li-1", request_id="r", attempt_id="a", region="r", zone="z", instance_type="t",
+        market="on_demand", pool=state.keys.pool("z", "t"), log_path="-", created_at=0.0,
+        vcpus=1.0, memory_gib=1.0,
+    )  # fmt: skip
+    link = RedisLink(state, rec, prefix)
+    commands = ("exists", "lpop", "zpopmin")
+
+    def looks() -> dict[str, int]:
+        stats = api.info("commandstats")
+        return {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in commands}
+
+    before = looks()
+    assert link.take_execs() == [] and link.take_job() is None
+    after = looks()
+    assert {c: after[c] - before[c] for c in commands} == {"exists": 1, "lpop": 0, "zpopmin": 0}
+    user = ExecBook(api, prefix)
+    xid = user.create("r", "i-1", "li-1", "echo hi", now=1.0)
+    api.zadd(job_queue_key(prefix, "li-1"), {json.dumps({"id": "x-1", "job": 2}): 2})
+    assert [i["id"] for i in link.take_execs()] == [xid]
+    assert link.take_job() == {"id": "x-1", "job": 2} and link.take_job() is None
+    api.zadd(job_queue_key(prefix, "li-1"), {json.dumps({"id": "x-3", "job": 3}): 3})
+    assert link.take_execs() == [] and link.take_job() == {"id": "x-3", "job": 3}

@@ -264,6 +264,46 @@ def test_the_provider_and_the_simulator_ask_the_same_of_a_pod(tmp_path: Path) ->
     assert seen == set(wanted.values())
 
 
+def test_the_provider_and_the_simulator_offer_a_node_shape_by_one_function(
+    tmp_path: Path,
+) -> None:
+    """``pod_shapes.shape_offerings``: a shape once per namespace, the context its region,
+    priced 0, on demand only; the provider's offerings of the scenario's nodes (as its node
+    listing reports them) are the simulator's catalog rows of that cloud, one for one."""
+    from corral.services.providers.kubernetes.provider import KubernetesProvider
+    from corral.services.providers.kubernetes.provider import Offering as NodeShape
+    from corral.shared.pod_shapes import shape_offerings
+
+    offered = shape_offerings(
+        "kubernetes", "lab", ("team-a", "default"), T4,
+        cpus=8, memory_gib=32, accelerator="T4", accelerator_count=1,
+    )  # fmt: skip
+    assert [(o.cloud, o.region, o.zone) for o in offered] == [
+        ("kubernetes", "lab", "team-a"),
+        ("kubernetes", "lab", "default"),
+    ]
+    assert {
+        (o.instance_type, o.vcpus, o.memory_gib, o.accelerator, o.accelerator_count)
+        for o in offered
+    } == {(T4, 8, 32, "T4", 1)}
+    assert {(o.price_usd_per_hour, o.spot_price_usd_per_hour) for o in offered} == {(0.0, None)}
+
+    scenario = _scenario(tmp_path)
+    played = [o for o in scenario.catalog().offerings if o.cloud == "kubernetes"]
+    groups = scenario.clouds["kubernetes"].contexts["lab"].shapes()  # type: ignore[union-attr]
+
+    class Listed(KubernetesProvider):
+        def offerings_of(self, context: str) -> list[NodeShape]:
+            return [
+                NodeShape(context, name, g.cpus, g.memory_gib, g.accelerator, g.gpus, g.count, None)
+                for name, g in groups.items()
+            ]
+
+    listed = Listed(contexts=["lab"], namespaces=["team-a", "default"]).offerings()
+    assert len(played) == 4
+    assert list(listed) == played
+
+
 @pytest.mark.parametrize(
     ("swap", "expected"),
     [

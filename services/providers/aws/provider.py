@@ -240,10 +240,6 @@ class AwsProvider(CatalogOfferings, NodeBookLogs):
         response = self._run_instances(spec.region, params)
         return self._seen(self._accept(spec, response.get("Instances", [])))
 
-    def _seen(self, instances: list[ProviderInstance]) -> list[ProviderInstance]:
-        """Machines as the control plane must see them: up once their agent registered."""
-        return instances if self.nodes is None else self.nodes.overlay(instances)
-
     # --- ports ------------------------------------------------------------------------------
     def _open_ports(self, spec: LaunchSpec, params: dict[str, Any]) -> None:
         """Open the task's ports (resources.ports) to the world: a security group of Corral's

@@ -255,10 +255,6 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         """The node agent's startup-script for this node, when agents are configured."""
         return None if self.nodes is None else self.nodes.boot_script(spec, int(node))
 
-    def _seen(self, instances: list[ProviderInstance]) -> list[ProviderInstance]:
-        """Machines as the control plane must see them: up once their agent registered."""
-        return instances if self.nodes is None else self.nodes.overlay(instances)
-
     def _insert_all(
         self, spec: LaunchSpec, todo: list[tuple[str, compute_v1.Instance, str]]
     ) -> None:

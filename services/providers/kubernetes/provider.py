@@ -28,7 +28,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import urllib3
@@ -68,7 +67,7 @@ from corral.shared.errors import (
     Scope,
     ThrottledError,
 )
-from corral.shared.pod_shapes import shape_name
+from corral.shared.pod_shapes import shape_name, shape_offerings
 from corral.shared.quota_families import k8s_family
 from corral.shared.retry import with_retries
 
@@ -232,11 +231,8 @@ class KubernetesProvider(NodeBookLogs):
 
     # --- the port: what the planner and the logs read ---------------------------------------
     def offerings(self) -> Sequence[CatalogOffering]:
-        return self.catalog_offerings()
-
-    def catalog_offerings(self) -> Sequence[CatalogOffering]:
-        """Every node shape of every context, once per namespace (Corral's zones), priced 0:
-        the cluster is already paid for, so the planner tries it first."""
+        """Every node shape of every context, once per namespace (Corral's zones), priced 0
+        (``shape_offerings``, the simulator's too)."""
         out: list[CatalogOffering] = []
         for context in self.contexts():
             try:
@@ -245,25 +241,20 @@ class KubernetesProvider(NodeBookLogs):
                 log.warning("kubernetes context %s: nodes not listed: %s", context, exc)
                 continue
             for shape in shapes:
-                for namespace in self.namespaces:
-                    out.append(
-                        CatalogOffering(
-                            cloud=self.name,
-                            instance_type=shape.instance_type,
-                            accelerator=shape.accelerator,
-                            accelerator_count=shape.accelerator_count,
-                            vcpus=shape.cpus,
-                            memory_gib=shape.memory_gib,
-                            price_usd_per_hour=0.0,
-                            spot_price_usd_per_hour=None,
-                            region=context,
-                            zone=namespace,
-                        )
-                    )
+                out += shape_offerings(
+                    self.name,
+                    context,
+                    self.namespaces,
+                    shape.instance_type,
+                    cpus=shape.cpus,
+                    memory_gib=shape.memory_gib,
+                    accelerator=shape.accelerator,
+                    accelerator_count=shape.accelerator_count,
+                )
         return out
 
     def zones_of(self, instance_type: str, reservation_id: str | None) -> list[tuple[str, str]]:
-        return zones_from(self.catalog_offerings(), instance_type)
+        return zones_from(self.offerings(), instance_type)
 
     # --- launch -------------------------------------------------------------------------------
     def launch(self, spec: LaunchSpec) -> list[ProviderInstance]:
@@ -297,8 +288,7 @@ class KubernetesProvider(NodeBookLogs):
                 raise
             created.append(pod["metadata"]["name"])
         pods = self._await_scheduling(context, namespace, created, spec)
-        instances = [self._to_instance(context, p) for p in pods]
-        return instances if self.nodes is None else self.nodes.overlay(instances)
+        return self._seen([self._to_instance(context, p) for p in pods])
 
     def _ranks(self, spec: LaunchSpec) -> list[int]:
         if spec.count == 1:  # one node, maybe one replacing a given node of its request
@@ -387,7 +377,7 @@ class KubernetesProvider(NodeBookLogs):
                     label_selector=label_selector(wanted),
                 ).get("items", [])
                 found += [self._to_instance(context, p) for p in pods]
-        return found if self.nodes is None else self.nodes.overlay(found)
+        return self._seen(found)
 
     def _to_instance(self, context: str, pod: dict[str, Any]) -> ProviderInstance:
         meta = pod.get("metadata") or {}
@@ -480,20 +470,3 @@ def _bound(pod: dict[str, Any]) -> bool:
 def _split(provider_id: str) -> tuple[str, str, str]:
     context, namespace, name = provider_id.rsplit("/", 2)
     return context, namespace, name
-
-
-def kubeconfig_for(url: str, path: Path, context: str = "test") -> Path:
-    """A kubeconfig with one context pointing at ``url`` (no auth): tests and local clusters."""
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": context, "cluster": {"server": url}}],
-                "users": [{"name": context, "user": {}}],
-                "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
-                "current-context": context,
-            }
-        )
-    )
-    return path

@@ -105,6 +105,9 @@ class RedisLink:
         # (its record already holds a first beat's time), so no beat of it writes that again.
         self._heard = rec.first_heartbeat_at is not None
         self._child_pid: int | None = None  # a child's pid the next beat records
+        # The last look at the machine's queues found both empty: the job look that follows
+        # it in the same step is answered without a command (see take_execs).
+        self._queues_empty = False
 
     def heartbeat(
         self,
@@ -203,11 +206,20 @@ class RedisLink:
         return ExecBook(self._session_redis(), self.prefix)
 
     def take_execs(self) -> list[dict[str, Any]]:
+        """The commands queued for this machine, taken. One EXISTS looks at its command queue
+        and its job queue at once: nearly always both are empty (a quick job's end looks at
+        them once, an idle machine at every beat), and then the step's job look that follows
+        (:meth:`take_job`) costs no command either."""
         with _link_errors():
-            return self._book().take(self.rec.id)
+            book = self._book()
+            self._queues_empty = not book.anything_queued(self.rec.id)
+            return [] if self._queues_empty else book.take(self.rec.id)
 
     def take_job(self) -> dict[str, Any] | None:
         """The next job queued for this machine (it is free), marked started."""
+        if self._queues_empty:  # the step's look at the queues just now found none
+            self._queues_empty = False
+            return None
         with _link_errors():
             return self._book().take_job(self.rec.id)
 

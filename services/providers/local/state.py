@@ -66,6 +66,8 @@ ATTEMPT_TTL_S = 7 * 24 * 3600
 LOCAL_ADDRESS = "127.0.0.1"
 # How long an ended instance's record stays visible to describe().
 ENDED_RECORD_TTL_S = 24 * 3600
+# Ends of work kept for the control plane to take (reconcile takes them every few seconds).
+WORK_ENDED_KEPT = 10_000
 
 
 class Keys:
@@ -103,6 +105,11 @@ class Keys:
 
     def assign_result(self, instance_id: str) -> str:
         return f"{self.base}:assign-result:{instance_id}"
+
+    def work_ended(self) -> str:
+        """The ids of machines whose agents recorded an assignment's end, oldest first, until
+        the control plane takes them (:meth:`LocalState.take_ended_work`)."""
+        return f"{self.base}:work-ended"
 
 
 @dataclass
@@ -214,15 +221,18 @@ _FIELD_READERS = {name: _field_reader(name) for name in InstanceRecord.__datacla
 # them itself only once the binder had its time to (the records' created_at plus a margin:
 # no start lease is written here, a Redis command less per launch).
 # KEYS: pool, instances, attempt, high-water hash, record keys...   ARGV: limit, ids JSON,
-# attempt TTL, record JSONs... (one per record key, each a flat {field: string}). Returns
-# {1, used} on success, {0, used} when full, {-1, 0} when the attempt is bound already
-# (another caller launched it), {-2, 0} when an id is already taken. An id is taken when it is
-# in the set of every instance (which holds each id as long as its record exists: an id
-# leaves it only once its record expired): the SADD that adds it says so, so no EXISTS per
-# record is needed (a Redis command less per machine); on a collision, practically never, the
-# ids this call added are taken out again. The high-water hash keeps the most slots a pool
-# ever had in use. The attempt is bound first, by a SET NX that says whether another caller
-# bound it already (no EXISTS before it), and unbound again when the call takes nothing.
+# attempt TTL, the pool's high-water mark as the caller last saw it, record JSONs... (one per
+# record key, each a flat {field: string}). Returns {1, used, high} on success, {0, used} when
+# full, {-1, 0} when the attempt is bound already (another caller launched it), {-2, 0} when
+# an id is already taken. An id is taken when it is in the set of every instance (which holds
+# each id as long as its record exists: an id leaves it only once its record expired): the
+# SADD that adds it says so, so no EXISTS per record is needed (a Redis command less per
+# machine); on a collision, practically never, the ids this call added are taken out again.
+# The high-water hash keeps the most slots a pool ever had in use. It only grows, so the mark
+# a caller saw is a floor of the stored one: a launch that stays at or under it neither reads
+# nor writes the hash (a Redis command less per launch once a burst reached its height). The
+# attempt is bound first, by a SET NX that says whether another caller bound it already (no
+# EXISTS before it), and unbound again when the call takes nothing.
 _RESERVE = """
 if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'EX', tonumber(ARGV[3])) then return {-1, 0} end
 local n = #KEYS - 4
@@ -233,7 +243,7 @@ if used + n > tonumber(ARGV[1]) then
 end
 local recs = {}
 for i = 5, #KEYS do
-  recs[i] = cjson.decode(ARGV[i - 1])
+  recs[i] = cjson.decode(ARGV[i])
   if redis.call('SADD', KEYS[2], recs[i]['id']) == 0 then
     for j = 5, i - 1 do redis.call('SREM', KEYS[2], recs[j]['id']) end
     redis.call('DEL', KEYS[3])
@@ -248,9 +258,15 @@ for i = 5, #KEYS do
   redis.call('SADD', KEYS[1], rec['id'])
 end
 local now_used = used + n  -- every id is new (checked above), so each SADD added one
-local high = tonumber(redis.call('HGET', KEYS[4], KEYS[1]) or '0')
-if now_used > high then redis.call('HSET', KEYS[4], KEYS[1], now_used) end
-return {1, used + n}
+local high = tonumber(ARGV[4])
+if now_used > high then
+  high = tonumber(redis.call('HGET', KEYS[4], KEYS[1]) or '0')
+  if now_used > high then
+    redis.call('HSET', KEYS[4], KEYS[1], now_used)
+    high = now_used
+  end
+end
+return {1, now_used, high}
 """
 
 # End an instance once: set its final state and free its capacity slot; with the agent's last
@@ -397,6 +413,8 @@ class CloudState:
         self._set_state = client.register_script(_SET_STATE)
         self._records = client.register_script(_RECORDS)
         self._claim_start = client.register_script(_CLAIM_START)
+        # Each pool's high-water mark as this process last saw it (a floor of the stored one).
+        self._high_seen: dict[str, int] = {}
 
     # --- attempts and capacity -------------------------------------------------------------
     def launched_ids(self, attempt_ids: list[str]) -> list[str]:
@@ -439,9 +457,11 @@ class CloudState:
         ids = json.dumps([rec.id for rec in records])
         keys = [pool, self.keys.instances, self.keys.attempt(attempt_id), self.keys.high_water]
         keys += [self.keys.record(rec.id) for rec in records]
-        args: list[str | int] = [limit, ids, ATTEMPT_TTL_S]
+        args: list[str | int] = [limit, ids, ATTEMPT_TTL_S, self._high_seen.get(pool, 0)]
         args += [json.dumps(rec.to_hash()) for rec in records]
-        status, used = self._reserve(keys=keys, args=args)
+        status, used, *high = self._reserve(keys=keys, args=args)
+        if high:
+            self._high_seen[pool] = max(int(high[0]), self._high_seen.get(pool, 0))
         return int(status), int(used)
 
     def started(self, records: list[InstanceRecord]) -> list[str | None]:
@@ -651,7 +671,18 @@ class CloudState:
         if drop:
             pipe.hdel(key, *drop)
         pipe.pexpire(key, ENDED_RECORD_TTL_S * 1000)
+        if results:  # the control plane's bell: this machine's work ended
+            pipe.rpush(self.keys.work_ended(), instance_id)
+            pipe.ltrim(self.keys.work_ended(), -WORK_ENDED_KEPT, -1)
         pipe.execute()
+
+    def take_ended_work(self) -> list[str]:
+        """The machines whose work ended since the last call (each once), taken."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.lrange(self.keys.work_ended(), 0, -1)
+        pipe.delete(self.keys.work_ended())
+        ids, _ = pipe.execute()
+        return list(dict.fromkeys(str(i) for i in ids))
 
     def last_beat(self, instance_id: str) -> dict[str, Any] | None:
         """The agent's last heartbeat, None once it expired (the agent is silent)."""
