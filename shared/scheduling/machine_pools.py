@@ -19,9 +19,7 @@ decision itself, which is what ``corral why`` shows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain, repeat
-from operator import attrgetter, itemgetter, mul, neg, not_
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import trusted
@@ -35,8 +33,9 @@ from .model import (
     Preemption,
     Workload,
 )
-from .partitions import FIELDS, Access, Book, PoolState
+from .partitions import Access, Book, PoolState
 from .preemption import Choice, choose_victims, protected
+from .queue_order import KIND_FIELDS, VerdictKey, ordered
 from .reaping import plan_machine_reaps
 from .replacement import plan_replacements
 
@@ -138,104 +137,15 @@ def queue(state: PoolState) -> list[Workload]:
     return _queue(state)[0]
 
 
-def _queue(state: PoolState) -> tuple[list[Workload], list[VerdictKey]]:
-    """``queue`` and each of its workloads' verdict key (:func:`_verdict_key`), read
-    together at C speed."""
-    waiting = state.pending()
-    if not waiting:
-        return [], []
-    # The best rule priority a machine type's partitions give, per labels: machine types
-    # alike in rules (the same rule objects) give the same, so a table per label id maps
-    # rules to it, filled as asked. Read for the whole queue at C speed. Rule priorities are
-    # never below 0: a workload none of whose machine types is in the pool has 0.
-    tables: dict[int, _BestIn] = {}
-    fields = list(map(FIELDS, waiting))
-    lids = state.label_ids(waiting, fields)
-    # A machine type of each kind of rules, to read them from.
-    example = {rules: t for t, rules in reversed(state.rules_of_type.items())}
-    # One workload of each set of labels (the last: any gives the same decisions).
-    for lid, workload in dict(zip(lids, waiting, strict=True)).items():
-        tables[lid] = _BestIn(state, workload, example)
-    groups = map(_GROUP_ORDER, fields)
-    same = _same_everywhere(state, tables)
-    best: Iterable[int]
-    if same is not None:
-        # Every machine type gives each set of labels the same: a workload has it when any of
-        # its machine types is in the pool.
-        in_pool = map(not_, map(state.types.keys().isdisjoint, groups))
-        best = map(mul, map(same.__getitem__, lids), in_pool)
-    else:
-        lookups = map(attrgetter("__getitem__"), map(tables.__getitem__, lids))
-        rules_of = map(map, repeat(state.rules_of_type.get), groups)
-        best = map(max, map(chain, repeat((0,)), map(map, lookups, rules_of)))
-    # Sorted on each key in turn, least significant first (a stable sort of keys of one type
-    # each compares faster than tuples do). Ids are unique: no two workloads tie.
-    order = list(range(len(waiting)))
-    for keys in (
-        list(map(_WORKLOAD_ID, fields)),
-        list(map(_SUBMITTED_AT, fields)),
-        list(map(neg, map(_PRIORITY, fields))),
-        list(map(neg, best)),
-    ):
-        order.sort(key=keys.__getitem__)
-    kinds = list(zip(lids, map(_KIND_FIELDS, fields), strict=True))
-    return list(map(waiting.__getitem__, order)), list(map(kinds.__getitem__, order))
-
-
-def _same_everywhere(state: PoolState, tables: dict[int, _BestIn]) -> dict[int, int] | None:
-    """Label id -> the best rule priority, when every machine type of the pool gives each set
-    of labels the same (its partitions' rules alike, or alike in what they give; looked at
-    only for a pool with few kinds of rules), else None."""
-    kinds = set(state.rules_of_type.values())
-    if len(kinds) > _FEW_KINDS:
-        return None
-    out = {}
-    for lid, table in tables.items():
-        found = set(map(table.__getitem__, kinds))
-        if len(found) != 1:
-            return None
-        out[lid] = found.pop()
-    return out
-
-
-_FEW_KINDS = 8
-# Read from the workloads' FIELDS.
-_GROUP_ORDER = itemgetter("group_order")
-_PRIORITY = itemgetter("priority")
-_SUBMITTED_AT = itemgetter("submitted_at")
-_WORKLOAD_ID = itemgetter("workload_id")
-
-
-class _BestIn(dict[tuple[int, ...] | None, int]):
-    """For one set of labels: a machine type's rules (``PoolState.rules_of_type``; None: not
-    a machine type of the pool) -> the best rule priority its partitions give, worked out
-    when first read."""
-
-    def __init__(
-        self, state: PoolState, workload: Workload, example: dict[tuple[int, ...], str]
-    ) -> None:
-        super().__init__()
-        self.state, self.workload = state, workload
-        self.example = example  # a machine type of each kind of rules, to read them from
-
-    def __missing__(self, rules: tuple[int, ...] | None) -> int:
-        best = 0
-        if rules is not None:
-            books = self.state.books_of_type[self.example[rules]]
-            best = max((self.state.access(b, self.workload).priority for b in books), default=0)
-        self[rules] = best
-        return best
-
-
-# What decides whether a workload without held room can be placed or can preempt, and what
-# it is told: its labels (their label id: rules), and its group order, nodes, mode, own
-# priority and preemptor (a preempted workload is told who preempted it).
-VerdictKey = tuple[int, tuple[tuple[str, ...], int, str, int, str | None]]
-_KIND_FIELDS = itemgetter("group_order", "num_nodes", "on_full", "priority", "preempted_by")
+def _queue(state: PoolState, keep: bool = True) -> tuple[list[Workload], list[VerdictKey]]:
+    """``queue`` and each of its workloads' verdict key (:func:`_verdict_key`): the order
+    kept from the pool's last pass, updated by the workloads that changed
+    (:func:`.queue_order.ordered`; ``keep`` off: worked out afresh)."""
+    return ordered(state, keep)
 
 
 def _verdict_key(state: PoolState, workload: Workload) -> VerdictKey:
-    return (state.label_id(workload), _KIND_FIELDS(workload.__dict__))
+    return (state.label_id(workload), KIND_FIELDS(workload.__dict__))
 
 
 def _told_too(known: Pending, workload_id: str) -> Pending:
