@@ -136,3 +136,27 @@ def test_a_running_workload_reads_its_machine_through_the_row_and_retiring_reach
     row = driver.deps.machines.get(mid)
     assert row is not None
     assert [t.to_state for t in row.history][-2:] == ["RETIRING", "TERMINATING"]
+
+
+def test_a_copy_stored_before_assignments_reads_as_it_always_did(
+    make_deps: Callable[..., Deps],
+) -> None:
+    """A pooled request's record from before assignments (a full copy of its machine: cloud
+    id, place, type and price) still reads and ends as it did; docs/operations.md "Upgrading"."""
+    deps = make_deps()
+    _request(deps)
+    copy = Instance.new(
+        "i-old", "r-1", 0, 0.0, "assigned pooled machine m-9", provider_id="local-m-9",
+        attempt_id="r-1.4.m-9", **AT.fields(), machine_type="cpu-8", placement="r-1.4",
+        price_usd_per_hour=0.12,
+    )  # fmt: skip
+    copy.move(InstanceState.RUNNING, 0.0, "its pooled machine runs the work")
+    assert deps.store.create_instance(copy)
+    assert "machine_id" not in _stored_json(deps, "i-old")
+    [read] = deps.store.list_instances(request_id="r-1")
+    assert (read.provider_id, read.place, read.price_usd_per_hour) == ("local-m-9", AT, 0.12)
+    assert read == deps.store.get_instance("i-old")
+    work.end_instances(deps, "r-1", "its request ended")
+    ended = deps.store.get_instance("i-old")
+    assert ended is not None and ended.state == InstanceState.TERMINATED
+    assert _stored_json(deps, "i-old")["provider_id"] == "local-m-9"  # still a copy, not moved
