@@ -140,11 +140,15 @@ def _carried(state: PoolState, kept: _Kept, waiting: list[Workload]) -> _Kept | 
     return out
 
 
-def carried(kept_ids: list[int], waiting: Sequence[T]) -> tuple[list[bool], list[T]] | None:
+def carried(
+    kept_ids: list[int], waiting: Sequence[T], now_ids: list[int] | None = None
+) -> tuple[list[bool], list[T]] | None:
     """Which workloads of a kept order (their ``id()``) still wait, as a mask over it, and the
     waiting ones it does not hold (in their order here); None when more than a quarter of
-    those waiting are new (ordering them all afresh is cheaper)."""
-    now_ids = list(map(id, waiting))
+    those waiting are new (ordering them all afresh is cheaper). ``now_ids``: their ``id()``
+    when already read."""
+    if now_ids is None:
+        now_ids = list(map(id, waiting))
     present = set(now_ids)
     stay = list(map(present.__contains__, kept_ids))
     known = set(compress(kept_ids, stay))
@@ -168,7 +172,8 @@ def put_in(
 
 class KeptOrders(Generic[T]):
     """Queues' orders, each kept between passes with its items' keys, as the machine-pool
-    queue's is (:func:`ordered`): the items found again (the very same objects) keep their
+    queue's is (:func:`ordered`): given the very same items as last time (the same objects in
+    the same order), the kept order is the answer; otherwise the items found again keep their
     place, those gone are let out and only the newcomers are keyed, each put in its place by
     bisection; under other rules (``rules`` compared equal), or when more than a quarter are
     new, the order is worked out afresh. Items are sorted by their keys, which must differ
@@ -176,28 +181,32 @@ class KeptOrders(Generic[T]):
 
     def __init__(self, keys_of: Callable[[list[T], Any], list[Any]]) -> None:
         self.keys_of = keys_of
-        self.kept: dict[Hashable, tuple[Any, list[T], list[int], list[Any]]] = {}
+        # where -> (rules, the items' id() as given, the order, its ids, its keys)
+        self.kept: dict[Hashable, tuple[Any, list[int], list[T], list[int], list[Any]]] = {}
 
     def ordered(
         self, where: Hashable, rules: Any, items: list[T], keep: bool = True
-    ) -> tuple[list[T], list[Any]]:
-        """The items in order, and their keys (``where``: which queue; ``keep`` off: work it
-        out afresh and keep nothing)."""
+    ) -> tuple[Sequence[T], Sequence[Any]]:
+        """The items in order, and their keys, not to be changed (``where``: which queue;
+        ``keep`` off: work it out afresh and keep nothing)."""
+        given = list(map(id, items))
         kept = self.kept.get(where) if keep else None
-        found = carried(kept[2], items) if kept is not None and kept[0] == rules else None
+        if kept is not None and kept[0] == rules and kept[1] == given:
+            return kept[2], kept[4]
+        found = carried(kept[3], items, given) if kept is not None and kept[0] == rules else None
         if kept is None or found is None:
             order, ids, keys = self._afresh(items, rules)
         else:
             stay, fresh = found
-            order, ids, keys = (list(compress(column, stay)) for column in kept[1:])
+            order, ids, keys = (list(compress(column, stay)) for column in kept[2:])
             if fresh:
                 new = self._afresh(fresh, rules)
                 put_in(keys, new[2], (order, ids), new[:2])
         if keep:
             if where not in self.kept and len(self.kept) >= _KEPT_POOLS_MAX:
                 self.kept.clear()
-            self.kept[where] = (rules, order, ids, keys)
-        return list(order), list(keys)
+            self.kept[where] = (rules, given, order, ids, keys)
+        return order, keys
 
     def _afresh(self, items: list[T], rules: Any) -> tuple[list[T], list[int], list[Any]]:
         keys = self.keys_of(items, rules)
