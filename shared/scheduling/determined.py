@@ -24,9 +24,7 @@ the fallback pools: a task its pool leaves waiting may start in the first pool o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import groupby
-from operator import attrgetter, itemgetter
-from typing import Any
+from operator import attrgetter
 
 from .det_pool_state import PoolPass, new_pass
 from .fair_share import run_fair_share
@@ -35,35 +33,9 @@ from .model import (
     DetPoolSnapshot,
     DetTask,
 )
-from .queue_order import KeptOrders
 from .reaping import plan_agent_reaps
 
 _SUBMISSION_ORDER = attrgetter("submitted_at", "task_id")  # a task's place in its queue
-_PRIORITY = attrgetter("priority")
-
-
-def _submission_keys(tasks: list[DetTask], rules: Any) -> list[tuple[float, str]]:
-    return list(map(_SUBMISSION_ORDER, tasks))
-
-
-def _priority_keys(tasks: list[DetTask], default: int) -> list[tuple[int, float, str]]:
-    """Each task's (priority number, submitted_at, id): its place in a priority pass."""
-    numbers = [default if p is None else p for p in map(_PRIORITY, tasks)]
-    return list(
-        zip(
-            numbers,
-            map(attrgetter("submitted_at"), tasks),
-            map(attrgetter("task_id"), tasks),
-            strict=True,
-        )
-    )
-
-
-# A pool's waiting tasks in submission order, and each class's (slot or zero-slot) in a
-# priority pass's order, kept between passes: a task model is frozen, so one found again is
-# in the same place; only newcomers are keyed (:class:`.queue_order.KeptOrders`).
-SUBMITTED = KeptOrders[DetTask](_submission_keys)
-BY_PRIORITY = KeptOrders[DetTask](_priority_keys)
 
 
 def schedule_pool(pool: DetPoolSnapshot, now: float) -> DetPlan:
@@ -75,9 +47,9 @@ def schedule_pool(pool: DetPoolSnapshot, now: float) -> DetPlan:
 def run_pass(pool: DetPoolSnapshot) -> PoolPass:
     """The pool's own decisions, as a working state (``schedule_pools`` builds on it)."""
     state = new_pass(pool)
-    # Tasks holding nothing (is_running() false), in submission order.
-    waiting, _ = SUBMITTED.ordered(
-        pool.pool, None, [t for t in pool.tasks if not t.allocations and not t.stopping]
+    waiting = sorted(  # tasks holding nothing (is_running() false), in submission order
+        (t for t in pool.tasks if not t.allocations and not t.stopping),
+        key=_SUBMISSION_ORDER,
     )
     slot_tasks: list[DetTask] = []
     aux_tasks: list[DetTask] = []
@@ -90,8 +62,8 @@ def run_pass(pool: DetPoolSnapshot) -> PoolPass:
     if pool.scheduler.type == "priority":
         # Determined schedules slot and zero-slot tasks apart, each by priority: a blocked
         # slot task holds back no zero-slot task, and the other way round.
-        _priority(state, slot_tasks, "slots")
-        _priority(state, aux_tasks, "zero")
+        _priority(state, slot_tasks)
+        _priority(state, aux_tasks)
         return state
     for task in aux_tasks:
         _place_aux(state, task)
@@ -116,7 +88,7 @@ def _place_aux(state: PoolPass, task: DetTask) -> None:
 
 
 # --------------------------------------------------------------------------- priority
-def _priority(state: PoolPass, tasks: list[DetTask], kind: str) -> None:
+def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
     """Determined's priority pass over one class of tasks (slot or zero-slot), level by level
     (``agentrm/priority.go``):
 
@@ -132,16 +104,14 @@ def _priority(state: PoolPass, tasks: list[DetTask], kind: str) -> None:
       then releases victims of its class (:func:`_make_room`).
     """
     preemption = state.pool.scheduler.preemption
-    # By priority number, then submission: each level in submission order.
-    order, keys = BY_PRIORITY.ordered(
-        (state.pool.pool, kind), state.pool.scheduler.default_priority, tasks
-    )
+    levels: dict[int, list[DetTask]] = {}
+    for task in tasks:  # in submission order (run_pass sorts them): so is each level
+        levels.setdefault(state.priority(task), []).append(task)
     blocker: DetTask | None = None  # the first task a higher level left waiting
     releasing: DetTask | None = None  # the first task slots are being freed for
-    numbered = zip(map(itemgetter(0), keys), order, strict=True)
-    for level, level_tasks in groupby(numbered, itemgetter(0)):
+    for level in sorted(levels):
         unfit: list[DetTask] = []
-        for _, task in level_tasks:
+        for task in levels[level]:
             fit = state.fit_now(task)
             if fit is None:
                 unfit.append(task)

@@ -19,11 +19,10 @@ checks one against the other over queues that change).
 from __future__ import annotations
 
 from bisect import bisect
-from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from operator import attrgetter, itemgetter, mul, neg, not_
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from .model import Workload
 from .partitions import FIELDS, LabelsKey, PoolState
@@ -45,7 +44,6 @@ _SUBMITTED_AT = itemgetter("submitted_at")
 _TYPE = itemgetter("workload_type")
 _WORKLOAD_ID = itemgetter("workload_id")
 _KEPT_POOLS_MAX = 64
-T = TypeVar("T")
 _BEST_MAX = 10_000
 
 
@@ -115,10 +113,13 @@ def _rules_of(state: PoolState) -> tuple[Any, ...]:
 def _carried(state: PoolState, kept: _Kept, waiting: list[Workload]) -> _Kept | None:
     """The kept order with the workloads no longer waiting let out and the new ones put in
     their places; None when most are new (afresh is cheaper)."""
-    found = carried(kept.ids, waiting)
-    if found is None or len(kept.sets) > _BEST_MAX:
+    now_ids = list(map(id, waiting))
+    present = set(now_ids)
+    stay = list(map(present.__contains__, kept.ids))
+    known = set(compress(kept.ids, stay))
+    fresh = list(compress(waiting, map(not_, map(known.__contains__, now_ids))))
+    if len(fresh) * 4 > len(waiting) or len(kept.sets) > _BEST_MAX:
         return None
-    stay, fresh = found
     out = _Kept(
         kept.rules,
         list(compress(kept.order, stay)),
@@ -131,88 +132,14 @@ def _carried(state: PoolState, kept: _Kept, waiting: list[Workload]) -> _Kept | 
     )
     if fresh:
         new = _afresh(state, fresh, kept.rules, out.best, out.sets)
-        put_in(
-            out.keys,
-            new.keys,
-            (out.order, out.ids, out.labels, out.kinds),
-            (new.order, new.ids, new.labels, new.kinds),
-        )
+        for i, key in enumerate(new.keys):
+            at = bisect(out.keys, key)
+            out.keys.insert(at, key)
+            out.order.insert(at, new.order[i])
+            out.ids.insert(at, new.ids[i])
+            out.labels.insert(at, new.labels[i])
+            out.kinds.insert(at, new.kinds[i])
     return out
-
-
-def carried(
-    kept_ids: list[int], waiting: Sequence[T], now_ids: list[int] | None = None
-) -> tuple[list[bool], list[T]] | None:
-    """Which workloads of a kept order (their ``id()``) still wait, as a mask over it, and the
-    waiting ones it does not hold (in their order here); None when more than a quarter of
-    those waiting are new (ordering them all afresh is cheaper). ``now_ids``: their ``id()``
-    when already read."""
-    if now_ids is None:
-        now_ids = list(map(id, waiting))
-    present = set(now_ids)
-    stay = list(map(present.__contains__, kept_ids))
-    known = set(compress(kept_ids, stay))
-    fresh = list(compress(waiting, map(not_, map(known.__contains__, now_ids))))
-    if len(fresh) * 4 > len(waiting):
-        return None
-    return stay, fresh
-
-
-def put_in(
-    keys: list[Any], new_keys: list[Any], columns: Sequence[list[Any]], new: Sequence[list[Any]]
-) -> None:
-    """Put each new key (in order) in its place in ``keys`` by bisection, and each column's
-    new value at the same place in its column (parallel lists)."""
-    for i, key in enumerate(new_keys):
-        at = bisect(keys, key)
-        keys.insert(at, key)
-        for column, values in zip(columns, new, strict=True):
-            column.insert(at, values[i])
-
-
-class KeptOrders(Generic[T]):
-    """Queues' orders, each kept between passes with its items' keys, as the machine-pool
-    queue's is (:func:`ordered`): given the very same items as last time (the same objects in
-    the same order), the kept order is the answer; otherwise the items found again keep their
-    place, those gone are let out and only the newcomers are keyed, each put in its place by
-    bisection; under other rules (``rules`` compared equal), or when more than a quarter are
-    new, the order is worked out afresh. Items are sorted by their keys, which must differ
-    (so that the order is the one sorting gives). ``keys_of(items, rules)``: their keys."""
-
-    def __init__(self, keys_of: Callable[[list[T], Any], list[Any]]) -> None:
-        self.keys_of = keys_of
-        # where -> (rules, the items' id() as given, the order, its ids, its keys)
-        self.kept: dict[Hashable, tuple[Any, list[int], list[T], list[int], list[Any]]] = {}
-
-    def ordered(
-        self, where: Hashable, rules: Any, items: list[T], keep: bool = True
-    ) -> tuple[Sequence[T], Sequence[Any]]:
-        """The items in order, and their keys, not to be changed (``where``: which queue;
-        ``keep`` off: work it out afresh and keep nothing)."""
-        given = list(map(id, items))
-        kept = self.kept.get(where) if keep else None
-        if kept is not None and kept[0] == rules and kept[1] == given:
-            return kept[2], kept[4]
-        found = carried(kept[3], items, given) if kept is not None and kept[0] == rules else None
-        if kept is None or found is None:
-            order, ids, keys = self._afresh(items, rules)
-        else:
-            stay, fresh = found
-            order, ids, keys = (list(compress(column, stay)) for column in kept[2:])
-            if fresh:
-                new = self._afresh(fresh, rules)
-                put_in(keys, new[2], (order, ids), new[:2])
-        if keep:
-            if where not in self.kept and len(self.kept) >= _KEPT_POOLS_MAX:
-                self.kept.clear()
-            self.kept[where] = (rules, given, order, ids, keys)
-        return order, keys
-
-    def _afresh(self, items: list[T], rules: Any) -> tuple[list[T], list[int], list[Any]]:
-        keys = self.keys_of(items, rules)
-        at = sorted(range(len(items)), key=keys.__getitem__)
-        order = list(map(items.__getitem__, at))
-        return order, list(map(id, order)), list(map(keys.__getitem__, at))
 
 
 def _afresh(
