@@ -292,6 +292,12 @@ def _is_none(value: Any) -> bool:
 OwnerKind = Literal["request", "pool", "det_pool", "cluster"]
 
 
+# A machine's billing ends at its first move into one of these (Instance.billed_until).
+_BILLED_UNTIL = frozenset(
+    {InstanceState.TERMINATED.value, InstanceState.FAILED.value, InstanceState.LOST.value}
+)
+
+
 class Instance(PlacementFields, _Record):
     """One row of the machine table: one machine Corral holds, keyed by Corral's id, with the
     cloud's id, its place, its one lifecycle state and its owner. A request's node (launched
@@ -356,6 +362,15 @@ class Instance(PlacementFields, _Record):
     def is_terminal(self) -> bool:
         """Whether the instance is gone for good (no move leads out of its state)."""
         return self.state in TERMINAL_INSTANCE_STATES
+
+    def billed_until(self) -> float | None:
+        """When the machine stopped being billed: its first move to TERMINATED, FAILED or LOST
+        (a LOST machine is terminated as it is found lost, so its teardown after is not billed
+        again), an ended one's last update without such a move, None while it is billed. The
+        one rule for a project's quota (services/runtime/quotas.py) and a request's runs'
+        cost (shared/recovery.py)."""
+        ended = next((t.at for t in self.history if t.to_state in _BILLED_UNTIL), None)
+        return self.updated_at if ended is None and self.is_terminal else ended
 
     def move(self, to: InstanceState, now: float, reason: str) -> bool:
         """Like :meth:`LaunchRequest.move`, with the instance lifecycle."""

@@ -166,7 +166,7 @@ def total_cost(runs: Iterable[Run]) -> float | None:
 
 def _run(key: str, nodes: list[Instance], now: float) -> Run:
     first = nodes[0]
-    ends = [_ended_at(i) for i in nodes]  # a run has ended once every machine has
+    ends = [i.billed_until() for i in nodes]  # a run has ended once every machine has
     ended_at = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
     costs = [_cost(i, now) for i in nodes]
     return Run(
@@ -180,16 +180,8 @@ def _run(key: str, nodes: list[Instance], now: float) -> Run:
     )
 
 
-# A machine is billed until it is gone; a LOST one is terminated as it is found lost.
-_BILLED_UNTIL = frozenset({InstanceState.TERMINATED, InstanceState.FAILED, InstanceState.LOST})
-
-
-def _ended_at(inst: Instance) -> float | None:
-    """When the machine stopped being billed (None while it still is)."""
-    if inst.state not in _BILLED_UNTIL:
-        return None
-    ends = {s.value for s in _BILLED_UNTIL}
-    return next((t.at for t in inst.history if t.to_state in ends), inst.updated_at)
+# The states a run's machine has ended in, for its outcome (its bill: Instance.billed_until).
+_ENDED = frozenset({InstanceState.TERMINATED, InstanceState.FAILED, InstanceState.LOST})
 
 
 def _cost(inst: Instance, now: float) -> float | None:
@@ -197,7 +189,7 @@ def _cost(inst: Instance, now: float) -> float | None:
     price = getattr(inst, "price_usd_per_hour", None)
     if price is None:
         return None
-    end = _ended_at(inst)
+    end = inst.billed_until()
     return float(price) * max(0.0, (now if end is None else end) - inst.created_at) / 3600.0
 
 
@@ -206,7 +198,7 @@ def _outcome(nodes: list[Instance]) -> str:
     if InstanceState.LOST in states:
         return "lost"
     codes = [i.exit_code for i in nodes if i.exit_code is not None]
-    ended = all(i.state in _BILLED_UNTIL for i in nodes)
+    ended = all(i.state in _ENDED for i in nodes)
     if codes and ended:
         return f"exited {next((c for c in codes if c != 0), 0)}"
     if ended:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from corral.services.runtime.deps import Deps
-from corral.shared.lifecycle import InstanceState, RequestState
+from corral.shared.lifecycle import RequestState
 from corral.shared.quotas import (
     Quota,
     QuotaRefusal,
@@ -20,9 +20,6 @@ from corral.shared.quotas import (
 from corral.shared.records import Instance, LaunchRequest
 
 # A machine is billed until one of these (the first such move in its history).
-_BILLED_UNTIL = frozenset(
-    {InstanceState.TERMINATED.value, InstanceState.FAILED.value, InstanceState.LOST.value}
-)
 
 
 def usage_of(deps: Deps, req: LaunchRequest, quota: Quota, now: float) -> Usage:
@@ -64,10 +61,7 @@ def _usage(
 
 
 def _bill(inst: Instance) -> tuple[float, float | None, float | None]:
-    ended = next((t.at for t in inst.history if t.to_state in _BILLED_UNTIL), None)
-    if ended is None and inst.is_terminal:
-        ended = inst.updated_at
-    return inst.created_at, ended, inst.price_usd_per_hour
+    return inst.created_at, inst.billed_until(), inst.price_usd_per_hour
 
 
 def refusal_for(deps: Deps, req: LaunchRequest) -> QuotaRefusal | None:

@@ -190,3 +190,21 @@ def test_runs_and_their_cost_summed_over_recoveries() -> None:
     assert total_cost(runs) == pytest.approx(6.3)
     unknown = runs_of([_node("a4", 0, 0.0, None, RUNNING=1.0)], now=10.0)
     assert unknown[0].cost_usd is None and total_cost(unknown) is None
+
+
+def test_a_lost_machine_is_billed_to_its_loss_while_and_after_it_is_torn_down() -> None:
+    """One rule for a machine's bill (Instance.billed_until): a run's cost here and a project's
+    spend in services/runtime/quotas.py agreed only once the machine was TERMINATED; a LOST
+    machine being torn down was billed on to ``now`` by one and to its loss by the other."""
+    from corral.services.runtime.quotas import _bill
+
+    lost = _node("a1", 0, 0.0, 3.6, RUNNING=10.0, LOST=3600.0)
+    for state, at in (("TERMINATING", 3700.0), ("TERMINATED", 4000.0)):
+        assert lost.move(InstanceState[state], at, state.lower())
+        [run] = runs_of([lost], now=7200.0)
+        assert (run.ended_at, run.cost_usd) == (3600.0, pytest.approx(3.6)), state
+        assert _bill(lost) == (0.0, 3600.0, 3.6), state
+    failed = _node("a2", 0, 0.0, 1.8, FAILED=60.0)
+    assert failed.billed_until() == 60.0 and _bill(failed)[1] == 60.0
+    running = _node("a3", 0, 0.0, 1.8, RUNNING=5.0)
+    assert running.billed_until() is None and _bill(running)[1] is None
