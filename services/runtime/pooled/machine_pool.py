@@ -390,6 +390,7 @@ def _sync_running(
         lambda finished: deps.ledgers.update(
             name, lambda led: _release(led, wid, now, finished=finished, reap=_own_config(req))
         ),
+        started,
     )
 
 
