@@ -386,7 +386,6 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str, held: Held)
         lambda finished: deps.det_ledgers.update(
             master, partial(_release, tid=tid, now=now, finished=finished)
         ),
-        task.started_at,
     )
 
 

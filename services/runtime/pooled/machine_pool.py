@@ -390,7 +390,6 @@ def _sync_running(
         lambda finished: deps.ledgers.update(
             name, lambda led: _release(led, wid, now, finished=finished, reap=_own_config(req))
         ),
-        started,
     )
 
 

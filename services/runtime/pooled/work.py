@@ -186,26 +186,19 @@ def finish_when_ended(
     request_id: str,
     results: Sequence[Mapping[str, Any] | None],
     release: Callable[[bool], object],
-    started_at: float | None,
 ) -> bool:
     """A job whose every node's work has ended: ``release(finished=True)`` its machines and
     end the request by the first non-zero exit code (SUCCEEDED when all are 0); or, when its
     task's ``job_recovery`` restarts a failed run, ``release(False)`` queues it again at its
-    original place. False while any still runs, and for a run placed at ``started_at`` that
-    another pass has already sent back (two passes of one pool can read the same ended run:
-    the second must not restart or end the run placed after it)."""
+    original place. False while any still runs."""
     if not results or any(r is None for r in results):
         return False
     codes = [int(r.get("exit_code") or 0) for r in results if r is not None]
     code = next((c for c in codes if c != 0), 0)
     req = deps.store.get_request(request_id)
-    if req is not None and _sent_back_since(req, started_at):
-        return False
     policy = task_of(req).recovery() if req is not None else None
     again = restart_after(policy, code, req.restarts_on_errors) if req is not None else None
-    if again is not None:
-        if not _restart(deps, request_id, again, started_at):
-            return False  # another pass restarted this run, or the request ended meanwhile
+    if again is not None and _restart(deps, request_id, again):
         release(False)
         end_instances(deps, request_id, f"its job exited {code}; it restarts", exit_code=code)
         return True
@@ -215,20 +208,13 @@ def finish_when_ended(
     return True
 
 
-def _sent_back_since(req: LaunchRequest, started_at: float | None) -> bool:
-    """Whether the request went back to its queue after its run placed at ``started_at``."""
-    return started_at is not None and any(
-        t.to_state == RequestState.PENDING.value and t.at > started_at for t in req.history
-    )
-
-
-def _restart(deps: Deps, request_id: str, again: Restart, started_at: float | None) -> bool:
+def _restart(deps: Deps, request_id: str, again: Restart) -> bool:
     """The request goes back to its pool's queue to run its job again; True if this call
-    moved it (not when the run placed at ``started_at`` was sent back already)."""
+    moved it."""
     now = deps.now()
 
     def back(r: LaunchRequest) -> bool:
-        if r.state != RequestState.RUNNING or _sent_back_since(r, started_at):
+        if r.state != RequestState.RUNNING:
             return False
         r.relaunches += 1
         r.restarts += 1
