@@ -54,6 +54,9 @@ class GatheredSentEvents(EventDispatcher):  # type: ignore[misc]
     def _reset(self) -> None:
         self._owner = self.pid = os.getpid()  # the events name their sender's pid
         self._lock = threading.Lock()
+        # Held from taking a batch to its publishing done: an exit's flush waits for the
+        # flushing thread's batch in flight (a daemon thread dies with the interpreter).
+        self._publishing = threading.Lock()
         self._kept: list[dict[str, Any]] = []
         self._wake = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -97,10 +100,13 @@ class GatheredSentEvents(EventDispatcher):  # type: ignore[misc]
         """Publish the events kept so far, as one message."""
         if self._owner != os.getpid():
             return  # at a forked child's exit: the events are its parent's
-        with self._lock:
-            batch, self._kept = self._kept, []
-        if not batch:
-            return
+        with self._publishing:
+            with self._lock:
+                batch, self._kept = self._kept, []
+            if batch:
+                self._publish(batch)
+
+    def _publish(self, batch: list[dict[str, Any]]) -> None:
         try:
             with self.app.producer_or_acquire() as producer:
                 producer.publish(

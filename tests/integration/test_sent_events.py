@@ -135,6 +135,31 @@ def test_a_process_that_exits_publishes_what_it_gathered(redis_url: str, heard: 
     assert {e["uuid"] for e in heard.sent()} == ids
 
 
+def test_a_process_that_exits_while_its_batch_is_published_waits_for_it(
+    redis_url: str, heard: Heard
+) -> None:
+    # The gathering thread has taken the batch and is publishing it (slowly, here) when the
+    # process exits: the exit's flush waits for that batch; a daemon thread would die mid-way.
+    code = (
+        "import time\n"
+        "from kombu.messaging import Producer\n"
+        "from corral.services.queues import dispatch\n"
+        "slow = Producer.publish\n"
+        "def publish(self, body, *a, **kw):\n"
+        "    if kw.get('routing_key') == 'task.multi': time.sleep(0.5)\n"
+        "    return slow(self, body, *a, **kw)\n"
+        "Producer.publish = publish\n"
+        f"print(dispatch.send(dispatch.PING, [0], queue={QUEUE!r}))\n"
+        "time.sleep(0.2)  # the batch taken, its publishing under way\n"
+    )
+    env = {**os.environ, "CORRAL_REDIS_URL": redis_url}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    ids = set(out.stdout.decode().split())
+    wait_for(lambda: len(heard.sent()) >= 1, 10, "the event published as the process exited")
+    assert {e["uuid"] for e in heard.sent()} == ids
+
+
 def test_a_forked_child_sends_its_own_events_not_its_parents(redis_url: str, heard: Heard) -> None:
     settings = Settings(redis_url=redis_url)
     parent_id = _send(settings, 0)  # gathered, not yet published when the child is forked
