@@ -10,8 +10,8 @@ from corral.workers.app import app
 
 
 @app.task(name=dispatch.POOL_PASS, acks_late=True)
-def pool_pass(pool: str) -> str:
-    return passes.run_pass(deps(), pool)
+def pool_pass(pool: str, woken: bool = False) -> str:
+    return passes.run_pass(deps(), pool, woken)
 
 
 @app.task(name=dispatch.POOL_SYNC, acks_late=True)

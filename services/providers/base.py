@@ -230,6 +230,11 @@ class NodeWork(Protocol):
         """The agent's last heartbeat (``activity``, ``queued`` demand, ...), None when it is
         silent."""
 
+    def ended_work(self) -> list[str]:
+        """The cloud's ids of the machines whose agents reported an assignment's end (its
+        result) since the last call, each once: taken, so one caller sees each report
+        (reconcile, which wakes the machine's pool at once)."""
+
     def hand_job_bundle(self, provider_id: str, scope: str, sha256: str) -> None:
         """A job queued on the machine (``corral exec ID task.yaml``) names a workdir bundle
         of its own, kept under ``scope``: make it readable to the machine's agent (a cloud

@@ -361,6 +361,9 @@ class NodeAgents:
         node = self.book.node_of(self.cloud, provider_id)
         return None if node is None else self.book.view(node).beat
 
+    def ended_work(self) -> list[str]:
+        return self.book.take_ended_work(self.cloud)
+
     def hand_job_bundle(self, provider_id: str, scope: str, sha256: str) -> None:
         """Nothing: the agent fetches it (GET /v1/node/bundle?sha256=, its node token)."""
 

@@ -271,10 +271,18 @@ def start(request_id: str, settings: Settings | None = None) -> str:
     return send(START, [request_id], queue=PROVISION_QUEUE, settings=settings)
 
 
-def pool_pass(pool: str, settings: Settings | None = None, countdown: float | None = None) -> str:
+def pool_pass(
+    pool: str,
+    settings: Settings | None = None,
+    countdown: float | None = None,
+    *,
+    woken: bool = False,
+) -> str:
     """Run a scheduling pass over machine pool (or the Determined master) ``pool`` now, or in
-    ``countdown`` seconds."""
-    return send(POOL_PASS, [pool], queue=SCHEDULE_QUEUE, countdown=countdown, settings=settings)
+    ``countdown`` seconds. ``woken``: sent by a wake (runtime/pooled/passes.wake), which the
+    pass frees for the next one as it starts."""
+    args: list[Any] = [pool, True] if woken else [pool]
+    return send(POOL_PASS, args, queue=SCHEDULE_QUEUE, countdown=countdown, settings=settings)
 
 
 def pool_sync(pool: str, settings: Settings | None = None) -> str:

@@ -10,6 +10,8 @@
 - a request stuck PENDING or PROVISIONING with no progress is handed to its step again, and a
   RUNNING request whose machines are all gone (a pass that died half way) is finished or
   relaunched;
+- a pool's work that ended (its job's exit) or whose machine died wakes its pool's pass at
+  once (runtime/pooled/ends.py), rather than waiting for beat's rebalancing;
 - a STARTING request whose machines' agents reported again is RUNNING, and a service idle
   past its ``resources.autostop`` is stopped or torn down (runtime/stopping.py).
 
@@ -37,7 +39,7 @@ from corral.services.runtime.attempt_record import move_request_from
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
-from corral.services.runtime.pooled import passes
+from corral.services.runtime.pooled import ends, passes
 from corral.services.runtime.typed_task import task_of
 from corral.shared.autoscaler.launcher import CLUSTER_LABEL
 from corral.shared.blocking import Block
@@ -83,6 +85,7 @@ def reconcile(deps: Deps) -> dict[str, int]:
         # way round, a machine launched and up between the two (a quick job under load) read
         # as "its process is gone": LOST, its zone blocked, its request relaunched.
         up = deps.store.list_instances(states=_UP)
+        pooled = ends.pool_rows(deps)  # the pools' machines, read before the clouds too
         by_cloud = _observed(deps, counts)
         checked = _check_instances(deps, up, by_cloud, counts)
         _clean_strays(deps, by_cloud, counts, checked)
@@ -94,6 +97,7 @@ def reconcile(deps: Deps) -> dict[str, int]:
         stopping.stop_again(deps, lambda c, p: _runs(by_cloud, c, p), counts)
         stopping.autostop(deps, counts)  # idle services past their resources.autostop
         counts["boot_watches"] = launch.rewatch(deps)
+        ends.notice(deps, pooled, by_cloud, counts)  # pooled work ended, machines died
         return dict(counts)
 
 

@@ -23,6 +23,10 @@ before the cloud returns an instance id (the boot script must carry its token). 
                     ``assignment_key``; ``:rec`` ``log_bytes:<key>``), apart from the machine's
 ==================  ==========================================================================
 
+Per cloud, ``<prefix>:node-work-ended:<cloud>`` lists the nodes (``<attempt>:<rank>``) that
+reported an assignment's end, until the control plane takes them (:meth:`NodeBook.take_ended_work`:
+reconcile, which wakes their pools).
+
 Every key expires ``NODE_TTL_S`` after the last write, but those of a stopped node (paused),
 which are kept until its machine runs again or ends. Registering also marks the node's ticket
 spent (``<prefix>:node-spent:...``) for longer than a ticket lives, so an expired record never
@@ -74,6 +78,7 @@ _DIGITS = re.compile(r"[0-9]{1,6}")  # ASCII only: str.isdigit() takes "²" and 
 _EXPIRY = re.compile(r"[0-9]{1,12}")
 RESULTS_KEPT = 1_000  # results one node may hold at once
 RESULT_MAX_BYTES = 4 * 1024  # one result, as JSON
+WORK_ENDED_KEPT = 10_000  # ends of work kept per cloud for the control plane to take
 _PART = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
@@ -455,8 +460,33 @@ class NodeBook:
         if drop:
             pipe.hdel(key, *drop)
         pipe.expire(key, NODE_TTL_S)
+        if known:  # the control plane's bell: this node's work ended (take_ended_work)
+            ended = self._ended(node.cloud)
+            pipe.rpush(ended, f"{node.attempt_id}:{node.rank}")
+            pipe.ltrim(ended, -WORK_ENDED_KEPT, -1)
+            pipe.expire(ended, NODE_TTL_S)
         pipe.execute()
         return refused
+
+    def take_ended_work(self, cloud: str) -> list[str]:
+        """The cloud's ids of ``cloud``'s nodes that reported an assignment's end since the
+        last call (each once, taken), as each registered with it."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.lrange(self._ended(cloud), 0, -1)
+        pipe.delete(self._ended(cloud))
+        raw, _ = pipe.execute()
+        nodes = []
+        for item in dict.fromkeys(as_text(i) for i in raw):
+            attempt, _, rank = item.rpartition(":")
+            if attempt and rank.isdigit():
+                nodes.append(NodeName(cloud, attempt, int(rank)))
+        pipe = self.r.pipeline(transaction=False)
+        for node in nodes:
+            pipe.hget(self._k(node, "rec"), "provider_id")
+        return [as_text(pid) for pid in pipe.execute() if pid] if nodes else []
+
+    def _ended(self, cloud: str) -> str:
+        return f"{self.prefix}:node-work-ended:{cloud}"
 
     # --- what the control plane reads ------------------------------------------------------
     def views(self, nodes: list[NodeName]) -> dict[NodeName, NodeView]:

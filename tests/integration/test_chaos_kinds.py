@@ -85,7 +85,9 @@ TIMERS = {
     "BLOCKED_TTL_S": "5",
     "AUTOSCALE_COOLDOWN_S": "5",
     "MIN_RUNTIME_S": "1",
-    "POOL_REBALANCE_INTERVAL_S": "1",
+    # CORRAL_CHAOS_KINDS_REBALANCE_S=30 (as shipped): the pools' queues move without beat's
+    # rebalancing, on what their passes and reconcile's wakes notice (docs/operations.md).
+    "POOL_REBALANCE_INTERVAL_S": os.environ.get("CORRAL_CHAOS_KINDS_REBALANCE_S", "1"),
     "POOL_MACHINE_LAUNCH_RETRY_S": "10",
     "VISIBILITY_TIMEOUT_S": "15",
     "UNACKED_RESTORE_INTERVAL_S": "1",

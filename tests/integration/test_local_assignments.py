@@ -123,6 +123,9 @@ def test_a_warm_machine_takes_assignments_over_its_life(provider: LocalProvider)
     )
     first = result_of(provider, iid, "a1")
     assert (first["id"], first["exit_code"], first["reason"]) == ("a1", 3, "completed")
+    # Its end is told once, by the machine's id (reconcile takes it and wakes the pool).
+    assert provider.ended_work() == [iid]
+    assert provider.ended_work() == []
     assert out("a1") == f"hi-there-{iid}-none\n"
     assert "hi-there" not in log.read_text()
     assert "[corral-agent] assignment a1: exited 3" in log.read_text()

@@ -126,6 +126,23 @@ def test_results_only_for_assigned_ids_and_capped(book: NodeBook) -> None:
     assert book.put_results(node, [{**result, "id": "b0"}], ["a1"]) == []
 
 
+def test_the_nodes_whose_work_ended_are_taken_once_by_their_cloud_id(book: NodeBook) -> None:
+    node, other = NodeName("aws", "att-end", 0), NodeName("aws", "att-end", 1)
+    book.register(node, "i-end0", 1.0)
+    book.register(other, "i-end1", 1.0)
+    for n in (node, other):
+        book.put_assignment(n, {"id": f"w-{n.rank}", "run": "true"})
+    result = {"exit_code": 0, "reason": "exited", "at": 1.0}
+    book.put_results(node, [{**result, "id": "never-assigned"}], [])  # refused: no end
+    assert book.take_ended_work("aws") == []
+    book.put_results(node, [{**result, "id": "w-0"}], [])
+    book.put_results(other, [{**result, "id": "w-1"}], [])
+    book.put_results(node, [{**result, "id": "w-0"}], [])  # a report sent again
+    assert book.take_ended_work("gcp") == []  # another cloud's
+    assert book.take_ended_work("aws") == ["i-end0", "i-end1"]
+    assert book.take_ended_work("aws") == []  # taken
+
+
 def test_log_chunks_are_kept_once_whatever_is_resent(book: NodeBook) -> None:
     node = NodeName("gcp", "att-2", 0)
     assert book.append_log(node, 0, b"hello ") == 6

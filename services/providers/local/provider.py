@@ -673,6 +673,10 @@ class LocalProvider:
         """The agent's last heartbeat, None when it is silent."""
         return self.state.last_beat(provider_id)
 
+    def ended_work(self) -> list[str]:
+        """Machines whose agents recorded an assignment's end since the last call."""
+        return self.state.take_ended_work()
+
     def hand_job_bundle(self, provider_id: str, scope: str, sha256: str) -> None:
         """A queued job's own workdir bundle, beside the machine's folder (folders.py)."""
         files = rec.files if (rec := self.state.record(provider_id)) else {}

@@ -66,6 +66,8 @@ ATTEMPT_TTL_S = 7 * 24 * 3600
 LOCAL_ADDRESS = "127.0.0.1"
 # How long an ended instance's record stays visible to describe().
 ENDED_RECORD_TTL_S = 24 * 3600
+# Ends of work kept for the control plane to take (reconcile takes them every few seconds).
+WORK_ENDED_KEPT = 10_000
 
 
 class Keys:
@@ -103,6 +105,11 @@ class Keys:
 
     def assign_result(self, instance_id: str) -> str:
         return f"{self.base}:assign-result:{instance_id}"
+
+    def work_ended(self) -> str:
+        """The ids of machines whose agents recorded an assignment's end, oldest first, until
+        the control plane takes them (:meth:`LocalState.take_ended_work`)."""
+        return f"{self.base}:work-ended"
 
 
 @dataclass
@@ -664,7 +671,18 @@ class CloudState:
         if drop:
             pipe.hdel(key, *drop)
         pipe.pexpire(key, ENDED_RECORD_TTL_S * 1000)
+        if results:  # the control plane's bell: this machine's work ended
+            pipe.rpush(self.keys.work_ended(), instance_id)
+            pipe.ltrim(self.keys.work_ended(), -WORK_ENDED_KEPT, -1)
         pipe.execute()
+
+    def take_ended_work(self) -> list[str]:
+        """The machines whose work ended since the last call (each once), taken."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.lrange(self.keys.work_ended(), 0, -1)
+        pipe.delete(self.keys.work_ended())
+        ids, _ = pipe.execute()
+        return list(dict.fromkeys(str(i) for i in ids))
 
     def last_beat(self, instance_id: str) -> dict[str, Any] | None:
         """The agent's last heartbeat, None once it expired (the agent is silent)."""

@@ -10,6 +10,8 @@
   and machine (assignments, preemption, finished jobs, replacement).
 - :func:`rebalance_all`: beat's pass over every pool with replacement and idle reaping, after
   :func:`check_machines` dropped the machines the cloud lost or is reclaiming.
+- :func:`wake`: a pass sent for something that ended outside any pass (a job's exit, a
+  machine lost: :mod:`.ends`), at most one waiting on the queue per pool.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from corral.shared.scheduling.pooled import PooledMachine
 # A machine reaped the moment its workload ended is terminated this long after: its agent
 # ships its log every 0.5 s, and a terminated machine's (a deleted pod's) cannot ship the rest.
 REAP_GRACE_S = 3.0
+# A woken pass waits on the queue alone: wakes meanwhile send none, since it reads the pool
+# afresh when it starts. Past this a wake sends again (a pass lost with a killed worker).
+WAKE_COALESCE_S = 5.0
 
 log = logging.getLogger("corral.pools")
 
@@ -62,9 +67,12 @@ def enqueue(deps: Deps, req: LaunchRequest) -> str:
     return run_pass(deps, name)
 
 
-def run_pass(deps: Deps, name: str, *, rebalance: bool = False) -> str:
+def run_pass(deps: Deps, name: str, woken: bool = False, *, rebalance: bool = False) -> str:
     """One scheduling pass over pool ``name``, committed by compare-and-set, then carried
-    out. ``rebalance`` (beat): replacement and idle reaping are decided too."""
+    out. ``rebalance`` (beat): replacement and idle reaping are decided too. ``woken``: sent
+    by :func:`wake`, whose next wake may send again once this pass starts reading."""
+    if woken:
+        deps.store.release(_wake_key(name), "queued")  # what it reads covers every wake so far
     found = _pool(deps, name)
     if found is None:
         return "no such pool"
@@ -153,6 +161,23 @@ def _sync_machine(
     return kind.sync_machine(deps, record, ledger, machine_id, machine, held)
 
 
+def wake(deps: Deps, name: str) -> bool:
+    """Send pool ``name`` a pass now, unless one sent by a wake still waits to start (it will
+    read what this wake was for). True if sent."""
+    if not deps.store.claim(_wake_key(name), "queued", WAKE_COALESCE_S):
+        return False
+    try:
+        dispatch.pool_pass(name, settings=deps.settings, woken=True)
+    except Exception:
+        deps.store.release(_wake_key(name), "queued")  # not sent: the next wake sends it
+        raise
+    return True
+
+
+def _wake_key(name: str) -> str:
+    return f"pool-wake:{name}"
+
+
 def rebalance_all(deps: Deps) -> dict[str, str]:
     """Beat: every pool's machines checked, then its pass with replacement and idle reaping."""
     out = {}
@@ -186,7 +211,7 @@ def check_machines(deps: Deps, record: PoolRecord, kind: PoolKind) -> list[str]:
             continue
         seen = {p.provider_id: p for p in found}
         for mid, row in placed.items():
-            if row.cloud == cloud and (why := _gone(seen.get(str(row.provider_id)))):
+            if row.cloud == cloud and (why := gone(seen.get(str(row.provider_id)))):
                 _drop(deps, record, kind, mid, row, why)
                 dropped.append(mid)
     return dropped
@@ -215,7 +240,7 @@ def _drop(
         )
 
 
-def _gone(seen: ProviderInstance | None) -> str | None:
+def gone(seen: ProviderInstance | None) -> str | None:
     """Why a pool's machine no longer serves, from what its cloud reports (None: it serves):
     the one observer's word (:func:`corral.shared.observe.observe`)."""
     look = observe("running", seen)
