@@ -162,6 +162,9 @@ class LaunchRequest(_Record):
     # Relaunches after lost machines since the last one that had stayed up relaunch_reset_s
     # (what relaunch_limit bounds: corral.shared.recovery.relaunch_after_loss).
     lost_in_a_row: int = 0
+    # Pool work: its last runs (placements) whose end was told, newest last. A pass that read
+    # its pool before one was told finds it here and moves nothing (it is told once).
+    runs_ended: list[str] = Field(default_factory=list)
 
     @property
     def generation(self) -> str:

@@ -352,11 +352,12 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str, held: Held)
                 master, partial(_release, tid=tid, now=now, finished=False)
             ),
         )
+    started, run = task.started_at, _placement(tid, task.started_at)
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED, RequestState.PROVISIONING):
         _end_stale_records(deps, master, tid)  # an earlier start sent back, unseen till now
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED):
         reason = ledger.started_by.get(tid, "started")
-        work.move_request(deps, tid, RequestState.PROVISIONING, reason)
+        work.move_for_run(deps, tid, run, RequestState.PROVISIONING, reason)
     spec = typed_task.task_of(req)
     for rank, machine in enumerate(on):
         aid = _aid(tid, task.started_at, machine.id)
@@ -372,24 +373,31 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str, held: Held)
             deps.store.append_event(
                 tid, f"{slots} slot(s) on agent {machine.id} ({ledger.pool_of(tid)})", now
             )
-        work.record_instance(deps, machine, tid, rank, aid, _placement(tid, task.started_at))
+        work.record_instance(deps, machine, tid, rank, aid, run)
     if len(on) < len(task.allocations):
         return False
-    work.move_request(deps, tid, RequestState.RUNNING, f"{len(on)} agent(s) run it")
+    work.move_for_run(deps, tid, run, RequestState.RUNNING, f"{len(on)} agent(s) run it")
     if not spec.run:
         return False
     results = [work.result(deps, m, _aid(tid, task.started_at, m.id)) for m in on]
     return work.finish_when_ended(
         deps,
         tid,
+        run,
         results,
         lambda finished: deps.det_ledgers.update(
-            master, partial(_release, tid=tid, now=now, finished=finished)
+            master, partial(_release, tid=tid, now=now, finished=finished, started=started)
         ),
     )
 
 
-def _release(ledger: DetLedger, *, tid: str, now: float, finished: bool) -> bool:
+def _release(
+    ledger: DetLedger, *, tid: str, now: float, finished: bool, started: float | None = None
+) -> bool:
+    """Release a task (``started``: only its start at that time, not a later one)."""
+    task = ledger.tasks.get(tid)
+    if started is not None and task is not None and task.started_at not in (started, None):
+        return False
     return release_task(ledger, tid, now, finished=finished)
 
 

@@ -347,14 +347,16 @@ def _sync_running(
 ) -> bool:
     workload = ledger.workloads[wid]
     now = deps.now()
+    task = task_of(req)
+    started = workload.started_at or now
+    run = placement_id(wid, started)
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED, RequestState.PROVISIONING):
         # Not yet running here: an earlier placement may have been sent back and replaced
         # before any sync saw it waiting; its nodes' records end before this one's start.
         _end_stale_records(deps, name, wid)
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED):
-        work.move_request(deps, wid, RequestState.PROVISIONING, ledger.placed_by.get(wid, "placed"))
-    task = task_of(req)
-    started = workload.started_at or now
+        placed = ledger.placed_by.get(wid, "placed")
+        work.move_for_run(deps, wid, run, RequestState.PROVISIONING, placed)
     nodes = [m for m in ledger.machines_of(wid) if m.status != "retiring"]
     up = [
         (m, cm) for m in nodes if m.status == "up" and (cm := work.as_machine(held, m)) is not None
@@ -374,21 +376,24 @@ def _sync_running(
                 f"node {rank} on pool machine {machine.machine_id} ({machine.machine_type})",
                 now,
             )
-        work.record_instance(deps, cloud_machine, wid, rank, aid, placement_id(wid, started))
+        work.record_instance(deps, cloud_machine, wid, rank, aid, run)
     if not _head_ready(deps, name, ledger, wid, task, started, held):
         return False
     if not nodes or len(up) < len(nodes):
         return False
-    work.move_request(deps, wid, RequestState.RUNNING, f"{len(nodes)} pool machine(s) run it")
+    work.move_for_run(deps, wid, run, RequestState.RUNNING, f"{len(nodes)} pool machine(s) run it")
     if not task.run:
         return False
     results = [work.result(deps, cm, assignment_id(wid, started, m)) for m, cm in up]
+    own = _own_config(req)
     return work.finish_when_ended(
         deps,
         wid,
+        run,
         results,
         lambda finished: deps.ledgers.update(
-            name, lambda led: _release(led, wid, now, finished=finished, reap=_own_config(req))
+            name,
+            lambda led: _release(led, wid, now, finished=finished, reap=own, started=started),
         ),
     )
 
@@ -427,9 +432,18 @@ def _head_ready(
 
 
 def _release(
-    ledger: PoolLedger, wid: str, now: float, *, finished: bool = False, reap: bool = False
+    ledger: PoolLedger,
+    wid: str,
+    now: float,
+    *,
+    finished: bool = False,
+    reap: bool = False,
+    started: float | None = None,
 ) -> bool:
+    """Release a workload (``started``: only its placement started then, not a later one)."""
     if wid not in ledger.workloads:
+        return False
+    if started is not None and ledger.workloads[wid].started_at not in (started, None):
         return False
     release(ledger, wid, now, finished=finished, reap=reap)
     return True

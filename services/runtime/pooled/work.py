@@ -184,49 +184,91 @@ def stop_preempted(
 def finish_when_ended(
     deps: Deps,
     request_id: str,
+    run: str,
     results: Sequence[Mapping[str, Any] | None],
     release: Callable[[bool], object],
 ) -> bool:
-    """A job whose every node's work has ended: ``release(finished=True)`` its machines and
-    end the request by the first non-zero exit code (SUCCEEDED when all are 0); or, when its
-    task's ``job_recovery`` restarts a failed run, ``release(False)`` queues it again at its
-    original place. False while any still runs."""
+    """A job whose every node's work in ``run`` (its placement) has ended: end the request by
+    the first non-zero exit code (SUCCEEDED when all are 0) and ``release(finished=True)`` its
+    machines; or, when its task's ``job_recovery`` restarts a failed run, queue it again at its
+    original place (``release(False)``). False while any still runs, and when the request is
+    not running ``run`` any more: two passes of one pool can read the same ended run, and only
+    the first to move the request tells it (the second would restart, or end, the run placed
+    after it). The request moves first, then the pool: a worker that stops in between leaves
+    a request its next pass finds ended (or queued), never a pool that forgot a running one."""
     if not results or any(r is None for r in results):
         return False
     codes = [int(r.get("exit_code") or 0) for r in results if r is not None]
     code = next((c for c in codes if c != 0), 0)
     req = deps.store.get_request(request_id)
-    policy = task_of(req).recovery() if req is not None else None
-    again = restart_after(policy, code, req.restarts_on_errors) if req is not None else None
-    if again is not None and _restart(deps, request_id, again):
-        release(False)
-        end_instances(deps, request_id, f"its job exited {code}; it restarts", exit_code=code)
+    if req is None:
+        release(True)
+        end_instances(deps, request_id, "its request is gone", exit_code=code)
         return True
+    if not running_run(req, run):
+        return False
+    again = restart_after(task_of(req).recovery(), code, req.restarts_on_errors)
+    if again is not None:
+        if not _restart(deps, request_id, run, again):
+            return False
+        release(False)
+        reason = f"its job exited {code}; it restarts"
+        end_instances(deps, request_id, reason, exit_code=code, placement=run)
+        return True
+    if not finish_request(deps, request_id, run, code):
+        return False
     release(True)
     end_instances(deps, request_id, f"its job exited {code}", exit_code=code)
-    finish_request(deps, request_id, code)
     return True
 
 
-def _restart(deps: Deps, request_id: str, again: Restart) -> bool:
+def running_run(req: LaunchRequest, run: str) -> bool:
+    """Whether the request runs the pool placement ``run`` (RUNNING, and that run has not
+    ended: a request that restarted is RUNNING again only on a later placement)."""
+    return req.state == RequestState.RUNNING and run not in req.runs_ended
+
+
+def move_for_run(deps: Deps, request_id: str, run: str, to: RequestState, reason: str) -> bool:
+    """:func:`move_request` for the pool placement ``run``: not once that run has ended (a pass
+    that read its pool before the run's end was told must not bring it back)."""
+    now = deps.now()
+    live = set(RequestState) - TERMINAL_REQUEST_STATES - {to}
+
+    def move(r: LaunchRequest) -> bool:
+        return r.state in live and run not in r.runs_ended and r.move(to, now, reason)
+
+    moved, _ = _moved(deps, request_id, move)
+    if moved:
+        deps.store.append_event(request_id, f"state: {to.value} ({reason})", now)
+    return moved
+
+
+RUNS_ENDED_KEPT = 8  # a request's last ended runs kept (a pass is at most a few runs behind)
+
+
+def _ended(r: LaunchRequest, run: str) -> None:
+    r.runs_ended = [*r.runs_ended, run][-RUNS_ENDED_KEPT:]
+
+
+def _restart(deps: Deps, request_id: str, run: str, again: Restart) -> bool:
     """The request goes back to its pool's queue to run its job again; True if this call
-    moved it."""
+    moved it (from running ``run``)."""
     now = deps.now()
 
     def back(r: LaunchRequest) -> bool:
-        if r.state != RequestState.RUNNING:
+        if not running_run(r, run):
             return False
+        _ended(r, run)
         r.relaunches += 1
         r.restarts += 1
         r.restarts_on_errors += int(again.counted)
         r.move(RequestState.PENDING, now, f"restart {r.restarts}: {again.reason}")
         return True
 
-    updated = deps.store.update_request(request_id, back)
-    if updated is None or updated.state != RequestState.PENDING:
-        return False
-    deps.store.append_event(request_id, f"state: PENDING ({updated.history[-1].reason})", now)
-    return True
+    moved, updated = _moved(deps, request_id, back)
+    if moved and updated is not None:
+        deps.store.append_event(request_id, f"state: PENDING ({updated.history[-1].reason})", now)
+    return moved
 
 
 # ----------------------------------------------------------------------------------------------
@@ -239,23 +281,39 @@ def move_request(deps: Deps, request_id: str, to: RequestState, reason: str) -> 
     return move_request_from(deps, request_id, live, to, reason) is not None
 
 
-def finish_request(deps: Deps, request_id: str, code: int) -> None:
-    """A job's work ended with ``code``: SUCCEEDED on 0, else FAILED."""
+def finish_request(deps: Deps, request_id: str, run: str, code: int) -> bool:
+    """A job's work in ``run`` ended with ``code``: SUCCEEDED on 0, else FAILED. True if this
+    call ended the request."""
     now = deps.now()
     to = RequestState.SUCCEEDED if code == 0 else RequestState.FAILED
 
     def finish(r: LaunchRequest) -> bool:
-        if r.state != RequestState.RUNNING:
+        if not running_run(r, run):
             return False
+        _ended(r, run)
         r.exit_code = code
         if code:
             r.error = f"its job exited {code}"
         r.move(to, now, f"its job exited {code}")
         return True
 
-    updated = deps.store.update_request(request_id, finish)
-    if updated is not None and updated.state == to:
+    moved, _ = _moved(deps, request_id, finish)
+    if moved:
         deps.store.append_event(request_id, f"state: {to.value} (exit {code})", now)
+    return moved
+
+
+def _moved(
+    deps: Deps, request_id: str, fn: Callable[[LaunchRequest], bool]
+) -> tuple[bool, LaunchRequest | None]:
+    """Write ``fn``'s change; whether this call's ``fn`` made the change that was written."""
+
+    def decide(r: LaunchRequest) -> tuple[bool, bool]:
+        changed = fn(r)
+        return changed, changed
+
+    updated, moved = deps.store.decide_request(request_id, decide)
+    return bool(moved), updated
 
 
 def fail_pending(deps: Deps, request_id: str, reason: str) -> None:
@@ -353,15 +411,19 @@ def end_instances(
     *,
     exit_code: int | None = None,
     provider_id: str | None = None,
+    placement: str | None = None,
     placement_other_than: str | None = None,
     created_before: float | None = None,
 ) -> None:
     """The request's running assignment records (on one machine, or all) end: released to
-    the pool with ``reason``. ``placement_other_than`` spares that placement's records and
+    the pool with ``reason``. ``placement`` ends only that placement's records,
+    ``placement_other_than`` spares that placement's records and
     ``created_before`` the records created at or after that time."""
     now = deps.now()
     for inst in deps.store.list_instances(request_id=request_id):
         if provider_id is not None and inst.provider_id != provider_id:
+            continue
+        if placement is not None and inst.placement != placement:
             continue
         if placement_other_than is not None and inst.placement == placement_other_than:
             continue
