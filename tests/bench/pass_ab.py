@@ -18,8 +18,12 @@ calls it.
 Usage::
 
     .venv/bin/python tests/bench/pass_ab.py --against /tmp/main-tree
+    .venv/bin/python tests/bench/pass_ab.py --parts
     .venv/bin/python tests/bench/pass_ab.py --against /tmp/main-tree --requests 3000 \\
         --start 6000 --count 300 --rounds 5 --modules machine_pools pool_passes quiet
+
+``--parts`` instead times this tree's pass alone, split into its parts (each wrapped with
+``time.process_time``; the parts of ``schedule`` indented), and prints no comparison.
 
 The two sides' plans are compared as they run (every pass's plan equal, the wall-clock
 field aside); it exits 1 when one differs.
@@ -35,13 +39,15 @@ import pickle
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from corral.services.sim.runner import load
 from corral.shared import scheduling
-from corral.shared.scheduling import pool_passes, quiet
+from corral.shared.scheduling import machine_pools, pool_passes, quiet
 from corral.shared.sim import pool_sims
 from corral.shared.sim.run import run_policy
 
@@ -114,9 +120,69 @@ def _plan_fields(plan: Any) -> dict[str, Any]:
     return {k: v for k, v in plan.__dict__.items() if k != "computed_at"}
 
 
+PARTS = (
+    (pool_passes, "snapshot_of", "snapshot_of"),
+    (pool_passes, "seen_at", "seen_at (setbacks)"),
+    (pool_passes, "_narrowed_all", "_narrowed_all"),
+    (pool_passes, "schedule", "schedule"),
+    (machine_pools, "PoolState", "  PoolState"),
+    (machine_pools, "ordered", "  the queue's order"),
+    (machine_pools, "_decide", "  _decide"),
+    (machine_pools, "plan_replacements", "  replacements"),
+    (machine_pools, "plan_machine_reaps", "  reaps"),
+    (pool_passes, "_told_of_setbacks", "_told_of_setbacks"),
+    (pool_passes, "commit", "commit"),
+)
+
+
+def parts(passes: list[tuple[Any, ...]], rounds: int) -> None:
+    """This tree's passes, whole and in parts (CPU a pass, the first round a warm-up)."""
+    spent: dict[str, float] = defaultdict(float)
+
+    def timed(real: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def run(*args: Any, **kw: Any) -> Any:
+            started = time.process_time()
+            try:
+                return real(*args, **kw)
+            finally:
+                spent[label] += time.process_time() - started
+
+        return run
+
+    saved = [(module, name, getattr(module, name)) for module, name, _ in PARTS]
+    for module, name, label in PARTS:
+        setattr(module, name, timed(getattr(module, name), label))
+    try:
+        for round_ in range(rounds):
+            gc.collect()
+            gc.disable()
+            for ledger, types, now, knobs, rebalance in passes:
+                started = time.process_time()
+                after, plan = pool_passes.machine_pool_pass(
+                    ledger, types, now, knobs, rebalance=rebalance, new_id=_new_id
+                )
+                whole = time.process_time() - started
+                if quiet.machine_pool_settled(ledger, after, plan):
+                    started = time.process_time()
+                    quiet.machine_pool_quiet_until(after, types, now, knobs, rebalance=rebalance)
+                    spent["quiet_until (after a settled pass)"] += time.process_time() - started
+                spent["the whole pass"] += whole
+            gc.enable()
+            if round_ == 0:
+                spent.clear()
+    finally:
+        for module, name, real in saved:
+            setattr(module, name, real)
+    n = len(passes) * (rounds - 1)
+    print(f"{len(passes)} consecutive train passes, CPU a pass ({rounds - 1} rounds):")
+    for label, total in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"  {label:<36} {total / n * 1e6:7.0f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--against", type=Path, required=True, help="the other tree")
+    parser.add_argument("--against", type=Path, help="the other tree")
+    parser.add_argument("--parts", action="store_true", help="this tree's pass in parts")
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--start", type=int, default=6000, help="the first train pass kept")
     parser.add_argument("--count", type=int, default=300, help="consecutive passes kept")
@@ -126,6 +192,11 @@ def main() -> None:
     passes = passes_of_the_day(args.requests, args.start, args.count)
     if not passes:
         raise SystemExit("no pass kept: the day ran fewer train passes than --start")
+    if args.parts:
+        parts(passes, args.rounds)
+        return
+    if args.against is None:
+        raise SystemExit("--against (or --parts) is needed")
     other = other_side(args.against, args.modules)
     sides = {
         "this": (pool_passes.machine_pool_pass, quiet.machine_pool_quiet_until),

@@ -9,6 +9,7 @@ whether the two are identical and how much CPU (``time.process_time``) each took
 Usage::
 
     .venv/bin/python tests/bench/sim_day_json.py 3000                       # this tree alone
+    .venv/bin/python tests/bench/sim_day_json.py 3000 --split   # and where its CPU went
     .venv/bin/python tests/bench/sim_day_json.py 1000 --policy greedy --day bench
     .venv/bin/python tests/bench/sim_day_json.py 3000 --against /tmp/main-tree
     .venv/bin/python tests/bench/sim_day_json.py 1000 --against /tmp/main-tree --all
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "sim"
@@ -44,10 +46,38 @@ POLICIES = ("corral", "corral-wide-blocks", "greedy", "oracle", "static")
 FOLDERS = ("shared", "services", "workers")
 
 
-def play(requests: int, day: str, policy: str, out: Path) -> None:
-    """Play the day with whichever ``corral`` is importable; write its JSON to ``out``."""
+SPLIT = (
+    ("machine_pool_pass", "machine-pool passes"),
+    ("machine_pool_quiet_until", "machine-pool quiet times"),
+    ("determined_pass", "Determined passes"),
+    ("determined_quiet_until", "Determined quiet times"),
+)
+
+
+def play(requests: int, day: str, policy: str, out: Path, split: bool = False) -> None:
+    """Play the day with whichever ``corral`` is importable; write its JSON to ``out``.
+    ``split``: print the CPU the pool passes and the machine pools' sync took in it."""
     from corral.services.sim.runner import load
+    from corral.shared.sim import pool_sims
     from corral.shared.sim.run import run_policy
+
+    spent = dict.fromkeys([label for _, label in SPLIT] + ["machine-pool syncs"], 0.0)
+
+    def timed(real: Any, label: str) -> Any:
+        def run(*args: Any, **kw: Any) -> Any:
+            started = time.process_time()
+            try:
+                return real(*args, **kw)
+            finally:
+                spent[label] += time.process_time() - started
+
+        return run
+
+    if split:  # this process only: the names pool_sims calls, wrapped
+        for name, label in SPLIT:
+            setattr(pool_sims, name, timed(getattr(pool_sims, name), label))
+        sync = pool_sims.MachinePoolSim.sync
+        pool_sims.MachinePoolSim.sync = timed(sync, "machine-pool syncs")  # type: ignore[method-assign]
 
     folder = Path(tempfile.mkdtemp())
     for name in os.listdir(EXAMPLES):
@@ -60,6 +90,9 @@ def play(requests: int, day: str, policy: str, out: Path) -> None:
     cpu_s, wall_s = time.process_time() - cpu_started, time.perf_counter() - started
     decided = {"figures": run.figures, "series": run.series, "events": run.events}
     out.write_text(json.dumps(decided, sort_keys=True, default=str))
+    if split:
+        for label, total in spent.items():
+            print(f"  {label:<26} {total:7.1f} s CPU ({total / cpu_s:.0%})")
     print(json.dumps({"cpu_s": round(cpu_s, 2), "wall_s": round(wall_s, 1), "events": run.events}))
 
 
@@ -113,6 +146,7 @@ def main() -> None:
     parser.add_argument("--policy", choices=POLICIES, default="corral")
     parser.add_argument("--against", type=Path, help="a second tree, played at the same time")
     parser.add_argument("--all", action="store_true", help="every policy on both days")
+    parser.add_argument("--split", action="store_true", help="alone: where the CPU went")
     parser.add_argument("--play", type=Path, help=argparse.SUPPRESS)  # one side's process
     args = parser.parse_args()
     if args.play is not None:
@@ -120,7 +154,7 @@ def main() -> None:
         return
     if args.against is None:
         out = Path(tempfile.mkdtemp(prefix="simday-")) / "day.json"
-        play(args.requests, args.day, args.policy, out)
+        play(args.requests, args.day, args.policy, out, args.split)
         print(out)
         return
     pairs = [(d, p) for d in DAYS for p in POLICIES] if args.all else [(args.day, args.policy)]
