@@ -49,6 +49,7 @@ def schedule(
     replacement_guard_s: float = 0.0,
     min_machines: int = 0,
     reuse_verdicts: bool = True,
+    passed_over: Mapping[str, str] | None = None,
 ) -> Plan:
     """One scheduling pass over a machine pool.
 
@@ -58,6 +59,9 @@ def schedule(
     ``min_machines``: idle reaping never leaves the pool with fewer machines.
     ``reuse_verdicts``: tell a waiting workload what one alike was told this pass (see
     :func:`_decide`); off only to check that it changes nothing.
+    ``passed_over``: by workload id, the groups a waiting workload passes over after a
+    failed launch (``fallback.seen_at``): its reason says so (:func:`told_passed_over`),
+    told as its answer is made rather than in a second walk over the plan.
     """
     state = PoolState(snapshot)
     placements: list[Placement] = []
@@ -76,7 +80,12 @@ def schedule(
             kind = its_kind
             known = verdicts.get(kind)
             if known is not None:
-                pending.append(_told_too(known, own["workload_id"]))
+                gone = passed_over.get(own["workload_id"]) if passed_over else None
+                pending.append(
+                    _told_too(known, own["workload_id"])
+                    if gone is None
+                    else _told_too_over(known, own["workload_id"], gone)
+                )
                 continue
         if own["on_full"] == "fallback" and own["workload_id"] not in holding:
             done = fit_and_take(workload, own)
@@ -89,7 +98,7 @@ def schedule(
             fits_now = False  # the free room is not enough: _decide need not look again
         else:
             fits_now = None  # not known yet
-        moves = len(placements) + len(preemptions)
+        moves, told = len(placements) + len(preemptions), len(pending)
         _decide(
             state,
             workload,
@@ -102,9 +111,12 @@ def schedule(
             fits_now,
             kind,
         )
+        if passed_over and len(pending) != told:
+            pending[told:] = told_passed_over(pending[told:], passed_over)
         if verdicts and len(placements) + len(preemptions) != moves:
             verdicts.clear()  # the room changed: what alike workloads were told may not hold
     if state.stopping:  # this pass's victims, and those stopping in the snapshot
+        told = len(pending)
         pending.extend(
             Pending(
                 workload_id=wid,
@@ -116,6 +128,8 @@ def schedule(
             for wid, w in state.workloads.items()
             if w.phase == "stopping"
         )
+        if passed_over:
+            pending[told:] = told_passed_over(pending[told:], passed_over)
     replacements = plan_replacements(
         state, now, budget=replacement_budget, guard_s=replacement_guard_s
     )
@@ -167,6 +181,48 @@ def _told_too(known: Pending, workload_id: str) -> Pending:
 
 _TOLD_TOO: dict[str, tuple[dict[str, Any], set[str], Pending]] = {}
 _TOLD_TOO_MAX = 50_000
+
+
+def _told_too_over(known: Pending, workload_id: str, gone: str) -> Pending:
+    """``told_passed_over([_told_too(known, workload_id)], {workload_id: gone})[0]``, made
+    at once (one model, not two), and kept as :func:`_told_too` keeps its answers: given
+    again while the verdict and the groups passed over are equal."""
+    said, fields_set = known.__dict__, known.__pydantic_fields_set__
+    kept = _TOLD_OVER.get(workload_id)
+    if (
+        kept is not None
+        and (kept[0] is said or kept[0] == said)
+        and kept[1] == fields_set
+        and kept[2] == gone
+    ):
+        return kept[3]
+    told = trusted.updated(
+        known, {"workload_id": workload_id, "reason": _passed_over_reason(said["reason"], gone)}
+    )
+    if len(_TOLD_OVER) >= _TOLD_TOO_MAX:
+        _TOLD_OVER.clear()
+    _TOLD_OVER[workload_id] = (said, fields_set, gone, told)
+    return told
+
+
+_TOLD_OVER: dict[str, tuple[dict[str, Any], set[str], str, Pending]] = {}
+
+
+def told_passed_over(pending: Sequence[Pending], passed_over: Mapping[str, str]) -> list[Pending]:
+    """Each answer of a workload that passes groups over after a failed launch
+    (``passed_over``: by id, the groups as ``fallback.passed_over`` says them) with them
+    added to its reason: it speaks of the groups it may use, not of the ones it waits to use
+    again. A workload backing off is told so already."""
+    return [
+        trusted.updated(p, {"reason": _passed_over_reason(p.reason, passed_over[p.workload_id])})
+        if p.workload_id in passed_over and p.code != "backing_off"
+        else p
+        for p in pending
+    ]
+
+
+def _passed_over_reason(reason: str, gone: str) -> str:
+    return f"{reason}; passed over after a failed launch: {gone}"
 
 
 def _decide(

@@ -93,7 +93,7 @@ def machine_pool_pass(
             update={"workloads": _narrowed_all(ledger, snapshot.workloads, changed)}
         )
 
-    def run(hidden: Mapping[str, Any]) -> Plan:
+    def run(hidden: Mapping[str, Any], passed_over: Mapping[str, str] | None = None) -> Plan:
         snap = snapshot
         if hidden:
             kept = tuple(w for w in snapshot.workloads if w.workload_id not in hidden)
@@ -105,13 +105,16 @@ def machine_pool_pass(
             replacement_budget=knobs.replacement_budget if rebalance else 0,
             replacement_guard_s=knobs.replacement_guard_s,
             min_machines=knobs.pool_min_machines if rebalance else NO_REAPING,
+            passed_over=passed_over,
         )
 
     budgets = for_pools(costing.budgets, [ledger.pool]) if costing else ()
     if costing is None or not budgets:
-        plan = run(backing_off)
-        if setbacks:
-            plan = _told_of_setbacks(plan, backing_off, gone)
+        # The groups passed over told as the pass tells each workload (as _told_of_setbacks
+        # tells them after: the same answers), the workloads held back added at the end.
+        plan = run(backing_off, gone)
+        if backing_off:
+            plan = plan.model_copy(update={"pending": (*plan.pending, *backing_off.values())})
         return commit(ledger, plan, types, now, new_id), plan
     prices = costing.prices
     rates = budget_rates(budgets, _pool_holders(ledger, prices))

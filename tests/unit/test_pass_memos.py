@@ -19,8 +19,10 @@ from corral.shared.scheduling.fallback import (
     seen_at,
 )
 from corral.shared.scheduling.ledger import PoolLedger, PoolMachine
-from corral.shared.scheduling.machine_pools import _told_too
-from corral.shared.scheduling.model import Pending
+from corral.shared.scheduling.machine_pools import _told_too, _told_too_over, told_passed_over
+from corral.shared.scheduling.model import Pending, Plan
+from corral.shared.scheduling.pool_passes import _told_of_setbacks
+from corral.shared.scheduling.trusted import pending_for
 from corral.shared.waiting import utc_clock
 
 ORDER = ("reserved-a100", "spot-a100", "ondemand-a100")
@@ -126,6 +128,30 @@ def test_a_verdict_told_again_is_the_same_answer_while_the_verdict_is_equal() ->
     other = said.model_copy(update={"reason": "needs 1 node(s), 1 free"})
     assert _told_too(other, "w") == other.model_copy(update={"workload_id": "w"})
     assert _told_too(other, "w").reason == "needs 1 node(s), 1 free"
+
+
+def test_a_verdict_told_with_the_groups_passed_over_is_what_telling_them_after_gives() -> None:
+    """Over many passes whose verdicts and groups passed over change now and then, the
+    answer made at once (``_told_too_over``, kept from pass to pass) equals the verdict told
+    again and then told the groups (``told_passed_over``, and the pass's old second walk,
+    ``_told_of_setbacks``), and is the same object while neither changed."""
+    rng = random.Random(47)
+    reasons = ("needs 1 node(s), 0 free", "needs 1 node(s), 1 free", "rule_denies it")
+    gones = ("spot-a100 until 10:00", "spot-a100 until 10:00, ondemand-a100 until 11:00")
+    last: dict[str, tuple[Pending, str, Pending]] = {}
+    for _ in range(300):
+        known = Pending(workload_id="first", code="partition_full", reason=rng.choice(reasons))
+        for n in range(8):
+            wid, gone = f"w{n}", rng.choice(gones)
+            told = _told_too_over(known, wid, gone)
+            afresh = told_passed_over([pending_for(known, wid)], {wid: gone})[0]
+            assert told == afresh and told.model_fields_set == afresh.model_fields_set
+            plan = Plan(pool="p", based_on={}, computed_at=0.0, pending=(pending_for(known, wid),))
+            assert _told_of_setbacks(plan, {}, {wid: gone}).pending == (told,)
+            before = last.get(wid)
+            if before is not None and before[0] == known and before[1] == gone:
+                assert told is before[2]  # kept: the same answer again
+            last[wid] = (known, gone, told)
 
 
 def test_a_narrowed_workload_is_reused_between_the_setbacks_times_and_not_across_them() -> None:

@@ -41,7 +41,7 @@ from corral.shared.scheduling import (
     schedule,
     schedule_pool,
 )
-from corral.shared.scheduling.machine_pools import queue
+from corral.shared.scheduling.machine_pools import queue, told_passed_over
 from corral.shared.scheduling.model import DEFAULT_RULE_PRIORITY
 from corral.shared.scheduling.partitions import PoolState
 from corral.shared.scheduling.selectors import matches
@@ -257,6 +257,7 @@ def run(
 ) -> Counter[str]:
     """Pass after pass, checking everything; how many preemptions and replacements it saw."""
     rng = random.Random(seed)
+    told_rng = random.Random(seed + 1)  # the groups passed over: apart from the run's draws
     snap = PoolSnapshot(pool="p", versions={"p": 1}, machine_types=types)
     ids = itertools.count()
     now = 100.0
@@ -282,6 +283,16 @@ def run(
         assert plan.placements == fresh.placements and plan.preemptions == fresh.preemptions
         assert plan.reservations == fresh.reservations
         assert plan.pending == fresh.pending  # the very words too
+        # Groups passed over told as each answer is made (its answers kept from pass to
+        # pass) say what telling them after the pass says.
+        gone = {
+            w.workload_id: told_rng.choice(("a until 10:00", "a until 10:00, b until 11:00"))
+            for w in snap.workloads
+            if w.phase in ("pending", "stopping") and told_rng.random() < 0.6
+        }
+        over = schedule(snap, now, passed_over=gone, **knobs)
+        assert over.placements == plan.placements and over.preemptions == plan.preemptions
+        assert over.pending == tuple(told_passed_over(plan.pending, gone))
         check_plan(snap, plan)
         after = apply_plan(snap, plan, now, lambda n, w: f"m{next(ids)}")
         check_state(after)
