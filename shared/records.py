@@ -290,9 +290,9 @@ def _is_none(value: Any) -> bool:
     return value is None
 
 
-# Who holds a machine of the machine table: a request (its node), a machine pool, a master
-# config's Determined pools, a Ray cluster.
-OwnerKind = Literal["request", "pool", "det_pool", "cluster"]
+# Who holds a machine of the machine table: a request (its node; a Ray cluster's node is a
+# node of its launch request), a machine pool, a master config's Determined pools.
+OwnerKind = Literal["request", "pool", "det_pool"]
 
 
 # A machine's billing ends at its first move into one of these (Instance.billed_until).
