@@ -141,6 +141,10 @@ class Serving(_Record):
     below_since: float | None = None
 
 
+def _is_empty(value: Any) -> bool:
+    return not value
+
+
 class LaunchRequest(_Record):
     """A user's request for compute: its task, its plan, and what happened to it."""
 
@@ -164,7 +168,7 @@ class LaunchRequest(_Record):
     lost_in_a_row: int = 0
     # Pool work: its last runs (placements) whose end was told, newest last. A pass that read
     # its pool before one was told finds it here and moves nothing (it is told once).
-    runs_ended: list[str] = Field(default_factory=list)
+    runs_ended: list[str] = Field(default_factory=list, exclude_if=_is_empty)
 
     @property
     def generation(self) -> str:
