@@ -103,6 +103,20 @@ def _by_cloud(nodes: list[Instance]) -> dict[tuple[str, str], list[str]]:
     return out
 
 
+def _stop_machines(deps: Deps, nodes: list[Instance], request_id: str | None = None) -> None:
+    """Stop the machines of ``nodes``, recorded STOPPED already: one call per cloud and zone;
+    a failure is logged (and told in ``request_id``'s events), reconcile asks again."""
+    for (cloud, zone), ids in _by_cloud(nodes).items():
+        try:
+            deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
+        except ProviderError as exc:
+            log.warning("stopping %s on %s failed (%s); reconcile asks again", ids, cloud, exc)
+            if request_id is not None:
+                deps.store.append_event(
+                    request_id, f"stop of {', '.join(ids)} failed: {exc}", deps.now()
+                )
+
+
 def stop(deps: Deps, request_id: str, why: str = "stopped by the user") -> str:
     """Stop a RUNNING request's machines (idempotent: a request no longer RUNNING is left)."""
     req = deps.store.get_request(request_id)
@@ -116,15 +130,7 @@ def stop(deps: Deps, request_id: str, why: str = "stopped by the user") -> str:
         return str(req.state)
     for n in nodes:
         _move_instance(deps, n, InstanceState.RUNNING, InstanceState.STOPPED, why)
-    for (cloud, zone), ids in _by_cloud(nodes).items():
-        try:
-            deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
-        except ProviderError as exc:
-            # Recorded STOPPED already: reconcile asks again while the cloud runs it (stop_again).
-            log.warning("stopping %s on %s failed (%s); reconcile asks again", ids, cloud, exc)
-            deps.store.append_event(
-                request_id, f"stop of {', '.join(ids)} failed: {exc}", deps.now()
-            )
+    _stop_machines(deps, nodes, request_id)
     return "stopped"
 
 
@@ -137,12 +143,8 @@ def stop_again(deps: Deps, running: Callable[[str, str], bool], counts: dict[str
             for n in current_nodes(deps, req, InstanceState.STOPPED)
             if n.provider_id and running(n.cloud, n.provider_id)
         ]
-        for (cloud, zone), ids in _by_cloud(nodes).items():
-            counts["stop_retried"] += len(ids)
-            try:
-                deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
-            except ProviderError as exc:
-                log.warning("stopping %s on %s failed again (%s)", ids, cloud, exc)
+        counts["stop_retried"] += len(nodes)
+        _stop_machines(deps, nodes)
 
 
 def start(deps: Deps, request_id: str) -> str:
@@ -232,11 +234,7 @@ def _start_failed(
     back = current_nodes(deps, req, InstanceState.RUNNING)
     for n in back:
         _move_instance(deps, n, InstanceState.RUNNING, InstanceState.STOPPED, why)
-    for (cloud, zone), ids in _by_cloud([*silent, *back]).items():
-        try:
-            deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
-        except ProviderError as exc:
-            log.warning("stopping %s on %s failed (%s); reconcile asks again", ids, cloud, exc)
+    _stop_machines(deps, [*silent, *back])
 
 
 def _beat(deps: Deps, inst: Instance) -> dict[str, Any] | None:
