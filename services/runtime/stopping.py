@@ -20,7 +20,7 @@ from typing import Any
 
 from corral.services.providers.base import ProviderInstance, can_stop, node_work_of
 from corral.services.runtime import termination
-from corral.services.runtime.attempt_record import move_request_from
+from corral.services.runtime.attempt_record import move_instance_from, move_request_from
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.typed_task import task_of
 from corral.shared.autostop import Action, Autostop, decide, idle_since_of
@@ -70,31 +70,6 @@ def refusal(deps: Deps, req: LaunchRequest, action: str) -> str | None:
     return None
 
 
-def _move_instance(
-    deps: Deps,
-    inst: Instance,
-    frm: InstanceState,
-    to: InstanceState,
-    why: str,
-    address: str | None = None,
-) -> bool:
-    now = deps.now()
-    moved = False
-
-    def move(i: Instance) -> bool:
-        nonlocal moved
-        if i.state != frm:
-            return False
-        i.move(to, now, why)
-        if address:
-            i.address = address
-        moved = True
-        return True
-
-    deps.store.update_instance(inst.id, move)
-    return moved
-
-
 def _by_cloud(nodes: list[Instance]) -> dict[tuple[str, str], list[str]]:
     out: dict[tuple[str, str], list[str]] = {}
     for n in nodes:
@@ -129,7 +104,7 @@ def stop(deps: Deps, request_id: str, why: str = "stopped by the user") -> str:
     if updated is None:
         return str(req.state)
     for n in nodes:
-        _move_instance(deps, n, InstanceState.RUNNING, InstanceState.STOPPED, why)
+        move_instance_from(deps, n, {InstanceState.RUNNING}, InstanceState.STOPPED, why)
     _stop_machines(deps, nodes, request_id)
     return "stopped"
 
@@ -195,13 +170,9 @@ def watch_starting(
                 continue
             now_at = seen(n.cloud, n.provider_id or "")
             address = now_at.address if now_at is not None and now_at.address else None
-            _move_instance(
-                deps,
-                n,
-                InstanceState.STOPPED,
-                InstanceState.RUNNING,
-                "its agent reported again",
-                address=address,
+            why = "its agent reported again"
+            move_instance_from(
+                deps, n, {InstanceState.STOPPED}, InstanceState.RUNNING, why, address=address
             )
         silent = current_nodes(deps, req, InstanceState.STOPPED)
         if not silent:
@@ -233,7 +204,7 @@ def _start_failed(
     counts["start_timed_out"] += 1
     back = current_nodes(deps, req, InstanceState.RUNNING)
     for n in back:
-        _move_instance(deps, n, InstanceState.RUNNING, InstanceState.STOPPED, why)
+        move_instance_from(deps, n, {InstanceState.RUNNING}, InstanceState.STOPPED, why)
     _stop_machines(deps, [*silent, *back])
 
 
