@@ -57,14 +57,19 @@ class LaunchFlags:
     use_spot: bool | None = None
 
     def overrides(self) -> Overrides:
-        """The flags as the merge takes them (``--env`` and ``--secret`` read into mappings,
-        every other flag by its own name); raises FlagError."""
+        """The flags as the merge takes them; raises FlagError."""
         from corral.shared.config.overrides import Overrides
 
         return Overrides(
             envs=dict(pair("--env", e) for e in self.env or ()),
             secrets=dict(pair("--secret", s) for s in self.secret or ()),
-            **{k: v for k, v in vars(self).items() if k not in ("env", "secret")},
+            gpus=self.gpus,
+            infra=self.infra,
+            cloud=self.cloud,
+            region=self.region,
+            zone=self.zone,
+            num_nodes=self.num_nodes,
+            use_spot=self.use_spot,
         )
 
 
