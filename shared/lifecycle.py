@@ -149,6 +149,7 @@ MACHINE_TRANSITIONS: dict[MachineState, frozenset[MachineState]] = {
         {
             MachineState.TERMINATING,  # a retiring head whose workload ended before the
             # hand-over
+            MachineState.LOST,  # its cloud no longer runs it before the hand-over
         }
     ),
     MachineState.STOPPED: frozenset(

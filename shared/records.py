@@ -141,6 +141,10 @@ class Serving(_Record):
     below_since: float | None = None
 
 
+def _is_empty(value: Any) -> bool:
+    return not value
+
+
 class LaunchRequest(_Record):
     """A user's request for compute: its task, its plan, and what happened to it."""
 
@@ -164,7 +168,7 @@ class LaunchRequest(_Record):
     lost_in_a_row: int = 0
     # Pool work: its last runs (placements) whose end was told, newest last. A pass that read
     # its pool before one was told finds it here and moves nothing (it is told once).
-    runs_ended: list[str] = Field(default_factory=list)
+    runs_ended: list[str] = Field(default_factory=list, exclude_if=_is_empty)
 
     @property
     def generation(self) -> str:
@@ -290,9 +294,9 @@ def _is_none(value: Any) -> bool:
     return value is None
 
 
-# Who holds a machine of the machine table: a request (its node), a machine pool, a master
-# config's Determined pools, a Ray cluster.
-OwnerKind = Literal["request", "pool", "det_pool", "cluster"]
+# Who holds a machine of the machine table: a request (its node; a Ray cluster's node is a
+# node of its launch request), a machine pool, a master config's Determined pools.
+OwnerKind = Literal["request", "pool", "det_pool"]
 
 
 # A machine's billing ends at its first move into one of these (Instance.billed_until).

@@ -142,11 +142,16 @@ async def caller_of(request: Request) -> Principal:
     return await caller(request, await _bearer(request))
 
 
-async def require_writer(who: Principal = Depends(caller)) -> Principal:
-    """Admins and members (submit, cancel, terminate, exec, upload): 403 for a viewer."""
+def writer(who: Principal) -> Principal:
+    """``who``, if it may change things (an admin or a member): 403 for a viewer."""
     if who.role == "viewer":
         raise HTTPException(
             status.HTTP_403_FORBIDDEN,
             f"user {who.name!r} is a viewer: it reads its projects' requests, nothing more",
         )
     return who
+
+
+async def require_writer(who: Principal = Depends(caller)) -> Principal:
+    """Admins and members (submit, cancel, terminate, exec, upload): 403 for a viewer."""
+    return writer(who)

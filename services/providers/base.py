@@ -13,10 +13,12 @@ Guarantees every provider keeps:
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from corral.services.agent import skypilot_env
 from corral.shared.catalog.offering import Offering
 from corral.shared.errors import InvalidRequestError
 from corral.shared.launches import (  # the records the port speaks, re-exported here
@@ -45,6 +47,7 @@ __all__ = [
     "NodeWork",
     "Provider",
     "ProviderInstance",
+    "blind_boot_lines",
     "can_stop",
     "check_env_names",
     "checked_assignment",
@@ -282,3 +285,14 @@ def status_view(
         "activity": beat.get("activity") if beat else None,
         "results": results,
     }
+
+
+def blind_boot_lines(spec: LaunchSpec, envs: dict[str, str], rank: str | None) -> list[str]:
+    """The lines of a boot script that runs the task itself (no node agent), after its shell
+    options: ``envs`` exported, SkyPilot's names of the node (``rank`` None: one script every
+    node shares), then into the workdir, the setup and the run."""
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in envs.items()]
+    lines += skypilot_env.boot_exports(rank, spec.count)
+    if spec.workdir:
+        lines += [f"mkdir -p {shlex.quote(spec.workdir)}", f"cd {shlex.quote(spec.workdir)}"]
+    return lines + [part for part in (spec.setup, spec.run) if part]

@@ -84,26 +84,36 @@ class NodeBookLogs:
     log_book: NodeBook | None
     nodes: NodeAgents | None
 
+    def _use_agents(self, nodes: NodeAgents | None, log_book: NodeBook | None) -> None:
+        """Machines boot ``nodes`` (None: blind boots) and take pooled work through them; their
+        output is read from the agents' book, else from ``log_book`` (the API's: it reads it
+        with no agents of its own to boot)."""
+        self.nodes = self.node_work = nodes
+        self.log_book = nodes.book if nodes is not None else log_book
+
     def _seen(self, instances: list[ProviderInstance]) -> list[ProviderInstance]:
         """Machines as the control plane must see them: up once their agent registered."""
         return instances if self.nodes is None else self.nodes.overlay(instances)
 
-    def _node(self, provider_id: str, attempt_id: str | None, node_index: int) -> NodeName | None:
-        """The machine's node in the book: as its agent registered (a pooled machine's is known
-        by the cloud's id, its log holding what it ran), else as its attempt named it."""
-        node = self.log_book.node_of(self.name, provider_id) if self.log_book else None
+    def _book_node(
+        self, provider_id: str, attempt_id: str | None = None, node_index: int = 0
+    ) -> tuple[NodeBook, NodeName] | None:
+        """The book and the machine's node in it: as its agent registered (a pooled machine's
+        is known by the cloud's id, its log holding what it ran), else as its attempt named
+        it; None without a book or a node."""
+        if self.log_book is None:
+            return None
+        node = self.log_book.node_of(self.name, provider_id)
         if node is None and attempt_id:
             node = NodeName(self.name, attempt_id, node_index)
-        return node
+        return None if node is None else (self.log_book, node)
 
     def read_log(
         self, provider_id: str, attempt_id: str | None, node_index: int, tail_bytes: int
     ) -> bytes:
         """What the machine's node agent shipped, the last ``tail_bytes``."""
-        node = self._node(provider_id, attempt_id, node_index)
-        if self.log_book is None or node is None:
-            return b""
-        return self.log_book.log(node)[-tail_bytes:]
+        found = self._book_node(provider_id, attempt_id, node_index)
+        return found[0].log(found[1])[-tail_bytes:] if found else b""
 
     def agent_name(self, provider_id: str, attempt_id: str | None, node_index: int) -> str:
         """The node's name in the book: as its agent registered, else as its attempt named it
@@ -111,34 +121,28 @@ class NodeBookLogs:
         goes by its id."""
         if not attempt_id:
             return provider_id
-        named = self.log_book.node_of(self.name, provider_id) if self.log_book else None
-        return str(named or NodeName(self.name, attempt_id, node_index))
+        found = self._book_node(provider_id, attempt_id, node_index)
+        return str(found[1] if found else NodeName(self.name, attempt_id, node_index))
 
     def read_log_since(
         self, provider_id: str, attempt_id: str | None, node_index: int, offset: int
     ) -> tuple[int, bytes]:
         """What the machine's node agent shipped from byte ``offset`` on."""
-        node = self._node(provider_id, attempt_id, node_index)
-        if self.log_book is None or node is None:
-            return offset, b""
-        return self.log_book.log_since(node, offset)
+        found = self._book_node(provider_id, attempt_id, node_index)
+        return found[0].log_since(found[1], offset) if found else (offset, b"")
 
     def read_assignment_log(self, provider_id: str, aid: str, tail_bytes: int) -> bytes:
         """What the machine's agent shipped of one assignment's own output, the last
         ``tail_bytes`` (never the machine's log, nor another assignment's)."""
-        node = self.log_book.node_of(self.name, provider_id) if self.log_book else None
-        if self.log_book is None or node is None:
-            return b""
-        return self.log_book.log(node, assignment_key(aid))[-tail_bytes:]
+        found = self._book_node(provider_id)
+        return found[0].log(found[1], assignment_key(aid))[-tail_bytes:] if found else b""
 
     def read_assignment_log_since(
         self, provider_id: str, aid: str, offset: int
     ) -> tuple[int, bytes]:
         """One assignment's own output from byte ``offset`` on."""
-        node = self.log_book.node_of(self.name, provider_id) if self.log_book else None
-        if self.log_book is None or node is None:
-            return offset, b""
-        return self.log_book.log_since(node, offset, assignment_key(aid))
+        found = self._book_node(provider_id)
+        return found[0].log_since(found[1], offset, assignment_key(aid)) if found else (offset, b"")
 
 
 class NodeAgents:

@@ -14,9 +14,9 @@ from corral.services.runtime.deps import Deps
 from corral.services.state.blocks import RememberedBlock
 from corral.shared.blocking import Block
 from corral.shared.errors import ProviderError
-from corral.shared.lifecycle import RequestState
+from corral.shared.lifecycle import InstanceState, RequestState
 from corral.shared.placement import Placement
-from corral.shared.records import Attempt, AttemptOutcome, ChainStep, LaunchRequest
+from corral.shared.records import Attempt, AttemptOutcome, ChainStep, Instance, LaunchRequest
 
 
 def attempt_id_for(req: LaunchRequest, step: int, try_no: int) -> str:
@@ -185,3 +185,34 @@ def move_request_from(
         return None
     deps.store.append_event(request_id, f"state: {to.value} ({why})", now)
     return updated
+
+
+def move_instance_from(
+    deps: Deps,
+    inst: Instance,
+    frm: Collection[InstanceState],
+    to: InstanceState,
+    why: str,
+    *,
+    exit_code: int | None = None,
+    address: str | None = None,
+) -> Instance | None:
+    """Move ``inst`` (as the caller read it: the write starts from it) from any state in
+    ``frm`` to ``to`` by compare-and-set, with its exit code and new address when given; the
+    instance as written if this call moved it, else None."""
+    now = deps.now()
+    moved = False
+
+    def move(i: Instance) -> bool:
+        nonlocal moved
+        moved = i.state in frm  # a run after a lost race decides afresh
+        if moved:
+            i.move(to, now, why)
+            if exit_code is not None:
+                i.exit_code = exit_code
+            if address:
+                i.address = address
+        return moved
+
+    written = deps.store.update_instance(inst.id, move, current=inst)
+    return written if moved else None

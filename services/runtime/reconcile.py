@@ -35,7 +35,7 @@ from corral.services.providers.base import (
 )
 from corral.services.queues import dispatch
 from corral.services.runtime import failover, launch, stopping, termination
-from corral.services.runtime.attempt_record import move_request_from
+from corral.services.runtime.attempt_record import move_instance_from, move_request_from
 from corral.services.runtime.claims import hold_claim
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import plan_launch
@@ -157,24 +157,10 @@ def _check_instances(
 def _move(
     deps: Deps, inst: Instance, to: InstanceState, reason: str, exit_code: int | None = None
 ) -> Instance | None:
-    """Move ``inst`` (as this pass read it: the write starts from it) to ``to`` if it is
-    still in a state that may; the instance as written when this call did, else None."""
-    now = deps.now()
-    moved = False
-
-    def move(i: Instance) -> bool:
-        nonlocal moved
-        moved = False  # a run after a lost race decides afresh
-        if i.state not in LIVE or not is_transition(INSTANCE_TRANSITIONS, i.state, to):
-            return False  # someone moved it meanwhile (a terminate, another pass)
-        i.move(to, now, reason)
-        if exit_code is not None:
-            i.exit_code = exit_code
-        moved = True
-        return True
-
-    written = deps.store.update_instance(inst.id, move, current=inst)
-    return written if moved else None
+    """Move ``inst`` (as this pass read it) to ``to`` if it is still in a live state that may
+    (someone may have moved it meanwhile: a terminate, another pass)."""
+    frm = [s for s in LIVE if is_transition(INSTANCE_TRANSITIONS, s, to)]
+    return move_instance_from(deps, inst, frm, to, reason, exit_code=exit_code)
 
 
 def _try(fn: Any, *args: Any, **kwargs: Any) -> bool:

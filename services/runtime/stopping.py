@@ -20,7 +20,7 @@ from typing import Any
 
 from corral.services.providers.base import ProviderInstance, can_stop, node_work_of
 from corral.services.runtime import termination
-from corral.services.runtime.attempt_record import move_request_from
+from corral.services.runtime.attempt_record import move_instance_from, move_request_from
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.typed_task import task_of
 from corral.shared.autostop import Action, Autostop, decide, idle_since_of
@@ -70,37 +70,26 @@ def refusal(deps: Deps, req: LaunchRequest, action: str) -> str | None:
     return None
 
 
-def _move_instance(
-    deps: Deps,
-    inst: Instance,
-    frm: InstanceState,
-    to: InstanceState,
-    why: str,
-    address: str | None = None,
-) -> bool:
-    now = deps.now()
-    moved = False
-
-    def move(i: Instance) -> bool:
-        nonlocal moved
-        if i.state != frm:
-            return False
-        i.move(to, now, why)
-        if address:
-            i.address = address
-        moved = True
-        return True
-
-    deps.store.update_instance(inst.id, move)
-    return moved
-
-
 def _by_cloud(nodes: list[Instance]) -> dict[tuple[str, str], list[str]]:
     out: dict[tuple[str, str], list[str]] = {}
     for n in nodes:
         if n.provider_id:
             out.setdefault((n.cloud, n.zone), []).append(n.provider_id)
     return out
+
+
+def _stop_machines(deps: Deps, nodes: list[Instance], request_id: str | None = None) -> None:
+    """Stop the machines of ``nodes``, recorded STOPPED already: one call per cloud and zone;
+    a failure is logged (and told in ``request_id``'s events), reconcile asks again."""
+    for (cloud, zone), ids in _by_cloud(nodes).items():
+        try:
+            deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
+        except ProviderError as exc:
+            log.warning("stopping %s on %s failed (%s); reconcile asks again", ids, cloud, exc)
+            if request_id is not None:
+                deps.store.append_event(
+                    request_id, f"stop of {', '.join(ids)} failed: {exc}", deps.now()
+                )
 
 
 def stop(deps: Deps, request_id: str, why: str = "stopped by the user") -> str:
@@ -115,16 +104,8 @@ def stop(deps: Deps, request_id: str, why: str = "stopped by the user") -> str:
     if updated is None:
         return str(req.state)
     for n in nodes:
-        _move_instance(deps, n, InstanceState.RUNNING, InstanceState.STOPPED, why)
-    for (cloud, zone), ids in _by_cloud(nodes).items():
-        try:
-            deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
-        except ProviderError as exc:
-            # Recorded STOPPED already: reconcile asks again while the cloud runs it (stop_again).
-            log.warning("stopping %s on %s failed (%s); reconcile asks again", ids, cloud, exc)
-            deps.store.append_event(
-                request_id, f"stop of {', '.join(ids)} failed: {exc}", deps.now()
-            )
+        move_instance_from(deps, n, {InstanceState.RUNNING}, InstanceState.STOPPED, why)
+    _stop_machines(deps, nodes, request_id)
     return "stopped"
 
 
@@ -137,12 +118,8 @@ def stop_again(deps: Deps, running: Callable[[str, str], bool], counts: dict[str
             for n in current_nodes(deps, req, InstanceState.STOPPED)
             if n.provider_id and running(n.cloud, n.provider_id)
         ]
-        for (cloud, zone), ids in _by_cloud(nodes).items():
-            counts["stop_retried"] += len(ids)
-            try:
-                deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
-            except ProviderError as exc:
-                log.warning("stopping %s on %s failed again (%s)", ids, cloud, exc)
+        counts["stop_retried"] += len(nodes)
+        _stop_machines(deps, nodes)
 
 
 def start(deps: Deps, request_id: str) -> str:
@@ -193,13 +170,9 @@ def watch_starting(
                 continue
             now_at = seen(n.cloud, n.provider_id or "")
             address = now_at.address if now_at is not None and now_at.address else None
-            _move_instance(
-                deps,
-                n,
-                InstanceState.STOPPED,
-                InstanceState.RUNNING,
-                "its agent reported again",
-                address=address,
+            why = "its agent reported again"
+            move_instance_from(
+                deps, n, {InstanceState.STOPPED}, InstanceState.RUNNING, why, address=address
             )
         silent = current_nodes(deps, req, InstanceState.STOPPED)
         if not silent:
@@ -231,12 +204,8 @@ def _start_failed(
     counts["start_timed_out"] += 1
     back = current_nodes(deps, req, InstanceState.RUNNING)
     for n in back:
-        _move_instance(deps, n, InstanceState.RUNNING, InstanceState.STOPPED, why)
-    for (cloud, zone), ids in _by_cloud([*silent, *back]).items():
-        try:
-            deps.provider(cloud).stop(ids, zone=zone)  # type: ignore[attr-defined]
-        except ProviderError as exc:
-            log.warning("stopping %s on %s failed (%s); reconcile asks again", ids, cloud, exc)
+        move_instance_from(deps, n, {InstanceState.RUNNING}, InstanceState.STOPPED, why)
+    _stop_machines(deps, [*silent, *back])
 
 
 def _beat(deps: Deps, inst: Instance) -> dict[str, Any] | None:

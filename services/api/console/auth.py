@@ -129,17 +129,6 @@ def who(request: Request) -> Principal:
     return found
 
 
-def require_writer(request: Request) -> Principal:
-    """The caller, if it may change things: a viewer is refused (403)."""
-    found = who(request)
-    if found.role == "viewer":
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            f"user {found.name!r} is a viewer: it reads its projects' requests, nothing more",
-        )
-    return found
-
-
 def check_form_key(request: Request, given: str) -> None:
     if not hmac.compare_digest(given.encode(), form_key(request).encode()):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "the form is stale or not the console's")

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, quote, urlencode
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
-from corral.services.api.auth import Principal
+from corral.services.api.auth import Principal, writer
 from corral.services.api.console import auth
 from corral.services.api.console.html import (
     duration,
@@ -395,7 +395,7 @@ def request_log(
 async def cancel(request: Request, request_id: str) -> Response:
     auth.check_form_key(request, (await _form(request)).get("key", ""))
     seen_request(request, request_id)
-    auth.require_writer(request)
+    writer(auth.who(request))
     try:
         runtime_requests.cancel(_deps(request), request_id)
     except runtime_requests.RequestNotFound:
@@ -407,7 +407,7 @@ async def cancel(request: Request, request_id: str) -> Response:
 async def terminate(request: Request, request_id: str, instance_id: str) -> Response:
     auth.check_form_key(request, (await _form(request)).get("key", ""))
     seen_request(request, request_id)
-    auth.require_writer(request)
+    writer(auth.who(request))
     deps = _deps(request)
     inst = deps.store.get_instance(instance_id)
     if inst is None or inst.request_id != request_id:

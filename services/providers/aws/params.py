@@ -11,16 +11,15 @@ ClientToken, the market (spot through ``InstanceMarketOptions``, a capacity rese
 from __future__ import annotations
 
 import hashlib
-import shlex
 from typing import Any
 
-from corral.services.agent import skypilot_env
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
     TAG_NODE,
     TAG_REQUEST,
     LaunchSpec,
+    blind_boot_lines,
     check_env_names,
 )
 from corral.shared.errors import InvalidRequestError
@@ -151,14 +150,9 @@ def user_data(spec: LaunchSpec) -> str | None:
         **spec.envs,
     }
     check_env_names(env)
-    lines = ["#!/bin/bash", "set -euo pipefail"]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     # One UserData for every node: the rank is known only for a launch of one.
-    lines += skypilot_env.boot_exports("0" if spec.count == 1 else None, spec.count)
-    if spec.workdir:
-        lines += [f"mkdir -p {shlex.quote(spec.workdir)}", f"cd {shlex.quote(spec.workdir)}"]
-    lines += [part for part in (spec.setup, spec.run) if part]
-    return _checked_size("\n".join(lines) + "\n")
+    lines = blind_boot_lines(spec, env, "0" if spec.count == 1 else None)
+    return _checked_size("\n".join(["#!/bin/bash", "set -euo pipefail", *lines]) + "\n")
 
 
 def _checked_size(script: str) -> str:

@@ -10,19 +10,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 import uuid
 from typing import TYPE_CHECKING
 
 from google.protobuf.json_format import ParseError
 
-from corral.services.agent import skypilot_env
 from corral.services.providers.base import (
     TAG_ATTEMPT,
     TAG_MANAGED,
     TAG_NODE,
     TAG_REQUEST,
     LaunchSpec,
+    blind_boot_lines,
 )
 from corral.shared.errors import InvalidRequestError
 
@@ -245,13 +244,7 @@ def startup_script(spec: LaunchSpec, node: str, name: str) -> str | None:
         "CORRAL_NODE_RANK": node,
         "CORRAL_NUM_NODES": str(spec.count),
     }
-    lines = ["#!/bin/bash", "set -e"]
-    lines += [f"export {key}={shlex.quote(value)}" for key, value in envs.items()]
-    lines += skypilot_env.boot_exports(node, spec.count)
-    if spec.workdir:
-        lines += [f"mkdir -p {shlex.quote(spec.workdir)}", f"cd {shlex.quote(spec.workdir)}"]
-    lines += [part for part in (spec.setup, spec.run) if part]
-    return "\n".join(lines) + "\n"
+    return "\n".join(["#!/bin/bash", "set -e", *blind_boot_lines(spec, envs, node)]) + "\n"
 
 
 def label_filter(labels: dict[str, str]) -> str:

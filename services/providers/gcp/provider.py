@@ -124,11 +124,7 @@ class GcpProvider(CatalogOfferings, NodeBookLogs):
         (the registry passes the settings' ``timers.cloud_poll_interval_s``; 2 s as shipped)."""
         self.poll_interval_s = poll_interval_s
         self.project = project
-        self.nodes = nodes
-        # Where its machines' agents ship their output (the API reads it with no agents of
-        # its own to boot): the node agents' book, else the one given.
-        self.log_book = nodes.book if nodes is not None else log_book
-        self.node_work = nodes  # pooled machines take their work through their agents
+        self._use_agents(nodes, log_book)
         # instances.stop / instances.start (the boot disk is kept); agents register via the API.
         self.features = Features(stop=True, agents_through_api=nodes is not None)
         self.api_endpoint = api_endpoint

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import threading
 import time
 from collections.abc import Sequence
@@ -32,13 +31,13 @@ from typing import Any
 
 import urllib3
 
-from corral.services.agent import skypilot_env
 from corral.services.providers.base import (
     TAG_MANAGED,
     TAG_NODE,
     Features,
     LaunchSpec,
     ProviderInstance,
+    blind_boot_lines,
     check_env_names,
     zones_from,
 )
@@ -298,13 +297,8 @@ class KubernetesProvider(NodeBookLogs):
     def _script(self, spec: LaunchSpec, rank: int) -> str:
         if self.nodes is not None:
             return self.nodes.boot_script(spec, rank)
-        lines = ["set -e"]
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.envs.items())]
-        lines.append(f"export CORRAL_NODE_RANK={rank}")
-        lines += skypilot_env.boot_exports(str(rank), spec.count)
-        if spec.workdir:
-            lines += [f"mkdir -p {shlex.quote(spec.workdir)}", f"cd {shlex.quote(spec.workdir)}"]
-        lines += [part for part in (spec.setup, spec.run) if part]
+        envs = {**dict(sorted(spec.envs.items())), "CORRAL_NODE_RANK": str(rank)}
+        lines = ["set -e", *blind_boot_lines(spec, envs, str(rank))]
         if not spec.run:
             lines.append("exec sleep infinity")  # a service: up until terminated
         return "\n".join(lines)

@@ -339,7 +339,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str, held: Held)
     if not task.allocations:
         if req.state == RequestState.PROVISIONING:
             _end_stale_records(deps, master, tid)  # its agents' records end with it
-            work.move_request(deps, tid, RequestState.PENDING, "sent back to the queue")
+            work.send_back(deps, tid, "sent back to the queue")
         return False
     if task.stopping:
         by = ledger.preempted_by.get(tid, "another task")

@@ -313,9 +313,7 @@ def _sync_workload(deps: Deps, name: str, ledger: PoolLedger, wid: str, held: He
             # Placed, then sent back (a machine of the placement failed to launch): the
             # records of the nodes already running end with their placement, then it waits.
             _end_stale_records(deps, name, wid)
-            work.move_request(
-                deps, wid, RequestState.PENDING, "sent back to the queue: a machine failed"
-            )
+            work.send_back(deps, wid, "sent back to the queue: a machine failed")
         return False
     if workload.phase == "stopping":
         by = workload.preempted_by or "another workload"

@@ -281,6 +281,16 @@ def move_request(deps: Deps, request_id: str, to: RequestState, reason: str) -> 
     return move_request_from(deps, request_id, live, to, reason) is not None
 
 
+def send_back(deps: Deps, request_id: str, reason: str) -> bool:
+    """A placement sent back before it ran: its PROVISIONING request waits again (PENDING).
+    Only from PROVISIONING: a pass that read its pool before the work was placed again must
+    not send back the request its new placement runs."""
+    moved = move_request_from(
+        deps, request_id, {RequestState.PROVISIONING}, RequestState.PENDING, reason
+    )
+    return moved is not None
+
+
 def finish_request(deps: Deps, request_id: str, run: str, code: int) -> bool:
     """A job's work in ``run`` ended with ``code``: SUCCEEDED on 0, else FAILED. True if this
     call ended the request."""

@@ -11,9 +11,11 @@ from runtime_driver import SMALL_POOL_WORKLOAD as WORKLOAD
 
 from corral.services.queues import dispatch
 from corral.services.runtime import reconcile, requests
-from corral.services.runtime.pooled import passes
+from corral.services.runtime.pooled import passes, work
 from corral.services.runtime.pooled.registry import apply_pool, pool_view
 from corral.shared.config.task import Task
+from corral.shared.lifecycle import MachineState, MachineStatus
+from corral.shared.scheduling.ledger import PoolLedger
 
 
 class EndedWork:
@@ -62,6 +64,32 @@ def test_a_lost_pool_machine_is_dropped_and_its_pool_woken_at_reconcile(driver: 
     driver.run(until=lambda: bool(pool_view(driver.deps, "small")["machines"]))
     [again] = pool_view(driver.deps, "small")["machines"]
     assert again["workload"] == rid  # a new machine launched for it
+
+
+def test_a_retiring_machine_the_cloud_lost_is_lost_on_its_row(driver: Driver) -> None:
+    """A retiring machine (its replacement up, its work not yet handed over) that its cloud
+    lost shows LOST on its row, as an up one does, then TERMINATING as what is left of it is
+    terminated (before, the lifecycle had no RETIRING -> LOST move and it showed only
+    TERMINATING)."""
+    _, provider_id = _placed(driver)
+    [machine] = pool_view(driver.deps, "small")["machines"]
+
+    def retire(ledger: PoolLedger) -> bool:
+        return ledger.machines[machine["id"]].move(MachineStatus.RETIRING)
+
+    ledger = driver.deps.ledgers.update("small", retire)
+    assert ledger is not None
+    # The pool's word carried onto the row, as its sync does (a sync here would also hand the
+    # work over: this pool has no replacement coming).
+    row = work.mirror(driver.deps, driver.deps.machines.get(machine["id"]),
+                      ledger.machines[machine["id"]])  # fmt: skip
+    assert row is not None and row.state is MachineState.RETIRING
+    driver.fake.lose(provider_id)
+    assert reconcile.reconcile(driver.deps)["pool_machines_lost"] == 1
+    row = driver.deps.machines.get(machine["id"])
+    assert row is not None
+    moves = [(t.from_state, t.to_state) for t in row.history]
+    assert moves[-2:] == [("RETIRING", "LOST"), ("LOST", "TERMINATING")], moves
 
 
 def test_a_reported_end_of_work_wakes_the_machines_pool(driver: Driver) -> None:

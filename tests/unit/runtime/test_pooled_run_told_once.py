@@ -55,6 +55,10 @@ def test_the_second_pass_to_read_a_failed_run_leaves_the_run_after_it_alone(
     _placed_and_running(deps, SECOND)
     assert not work.finish_when_ended(deps, "r-1", FIRST, failed, released.append)
     assert _state(deps) == (RequestState.RUNNING, 1) and released == [False]
+    # Nor does a pass that saw the first placement sent back before it ran send back the
+    # request its second placement runs (only a PROVISIONING request is sent back).
+    assert not work.send_back(deps, "r-1", "sent back to the queue")
+    assert _state(deps) == (RequestState.RUNNING, 1)
 
     # The second run's own end counts, once.
     assert work.finish_when_ended(deps, "r-1", SECOND, [{"exit_code": 0}], released.append)
