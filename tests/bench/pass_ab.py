@@ -34,39 +34,27 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
-import os
 import pickle
 import sys
-import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from corral.services.sim.runner import load
+from held_out_day import cpu_timed, load_day
+
 from corral.shared import scheduling
 from corral.shared.scheduling import machine_pools, pool_passes, quiet
 from corral.shared.sim import pool_sims
 from corral.shared.sim.run import run_policy
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sim"
-REGION_OUTAGE = (
-    "  - {cloud: gcp, region: us-central1, from: 15h, to: 17h, error: timeout, "
-    "lose_running: true}\n"
-)
 PACKAGE = "corral.shared.scheduling"
 
 
 def passes_of_the_day(requests: int, start: int, count: int) -> list[tuple[Any, ...]]:
     """The inputs of ``count`` consecutive train passes from the ``start``-th pass run."""
-    folder = Path(tempfile.mkdtemp())
-    for name in os.listdir(EXAMPLES):
-        (folder / name).write_bytes((EXAMPLES / name).read_bytes())
-    scenario_file = folder / "day-scenario.yaml"
-    scenario_file.write_text(scenario_file.read_text() + REGION_OUTAGE)
-    scenario, workload = load(scenario_file, folder / "day-workload.yaml", generate_n=requests)
+    scenario, workload = load_day(requests)
     real = pool_sims.machine_pool_pass
     kept: list[tuple[Any, ...]] = []
     seen = [0]
@@ -139,19 +127,9 @@ def parts(passes: list[tuple[Any, ...]], rounds: int) -> None:
     """This tree's passes, whole and in parts (CPU a pass, the first round a warm-up)."""
     spent: dict[str, float] = defaultdict(float)
 
-    def timed(real: Callable[..., Any], label: str) -> Callable[..., Any]:
-        def run(*args: Any, **kw: Any) -> Any:
-            started = time.process_time()
-            try:
-                return real(*args, **kw)
-            finally:
-                spent[label] += time.process_time() - started
-
-        return run
-
     saved = [(module, name, getattr(module, name)) for module, name, _ in PARTS]
     for module, name, label in PARTS:
-        setattr(module, name, timed(getattr(module, name), label))
+        setattr(module, name, cpu_timed(getattr(module, name), label, spent))
     try:
         for round_ in range(rounds):
             gc.collect()

@@ -33,14 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+
+from held_out_day import cpu_timed, load_day
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "sim"
-REGION_OUTAGE = (
-    "  - {cloud: gcp, region: us-central1, from: 15h, to: 17h, error: timeout, "
-    "lose_running: true}\n"
-)
 DAYS = {"held-out": "day-workload.yaml", "bench": "bench-workload.yaml"}
 POLICIES = ("corral", "corral-wide-blocks", "greedy", "oracle", "static")
 FOLDERS = ("shared", "services", "workers")
@@ -57,34 +53,18 @@ SPLIT = (
 def play(requests: int, day: str, policy: str, out: Path, split: bool = False) -> None:
     """Play the day with whichever ``corral`` is importable; write its JSON to ``out``.
     ``split``: print the CPU the pool passes and the machine pools' sync took in it."""
-    from corral.services.sim.runner import load
     from corral.shared.sim import pool_sims
     from corral.shared.sim.run import run_policy
 
     spent = dict.fromkeys([label for _, label in SPLIT] + ["machine-pool syncs"], 0.0)
 
-    def timed(real: Any, label: str) -> Any:
-        def run(*args: Any, **kw: Any) -> Any:
-            started = time.process_time()
-            try:
-                return real(*args, **kw)
-            finally:
-                spent[label] += time.process_time() - started
-
-        return run
-
     if split:  # this process only: the names pool_sims calls, wrapped
         for name, label in SPLIT:
-            setattr(pool_sims, name, timed(getattr(pool_sims, name), label))
+            setattr(pool_sims, name, cpu_timed(getattr(pool_sims, name), label, spent))
         sync = pool_sims.MachinePoolSim.sync
-        pool_sims.MachinePoolSim.sync = timed(sync, "machine-pool syncs")  # type: ignore[method-assign]
+        pool_sims.MachinePoolSim.sync = cpu_timed(sync, "machine-pool syncs", spent)  # type: ignore[method-assign]
 
-    folder = Path(tempfile.mkdtemp())
-    for name in os.listdir(EXAMPLES):
-        (folder / name).write_bytes((EXAMPLES / name).read_bytes())
-    scenario_file = folder / "day-scenario.yaml"
-    scenario_file.write_text(scenario_file.read_text() + REGION_OUTAGE)
-    scenario, workload = load(scenario_file, folder / DAYS[day], generate_n=requests)
+    scenario, workload = load_day(requests, DAYS[day])
     started, cpu_started = time.perf_counter(), time.process_time()
     run = run_policy(scenario, workload, policy)
     cpu_s, wall_s = time.process_time() - cpu_started, time.perf_counter() - started

@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import gc
 import itertools
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from corral.services.sim.runner import load
+from held_out_day import load_day
+
 from corral.shared.scheduling import pool_passes, queue_order
 from corral.shared.scheduling.fallback import seen_at
 from corral.shared.scheduling.ledger import PoolLedger, commit, snapshot_of
@@ -37,12 +35,6 @@ from corral.shared.scheduling.partitions import PoolState
 from corral.shared.scheduling.quiet import machine_pool_quiet_until
 from corral.shared.sim import pool_sims
 from corral.shared.sim.run import run_policy
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sim"
-REGION_OUTAGE = (
-    "  - {cloud: gcp, region: us-central1, from: 15h, to: 17h, error: timeout, "
-    "lose_running: true}\n"
-)
 
 
 def best_us(run: Callable[[], Any], times: int = 7, loops: int = 50) -> float:
@@ -63,12 +55,7 @@ def best_us(run: Callable[[], Any], times: int = 7, loops: int = 50) -> float:
 
 
 def main(requests: int) -> None:
-    folder = Path(tempfile.mkdtemp())
-    for name in os.listdir(EXAMPLES):
-        (folder / name).write_bytes((EXAMPLES / name).read_bytes())
-    scenario_file = folder / "day-scenario.yaml"
-    scenario_file.write_text(scenario_file.read_text() + REGION_OUTAGE)
-    scenario, workload = load(scenario_file, folder / "day-workload.yaml", generate_n=requests)
+    scenario, workload = load_day(requests)
 
     passes: dict[str, list[int]] = defaultdict(list)  # pool -> waiting workloads per pass
     largest: list[Any] = [None, -1]
