@@ -353,6 +353,14 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str, held: Held)
             ),
         )
     started, run = task.started_at, _placement(tid, task.started_at)
+
+    def release(finished: bool) -> object:
+        return deps.det_ledgers.update(
+            master, partial(_release, tid=tid, now=now, finished=finished, started=started)
+        )
+
+    if work.release_told(deps, req, run, release):
+        return True
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED, RequestState.PROVISIONING):
         _end_stale_records(deps, master, tid)  # an earlier start sent back, unseen till now
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED):
@@ -380,15 +388,7 @@ def _sync_task(deps: Deps, master: str, ledger: DetLedger, tid: str, held: Held)
     if not spec.run:
         return False
     results = [work.result(deps, m, _aid(tid, task.started_at, m.id)) for m in on]
-    return work.finish_when_ended(
-        deps,
-        tid,
-        run,
-        results,
-        lambda finished: deps.det_ledgers.update(
-            master, partial(_release, tid=tid, now=now, finished=finished, started=started)
-        ),
-    )
+    return work.finish_when_ended(deps, tid, run, results, release)
 
 
 def _release(

@@ -348,6 +348,16 @@ def _sync_running(
     task = task_of(req)
     started = workload.started_at or now
     run = placement_id(wid, started)
+    own = _own_config(req)
+
+    def release(finished: bool) -> object:
+        return deps.ledgers.update(
+            name,
+            lambda led: _release(led, wid, now, finished=finished, reap=own, started=started),
+        )
+
+    if work.release_told(deps, req, run, release):
+        return True
     if req.state in (RequestState.PENDING, RequestState.PREEMPTED, RequestState.PROVISIONING):
         # Not yet running here: an earlier placement may have been sent back and replaced
         # before any sync saw it waiting; its nodes' records end before this one's start.
@@ -383,17 +393,7 @@ def _sync_running(
     if not task.run:
         return False
     results = [work.result(deps, cm, assignment_id(wid, started, m)) for m, cm in up]
-    own = _own_config(req)
-    return work.finish_when_ended(
-        deps,
-        wid,
-        run,
-        results,
-        lambda finished: deps.ledgers.update(
-            name,
-            lambda led: _release(led, wid, now, finished=finished, reap=own, started=started),
-        ),
-    )
+    return work.finish_when_ended(deps, wid, run, results, release)
 
 
 def _head_ready(

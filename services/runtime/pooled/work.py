@@ -222,6 +222,18 @@ def finish_when_ended(
     return True
 
 
+def release_told(
+    deps: Deps, req: LaunchRequest, run: str, release: Callable[[bool], object]
+) -> bool:
+    """A run whose restart was told while its pool still holds it (the pass that told it
+    stopped before it released the pool): released now, queued again; True if so."""
+    if run not in req.runs_ended:
+        return False
+    release(False)
+    end_instances(deps, req.id, "its job ended; it restarts", placement=run)
+    return True
+
+
 def running_run(req: LaunchRequest, run: str) -> bool:
     """Whether the request runs the pool placement ``run`` (RUNNING, and that run has not
     ended: a request that restarted is RUNNING again only on a later placement)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.pooled import work
 from corral.shared.lifecycle import RequestState
@@ -81,3 +83,26 @@ def test_a_run_still_going_tells_nothing_and_the_kept_runs_are_bounded(
     req = deps.store.get_request("r-1")
     assert req is not None and req.restarts == 12 and released == [False] * 12
     assert req.runs_ended == [f"r-1.{n}" for n in range(12 - work.RUNS_ENDED_KEPT, 12)]
+
+
+def test_a_restart_told_by_a_pass_that_stopped_before_releasing_is_released_by_the_next(
+    make_deps: Callable[..., Deps],
+) -> None:
+    deps = make_deps()
+    assert deps.store.create_request(LaunchRequest.new("r-1", TASK, deps.now()))
+    _placed_and_running(deps, FIRST)
+
+    def dies(finished: bool) -> None:
+        raise SystemExit("the worker stopped between the request's move and the pool's")
+
+    with pytest.raises(SystemExit):
+        work.finish_when_ended(deps, "r-1", FIRST, [{"exit_code": 4}], dies)
+    assert _state(deps) == (RequestState.PENDING, 1)
+    # The pool still holds the first run: the next pass releases it (queued again), once the
+    # request says that run's end was told; a run not told is left to run.
+    req = deps.store.get_request("r-1")
+    assert req is not None
+    released: list[bool] = []
+    assert not work.release_told(deps, req, SECOND, released.append)
+    assert work.release_told(deps, req, FIRST, released.append)
+    assert released == [False] and _state(deps) == (RequestState.PENDING, 1)
