@@ -194,8 +194,8 @@ def finish_when_ended(
     original place (``release(False)``). False while any still runs, and when the request is
     not running ``run`` any more: two passes of one pool can read the same ended run, and only
     the first to move the request tells it (the second would restart, or end, the run placed
-    after it). The request moves first, then the pool: a worker that stops in between leaves
-    a request its next pass finds ended (or queued), never a pool that forgot a running one."""
+    after it). The request moves before the pool: a worker that stops in between leaves a
+    request its next pass finds ended (or queued), never a pool that forgot a running one."""
     if not results or any(r is None for r in results):
         return False
     codes = [int(r.get("exit_code") or 0) for r in results if r is not None]
@@ -215,6 +215,9 @@ def finish_when_ended(
         reason = f"its job exited {code}; it restarts"
         end_instances(deps, request_id, reason, exit_code=code, placement=run)
         return True
+    # The run's records end before the request does (whoever reads it ended reads them
+    # ended); a pass that lost the race to tell it ends only what was ended already.
+    end_instances(deps, request_id, f"its job exited {code}", exit_code=code, placement=run)
     if not finish_request(deps, request_id, run, code):
         return False
     release(True)
