@@ -7,6 +7,7 @@ step is idempotent by a compare-and-set on the request's position. The choice it
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -97,13 +98,16 @@ class Walked:
     caller (an attempt task of that cloud) runs now, its attempt recorded by this write;
     ``written``: the request as this write left it, when the write started that attempt (the
     caller starts from it without reading it again); ``published``: the chain position whose
-    attempt was published on its cloud's queue; ``decision``: what was planned."""
+    attempt was published on its cloud's queue; ``decision``: what was planned; ``claimed``:
+    the owner under which the write took the claim of the attempt it started (the caller
+    holds it: :func:`~corral.services.runtime.provisioning.attempt` does not take it again)."""
 
     outcome: str
     run_here: int | None = None
     written: LaunchRequest | None = None
     published: int | None = None
     decision: Decision | None = None
+    claimed: str | None = None
 
 
 def after_failure(
@@ -211,8 +215,17 @@ def walk(
         # The progress lines of this write, written by its script (one round trip).
         return [] if applied is None else _progress(r, applied[0], lines, chain, inline)
 
-    updated, applied = deps.store.decide_request(
-        request_id, plan_and_apply, current=current, log=(written_lines, now)
+    def claim_of(r: LaunchRequest, applied: tuple[Decision, bool] | None) -> str | None:
+        # The claim of the attempt this write starts for the caller to run, taken by its
+        # script too: the attempt is never started and unclaimed, and costs no round trip.
+        if applied is None or not applied[1] or not isinstance(applied[0], Attempt):
+            return None
+        return f"attempt:{attempt_id_for(r, applied[0].index, 0)}"
+
+    owner = None if inline is None else uuid.uuid4().hex
+    claim = None if owner is None else (claim_of, owner, deps.settings.timers.claim_ttl_s)
+    updated, applied, claimed = deps.store.decide_request_claiming(
+        request_id, plan_and_apply, current=current, log=(written_lines, now), claim=claim
     )
     if updated is None or applied is None:
         if updated is not None:
@@ -229,7 +242,8 @@ def walk(
     if updated.state != RequestState.PROVISIONING or updated.next_step != step:
         return Walked("stale", decision=decision)
     if inline is not None and updated.chain[step].cloud == inline:
-        return Walked(f"run {step} here", step, updated if started else None, decision=decision)
+        return Walked(f"run {step} here", step, updated if started else None, decision=decision,
+                      claimed=owner if claimed else None)  # fmt: skip
     send_attempt(deps, updated, step)
     return Walked(f"attempt {step}", published=step, decision=decision)
 

@@ -148,7 +148,9 @@ def admit(deps: Deps, request_id: str, cloud: str | None = None) -> str:
         return walked.outcome
     step = walked.run_here
     try:
-        return attempt(deps, request_id, step, carried=walked.written, task=task)
+        return attempt(
+            deps, request_id, step, carried=walked.written, task=task, claimed=walked.claimed
+        )
     except RetryLater as later:  # the attempt waits its turn on its queue, as a retry would
         moved = deps.store.get_request(request_id)
         if moved is not None:
@@ -174,6 +176,7 @@ def attempt(
     try_no: int = 0,
     carried: LaunchRequest | None = None,
     task: Task | None = None,
+    claimed: str | None = None,
 ) -> str:
     """Try candidate ``step`` of the request's chain; on failure, walk on to the next one. A
     next candidate on the same cloud is tried in this task (a refused call costs no broker
@@ -181,17 +184,18 @@ def attempt(
     cloud's queue. ``carried``: the request as the caller's walk just wrote it, with this
     attempt recorded (:func:`failover.walk`), so it is not read again. ``task``: the
     request's task as the caller parsed it (else it is parsed here, once for every zone this
-    task tries)."""
+    task tries). ``claimed``: the owner under which that write took the attempt's claim
+    (else it is taken here)."""
     typed = TypedTask(task)
     for _ in range(INLINE_ATTEMPTS):
         try:
-            walked = _attempt_once(deps, request_id, step, try_no, carried, typed)
+            walked = _attempt_once(deps, request_id, step, try_no, carried, typed, claimed)
         except RetryLater as later:
             later.step = step  # the zone this task had reached
             raise
         if walked.run_here is None:
             return walked.outcome
-        step, try_no, carried = walked.run_here, 0, walked.written
+        step, try_no, carried, claimed = walked.run_here, 0, walked.written, walked.claimed
     req = deps.store.get_request(request_id)
     if req is not None:  # a long run of refusals: the rest waits its turn on the queue
         send_attempt(deps, req, step)
@@ -224,17 +228,23 @@ def _attempt_once(
     try_no: int,
     held: LaunchRequest | None,
     typed: TypedTask,
+    claimed: str | None = None,
 ) -> Walked:
+    """``claimed``: the owner under which the write that left ``held`` took this attempt's
+    claim (:func:`failover.walk`)."""
     req = held if held is not None else deps.store.get_request(request_id)
     if req is None or req.state != RequestState.PROVISIONING or req.next_step != step:
-        return STALE  # already moved on: a duplicate delivery
+        return STALE  # already moved on: a duplicate delivery (a claim taken lapses)
     attempt_id = attempt_id_for(req, step, try_no)
-    owner = uuid.uuid4().hex
     key = f"attempt:{attempt_id}"
-    if not deps.store.claim(key, owner, deps.settings.timers.claim_ttl_s):
-        # Another delivery is running this attempt, or died holding it: its claim lapses
-        # within claim_ttl_s, because a live holder keeps renewing it.
-        raise RetryLater(1.0, try_no)
+    if claimed is not None and held is not None:
+        owner = claimed  # taken by the write that started the attempt
+    else:
+        owner = uuid.uuid4().hex
+        if not deps.store.claim(key, owner, deps.settings.timers.claim_ttl_s):
+            # Another delivery is running this attempt, or died holding it: its claim lapses
+            # within claim_ttl_s, because a live holder keeps renewing it.
+            raise RetryLater(1.0, try_no)
     with hold_claim(deps, key, owner) as claim:
         # A record this task's walk just wrote, this attempt started in it, is current enough:
         # whoever moves the request on meanwhile (a cancel) is seen by the attempt's next

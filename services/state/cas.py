@@ -37,9 +37,13 @@ return 1
 """
 
 # KEYS[1] the record's hash, KEYS[2] the old state's index, KEYS[3] the new state's index,
-# KEYS[4] (a request's, optional) its progress log. ARGV: id, expected version, new version,
-# json, score, then the progress lines appended with the write (a walk's: one round trip).
-# Returns 1 if written, 0 if the version moved on (lost race), -1 if the record is gone.
+# KEYS[4] (a request's, optional) its progress log, KEYS[5] (optional, with KEYS[4]) a claim
+# to take with the write. ARGV: id, expected version, new version, json, score; with KEYS[4]
+# the number of progress lines n, then the lines appended with the write (a walk's: one round
+# trip); with KEYS[5] the claim's owner and TTL in ms (taken only if nobody holds it: the
+# claim of the attempt the write starts, for the task that runs it, without a round trip of
+# its own). Returns 1 if written (and the claim taken), 2 if written but the claim is held by
+# someone else, 0 if the version moved on (lost race), -1 if the record is gone.
 CAS_SCRIPT = """
 local current = redis.call('HGET', KEYS[1], 'version')
 if not current then return -1 end
@@ -49,7 +53,13 @@ if KEYS[2] ~= KEYS[3] then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 end
-if KEYS[4] then redis.call('RPUSH', KEYS[4], unpack(ARGV, 6)) end
+if KEYS[4] then
+  local n = tonumber(ARGV[6])
+  if n > 0 then redis.call('RPUSH', KEYS[4], unpack(ARGV, 7, 6 + n)) end
+  if KEYS[5] and not redis.call('SET', KEYS[5], ARGV[7 + n], 'NX', 'PX', ARGV[8 + n]) then
+    return 2
+  end
+end
 return 1
 """
 

@@ -59,6 +59,9 @@ RecordT = TypeVar("RecordT", LaunchRequest, Instance)
 DecidedT = TypeVar("DecidedT")
 # A request write's progress lines: (lines from the record as written and what was decided, time)
 Logged = tuple[Callable[[Any, DecidedT], Sequence[str]], float]
+# A claim taken by a request write's own script: (its key from the record as written and what
+# was decided, None for none; its owner; its TTL in seconds)
+Claiming = tuple[Callable[[Any, DecidedT], str | None], str, float]
 
 # A new request: KEYS[1] its hash, KEYS[2] its progress log, KEYS[3..] its index zsets. ARGV:
 # id, version, json, score (created_at), its first progress line (JSON; none if empty). As
@@ -421,8 +424,27 @@ class Store:
         read), the decision of the run that was (None: no such request). ``log``: its progress
         lines (from the record as written and the decision) and their time, appended by the
         write's own script; a run that writes nothing appends none."""
+        return self.decide_request_claiming(
+            request_id, fn, retries=retries, current=current, log=log
+        )[:2]
+
+    def decide_request_claiming(
+        self,
+        request_id: str,
+        fn: Callable[[LaunchRequest], tuple[bool, DecidedT]],
+        *,
+        retries: int = 50,
+        current: LaunchRequest | None = None,
+        log: Logged[DecidedT] | None = None,
+        claim: Claiming[DecidedT] | None = None,
+    ) -> tuple[LaunchRequest | None, DecidedT | None, bool]:
+        """:meth:`decide_request`, and a claim (:meth:`claim`) taken by the write's own script:
+        ``claim`` gives its key from the record as written and the decision (None: no claim),
+        its owner and TTL. The third answer: whether the write took it (False when nobody was
+        to take or someone else holds it; the write is made either way)."""
         key, carried = self._request_key(request_id), _carried(current, request_id)
-        return self._update(LaunchRequest, key, fn, retries, self._request_state_key, carried, log)
+        state_key = self._request_state_key
+        return self._update(LaunchRequest, key, fn, retries, state_key, carried, log, claim)
 
     def update_instance(
         self,
@@ -446,8 +468,9 @@ class Store:
         state_key: Callable[[Any], str],
         carried: RecordT | None = None,
         log: Logged[DecidedT] | None = None,
-    ) -> tuple[RecordT | None, DecidedT | None]:
-        def one_round(attempt: int) -> tuple[RecordT | None, DecidedT | None] | Lost:
+        claim: Claiming[DecidedT] | None = None,
+    ) -> tuple[RecordT | None, DecidedT | None, bool]:
+        def one_round(attempt: int) -> tuple[RecordT | None, DecidedT | None, bool] | Lost:
             nonlocal carried
             copy, of = None, None
             if carried is not None:
@@ -455,28 +478,33 @@ class Store:
             else:
                 raw = self._r.hget(key, "json")
                 if raw is None:
-                    return None, None
+                    return None, None, False
                 current, copy, of = self._for_update(model, raw)
             work = _copy(current) if copy is None else copy
             wanted, decided = fn(work)
             if not _written(current, work, wanted):
-                return current, decided
+                return current, decided, False
             keys = [key, state_key(current.state), state_key(work.state)]
             stored = work.model_dump_json() if of is None else assigned.follow(of, work)
             args: list[str | int | float] = [
                 work.id, current.version, work.version, stored, work.created_at
             ]  # fmt: skip
-            lines, at = ([], 0.0) if log is None else (log[0](work, decided), log[1])
-            if lines:
+            lines: Sequence[str] = () if log is None else log[0](work, decided)
+            at: float = 0.0 if log is None else log[1]
+            claimed = None if claim is None else claim[0](work, decided)
+            if lines or claimed is not None:
                 keys.append(self._key("events", work.id))
-                args += [_event_entry(at, text) for text in lines]
+                args += [len(lines), *(_event_entry(at, text) for text in lines)]
+            if claim is not None and claimed is not None:
+                keys.append(self._key("claim", claimed))
+                args += [claim[1], max(1, round(claim[2] * 1000))]
             written = int(self._cas(keys=keys, args=args))
-            if written == 1:
+            if written in (1, 2):
                 for listener in self.listeners:  # once: only the writer that won gets here
                     listener.written(current, work)
-                return work, decided
+                return work, decided, written == 1 and claimed is not None
             if written == -1:
-                return None, None
+                return None, None, False
             return LOST
 
         return until_written(one_round, retries=retries, what=key)

@@ -14,7 +14,9 @@ import pytest
 import redis
 from runtime_driver import Driver
 
+from corral.services.queues import dispatch
 from corral.services.runtime import launch, requests, typed_task
+from corral.services.runtime.attempt_record import attempt_id_for
 from corral.services.state.blocks import BlockStore
 from corral.services.state.boots import Boot, BootBook
 from corral.services.state.store import Store
@@ -178,6 +180,54 @@ def test_an_attempt_started_in_its_own_task_does_not_look_up_its_boot(
     assert looked == [first.key]
     (kept,) = driver.deps.boots.of("local")
     assert kept.deadline == first.deadline
+
+
+@pytest.mark.parametrize("failed_zones", [0, 1])
+def test_an_attempt_run_by_the_task_whose_write_started_it_is_claimed_by_that_write(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch, failed_zones: int
+) -> None:
+    # The walk that starts an attempt for its own task to run takes the attempt's claim in
+    # its compare-and-set's script: no claim of its own (a SET and a round trip), and the
+    # attempt is never recorded started and unclaimed. The same for the zone after a failed
+    # one, started by the failure's walk.
+    taken: list[str] = []
+    claim = Store.claim
+
+    def counted(self: Store, key: str, owner: str, ttl_s: float) -> bool:
+        taken.append(key)
+        return claim(self, key, owner, ttl_s)
+
+    monkeypatch.setattr(Store, "claim", counted)
+    for _ in range(failed_zones):
+        driver.fake.fail_next(CapacityError("sold out", code="InsufficientCapacity"), "lab-east-a")
+    rid = requests.submit(driver.deps, Task.model_validate(SERVICE)).id
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+    assert [k for k in taken if k.startswith("attempt:")] == []  # the boot watch's is its own
+    started = [a.attempt_id for a in req.attempts if a.outcome != "blocked"]
+    assert len(started) == 1 + failed_zones
+    # Each was claimed all the same: the claims lapse (claim_ttl_s) rather than being freed.
+    assert all(driver.deps.store.is_claimed(f"attempt:{a}") for a in started)
+
+
+def test_an_attempt_claimed_by_another_delivery_waits_for_it_as_before(driver: Driver) -> None:
+    # The walk's write still starts the attempt (its script writes the request whoever holds
+    # the claim), and the task defers the attempt, as when its own claim was refused.
+    rid = requests.submit(driver.deps, Task.model_validate(SERVICE)).id
+    pending = driver.deps.store.get_request(rid)
+    assert pending is not None
+    key = f"attempt:{attempt_id_for(pending, 0, 0)}"
+    assert driver.deps.store.claim(key, "another-delivery", 30.0)
+    assert driver.step() == "attempt deferred"
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.PROVISIONING
+    assert [a.attempt_id for a in req.attempts] == [key.removeprefix("attempt:")]
+    assert driver.names() == [dispatch.ATTEMPT]
+    assert driver.deps.store.release(key, "another-delivery")  # still the other's
+    driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
 
 
 def test_one_direct_launch_costs_a_few_redis_commands(driver: Driver, redis_url: str) -> None:
