@@ -198,6 +198,8 @@ def attempt(
         step, try_no, carried, claimed = walked.run_here, 0, walked.written, walked.claimed
     req = deps.store.get_request(request_id)
     if req is not None:  # a long run of refusals: the rest waits its turn on the queue
+        if claimed is not None:  # its task takes the claim the last walk took for this one
+            deps.store.release(f"attempt:{attempt_id_for(req, step, 0)}", claimed)
         send_attempt(deps, req, step)
     return "failed over"
 

@@ -15,7 +15,7 @@ import redis
 from runtime_driver import Driver
 
 from corral.services.queues import dispatch
-from corral.services.runtime import launch, requests, typed_task
+from corral.services.runtime import launch, provisioning, requests, typed_task
 from corral.services.runtime.attempt_record import attempt_id_for
 from corral.services.state.blocks import BlockStore
 from corral.services.state.boots import Boot, BootBook
@@ -226,6 +226,22 @@ def test_an_attempt_claimed_by_another_delivery_waits_for_it_as_before(driver: D
     assert driver.names() == [dispatch.ATTEMPT]
     assert driver.deps.store.release(key, "another-delivery")  # still the other's
     driver.run()
+    req = driver.deps.store.get_request(rid)
+    assert req is not None and req.state == RequestState.RUNNING
+
+
+def test_an_attempt_handed_to_the_queue_after_a_long_run_of_refusals_is_not_left_claimed(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task stops walking inline after INLINE_ATTEMPTS zones and publishes the next
+    # attempt, which the walk's write had claimed for it: the claim is given back first, so
+    # the published attempt runs at once (not after the claim lapses and a retry).
+    monkeypatch.setattr(provisioning, "INLINE_ATTEMPTS", 1)
+    driver.fake.fail_next(CapacityError("sold out", code="InsufficientCapacity"), "lab-east-a")
+    rid = requests.submit(driver.deps, Task.model_validate(SERVICE)).id
+    assert driver.step() == "failed over"  # the admission's task: one zone, then the queue
+    assert driver.names() == [dispatch.ATTEMPT]
+    driver.run()  # a refused claim would raise RetryLater here, and nothing would run it
     req = driver.deps.store.get_request(rid)
     assert req is not None and req.state == RequestState.RUNNING
 
