@@ -37,6 +37,7 @@ from corral.shared.failover import Within, next_step
 from corral.shared.failover_plan import Attempt, Fail, PassedOver
 from corral.shared.placement import AtPlace, Block, Placed, Placement
 from corral.shared.reservations import reservation_of
+from corral.shared.waiting import utc_clock
 
 # (zone, region) pairs that offer a template's type (its reservation's zone alone, if it has one).
 ZonesOf = Callable[[LaunchTemplate], Sequence[tuple[str, str]]]
@@ -193,3 +194,43 @@ class MachineWalk:
         lines = [text for _, text in sorted(told, key=lambda t: t[0])]
         lines += [f"no zone of {self.cloud} offers {itype}" for itype in self.unoffered]
         return "; ".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchBlocked:
+    """Every place of a launch order is blocked now: no new machine of it is worth asking the
+    cloud for (its idle machines still serve) before ``until``, the first of those blocks' ends
+    (a place another block covers too stays blocked past it: a pass then looks again).
+    ``why``: the line a waiting workload's reason carries."""
+
+    until: float
+    why: str
+
+
+def launch_blocked(
+    cloud: str,
+    templates: Sequence[LaunchTemplate],
+    zones_of: ZonesOf,
+    blocks: Sequence[tuple[Block, float]],
+    *,
+    accelerator_of: AcceleratorOf | None = None,
+) -> LaunchBlocked | None:
+    """Whether a machine launched with ``templates`` now would be refused by the blocks
+    alone, every place passed over without a cloud call (a pool pass then books no new
+    machine of it: a workload placed there would only fail its launch, back off and be
+    placed again). None when some place can be tried, or when no zone offers it (its launch
+    says so, as before)."""
+    walk = MachineWalk.of(cloud, templates, zones_of, blocks, accelerator_of=accelerator_of)
+    if not walk.places or isinstance(walk.next(), Attempt):
+        return None
+    ends: dict[Block, float] = {}
+    for block, end in blocks:
+        ends[block] = max(end, ends.get(block, end))
+    covering = list(dict.fromkeys(block for _, block in walk.passed))
+    until = min(ends[block] for block in covering)
+    places = len(walk.places)
+    return LaunchBlocked(
+        until,
+        f"no new machine: its {places} place{'s' * (places != 1)} blocked "
+        f"({'; '.join(map(str, covering))}), the first block ending at {utc_clock(until)}",
+    )

@@ -59,8 +59,7 @@ RecordT = TypeVar("RecordT", LaunchRequest, Instance)
 DecidedT = TypeVar("DecidedT")
 # A request write's progress lines: (lines from the record as written and what was decided, time)
 Logged = tuple[Callable[[Any, DecidedT], Sequence[str]], float]
-# A claim taken by a request write's own script: (its key from the record as written and what
-# was decided, None for none; its owner; its TTL in seconds)
+# A claim the write's script takes: (its key from the record and decision, its owner, TTL s)
 Claiming = tuple[Callable[[Any, DecidedT], str | None], str, float]
 
 # A new request: KEYS[1] its hash, KEYS[2] its progress log, KEYS[3..] its index zsets. ARGV:

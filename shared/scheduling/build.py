@@ -7,13 +7,14 @@ versions); these functions read what the files say.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..catalog.catalog import Catalog
 from ..config.compute_config import ComputeConfig
-from ..config.machine_pool import MachinePool, MachineType
+from ..config.machine_pool import LaunchTemplate, MachinePool, MachineType
 from ..config.task import Task
+from ..machine_walk import LaunchBlocked
 from ..placement import Market
 from ..reservations import targets_reservation
 from ..resource_pools import ResolvedPool, SchedulerSettings
@@ -26,6 +27,28 @@ from .model import (
     RuleSpec,
     Workload,
 )
+
+
+def with_launch_blocks(
+    types: Sequence[MachineTypeState],
+    pool: MachinePool,
+    blocked: Callable[[Sequence[LaunchTemplate]], LaunchBlocked | None],
+) -> tuple[MachineTypeState, ...]:
+    """The pool's machine types as a pass should see them now: each whose launch templates
+    ``blocked`` finds all blocked (:func:`corral.shared.machine_walk.launch_blocked` over the
+    blocks in force) marked so, its partitions lending only their idle machines; the rest as
+    they are (the very objects)."""
+    out = []
+    for state in types:
+        found = pool.machine(state.machine_type)
+        block = blocked(found.launch_templates) if found is not None else None
+        if block is None and state.launch_blocked_why is None:
+            out.append(state)
+            continue
+        until, why = (None, None) if block is None else (block.until, block.why)
+        update = {"launch_blocked_until": until, "launch_blocked_why": why}
+        out.append(state.model_copy(update=update))
+    return tuple(out)
 
 
 def market_of(machine_type: MachineType) -> Market:

@@ -433,4 +433,6 @@ def _book_status(book: Book, access: Access, others: int) -> str:
         rule = book.rules[access.rule].selector.text or "(empty selector)"
         used = book.rule_used[access.rule]
         text += f"; rule {rule!r} quota {used} of {access.quota} used"
+    if book.no_launch is not None:
+        text += f"; {book.no_launch}"
     return text

@@ -70,6 +70,11 @@ class MachineTypeState(_Frozen):
     market: Market = "on_demand"
     max_idle_s: float | None = None  # recycle_policy.max_idle_duration; None: never reaped
     partitions: tuple[PartitionState, ...] = ()
+    # Set by the pass's caller when every place its launch templates could launch a new
+    # machine is blocked (shared.machine_walk.launch_blocked): until when, and the line
+    # saying so. Its partitions then lend only their idle machines.
+    launch_blocked_until: float | None = None
+    launch_blocked_why: str | None = None
 
 
 class Machine(_Frozen):

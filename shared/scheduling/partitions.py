@@ -77,6 +77,7 @@ class Book:
         "machine_type",
         "market",
         "name",
+        "no_launch",
         "rank_in_type",
         "reserved",
         "reserved_rule",
@@ -107,6 +108,9 @@ class Book:
     label: str  # "type/partition", for messages
     counted: dict[int, str]  # n -> "n on type/partition"
     launch_node: NodeAssignment | None  # a node to launch here (frozen: shared)
+    # Why no new machine is launched here now (its type's launches are all blocked): it
+    # lends only its idle machines. None: it may launch.
+    no_launch: str | None
 
     def __init__(
         self,
@@ -118,6 +122,7 @@ class Book:
         rules: tuple[CompiledRule, ...],
         access_by_labels: dict[int, Access],
         rank_in_type: int,
+        no_launch: str | None = None,
     ) -> None:
         self.machine_type = machine_type
         self.name = name
@@ -138,6 +143,7 @@ class Book:
         self.label = f"{machine_type}/{name}"
         self.counted = {}
         self.launch_node = None
+        self.no_launch = no_launch
 
     def __repr__(self) -> str:
         return f"Book({self.label}, {self.held} of {self.size} held)"
@@ -246,6 +252,7 @@ class PoolState:
         all_books = self.books
         for machine_type in map(FIELDS, snapshot.machine_types):
             type_name, market = machine_type["machine_type"], machine_type["market"]
+            no_launch = machine_type["launch_blocked_why"]
             books = []
             kinds = []
             for rank, p in enumerate(map(FIELDS, machine_type["partitions"])):
@@ -264,6 +271,7 @@ class PoolState:
                     compiled_rules,
                     decisions,
                     rank,
+                    no_launch,
                 )
                 books.append(book)
                 kinds.append(id(decisions))
@@ -502,6 +510,8 @@ class PoolState:
                 room = book.size - book.held
                 if book.reserved_total:
                     room -= book.reserved_total - book.reserved.get(wid, 0)
+                if book.no_launch is not None and room > len(book.idle):
+                    room = len(book.idle)  # no new machine: its idle ones only
                 if room <= 0:
                     continue
                 access = book.access_by_labels.get(lid) or self.access(book, workload)
@@ -550,6 +560,8 @@ class PoolState:
                 room = book.size - book.held
                 if book.reserved_total:
                     room -= book.reserved_total - book.reserved.get(wid, 0)
+                if book.no_launch is not None and room > len(book.idle):
+                    room = len(book.idle)  # no new machine: its idle ones only
                 if room <= 0:
                     continue
                 access = book.access_by_labels.get(lid) or self.access(book, workload)
@@ -619,6 +631,8 @@ class PoolState:
             room -= book.reserved_total - book.reserved.get(wid, 0)
         if freed is not None:
             room += freed.machines.get(book.key, 0)
+        if book.no_launch is not None:  # no new machine: its idle ones and those freed only
+            room = min(room, len(book.idle) + (freed.machines.get(book.key, 0) if freed else 0))
         quota, rule = access.quota, access.rule
         if quota is not None and rule is not None:
             quota_room = quota - book.rule_used[rule] - book.rule_reserved_for_others(rule, wid)

@@ -13,6 +13,8 @@ true as time passes, and only these read the clock:
   room for its ``replacement_threshold_s``, and an idle machine is reaped past its type's
   ``max_idle_s``; a workload whose machine failed to launch is placed again once its pause
   ends, and a group it passed over is back in its order at its own time (:mod:`.fallback`);
+  a machine type whose every place is blocked books new machines again once a block ends
+  (its ``launch_blocked_until``, set by the pass's caller);
 - Determined: an idle agent is reaped past its pool's ``max_idle_agent_s``;
 - budgets: spend accrues with time and periods start afresh, so a pass under budgets is
   never known to be quiet.
@@ -69,6 +71,8 @@ def machine_pool_quiet_until(
     if costing is not None and for_pools(costing.budgets, [ledger.pool]):
         return now
     times: list[float] = setback_times(ledger.workloads, ledger.setbacks)
+    # A machine type whose launches are blocked takes new machines again once a block ends.
+    times += [t.launch_blocked_until for t in types if t.launch_blocked_until is not None]
     # The phases read at C speed: a queue of thousands waits while a few run.
     workloads = list(ledger.workloads.values())
     phases = list(map(_PHASE, map(_FIELDS, workloads)))

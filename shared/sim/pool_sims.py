@@ -18,7 +18,7 @@ the seeded draws keyed on them) are those of a run that skips nothing; with
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from operator import attrgetter, eq, itemgetter
 from typing import Any, Generic, TypeVar
@@ -31,12 +31,12 @@ from ..config.task import Task
 from ..errors import ProviderError
 from ..failover_plan import Attempt
 from ..lifecycle import AgentStatus
-from ..machine_walk import BlockRule, MachineWalk
+from ..machine_walk import BlockRule, LaunchBlocked, MachineWalk, launch_blocked
 from ..placement import Block, Placement
 from ..reservations import reservation_of
 from ..resource_pools import resolve_pools
 from ..routing import pool_limits
-from ..scheduling.build import machine_types_of, workload_of
+from ..scheduling.build import machine_types_of, with_launch_blocks, workload_of
 from ..scheduling.det_ledger import DetLedger, add_task, agent_lost, release_task
 from ..scheduling.fallback import PASS_AFTER_S, FallbackPolicy
 from ..scheduling.ledger import (
@@ -235,6 +235,8 @@ class MachinePoolSim(_Pooled[PoolLedger]):
             Costing(budgets, machine_type_prices(pool, cloud, sim.catalog)) if budgets else None
         )
         self.started: set[str] = set()
+        # The machine types as the last pass saw them: which launched nothing new (all blocked).
+        self.seen_blocked: tuple[tuple[float | None, str | None], ...] = ()
 
     def add(self, rid: str, task: Task) -> None:
         compute = task.compute_config
@@ -249,6 +251,15 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         return sum(w.phase == "pending" for w in self.ledger.workloads.values())
 
     def run_pass(self, *, rebalance: bool) -> None:
+        # As the runtime's pass: a machine type whose every place is blocked books no new
+        # machine (a workload placed there would only fail its launch and back off). A
+        # change in which are blocked is a change for the pass, as a ledger's is.
+        blocks = self.memory.active_until(self.sim.now)
+        types = with_launch_blocks(self.types, self.pool, lambda t: self._launch_blocked(t, blocks))
+        seen = tuple((t.launch_blocked_until, t.launch_blocked_why) for t in types)
+        if seen != self.seen_blocked:
+            self.seen_blocked = seen
+            self.changed = True
         if self.quiet(rebalance=rebalance):
             return
         before = self.ledger
@@ -259,7 +270,7 @@ class MachinePoolSim(_Pooled[PoolLedger]):
 
         after, plan = machine_pool_pass(
             before,
-            self.types,
+            types,
             self.sim.now,
             self.knobs,
             rebalance=rebalance,
@@ -274,12 +285,19 @@ class MachinePoolSim(_Pooled[PoolLedger]):
             kinds = (True, False) if rebalance else (False,)
             until = {
                 kind: machine_pool_quiet_until(
-                    after, self.types, self.sim.now, self.knobs, rebalance=kind,
+                    after, types, self.sim.now, self.knobs, rebalance=kind,
                     costing=self.costing,
                 )
                 for kind in kinds
             }  # fmt: skip
         self.finish(settled, until if settled else {}, lambda: after.notes == before.notes)
+
+    def _launch_blocked(
+        self, templates: Sequence[LaunchTemplate], blocks: Sequence[tuple[Block, float]]
+    ) -> LaunchBlocked | None:
+        return launch_blocked(
+            self.cloud, templates, self.zones, blocks, accelerator_of=self.accelerator
+        )
 
     def _count(self, plan: Plan) -> None:
         rec = self.sim.recorder

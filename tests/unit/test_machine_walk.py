@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import CapacityError, QuotaError, ThrottledError
 from corral.shared.failover_plan import Attempt, Fail
-from corral.shared.machine_walk import MachineWalk, machine_places
+from corral.shared.machine_walk import MachineWalk, launch_blocked, machine_places
 from corral.shared.placement import Block
 from corral.shared.reservations import reservation_of
 
@@ -194,3 +194,32 @@ def test_a_launched_machines_place_reads_its_reservation_as_the_walk_does() -> N
         "reserved", "on_demand", "r-1")  # fmt: skip
     plain = MachinePlace.launched(bought, {})
     assert (plain.market, plain.reservation) == ("on_demand", None)
+
+
+def test_a_launch_order_is_blocked_only_when_every_place_is_and_until_the_first_block_ends() -> (
+    None
+):
+    # What a pool pass reads before it books a new machine of a type (launch_blocked): a
+    # type with one place left to try is not blocked; one with every place covered is, until
+    # the earliest of those blocks ends (a pass looks again then); a type no zone offers is
+    # left to its launch, which says so.
+    order = [template("cpu-2", "SPOT"), template()]
+    spot = [capacity(z, market="spot") for z in ("east-a", "east-b", "west-a")]
+    on_demand = [capacity(z) for z in ("east-a", "east-b")]
+    ends = {b: FAR + n for n, b in enumerate(spot + on_demand)}
+    blocks = [(b, ends[b]) for b in spot + on_demand]
+    assert launch_blocked("aws", order, zones_of, blocks, accelerator_of=GPUS.get) is None
+    west = capacity("west-a")
+    found = launch_blocked(
+        "aws", order, zones_of, [*blocks, (west, FAR + 99)], accelerator_of=GPUS.get
+    )
+    assert found is not None
+    assert found.until == FAR  # spot in east-a: the first to end
+    assert found.why.startswith("no new machine: its 6 places blocked (aws east-a: cpu-2 (spot);")
+    # A quota family used up in both regions blocks on-demand GPUs everywhere at once.
+    gpu = [template("p4d.24xlarge")]
+    quota = [(Block("aws", region=r, quota_family="on_demand:p"), FAR) for r in ("east", "west")]
+    assert launch_blocked("aws", gpu, zones_of, quota, accelerator_of=GPUS.get) is not None
+    assert launch_blocked("aws", gpu, zones_of, quota[:1], accelerator_of=GPUS.get) is None
+    # Nowhere offered: not "blocked" (its launch fails on its own, saying no zone offers it).
+    assert launch_blocked("aws", order, lambda t: [], blocks, accelerator_of=GPUS.get) is None

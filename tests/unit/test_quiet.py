@@ -241,3 +241,20 @@ def test_a_pass_that_only_changed_held_room_free_room_or_agents_is_not_settled()
     grown, plans = determined_pass(det, pools, limits, 1.0, new_id=lambda p, i: f"{p}{i}")
     assert not any(p.starts for p in plans) and len(grown.agents) == 1  # an agent to launch
     assert not determined_settled(det, grown, plans)
+
+
+def test_a_type_whose_launches_are_blocked_is_quiet_until_its_first_block_ends() -> None:
+    # A waiting workload whose only type books no new machine (every place blocked) waits
+    # settled; the pass that can decide otherwise is the one after the block's end.
+    blocked = tuple(
+        t.model_copy(update={"launch_blocked_until": 90.0, "launch_blocked_why": "no new machine"})
+        for t in _types("a100")
+    )
+    ledger = PoolLedger(pool="train")
+    add_workload(ledger, _job("w", 0.0))
+    after, plan = _pass(ledger, blocked, 10.0)
+    assert not plan.placements and not after.machines
+    again, plan = _pass(after, blocked, 20.0)
+    assert machine_pool_settled(after, again, plan)
+    assert 89.9 < _quiet(again, blocked, 20.0, rebalance=False) <= 90.0
+    assert _quiet(again, _types("a100"), 20.0, rebalance=False) == NEVER  # nothing else due

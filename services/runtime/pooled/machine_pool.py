@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.planning import budgets_of, catalog_for
+from corral.services.runtime.launch import zones_for
+from corral.services.runtime.planning import accelerator_of, budgets_of, catalog_for
 from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.pool_kind import Held, LaunchOrder, PassResult
 from corral.services.runtime.typed_task import task_of
@@ -27,10 +28,11 @@ from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.machine_pool import LaunchTemplate, MachinePool
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import RequestState
+from corral.shared.machine_walk import LaunchBlocked, launch_blocked
 from corral.shared.records import Instance, LaunchRequest, OwnerKind
 from corral.shared.routing import pool_of
 from corral.shared.scheduling import MachineTypeState
-from corral.shared.scheduling.build import machine_types_of, workload_of
+from corral.shared.scheduling.build import machine_types_of, with_launch_blocks, workload_of
 from corral.shared.scheduling.fallback import FallbackPolicy, Setback
 from corral.shared.scheduling.ledger import (
     PoolLedger,
@@ -56,8 +58,23 @@ log = logging.getLogger("corral.pools")
 HEAD_NODE = "head_node"  # what a workload's head node shows as its machine_type
 
 
-def _types(record: PoolRecord) -> tuple[MachineTypeState, ...]:
-    return machine_types_of(MachinePool.model_validate(record.spec))
+def _types_now(deps: Deps, record: PoolRecord, now: float) -> tuple[MachineTypeState, ...]:
+    """The pool's machine types as a pass sees them at ``now``: one whose every place is
+    blocked in the memory every launch shares books no new machine (a workload placed
+    there would only fail its launch and back off; its idle machines still serve)."""
+    pool, cloud = MachinePool.model_validate(record.spec), record.cloud
+    blocks = [(b.block, b.until) for b in deps.blocks.active(now)]
+
+    def blocked(templates: Sequence[LaunchTemplate]) -> LaunchBlocked | None:
+        return launch_blocked(
+            cloud,
+            templates,
+            lambda template: zones_for(deps, cloud, template),
+            blocks,
+            accelerator_of=lambda itype: accelerator_of(deps, cloud, itype),
+        )
+
+    return with_launch_blocks(machine_types_of(pool), pool, blocked)
 
 
 def _costing(deps: Deps, record: PoolRecord) -> Costing | None:
@@ -107,7 +124,7 @@ class MachinePools:
         rebalance: bool,
         held: Held,
     ) -> PassResult:
-        types = _types(record)
+        types = _types_now(deps, record, now)
         name, version = record.name, ledger.version
 
         def new_id(node: Any, wid: str, index: int) -> str:
