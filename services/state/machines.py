@@ -76,16 +76,26 @@ class MachineTable:
     def get_many(self, machine_ids: Iterable[str]) -> dict[str, Instance]:
         """The rows of ``machine_ids`` that exist, in one round trip (none for no ids)."""
         ids = list(dict.fromkeys(machine_ids))
-        if not ids:
-            return {}
+        return self.get_many_beside(ids, None)[0] if ids else {}
+
+    def get_many_beside(
+        self, machine_ids: Iterable[str], key: str | None
+    ) -> tuple[dict[str, Instance], Any]:
+        """:meth:`get_many`, and the hash at ``key`` (None: none), in one round trip (a pool
+        pass reads the blocks in force with its machines' rows)."""
+        ids = list(dict.fromkeys(machine_ids))
         pipe = self._r.pipeline(transaction=False)
         for machine_id in ids:
             pipe.hget(self._key(machine_id), "json")
-        return {
+        if key is not None:
+            pipe.hgetall(key)
+        answers = pipe.execute()
+        rows = {
             machine_id: Instance.model_validate_json(raw)
-            for machine_id, raw in zip(ids, pipe.execute(), strict=True)
+            for machine_id, raw in zip(ids, answers, strict=False)
             if raw is not None
         }
+        return rows, answers[len(ids)] if key is not None else None
 
     def of_owner(self, kind: str, owner_id: str) -> list[Instance]:
         """The rows an owner (not a request) holds or held, oldest first."""

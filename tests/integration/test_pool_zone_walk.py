@@ -63,6 +63,37 @@ def pool(itype: str) -> dict[str, Any]:
     }
 
 
+# Two groups: cpu-2 in lab-a only, then cpu-4; a workload drawing on them in that order.
+TWO_GROUPS = {
+    "kind": "ANYSCALE_MANAGED",
+    "machine_types": [
+        {
+            "machine_type": "first",
+            "launch_templates": [{"instance_type": "cpu-2", "zones": ["lab-a"]}],
+            "partitions": [{"name": "shared", "size": 2}],
+        },
+        {
+            "machine_type": "second",
+            "launch_templates": [{"instance_type": "cpu-4"}],
+            "partitions": [{"name": "shared", "size": 2}],
+        },
+    ],
+}
+TWO_GROUPS_WORKLOAD = {
+    "name": "on-two-groups",
+    "compute_config": {
+        "worker_nodes": [
+            {
+                "instance_type": group,
+                "flags": {"cloud_deployment": {"machine_pool": "pool-two-groups"}},
+            }
+            for group in ("first", "second")
+        ]
+    },
+    "run": "sleep 600",
+}
+
+
 def workload(pool_name: str) -> dict[str, Any]:
     flags = {"cloud_deployment": {"machine_pool": pool_name}}
     return {
@@ -129,3 +160,17 @@ def test_pool_and_direct_launches_skip_the_zones_each_other_found_sold_out(
         ("lab-a", "cpu-2", "on_demand"),
         ("lab-a", "cpu-4", "on_demand"),
     ]
+
+    # A pool whose first group can launch cpu-2 in lab-a only (every place of it blocked now)
+    # books no new machine there: its workload goes to the second group at once, with no
+    # launch that could only fail (no setback, no failure on its events).
+    path = tmp_path / "pool-two-groups.yaml"
+    path.write_text(yaml.safe_dump(TWO_GROUPS))
+    client.apply_pool(**pool_body(path, "pool-two-groups", None))
+    down = system.submit(TWO_GROUPS_WORKLOAD)
+    wait_for(lambda: system.request(down)["state"] == "RUNNING", 60, "the two-group workload",
+             system.home / "logs")  # fmt: skip
+    events = [e["text"] for e in system.get(f"/v1/requests/{down}/events").json()["events"]]
+    assert not [t for t in events if "could not be launched" in t or "backing off" in t], events
+    [node] = [i for i in system.request(down)["instances"] if i["state"] == "RUNNING"]
+    assert (node["instance_type"], node["zone"]) == ("cpu-4", "lab-b"), node

@@ -10,7 +10,7 @@ included) for tasks left waiting for room, and run several tasks each.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -22,6 +22,7 @@ from corral.services.runtime.pooled.agent_places import agent_zones
 from corral.services.runtime.pooled.cloud_ready import cloud_not_ready
 from corral.services.runtime.pooled.kube_pods import kube_template
 from corral.services.runtime.pooled.pool_kind import Held, LaunchOrder, PassResult
+from corral.services.state.blocks import RememberedBlock
 from corral.services.state.docstore import DocStore
 from corral.services.state.pool_store import PoolKind as KindName
 from corral.services.state.pool_store import PoolRecord
@@ -101,6 +102,7 @@ class DeterminedPools:
         *,
         rebalance: bool,
         held: Held,
+        blocks: Sequence[RememberedBlock] = (),
     ) -> PassResult:
         pools = resolved(record)
         limits = pool_limits(pools, catalog_for(deps))

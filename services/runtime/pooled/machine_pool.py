@@ -21,6 +21,7 @@ from corral.services.runtime.planning import accelerator_of, budgets_of, catalog
 from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.pool_kind import Held, LaunchOrder, PassResult
 from corral.services.runtime.typed_task import task_of
+from corral.services.state.blocks import RememberedBlock
 from corral.services.state.docstore import DocStore
 from corral.services.state.pool_store import PoolKind as KindName
 from corral.services.state.pool_store import PoolRecord
@@ -58,12 +59,14 @@ log = logging.getLogger("corral.pools")
 HEAD_NODE = "head_node"  # what a workload's head node shows as its machine_type
 
 
-def _types_now(deps: Deps, record: PoolRecord, now: float) -> tuple[MachineTypeState, ...]:
-    """The pool's machine types as a pass sees them at ``now``: one whose every place is
-    blocked in the memory every launch shares books no new machine (a workload placed
-    there would only fail its launch and back off; its idle machines still serve)."""
+def _types_now(
+    deps: Deps, record: PoolRecord, remembered: Sequence[RememberedBlock]
+) -> tuple[MachineTypeState, ...]:
+    """The pool's machine types as a pass sees them: one whose every place ``remembered``
+    (the blocks every launch shares, in force now) covers books no new machine (a workload
+    placed there would only fail its launch and back off; its idle machines still serve)."""
     pool, cloud = MachinePool.model_validate(record.spec), record.cloud
-    blocks = [(b.block, b.until) for b in deps.blocks.active(now)]
+    blocks = [(b.block, b.until) for b in remembered]
 
     def blocked(templates: Sequence[LaunchTemplate]) -> LaunchBlocked | None:
         return launch_blocked(
@@ -123,8 +126,9 @@ class MachinePools:
         *,
         rebalance: bool,
         held: Held,
+        blocks: Sequence[RememberedBlock] = (),
     ) -> PassResult:
-        types = _types_now(deps, record, now)
+        types = _types_now(deps, record, blocks)
         name, version = record.name, ledger.version
 
         def new_id(node: Any, wid: str, index: int) -> str:

@@ -84,8 +84,13 @@ def run_pass(deps: Deps, name: str, woken: bool = False, *, rebalance: bool = Fa
         computed.clear()
         # The machine table's rows of its machines that came up, read once with the ledger
         # (one pipelined read): the pass reads an agent's market there, and sync carries on.
-        rows[0] = held = work.held_rows(deps, kind.machines(ledger).values())
-        result = kind.pass_over(deps, record, ledger, deps.now(), rebalance=rebalance, held=held)
+        # The blocks every launch shares come in the same round trip.
+        now = deps.now()
+        held, blocks = work.held_rows_and_blocks(deps, kind.machines(ledger).values(), now)
+        rows[0] = held
+        result = kind.pass_over(
+            deps, record, ledger, now, rebalance=rebalance, held=held, blocks=blocks
+        )
         if result.after.model_dump(exclude={"version"}) == ledger.model_dump(exclude={"version"}):
             return None  # nothing to write
         computed.append(result)

@@ -4,11 +4,12 @@ machine, the registry) is written once, in terms of this interface."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from corral.services.runtime.deps import Deps
+from corral.services.state.blocks import RememberedBlock
 from corral.services.state.docstore import DocStore
 from corral.services.state.pool_store import PoolKind as KindName
 from corral.services.state.pool_store import PoolRecord
@@ -70,9 +71,13 @@ class PoolKind(Protocol):
         *,
         rebalance: bool,
         held: Held,
+        blocks: Sequence[RememberedBlock] = (),
     ) -> PassResult:
         """The scheduler over a snapshot of ``ledger``, applied to a copy (pure but for
-        reading settings). ``held``: the table's rows of its machines that came up."""
+        reading settings). ``held``: the table's rows of its machines that came up;
+        ``blocks``: those every launch shares, in force now (a machine pool books no new
+        machine of a type whose every place they cover; Determined's agents walk them as
+        they launch, their pass does not read them)."""
         ...
 
     def lose_machine(self, ledger: Any, machine_id: str, now: float) -> list[str]:

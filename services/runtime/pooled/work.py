@@ -18,6 +18,7 @@ from corral.services.runtime.attempt_record import fail_request, move_request_fr
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.planning import price_of
 from corral.services.runtime.typed_task import task_of
+from corral.services.state.blocks import RememberedBlock
 from corral.shared.config.task import Task
 from corral.shared.lifecycle import (
     MACHINE_TRANSITIONS,
@@ -44,6 +45,16 @@ def held_rows(deps: Deps, machines: Iterable[PooledMachine]) -> dict[str, Instan
     """The table's rows of the machines that came up, in one round trip (none when all are
     launching)."""
     return deps.machines.get_many(m.key for m in machines if m.status != "launching")
+
+
+def held_rows_and_blocks(
+    deps: Deps, machines: Iterable[PooledMachine], now: float
+) -> tuple[dict[str, Instance], list[RememberedBlock]]:
+    """:func:`held_rows`, and the blocks every launch shares in force at ``now``, in one
+    round trip (a pass reads both)."""
+    ids = [m.key for m in machines if m.status != "launching"]
+    rows, raw = deps.machines.get_many_beside(ids, deps.blocks.key)
+    return rows, deps.blocks.active_in(raw, now)
 
 
 def _cloud_id(machine: Instance) -> str:

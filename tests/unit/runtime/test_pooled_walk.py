@@ -12,7 +12,9 @@ from typing import Any
 from runtime_driver import Driver
 
 from corral.services.runtime import requests
+from corral.services.runtime.pooled import passes
 from corral.services.runtime.pooled.registry import apply_pool, pool_view
+from corral.services.runtime.why import why
 from corral.shared.config.task import Task
 from corral.shared.errors import CapacityError
 from corral.shared.placement import Block
@@ -100,17 +102,31 @@ def test_a_pool_machines_refusal_is_remembered_for_the_next_direct_launch(driver
     assert _zones(driver)[-1] == ("lab-east-b", "on_demand")
 
 
-def test_a_pool_machine_with_every_zone_blocked_fails_without_a_call(driver: Driver) -> None:
+def test_a_pool_machine_with_every_zone_blocked_is_not_booked_and_its_work_is_told_why(
+    driver: Driver,
+) -> None:
+    # Every place of the type blocked: the pass books no new machine there (before, it
+    # booked one whose launch could only fail, walked without a call, and the workload
+    # backed off and was placed again), and `why` names the blocks.
     _pool(driver)
     _block(driver, Block("local", region="lab-east"), outcome="timeout")
     _block(driver, Block("local", "lab-west", "lab-west-a", "cpu-2", "on_demand"))
     rid = requests.submit(driver.deps, Task.model_validate({**WORKLOAD, "name": "w"})).id
-    driver.run(until=lambda: any("could not be launched" in t for t in _events(driver, rid)))
+    driver.run()
     assert driver.fake.launched() == []
-    [failed] = [t for t in _events(driver, rid) if "could not be launched" in t]
-    assert "all 3 places failed or are blocked (0 tried)" not in failed  # the account, not this
-    assert "lab-east-a: blocked: local lab-east: every instance type" in failed
-    assert "lab-west-a: blocked: local lab-west-a: cpu-2 (on_demand)" in failed
+    assert _machines(driver) == []
+    assert not [t for t in _events(driver, rid) if "could not be launched" in t]
+    told = why(driver.deps, rid)
+    assert told["code"] == "partition_full", told
+    assert (
+        "cpu/shared: 0 of 2 held; no new machine: its 3 places blocked (local lab-east: every "
+        "instance type; local lab-west-a: cpu-2 (on_demand)), the first block ending at "
+    ) in told["reason"], told
+    # Once a block ends the next pass books it: the first place the walk may try takes it.
+    driver.deps.blocks.clear()
+    passes.run_pass(driver.deps, "pool")
+    driver.run(until=lambda: bool(driver.fake.launched()))
+    assert _zones(driver) == [("lab-east-a", "on_demand")]
 
 
 def _machines(driver: Driver) -> list[Any]:
