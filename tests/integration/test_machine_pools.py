@@ -86,10 +86,12 @@ def shared(
         MIN_RUNTIME_S=str(MIN_RUNTIME_S),
         POOL_MIN_MACHINES="1",
         # The sent-back test's sold-out group is passed over 3 s (not 1 min) after each failure,
-        # so its placement is tried again within its wait (tests/integration/test_pool_fallback.py
-        # plays the defaults).
+        # and its refusal remembered 3 s (not 3 min: while every place of a type is blocked
+        # no machine of it is booked), so its placement is tried again within its wait
+        # (tests/integration/test_pool_fallback.py plays the defaults).
         POOL_RETRY_INITIAL_S="1",
         POOL_AVOID_INITIAL_S="3",
+        BLOCKED_TTL_S="3",
     )
     system.start_worker("provision")
     return system
