@@ -220,6 +220,8 @@ def launch_blocked(
     machine of it: a workload placed there would only fail its launch, back off and be
     placed again). None when some place can be tried, or when no zone offers it (its launch
     says so, as before)."""
+    if not any(block.cloud == cloud for block, _ in blocks):
+        return None  # nothing of this cloud is blocked: its places are not even asked for
     walk = MachineWalk.of(cloud, templates, zones_of, blocks, accelerator_of=accelerator_of)
     if not walk.places or isinstance(walk.next(), Attempt):
         return None

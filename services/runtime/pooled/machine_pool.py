@@ -28,6 +28,7 @@ from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.machine_pool import LaunchTemplate, MachinePool
 from corral.shared.config.task import Task
+from corral.shared.errors import ProviderError
 from corral.shared.lifecycle import RequestState
 from corral.shared.machine_walk import LaunchBlocked, launch_blocked
 from corral.shared.records import Instance, LaunchRequest, OwnerKind
@@ -69,13 +70,17 @@ def _types_now(
     blocks = [(b.block, b.until) for b in remembered]
 
     def blocked(templates: Sequence[LaunchTemplate]) -> LaunchBlocked | None:
-        return launch_blocked(
-            cloud,
-            templates,
-            lambda template: zones_for(deps, cloud, template),
-            blocks,
-            accelerator_of=lambda itype: accelerator_of(deps, cloud, itype),
-        )
+        try:
+            return launch_blocked(
+                cloud,
+                templates,
+                lambda template: zones_for(deps, cloud, template),
+                blocks,
+                accelerator_of=lambda itype: accelerator_of(deps, cloud, itype),
+            )
+        except ProviderError as exc:  # where it may launch is not known now: its launch will say
+            log.warning("pool %s: could not read where %s launches: %s", record.name, cloud, exc)
+            return None
 
     return with_launch_blocks(machine_types_of(pool), pool, blocked)
 
