@@ -54,10 +54,14 @@ class BlockMemory:
     by_fields: dict[BlockFields, float] = field(default_factory=dict)
     # Blocks a lost machine left (the runtime's outcome ``lost``): a release does not lift them.
     kept: set[Block] = field(default_factory=set)
+    # Counts every change of what is in force (a block added, renewed, lifted or expired): a
+    # pool pass that read the blocks at one count may keep what it worked out from them.
+    changes: int = 0
 
     def add(self, block: Block, now: float, ttl_s: float, *, keep: bool = False) -> None:
         until = max(self.until.get(block, 0.0), now + ttl_s)
         self.until[block] = self.by_fields[fields_of(block)] = until
+        self.changes += 1
         if keep:
             self.kept.add(block)
         else:
@@ -73,6 +77,7 @@ class BlockMemory:
                 del self.until[block]
                 del self.by_fields[fields_of(block)]
                 gone += 1
+        self.changes += gone
         return gone
 
     def active(self, now: float) -> list[Block]:
@@ -85,6 +90,7 @@ class BlockMemory:
             del self.until[block]
             del self.by_fields[fields_of(block)]
             self.kept.discard(block)
+        self.changes += len(gone)
         return list(self.until.items())
 
 

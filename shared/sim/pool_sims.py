@@ -237,6 +237,8 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         self.started: set[str] = set()
         # The machine types as the last pass saw them: which launched nothing new (all blocked).
         self.seen_blocked: tuple[tuple[float | None, str | None], ...] = ()
+        self.blocks_seen = -1  # the block memory's count of changes types_now was made at
+        self.types_now = self.types
 
     def add(self, rid: str, task: Task) -> None:
         compute = task.compute_config
@@ -255,7 +257,12 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         # machine (a workload placed there would only fail its launch and back off). A
         # change in which are blocked is a change for the pass, as a ledger's is.
         blocks = self.memory.active_until(self.sim.now)
-        types = with_launch_blocks(self.types, self.pool, lambda t: self._launch_blocked(t, blocks))
+        if self.blocks_seen != self.memory.changes:  # worked out again only when they changed
+            self.blocks_seen = self.memory.changes
+            self.types_now = with_launch_blocks(
+                self.types, self.pool, lambda t: self._launch_blocked(t, blocks)
+            )
+        types = self.types_now
         seen = tuple((t.launch_blocked_until, t.launch_blocked_why) for t in types)
         if seen != self.seen_blocked:
             self.seen_blocked = seen
