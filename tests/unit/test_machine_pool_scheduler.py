@@ -14,8 +14,10 @@ import pytest
 
 from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.detect import load_as
-from corral.shared.config.machine_pool import MachinePool
+from corral.shared.config.machine_pool import LaunchTemplate, MachinePool
 from corral.shared.config.task import Task
+from corral.shared.machine_walk import launch_blocked
+from corral.shared.placement import Block
 from corral.shared.scheduling import (
     Machine,
     MachineTypeState,
@@ -28,7 +30,13 @@ from corral.shared.scheduling import (
     release,
     schedule,
 )
-from corral.shared.scheduling.build import group_order, machine_types_of, market_of, workload_of
+from corral.shared.scheduling.build import (
+    group_order,
+    machine_types_of,
+    market_of,
+    with_launch_blocks,
+    workload_of,
+)
 from corral.shared.scheduling.partitions import PoolState
 
 SEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "seeds"
@@ -214,6 +222,64 @@ def test_a_type_whose_launches_are_all_blocked_lends_its_idle_machines_and_launc
         f"needs 1 node(s), 0 free to it: {RESERVED}/any: 1 of 2 held; {blocked}; "
         f"{SPOT}/any: 1 of 2 held; {blocked}; {ONDEMAND}/any: 0 of 2 held; {blocked}"
     )
+
+
+# Translated from karpenter-provider-aws, pkg/providers/instancetype/suite_test.go, context
+# "Insufficient Capacity Error Cache": a type's offerings that the cache marks unavailable are
+# not launched while an available one is, and a type with none left stays listed. Here the
+# cache is the blocks every launch shares, read by `launch_blocked` over the seed pool's own
+# launch templates (p4de.24xlarge in two zones), and the pass is the seed's.
+ZONES_OF_SEED = [("us-east-1a", "us-east-1"), ("us-east-1b", "us-east-1")]
+
+
+def _seed_types_under(*blocks: Block) -> tuple[MachineTypeState, ...]:
+    def zones_of(template: LaunchTemplate) -> list[tuple[str, str]]:
+        return ZONES_OF_SEED[:1] if template.advanced_instance_config else list(ZONES_OF_SEED)
+
+    held = [(b, 900.0) for b in blocks]
+    return with_launch_blocks(
+        machine_types_of(seed_pool()),
+        seed_pool(),
+        lambda templates: launch_blocked("aws", templates, zones_of, held),
+    )
+
+
+def _spot(zone: str) -> Block:
+    return Block("aws", "us-east-1", zone, "p4de.24xlarge", "spot")
+
+
+def test_karpenter_on_demand_is_launched_when_flexible_to_both_but_spot_is_unavailable() -> None:
+    # "should launch on-demand capacity if flexible to both spot and on-demand, but spot is
+    # unavailable": with spot sold out in every zone, the workload's spot group books nothing
+    # and it lands on on-demand in the same pass (Karpenter: on the next provisioning loop).
+    sim = Sim(types=_seed_types_under(_spot("us-east-1a"), _spot("us-east-1b")))
+    sim.submit(*(job(f"w{i}", float(i)) for i in range(1, 5)))
+    sim.step(10.0)
+    assert [sim.types_of(f"w{i}") for i in range(1, 5)] == [
+        [RESERVED],
+        [RESERVED],
+        [ONDEMAND],
+        [ONDEMAND],
+    ]
+
+
+def test_karpenter_a_type_with_no_offering_left_is_still_listed_and_one_left_is_used() -> None:
+    # "should return all instance types, even though with no offerings due to Insufficient
+    # Capacity Error": the spot type is still the pass's (marked, its idle machines serve);
+    # "should not return an offering when marking an offering as unavailable": spot blocked
+    # in one zone of two is not marked (a place is left), and a block on another type or
+    # market marks nothing.
+    every = {t.machine_type: t for t in _seed_types_under(_spot("us-east-1a"), _spot("us-east-1b"))}
+    assert list(every) == [RESERVED, SPOT, ONDEMAND]
+    assert every[SPOT].launch_blocked_why is not None
+    assert every[RESERVED].launch_blocked_why is every[ONDEMAND].launch_blocked_why is None
+    one_zone = _seed_types_under(_spot("us-east-1a"))
+    assert all(t.launch_blocked_why is None for t in one_zone)
+    others = _seed_types_under(
+        Block("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot"),
+        Block("aws", "us-east-1", "us-east-1b", "p4de.24xlarge", "on_demand"),
+    )
+    assert all(t.launch_blocked_why is None for t in others)
 
 
 # --------------------------------------------------------------------------- priority
