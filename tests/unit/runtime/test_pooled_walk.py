@@ -122,6 +122,9 @@ def test_a_pool_machine_with_every_zone_blocked_is_not_booked_and_its_work_is_to
         "cpu/shared: 0 of 2 held; no new machine: its 3 places blocked (local lab-east: every "
         "instance type; local lab-west-a: cpu-2 (on_demand)), the first block ending at "
     ) in told["reason"], told
+    # Only the blocks' scopes are told (cloud-wide facts a direct request's `why` names too):
+    # not what the refusal said, which may name another project's request.
+    assert "sold out" not in told["reason"] and "timeout" not in told["reason"], told
     # Once a block ends the next pass books it: the first place the walk may try takes it.
     driver.deps.blocks.clear()
     passes.run_pass(driver.deps, "pool")
