@@ -94,6 +94,18 @@ class BlockMemory:
         return list(self.until.items())
 
 
+BlockWaitKey = tuple[int, tuple[BlockFields, ...]]  # a memory's id, the blocks waited on
+
+
+@dataclass
+class _BlockWait:
+    """Requests waiting on one set of blocks, with their wait (relaunches, retries), and
+    when they are looked at next."""
+
+    at: float
+    flows: list[tuple[Flow, tuple[int, int]]] = field(default_factory=list)
+
+
 @dataclass
 class Flow:
     """One request on its way down its chain (or up and running)."""
@@ -150,6 +162,8 @@ class Launcher:
         self.flows: dict[str, Flow] = {}
         self.by_instance: dict[str, Flow] = {}
         self.waiters: dict[str, Flow] = {}  # WAITING for capacity (Corral's rule), by id
+        # Those whose every candidate is blocked, by the memory and the blocks they wait on.
+        self.block_waits: dict[BlockWaitKey, _BlockWait] = {}
         self.submitted = 0
         self.clouds = tuple(sim.scenario.clouds)
         self.backoff = backoff_of(sim.timers)
@@ -228,31 +242,62 @@ class Launcher:
         if decided.because != "block_expiry" or len(waited) < len(flow.chain):
             self.sim.at(decided.at, self._wake, flow, flow.relaunches, flow.retries)
             return
-        # Every candidate blocked: woken by one of these ending.
+        # Every candidate blocked: woken by one of these ending, or by its deadline.
         blocks = tuple({fields_of(block): None for block, _ in waited})
         wait = (flow.relaunches, flow.retries)
-        self.sim.at(decided.at, self._due, flow, wait, blocks, decided.deadline)
+        if decided.deadline is not None:
+            self.sim.at(decided.deadline, self._wake, flow, *wait)
+        if decided.at == decided.deadline:
+            return
+        # Requests waiting on the same blocks are looked at together: one timer per set of
+        # blocks, not per request, as blocks renewed by other requests' failures move them.
+        key = (id(memory), blocks)
+        group = self.block_waits.get(key)
+        if group is None:
+            group = self.block_waits[key] = _BlockWait(decided.at)
+            self.sim.at(decided.at, self._due, memory, key, decided.at)
+        elif decided.at < group.at:  # a block lifted and laid again, ending sooner
+            group.at = decided.at
+            self.sim.at(decided.at, self._due, memory, key, decided.at)
+        group.flows.append((flow, wait))
 
-    def _due(
-        self,
-        flow: Flow,
-        wait: tuple[int, int],
-        blocks: tuple[BlockFields, ...],
-        deadline: float | None,
-    ) -> None:
-        """The first end of the ``blocks`` a request waits on is due: walk its chain if one of
-        them has ended (:func:`renewed_until`, the runtime's :func:`still_blocked` without its
-        reason line); if every one was renewed meanwhile, wait for their new ends."""
-        if flow.ended or flow.up or (flow.relaunches, flow.retries) != wait:
-            return  # relaunched (a fresh wait) or done
-        until = (flow.memory if flow.memory is not None else self.memory).by_fields
+    def _due(self, memory: BlockMemory, key: BlockWaitKey, at: float) -> None:
+        """The first end of the blocks some requests wait on is due: walk each one's chain if
+        one of them has ended (:func:`renewed_until`, the runtime's :func:`still_blocked`
+        without its reason line; looked at again before each, as the one before may have
+        renewed them); if every one was renewed meanwhile, wait for their new ends. A request
+        relaunched, up, ended or woken otherwise since is dropped."""
+        group = self.block_waits.get(key)
+        if group is None or group.at != at:
+            return  # looked at sooner
+        del self.block_waits[key]
+        until, blocks = memory.by_fields, key[1]
+        left: list[tuple[Flow, tuple[int, int]]] = []
+        renewed = None
+        for flow, wait in group.flows:
+            if flow.ended or flow.up or (flow.relaunches, flow.retries) != wait:
+                continue
+            renewed = renewed_until(
+                now=self.sim.now, ends=map(until.get, blocks, repeat(0.0)), deadline=None
+            )
+            if renewed is None:
+                self._wake(flow, *wait)
+            else:
+                left.append((flow, wait))
+        if not left:
+            return
         renewed = renewed_until(
-            now=self.sim.now, ends=map(until.get, blocks, repeat(0.0)), deadline=deadline
+            now=self.sim.now, ends=map(until.get, blocks, repeat(0.0)), deadline=None
         )
-        if renewed is None:
-            self._wake(flow, flow.relaunches, flow.retries)
-        else:
-            self.sim.at(renewed[0], self._due, flow, wait, blocks, deadline)
+        assert renewed is not None  # the last one left saw them renewed; nothing ran since
+        again = self.block_waits.get(key)
+        if again is None:
+            again = self.block_waits[key] = _BlockWait(renewed[0])
+            self.sim.at(renewed[0], self._due, memory, key, renewed[0])
+        elif renewed[0] < again.at:
+            again.at = renewed[0]
+            self.sim.at(renewed[0], self._due, memory, key, renewed[0])
+        again.flows[:0] = left
 
     def _wake(self, flow: Flow, relaunches: int, retries: int) -> None:
         """A waiting request's retry is due (or a release of ours freed a place of its chain):

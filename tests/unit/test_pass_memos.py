@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 from corral.shared.scheduling import Workload
+from corral.shared.scheduling.det_pool_state import told as det_told
 from corral.shared.scheduling.fallback import (
     FallbackPolicy,
     _narrow,
@@ -22,7 +23,7 @@ from corral.shared.scheduling.ledger import PoolLedger, PoolMachine
 from corral.shared.scheduling.machine_pools import _told_too, _told_too_over, told_passed_over
 from corral.shared.scheduling.model import Pending, Plan
 from corral.shared.scheduling.pool_passes import _told_of_setbacks
-from corral.shared.scheduling.trusted import pending_for
+from corral.shared.scheduling.trusted import pending_for, task_pending
 from corral.shared.waiting import utc_clock
 
 ORDER = ("reserved-a100", "spot-a100", "ondemand-a100")
@@ -128,6 +129,37 @@ def test_a_verdict_told_again_is_the_same_answer_while_the_verdict_is_equal() ->
     other = said.model_copy(update={"reason": "needs 1 node(s), 1 free"})
     assert _told_too(other, "w") == other.model_copy(update={"workload_id": "w"})
     assert _told_too(other, "w").reason == "needs 1 node(s), 1 free"
+
+
+def test_a_verdict_going_back_and_forth_between_two_texts_is_told_with_the_kept_answers() -> None:
+    """A full pool's verdict often goes back and forth from one pass to the next (room held
+    for others, then not): both answers are kept per workload, and an equal verdict made for
+    another workload (another ``workload_id``) is told with the kept answer too. A third text
+    makes a third answer, and the oldest is forgotten."""
+    full = Pending(workload_id="a", code="partition_full", reason="4 of 4 held")
+    held = Pending(workload_id="a", code="partition_full", reason="4 of 4 held, 1 held for others")
+    first, second = _told_too(full, "flip"), _told_too(held, "flip")
+    assert (first.reason, second.reason) == (full.reason, held.reason)
+    for _ in range(3):
+        assert _told_too(full.model_copy(update={"workload_id": "b"}), "flip") is first
+        assert _told_too(held, "flip") is second
+    third = _told_too(full.model_copy(update={"reason": "3 of 4 held"}), "flip")
+    assert third.reason == "3 of 4 held" and third.workload_id == "flip"
+    assert _told_too(held, "flip") is second  # kept: the newer of the two before
+    again = _told_too(full, "flip")
+    assert again is not first and again == first  # forgotten, made again, equal
+
+
+def test_a_determined_task_told_the_same_is_told_with_the_kept_answer() -> None:
+    """A Determined pass tells every waiting task why it waits: the last two answers per task
+    are given again while the code and reason are equal, and equal what
+    ``trusted.task_pending`` makes."""
+    a = det_told("t", "pool_full", "no agent has 8 free slot(s)")
+    b = det_told("t", "behind_higher_priority", "x waits")
+    assert a == task_pending("t", "pool_full", "no agent has 8 free slot(s)")
+    assert det_told("t", "pool_full", "no agent has 8 free slot(s)") is a
+    assert det_told("t", "behind_higher_priority", "x waits") is b
+    assert det_told("t", "pool_full", "x waits") == task_pending("t", "pool_full", "x waits")
 
 
 def test_a_verdict_told_with_the_groups_passed_over_is_what_telling_them_after_gives() -> None:
