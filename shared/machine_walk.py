@@ -201,10 +201,15 @@ class LaunchBlocked:
     """Every place of a launch order is blocked now: no new machine of it is worth asking the
     cloud for (its idle machines still serve) before ``until``, the first of those blocks' ends
     (a place another block covers too stays blocked past it: a pass then looks again).
-    ``why``: the line a waiting workload's reason carries."""
+    ``places``: which places, blocked by what; :attr:`why` is the line a waiting workload's
+    reason carries."""
 
     until: float
-    why: str
+    places: str
+
+    @property
+    def why(self) -> str:
+        return f"no new machine: {self.places}"
 
 
 def launch_blocked(
@@ -233,6 +238,6 @@ def launch_blocked(
     places = len(walk.places)
     return LaunchBlocked(
         until,
-        f"no new machine: its {places} place{'s' * (places != 1)} blocked "
+        f"its {places} place{'s' * (places != 1)} blocked "
         f"({'; '.join(map(str, covering))}), the first block ending at {utc_clock(until)}",
     )

@@ -13,7 +13,7 @@ keeps ``min_instances`` agents up even without work, as Determined does; idle ag
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -66,6 +66,9 @@ class DetLedger(BaseModel):
     budget_spend: dict[str, BudgetSpend] = Field(default_factory=dict)  # budget name -> spend
     # pool -> why its last agent launch failed (cleared when one of its agents comes up)
     launch_failures: dict[str, str] = Field(default_factory=dict)
+    # pool -> why the last pass launched no agent there: every place its provider launches in
+    # is blocked (:func:`corral.shared.machine_walk.launch_blocked`), until the first ends
+    launch_blocked: dict[str, str] = Field(default_factory=dict)
 
     def pool_of(self, task_id: str) -> str:
         return self.running_in.get(task_id) or self.home[task_id]
@@ -119,10 +122,13 @@ def grow(
     plans: Sequence[DetPlan],
     now: float,
     new_agent_id: NewAgentId,
+    blocked: Collection[str] = (),
 ) -> list[str]:
     """Add agents to launch for tasks left waiting for room, up to each provider's
     ``max_instances``: in the task's own pool, else in the first of its fallback pools that
     can still grow and could ever fit it; and up to ``min_instances`` with no task asking.
+    A pool in ``blocked`` (every place its agents launch in is blocked now) grows by none: an
+    agent there would only fail its launch, and its tasks' fallback pools are tried instead.
     Returns the new agents' ids."""
     by_pool = {s.pool: s for s in snapshots}
     count = {name: 0 for name in by_pool}
@@ -170,7 +176,7 @@ def grow(
             if need == 0 and task.slots > 0:
                 spare[name] -= task.slots  # room already on its way here
                 break
-            if need == 0 or count[name] + need > snapshot.max_agents:
+            if need == 0 or count[name] + need > snapshot.max_agents or name in blocked:
                 continue
             for _ in range(need):
                 agent_id = new_agent_id(name, len(added))
@@ -184,7 +190,7 @@ def grow(
             spare[name] = max(0, spare[name] - task.slots)
             break
     for name, snapshot in by_pool.items():  # min_instances: Determined keeps that many up
-        if snapshot.max_agents is None:
+        if snapshot.max_agents is None or name in blocked:
             continue  # a static pool: its agents are started by hand
         while count[name] < min(snapshot.min_agents, snapshot.max_agents):
             agent_id = new_agent_id(name, len(added))
@@ -227,6 +233,7 @@ def copy_det_ledger(ledger: DetLedger) -> DetLedger:
             "started_by": dict(ledger.started_by),
             "preempted_by": dict(ledger.preempted_by),
             "budget_spend": {k: s.model_copy() for k, s in ledger.budget_spend.items()},
+            "launch_blocked": dict(ledger.launch_blocked),
         }
     )
 

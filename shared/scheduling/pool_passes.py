@@ -22,6 +22,7 @@ from typing import Any
 from ..budgets import Budget, BudgetSpend, Gate, accrue, budget_rates, for_pools
 from ..catalog.catalog import Catalog
 from ..config.machine_pool import MachinePool
+from ..machine_walk import LaunchBlocked
 from ..resource_pools import ResolvedPools
 from . import trusted
 from .build import market_of
@@ -258,10 +259,13 @@ def determined_pass(
     new_id: NewAgentId,
     costing: Costing | None = None,
     markets: Mapping[str, str] | None = None,
+    launch_blocked: Mapping[str, LaunchBlocked] | None = None,
 ) -> tuple[DetLedger, tuple[DetPlan, ...]]:
     """Every pool of the master's ledger scheduled at ``now``, committed to a copy, and agents
     added for tasks left waiting for room. ``limits``: per pool, its provider's limits;
-    ``markets``: each up agent's market, from its row of the machine table."""
+    ``markets``: each up agent's market, from its row of the machine table;
+    ``launch_blocked``: the pools whose every agent place is blocked now, which grow by no
+    agent (it would only fail its launch) and say so in ``launch_blocked``."""
     snapshots = snapshots_of(ledger, pools, limits, markets)
     budgets = for_pools(costing.budgets, [ledger.master, *pools.names()]) if costing else ()
     held: dict[str, TaskPending] = {}
@@ -287,7 +291,11 @@ def determined_pass(
         held.update((p.task_id, p) for p in refused)
     plans = _with_held(plans, ledger, held)
     after = commit_det(ledger, plans, now)
-    grow(after, snaps, plans, now, new_id)
+    blocked = launch_blocked or {}
+    grow(after, snaps, plans, now, new_id, blocked)
+    told = {pool: f"no new agent: {b.places}" for pool, b in blocked.items()}
+    if told != after.launch_blocked:
+        after.launch_blocked = told
     if gate is not None:
         after.budget_spend = _booked(spend, gate)
     return after, plans

@@ -111,14 +111,16 @@ def determined_quiet_until(
     *,
     pools: Iterable[str] = (),
     costing: Costing | None = None,
+    blocked_until: Iterable[float] = (),
 ) -> float:
     """The earliest time a pass over this (settled) master ledger could decide otherwise than
-    one at ``now`` (an idle agent due for reaping); ``now`` itself under budgets. ``pools``:
-    the resource pools' names; ``limits``: per pool, its provider's limits."""
+    one at ``now`` (an idle agent due for reaping, a pool's launches no longer all blocked);
+    ``now`` itself under budgets. ``pools``: the resource pools' names; ``limits``: per pool,
+    its provider's limits; ``blocked_until``: when each blocked pool's first block ends."""
     if costing is not None and for_pools(costing.budgets, [ledger.master, *pools]):
         return now
     busy = {a.agent_id for t in ledger.tasks.values() for a in t.allocations}
-    times: list[float] = []
+    times: list[float] = list(blocked_until)
     for agent in ledger.agents.values():
         limit = limits.get(agent.pool, {}).get("max_idle_agent_s")
         if limit is not None and agent.status != "reaping" and agent.agent_id not in busy:

@@ -435,6 +435,10 @@ class DeterminedSim(_Pooled[DetLedger]):
         )
         self.started: set[str] = set()
         self.markets: dict[str, str] = {}  # an up agent's market (its instance's place)
+        # The pools whose every agent place is blocked, as the last pass saw them, and the
+        # block memory's count of changes they were worked out at.
+        self.blocked: dict[str, LaunchBlocked] = {}
+        self.blocks_seen = -1
 
     def add(self, rid: str, task: Task, pool: str) -> None:
         det = DetTask(
@@ -454,6 +458,24 @@ class DeterminedSim(_Pooled[DetLedger]):
         return sum(not t.allocations for t in self.ledger.tasks.values())
 
     def run_pass(self, *, rebalance: bool) -> None:
+        # As the runtime's pass: a pool whose every agent place is blocked grows by no agent
+        # (it would only fail its launch); a change in which are is a change for the pass.
+        if self.blocks_seen != self.memory.changes:
+            blocks = self.memory.active_until(self.sim.now)
+            self.blocks_seen = self.memory.changes
+            blocked = {}
+            for pool in self.pools.names():
+                order = self._order(pool)
+                if order is not None:
+                    self.cloud = order[0]
+                    found = launch_blocked(
+                        self.cloud, [order[1]], self.zones, blocks, accelerator_of=self.accelerator
+                    )
+                    if found is not None:
+                        blocked[pool] = found
+            if blocked != self.blocked:
+                self.blocked = blocked
+                self.changed = True
         # Determined's pass is the same either way (it reaps idle agents every time).
         if self.quiet(rebalance=False):
             return
@@ -471,6 +493,7 @@ class DeterminedSim(_Pooled[DetLedger]):
             new_id=new_id,
             costing=self.costing,
             markets=self.markets,
+            launch_blocked=self.blocked,
         )
         after.version = version + 1
         self.ledger = after
@@ -480,7 +503,12 @@ class DeterminedSim(_Pooled[DetLedger]):
                 self.sim.recorder.requests[rel.task_id].evictions += 1
         settled = determined_settled(before, after, plans)
         until = determined_quiet_until(
-            after, self.limits, self.sim.now, pools=self.pools.names(), costing=self.costing
+            after,
+            self.limits,
+            self.sim.now,
+            pools=self.pools.names(),
+            costing=self.costing,
+            blocked_until=[b.until for b in self.blocked.values()],
         )
         self.finish(settled, {False: until}, lambda: after.notes == before.notes)
 
@@ -501,16 +529,25 @@ class DeterminedSim(_Pooled[DetLedger]):
                 self.changed = True
         self._start_ready()
 
-    def _launch(self, aid: str) -> None:
-        agent = self.ledger.agents[aid]
-        provider = self.pools.pool(agent.pool).provider or {}
+    def _order(self, pool: str) -> tuple[str, LaunchTemplate] | None:
+        """Where a pool's agents launch: its provider's cloud and instance type (None: a
+        static pool, started by hand)."""
+        provider = self.pools.pool(pool).provider
+        if not provider:
+            return None
         instance = provider.get("instance_type")
         if isinstance(instance, dict):
             instance = instance.get("machine_type")
-        self.cloud = str(provider.get("type") or "")
         template = LaunchTemplate(
             instance_type=str(instance), market_type="SPOT" if provider.get("spot") else "ON_DEMAND"
         )
+        return str(provider.get("type") or ""), template
+
+    def _launch(self, aid: str) -> None:
+        agent = self.ledger.agents[aid]
+        order = self._order(agent.pool)
+        assert order is not None  # only a pool with a provider grows
+        self.cloud, template = order
         inst = self.launch_one(aid, [template], self.gpus)
         if inst is None:
             agent_lost(self.ledger, aid, self.sim.now)

@@ -354,6 +354,31 @@ def test_min_instances_are_launched_with_no_task_asking_and_never_past_max() -> 
     assert added == []  # the launching ones count
 
 
+def test_a_pool_whose_every_agent_place_is_blocked_grows_none_and_its_fallback_grows() -> None:
+    """``blocked`` pools (every place their agents launch in blocked now) grow by no agent, for
+    waiting tasks or for min_instances: a task with a fallback pool grows that one instead,
+    and room already on its way to a blocked pool still counts there."""
+    ledger = DetLedger(master="m")
+    add_task(ledger, task("t", 2, 1.0, fallback_pools=("spill",)), "compute")
+    add_task(ledger, task("alone", 2, 2.0), "compute")
+    lim = limits(compute={"min_agents": 1})
+    snapshots = snapshots_of(ledger, POOLS, lim)
+    plans = schedule_pools(snapshots, 10.0)
+    after = commit_det(ledger, plans, 10.0)
+    added = grow(after, snapshots, plans, 10.0, ids(), blocked={"compute"})
+    assert codes(plans) == {"t": "pool_full", "alone": "pool_full"}
+    assert pools_of(after, added) == ["spill"]  # t's fallback; none in compute, min_agents too
+    # Unblocked, the same pass grows compute (t's agent has room for alone's 2 slots too).
+    again = commit_det(ledger, plans, 10.0)
+    assert pools_of(again, grow(again, snapshots, plans, 10.0, ids())) == ["compute", "compute"]
+    # An agent already launching in compute is room on its way: t waits for it, even blocked.
+    ledger.agents["c1"] = agent("c1", "compute", 2, status="launching")
+    snapshots = snapshots_of(ledger, POOLS, lim)
+    plans = schedule_pools(snapshots, 10.0)
+    after = commit_det(ledger, plans, 10.0)
+    assert grow(after, snapshots, plans, 10.0, ids(), blocked={"compute"}) == []
+
+
 # --------------------------------------------------------------------------- full cycle
 @pytest.mark.parametrize(("min_agents", "left"), [(0, set()), (1, {"compute-1"})])
 def test_full_cycle_start_finish_and_reap_idle_agents(min_agents: int, left: set[str]) -> None:

@@ -12,6 +12,7 @@ from corral.shared.budgets import Budget
 from corral.shared.config.detect import load_as
 from corral.shared.config.master_config import MasterConfig
 from corral.shared.lifecycle import AgentStatus
+from corral.shared.machine_walk import LaunchBlocked
 from corral.shared.resource_pools import resolve_pools
 from corral.shared.scheduling.build import det_limits
 from corral.shared.scheduling.det_ledger import DetAgent, DetLedger, add_task
@@ -183,6 +184,26 @@ def test_an_idle_agent_is_quiet_until_its_pool_reaps_it() -> None:
     assert run(until - 0.1)[1]
     reaped, settled = run(10.0 + limit_s + 0.5)
     assert not settled and reaped.agents["a-0"].status == AgentStatus.REAPING
+
+
+def test_a_determined_pool_whose_launches_are_blocked_is_quiet_until_its_first_block_ends() -> None:
+    """A task waits in a pool whose every agent place is blocked: the pass grows no agent,
+    says so in the ledger, and is quiet until the first block ends; then a pass grows it."""
+    pools = resolve_pools(load_as(MASTER, MasterConfig)[0])
+    limits = {p.pool_name: det_limits(p) for p in pools.pools}
+    ledger = DetLedger(master="m")
+    add_task(ledger, DetTask(task_id="t", group_id="g", slots=2, submitted_at=0.0), "compute")
+    blocked = {"compute": LaunchBlocked(500.0, "its 1 place blocked (...)")}
+    after, plans = determined_pass(
+        ledger, pools, limits, 10.0, new_id=lambda p, i: f"{p}{i}", launch_blocked=blocked
+    )
+    assert after.agents == {} and determined_settled(ledger, after, plans)
+    assert after.launch_blocked == {"compute": "no new agent: its 1 place blocked (...)"}
+    until = determined_quiet_until(after, limits, 10.0, pools=pools.names(), blocked_until=[500.0])
+    assert 499.0 < until <= 500.0
+    assert determined_quiet_until(after, limits, 10.0, pools=pools.names()) == NEVER
+    grown, _ = determined_pass(after, pools, limits, 500.0, new_id=lambda p, i: f"{p}{i}")
+    assert [a.pool for a in grown.agents.values()] == ["compute"] and grown.launch_blocked == {}
 
 
 def test_a_replaced_workload_is_quiet_until_its_guard_has_passed() -> None:

@@ -21,6 +21,7 @@ from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.agent_places import agent_zones
 from corral.services.runtime.pooled.cloud_ready import cloud_not_ready
 from corral.services.runtime.pooled.kube_pods import kube_template
+from corral.services.runtime.pooled.machine_pool import blocked_launch
 from corral.services.runtime.pooled.pool_kind import Held, LaunchOrder, PassResult
 from corral.services.state.blocks import RememberedBlock
 from corral.services.state.docstore import DocStore
@@ -31,6 +32,7 @@ from corral.shared.config.master_config import MasterConfig
 from corral.shared.config.task import Task
 from corral.shared.det_providers import agent_launch
 from corral.shared.lifecycle import AgentStatus, RequestState
+from corral.shared.machine_walk import LaunchBlocked
 from corral.shared.records import LaunchRequest, OwnerKind
 from corral.shared.resource_pools import ResolvedPools, resolve_pools
 from corral.shared.routing import DeterminedRoute, pool_limits
@@ -119,7 +121,14 @@ class DeterminedPools:
         # An up agent's market counts in scheduling: its row of the machine table holds it.
         markets = {a: row.market for a in ledger.agents if (row := held.get(a)) is not None}
         after, plans = determined_pass(
-            ledger, pools, limits, now, new_id=new_id, costing=costing, markets=markets
+            ledger,
+            pools,
+            limits,
+            now,
+            new_id=new_id,
+            costing=costing,
+            markets=markets,
+            launch_blocked=self._launch_blocked(deps, record, pools, blocks),
         )
 
         def log() -> None:
@@ -173,12 +182,17 @@ class DeterminedPools:
         """The pool's provider as the cloud receives it (:mod:`corral.shared.det_providers`):
         its region, zone, image, network and the rest; a text saying why not, when the file
         names a place Corral cannot launch the agent in."""
-        provider = resolved(record).pool(machine.pool).provider or {}
+        return self._order(deps, record, resolved(record), machine.pool)
+
+    def _order(
+        self, deps: Deps, record: PoolRecord, pools: ResolvedPools, pool: str
+    ) -> LaunchOrder | str:
+        provider = pools.pool(pool).provider or {}
         if provider.get("type") == "kubernetes" and "pod_spec" in provider:
             pod = kube_template(deps, provider)  # resource_manager: type: kubernetes
             return pod if isinstance(pod, str) else LaunchOrder("kubernetes", [pod])
         launch = agent_launch(provider, record.name)
-        cloud = self.cloud_of(record, machine)
+        cloud = str(provider.get("type") or record.cloud)
         zones = agent_zones(deps, cloud, launch)
         if isinstance(zones, str):
             return zones
@@ -189,6 +203,31 @@ class DeterminedPools:
             zones=zones,
         )
         return LaunchOrder(cloud, [template], boot_deadline_s=launch.boot_deadline_s)
+
+    def _launch_blocked(
+        self,
+        deps: Deps,
+        record: PoolRecord,
+        pools: ResolvedPools,
+        remembered: Sequence[RememberedBlock],
+    ) -> dict[str, LaunchBlocked]:
+        """The pools whose every agent place the blocks in force cover: a pass grows them by
+        no agent (it would only fail its launch). Only a pool whose provider's cloud has a
+        block is asked where it launches; a Kubernetes pod is not walked over zones."""
+        blocks = [(b.block, b.until) for b in remembered]
+        clouds = {block.cloud for block, _ in blocks}
+        out: dict[str, LaunchBlocked] = {}
+        for pool in pools.pools:
+            provider = pool.provider
+            if not provider or str(provider.get("type") or record.cloud) not in clouds:
+                continue
+            order = self._order(deps, record, pools, pool.pool_name)
+            if isinstance(order, str) or order.cloud == "kubernetes":
+                continue  # a place it cannot launch in: its launch says why, as before
+            found = blocked_launch(deps, record.name, order.cloud, order.templates, blocks)
+            if found is not None:
+                out[pool.pool_name] = found
+        return out
 
     def machine_up(self, ledger: DetLedger, machine_id: str, now: float) -> bool:
         found = ledger.agents.get(machine_id)
@@ -311,6 +350,10 @@ def _launch_cause(deps: Deps, master: str, ledger: DetLedger, out: dict[str, Any
             reason=f"{out['reason']}; but pool {pool}'s agents cannot launch: {blocked}",
             cloud=cloud,
         )
+        return
+    blocked = ledger.launch_blocked.get(pool)
+    if blocked is not None:
+        out["reason"] = f"{out['reason']}; pool {pool}: {blocked}"
         return
     failed = ledger.launch_failures.get(pool)
     if failed is not None:

@@ -31,6 +31,7 @@ from corral.shared.config.task import Task
 from corral.shared.errors import ProviderError
 from corral.shared.lifecycle import RequestState
 from corral.shared.machine_walk import LaunchBlocked, launch_blocked
+from corral.shared.placement import Block
 from corral.shared.records import Instance, LaunchRequest, OwnerKind
 from corral.shared.routing import pool_of
 from corral.shared.scheduling import MachineTypeState
@@ -68,21 +69,34 @@ def _types_now(
     placed there would only fail its launch and back off; its idle machines still serve)."""
     pool, cloud = MachinePool.model_validate(record.spec), record.cloud
     blocks = [(b.block, b.until) for b in remembered]
+    return with_launch_blocks(
+        machine_types_of(pool),
+        pool,
+        lambda templates: blocked_launch(deps, record.name, cloud, templates, blocks),
+    )
 
-    def blocked(templates: Sequence[LaunchTemplate]) -> LaunchBlocked | None:
-        try:
-            return launch_blocked(
-                cloud,
-                templates,
-                lambda template: zones_for(deps, cloud, template),
-                blocks,
-                accelerator_of=lambda itype: accelerator_of(deps, cloud, itype),
-            )
-        except ProviderError as exc:  # where it may launch is not known now: its launch will say
-            log.warning("pool %s: could not read where %s launches: %s", record.name, cloud, exc)
-            return None
 
-    return with_launch_blocks(machine_types_of(pool), pool, blocked)
+def blocked_launch(
+    deps: Deps,
+    pool: str,
+    cloud: str,
+    templates: Sequence[LaunchTemplate],
+    blocks: Sequence[tuple[Block, float]],
+) -> LaunchBlocked | None:
+    """Whether a machine launched with ``templates`` now would be refused by ``blocks`` alone
+    (:func:`launch_blocked`, over the zones the provider offers). A provider that cannot say
+    where it launches leaves it launchable: its launch will say."""
+    try:
+        return launch_blocked(
+            cloud,
+            templates,
+            lambda template: zones_for(deps, cloud, template),
+            blocks,
+            accelerator_of=lambda itype: accelerator_of(deps, cloud, itype),
+        )
+    except ProviderError as exc:
+        log.warning("pool %s: could not read where %s launches: %s", pool, cloud, exc)
+        return None
 
 
 def _costing(deps: Deps, record: PoolRecord) -> Costing | None:

@@ -113,3 +113,44 @@ def test_a_determined_experiment_keeps_to_its_max_slots(driver: Driver) -> None:
 
 def _phases(driver: Driver) -> dict[str, str]:
     return {w["id"]: w["phase"] for w in pool_view(driver.deps, "det")["workloads"]}
+
+
+def test_a_determined_pool_whose_every_agent_place_is_blocked_grows_no_agent(
+    driver: Driver,
+) -> None:
+    """Every place the compute pool's agents launch in (cpu-2 in lab-east-a, lab-east-b and
+    lab-west-a) blocked: the pass grows no agent there (before, it grew one whose launch was
+    refused by the blocks alone, the pass grew another, and so on), and `why` names the
+    blocks; once they end, the next pass grows the agent and the task runs."""
+    from corral.services.runtime.pooled import passes
+    from corral.services.runtime.why import why
+    from corral.shared.placement import Block
+
+    master = yaml.safe_load((FIXTURES / "pools" / "master-local.yaml").read_text())
+    apply_pool(
+        driver.deps, name="det", kind="master_config", file_name="master.yaml",
+        spec=master, cloud="local",
+    )  # fmt: skip
+    driver.queue.clear()
+    now = driver.deps.now()
+    for block in (
+        Block("local", region="lab-east"),
+        Block("local", "lab-west", "lab-west-a", "cpu-2", "on_demand"),
+    ):
+        driver.deps.blocks.add(block, now=now, ttl_s=600, reason="sold out", outcome="capacity")
+    rid = _submit(driver, {"name": "train", "resources": {"slots": 2}, "run": "sleep 1"})
+    driver.run()
+    assert driver.fake.launched() == []
+    assert [m for m in pool_view(driver.deps, "det")["machines"] if m["pool"] == "compute"] == []
+    told = why(driver.deps, rid)
+    assert told["code"] == "pool_full", told
+    assert (
+        "; pool compute: no new agent: its 3 places blocked (local lab-east: every instance "
+        "type; local lab-west-a: cpu-2 (on_demand)), the first block ending at "
+    ) in told["reason"], told
+    assert "sold out" not in told["reason"], told  # the scopes only, not what was refused
+    driver.deps.blocks.clear()
+    passes.run_pass(driver.deps, "det")
+    driver.run(until=lambda: _phases(driver).get(rid) == "running")
+    assert [s.zone for s in driver.fake.launched()] == ["lab-east-a"]
+    assert "no new agent" not in why(driver.deps, rid)["reason"]
