@@ -21,7 +21,6 @@ from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.agent_places import agent_zones
 from corral.services.runtime.pooled.cloud_ready import cloud_not_ready
 from corral.services.runtime.pooled.kube_pods import kube_template
-from corral.services.runtime.pooled.machine_pool import blocked_launch
 from corral.services.runtime.pooled.pool_kind import Held, LaunchOrder, PassResult
 from corral.services.state.blocks import RememberedBlock
 from corral.services.state.docstore import DocStore
@@ -224,7 +223,7 @@ class DeterminedPools:
             order = self._order(deps, record, pools, pool.pool_name)
             if isinstance(order, str) or order.cloud == "kubernetes":
                 continue  # a place it cannot launch in: its launch says why, as before
-            found = blocked_launch(deps, record.name, order.cloud, order.templates, blocks)
+            found = work.blocked_launch(deps, record.name, order.cloud, order.templates, blocks)
             if found is not None:
                 out[pool.pool_name] = found
         return out

@@ -16,8 +16,7 @@ from typing import Any
 
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.launch import zones_for
-from corral.services.runtime.planning import accelerator_of, budgets_of, catalog_for
+from corral.services.runtime.planning import budgets_of, catalog_for
 from corral.services.runtime.pooled import work
 from corral.services.runtime.pooled.pool_kind import Held, LaunchOrder, PassResult
 from corral.services.runtime.typed_task import task_of
@@ -28,10 +27,7 @@ from corral.services.state.pool_store import PoolRecord
 from corral.shared.config.compute_config import ComputeConfig
 from corral.shared.config.machine_pool import LaunchTemplate, MachinePool
 from corral.shared.config.task import Task
-from corral.shared.errors import ProviderError
 from corral.shared.lifecycle import RequestState
-from corral.shared.machine_walk import LaunchBlocked, launch_blocked
-from corral.shared.placement import Block
 from corral.shared.records import Instance, LaunchRequest, OwnerKind
 from corral.shared.routing import pool_of
 from corral.shared.scheduling import MachineTypeState
@@ -72,31 +68,8 @@ def _types_now(
     return with_launch_blocks(
         machine_types_of(pool),
         pool,
-        lambda templates: blocked_launch(deps, record.name, cloud, templates, blocks),
+        lambda templates: work.blocked_launch(deps, record.name, cloud, templates, blocks),
     )
-
-
-def blocked_launch(
-    deps: Deps,
-    pool: str,
-    cloud: str,
-    templates: Sequence[LaunchTemplate],
-    blocks: Sequence[tuple[Block, float]],
-) -> LaunchBlocked | None:
-    """Whether a machine launched with ``templates`` now would be refused by ``blocks`` alone
-    (:func:`launch_blocked`, over the zones the provider offers). A provider that cannot say
-    where it launches leaves it launchable: its launch will say."""
-    try:
-        return launch_blocked(
-            cloud,
-            templates,
-            lambda template: zones_for(deps, cloud, template),
-            blocks,
-            accelerator_of=lambda itype: accelerator_of(deps, cloud, itype),
-        )
-    except ProviderError as exc:
-        log.warning("pool %s: could not read where %s launches: %s", pool, cloud, exc)
-        return None
 
 
 def _costing(deps: Deps, record: PoolRecord) -> Costing | None:

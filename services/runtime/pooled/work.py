@@ -10,16 +10,20 @@ TERMINATED ("released to the pool") when it stops; the machine itself goes on.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from corral.services.providers.base import NodeWork, node_work_of
 from corral.services.runtime.attempt_record import fail_request, move_request_from
 from corral.services.runtime.deps import Deps
-from corral.services.runtime.planning import price_of
+from corral.services.runtime.launch import zones_for
+from corral.services.runtime.planning import accelerator_of, price_of
 from corral.services.runtime.typed_task import task_of
 from corral.services.state.blocks import RememberedBlock
+from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.config.task import Task
+from corral.shared.errors import ProviderError
 from corral.shared.lifecycle import (
     MACHINE_TRANSITIONS,
     POOL_WORDS,
@@ -29,9 +33,13 @@ from corral.shared.lifecycle import (
     RequestState,
     is_transition,
 )
+from corral.shared.machine_walk import LaunchBlocked, launch_blocked
+from corral.shared.placement import Block
 from corral.shared.records import Assignment, Instance, LaunchRequest, Transition
 from corral.shared.recovery import Restart, restart_after
 from corral.shared.scheduling.pooled import PooledMachine
+
+log = logging.getLogger("corral.pools")
 
 
 def as_machine(held: Mapping[str, Instance], pooled: PooledMachine) -> Instance | None:
@@ -477,3 +485,26 @@ def end_instances(
             return True
 
         deps.store.update_instance(inst.id, end)
+
+
+def blocked_launch(
+    deps: Deps,
+    pool: str,
+    cloud: str,
+    templates: Sequence[LaunchTemplate],
+    blocks: Sequence[tuple[Block, float]],
+) -> LaunchBlocked | None:
+    """Whether a machine launched with ``templates`` now would be refused by ``blocks`` alone
+    (:func:`launch_blocked`, over the zones the provider offers). A provider that cannot say
+    where it launches leaves it launchable: its launch will say."""
+    try:
+        return launch_blocked(
+            cloud,
+            templates,
+            lambda template: zones_for(deps, cloud, template),
+            blocks,
+            accelerator_of=lambda itype: accelerator_of(deps, cloud, itype),
+        )
+    except ProviderError as exc:
+        log.warning("pool %s: could not read where %s launches: %s", pool, cloud, exc)
+        return None
