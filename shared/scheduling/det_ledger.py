@@ -89,6 +89,11 @@ def snapshots_of(
     it (an agent not in it counts as on demand, as one not yet up)."""
     markets = markets or {}
     busy = {a.agent_id for t in ledger.tasks.values() for a in t.allocations}
+    # Each task in its pool, in the ledger's order (one walk over a long queue, not one a pool).
+    by_pool: dict[str, list[DetTask]] = {}
+    running_in, home = ledger.running_in, ledger.home
+    for tid, t in ledger.tasks.items():
+        by_pool.setdefault(running_in.get(tid) or home[tid], []).append(t)
     out = []
     for pool in pools.pools:
         name = pool.pool_name
@@ -102,7 +107,7 @@ def snapshots_of(
             for a in ledger.agents.values()
             if a.pool == name and a.status != "reaping"
         )
-        tasks = tuple(t for tid, t in ledger.tasks.items() if ledger.pool_of(tid) == name)
+        tasks = tuple(by_pool.get(name, ()))
         out.append(
             DetPoolSnapshot(
                 pool=name,
@@ -152,11 +157,22 @@ def grow(
         # one no free slot fits (free slots go to any group once shares are served).
         if p.code in ("pool_full", "behind_higher_priority", "over_fair_share")
     ]
-    for pending in waiting:
+    # Pools that may still grow or have room on its way: a pool at its size with nothing on
+    # its way stays so all this pass (agents are only added), as does a static pool, so a
+    # task none of whose pools is among these is passed over at once (most of a long queue).
+    open_pools = {
+        name
+        for name, snap in by_pool.items()
+        if snap.max_agents is not None and (count[name] < snap.max_agents or spare[name] > 0)
+    }
+    for pending in waiting if open_pools else ():
         task = ledger.tasks.get(pending.task_id)
         if task is None:
             continue
-        for name in (ledger.home.get(task.task_id, ""), *task.fallback_pools):
+        pools_of_task = (ledger.home.get(task.task_id, ""), *task.fallback_pools)
+        if open_pools.isdisjoint(pools_of_task):
+            continue
+        for name in pools_of_task:
             snapshot = by_pool.get(name)
             if snapshot is None:
                 continue

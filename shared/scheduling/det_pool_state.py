@@ -50,7 +50,7 @@ class PoolPass:
     # Tasks holding slots as of the snapshot (neither stopping nor pending); and where a task
     # of so many slots would fit now / in ``future``, kept until the next booking.
     holding: list[DetTask] = field(default_factory=list)
-    _fits_now: dict[FitKey, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
+    fits_now: dict[FitKey, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
     _fits_future: dict[FitKey, tuple[SlotAllocation, ...] | None] = field(default_factory=dict)
     _most_free: list[int] | None = None
     _full_reasons: dict[int, str] = field(default_factory=dict)  # slots -> full_reason's text
@@ -101,8 +101,8 @@ class PoolPass:
         """Where the task could start now without taking slots (or auxiliary places)
         promised to a preemptor."""
         key = (task.slots, task.blocked_agents)
-        if key in self._fits_now:
-            return self._fits_now[key]
+        if key in self.fits_now:
+            return self.fits_now[key]
         view = {
             k: AgentBook(
                 b.agent_id,
@@ -114,7 +114,7 @@ class PoolPass:
             for k, b in self.books.items()
         }
         fit = find_fit(view, task.slots, self.policy, task.blocked_agents, self.heterogeneous)
-        self._fits_now[key] = fit
+        self.fits_now[key] = fit
         return fit
 
     def fit_future(self, task: DetTask) -> tuple[SlotAllocation, ...] | None:
@@ -138,7 +138,7 @@ class PoolPass:
         self._booked()
 
     def _booked(self) -> None:
-        self._fits_now.clear()
+        self.fits_now.clear()
         self._fits_future.clear()
         self._most_free = None
         self._full_reasons.clear()

@@ -29,6 +29,7 @@ from operator import attrgetter
 from .det_pool_state import PoolPass, new_pass
 from .fair_share import run_fair_share
 from .model import (
+    DetPendingCode,
     DetPlan,
     DetPoolSnapshot,
     DetTask,
@@ -105,14 +106,18 @@ def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
     """
     preemption = state.pool.scheduler.preemption
     levels: dict[int, list[DetTask]] = {}
+    default = state.pool.scheduler.default_priority  # state.priority, read at once
     for task in tasks:  # in submission order (run_pass sorts them): so is each level
-        levels.setdefault(state.priority(task), []).append(task)
+        own = task.priority
+        levels.setdefault(default if own is None else own, []).append(task)
     blocker: DetTask | None = None  # the first task a higher level left waiting
     releasing: DetTask | None = None  # the first task slots are being freed for
+    fits = state.fits_now  # state.fit_now's answers so far (emptied by each booking)
     for level in sorted(levels):
         unfit: list[DetTask] = []
         for task in levels[level]:
-            fit = state.fit_now(task)
+            key = (task.slots, task.blocked_agents)
+            fit = fits[key] if key in fits else state.fit_now(task)
             if fit is None:
                 unfit.append(task)
                 continue
@@ -127,6 +132,10 @@ def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
         # of the level can preempt no more than an earlier one (only what was submitted after
         # it, at its level), so it cannot either, until room is made for another.
         no_room: set[tuple[int, tuple[str, ...]]] = set()
+        # What a task of a size is told (the blocker is the level's, the free slots the books'
+        # now, which a promise of room does not change): made once per size, not per task.
+        code: DetPendingCode = "pool_full" if blocker is None else "behind_higher_priority"
+        told: dict[int, str] = {}
         for task in unfit:
             key = (task.slots, task.blocked_agents)
             if preemption and key not in no_room and _make_room(state, task):
@@ -135,15 +144,15 @@ def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
                 continue
             if preemption:
                 no_room.add(key)
-            if blocker is not None:
-                state.wait(
-                    task,
-                    "behind_higher_priority",
-                    f"{blocker.task_id} (priority "
-                    f"{state.priority(blocker)}) waits, and {state.full_reason(task)}",
+            reason = told.get(task.slots)
+            if reason is None:
+                reason = told[task.slots] = (
+                    state.full_reason(task)
+                    if blocker is None
+                    else f"{blocker.task_id} (priority {state.priority(blocker)}) waits, and "
+                    f"{state.full_reason(task)}"
                 )
-            else:
-                state.wait(task, "pool_full", state.full_reason(task))
+            state.wait(task, code, reason)
         if unfit:
             blocker = blocker or unfit[0]
 
