@@ -20,6 +20,8 @@ decision itself, which is what ``corral why`` shows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
+from operator import itemgetter, ne
 from typing import Any
 
 from . import trusted
@@ -33,7 +35,7 @@ from .model import (
     Preemption,
     Workload,
 )
-from .partitions import Access, Book, PoolState
+from .partitions import FIELDS, Access, Book, PoolState
 from .preemption import Choice, choose_victims, protected
 from .queue_order import KIND_FIELDS, VerdictKey, ordered
 from .reaping import plan_machine_reaps
@@ -70,11 +72,30 @@ def schedule(
     verdicts: dict[VerdictKey, Pending] | None = {} if reuse_verdicts else None
     holding, fit_and_take = state.holding, state.fit_and_take
     waiting, kinds = _queue(state)
-    for workload, its_kind in zip(waiting, kinds, strict=True):
+    ids = list(map(_WORKLOAD_ID, map(FIELDS, waiting)))
+    # Where each run of alike workloads (one verdict key) ends, in queue order: a long queue
+    # that cannot move is a few runs (the held-out-shaped day's: 726 workloads, 10 runs).
+    run_end = _run_ends(kinds)
+    one_by_one = 0  # up to here, each workload of the run is looked at on its own
+    at, n = 0, len(waiting)
+    while at < n:
+        workload, its_kind = waiting[at], kinds[at]
+        at += 1
         # The common cases first, as _decide would take them: no room held for it, and alike
         # work was told it waits since the last move (then so is it), or the free room is
         # enough. A move forgets what alike work was told, as after _decide.
         own = workload.__dict__  # its fields (see FIELDS)
+        if verdicts and at > one_by_one and its_kind in verdicts:
+            # Told, and so is the rest of its run when none of it holds room: each is told
+            # what alike work was (_told_too, or _told_too_over for one passing groups over),
+            # with the answers of the whole run kept from the last pass while equal.
+            end = run_end[at - 1]
+            run = ids[at - 1 : end]
+            if holding.keys().isdisjoint(run):
+                pending.extend(_told_run(verdicts[its_kind], run, passed_over))
+                at = end
+                continue
+            one_by_one = end
         kind = None  # its verdict key, when looked up and not found
         if verdicts and own["workload_id"] not in holding:
             kind = its_kind
@@ -146,6 +167,9 @@ def schedule(
     )
 
 
+_WORKLOAD_ID = itemgetter("workload_id")
+
+
 def queue(state: PoolState) -> list[Workload]:
     """Pending workloads in the order they are considered (see the module docstring)."""
     return _queue(state)[0]
@@ -190,6 +214,52 @@ def _told_too(known: Pending, workload_id: str) -> Pending:
 
 _TOLD_TOO: dict[str, list[tuple[tuple[Any, ...], set[str], Pending]]] = {}
 _TOLD_TOO_MAX = 50_000
+
+
+def _run_ends(kinds: Sequence[VerdictKey]) -> list[int]:
+    """For each place in the queue, where its run of equal verdict keys ends (found at C
+    speed: the places where the key changes)."""
+    n = len(kinds)
+    changes = [*compress(range(1, n), map(ne, kinds[1:], kinds[:-1])), n]
+    out: list[int] = []
+    start = 0
+    for end in changes:
+        out.extend(repeat(end, end - start))
+        start = end
+    return out
+
+
+def _told_run(
+    known: Pending, run: list[str], passed_over: Mapping[str, str] | None
+) -> tuple[Pending, ...]:
+    """What ``known`` says, for each workload of ``run`` (their ids, in queue order): each
+    one's :func:`_told_too` answer, or :func:`_told_too_over`'s for one that passes groups
+    over. The answers for the whole run are kept and given again while the verdict, the
+    run and the groups passed over are equal: a long queue that cannot move is told pass
+    after pass without a step per workload."""
+    said, fields_set = known.__dict__, known.__pydantic_fields_set__
+    says = (said["code"], said["reason"], said["preempted_by"], said["budget"])
+    members = tuple(run)
+    gone = tuple(map(passed_over.get, members)) if passed_over else None
+    key = (says, members, gone)
+    kept = _TOLD_RUNS.get(key)
+    if kept is not None and kept[0] == fields_set:
+        return kept[1]
+    if gone is None:
+        answers = tuple(_told_too(known, wid) for wid in members)
+    else:
+        answers = tuple(
+            _told_too(known, wid) if over is None else _told_too_over(known, wid, over)
+            for wid, over in zip(members, gone, strict=True)
+        )
+    if len(_TOLD_RUNS) >= _TOLD_RUNS_MAX:
+        _TOLD_RUNS.clear()
+    _TOLD_RUNS[key] = (fields_set, answers)
+    return answers
+
+
+_TOLD_RUNS: dict[tuple[Any, ...], tuple[set[str], tuple[Pending, ...]]] = {}
+_TOLD_RUNS_MAX = 512
 
 
 def _told_too_over(known: Pending, workload_id: str, gone: str) -> Pending:

@@ -20,7 +20,13 @@ from corral.shared.scheduling.fallback import (
     seen_at,
 )
 from corral.shared.scheduling.ledger import PoolLedger, PoolMachine
-from corral.shared.scheduling.machine_pools import _told_too, _told_too_over, told_passed_over
+from corral.shared.scheduling.machine_pools import (
+    _run_ends,
+    _told_run,
+    _told_too,
+    _told_too_over,
+    told_passed_over,
+)
 from corral.shared.scheduling.model import Pending, Plan
 from corral.shared.scheduling.pool_passes import _told_of_setbacks
 from corral.shared.scheduling.trusted import pending_for, task_pending
@@ -148,6 +154,34 @@ def test_a_verdict_going_back_and_forth_between_two_texts_is_told_with_the_kept_
     assert _told_too(held, "flip") is second  # kept: the newer of the two before
     again = _told_too(full, "flip")
     assert again is not first and again == first  # forgotten, made again, equal
+
+
+def test_a_run_of_alike_workloads_is_told_at_once_with_each_ones_own_answer() -> None:
+    """A pass tells a run of alike waiting workloads (one verdict key, in queue order) in one
+    step: each gets its own ``_told_too`` answer (``_told_too_over``'s for one passing groups
+    over), the run's answers are kept and given again while the verdict, the run and the
+    groups passed over are equal, and made again when any of them changes."""
+    said = Pending(workload_id="x", code="partition_full", reason="needs 1 node(s), 0 free")
+    run = ["r1", "r2", "r3"]
+    told = _told_run(said, run, None)
+    assert told == tuple(said.model_copy(update={"workload_id": w}) for w in run)
+    assert [t is _told_too(said, w) for t, w in zip(told, run, strict=True)] == [True] * 3
+    assert _told_run(said.model_copy(update={"workload_id": "y"}), list(run), {}) is told
+    over = _told_run(said, run, {"r2": "a until 10:00"})
+    assert over[0] is told[0] and over[2] is told[2]
+    assert over[1] == told_passed_over([told[1]], {"r2": "a until 10:00"})[0]
+    assert _told_run(said, run, {"r2": "a until 10:00"}) is over
+    assert _told_run(said, run, {"r2": "b until 11:00"}) is not over
+    shorter = _told_run(said, run[:2], None)
+    assert shorter == told[:2] and shorter is not told
+    other = said.model_copy(update={"reason": "needs 1 node(s), 1 held for others"})
+    assert [t.reason for t in _told_run(other, run, None)] == [other.reason] * 3
+
+
+def test_the_runs_of_a_queue_end_where_the_verdict_key_changes() -> None:
+    assert _run_ends([]) == []
+    assert _run_ends(["a"]) == [1]
+    assert _run_ends(["a", "a", "b", "a", "a", "a"]) == [2, 2, 3, 6, 6, 6]
 
 
 def test_a_determined_task_told_the_same_is_told_with_the_kept_answer() -> None:
