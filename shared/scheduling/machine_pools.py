@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
-from operator import itemgetter, ne
+from operator import is_, itemgetter, ne
 from typing import Any
 
 from . import trusted
@@ -231,35 +231,41 @@ def _run_ends(kinds: Sequence[VerdictKey]) -> list[int]:
 
 def _told_run(
     known: Pending, run: list[str], passed_over: Mapping[str, str] | None
-) -> tuple[Pending, ...]:
+) -> list[Pending]:
     """What ``known`` says, for each workload of ``run`` (their ids, in queue order): each
     one's :func:`_told_too` answer, or :func:`_told_too_over`'s for one that passes groups
-    over. The answers for the whole run are kept and given again while the verdict, the
-    run and the groups passed over are equal: a long queue that cannot move is told pass
-    after pass without a step per workload."""
-    said, fields_set = known.__dict__, known.__pydantic_fields_set__
+    over. The answers made under a verdict are kept by workload and groups passed over, and
+    looked up for the whole run at C speed: a long queue told the same pass after pass
+    (runs that gain or lose a workload, setbacks that come and go) makes only the answers
+    that are new."""
+    said = known.__dict__
     says = (said["code"], said["reason"], said["preempted_by"], said["budget"])
-    members = tuple(run)
-    gone = tuple(map(passed_over.get, members)) if passed_over else None
-    key = (says, members, gone)
-    kept = _TOLD_RUNS.get(key)
-    if kept is not None and kept[0] == fields_set:
-        return kept[1]
-    if gone is None:
-        answers = tuple(_told_too(known, wid) for wid in members)
+    verdict = (says, frozenset(known.__pydantic_fields_set__))
+    made = _TOLD_BY_VERDICT.get(verdict)
+    if made is None:
+        if len(_TOLD_BY_VERDICT) >= _VERDICTS_MAX:
+            _TOLD_BY_VERDICT.clear()
+        made = _TOLD_BY_VERDICT[verdict] = {}
+    elif len(made) >= _TOLD_TOO_MAX:
+        made.clear()
+    if passed_over:
+        asked = list(zip(run, map(passed_over.get, run), strict=True))
     else:
-        answers = tuple(
-            _told_too(known, wid) if over is None else _told_too_over(known, wid, over)
-            for wid, over in zip(members, gone, strict=True)
-        )
-    if len(_TOLD_RUNS) >= _TOLD_RUNS_MAX:
-        _TOLD_RUNS.clear()
-    _TOLD_RUNS[key] = (fields_set, answers)
-    return answers
+        asked = list(zip(run, repeat(None), strict=False))  # repeat: as long as the run
+    answers = list(map(made.get, asked))
+    missing = list(map(is_, answers, repeat(None)))
+    if any(missing):
+        for i in compress(range(len(answers)), missing):
+            wid, over = asked[i]
+            answer = _told_too(known, wid) if over is None else _told_too_over(known, wid, over)
+            answers[i] = made[asked[i]] = answer
+    return answers  # type: ignore[return-value]  # every None filled in
 
 
-_TOLD_RUNS: dict[tuple[Any, ...], tuple[set[str], tuple[Pending, ...]]] = {}
-_TOLD_RUNS_MAX = 512
+# Per verdict (what it says, its fields set): the answer made for each (workload, groups it
+# passes over, None for none).
+_TOLD_BY_VERDICT: dict[tuple[Any, ...], dict[tuple[str, str | None], Pending]] = {}
+_VERDICTS_MAX = 256
 
 
 def _told_too_over(known: Pending, workload_id: str, gone: str) -> Pending:

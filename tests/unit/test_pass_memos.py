@@ -6,6 +6,7 @@ walk (``PoolLedger.machines_by_workload`` against ``machines_of``)."""
 from __future__ import annotations
 
 import random
+from operator import is_
 
 from corral.shared.scheduling import Workload
 from corral.shared.scheduling.det_pool_state import told as det_told
@@ -159,23 +160,24 @@ def test_a_verdict_going_back_and_forth_between_two_texts_is_told_with_the_kept_
 def test_a_run_of_alike_workloads_is_told_at_once_with_each_ones_own_answer() -> None:
     """A pass tells a run of alike waiting workloads (one verdict key, in queue order) in one
     step: each gets its own ``_told_too`` answer (``_told_too_over``'s for one passing groups
-    over), the run's answers are kept and given again while the verdict, the run and the
-    groups passed over are equal, and made again when any of them changes."""
+    over); an answer made under a verdict is given again (the very object) to the same
+    workload passing the same groups over, in a run that gained or lost workloads too, and
+    made again when the verdict or the groups passed over change."""
     said = Pending(workload_id="x", code="partition_full", reason="needs 1 node(s), 0 free")
     run = ["r1", "r2", "r3"]
     told = _told_run(said, run, None)
-    assert told == tuple(said.model_copy(update={"workload_id": w}) for w in run)
-    assert [t is _told_too(said, w) for t, w in zip(told, run, strict=True)] == [True] * 3
-    assert _told_run(said.model_copy(update={"workload_id": "y"}), list(run), {}) is told
+    assert told == [said.model_copy(update={"workload_id": w}) for w in run]
+    again = _told_run(said.model_copy(update={"workload_id": "y"}), ["r0", *run], {})
+    assert again[0].workload_id == "r0" and all(map(is_, again[1:], told))
     over = _told_run(said, run, {"r2": "a until 10:00"})
     assert over[0] is told[0] and over[2] is told[2]
     assert over[1] == told_passed_over([told[1]], {"r2": "a until 10:00"})[0]
-    assert _told_run(said, run, {"r2": "a until 10:00"}) is over
-    assert _told_run(said, run, {"r2": "b until 11:00"}) is not over
-    shorter = _told_run(said, run[:2], None)
-    assert shorter == told[:2] and shorter is not told
+    assert _told_run(said, run, {"r2": "a until 10:00"})[1] is over[1]
+    other_over = _told_run(said, run, {"r2": "b until 11:00"})[1]
+    assert other_over is not over[1] and other_over.reason.endswith("b until 11:00")
     other = said.model_copy(update={"reason": "needs 1 node(s), 1 held for others"})
     assert [t.reason for t in _told_run(other, run, None)] == [other.reason] * 3
+    assert _told_run(said, run, None) == told and _told_run(said, run, None)[0] is told[0]
 
 
 def test_the_runs_of_a_queue_end_where_the_verdict_key_changes() -> None:
