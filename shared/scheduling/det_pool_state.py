@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import trusted
 from .fitting import (
@@ -197,24 +198,11 @@ def new_pass(pool: DetPoolSnapshot) -> PoolPass:
 
 
 def told(task_id: str, code: DetPendingCode, reason: str) -> TaskPending:
-    """``trusted.task_pending(task_id, code, reason)``. A long queue is told the same pass
-    after pass: the last two answers per task are kept and given again (the very object)
-    while the code and reason are equal (a full pool's text may go back and forth)."""
-    kept = _TOLD.get(task_id)
-    if kept is not None:
-        for was_code, was_reason, answer in kept:
-            if was_reason == reason and was_code == code:
-                return answer
-    answer = trusted.task_pending(task_id, code, reason)
-    if kept is None:
-        if len(_TOLD) >= _TOLD_MAX:
-            _TOLD.clear()
-        _TOLD[task_id] = [(code, reason, answer)]
-    else:
-        kept.insert(0, (code, reason, answer))
-        del kept[2:]
-    return answer
+    """``trusted.task_pending(task_id, code, reason)``, the last two answers per task given
+    again while equal (:func:`.trusted.kept_or_made`)."""
+    return trusted.kept_or_made(
+        _TOLD, task_id, (code, reason), trusted.task_pending, task_id, code, reason
+    )
 
 
-_TOLD: dict[str, list[tuple[str, str, TaskPending]]] = {}
-_TOLD_MAX = 50_000
+_TOLD: dict[str, list[tuple[Any, TaskPending]]] = {}

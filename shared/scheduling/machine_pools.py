@@ -192,27 +192,22 @@ def _told_too(known: Pending, workload_id: str) -> Pending:
     given again while the verdict it was made from says the same (the models are frozen), so
     a pass makes no model per waiting workload, and what reads the answers next (the notes,
     the setbacks' reasons) finds the very object it saw before. The last two answers are
-    kept: a full pool's verdict often goes back and forth between two texts (room held for
-    others, then not) from one pass to the next."""
-    said, fields_set = known.__dict__, known.__pydantic_fields_set__
-    says = (said["code"], said["reason"], said["preempted_by"], said["budget"])
-    kept = _TOLD_TOO.get(workload_id)
-    if kept is not None:
-        for was, was_set, told in kept:
-            if was == says and was_set == fields_set:
-                return told
-    told = trusted.pending_for(known, workload_id)
-    if kept is None:
-        if len(_TOLD_TOO) >= _TOLD_TOO_MAX:
-            _TOLD_TOO.clear()
-        _TOLD_TOO[workload_id] = [(says, fields_set, told)]
-    else:
-        kept.insert(0, (says, fields_set, told))
-        del kept[2:]
-    return told
+    kept (:func:`.trusted.kept_or_made`): a full pool's verdict often goes back and forth
+    between two texts (room held for others, then not) from one pass to the next."""
+    said = known.__dict__
+    says = (
+        said["code"],
+        said["reason"],
+        said["preempted_by"],
+        said["budget"],
+        known.__pydantic_fields_set__,
+    )
+    return trusted.kept_or_made(
+        _TOLD_TOO, workload_id, says, trusted.pending_for, known, workload_id
+    )
 
 
-_TOLD_TOO: dict[str, list[tuple[tuple[Any, ...], set[str], Pending]]] = {}
+_TOLD_TOO: dict[str, list[tuple[Any, Pending]]] = {}
 _TOLD_TOO_MAX = 50_000
 
 

@@ -14,7 +14,7 @@ frozen, and ``model_copy`` copies it before adding to it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -187,3 +187,34 @@ def task_pending(task_id: str, code: DetPendingCode, reason: str) -> TaskPending
     _set_extra(made, None)
     _set_private(made, None)
     return made
+
+
+A = TypeVar("A")
+
+
+def kept_or_made(
+    kept: dict[str, list[tuple[Any, A]]],
+    key: str,
+    says: Any,
+    make: Callable[..., A],
+    *args: Any,
+    limit: int = 50_000,
+) -> A:
+    """The answer kept under ``key`` that was made when it said ``says`` (equal), else
+    ``make(*args)``'s, kept. A long queue is told the same pass after pass, and a full
+    pool's text may go back and forth between two: the last two answers per key are kept (the
+    very objects, given again). ``limit``: keys kept at most (then all are forgotten)."""
+    answers = kept.get(key)
+    if answers is not None:
+        for was, answer in answers:
+            if was == says:
+                return answer
+    answer = make(*args)
+    if answers is None:
+        if len(kept) >= limit:
+            kept.clear()
+        kept[key] = [(says, answer)]
+    else:
+        answers.insert(0, (says, answer))
+        del answers[2:]
+    return answer

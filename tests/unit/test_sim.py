@@ -463,20 +463,11 @@ def test_a_region_outage_that_takes_a_ray_clusters_nodes_is_played(tmp_path: Pat
     assert ray_stats["requests"] == 40 and run.figures["preemptions"]["spot"] > 0
 
 
-OUTAGE_HOUR = """\
-seed: 1
-duration: 3h
-clouds:
-  aws:
-    instance_types:
-      g5.xlarge: {accelerators: {A10G: 1}, vcpus: 4, memory_gib: 16, price_usd_per_hour: 1.0}
-    regions:
-      us-east-1:
-        zones:
-          us-east-1a: {capacity: {g5.xlarge: {on_demand: 200}}}
-outages:
-  - {cloud: aws, zone: us-east-1a, from: 0s, to: 1h}
-"""
+# The full zone's cloud with room for 200, out for the first hour.
+OUTAGE_HOUR = (
+    FULL_ZONE.replace("on_demand: 2}", "on_demand: 200}")
+    + "outages:\n  - {cloud: aws, zone: us-east-1a, from: 0s, to: 1h}\n"
+)
 
 
 def test_requests_waiting_on_the_same_blocks_are_looked_at_together(tmp_path: Path) -> None:

@@ -48,13 +48,20 @@ def test_a_machine_pool_pass_places_the_first_workload_and_queues_the_second(
     assert spec.tags[TAG_POOL] == "small" and spec.tags[TAG_MACHINE] == machine["id"]
 
 
-def test_a_determined_pass_grows_an_agent_and_starts_the_task_on_it(driver: Driver) -> None:
-    master = yaml.safe_load((FIXTURES / "pools" / "master-local.yaml").read_text())
+def _apply_master(driver: Driver, master: dict | None = None) -> None:
+    """Register the fixture's master config (or ``master``) on the local cloud; the pass
+    applying publishes, and there is nothing to do yet."""
+    if master is None:
+        master = yaml.safe_load((FIXTURES / "pools" / "master-local.yaml").read_text())
     apply_pool(
         driver.deps, name="det", kind="master_config", file_name="master.yaml",
         spec=master, cloud="local",
     )  # fmt: skip
-    driver.queue.clear()  # the pass applying publishes: nothing to do yet
+    driver.queue.clear()
+
+
+def test_a_determined_pass_grows_an_agent_and_starts_the_task_on_it(driver: Driver) -> None:
+    _apply_master(driver)
     rid = _submit(driver, {"name": "train", "resources": {"slots": 2}, "run": "sleep 1"})
     req = driver.deps.store.get_request(rid)
     assert isinstance(req.route, DeterminedRoute)  # type: ignore[union-attr]
@@ -89,11 +96,7 @@ def test_a_determined_experiment_keeps_to_its_max_slots(driver: Driver) -> None:
             },
         }
     )  # fmt: skip
-    apply_pool(
-        driver.deps, name="det", kind="master_config", file_name="master.yaml",
-        spec=master, cloud="local",
-    )  # fmt: skip
-    driver.queue.clear()
+    _apply_master(driver, master)
     task = {
         "resources": {"resource_pool": "fair", "slots": 1, "max_slots": 1},
         "labels": {"experiment": "exp1"},
@@ -126,12 +129,7 @@ def test_a_determined_pool_whose_every_agent_place_is_blocked_grows_no_agent(
     from corral.services.runtime.why import why
     from corral.shared.placement import Block
 
-    master = yaml.safe_load((FIXTURES / "pools" / "master-local.yaml").read_text())
-    apply_pool(
-        driver.deps, name="det", kind="master_config", file_name="master.yaml",
-        spec=master, cloud="local",
-    )  # fmt: skip
-    driver.queue.clear()
+    _apply_master(driver)
     now = driver.deps.now()
     for block in (
         Block("local", region="lab-east"),
