@@ -19,8 +19,9 @@ decision itself, which is what ``corral why`` shows.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import is_, itemgetter, ne
 from typing import Any
 
@@ -73,10 +74,7 @@ def schedule(
     holding, fit_and_take = state.holding, state.fit_and_take
     waiting, kinds = _queue(state)
     ids = list(map(_WORKLOAD_ID, map(FIELDS, waiting)))
-    # Where each run of alike workloads (one verdict key) ends, in queue order: a long queue
-    # that cannot move is a few runs (the held-out-shaped day's: 726 workloads, 10 runs).
-    run_end = _run_ends(kinds)
-    one_by_one = 0  # up to here, each workload of the run is looked at on its own
+    one_by_one = 0  # up to here, each workload of its run is looked at on its own
     at, n = 0, len(waiting)
     while at < n:
         workload, its_kind = waiting[at], kinds[at]
@@ -85,13 +83,21 @@ def schedule(
         # work was told it waits since the last move (then so is it), or the free room is
         # enough. A move forgets what alike work was told, as after _decide.
         own = workload.__dict__  # its fields (see FIELDS)
-        if verdicts and at > one_by_one and its_kind in verdicts:
-            # Told, and so is the rest of its run when none of it holds room: each is told
+        if (
+            verdicts
+            and at > one_by_one
+            and at + _RUN_AT_ONCE <= n
+            and kinds[at + _RUN_AT_ONCE - 1] == its_kind  # a long run, maybe
+            and its_kind in verdicts
+        ):
+            # Told, and so is the rest of its run of alike workloads (one verdict key, in a
+            # row: a long queue that cannot move is a few runs, the held-out-shaped day's 726
+            # waiting workloads 10) when it is long and none of it holds room: each is told
             # what alike work was (_told_too, or _told_too_over for one passing groups over),
-            # with the answers of the whole run kept from the last pass while equal.
-            end = run_end[at - 1]
+            # looked up at once (_told_run). A short run is told workload by workload.
+            end = _run_end(kinds, at - 1)
             run = ids[at - 1 : end]
-            if holding.keys().isdisjoint(run):
+            if end - at >= _RUN_AT_ONCE and holding.keys().isdisjoint(run):
                 pending.extend(_told_run(verdicts[its_kind], run, passed_over))
                 at = end
                 continue
@@ -192,16 +198,16 @@ def _told_too(known: Pending, workload_id: str) -> Pending:
     given again while the verdict it was made from says the same (the models are frozen), so
     a pass makes no model per waiting workload, and what reads the answers next (the notes,
     the setbacks' reasons) finds the very object it saw before. The last two answers are
-    kept (:func:`.trusted.kept_or_made`): a full pool's verdict often goes back and forth
-    between two texts (room held for others, then not) from one pass to the next."""
-    said = known.__dict__
-    says = (
-        said["code"],
-        said["reason"],
-        said["preempted_by"],
-        said["budget"],
-        known.__pydantic_fields_set__,
-    )
+    kept, as :func:`.trusted.kept_or_made` keeps them (written out here: this is the pass's
+    most frequent call): a full pool's verdict often goes back and forth between two texts
+    (room held for others, then not) from one pass to the next."""
+    said, fields_set = known.__dict__, known.__pydantic_fields_set__
+    says = (said["code"], said["reason"], said["preempted_by"], said["budget"], fields_set)
+    kept = _TOLD_TOO.get(workload_id)
+    if kept is not None:
+        for was, answer in kept:
+            if was == says:
+                return answer
     return trusted.kept_or_made(
         _TOLD_TOO, workload_id, says, trusted.pending_for, known, workload_id
     )
@@ -211,17 +217,16 @@ _TOLD_TOO: dict[str, list[tuple[Any, Pending]]] = {}
 _TOLD_TOO_MAX = 50_000
 
 
-def _run_ends(kinds: Sequence[VerdictKey]) -> list[int]:
-    """For each place in the queue, where its run of equal verdict keys ends (found at C
-    speed: the places where the key changes)."""
-    n = len(kinds)
-    changes = [*compress(range(1, n), map(ne, kinds[1:], kinds[:-1])), n]
-    out: list[int] = []
-    start = 0
-    for end in changes:
-        out.extend(repeat(end, end - start))
-        start = end
-    return out
+# A run this long or longer (the rest of it, counted from its second workload) is told at
+# once; a shorter one workload by workload, which costs less for a few.
+_RUN_AT_ONCE = 8
+
+
+def _run_end(kinds: Sequence[VerdictKey], at: int) -> int:
+    """Where the run of equal verdict keys that holds ``at`` ends (found at C speed)."""
+    kind = kinds[at]
+    differs = map(ne, islice(kinds, at + 1, None), repeat(kind))
+    return next(compress(itertools.count(at + 1), differs), len(kinds))
 
 
 def _told_run(

@@ -22,7 +22,7 @@ from corral.shared.scheduling.fallback import (
 )
 from corral.shared.scheduling.ledger import PoolLedger, PoolMachine
 from corral.shared.scheduling.machine_pools import (
-    _run_ends,
+    _run_end,
     _told_run,
     _told_too,
     _told_too_over,
@@ -181,9 +181,9 @@ def test_a_run_of_alike_workloads_is_told_at_once_with_each_ones_own_answer() ->
 
 
 def test_the_runs_of_a_queue_end_where_the_verdict_key_changes() -> None:
-    assert _run_ends([]) == []
-    assert _run_ends(["a"]) == [1]
-    assert _run_ends(["a", "a", "b", "a", "a", "a"]) == [2, 2, 3, 6, 6, 6]
+    kinds = ["a", "a", "b", "a", "a", "a"]
+    assert [_run_end(kinds, at) for at in range(len(kinds))] == [2, 2, 3, 6, 6, 6]  # type: ignore[arg-type]
+    assert _run_end(["a"], 0) == 1  # type: ignore[list-item]
 
 
 def test_a_determined_task_told_the_same_is_told_with_the_kept_answer() -> None:
