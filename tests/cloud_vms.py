@@ -249,6 +249,8 @@ class Fleet:
         for vm in self.vms:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(vm.proc.pid, signal.SIGKILL)
+            # Shown by pytest only when the test failed: what each played machine's agent said.
+            print(f"--- {vm.root.name} node.log (last 2,000 characters) ---\n{vm.log()[-2000:]}")
 
 
 def aws_scripts(moto: FaultyMoto, **tags: str) -> list[str]:

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import WebDriverException
 
 from corral.services.state.store import Store
 from corral.shared.lifecycle import RequestState
@@ -232,7 +232,7 @@ def test_cancel_from_the_console(console: Console, demo: Any) -> None:
     def reloaded() -> bool:  # the post answered with the request's page again
         try:
             button.is_enabled()
-        except StaleElementReferenceException:
+        except WebDriverException:  # stale, or Chrome's "does not belong to the document"
             return console.browser.current_url.endswith(f"/console/requests/{rid}")
         return False
 

@@ -366,7 +366,9 @@ def test_gcp_a_job_runs_on_its_agent_and_a_failing_one_fails(
 ) -> None:
     with FakeCompute(project="corral-test") as fake:
         system = start_with_agents(
-            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="60", HEARTBEAT_TIMEOUT_S="6")
+            # The three machines are played one after the other, each boot script run to its
+            # end: the last one's agent registers well after its launch on a loaded host.
+            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="120", HEARTBEAT_TIMEOUT_S="6")
         )
         # A job, a failing job and a service, launched and played side by side (each on a
         # machine of its own): their outcomes are each one's own.
@@ -381,9 +383,9 @@ def test_gcp_a_job_runs_on_its_agent_and_a_failing_one_fails(
             assert system.request(each)["state"] == "PROVISIONING"
         vms(script)
         _, vm = [vms(s) for s in scripts]
-        done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 90)
+        done = system.wait_state(rid, {"SUCCEEDED", "FAILED"}, 120)
         assert done["state"] == "SUCCEEDED", done
-        done = system.wait_state(bad, {"SUCCEEDED", "FAILED"}, 90)
+        done = system.wait_state(bad, {"SUCCEEDED", "FAILED"}, 120)
         assert done["state"] == "FAILED" and done["exit_code"] == 3, done
 
         # A service keeps running until terminated; its agent then stops (its token refused).
