@@ -43,36 +43,65 @@ class NextStep:
 def next_step(
     chain: Sequence[Placed | Mapping[str, Any]],
     after: int,
-    blocks: Iterable[Block],
+    blocks: Iterable[Block] | BlockIndex,
     within: Within | str,
 ) -> NextStep:
     """The next candidate after position ``after`` (-1: from the start) that is not blocked,
-    if it lies inside ``within`` of the candidate at ``after``."""
-    scope = Within(within)
-    index = BlockIndex(blocks)  # a candidate is checked against the blocks that may cover it
-    origin = Placement.of(chain[after]) if after >= 0 else None
+    if it lies inside ``within`` of the candidate at ``after``. ``blocks`` may come as a
+    :class:`BlockIndex` built once for several steps over the same blocks."""
+    return scoped(chain, after, first_free(chain, after, blocks), Within(within))
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """The first candidate after a position that no block covers (None: none is left), and
+    ``(index, block)`` for each distinct block that hid one before it. Which step may try
+    it is :func:`scoped`'s to say: a wider step finds the same candidate."""
+
+    index: int | None
+    passed_over: tuple[tuple[int, Block], ...]
+
+
+def first_free(
+    chain: Sequence[Placed | Mapping[str, Any]], after: int, blocks: Iterable[Block] | BlockIndex
+) -> Free:
+    """Walks ``chain`` from ``after + 1`` to the first candidate no block covers."""
+    index = blocks if isinstance(blocks, BlockIndex) else BlockIndex(blocks)
     passed: list[tuple[int, Block]] = []
     seen: set[Block] = set()
     for i in range(after + 1, len(chain)):
         place = Placement.of(chain[i])
-        near = index.near(place)
+        near = index.near(place)  # a candidate is checked against the blocks that may cover it
+        if not near:
+            return Free(i, tuple(passed))
         # What it asks is read only when a block there narrows by it (a family, a ceiling).
         ask = Ask.of(chain[i]) if any(b.above is not None or b.quota_family for b in near) else None
         hit = is_blocked(place, near, ask)
-        if hit is not None:
-            if hit not in seen:
-                seen.add(hit)
-                passed.append((i, hit))
-            continue
-        if origin is None or _inside(scope, origin, place):
-            return NextStep("attempt", i, tuple(passed))
-        # Blocks seen beyond this step's scope are the wider step's to report.
-        return NextStep(
-            "escalate",
-            None,
-            tuple(p for p in passed if _inside(scope, origin, Placement.of(chain[p[0]]))),
-        )
-    return NextStep("exhausted", None, tuple(passed))
+        if hit is None:
+            return Free(i, tuple(passed))
+        if hit not in seen:
+            seen.add(hit)
+            passed.append((i, hit))
+    return Free(None, tuple(passed))
+
+
+def scoped(
+    chain: Sequence[Placed | Mapping[str, Any]], after: int, free: Free, scope: Within
+) -> NextStep:
+    """What a step looking ``scope`` wide of the candidate at ``after`` makes of ``free``:
+    try it, hand over to the wider step (it lies outside), or nothing is left."""
+    if free.index is None:
+        return NextStep("exhausted", None, free.passed_over)
+    if after < 0:
+        return NextStep("attempt", free.index, free.passed_over)
+    origin = Placement.of(chain[after])
+    if _inside(scope, origin, Placement.of(chain[free.index])):
+        return NextStep("attempt", free.index, free.passed_over)
+    # Blocks seen beyond this step's scope are the wider step's to report.
+    inside = tuple(
+        p for p in free.passed_over if _inside(scope, origin, Placement.of(chain[p[0]]))
+    )
+    return NextStep("escalate", None, inside)
 
 
 def _inside(scope: Within, origin: Placement, place: Placement) -> bool:

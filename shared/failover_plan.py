@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.shared.blocking import Block, Placed
-from corral.shared.failover import WIDER, Within, next_step
+from corral.shared.failover import WIDER, Within, first_free, scoped
 from corral.shared.waiting import Backoff, WaitTerms, decide_wait, retry_rng, waits_on
 
 # How an escalation names the scopes (the failed candidate's region, its cloud, any).
@@ -138,16 +138,17 @@ def plan_step(snap: Snapshot) -> Decision:
     after ``snap.after`` that no block covers, looked for within ``snap.within`` of the
     failed candidate and then ever wider; if none is left, a wait or a failure as
     :func:`corral.shared.waiting.decide_wait` rules."""
-    blocks = [b for b, _ in snap.blocks]
     scope = snap.within
     escalated: list[Escalate] = []
-    found = next_step(snap.chain, snap.after, blocks, scope)
+    # One walk: every wider step finds the same first free candidate, only further out.
+    free = first_free(snap.chain, snap.after, [b for b, _ in snap.blocks])
+    found = scoped(snap.chain, snap.after, free, scope)
     while found.action == "escalate":
         wider = WIDER[scope]
         told = f"nothing left to try in {LOOKS_IN[scope]}: look in {LOOKS_IN[wider]}"
         escalated.append(Escalate(wider, told))
         scope = wider
-        found = next_step(snap.chain, snap.after, blocks, scope)
+        found = scoped(snap.chain, snap.after, free, scope)
     up = tuple(escalated)
     if found.index is not None:
         return Attempt(found.index, found.passed_over, up)
