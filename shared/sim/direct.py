@@ -15,6 +15,7 @@ request, the whole chain tried again after a pause until it is up, recoveries wi
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -57,11 +58,15 @@ class BlockMemory:
     # Counts every change of what is in force (a block added, renewed, lifted or expired): a
     # pool pass that read the blocks at one count may keep what it worked out from them.
     changes: int = 0
+    # The same count per cloud: what a pool works out from its own cloud's blocks alone
+    # (whether its launches would be refused) holds while that cloud's count stays.
+    changes_of: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, block: Block, now: float, ttl_s: float, *, keep: bool = False) -> None:
         until = max(self.until.get(block, 0.0), now + ttl_s)
         self.until[block] = self.by_fields[fields_of(block)] = until
         self.changes += 1
+        self.changes_of[block.cloud] += 1
         if keep:
             self.kept.add(block)
         else:
@@ -76,6 +81,7 @@ class BlockMemory:
             if until is not None and until > now and block not in self.kept:
                 del self.until[block]
                 del self.by_fields[fields_of(block)]
+                self.changes_of[block.cloud] += 1
                 gone += 1
         self.changes += gone
         return gone
@@ -90,6 +96,7 @@ class BlockMemory:
             del self.until[block]
             del self.by_fields[fields_of(block)]
             self.kept.discard(block)
+            self.changes_of[block.cloud] += 1
         self.changes += len(gone)
         return list(self.until.items())
 

@@ -237,7 +237,7 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         self.started: set[str] = set()
         # The machine types as the last pass saw them: which launched nothing new (all blocked).
         self.seen_blocked: tuple[tuple[float | None, str | None], ...] = ()
-        self.blocks_seen = -1  # the block memory's count of changes types_now was made at
+        self.blocks_seen = -1  # the count of the cloud's block changes types_now was made at
         self.types_now = self.types
 
     def add(self, rid: str, task: Task) -> None:
@@ -257,8 +257,9 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         # machine (a workload placed there would only fail its launch and back off). A
         # change in which are blocked is a change for the pass, as a ledger's is.
         blocks = self.memory.active_until(self.sim.now)
-        if self.blocks_seen != self.memory.changes:  # worked out again only when they changed
-            self.blocks_seen = self.memory.changes
+        # Worked out again only when this cloud's blocks changed (no other's can refuse it).
+        if self.blocks_seen != self.memory.changes_of[self.cloud]:
+            self.blocks_seen = self.memory.changes_of[self.cloud]
             self.types_now = with_launch_blocks(
                 self.types, self.pool, lambda t: self._launch_blocked(t, blocks)
             )
@@ -438,7 +439,10 @@ class DeterminedSim(_Pooled[DetLedger]):
         # The pools whose every agent place is blocked, as the last pass saw them, and the
         # block memory's count of changes they were worked out at.
         self.blocked: dict[str, LaunchBlocked] = {}
-        self.blocks_seen = -1
+        # Where each pool with a provider launches its agents, and the counts of its clouds'
+        # block changes ``blocked`` was worked out at.
+        self.orders = {p: o for p in self.pools.names() if (o := self._order(p)) is not None}
+        self.blocks_seen: tuple[int, ...] = ()
 
     def add(self, rid: str, task: Task, pool: str) -> None:
         det = DetTask(
@@ -460,19 +464,18 @@ class DeterminedSim(_Pooled[DetLedger]):
     def run_pass(self, *, rebalance: bool) -> None:
         # As the runtime's pass: a pool whose every agent place is blocked grows by no agent
         # (it would only fail its launch); a change in which are is a change for the pass.
-        if self.blocks_seen != self.memory.changes:
-            blocks = self.memory.active_until(self.sim.now)
-            self.blocks_seen = self.memory.changes
+        blocks = self.memory.active_until(self.sim.now)  # the expired forgotten, counted
+        seen = tuple(self.memory.changes_of[cloud] for cloud, _ in self.orders.values())
+        if self.blocks_seen != seen:  # worked out again only when its clouds' blocks changed
+            self.blocks_seen = seen
             blocked = {}
-            for pool in self.pools.names():
-                order = self._order(pool)
-                if order is not None:
-                    self.cloud = order[0]
-                    found = launch_blocked(
-                        self.cloud, [order[1]], self.zones, blocks, accelerator_of=self.accelerator
-                    )
-                    if found is not None:
-                        blocked[pool] = found
+            for pool, (cloud, template) in self.orders.items():
+                self.cloud = cloud
+                found = launch_blocked(
+                    cloud, [template], self.zones, blocks, accelerator_of=self.accelerator
+                )
+                if found is not None:
+                    blocked[pool] = found
             if blocked != self.blocked:
                 self.blocked = blocked
                 self.changed = True
@@ -545,9 +548,7 @@ class DeterminedSim(_Pooled[DetLedger]):
 
     def _launch(self, aid: str) -> None:
         agent = self.ledger.agents[aid]
-        order = self._order(agent.pool)
-        assert order is not None  # only a pool with a provider grows
-        self.cloud, template = order
+        self.cloud, template = self.orders[agent.pool]  # only a pool with a provider grows
         inst = self.launch_one(aid, [template], self.gpus)
         if inst is None:
             agent_lost(self.ledger, aid, self.sim.now)
