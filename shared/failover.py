@@ -72,8 +72,6 @@ def first_free(
     for i in range(after + 1, len(chain)):
         place = Placement.of(chain[i])
         near = index.near(place)  # a candidate is checked against the blocks that may cover it
-        if not near:
-            return Free(i, tuple(passed))
         # What it asks is read only when a block there narrows by it (a family, a ceiling).
         ask = Ask.of(chain[i]) if any(b.above is not None or b.quota_family for b in near) else None
         hit = is_blocked(place, near, ask)
@@ -98,9 +96,7 @@ def scoped(
     if _inside(scope, origin, Placement.of(chain[free.index])):
         return NextStep("attempt", free.index, free.passed_over)
     # Blocks seen beyond this step's scope are the wider step's to report.
-    inside = tuple(
-        p for p in free.passed_over if _inside(scope, origin, Placement.of(chain[p[0]]))
-    )
+    inside = tuple(p for p in free.passed_over if _inside(scope, origin, Placement.of(chain[p[0]])))
     return NextStep("escalate", None, inside)
 
 
