@@ -281,21 +281,26 @@ class Launcher:
         until, blocks = memory.by_fields, key[1]
         left: list[tuple[Flow, tuple[int, int]]] = []
         renewed = None
+        stale = True  # whether the blocks may have changed since ``renewed`` was worked out
         for flow, wait in group.flows:
             if flow.ended or flow.up or (flow.relaunches, flow.retries) != wait:
                 continue
-            renewed = renewed_until(
-                now=self.sim.now, ends=map(until.get, blocks, repeat(0.0)), deadline=None
-            )
+            if stale:  # only a walk changes them: looked at again after each
+                renewed = renewed_until(
+                    now=self.sim.now, ends=map(until.get, blocks, repeat(0.0)), deadline=None
+                )
+                stale = False
             if renewed is None:
                 self._wake(flow, *wait)
+                stale = True
             else:
                 left.append((flow, wait))
         if not left:
             return
-        renewed = renewed_until(
-            now=self.sim.now, ends=map(until.get, blocks, repeat(0.0)), deadline=None
-        )
+        if stale:
+            renewed = renewed_until(
+                now=self.sim.now, ends=map(until.get, blocks, repeat(0.0)), deadline=None
+            )
         assert renewed is not None  # the last one left saw them renewed; nothing ran since
         again = self.block_waits.get(key)
         if again is None:

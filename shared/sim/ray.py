@@ -171,9 +171,14 @@ class RaySim:
     def place(self) -> None:
         """Waiting arrivals whose every bundle fits on running workers, in arrival order."""
         still = []
+        # Bundles that did not fit: this walk only books room, so no later arrival asking the
+        # same fits either (a queue of like arrivals is looked at once, not node by node).
+        unfit: set[tuple[tuple[tuple[str, float], ...], ...]] = set()
         for rid, bundles in self.waiting:
-            taken = self._fit(bundles)
+            shape = tuple(tuple(b.items()) for b in bundles)
+            taken = None if shape in unfit else self._fit(bundles)
             if taken is None:
+                unfit.add(shape)
                 still.append((rid, bundles))
                 continue
             self.held[rid] = taken
