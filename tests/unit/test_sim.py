@@ -488,3 +488,23 @@ def test_requests_waiting_on_the_same_blocks_are_looked_at_together(tmp_path: Pa
     assert (f["completed"], f["failed"], f["launch_calls"]) == (150, 0, 170)
     assert (f["time_to_capacity_s"]["p50"], f["time_to_capacity_s"]["p95"]) == (2174.0, 3515.0)
     assert run.events < 6 * 150
+
+
+def test_the_block_memory_counts_each_clouds_changes_apart() -> None:
+    """A pool works out whether its launches are blocked again only when its own cloud's
+    blocks changed: every add, renewal, lift and expiry counts for that cloud alone."""
+    from corral.shared.placement import Block
+    from corral.shared.sim.direct import BlockMemory
+
+    memory = BlockMemory()
+    aws = Block(cloud="aws", region="us-east-1", zone="us-east-1a", instance_type="p4d.24xlarge")
+    gcp = Block(cloud="gcp", region="us-central1")
+    memory.add(aws, 0.0, 60.0)
+    assert (memory.changes_of["aws"], memory.changes_of["gcp"], memory.changes) == (1, 0, 1)
+    memory.add(aws, 10.0, 60.0)  # renewed: its end moves, a change
+    memory.add(gcp, 10.0, 30.0)
+    assert (memory.changes_of["aws"], memory.changes_of["gcp"], memory.changes) == (2, 1, 3)
+    assert memory.active_until(50.0) == [(aws, 70.0)]  # gcp's ended at 40: counted as gcp's
+    assert (memory.changes_of["aws"], memory.changes_of["gcp"], memory.changes) == (2, 2, 4)
+    assert memory.lift([aws], 50.0) == 1
+    assert (memory.changes_of["aws"], memory.changes_of["gcp"], memory.changes) == (3, 2, 5)
