@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from corral.shared.blocking import Block, Placed
+from corral.shared.blocking import Block, BlockIndex, Placed
 from corral.shared.failover import WIDER, Within, first_free, scoped
 from corral.shared.waiting import Backoff, WaitTerms, decide_wait, retry_rng, waits_on
 
@@ -51,7 +51,9 @@ class Snapshot:
     ``after``: the chain position walked from (-1: the top of the chain); ``within``: the
     scope looked in first. ``blocks``: the blocks in force at ``now``, each with its end.
     ``wait``: None when an exhausted chain simply fails (no wait is planned). ``tried``: how
-    many attempts were made (told in the verdict when given)."""
+    many attempts were made (told in the verdict when given). ``index``: the same blocks
+    arranged for look-ups, when the caller keeps them between steps (the simulator does,
+    until they change); None: arranged here."""
 
     chain: Sequence[Placed]
     after: int
@@ -60,6 +62,7 @@ class Snapshot:
     now: float
     wait: WaitPolicy | None = None
     tried: int | None = None
+    index: BlockIndex | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +144,8 @@ def plan_step(snap: Snapshot) -> Decision:
     scope = snap.within
     escalated: list[Escalate] = []
     # One walk: every wider step finds the same first free candidate, only further out.
-    free = first_free(snap.chain, snap.after, [b for b, _ in snap.blocks])
+    blocks = snap.index if snap.index is not None else [b for b, _ in snap.blocks]
+    free = first_free(snap.chain, snap.after, blocks)
     found = scoped(snap.chain, snap.after, free, scope)
     while found.action == "escalate":
         wider = WIDER[scope]

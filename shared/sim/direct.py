@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from ..backoff import backoff_s
-from ..blocking import Block, Placed, PlaceKey, is_blocked, place_key
+from ..blocking import Block, BlockIndex, Placed, PlaceKey, is_blocked, place_key
 from ..config.task import Task
 from ..errors import LaunchTimeoutError, ProviderError, Scope, ThrottledError
 from ..failover import Within
@@ -61,6 +61,10 @@ class BlockMemory:
     # The same count per cloud: what a pool works out from its own cloud's blocks alone
     # (whether its launches would be refused) holds while that cloud's count stays.
     changes_of: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # The blocks in force arranged for look-ups, and the count of changes they were read at.
+    _index: tuple[int, list[tuple[Block, float]], BlockIndex] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def add(self, block: Block, now: float, ttl_s: float, *, keep: bool = False) -> None:
         until = max(self.until.get(block, 0.0), now + ttl_s)
@@ -85,6 +89,16 @@ class BlockMemory:
                 gone += 1
         self.changes += gone
         return gone
+
+    def indexed(self, now: float) -> tuple[list[tuple[Block, float]], BlockIndex]:
+        """``active_until(now)`` and the same blocks as a :class:`BlockIndex`, kept (and
+        given again) until what is in force changes: a failover step walks its chain
+        against it without arranging the blocks anew."""
+        active = self.active_until(now)
+        kept = self._index
+        if kept is None or kept[0] != self.changes:
+            kept = self._index = (self.changes, active, BlockIndex(b for b, _ in active))
+        return active, kept[2]
 
     def active(self, now: float) -> list[Block]:
         return [b for b, _ in self.active_until(now)]
@@ -221,9 +235,8 @@ class Launcher:
         if not self.retry_until_up:  # Corral's rule: an exhausted chain waits, or fails
             terms = WaitTerms(flow.task.retry_until_up, flow.task.max_wait)
             wait = WaitPolicy(terms, self.backoff, flow.since, flow.retries, flow.rid)
-        decision = plan_step(
-            Snapshot(flow.chain, after, within, memory.active_until(now), now, wait)
-        )
+        active, index = memory.indexed(now)
+        decision = plan_step(Snapshot(flow.chain, after, within, active, now, wait, index=index))
         if isinstance(decision, Attempt):
             self._attempt(flow, decision.index, 0)
         elif self.retry_until_up:
