@@ -21,6 +21,9 @@ from .direct import Launcher
 from .engine import Sim
 from .workload import RayDemandSpec
 
+# Bundles' shapes: each bundle's resources in name order, in the bundles' order.
+Shapes = tuple[tuple[tuple[str, float], ...], ...]
+
 
 @dataclass
 class _Node:
@@ -42,7 +45,9 @@ class RaySim:
         region = cluster.provider.model_dump().get("region")
         self.region = region if isinstance(region, str) else None
         self.nodes: dict[str, _Node] = {}
-        self.waiting: list[tuple[str, list[dict[str, float]]]] = []
+        # Waiting arrivals: each one's bundles, and their shapes (each bundle's resources in
+        # name order, as a tick's demand counts them), worked out once, not at every tick.
+        self.waiting: list[tuple[str, list[dict[str, float]], Shapes]] = []
         self.held: dict[str, list[tuple[str, dict[str, float]]]] = {}
         self.cooldowns: dict[str, float] = {}
         self.count = 0
@@ -53,7 +58,7 @@ class RaySim:
 
     def add(self, rid: str, demand: RayDemandSpec) -> None:
         bundles = [dict(b.resources) for b in demand.bundles for _ in range(b.count)]
-        self.waiting.append((rid, bundles))
+        self.waiting.append((rid, bundles, _shapes(bundles)))
         # Ray places work on free room at once. (Only a node coming up or work ending used to
         # place: an arrival finding idle nodes waited for either, which might never come;
         # that left 60 of the seeded day's 66 Ray requests unserved.)
@@ -81,9 +86,8 @@ class RaySim:
         self.cooldowns = {t: u for t, u in self.cooldowns.items() if u > now}
         nodes = [self._row(nid, n) for nid, n in self.nodes.items()]
         shapes: dict[tuple[tuple[str, float], ...], int] = {}
-        for _, bundles in self.waiting:
-            for b in bundles:
-                key = tuple(sorted(b.items()))
+        for _, _, keys in self.waiting:
+            for key in keys:
                 shapes[key] = shapes.get(key, 0) + 1
         demand = Demand(
             bundles=[BundleDemand(resources=dict(k), count=n) for k, n in shapes.items()]
@@ -173,13 +177,12 @@ class RaySim:
         still = []
         # Bundles that did not fit: this walk only books room, so no later arrival asking the
         # same fits either (a queue of like arrivals is looked at once, not node by node).
-        unfit: set[tuple[tuple[tuple[str, float], ...], ...]] = set()
-        for rid, bundles in self.waiting:
-            shape = tuple(tuple(b.items()) for b in bundles)
-            taken = None if shape in unfit else self._fit(bundles)
+        unfit: set[Shapes] = set()
+        for rid, bundles, shapes in self.waiting:
+            taken = None if shapes in unfit else self._fit(bundles)
             if taken is None:
-                unfit.add(shape)
-                still.append((rid, bundles))
+                unfit.add(shapes)
+                still.append((rid, bundles, shapes))
                 continue
             self.held[rid] = taken
             gpus = int(sum(b.get("GPU", 0.0) for b in bundles))
@@ -235,7 +238,8 @@ class RaySim:
                         _book(self.nodes[owner].used, b, -1)
                 del self.held[rid]
                 self.sim.work_stop(rid)
-                self.waiting.insert(0, (rid, [b for _, b in taken]))
+                bundles = [b for _, b in taken]
+                self.waiting.insert(0, (rid, bundles, _shapes(bundles)))
         self._soon()
         return True
 
@@ -246,3 +250,7 @@ class RaySim:
 def _book(used: dict[str, float], bundle: Mapping[str, float], sign: int) -> None:
     for k, v in bundle.items():
         used[k] = max(0.0, used.get(k, 0.0) + sign * v)
+
+
+def _shapes(bundles: list[dict[str, float]]) -> Shapes:
+    return tuple(tuple(sorted(b.items())) for b in bundles)
