@@ -14,20 +14,21 @@ if TYPE_CHECKING:
     from corral.services.client import Client
 
 
-# A second Ctrl-C within this many seconds of the first offers to stop the request.
+# A second Ctrl-C within this many seconds of the offer to stop the request asks whether to.
 SECOND_INTERRUPT_S = 2.0
 
 
 def interrupted(client: Client, request_id: str, *, down: bool, offer: bool) -> NoReturn:
     """Ctrl-C while following a request: following stops, the request does not. Say so, with
     the commands that follow it again and that stop it; ``down`` (--down-on-interrupt)
-    terminates it instead. A second Ctrl-C within :data:`SECOND_INTERRUPT_S` of the first
-    asks whether to terminate it. Exit 130, as a shell reports a program ended by SIGINT."""
+    terminates it instead. A second Ctrl-C, from the first until :data:`SECOND_INTERRUPT_S`
+    after the offer is shown, asks whether to terminate it (counted from the offer: the
+    request's state is asked for first, which a slow API may make take longer than that).
+    Exit 130, as a shell reports a program ended by SIGINT."""
     if down:
         view = client.terminate(request_id)
         err.print(f"\ninterrupted: terminating request {request_id} ({view.state})", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED)
-    first = time.monotonic()
     try:
         err.print(f"\ninterrupted: stopped following request {request_id}", markup=False)
         _say_it_keeps_going(client, request_id)
@@ -36,7 +37,7 @@ def interrupted(client: Client, request_id: str, *, down: bool, offer: bool) -> 
                 f"Press Ctrl-C again within {SECOND_INTERRUPT_S:g} s to terminate it now.",
                 markup=False,
             )
-            time.sleep(max(0.0, first + SECOND_INTERRUPT_S - time.monotonic()))
+            time.sleep(SECOND_INTERRUPT_S)
     except KeyboardInterrupt:
         if offer:
             _offer_to_terminate(client, request_id)
