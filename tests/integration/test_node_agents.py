@@ -509,7 +509,8 @@ def test_gcp_two_nodes_start_once_both_addresses_are_known_and_rendezvous_over_t
     fleet = Fleet(tmp_path / "vms")
     with FakeCompute(project="corral-test") as fake:
         system = start_with_agents(
-            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="90", HEARTBEAT_TIMEOUT_S="6")
+            # 20 s: node 0's agent is up while node 1 installs its own, as in the GCP job test.
+            make_system(env=gcp_env(fake), ATTEMPT_DEADLINE_S="90", HEARTBEAT_TIMEOUT_S="20")
         )
         try:
             rid = system.submit(
