@@ -61,10 +61,8 @@ class BlockMemory:
     # The same count per cloud: what a pool works out from its own cloud's blocks alone
     # (whether its launches would be refused) holds while that cloud's count stays.
     changes_of: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
-    # The blocks in force arranged for look-ups, and the count of changes they were read at.
-    _index: tuple[int, list[tuple[Block, float]], BlockIndex] | None = field(
-        default=None, repr=False, compare=False
-    )
+    # The count of changes and the blocks in force at it, arranged for look-ups.
+    _index: tuple[int, BlockIndex] | None = field(default=None, repr=False, compare=False)
 
     def add(self, block: Block, now: float, ttl_s: float, *, keep: bool = False) -> None:
         until = max(self.until.get(block, 0.0), now + ttl_s)
@@ -97,8 +95,8 @@ class BlockMemory:
         active = self.active_until(now)
         kept = self._index
         if kept is None or kept[0] != self.changes:
-            kept = self._index = (self.changes, active, BlockIndex(b for b, _ in active))
-        return active, kept[2]
+            kept = self._index = (self.changes, BlockIndex(b for b, _ in active))
+        return active, kept[1]
 
     def active(self, now: float) -> list[Block]:
         return [b for b, _ in self.active_until(now)]

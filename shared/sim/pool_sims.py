@@ -436,8 +436,7 @@ class DeterminedSim(_Pooled[DetLedger]):
         )
         self.started: set[str] = set()
         self.markets: dict[str, str] = {}  # an up agent's market (its instance's place)
-        # The pools whose every agent place is blocked, as the last pass saw them, and the
-        # block memory's count of changes they were worked out at.
+        # The pools whose every agent place is blocked, as the last pass saw them.
         self.blocked: dict[str, LaunchBlocked] = {}
         # Where each pool with a provider launches its agents, and the counts of its clouds'
         # block changes ``blocked`` was worked out at.
