@@ -37,7 +37,6 @@ from corral.shared.failover import Within, next_step
 from corral.shared.failover_plan import Attempt, Fail, PassedOver
 from corral.shared.placement import AtPlace, Block, Placed, Placement
 from corral.shared.reservations import reservation_of
-from corral.shared.waiting import utc_clock
 
 # (zone, region) pairs that offer a template's type (its reservation's zone alone, if it has one).
 ZonesOf = Callable[[LaunchTemplate], Sequence[tuple[str, str]]]
@@ -236,8 +235,12 @@ def launch_blocked(
     covering = list(dict.fromkeys(block for _, block in walk.passed))
     until = min(ends[block] for block in covering)
     places = len(walk.places)
+    # The text names the blocks, not their ends: a block renewed by another launch's refusal
+    # (the common case while a type is sold out) moves its end, and a reason that moved with
+    # it would be a new answer for every waiting workload at every renewal. `corral why`
+    # lists the named blocks with their ends as they are when it is asked.
     return LaunchBlocked(
         until,
         f"its {places} place{'s' * (places != 1)} blocked "
-        f"({'; '.join(map(str, covering))}), the first block ending at {utc_clock(until)}",
+        f"({'; '.join(map(str, covering))}) until the first of these blocks ends",
     )

@@ -227,7 +227,8 @@ def why(
     for b in found.get("blocked") or []:
         until = f" until {_clock(b['until'])}" if b.get("until") else ""
         kind = f"{b['kind']} " if b.get("kind") else ""
-        say(f"  blocked ahead: {kind}{b['scope']}{until} ({b['reason']})")
+        said = f" ({b['reason']})" if b.get("reason") else ""  # a pooled reason's: scopes only
+        say(f"  blocked ahead: {kind}{b['scope']}{until}{said}")
     if found.get("retry_at"):
         say(f"  next retry: {_clock(found['retry_at'])} (retry {(found.get('retries') or 0) + 1})")
     if walk := found.get("next_walk"):  # what a walk of the chain made now would decide

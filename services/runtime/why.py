@@ -3,11 +3,13 @@ waits (a plain request's account otherwise)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from corral.services.runtime.deps import Deps
 from corral.services.runtime.failover import snapshot
 from corral.services.runtime.pooled.kind_registry import kind_of_route
+from corral.services.state.blocks import RememberedBlock
 from corral.shared.blocking import Block
 from corral.shared.failover import Within
 from corral.shared.failover_plan import plan_step
@@ -28,7 +30,10 @@ def why(deps: Deps, request_id: str) -> dict[str, Any]:
     match req.route:
         case MachinePoolRoute() | DeterminedRoute() as pooled:
             kind = kind_of_route(pooled)
-            return kind.why(deps, req, kind.ledgers(deps).get(pool_of(pooled) or ""))
+            told = kind.why(deps, req, kind.ledgers(deps).get(pool_of(pooled) or ""))
+            if "blocked (" in told.get("reason", ""):
+                told["blocked"] = named_blocks(told["reason"], deps.blocks.active(deps.now()))
+            return told
         case Direct():
             now = deps.now()
             blocks = deps.blocks.active(now)
@@ -110,6 +115,25 @@ def direct_why(req: LaunchRequest, blocks: list[tuple[Block, float, str]]) -> di
         "blocked": blocked,
         **_wait_fields(req),
     }
+
+
+def named_blocks(reason: str, blocks: Iterable[RememberedBlock]) -> list[dict[str, Any]]:
+    """The blocks in force that a pooled workload's reason names (its group's or pool's
+    places all blocked, ``machine_walk.launch_blocked``), with their ends as they are now: the
+    reason names the blocks, not their ends, which move each time another launch's refusal
+    renews them. Only the scopes: what the refusal said may name another project's request."""
+    return [
+        {"kind": b.block.kind, "scope": str(b.block), "until": b.until, **_scope_fields(b.block)}
+        for b in sorted(blocks, key=lambda b: b.until)
+        if _names(reason, str(b.block))
+    ]
+
+
+def _names(reason: str, scope: str) -> bool:
+    """Whether ``reason``'s list of blocks, ``(a; b; c)``, holds ``scope`` as one item (a
+    region's block is not named by a zone's that starts with its text)."""
+    items = (f"{before}{scope}{after}" for before in ("(", "; ") for after in (";", ")"))
+    return any(item in reason for item in items)
 
 
 def _scope_fields(block: Block) -> dict[str, Any]:

@@ -180,7 +180,7 @@ def test_idle_warm_machine_is_used_before_launching() -> None:
 
 def _launches_blocked(sim: Sim, machine_type: str, until: float = 500.0) -> None:
     """The pass's caller marks a type whose every place is blocked (launch_blocked)."""
-    why = "no new machine: its 3 places blocked (aws ...), the first block ending at 00:08:20 UTC"
+    why = "no new machine: its 3 places blocked (aws ...) until the first of these blocks ends"
     types = tuple(
         t.model_copy(update={"launch_blocked_until": until, "launch_blocked_why": why})
         if t.machine_type == machine_type
@@ -215,9 +215,7 @@ def test_a_type_whose_launches_are_all_blocked_lends_its_idle_machines_and_launc
     assert not plan.placements
     reason = pending_of(plan, "d").reason
     assert pending_of(plan, "d").code == "partition_full"
-    blocked = (
-        "no new machine: its 3 places blocked (aws ...), the first block ending at 00:08:20 UTC"
-    )
+    blocked = "no new machine: its 3 places blocked (aws ...) until the first of these blocks ends"
     assert reason == (
         f"needs 1 node(s), 0 free to it: {RESERVED}/any: 1 of 2 held; {blocked}; "
         f"{SPOT}/any: 1 of 2 held; {blocked}; {ONDEMAND}/any: 0 of 2 held; {blocked}"

@@ -216,6 +216,12 @@ def test_a_launch_order_is_blocked_only_when_every_place_is_and_until_the_first_
     assert found is not None
     assert found.until == FAR  # spot in east-a: the first to end
     assert found.why.startswith("no new machine: its 6 places blocked (aws east-a: cpu-2 (spot);")
+    # A renewal (another launch refused there again) moves a block's end, not the text: the
+    # reason every waiting workload carries stays the same answer (issue #46 item 4: a text
+    # with the end in it made a new answer per waiting workload at each renewal).
+    renewed = [(b, end + 300) for b, end in [*blocks, (west, FAR + 99)]]
+    again = launch_blocked("aws", order, zones_of, renewed, accelerator_of=GPUS.get)
+    assert again is not None and again.until == FAR + 300 and again.why == found.why
     # A quota family used up in both regions blocks on-demand GPUs everywhere at once.
     gpu = [template("p4d.24xlarge")]
     quota = [(Block("aws", region=r, quota_family="on_demand:p"), FAR) for r in ("east", "west")]

@@ -6,7 +6,8 @@ from __future__ import annotations
 from runtime_driver import Driver
 
 from corral.services.runtime import requests
-from corral.services.runtime.why import direct_why, why
+from corral.services.runtime.why import direct_why, named_blocks, why
+from corral.services.state.blocks import RememberedBlock
 from corral.shared.blocking import Block
 from corral.shared.config.task import Task
 from corral.shared.errors import CapacityError
@@ -93,3 +94,24 @@ def test_a_waiting_request_says_what_a_walk_made_now_would_decide(driver: Driver
     assert walk == {"decision": "attempt", "candidate": 0, "reasons": ["try candidate 1"]}
     # A request that does not wait has no walk to tell.
     assert "next_walk" not in direct_why(_request(RequestState.PROVISIONING, 2), [])
+
+
+def test_a_pooled_reason_names_its_blocks_whole_and_why_lists_them_with_their_ends() -> None:
+    # A pooled workload's reason names the blocks that cover its places, not their ends
+    # (machine_walk.launch_blocked); `why` lists those in force with their ends as they are.
+    # A block is named only as a whole item of the list: a region's block whose text starts
+    # a zone's is not.
+    zone = Block("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "spot")
+    region = Block("aws", region="us-east-1")
+    other = Block("aws", "us-west-2", "us-west-2a", "p4d.24xlarge", "spot")
+    reason = f"needs 1 node(s): no new machine: its 2 places blocked ({zone}; {other}) until ..."
+    remembered = [
+        RememberedBlock(other, 900.0, "sold out for req-x", "capacity"),
+        RememberedBlock(region, 800.0, "timeout", "timeout"),
+        RememberedBlock(zone, 700.0, "sold out", "capacity"),
+    ]
+    listed = named_blocks(reason, remembered)
+    assert [(b["scope"], b["until"]) for b in listed] == [(str(zone), 700.0), (str(other), 900.0)]
+    assert listed[0]["kind"] == "capacity" and listed[0]["zone"] == "us-east-1a"
+    assert all("reason" not in b for b in listed)  # what a refusal said is not told
+    assert named_blocks("needs 1 node(s), 0 free to it", remembered) == []
