@@ -89,6 +89,14 @@ class Driver:
                 self.step()
         raise AssertionError(f"still publishing after {limit} steps: {self.names()[:10]}")
 
+    def blocks_listed(self, told: dict[str, Any]) -> list[tuple[str, str]]:
+        """The blocks a pooled `why` lists (those its reason names), as (kind, scope) in order;
+        each still in force now, and told by scope only (what a refusal said may name another
+        project's request)."""
+        listed = told["blocked"]
+        assert all(b["until"] > self.deps.now() and "reason" not in b for b in listed), told
+        return sorted((b["kind"], b["scope"]) for b in listed)
+
 
 TASKS: dict[str, Callable[..., Any]] = {
     dispatch.ADMIT: provisioning.admit,
