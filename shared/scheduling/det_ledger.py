@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -22,6 +23,7 @@ from ..budgets import BudgetSpend
 from ..lifecycle import AgentStatus
 from ..resource_pools import ResolvedPools
 from .build import det_scheduler
+from .det_pool_state import HOLDS_SLOTS
 from .fitting import can_ever_fit
 from .model import (
     Agent,
@@ -74,6 +76,9 @@ class DetLedger(BaseModel):
         return self.running_in.get(task_id) or self.home[task_id]
 
 
+_TASK_ID = attrgetter("task_id")
+
+
 def _market_class(market: str | None) -> str:
     return market if market in ("reserved", "spot") else "on_demand"
 
@@ -88,7 +93,8 @@ def snapshots_of(
     ``markets``: the market of each agent that is up, as its row of the machine table holds
     it (an agent not in it counts as on demand, as one not yet up)."""
     markets = markets or {}
-    busy = {a.agent_id for t in ledger.tasks.values() for a in t.allocations}
+    held = list(filter(HOLDS_SLOTS, ledger.tasks.values()))  # at C speed: most tasks wait
+    busy = {a.agent_id for t in held for a in t.allocations}
     # Each task in its pool, in the ledger's order (one walk over a long queue, not one a pool).
     by_pool: dict[str, list[DetTask]] = {}
     running_in, home = ledger.running_in, ledger.home
@@ -139,7 +145,7 @@ def grow(
     count = {name: 0 for name in by_pool}
     spare = {name: 0 for name in by_pool}  # slots of agents already on their way
     taken: dict[str, int] = {}
-    for held in ledger.tasks.values():
+    for held in filter(HOLDS_SLOTS, ledger.tasks.values()):  # at C speed: most tasks wait
         for allocation in held.allocations:
             taken[allocation.agent_id] = taken.get(allocation.agent_id, 0) + allocation.slots
     for agent in ledger.agents.values():
@@ -273,8 +279,7 @@ def commit_det(ledger: DetLedger, plans: Sequence[DetPlan], now: float) -> DetLe
             if task is not None:
                 out.tasks[rel.task_id] = task.model_copy(update={"stopping": True})
                 out.preempted_by[rel.task_id] = rel.preempted_by
-        for pending in plan.pending:
-            out.notes[pending.task_id] = pending
+        out.notes.update(zip(map(_TASK_ID, plan.pending), plan.pending, strict=True))
         for reap in plan.reaps:
             agent = out.agents.get(reap.agent_id)
             if agent is not None and agent.status == AgentStatus.UP:

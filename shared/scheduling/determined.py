@@ -24,9 +24,10 @@ the fallback pools: a task its pool leaves waiting may start in the first pool o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import filterfalse
 from operator import attrgetter
 
-from .det_pool_state import PoolPass, new_pass
+from .det_pool_state import HOLDS_SLOTS, PoolPass, new_pass
 from .fair_share import run_fair_share
 from .model import (
     DetPendingCode,
@@ -37,6 +38,10 @@ from .model import (
 from .reaping import plan_agent_reaps
 
 _SUBMISSION_ORDER = attrgetter("submitted_at", "task_id")  # a task's place in its queue
+_SLOTS = attrgetter("slots")
+_PRIORITY = attrgetter("priority")
+_STOPPING = attrgetter("stopping")
+_FALLBACK_POOLS = attrgetter("fallback_pools")
 
 
 def schedule_pool(pool: DetPoolSnapshot, now: float) -> DetPlan:
@@ -49,17 +54,21 @@ def run_pass(pool: DetPoolSnapshot) -> PoolPass:
     """The pool's own decisions, as a working state (``schedule_pools`` builds on it)."""
     state = new_pass(pool)
     waiting = sorted(  # tasks holding nothing (is_running() false), in submission order
-        (t for t in pool.tasks if not t.allocations and not t.stopping),
+        filterfalse(_STOPPING, filterfalse(HOLDS_SLOTS, pool.tasks)),  # at C speed
         key=_SUBMISSION_ORDER,
     )
     slot_tasks: list[DetTask] = []
     aux_tasks: list[DetTask] = []
-    for task in waiting:
-        verdict = state.ever_fits(task.slots)
-        if not verdict.ok:
-            state.wait(task, "can_never_fit", verdict.reason)
-        else:
-            (slot_tasks if task.slots else aux_tasks).append(task)
+    sizes = set(map(_SLOTS, waiting))
+    if 0 not in sizes and all(state.ever_fits(slots).ok for slots in sizes):
+        slot_tasks = waiting  # the common case, a queue of slot tasks that may all fit one day
+    else:
+        for task in waiting:
+            verdict = state.ever_fits(task.slots)
+            if not verdict.ok:
+                state.wait(task, "can_never_fit", verdict.reason)
+            else:
+                (slot_tasks if task.slots else aux_tasks).append(task)
     if pool.scheduler.type == "priority":
         # Determined schedules slot and zero-slot tasks apart, each by priority: a blocked
         # slot task holds back no zero-slot task, and the other way round.
@@ -107,9 +116,14 @@ def _priority(state: PoolPass, tasks: Sequence[DetTask]) -> None:
     preemption = state.pool.scheduler.preemption
     levels: dict[int, list[DetTask]] = {}
     default = state.pool.scheduler.default_priority  # state.priority, read at once
-    for task in tasks:  # in submission order (run_pass sorts them): so is each level
-        own = task.priority
-        levels.setdefault(default if own is None else own, []).append(task)
+    priorities = set(map(_PRIORITY, tasks))
+    if len(priorities) == 1:  # one level (a queue of alike trials): no walk to split it
+        [own] = priorities
+        levels[default if own is None else own] = list(tasks)
+    else:
+        for task in tasks:  # in submission order (run_pass sorts them): so is each level
+            own = task.priority
+            levels.setdefault(default if own is None else own, []).append(task)
     blocker: DetTask | None = None  # the first task a higher level left waiting
     releasing: DetTask | None = None  # the first task slots are being freed for
     fits = state.fits_now  # state.fit_now's answers so far (emptied by each booking)
@@ -276,7 +290,8 @@ def schedule_pools(pools: Sequence[DetPoolSnapshot], now: float) -> tuple[DetPla
     states = {p.pool: run_pass(p) for p in pools}
     based_on = {p.pool: dict(p.versions) for p in pools}
     for state in states.values():
-        for task in state.pool.tasks:
+        # Only a task with fallback pools can move (picked out at C speed: most have none).
+        for task in filter(_FALLBACK_POOLS, state.pool.tasks):
             waiting = state.pending.get(task.task_id)
             if waiting is None or waiting.code in ("waiting_for_preemption", "at_max_slots"):
                 continue  # room is coming; or its job's max_slots holds it wherever it goes
@@ -303,7 +318,7 @@ def schedule_pools(pools: Sequence[DetPoolSnapshot], now: float) -> tuple[DetPla
 
 
 def _plan(state: PoolPass, now: float, based_on: dict[str, int] | None = None) -> DetPlan:
-    busy = [a.agent_id for t in state.pool.tasks for a in t.allocations]
+    busy = [a.agent_id for t in filter(HOLDS_SLOTS, state.pool.tasks) for a in t.allocations]
     busy += [a.agent_id for s in state.starts for a in s.allocations]
     return DetPlan(
         pool=state.pool.pool,

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..budgets import for_pools
 from .det_ledger import DetLedger
+from .det_pool_state import HOLDS_SLOTS
 from .fallback import thresholds as setback_times
 from .ledger import PoolLedger
 from .model import DetPlan, MachineTypeState, Plan
@@ -119,7 +120,7 @@ def determined_quiet_until(
     its provider's limits; ``blocked_until``: when each blocked pool's first block ends."""
     if costing is not None and for_pools(costing.budgets, [ledger.master, *pools]):
         return now
-    busy = {a.agent_id for t in ledger.tasks.values() for a in t.allocations}
+    busy = {a.agent_id for t in filter(HOLDS_SLOTS, ledger.tasks.values()) for a in t.allocations}
     times: list[float] = list(blocked_until)
     for agent in ledger.agents.values():
         limit = limits.get(agent.pool, {}).get("max_idle_agent_s")

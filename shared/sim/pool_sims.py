@@ -38,6 +38,7 @@ from ..resource_pools import resolve_pools
 from ..routing import pool_limits
 from ..scheduling.build import machine_types_of, with_launch_blocks, workload_of
 from ..scheduling.det_ledger import DetLedger, add_task, agent_lost, release_task
+from ..scheduling.det_pool_state import HOLDS_SLOTS
 from ..scheduling.fallback import PASS_AFTER_S, FallbackPolicy
 from ..scheduling.ledger import (
     PoolLedger,
@@ -69,6 +70,7 @@ from .engine import Sim
 LedgerT = TypeVar("LedgerT", PoolLedger, DetLedger)
 _FIELDS = attrgetter("__dict__")  # a model's fields as stored (read at C speed)
 _PHASE = itemgetter("phase")
+_STOPPING = attrgetter("stopping")
 
 
 class _Pooled(Generic[LedgerT]):
@@ -516,12 +518,12 @@ class DeterminedSim(_Pooled[DetLedger]):
 
     def sync(self) -> None:
         now = self.sim.now
-        for tid, task in list(self.ledger.tasks.items()):
-            if task.stopping:
-                self.sim.work_stop(tid)
-                self.started.discard(tid)
-                release_task(self.ledger, tid, now, finished=False)
-                self.dirty()
+        tasks = self.ledger.tasks  # the stopping picked out at C speed: most tasks wait
+        for tid in list(compress(tasks, map(_STOPPING, tasks.values()))):
+            self.sim.work_stop(tid)
+            self.started.discard(tid)
+            release_task(self.ledger, tid, now, finished=False)
+            self.dirty()
         for aid, agent in list(self.ledger.agents.items()):
             if agent.status == AgentStatus.LAUNCHING and aid not in self.launching:
                 self._launch(aid)
@@ -569,8 +571,10 @@ class DeterminedSim(_Pooled[DetLedger]):
         self.dirty()
 
     def _start_ready(self) -> None:
-        for tid, task in self.ledger.tasks.items():
-            if not task.allocations or tid in self.started or task.stopping:
+        tasks = self.ledger.tasks  # those holding slots picked out at C speed: most wait
+        for tid in list(compress(tasks, map(HOLDS_SLOTS, tasks.values()))):
+            task = tasks[tid]
+            if tid in self.started or task.stopping:
                 continue
             agents = [self.ledger.agents.get(a.agent_id) for a in task.allocations]
             if all(a is not None and a.status == AgentStatus.UP for a in agents):
