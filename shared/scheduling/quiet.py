@@ -81,22 +81,64 @@ def machine_pool_quiet_until(
     if "pending" in phases:
         times += [_started(w.started_at, w.submitted_at) + knobs.min_runtime_s for w in running]
     if rebalance:
-        movable = [w for w in running if w.enable_replacement]
-        times += [
-            w.last_replaced_at + knobs.replacement_guard_s
-            for w in movable
-            if w.last_replaced_at is not None
-        ]
-        thresholds = {w.replacement_threshold_s for w in movable}
-        times += [since + t for since in ledger.free_since.values() for t in thresholds]
-        max_idle = {t.machine_type: t.max_idle_s for t in types}
-        times += [
-            m.idle_since + limit
-            for m in ledger.machines.values()
-            if m.workload_id is None and not m.head and m.status != "reaping"
-            if m.idle_since is not None and (limit := max_idle.get(m.machine_type)) is not None
-        ]
+        ripe, guards = _rebalancing_times(ledger, types, running, knobs)
+        times += ripe + guards
     return _earliest(times, now)
+
+
+def rebalancing_quiet_after_plain(
+    ledger: PoolLedger,
+    types: Sequence[MachineTypeState],
+    now: float,
+    knobs: PassKnobs,
+    plain: float,
+) -> float:
+    """After a settled pass *without* rebalancing: until when a rebalancing pass over the same
+    ledger would decide nothing either; ``now`` when it may decide now.
+
+    A rebalancing pass is the plain pass (the same loop over the queue: the same placements,
+    preemptions and answers) with replacements and idle reaps planned after it. Over a ledger
+    a settled plain pass left, it adds nothing while no idle machine is past its limit and no
+    better partition has had free room for a movable workload's threshold. Unlike after a
+    rebalancing pass, a threshold already behind ``now`` is not known to have been looked at
+    (the last rebalancing pass saw another ledger), so it makes the pass due now. ``plain``:
+    what :func:`machine_pool_quiet_until` said of a plain pass over this ledger."""
+    if plain <= now:
+        return plain
+    workloads = list(ledger.workloads.values())
+    phases = map(_PHASE, map(_FIELDS, workloads))
+    running = list(compress(workloads, map(eq, phases, repeat("running"))))
+    ripe, guards = _rebalancing_times(ledger, types, running, knobs)
+    if any(t <= now + ROUNDING_S for t in ripe):
+        return now
+    return min(plain, _earliest(ripe + guards, now))
+
+
+def _rebalancing_times(
+    ledger: PoolLedger,
+    types: Sequence[MachineTypeState],
+    running: Sequence[Any],
+    knobs: PassKnobs,
+) -> tuple[list[float], list[float]]:
+    """What only a rebalancing pass compares the clock against: when each better partition's
+    free room and each idle machine become ripe (a replacement's or a reap's), and when each
+    movable workload's replacement guard ends (it matters only once something is ripe)."""
+    movable = [w for w in running if w.enable_replacement]
+    guards = [
+        w.last_replaced_at + knobs.replacement_guard_s
+        for w in movable
+        if w.last_replaced_at is not None
+    ]
+    thresholds = {w.replacement_threshold_s for w in movable}
+    ripe = [since + t for since in ledger.free_since.values() for t in thresholds]
+    max_idle = {t.machine_type: t.max_idle_s for t in types}
+    ripe += [
+        m.idle_since + limit
+        for m in ledger.machines.values()
+        if m.workload_id is None and not m.head and m.status != "reaping"
+        if m.idle_since is not None and (limit := max_idle.get(m.machine_type)) is not None
+    ]
+    return ripe, guards
 
 
 def determined_settled(before: DetLedger, after: DetLedger, plans: Iterable[DetPlan]) -> bool:

@@ -62,6 +62,7 @@ from ..scheduling.quiet import (
     determined_settled,
     machine_pool_quiet_until,
     machine_pool_settled,
+    rebalancing_quiet_after_plain,
 )
 from .cloud import SimInstance
 from .direct import BlockMemory
@@ -292,14 +293,15 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         self._count(plan)
         settled = machine_pool_settled(before, after, plan)
         if settled:
-            kinds = (True, False) if rebalance else (False,)
+            now, knobs, costing = self.sim.now, self.knobs, self.costing
             until = {
                 kind: machine_pool_quiet_until(
-                    after, types, self.sim.now, self.knobs, rebalance=kind,
-                    costing=self.costing,
+                    after, types, now, knobs, rebalance=kind, costing=costing
                 )
-                for kind in kinds
-            }  # fmt: skip
+                for kind in ((True, False) if rebalance else (False,))
+            }
+            if not rebalance:  # beat's next pass over this ledger may be quiet too
+                until[True] = rebalancing_quiet_after_plain(after, types, now, knobs, until[False])
         self.finish(settled, until if settled else {}, lambda: after.notes == before.notes)
 
     def _launch_blocked(

@@ -37,6 +37,7 @@ from corral.shared.scheduling.quiet import (
     determined_settled,
     machine_pool_quiet_until,
     machine_pool_settled,
+    rebalancing_quiet_after_plain,
 )
 
 KNOBS = PassKnobs(min_runtime_s=60.0, replacement_guard_s=600.0)
@@ -121,6 +122,60 @@ def test_an_idle_machine_is_quiet_until_its_idle_limit_and_only_for_rebalancing(
     assert not plan.reaps
     _, plan = _pass(again, types, 700.5, rebalance=True)
     assert [r.machine_id for r in plan.reaps] == ["m-a-0"]
+
+
+def test_after_a_plain_pass_a_rebalancing_one_is_quiet_until_a_machine_is_ripe() -> None:
+    """A settled pass without rebalancing (after work arrived or ended): a rebalancing pass over
+    its ledger decides nothing more until an idle machine passes its limit; one already past
+    it (which no rebalancing pass over this ledger has looked at) makes it due at once."""
+    types = _types("a100", max_idle_s=600.0)
+    ledger = PoolLedger(pool="train")
+    add_workload(ledger, _job("a", 0.0))
+    ledger, _ = _pass(ledger, types, 0.0)
+    _up(ledger)
+    release(ledger, "a", 100.0, finished=True)
+    ledger, _ = _pass(ledger, types, 100.0)  # its partition has free room from now
+    plain, plan = _pass(ledger, types, 130.0)
+    assert machine_pool_settled(ledger, plain, plan)
+    until = rebalancing_quiet_after_plain(
+        plain, types, 130.0, KNOBS, _quiet(plain, types, 130.0, rebalance=False)
+    )
+    assert 699.9 < until <= 700.0
+    _, rebalanced = _pass(plain, types, 699.0, rebalance=True)
+    _, plain_again = _pass(plain, types, 699.0)
+    assert rebalanced == plain_again and not rebalanced.reaps
+    late, plan = _pass(ledger, types, 800.0)  # a plain pass never reaps: it is settled
+    assert machine_pool_settled(ledger, late, plan)
+    plain_until = _quiet(late, types, 800.0, rebalance=False)
+    assert rebalancing_quiet_after_plain(late, types, 800.0, KNOBS, plain_until) == 800.0
+    _, plan = _pass(late, types, 800.0, rebalance=True)
+    assert [r.machine_id for r in plan.reaps] == ["m-a-0"]
+
+
+def test_after_a_plain_pass_better_room_long_free_makes_a_rebalancing_pass_due() -> None:
+    types = _types("reserved", "spot")
+    order = ("reserved", "spot")
+    ledger = PoolLedger(pool="train")
+    add_workload(ledger, _job("blocker", 0.0, order))
+    add_workload(ledger, _job("w", 1.0, order, enable_replacement=True))
+    ledger, _ = _pass(ledger, types, 1.0)
+    _up(ledger)
+    release(ledger, "blocker", 100.0, finished=True)
+    ledger, _ = _pass(ledger, types, 100.0)  # room on reserved from now
+    threshold_s = ledger.workloads["w"].replacement_threshold_s
+    plain, plan = _pass(ledger, types, 130.0)
+    assert machine_pool_settled(ledger, plain, plan)
+    until = rebalancing_quiet_after_plain(
+        plain, types, 130.0, KNOBS, _quiet(plain, types, 130.0, rebalance=False)
+    )
+    assert 100.0 + threshold_s - 0.1 < until <= 100.0 + threshold_s
+    at = 100.0 + threshold_s + 5.0
+    late, plan = _pass(plain, types, at)
+    assert machine_pool_settled(plain, late, plan)
+    due = rebalancing_quiet_after_plain(late, types, at, KNOBS, _quiet(late, types, at, False))
+    assert due == at
+    _, plan = _pass(late, types, at, rebalance=True)
+    assert [r.workload_id for r in plan.replacements] == ["w"]
 
 
 def test_work_on_a_worse_group_is_quiet_until_the_better_one_had_room_long_enough() -> None:
