@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from itertools import filterfalse
 from operator import attrgetter
 
+from . import det_kept
 from .det_pool_state import HOLDS_SLOTS, PoolPass, new_pass
 from .fair_share import run_fair_share
 from .model import (
@@ -50,8 +51,15 @@ def schedule_pool(pool: DetPoolSnapshot, now: float) -> DetPlan:
     return _plan(state, now)
 
 
-def run_pass(pool: DetPoolSnapshot) -> PoolPass:
-    """The pool's own decisions, as a working state (``schedule_pools`` builds on it)."""
+def run_pass(pool: DetPoolSnapshot, keep: bool = True) -> PoolPass:
+    """The pool's own decisions, as a working state (``schedule_pools`` builds on it).
+    ``keep``: a priority pass over a queue that cannot move is kept, and the next pass that
+    only adds to its end extends it (:mod:`.det_kept`); off: always the full pass, keeping
+    nothing (to check that keeping changes nothing)."""
+    if keep:
+        kept = det_kept.extended(pool)
+        if kept is not None:
+            return kept
     state = new_pass(pool)
     waiting = sorted(  # tasks holding nothing (is_running() false), in submission order
         filterfalse(_STOPPING, filterfalse(HOLDS_SLOTS, pool.tasks)),  # at C speed
@@ -74,6 +82,8 @@ def run_pass(pool: DetPoolSnapshot) -> PoolPass:
         # slot task holds back no zero-slot task, and the other way round.
         _priority(state, slot_tasks)
         _priority(state, aux_tasks)
+        if keep:
+            det_kept.keep(pool, state, waiting, not aux_tasks and slot_tasks is waiting)
         return state
     for task in aux_tasks:
         _place_aux(state, task)
