@@ -95,11 +95,16 @@ def snapshots_of(
     markets = markets or {}
     held = list(filter(HOLDS_SLOTS, ledger.tasks.values()))  # at C speed: most tasks wait
     busy = {a.agent_id for t in held for a in t.allocations}
-    # Each task in its pool, in the ledger's order (one walk over a long queue, not one a pool).
+    # Each task in its pool, in the ledger's order (one walk over a long queue, not one a pool;
+    # none when every task's pool is one and the same, as in a master of one pool).
     by_pool: dict[str, list[DetTask]] = {}
     running_in, home = ledger.running_in, ledger.home
-    for tid, t in ledger.tasks.items():
-        by_pool.setdefault(running_in.get(tid) or home[tid], []).append(t)
+    homes = set(home.values())  # at C speed
+    if len(homes) == 1 and homes.issuperset(running_in.values()):
+        by_pool[homes.pop()] = list(ledger.tasks.values())
+    else:
+        for tid, t in ledger.tasks.items():
+            by_pool.setdefault(running_in.get(tid) or home[tid], []).append(t)
     out = []
     for pool in pools.pools:
         name = pool.pool_name
@@ -155,14 +160,6 @@ def grow(
                 spare[agent.pool] += max(0, agent.slots - taken.get(agent.agent_id, 0))
     added: list[str] = []
     growable: dict[tuple[str, int], bool] = {}  # (pool, slots): asked once per pass
-    waiting = [
-        p
-        for plan in plans
-        for p in plan.pending
-        # Each waits for slots no agent has free: a fair-share task left over its share is
-        # one no free slot fits (free slots go to any group once shares are served).
-        if p.code in ("pool_full", "behind_higher_priority", "over_fair_share")
-    ]
     # Pools that may still grow or have room on its way: a pool at its size with nothing on
     # its way stays so all this pass (agents are only added), as does a static pool, so a
     # task none of whose pools is among these is passed over at once (most of a long queue).
@@ -171,7 +168,15 @@ def grow(
         for name, snap in by_pool.items()
         if snap.max_agents is not None and (count[name] < snap.max_agents or spare[name] > 0)
     }
-    for pending in waiting if open_pools else ():
+    waiting = [
+        p
+        for plan in (plans if open_pools else ())  # none open: no task can grow one
+        for p in plan.pending
+        # Each waits for slots no agent has free: a fair-share task left over its share is
+        # one no free slot fits (free slots go to any group once shares are served).
+        if p.code in ("pool_full", "behind_higher_priority", "over_fair_share")
+    ]
+    for pending in waiting:
         task = ledger.tasks.get(pending.task_id)
         if task is None:
             continue
