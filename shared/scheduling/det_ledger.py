@@ -33,6 +33,7 @@ from .model import (
     SlotAllocation,
     TaskPending,
 )
+from .notes import file_answers
 from .pooled import PooledMachine
 
 NewAgentId = Callable[[str, int], str]  # (pool, index) -> a fresh id
@@ -284,7 +285,7 @@ def commit_det(ledger: DetLedger, plans: Sequence[DetPlan], now: float) -> DetLe
             if task is not None:
                 out.tasks[rel.task_id] = task.model_copy(update={"stopping": True})
                 out.preempted_by[rel.task_id] = rel.preempted_by
-        out.notes.update(zip(map(_TASK_ID, plan.pending), plan.pending, strict=True))
+        file_answers(out.notes, plan.pending, _TASK_ID)
         for reap in plan.reaps:
             agent = out.agents.get(reap.agent_id)
             if agent is not None and agent.status == AgentStatus.UP:

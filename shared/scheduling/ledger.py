@@ -16,7 +16,7 @@ partition, so the real machines of a partition never exceed its size either.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import ClassVar
 
 from pydantic import BaseModel, Field
@@ -35,10 +35,10 @@ from .model import (
     Reservation,
     Workload,
 )
+from .notes import file_answers
 from .pooled import PooledMachine
 
-_FIELDS = attrgetter("__dict__")  # a model's fields as stored (read at C speed)
-_WORKLOAD_ID = itemgetter("workload_id")
+_PENDING_ID = attrgetter("workload_id")  # whose answer a Pending is
 
 _NO_CHANGE: dict[str, object] = {}  # a copy of a machine as it is (``trusted.updated``)
 
@@ -215,8 +215,7 @@ def commit(
         if machine is not None and machine.workload_id is None:
             machine.move(MachineStatus.REAPING)
     out.reservations = list(plan.reservations)
-    pending = plan.pending
-    out.notes.update(zip(map(_WORKLOAD_ID, map(_FIELDS, pending)), pending, strict=True))
+    file_answers(out.notes, plan.pending, _PENDING_ID)
     refresh_free_since(out, machine_types, now)
     return out
 
