@@ -116,6 +116,22 @@ def failure_block(exc: ProviderError, place: MachinePlace, rule: BlockRule) -> B
     return rule(exc, place)
 
 
+# A launch order laid out on a cloud: its places in order, and the instance types no zone offers.
+Laid = tuple[list[MachinePlace], list[str]]
+
+
+def lay_out(
+    cloud: str,
+    templates: Sequence[LaunchTemplate],
+    zones_of: ZonesOf,
+    accelerator_of: AcceleratorOf | None = None,
+) -> Laid:
+    """The places a walk of these templates goes through, and the types no zone offers."""
+    places = machine_places(cloud, templates, zones_of, accelerator_of)
+    offered = {p.template for p in places}
+    return places, [t.instance_type for n, t in enumerate(templates) if n not in offered]
+
+
 class MachineWalk:
     """One pooled machine's walk (see the module docstring). ``blocks``: the blocks in force
     when it starts, each with its end; ``rule``: what a refusal blocks (the simulator's
@@ -151,9 +167,7 @@ class MachineWalk:
         rule: BlockRule = Block.for_error,
     ) -> MachineWalk:
         """The walk of a launch order's templates on ``cloud``."""
-        places = machine_places(cloud, templates, zones_of, accelerator_of)
-        offered = {p.template for p in places}
-        unoffered = [t.instance_type for n, t in enumerate(templates) if n not in offered]
+        places, unoffered = lay_out(cloud, templates, zones_of, accelerator_of)
         return cls(places, blocks, cloud=cloud, unoffered=unoffered, rule=rule)
 
     def next(self) -> Attempt | Fail:
@@ -218,15 +232,20 @@ def launch_blocked(
     blocks: Sequence[tuple[Block, float]],
     *,
     accelerator_of: AcceleratorOf | None = None,
+    laid: Laid | None = None,
 ) -> LaunchBlocked | None:
     """Whether a machine launched with ``templates`` now would be refused by the blocks
     alone, every place passed over without a cloud call (a pool pass then books no new
     machine of it: a workload placed there would only fail its launch, back off and be
     placed again). None when some place can be tried, or when no zone offers it (its launch
-    says so, as before)."""
+    says so, as before). ``laid``: the templates' :func:`lay_out`, when the caller keeps it
+    (a simulated pool asks again at every change of its cloud's blocks)."""
     if not any(block.cloud == cloud for block, _ in blocks):
         return None  # nothing of this cloud is blocked: its places are not even asked for
-    walk = MachineWalk.of(cloud, templates, zones_of, blocks, accelerator_of=accelerator_of)
+    if laid is None:
+        walk = MachineWalk.of(cloud, templates, zones_of, blocks, accelerator_of=accelerator_of)
+    else:
+        walk = MachineWalk(laid[0], blocks, cloud=cloud, unoffered=laid[1])
     if not walk.places or isinstance(walk.next(), Attempt):
         return None
     ends: dict[Block, float] = {}

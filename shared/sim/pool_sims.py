@@ -31,7 +31,7 @@ from ..config.task import Task
 from ..errors import ProviderError
 from ..failover_plan import Attempt
 from ..lifecycle import AgentStatus
-from ..machine_walk import BlockRule, LaunchBlocked, MachineWalk, launch_blocked
+from ..machine_walk import BlockRule, Laid, LaunchBlocked, MachineWalk, launch_blocked, lay_out
 from ..placement import Block, Placement
 from ..reservations import reservation_of
 from ..resource_pools import resolve_pools
@@ -242,6 +242,9 @@ class MachinePoolSim(_Pooled[PoolLedger]):
         self.seen_blocked: tuple[tuple[float | None, str | None], ...] = ()
         self.blocks_seen = -1  # the count of the cloud's block changes types_now was made at
         self.types_now = self.types
+        # Each machine type's launch order laid out on the cloud (the pool's file is fixed for
+        # the day): by the templates' identity, with them (kept alive).
+        self.laid: dict[int, tuple[Sequence[LaunchTemplate], Laid]] = {}
 
     def add(self, rid: str, task: Task) -> None:
         compute = task.compute_config
@@ -307,9 +310,14 @@ class MachinePoolSim(_Pooled[PoolLedger]):
     def _launch_blocked(
         self, templates: Sequence[LaunchTemplate], blocks: Sequence[tuple[Block, float]]
     ) -> LaunchBlocked | None:
+        kept = self.laid.get(id(templates))
+        if kept is None:
+            laid = lay_out(self.cloud, templates, self.zones, self.accelerator)
+            kept = self.laid[id(templates)] = (templates, laid)
         return launch_blocked(
-            self.cloud, templates, self.zones, blocks, accelerator_of=self.accelerator
-        )
+            self.cloud, templates, self.zones, blocks, accelerator_of=self.accelerator,
+            laid=kept[1],
+        )  # fmt: skip
 
     def _count(self, plan: Plan) -> None:
         rec = self.sim.recorder

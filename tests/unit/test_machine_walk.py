@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from corral.shared.config.machine_pool import LaunchTemplate
 from corral.shared.errors import CapacityError, QuotaError, ThrottledError
 from corral.shared.failover_plan import Attempt, Fail
-from corral.shared.machine_walk import MachineWalk, launch_blocked, machine_places
+from corral.shared.machine_walk import MachineWalk, launch_blocked, lay_out, machine_places
 from corral.shared.placement import Block
 from corral.shared.reservations import reservation_of
 
@@ -229,3 +229,9 @@ def test_a_launch_order_is_blocked_only_when_every_place_is_and_until_the_first_
     assert launch_blocked("aws", gpu, zones_of, quota[:1], accelerator_of=GPUS.get) is None
     # Nowhere offered: not "blocked" (its launch fails on its own, saying no zone offers it).
     assert launch_blocked("aws", order, lambda t: [], blocks, accelerator_of=GPUS.get) is None
+    # The order laid out once (as a simulated pool keeps it) answers the same every time.
+    laid = lay_out("aws", order, zones_of, GPUS.get)
+    for given in (blocks, [*blocks, (west, FAR + 99)], renewed):
+        assert launch_blocked(
+            "aws", order, zones_of, given, accelerator_of=GPUS.get, laid=laid
+        ) == launch_blocked("aws", order, zones_of, given, accelerator_of=GPUS.get)
