@@ -21,7 +21,9 @@ true as time passes, and only these read the clock:
 
 :func:`machine_pool_quiet_until` and :func:`determined_quiet_until` give the earliest such
 crossing after a settled pass: until then a pass over the unchanged ledger would write the same
-plan (only the version and ``computed_at`` differ). The runtime runs every pass (beat's
+plan (only the version and ``computed_at`` differ). After a settled pass without rebalancing,
+:func:`rebalancing_quiet_after_plain` says the same of beat's next rebalancing pass, which adds
+only replacements and reaps to the plain pass. The runtime runs every pass (beat's
 rebalancing every ``pool_rebalance_interval_s``); the simulator, replaying a day, skips the ones
 these say are quiet (``tests/unit/test_sim.py`` runs the skipped passes anyway and checks).
 """
