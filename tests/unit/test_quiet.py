@@ -106,14 +106,19 @@ def test_a_waiting_preemptor_is_quiet_until_its_victim_has_run_min_runtime() -> 
     assert not machine_pool_settled(again, preempted, plan)
 
 
-def test_an_idle_machine_is_quiet_until_its_idle_limit_and_only_for_rebalancing() -> None:
-    types = _types("a100", max_idle_s=600.0)
+def _one_idle_machine(types: tuple[MachineTypeState, ...]) -> PoolLedger:
+    """The pool's one machine, idle since 100 s (its work ended)."""
     ledger = PoolLedger(pool="train")
     add_workload(ledger, _job("a", 0.0))
     ledger, _ = _pass(ledger, types, 0.0)
     _up(ledger)
     release(ledger, "a", 100.0, finished=True)
-    ledger, _ = _pass(ledger, types, 100.0, rebalance=True)
+    return ledger
+
+
+def test_an_idle_machine_is_quiet_until_its_idle_limit_and_only_for_rebalancing() -> None:
+    types = _types("a100", max_idle_s=600.0)
+    ledger, _ = _pass(_one_idle_machine(types), types, 100.0, rebalance=True)
     again, plan = _pass(ledger, types, 130.0, rebalance=True)
     assert machine_pool_settled(ledger, again, plan)
     assert 699.9 < _quiet(again, types, 130.0, rebalance=True) <= 700.0
@@ -129,12 +134,7 @@ def test_after_a_plain_pass_a_rebalancing_one_is_quiet_until_a_machine_is_ripe()
     its ledger decides nothing more until an idle machine passes its limit; one already past
     it (which no rebalancing pass over this ledger has looked at) makes it due at once."""
     types = _types("a100", max_idle_s=600.0)
-    ledger = PoolLedger(pool="train")
-    add_workload(ledger, _job("a", 0.0))
-    ledger, _ = _pass(ledger, types, 0.0)
-    _up(ledger)
-    release(ledger, "a", 100.0, finished=True)
-    ledger, _ = _pass(ledger, types, 100.0)  # its partition has free room from now
+    ledger, _ = _pass(_one_idle_machine(types), types, 100.0)  # free room from now
     plain, plan = _pass(ledger, types, 130.0)
     assert machine_pool_settled(ledger, plain, plan)
     until = rebalancing_quiet_after_plain(
@@ -154,14 +154,7 @@ def test_after_a_plain_pass_a_rebalancing_one_is_quiet_until_a_machine_is_ripe()
 
 def test_after_a_plain_pass_better_room_long_free_makes_a_rebalancing_pass_due() -> None:
     types = _types("reserved", "spot")
-    order = ("reserved", "spot")
-    ledger = PoolLedger(pool="train")
-    add_workload(ledger, _job("blocker", 0.0, order))
-    add_workload(ledger, _job("w", 1.0, order, enable_replacement=True))
-    ledger, _ = _pass(ledger, types, 1.0)
-    _up(ledger)
-    release(ledger, "blocker", 100.0, finished=True)
-    ledger, _ = _pass(ledger, types, 100.0)  # room on reserved from now
+    ledger, _ = _pass(_on_a_worse_group(types), types, 100.0)  # room on reserved from now
     threshold_s = ledger.workloads["w"].replacement_threshold_s
     plain, plan = _pass(ledger, types, 130.0)
     assert machine_pool_settled(ledger, plain, plan)
@@ -178,8 +171,9 @@ def test_after_a_plain_pass_better_room_long_free_makes_a_rebalancing_pass_due()
     assert [r.workload_id for r in plan.replacements] == ["w"]
 
 
-def test_work_on_a_worse_group_is_quiet_until_the_better_one_had_room_long_enough() -> None:
-    types = _types("reserved", "spot")
+def _on_a_worse_group(types: tuple[MachineTypeState, ...]) -> PoolLedger:
+    """``w`` runs on spot because ``blocker`` held the one reserved machine, which it has just
+    given back (at 100 s)."""
     order = ("reserved", "spot")
     ledger = PoolLedger(pool="train")
     add_workload(ledger, _job("blocker", 0.0, order))
@@ -191,6 +185,12 @@ def test_work_on_a_worse_group_is_quiet_until_the_better_one_had_room_long_enoug
         "w": "spot",
     }
     release(ledger, "blocker", 100.0, finished=True)
+    return ledger
+
+
+def test_work_on_a_worse_group_is_quiet_until_the_better_one_had_room_long_enough() -> None:
+    types = _types("reserved", "spot")
+    ledger = _on_a_worse_group(types)
     ledger, _ = _pass(ledger, types, 100.0, rebalance=True)  # room on reserved from now
     again, plan = _pass(ledger, types, 130.0, rebalance=True)
     assert machine_pool_settled(ledger, again, plan)
