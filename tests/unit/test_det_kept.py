@@ -14,12 +14,14 @@ from corral.shared.scheduling.determined import run_pass
 from corral.shared.scheduling.model import Agent, DetPoolSnapshot, DetScheduler, DetTask
 
 
-def _snapshot(agents: int, tasks: list[DetTask], preemption: bool) -> DetPoolSnapshot:
+def _snapshot(
+    agents: int, tasks: list[DetTask], preemption: bool, slots: int = 2
+) -> DetPoolSnapshot:
     # The agents are new objects each pass, as the ledger's snapshot makes them.
     return DetPoolSnapshot(
         pool="compute",
         scheduler=DetScheduler(type="priority", preemption=preemption),
-        agents=tuple(Agent(agent_id=f"a{i}", slots=2) for i in range(agents)),
+        agents=tuple(Agent(agent_id=f"a{i}", slots=slots) for i in range(agents)),
         tasks=tuple(tasks),
     )
 
@@ -123,3 +125,43 @@ def test_a_newcomer_of_a_size_not_waiting_runs_the_full_pass() -> None:
     second = run_pass(_snapshot(1, [running, *queue, small], preemption=False))
     assert [s.task_id for s in second.starts] == ["s"]
     assert "compute" not in det_kept._KEPT  # it started one: nothing kept
+
+
+def test_determined_all_slots_allocated_then_trials_of_the_waiting_size_arrive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """priority_test.go: TestPrioritySchedulingPreemptionDisabledAllSlotsAllocated, carried on:
+    every slot of two 4-slot agents is held and a 4-slot task waits at the low level; more
+    4-slot trials arrive at that level (served by the kept pass, told what the full pass
+    tells), then a 1-slot one (a size not waiting: the full pass)."""
+    served: list[bool] = []
+    extended = det_kept.extended
+    monkeypatch.setattr(
+        det_kept, "extended", lambda pool: served.append(found := extended(pool)) or found
+    )
+    det_kept._KEPT.clear()
+    low, high = 50, 40
+
+    def held(tid: str, slots: int, priority: int, agent: str) -> DetTask:
+        alloc = ({"agent_id": agent, "slots": slots},)
+        return DetTask.model_validate(
+            {"task_id": tid, "group_id": tid, "slots": slots, "priority": priority,
+             "submitted_at": 0.0, "allocations": alloc}
+        )  # fmt: skip
+
+    tasks = [
+        DetTask(task_id="task1", group_id="task1", slots=4, priority=low, submitted_at=1.0),
+        held("task2", 1, low, "a1"),
+        held("task3", 1, high, "a1"),
+        held("task4", 1, high, "a1"),
+        held("task5", 4, high, "a0"),
+        held("task6", 1, low, "a1"),
+    ]
+    for step, (tid, slots) in enumerate([("task7", 4), ("task8", 4), ("task9", 1)]):
+        tasks.append(
+            DetTask(task_id=tid, group_id=tid, slots=slots, priority=low, submitted_at=10.0 + step)
+        )
+        snapshot = _snapshot(2, tasks, preemption=False, slots=4)
+        kept, full = run_pass(snapshot), run_pass(snapshot, keep=False)
+        assert not full.starts and list(kept.pending.items()) == list(full.pending.items())
+    assert [found is not None for found in served] == [False, True, False]
