@@ -23,13 +23,14 @@ from datetime import timedelta
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 from corral.services.observability import worker_hooks
 from corral.services.observability.events import EventMetrics
 from corral.services.providers.registry import registered_clouds
 from corral.services.queues import dispatch
 from corral.services.runtime.deps import wire_store_listener
+from corral.services.runtime.heap import freeze_loaded
 from corral.services.settings import Settings, get_settings
 
 ROLE_QUEUES = dispatch.role_queues(registered_clouds())
@@ -100,6 +101,13 @@ app = make_app(get_settings())
 worker_hooks.connect()  # /metrics, task counts and log context in every worker process
 
 
+@worker_init.connect
+def _freeze_before_forking(**_: Any) -> None:
+    """What the worker loaded before it forks its pool, out of the collector's sight
+    (:mod:`corral.services.runtime.heap`)."""
+    freeze_loaded(collect=True)
+
+
 @worker_process_init.connect
 def _warm_up(**_: Any) -> None:
     """A pool process loads the clouds' SDKs, their credentials and the catalog in the
@@ -122,5 +130,6 @@ def _warm_up(**_: Any) -> None:
             found.redis.ping()
         except Exception:  # only a warm-up: the first task builds whatever is missing
             logging.getLogger("corral.workers").exception("warm-up failed")
+        freeze_loaded()  # what the warm-up loaded (the SDKs, the catalog) lives as long
 
     threading.Thread(target=warm, name="warm-up", daemon=True).start()

@@ -48,14 +48,17 @@ from corral.services.observability.events import EventMetrics
 from corral.services.queues import dispatch
 from corral.services.runtime import planning
 from corral.services.runtime.deps import Deps
+from corral.services.runtime.heap import freeze_loaded
 from corral.services.settings import Settings, get_settings
 from corral.services.state.outage import api_pulse_interval_s
 
 API_VERSION = "1"
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The API over the store at ``settings.redis_url`` (required)."""
+def create_app(settings: Settings | None = None, *, own_process: bool = False) -> FastAPI:
+    """The API over the store at ``settings.redis_url`` (required). ``own_process``: the app
+    is the process's whole life (``corral run api``): what its start loaded is frozen once
+    warmed up (:mod:`corral.services.runtime.heap`), never in a process that makes many apps."""
     settings = settings or get_settings()
     if not settings.redis_url:
         raise RuntimeError("CORRAL_REDIS_URL is not set (start the system with `corral up`)")
@@ -65,7 +68,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # Load the clouds' SDKs and credentials (and the rest _warm_up names) while the API
         # starts, not in its first submit (seconds on a busy machine).
-        threading.Thread(target=_warm_up, args=(deps, _app), name="warm-up", daemon=True).start()
+        threading.Thread(
+            target=_warm_up, args=(deps, _app, own_process), name="warm-up", daemon=True
+        ).start()
         # The routes that run in threads (a submit among them) need anyio's asyncio backend,
         # imported by its first thread call: about 0.1 s of CPU, here rather than in the
         # first submit (tests/unit/test_api_warm_up.py).
@@ -135,10 +140,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def _warm_up(deps: Deps, app: FastAPI | None = None) -> None:
+def _warm_up(deps: Deps, app: FastAPI | None = None, freeze: bool = False) -> None:
     """The clouds' SDKs and credentials, the catalog, the publishing side with the queues a
     submit sends to, and the routes' request handling, made ready before the first submit
-    needs them."""
+    needs them; ``freeze``: then frozen (:mod:`corral.services.runtime.heap`)."""
     try:
         if app is not None:
             build_routes(app)
@@ -147,6 +152,8 @@ def _warm_up(deps: Deps, app: FastAPI | None = None) -> None:
         dispatch.warm_up(dispatch.sending_queues(clouds), deps.settings)
     except Exception:  # only a warm-up: the first request builds whatever is missing
         logging.getLogger("corral.api").exception("warm-up failed")
+    if freeze:  # what start-up and the warm-up loaded lives as long as the API
+        freeze_loaded(collect=True)
 
 
 def build_routes(app: FastAPI) -> None:

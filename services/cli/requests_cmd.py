@@ -521,7 +521,7 @@ def run_api(
     host = host or settings.api_host
     port = settings.api_port if port is None else port
     try:
-        app = create_app(settings)
+        app = create_app(settings, own_process=True)
     except RuntimeError as exc:
         fail(str(exc), EXIT_INPUT, as_json)
     try:
