@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from corral.shared.errors import InvalidRequestError
 from corral.shared.placement import Placement, PlacementFields
+from corral.shared.records import Instance
 
 # Tags (AWS) / labels (GCP) / agent fields (local) that mark what Corral created.
 TAG_MANAGED = "corral-managed"
@@ -96,6 +97,10 @@ class Boot(BaseModel):
     step: int = -1  # an attempt's position in its request's chain
     pool: str | None = None  # a pool machine's pool ...
     machine_id: str | None = None  # ... and its id in the pool's ledger
+    # An attempt's instance rows as its own launch created them (REQUESTED, version 0): the
+    # watch starts its compare-and-set from these instead of reading them again (a Redis
+    # command less per machine; a row changed since fails the compare-and-set, then is read).
+    rows: list[Instance] = Field(default_factory=list)
 
     @property
     def key(self) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from corral.services.agent import skypilot_env
@@ -316,9 +316,12 @@ def _attempt(
     )
 
     # The instances are recorded before the boot is booked: a fresh attempt's rows are then
-    # new for certain (the watch, which may finish a quick job first, sees the boot only after).
+    # new for certain (the watch, which may finish a quick job first, sees the boot only after),
+    # and the boot carries them as written, for the watch's compare-and-set to start from.
     def recorded(launched: list[ProviderInstance]) -> None:
-        _record_booting(deps, req.id, attempt_id, cand, launched, fresh=fresh)
+        rows = _record_booting(deps, req.id, attempt_id, cand, launched, fresh=fresh)
+        if fresh:  # else the boot may be an earlier delivery's: the watch reads the rows
+            boot.rows = rows
 
     try:
         launched = start(deps, boot, fresh=fresh, recorded=recorded)
@@ -337,7 +340,8 @@ def _attempt(
     if len(launched) >= spec.count and all(p.state == "running" for p in launched):
         finish(deps, boot)  # up already: no need to wait for the watch
         found = by_node(launched)
-        return Walked(_Landing(deps, req.id, step, attempt_id, cand, found, req).land())
+        landing = _Landing(deps, req.id, step, attempt_id, cand, found, req, boot.rows)
+        return Walked(landing.land())
     return BOOTING
 
 
@@ -385,7 +389,8 @@ def booted_all(
         if req is None or not 0 <= boot.step < len(req.chain):
             continue
         cand = req.chain[boot.step]
-        landings.append((n, _Landing(deps, req.id, boot.step, boot.key, cand, by_node(found), req)))
+        landing = _Landing(deps, req.id, boot.step, boot.key, cand, by_node(found), req, boot.rows)
+        landings.append((n, landing))
     written = deps.store.update_together_many([land.together for _, land in landings])
     events = []
     ended: list[ProviderInstance] = []  # quick jobs' machines, let go together below
@@ -423,13 +428,17 @@ def _record_booting(
     cand: ChainStep,
     launched: list[ProviderInstance],
     fresh: bool = False,
-) -> None:
-    """The attempt's instances as the cloud accepted them: REQUESTED, on their way up.
+) -> list[Instance]:
+    """The attempt's instances as the cloud accepted them: REQUESTED, on their way up; the
+    rows this call created, as written.
     ``fresh``: the attempt was just started by this task's own write (no row can be there)."""
     now = deps.now()
+    created = []
     for node, pi in enumerate(by_node(launched)):
         inst = _instance_of(request_id, attempt_id, cand, node, pi, now)
-        deps.store.create_instance(inst, fresh=fresh)
+        if deps.store.create_instance(inst, fresh=fresh):
+            created.append(inst)
+    return created
 
 
 def _instance_of(
@@ -656,7 +665,10 @@ class _Landing:
         cand: ChainStep,
         launched: list[ProviderInstance],
         current: LaunchRequest | None,
+        rows: Sequence[Instance] = (),
     ) -> None:
+        """``current`` and ``rows``: the request and the attempt's instance rows as the caller
+        holds them, for the compare-and-set to start from (a stale one is read again)."""
         self.deps, self.request_id, self.step, self.attempt_id = deps, request_id, step, attempt_id
         self.cand, self.launched = cand, launched
         self.now = now = deps.now()
@@ -664,7 +676,8 @@ class _Landing:
         self.ids = [instance_id_for(attempt_id, node) for node in range(len(launched))]
         self.events: list[str] = []
         ups = {iid: _moved_up(pi, now, done) for iid, pi in zip(self.ids, launched, strict=True)}
-        self.together = Together(request_id, self._run, ups, current)
+        held = {row.id: row for row in rows if row.id in ups}
+        self.together = Together(request_id, self._run, ups, current, held or None)
 
     def _run(self, r: LaunchRequest) -> bool:
         ended = end_attempt(r, self.attempt_id, "ok", self.now)  # the attempt's outcome too
@@ -683,7 +696,7 @@ class _Landing:
         """This launch alone: its write, what follows it, its progress lines."""
         t = self.together
         written = self.deps.store.update_together(
-            t.request_id, t.fn, t.instance_fns, current=t.current
+            t.request_id, t.fn, t.instance_fns, current=t.current, instances=t.instances
         )
         outcome = self.settle(written, None)
         self.deps.store.append_events(self.request_id, self.events, self.deps.now())

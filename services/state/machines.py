@@ -26,7 +26,7 @@ from redis import Redis
 
 from corral.services.state import as_text
 from corral.services.state.cas import CAS_SCRIPT, CREATE_SCRIPT, LOST, Lost, until_written
-from corral.services.state.store import check_change
+from corral.services.state.record_changes import check_change
 from corral.shared.lifecycle import TERMINAL_INSTANCE_STATES, InstanceState, MachineState
 from corral.shared.placement import Placement
 from corral.shared.records import Instance, OwnerKind

@@ -51,6 +51,7 @@ from corral.services.state.cas import (
     until_written,
 )
 from corral.services.state.cas import WriteConflict as WriteConflict  # its callers' name for it
+from corral.services.state.record_changes import changed, copy_of, to_write
 from corral.services.state.rows import write_fresh
 from corral.shared.lifecycle import INSTANCE_STATES, InstanceState, RequestState
 from corral.shared.records import Assignment, Event, Instance, LaunchRequest, Submission
@@ -479,9 +480,9 @@ class Store:
                 if raw is None:
                     return None, None, False
                 current, copy, of = self._for_update(model, raw)
-            work = _copy(current) if copy is None else copy
+            work = copy_of(current) if copy is None else copy
             wanted, decided = fn(work)
-            if not _written(current, work, wanted):
+            if not to_write(current, work, wanted):
                 return current, decided, False
             keys = [key, state_key(current.state), state_key(work.state)]
             stored = work.model_dump_json() if of is None else assigned.follow(of, work)
@@ -513,7 +514,7 @@ class Store:
         parse: cheaper than a deep copy), and the assignment it is the view of, if one."""
         if model is Instance and assigned.is_assignment(raw):
             [(view, of)] = assigned.read(self._r, self.prefix, [raw])
-            return view, _copy(view), of
+            return view, copy_of(view), of
         return model.model_validate_json(raw), model.model_validate_json(raw), None
 
     def update_together(
@@ -523,6 +524,7 @@ class Store:
         instance_fns: Mapping[str, Callable[[Instance], bool]],
         *,
         current: LaunchRequest | None = None,
+        instances: Mapping[str, Instance] | None = None,
         retries: int = 50,
     ) -> tuple[LaunchRequest, list[Instance]] | None:
         """Change some of a request's instances (id -> its function, in ``instance_fns``)
@@ -533,12 +535,14 @@ class Store:
         Returns the request and the instances as written (or as read, where a function asked
         for no change); None, with nothing written, when any of them does not exist (the
         caller takes the one-by-one way, which creates what is missing). ``current``: as for
-        :meth:`update_request`."""
+        :meth:`update_request`; ``instances``: the same for the instances, by id (a row
+        missing from it is read)."""
         n = len(instance_fns)
         keys = [self._instance_key(i) for i in instance_fns] + [self._request_key(request_id)]
         models: list[type[Any]] = [Instance] * n + [LaunchRequest]
         fns: list[Callable[[Any], bool]] = [*instance_fns.values(), fn]
-        carried: list[Any] = [None] * n + [_carried(current, request_id)]
+        carried: list[Any] = [_carried_row(instances, i) for i in instance_fns]
+        carried.append(_carried(current, request_id))
 
         def one_round(attempt: int) -> tuple[LaunchRequest, list[Instance]] | Lost | None:
             nonlocal carried
@@ -547,7 +551,7 @@ class Store:
                 return None
             currents, copies = read
             carried = [None] * len(keys)  # a lost race reads every record again
-            works = [_changed(c, f, w) for c, f, w in zip(currents, fns, copies, strict=True)]
+            works = [changed(c, f, w) for c, f, w in zip(currents, fns, copies, strict=True)]
             writes = [(c, w) for c, w in zip(currents, works, strict=True) if w is not None]
             if writes:
                 cas_keys, args = _cas_args(self, writes)
@@ -579,7 +583,7 @@ class Store:
         for item in items:
             keys = [self._instance_key(i) for i in item.instance_fns]
             keys.append(self._request_key(item.request_id))
-            carried: list[Any] = [None] * len(item.instance_fns)
+            carried: list[Any] = [_carried_row(item.instances, i) for i in item.instance_fns]
             carried.append(_carried(item.current, item.request_id))
             for key, held in zip(keys, carried, strict=True):
                 if held is None:
@@ -596,14 +600,14 @@ class Store:
                 raw = None if held is not None else next(raws)
                 if held is not None:
                     currents.append(held)
-                    copies.append(_copy(held))
+                    copies.append(copy_of(held))
                 elif raw is not None:
                     currents.append(model.model_validate_json(raw))
                     copies.append(model.model_validate_json(raw))
             if len(currents) < len(models):
                 continue  # one is missing: None, nothing written
             fns: list[Callable[[Any], bool]] = [*item.instance_fns.values(), item.fn]
-            works = [_changed(c, f, w) for c, f, w in zip(currents, fns, copies, strict=True)]
+            works = [changed(c, f, w) for c, f, w in zip(currents, fns, copies, strict=True)]
             writes = [(c, w) for c, w in zip(currents, works, strict=True) if w is not None]
             out = [w if w is not None else c for c, w in zip(currents, works, strict=True)]
             if not writes:
@@ -640,7 +644,7 @@ class Store:
         for model, held in zip(models, carried, strict=True):
             if held is not None:
                 out.append(held)
-                copies.append(_copy(held))
+                copies.append(copy_of(held))
                 continue
             raw = next(raws)
             if raw is None:
@@ -717,6 +721,7 @@ class Together:
     fn: Callable[[LaunchRequest], bool]
     instance_fns: Mapping[str, Callable[[Instance], bool]]
     current: LaunchRequest | None = None
+    instances: Mapping[str, Instance] | None = None  # carried rows, by id (see ``current``)
 
 
 def _cas_args(
@@ -756,45 +761,7 @@ def _carried(record: RecordT | None, record_id: str) -> RecordT | None:
     return record
 
 
-def _changed(
-    current: RecordT, fn: Callable[[RecordT], bool], copy: RecordT | None = None
-) -> RecordT | None:
-    """``fn`` applied to a copy of ``current`` (``copy``, when the caller made one): the copy,
-    its version bumped, if ``fn`` asked for it to be written; None for no change."""
-    work = _copy(current) if copy is None else copy
-    return work if _written(current, work, fn(work)) else None
-
-
-def _written(current: RecordT, work: RecordT, wanted: bool) -> bool:
-    """Whether ``work`` (changed from ``current``) is to be written; if so, its version bumped."""
-    if wanted is not True and wanted is not False:
-        raise TypeError(f"update function must return True or False, not {wanted!r}")
-    if wanted:
-        check_change(current, work)
-        work.version = current.version + 1
-    return wanted
-
-
-def _copy(record: RecordT) -> RecordT:
-    """A copy of ``record`` sharing nothing with it: its fields dumped and validated again,
-    about 2.5x cheaper than ``model_copy(deep=True)`` (a Python deep copy, model by model)."""
-    return type(record).model_validate(record.model_dump())
-
-
-def check_change(before: LaunchRequest | Instance, after: LaunchRequest | Instance) -> None:
-    """Refuse changes an update function must never make (they would corrupt the indexes or
-    skip the lifecycle)."""
-    if after.id != before.id or after.version != before.version:
-        raise ValueError(f"{before.id}: an update must not change id or version")
-    if after.created_at != before.created_at:
-        raise ValueError(f"{before.id}: an update must not change created_at")
-    if (
-        isinstance(before, Instance)
-        and isinstance(after, Instance)
-        and after.request_id != before.request_id
-    ):
-        raise ValueError(f"{before.id}: an update must not change request_id")
-    if after.state != before.state and (
-        not after.history or after.history[-1].to_state != after.state.value
-    ):
-        raise ValueError(f"{before.id}: state set to {after.state} without move()")
+def _carried_row(rows: Mapping[str, Instance] | None, instance_id: str) -> Instance | None:
+    """A caller's copy of instance ``instance_id`` to start a compare-and-set from, if it has
+    one (None: read it)."""
+    return None if rows is None else _carried(rows.get(instance_id), instance_id)
