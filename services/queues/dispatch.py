@@ -104,6 +104,12 @@ def broker_transport_options(settings: Settings) -> dict[str, Any]:
         "socket_timeout": 30,
         "socket_connect_timeout": 2,
         "health_check_interval": 10,
+        # One list per queue. Corral sends no message priorities (the order of its work is
+        # the schedulers' decision, made in Redis records), and kombu's default steps
+        # (0, 3, 6, 9) keep four lists per queue: every BRPOP named four keys per queue, and
+        # each queue's length was four LLENs. A message sent with a priority still lands in
+        # the one list.
+        "priority_steps": [0],
     }
 
 
