@@ -66,8 +66,9 @@ class BootBook:
             known.update(read)  # boots of other clouds stay known too
         else:
             self._read = read  # forget boots that have left the book
-        # Copies: a caller may change what it was given; the next look reads the book's.
-        return sorted((b.model_copy() for b in read.values()), key=lambda b: b.deadline)
+        # The boots as parsed, shared with the next look (no copy of each boot on every look):
+        # a caller never changes a boot it was given.
+        return sorted(read.values(), key=lambda b: b.deadline)
 
     def keys(self, cloud: str) -> set[str]:
         """The attempt ids of ``cloud``'s launches on their way up (the boots not read)."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from corral.services.providers.base import LaunchSpec, ProviderInstance
 from corral.services.providers.local import launcher
@@ -483,6 +484,34 @@ def test_describe_launches_reports_those_launches_alone_as_describe_does(
         same = every[inst.provider_id]
         assert (inst.zone, inst.pid, inst.tags) == (same.zone, same.pid, same.tags)
     assert provider.describe_launches([]) == []
+
+
+def test_a_look_reads_each_launchs_bound_machines_once(
+    provider: LocalProvider, redis_url: str
+) -> None:
+    # Which machines an attempt bound never changes once bound (only a launch that failed
+    # gives its binding back, and a failed launch is not watched): the boot watch's looks
+    # read the bindings of launches new to them only, not of every boot on every look.
+    client = redis.Redis.from_url(redis_url)
+
+    def mgets() -> int:
+        return int(client.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))
+
+    first = provider.launch(spec(count=2))
+    attempt = first[0].tags["corral-attempt"]
+    before = mgets()
+    seen = provider.describe_launches([attempt])
+    assert mgets() - before == 1
+    assert sorted(i.provider_id for i in seen) == sorted(i.provider_id for i in first)
+    second = provider.launch(spec())
+    other = second[0].tags["corral-attempt"]
+    before = mgets()
+    again = provider.describe_launches([attempt, other, "att-not-bound-yet"])
+    assert mgets() - before == 1  # the new launch's binding and the unbound attempt's look
+    assert sorted(i.provider_id for i in again) == sorted(i.provider_id for i in first + second)
+    before = mgets()
+    provider.describe_launches([attempt, other])
+    assert mgets() - before == 0
 
 
 def test_describe_during_a_launch_never_calls_the_booting_node_lost(

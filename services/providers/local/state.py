@@ -401,6 +401,9 @@ return 'ok'
 """
 
 
+BOUND_MAX = 20_000  # attempts whose bound instance ids a process keeps
+
+
 class CloudState:
     """Reads and atomic writes on the local cloud's records."""
 
@@ -415,6 +418,11 @@ class CloudState:
         self._claim_start = client.register_script(_CLAIM_START)
         # Each pool's high-water mark as this process last saw it (a floor of the stored one).
         self._high_seen: dict[str, int] = {}
+        # The instance ids each launched attempt bound, as read: a binding never changes once
+        # made (the attempt's key is set once; only a launch that failed gives it back, and a
+        # failed launch is never watched), and a boot watch asks for the same attempts on
+        # every look.
+        self._bound: dict[str, list[str]] = {}
 
     # --- attempts and capacity -------------------------------------------------------------
     def launched_ids(self, attempt_ids: list[str]) -> list[str]:
@@ -422,8 +430,17 @@ class CloudState:
         launched, or never launched here, has none yet)."""
         if not attempt_ids:
             return []
-        values = self.r.mget([self.keys.attempt(a) for a in attempt_ids])
-        return [iid for value in values for iid in bound_ids(value)]
+        known = self._bound
+        unread = [a for a in attempt_ids if a not in known]
+        if unread:
+            if len(known) + len(unread) > BOUND_MAX:
+                known.clear()  # attempts this process no longer asks about
+            for attempt, value in zip(
+                unread, self.r.mget([self.keys.attempt(a) for a in unread]), strict=True
+            ):
+                if ids := bound_ids(value):
+                    known[attempt] = ids
+        return [iid for a in attempt_ids for iid in known.get(a, ())]
 
     def heard_nodes(self, attempt_id: str) -> list[bool]:
         """Whether each instance of the attempt, in node order, has been heard (its agent
