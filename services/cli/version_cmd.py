@@ -25,6 +25,7 @@ DEPENDENCIES = (
     "pydantic-settings",
     "fastapi",
     "uvicorn",
+    "httptools",
     "httpx",
     "typer",
     "boto3",

@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from corral.services.api import create_app
-from corral.services.api.server import GuardedH11Protocol, server_config
+from corral.services.api.server import MAX_HEADER_BYTES, GuardedHttpProtocol, server_config
 from corral.services.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -172,6 +172,38 @@ def test_a_body_that_trickles_is_cut_off(api: Any) -> None:
     assert time.monotonic() - started < BODY_TIMEOUT_S + 3
 
 
+def test_headers_larger_than_the_limit_get_400_and_the_connection_closed(api: Any) -> None:
+    # As uvicorn's h11 protocol did with h11_max_incomplete_event_size: a header section
+    # past the limit is refused before it is all in (the parser keeps what it has of one).
+    c = _connect(api)
+    c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    line = b"X-Big: " + b"a" * 1000 + b"\r\n"
+    try:
+        for _ in range(MAX_HEADER_BYTES // len(line) + 2):
+            c.sendall(line)
+            time.sleep(0.002)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    got = _read_all(c)
+    assert got == b"" or got.startswith(b"HTTP/1.1 400 "), got
+    # Headers just under the limit, and a body larger than it, are served.
+    c = _connect(api)
+    c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 8000 + b"\r\n\r\n")
+    head = _response(c)
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    body = b'{"task": {"run": "' + b"x" * (4 * MAX_HEADER_BYTES) + b'"}}'
+    c.sendall(
+        b"POST /v1/requests HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer server-test-token\r\n"
+        b"Content-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+    head = _response(c)
+    assert not head.startswith(b"HTTP/1.1 400 "), head
+    c.close()
+
+
 def test_past_the_concurrency_limit_a_request_gets_503(api: Any) -> None:
     held = [_connect(api) for _ in range(MAX_CONCURRENCY + 1)]
     for c in held:
@@ -218,6 +250,6 @@ def test_corral_run_api_serves_with_these_guards(
         reset_settings()
     assert done.exit_code == 0, done.output
     config = seen["config"]
-    assert issubclass(config.http, GuardedH11Protocol)
+    assert issubclass(config.http, GuardedHttpProtocol)
     assert config.http.header_timeout_s == 3.5
     assert config.limit_concurrency == 17
