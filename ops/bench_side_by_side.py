@@ -16,7 +16,10 @@ compiled to bytecode first, as ``make setup`` does, so neither pays for compilin
 The instrument is one: the benchmark files of *this* checkout (``tests/bench/``, with its
 ``tests/harness.py``) run against each side's code, so a change to a benchmark's counting
 cannot pass for a change of the code. Each round runs every chosen benchmark once for each side,
-before then after (A B A B ...), so slow spells of the shared host fall on both. The table gives,
+before then after in odd rounds and after then before in even ones (A B, B A, ...), so slow
+spells of the shared host, and whatever a run's place in its pair brings, fall on both. A run
+of one revision against itself (``--before X --after X``) shows how far the host moves a
+figure: on 2026-12-08, 0.88-1.04 of after/before over four rounds. The table gives,
 per figure, the median of each side's runs (every run in brackets), after / before, the target
 and whether the after median meets it; "worse" marks a figure whose after median is past every
 before run in the bad direction.
@@ -172,6 +175,15 @@ BENCHES = {
                     r"API submit CPU: ([\d.]+) ms per submit",
                 ),
                 Figure("API submit CPU: its send ms", r"its admission's send ([\d.]+) ms"),
+            ),
+        ),
+        Bench(
+            "api_http",
+            "tests/bench/test_bench_api_http.py",
+            "tests/bench/test_bench_api_http.py",
+            (
+                Figure("API over HTTP: CPU ms per /healthz", r"([\d.]+) ms of the API's CPU per"),
+                Figure("API over HTTP: CPU ms per submit", r"call\), ([\d.]+) ms per submit"),
             ),
         ),
         Bench(
@@ -376,8 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         n = 0
         for round_no in range(args.rounds):
             print(f"round {round_no + 1}:")
+            # The order turns each round (A B, then B A): a run's place in a pair (the host's
+            # caches and Redis's, warm or cold, after the other side) falls on both sides.
+            order = sides if round_no % 2 == 0 else sides[::-1]
             for name in chosen:
-                for side in sides:
+                for side in order:
                     n += 1
                     for fig, value in _run(BENCHES[name], side, args.scale, logs, n).items():
                         if value is None:
